@@ -1,0 +1,20 @@
+; Tessera folds (Neovim `@fold`).
+
+[
+  (function_definition)
+  (if_statement)
+  (elif_clause)
+  (else_clause)
+  (for_statement)
+  (while_statement)
+  (with_statement)
+  (import_from_statement)
+  (parameters)
+  (argument_list)
+  (parenthesized_expression)
+  (tuple)
+  (list)
+  (dictionary)
+  (subscript)
+  (string)
+] @fold
