@@ -1,0 +1,201 @@
+//! `tessera check`: diagnostics for files and directories (TOOLS.md §1).
+
+use std::io::{IsTerminal, Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+use rayon::prelude::*;
+use tessera_frontend::diagnostics::{Code, Diagnostic};
+use tessera_frontend::text::LineIndex;
+use tessera_frontend::{Database, SourceFile};
+
+use crate::config::ProjectConfig;
+use crate::emit::{self, FileReport, Format};
+use crate::{internal_error_message, Target};
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Files or directories to check (directories are searched for *.tsr, honouring .gitignore).
+    pub paths: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Target whose limits the target-aware lints use.
+    #[arg(long, value_enum)]
+    pub target: Option<Target>,
+    /// Treat warnings as errors (`--deny warnings`).
+    #[arg(long, value_name = "warnings")]
+    pub deny: Option<DenyWhat>,
+    /// Only report these codes or code prefixes (comma-separated: E03,W0601).
+    #[arg(long, value_delimiter = ',')]
+    pub select: Vec<String>,
+    /// Do not report these codes or code prefixes.
+    #[arg(long, value_delimiter = ',')]
+    pub ignore: Vec<String>,
+    /// Read the source from standard input and report it under this name.
+    #[arg(long)]
+    pub stdin_filename: Option<PathBuf>,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum DenyWhat {
+    Warnings,
+}
+
+/// Which codes are reported.
+#[derive(Clone, Debug, Default)]
+pub struct CodeFilter {
+    select: Vec<String>,
+    ignore: Vec<String>,
+}
+
+impl CodeFilter {
+    pub fn new(select: &[String], ignore: &[String]) -> Result<CodeFilter, String> {
+        let norm = |list: &[String]| -> Result<Vec<String>, String> {
+            list.iter()
+                .map(|c| c.trim().to_ascii_uppercase())
+                .filter(|c| !c.is_empty())
+                .map(|c| {
+                    let known = c == "ALL" || Code::ALL.iter().any(|k| k.as_str().starts_with(&c));
+                    if known {
+                        Ok(c)
+                    } else {
+                        Err(format!(
+                            "unknown code or prefix `{c}` (codes look like E0301 or W0601)"
+                        ))
+                    }
+                })
+                .collect()
+        };
+        Ok(CodeFilter {
+            select: norm(select)?,
+            ignore: norm(ignore)?,
+        })
+    }
+
+    pub fn allows(&self, code: Code) -> bool {
+        let matches = |p: &String| p == "ALL" || code.as_str().starts_with(p.as_str());
+        (self.select.is_empty() || self.select.iter().any(matches))
+            && !self.ignore.iter().any(matches)
+    }
+}
+
+pub fn run(args: CheckArgs) -> Result<i32, String> {
+    let db = Database::default();
+    // (display path, path for config lookup, text, utf8 error)
+    let mut inputs: Vec<(String, PathBuf, String, Option<u32>)> = Vec::new();
+    if let Some(name) = &args.stdin_filename {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
+        let loaded = crate::files::decode(bytes);
+        inputs.push((
+            name.to_string_lossy().into_owned(),
+            name.clone(),
+            loaded.text,
+            loaded.utf8_error,
+        ));
+    } else {
+        let paths = if args.paths.is_empty() {
+            vec![PathBuf::from(".")]
+        } else {
+            args.paths.clone()
+        };
+        for path in crate::files::collect(&paths)? {
+            let loaded = crate::files::read(&path)?;
+            inputs.push((
+                crate::files::display_path(&path),
+                path,
+                loaded.text,
+                loaded.utf8_error,
+            ));
+        }
+    }
+    let files: Vec<(String, PathBuf, SourceFile)> = inputs
+        .into_iter()
+        .map(|(shown, path, text, err)| {
+            let file = SourceFile::new(&db, PathBuf::from(&shown), text, err);
+            (shown, path, file)
+        })
+        .collect();
+    let cli_filter = CodeFilter::new(&args.select, &args.ignore)?;
+    let mut internal_errors = 0usize;
+    // The database is Send but not Sync: each worker thread gets its own handle.
+    let handles = std::sync::Mutex::new(db.clone());
+    let results: Vec<Result<FileReport, String>> = files
+        .par_iter()
+        .map_init(
+            || handles.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            |db, (shown, path, file)| -> Result<FileReport, String> {
+                let config = ProjectConfig::find(path)?
+                    .map(|(_, c)| c)
+                    .unwrap_or_default();
+                let target = match args.target {
+                    Some(t) => t,
+                    None => match &config.target {
+                        Some(t) => Target::parse(t).ok_or_else(|| {
+                            format!("tessera.toml: unknown target `{t}` (sm_80, sm_90 or cpu)")
+                        })?,
+                        None => Target::Sm90,
+                    },
+                };
+                let filter = if args.select.is_empty() && args.ignore.is_empty() {
+                    CodeFilter::new(
+                        config.select.as_deref().unwrap_or(&[]),
+                        config.ignore.as_deref().unwrap_or(&[]),
+                    )?
+                } else {
+                    cli_filter.clone()
+                };
+                let diagnostics = catch_unwind(AssertUnwindSafe(|| {
+                    crate::analysis::file_diagnostics(db, *file, target)
+                }))
+                .map_err(|payload| {
+                    format!(
+                        "internal error while checking {shown}: {}",
+                        internal_error_message(payload)
+                    )
+                })?;
+                let text = file.text(db).clone();
+                Ok(FileReport {
+                    path: shown.clone(),
+                    index: LineIndex::new(&text),
+                    text,
+                    diagnostics: diagnostics
+                        .into_iter()
+                        .filter(|d: &Diagnostic| filter.allows(d.code))
+                        .collect(),
+                })
+            },
+        )
+        .collect();
+    let mut reports = Vec::new();
+    let stderr = std::io::stderr();
+    for r in results {
+        match r {
+            Ok(report) => reports.push(report),
+            Err(message) => {
+                internal_errors += 1;
+                let _ = writeln!(stderr.lock(), "error: {message}");
+            }
+        }
+    }
+    let color = args.format == Format::Human
+        && std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    emit::emit(args.format, &reports, color, &mut out)
+        .map_err(|e| format!("cannot write output: {e}"))?;
+    out.flush().ok();
+    let summary = emit::summarize(&reports);
+    let deny_warnings = args.deny == Some(DenyWhat::Warnings);
+    Ok(if internal_errors > 0 {
+        2
+    } else if summary.errors > 0 || (deny_warnings && summary.warnings > 0) {
+        1
+    } else {
+        0
+    })
+}

@@ -1,0 +1,329 @@
+//! Emitters: one diagnostic model, five output formats (TOOLS.md §1).
+
+use std::io::{self, Write};
+
+use ariadne::{Color, Config, IndexType, Label, Report, ReportKind, Source};
+use serde_json::{json, Value};
+use tessera_frontend::diagnostics::{Code, Diagnostic, Severity};
+use tessera_frontend::text::{LineIndex, TextRange};
+
+/// A checked file with its diagnostics (absolute ranges).
+pub struct FileReport {
+    pub path: String,
+    pub text: String,
+    pub index: LineIndex,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl FileReport {
+    /// 1-based line and column (Unicode scalar values).
+    pub fn position(&self, offset: u32) -> (u32, u32) {
+        let lc = self.index.line_col(&self.text, offset);
+        (lc.line + 1, lc.col + 1)
+    }
+
+    fn range_json(&self, range: TextRange) -> Value {
+        let (sl, sc) = self.position(range.start);
+        let (el, ec) = self.position(range.end);
+        json!({"start": {"line": sl, "column": sc}, "end": {"line": el, "column": ec}})
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Concise,
+    Json,
+    Sarif,
+    Github,
+}
+
+pub struct Summary {
+    pub files: usize,
+    pub errors: usize,
+    pub warnings: usize,
+}
+
+pub fn summarize(reports: &[FileReport]) -> Summary {
+    let mut s = Summary {
+        files: reports.len(),
+        errors: 0,
+        warnings: 0,
+    };
+    for d in reports.iter().flat_map(|r| &r.diagnostics) {
+        match d.severity {
+            Severity::Error => s.errors += 1,
+            Severity::Warning => s.warnings += 1,
+        }
+    }
+    s
+}
+
+pub fn emit(
+    format: Format,
+    reports: &[FileReport],
+    color: bool,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    match format {
+        Format::Human => human(reports, color, out),
+        Format::Concise => concise(reports, out),
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, &json_report(reports))?;
+            writeln!(out)
+        }
+        Format::Sarif => {
+            serde_json::to_writer_pretty(&mut *out, &sarif(reports))?;
+            writeln!(out)
+        }
+        Format::Github => github(reports, out),
+    }
+}
+
+fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result<()> {
+    let config = Config::default()
+        .with_index_type(IndexType::Byte)
+        .with_color(color);
+    for report in reports {
+        let source = Source::from(report.text.as_str());
+        for d in &report.diagnostics {
+            let (kind, accent) = match d.severity {
+                Severity::Error => (ReportKind::Error, Color::Red),
+                Severity::Warning => (ReportKind::Warning, Color::Yellow),
+            };
+            let span = |r: TextRange| (report.path.as_str(), clamp(r, report.text.len()));
+            let mut builder = Report::build(kind, span(d.range))
+                .with_config(config)
+                .with_code(d.code)
+                .with_message(&d.message)
+                .with_label(
+                    Label::new(span(d.range))
+                        .with_color(accent)
+                        .with_order(-1)
+                        .with_message(primary_label(d)),
+                );
+            for label in &d.labels {
+                builder = builder.with_label(
+                    Label::new(span(label.range))
+                        .with_color(Color::Blue)
+                        .with_message(&label.message),
+                );
+            }
+            for note in &d.notes {
+                builder = builder.with_note(note);
+            }
+            if let Some(fix) = &d.fix {
+                builder = builder.with_help(fix_help(fix, &report.text));
+            }
+            builder
+                .finish()
+                .write((report.path.as_str(), source.clone()), &mut *out)?;
+        }
+    }
+    let s = summarize(reports);
+    if s.errors + s.warnings == 0 {
+        writeln!(
+            out,
+            "All checks passed ({} file{}).",
+            s.files,
+            plural(s.files)
+        )
+    } else {
+        writeln!(
+            out,
+            "Found {} error{} and {} warning{} in {} file{}.",
+            s.errors,
+            plural(s.errors),
+            s.warnings,
+            plural(s.warnings),
+            s.files,
+            plural(s.files)
+        )
+    }
+}
+
+fn primary_label(d: &Diagnostic) -> String {
+    d.code.title().to_string()
+}
+
+fn fix_help(fix: &tessera_frontend::diagnostics::Fix, text: &str) -> String {
+    // Show a single-edit replacement inline: "did you mean `load`? (replace `lod`)".
+    match fix.edits.as_slice() {
+        [edit] if !edit.range.is_empty() && !edit.text.is_empty() => {
+            format!(
+                "{} (replace `{}` with `{}`)",
+                fix.message,
+                edit.range.slice(text),
+                edit.text
+            )
+        }
+        _ => fix.message.clone(),
+    }
+}
+
+fn clamp(r: TextRange, len: usize) -> std::ops::Range<usize> {
+    let start = (r.start as usize).min(len);
+    let end = (r.end as usize).clamp(start, len);
+    start..end
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn concise(reports: &[FileReport], out: &mut dyn Write) -> io::Result<()> {
+    for r in reports {
+        for d in &r.diagnostics {
+            let (line, col) = r.position(d.range.start);
+            writeln!(
+                out,
+                "{}:{line}:{col}: {}[{}] {}",
+                r.path,
+                d.severity.as_str(),
+                d.code,
+                d.message
+            )?;
+        }
+    }
+    Ok(())
+}
+
+pub fn json_report(reports: &[FileReport]) -> Value {
+    let mut diagnostics = Vec::new();
+    for r in reports {
+        for d in &r.diagnostics {
+            let mut obj = json!({
+                "file": r.path,
+                "severity": d.severity.as_str(),
+                "code": d.code.as_str(),
+                "message": d.message,
+                "range": r.range_json(d.range),
+            });
+            if !d.labels.is_empty() {
+                obj["labels"] = Value::Array(
+                    d.labels
+                        .iter()
+                        .map(|l| json!({"file": r.path, "range": r.range_json(l.range), "message": l.message}))
+                        .collect(),
+                );
+            }
+            if !d.notes.is_empty() {
+                obj["notes"] = json!(d.notes);
+            }
+            if let Some(fix) = &d.fix {
+                obj["fix"] = json!({
+                    "message": fix.message,
+                    "edits": fix.edits.iter().map(|e| json!({"range": r.range_json(e.range), "text": e.text})).collect::<Vec<_>>(),
+                });
+            }
+            diagnostics.push(obj);
+        }
+    }
+    let s = summarize(reports);
+    json!({
+        "version": 1,
+        "diagnostics": diagnostics,
+        "summary": {"files": s.files, "errors": s.errors, "warnings": s.warnings},
+    })
+}
+
+fn sarif(reports: &[FileReport]) -> Value {
+    let rules: Vec<Value> = Code::ALL
+        .iter()
+        .map(|c| {
+            json!({
+                "id": c.as_str(),
+                "name": c.title().replace(' ', "-"),
+                "shortDescription": {"text": c.title()},
+                "defaultConfiguration": {"level": match c.default_severity() { Severity::Error => "error", Severity::Warning => "warning" }},
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for r in reports {
+        for d in &r.diagnostics {
+            let region = |range: TextRange| {
+                let (sl, sc) = r.position(range.start);
+                let (el, ec) = r.position(range.end);
+                json!({"startLine": sl, "startColumn": sc, "endLine": el, "endColumn": ec})
+            };
+            let mut result = json!({
+                "ruleId": d.code.as_str(),
+                "ruleIndex": Code::ALL.iter().position(|c| *c == d.code).unwrap_or(0),
+                "level": match d.severity { Severity::Error => "error", Severity::Warning => "warning" },
+                "message": {"text": d.message},
+                "locations": [{"physicalLocation": {"artifactLocation": {"uri": r.path}, "region": region(d.range)}}],
+            });
+            if !d.labels.is_empty() {
+                result["relatedLocations"] = Value::Array(
+                    d.labels
+                        .iter()
+                        .enumerate()
+                        .map(|(i, l)| {
+                            json!({"id": i, "message": {"text": l.message},
+                                   "physicalLocation": {"artifactLocation": {"uri": r.path}, "region": region(l.range)}})
+                        })
+                        .collect(),
+                );
+            }
+            if let Some(fix) = &d.fix {
+                result["fixes"] = json!([{
+                    "description": {"text": fix.message},
+                    "artifactChanges": [{
+                        "artifactLocation": {"uri": r.path},
+                        "replacements": fix.edits.iter().map(|e| json!({
+                            "deletedRegion": region(e.range),
+                            "insertedContent": {"text": e.text},
+                        })).collect::<Vec<_>>(),
+                    }],
+                }]);
+            }
+            results.push(result);
+        }
+    }
+    json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "tessera",
+                "informationUri": "https://github.com/tessera-lang/tessera",
+                "version": env!("CARGO_PKG_VERSION"),
+                "rules": rules,
+            }},
+            "results": results,
+        }],
+    })
+}
+
+fn github(reports: &[FileReport], out: &mut dyn Write) -> io::Result<()> {
+    // GitHub workflow commands: values escape %, CR, LF; properties also `:` and `,`.
+    let esc = |s: &str| {
+        s.replace('%', "%25")
+            .replace('\r', "%0D")
+            .replace('\n', "%0A")
+    };
+    let prop = |s: &str| esc(s).replace(':', "%3A").replace(',', "%2C");
+    for r in reports {
+        for d in &r.diagnostics {
+            let (line, col) = r.position(d.range.start);
+            let (end_line, end_col) = r.position(d.range.end);
+            let level = match d.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            };
+            writeln!(
+                out,
+                "::{level} title={},file={},line={line},col={col},endLine={end_line},endColumn={end_col}::{}",
+                prop(&format!("{} {}", d.code, d.code.title())),
+                prop(&r.path),
+                esc(&format!("{} {}", d.code, d.message))
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! The `tessera` command line: `check`, `lower`, `run`, `autotune`, `lsp`, `explore`.
+//!
+//! Every command asks the same salsa database the same queries as the language server
+//! and the explorer; this crate only parses arguments and renders results.
+
+pub mod analysis;
+pub mod check;
+pub mod config;
+pub mod emit;
+pub mod files;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, clap::ValueEnum)]
+pub enum Target {
+    #[value(name = "sm_80")]
+    Sm80,
+    #[value(name = "sm_90")]
+    Sm90,
+    #[value(name = "cpu")]
+    Cpu,
+}
+
+impl Target {
+    pub fn parse(s: &str) -> Option<Target> {
+        match s {
+            "sm_80" => Some(Target::Sm80),
+            "sm_90" => Some(Target::Sm90),
+            "cpu" => Some(Target::Cpu),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Sm80 => "sm_80",
+            Target::Sm90 => "sm_90",
+            Target::Cpu => "cpu",
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tessera",
+    version,
+    about = "The Tessera toolchain: check, lower, run and explore tile kernels"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Report diagnostics for .tsr files (exit 0: clean, 1: errors, 2: tool failure).
+    Check(check::CheckArgs),
+}
+
+/// Renders a panic payload for an "internal error" message.
+pub fn internal_error_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Keeps the default panic message off the terminal: commands report internal errors
+/// themselves (with the file they were working on), and the rest keeps working.
+pub fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::env::var_os("TESSERA_BACKTRACE").is_some() {
+            default(info);
+        }
+    }));
+}
+
+/// Routes tree-sitter's C allocations to mimalloc, like the Rust allocations of the
+/// binaries: parsing allocates a node per token, and glibc's free lists showed up as a
+/// fifth of `tessera check`'s time. Must run before any tree-sitter call.
+pub fn use_mimalloc_for_tree_sitter() {
+    unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut std::ffi::c_void {
+        match count.checked_mul(size) {
+            // SAFETY: mi_zalloc returns zeroed memory of `total` bytes, as calloc does.
+            Some(total) => unsafe { libmimalloc_sys::mi_zalloc(total) },
+            None => std::ptr::null_mut(),
+        }
+    }
+    // SAFETY: the four functions are one allocator family (mimalloc), they return
+    // malloc-aligned memory, and this runs at start-up before any tree-sitter object
+    // exists, on the main thread.
+    unsafe {
+        tree_sitter::set_allocator(Some(tree_sitter::Allocator {
+            malloc: libmimalloc_sys::mi_malloc,
+            calloc,
+            realloc: libmimalloc_sys::mi_realloc,
+            free: libmimalloc_sys::mi_free,
+        }));
+    }
+}
+
+pub fn main() -> ExitCode {
+    install_panic_hook();
+    use_mimalloc_for_tree_sitter();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Check(args) => check::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,1080 @@
+//! Signatures: decorators (kind, schedule, autotune space), parameter and return
+//! annotations, dtype policies (E0401–E0403, W0406) and dtype strings.
+
+use super::dims::Dim;
+use super::dtype::{DType, Device, ElemType, Policy};
+use super::infer::{Infer, Mode};
+use super::schedule::{self, KernelSchedule, KeyValue, SpaceKey};
+use super::scope::{Member, ScopeEntry};
+use super::types::*;
+use super::{FunctionKind, ParamInfo, Signature};
+use crate::db::{Db, SourceFile};
+use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
+use crate::syntax::ast::*;
+use crate::text::TextRange;
+
+const DECORATORS: &[&str] = &[
+    "kernel",
+    "kernel.autotune",
+    "kernel.schedule",
+    "kernel.auto",
+    "jit",
+    "autodiff",
+    "verify.numerics",
+];
+
+pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Signature {
+    let mut cx = Infer::new(db, file, &ast.arena, Mode::Decl, None);
+    cx.fn_name = ast.name.to_string();
+    let mut decorators = Vec::new();
+    let (mut kernel, mut jit, mut autodiff) = (false, false, false);
+    let mut schedule = KernelSchedule::default();
+    for &d in &ast.decorators {
+        let (func, args) = match ast.arena.expr(d) {
+            Expr::Call { func, args } => (*func, Some(args.clone())),
+            _ => (d, None),
+        };
+        let Some(path) = decorator_path(&cx, func) else {
+            cx.error(
+                Code::E0203,
+                cx.range(d),
+                "a decorator must be a name such as `kernel` or `jit`",
+            );
+            continue;
+        };
+        let name = path.join(".");
+        if !DECORATORS.contains(&name.as_str()) {
+            let written = render_path(&cx, func);
+            let mut diag = Diagnostic::new(
+                Code::E0203,
+                cx.range(func),
+                format!("unknown decorator `@{written}`"),
+            )
+            .with_note(format!(
+                "known decorators: {}",
+                DECORATORS
+                    .iter()
+                    .map(|d| format!("@{d}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            if let Some(s) = suggest(&name, DECORATORS.iter().copied()) {
+                let prefix = written.strip_suffix(&name).unwrap_or("");
+                diag = diag.with_fix(
+                    format!("did you mean `@{prefix}{s}`?"),
+                    vec![Edit {
+                        range: cx.range(func),
+                        text: format!("{prefix}{s}"),
+                    }],
+                );
+            }
+            cx.push(diag);
+            // Keep checking the body as what the decorator most likely meant.
+            if path.first().map(String::as_str) == Some("kernel") {
+                kernel = true;
+            }
+            continue;
+        }
+        decorators.push(name.clone());
+        match name.as_str() {
+            "kernel" | "kernel.auto" => {
+                kernel = true;
+                schedule.auto |= name == "kernel.auto";
+            }
+            "kernel.schedule" => {
+                kernel = true;
+                match args.as_deref() {
+                    Some([arg]) if arg.name.is_none() => match cx.expr(arg.value) {
+                        Ty::Schedule(s) => schedule.fixed = s.layered_on(&schedule.fixed),
+                        Ty::Unknown => {}
+                        other => {
+                            cx.wrong_kind(arg.value, "@kernel.schedule", "a Schedule", &other);
+                        }
+                    },
+                    _ => cx.error(
+                        Code::E0801,
+                        cx.range(d),
+                        "`@kernel.schedule` takes one Schedule argument",
+                    ),
+                }
+            }
+            "kernel.autotune" => {
+                kernel = true;
+                autotune(&mut cx, d, args.as_deref().unwrap_or(&[]), &mut schedule);
+            }
+            "jit" => jit = true,
+            "autodiff" => autodiff = true,
+            "verify.numerics" => {
+                for a in args.as_deref().unwrap_or(&[]) {
+                    let ty = cx.expr(a.value);
+                    if a.name.as_ref().is_some_and(|(n, _)| n == "bounded") {
+                        if let Ty::List(items) | Ty::Tuple(items) = &ty {
+                            let nums: Vec<Option<f64>> = items.iter().map(number).collect();
+                            if nums.len() != 2
+                                || nums.iter().any(Option::is_none)
+                                || nums[0] >= nums[1]
+                            {
+                                cx.error(
+                                    Code::E0802,
+                                    cx.range(a.value),
+                                    "bounded must be [lo, hi] with lo < hi",
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if kernel && (jit || autodiff) {
+        cx.error(
+            Code::E0203,
+            ast.name_range,
+            format!(
+                "`{}` cannot be both a @kernel and a graph function (@jit/@autodiff)",
+                ast.name
+            ),
+        );
+    }
+    let kind = if kernel {
+        FunctionKind::Kernel
+    } else if jit || autodiff {
+        FunctionKind::Graph
+    } else {
+        FunctionKind::Helper
+    };
+    let mut params = Vec::new();
+    let mut symbols: Vec<String> = Vec::new();
+    for p in &ast.params {
+        let ty = match p.annotation {
+            Some(a) => annotation_type(&mut cx, a),
+            None => {
+                if kind != FunctionKind::Helper {
+                    cx.push(
+                        Diagnostic::new(
+                            Code::E0800,
+                            p.name_range,
+                            format!("parameter `{}` of the {} `{}` needs a type annotation", p.name, kind.name(), ast.name),
+                        )
+                        .with_note("e.g. `x: Tensor[\"N\", f32]` for a tensor or `alpha: f32` for a scalar"),
+                    );
+                }
+                Ty::Unknown
+            }
+        };
+        let ty = match ty {
+            // An `int` parameter is a dim symbol.
+            Ty::Int(None) => {
+                symbols.push(p.name.to_string());
+                Ty::Int(Some(Dim::sym(&p.name)))
+            }
+            other => other,
+        };
+        if let Ty::Tensor(t) = &ty {
+            for d in &t.dims {
+                for s in d.symbols() {
+                    if !symbols.contains(&s) {
+                        symbols.push(s);
+                    }
+                }
+            }
+        }
+        if let Some(default) = p.default {
+            let dt = cx.expr(default);
+            let compatible = match (&ty, &dt) {
+                (Ty::Unknown, _) | (_, Ty::Unknown) => true,
+                (Ty::Scalar(e), Ty::Float(_)) => e.dtype.is_float(),
+                (Ty::Scalar(_) | Ty::Float(_), Ty::Int(_) | Ty::Float(_)) => true,
+                (Ty::Scalar(e), Ty::Bool(_)) => e.dtype == DType::Bool,
+                (Ty::Int(_), Ty::Int(_))
+                | (Ty::Bool(_), Ty::Bool(_))
+                | (Ty::Str(_), Ty::Str(_)) => true,
+                (Ty::Tensor(_), Ty::NoneVal) => true,
+                _ => false,
+            };
+            if !compatible {
+                cx.error(
+                    Code::E0802,
+                    cx.range(default),
+                    format!(
+                        "the default of `{}` is {} but the parameter is {}",
+                        p.name,
+                        dt.kind_name(),
+                        ty.kind_name()
+                    ),
+                );
+            }
+        }
+        params.push(ParamInfo {
+            name: p.name.to_string(),
+            ty,
+            has_default: p.default.is_some(),
+            keyword_only: p.keyword_only,
+            range: p.range,
+            name_range: p.name_range,
+        });
+    }
+    let ret = ast.return_type.map(|r| {
+        let ty = annotation_type(&mut cx, r);
+        if let Ty::Tensor(t) = &ty {
+            let unbound: Vec<String> = t
+                .dims
+                .iter()
+                .flat_map(|d| d.symbols())
+                .filter(|s| !symbols.contains(s))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !unbound.is_empty() {
+                cx.push(
+                    Diagnostic::new(
+                        Code::E0305,
+                        cx.range(r),
+                        format!(
+                            "the return annotation uses {} that no parameter binds",
+                            unbound
+                                .iter()
+                                .map(|s| format!("`{s}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                    .with_note("a returned dim must be derived from the parameters' dims"),
+                );
+            }
+        }
+        match ty {
+            Ty::Int(None) => Ty::Int(None),
+            other => other,
+        }
+    });
+    let schedule = kernel.then_some(schedule);
+    let inference = cx.finish();
+    Signature {
+        kind,
+        decorators,
+        autodiff,
+        jit,
+        schedule,
+        params,
+        ret,
+        symbols,
+        diagnostics: inference.diagnostics,
+    }
+}
+
+fn number(t: &Ty) -> Option<f64> {
+    match t {
+        Ty::Float(Some(f)) => Some(f.get()),
+        Ty::Int(Some(d)) => d.as_const().map(|v| v as f64),
+        _ => None,
+    }
+}
+
+/// The decorator's path with a leading `tessera` alias removed: `ts.kernel.autotune`
+/// → ["kernel", "autotune"].
+fn decorator_path(cx: &Infer, func: ExprId) -> Option<Vec<String>> {
+    let path: Vec<String> = cx
+        .body
+        .dotted_path(func)?
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let first = path.first()?;
+    let is_alias = matches!(
+        cx.scope.get(first),
+        Some(ScopeEntry::Member(Member::Namespace(Namespace::Tessera)))
+    ) || first == "tessera";
+    Some(if is_alias && path.len() > 1 {
+        path[1..].to_vec()
+    } else {
+        path
+    })
+}
+
+fn render_path(cx: &Infer, func: ExprId) -> String {
+    cx.body
+        .dotted_path(func)
+        .map(|p| p.join("."))
+        .unwrap_or_default()
+}
+
+fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut KernelSchedule) {
+    let mut space_arg = None;
+    for (i, a) in args.iter().enumerate() {
+        let name = a
+            .name
+            .as_ref()
+            .map(|(n, _)| n.as_str())
+            .unwrap_or(if i == 0 { "space" } else { "" });
+        match name {
+            "space" => space_arg = Some(a.value),
+            "metric" => match cx.expr(a.value) {
+                Ty::Str(Some(m)) if matches!(m.as_str(), "latency_ms" | "tflops" | "gbps") => schedule.metric = Some(m),
+                Ty::Str(Some(m)) => cx.push(
+                    Diagnostic::new(Code::E0802, cx.range(a.value), format!("unknown metric \"{m}\""))
+                        .with_note("metrics: \"latency_ms\" (lower is better), \"tflops\", \"gbps\" (higher is better)"),
+                ),
+                other => {
+                    cx.wrong_kind(a.value, "metric", "a string", &other);
+                }
+            },
+            "budget_ms" => match cx.expr(a.value) {
+                Ty::Int(Some(d)) if d.as_const().is_some_and(|v| v > 0) => schedule.budget_ms = d.as_const(),
+                Ty::Float(Some(f)) if f.get() > 0.0 => schedule.budget_ms = Some(f.get().ceil() as i64),
+                other => {
+                    if !other.is_unknown() {
+                        cx.error(Code::E0802, cx.range(a.value), "budget_ms must be a positive number");
+                    }
+                }
+            },
+            "cache" => match cx.expr(a.value) {
+                Ty::Str(Some(c)) => schedule.cache = Some(c),
+                other => {
+                    cx.wrong_kind(a.value, "cache", "a directory path string", &other);
+                }
+            },
+            _ => {
+                let range = a.name.as_ref().map(|(_, r)| *r).unwrap_or_else(|| cx.range(a.value));
+                let mut d = Diagnostic::new(Code::E0804, range, "`@kernel.autotune` takes space=, metric=, budget_ms= and cache=");
+                if let Some((n, r)) = &a.name {
+                    if let Some(s) = suggest(n, ["space", "metric", "budget_ms", "cache"]) {
+                        d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: *r, text: s.into() }]);
+                    }
+                }
+                cx.push(d);
+            }
+        }
+    }
+    let Some(space) = space_arg else {
+        cx.error(
+            Code::E0801,
+            cx.range(decorator),
+            "`@kernel.autotune` needs a `space=dict(KEY=[candidates, ...])`",
+        );
+        return;
+    };
+    schedule.space_range = Some(cx.range(space));
+    let entries: Vec<(String, TextRange, ExprId)> = match cx.body.expr(cx.body.unparen(space)) {
+        Expr::Call { func, args }
+            if cx
+                .body
+                .dotted_path(*func)
+                .is_some_and(|p| p.last() == Some(&"dict")) =>
+        {
+            args.iter()
+                .filter_map(|a| a.name.as_ref().map(|(n, r)| (n.to_string(), *r, a.value)))
+                .collect()
+        }
+        Expr::Dict(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| match cx.body.expr(*k) {
+                Expr::Str(s) => Some((s.clone(), cx.range(*k), *v)),
+                _ => None,
+            })
+            .collect(),
+        _ => {
+            let ty = cx.expr(space);
+            if !ty.is_unknown() {
+                cx.error(
+                    Code::E0802,
+                    cx.range(space),
+                    "space must be written as dict(KEY=[...], ...) or {\"KEY\": [...]}",
+                );
+            }
+            return;
+        }
+    };
+    for (key, key_range, values) in entries {
+        let items: Vec<ExprId> = match cx.body.expr(cx.body.unparen(values)) {
+            Expr::List(items) | Expr::Tuple(items) => items.clone(),
+            _ => {
+                cx.expr(values);
+                cx.push(
+                    Diagnostic::new(
+                        Code::E0802,
+                        cx.range(values),
+                        format!("the candidates of `{key}` must be a list"),
+                    )
+                    .with_fix(
+                        "wrap it in a list",
+                        vec![
+                            Edit {
+                                range: TextRange::empty(cx.range(values).start),
+                                text: "[".into(),
+                            },
+                            Edit {
+                                range: TextRange::empty(cx.range(values).end),
+                                text: "]".into(),
+                            },
+                        ],
+                    ),
+                );
+                continue;
+            }
+        };
+        let mut candidates = Vec::new();
+        for item in items {
+            let value = match cx.expr(item) {
+                Ty::Int(Some(d)) if d.is_const() => KeyValue::Int(d.as_const().unwrap()),
+                Ty::Str(Some(s)) => KeyValue::Str(s),
+                Ty::Unknown => continue,
+                other => {
+                    cx.wrong_kind(item, &key, "a constant int or string", &other);
+                    continue;
+                }
+            };
+            if let Some(problem) = schedule::validate(&key, &value) {
+                cx.error(
+                    Code::E0701,
+                    cx.range(item),
+                    format!("invalid schedule: {problem}"),
+                );
+                continue;
+            }
+            candidates.push((value, cx.range(item)));
+        }
+        if candidates.is_empty() {
+            continue;
+        }
+        schedule.space.push(SpaceKey {
+            key,
+            key_range,
+            candidates,
+        });
+    }
+}
+
+/// The type an annotation denotes.
+pub(crate) fn annotation_type(cx: &mut Infer, ann: ExprId) -> Ty {
+    let body = cx.body;
+    match body.expr(ann) {
+        Expr::Paren(inner) => annotation_type(cx, *inner),
+        Expr::Subscript { value, indices } => {
+            let Some(kind) = tensor_kind(cx, *value) else {
+                cx.expr(*value);
+                cx.error(
+                    Code::E0401,
+                    cx.range(*value),
+                    format!("`{}` is not a type that takes dims", cx.text(*value)),
+                );
+                return Ty::Unknown;
+            };
+            tensor_annotation(cx, kind, indices, &[])
+        }
+        Expr::Binary {
+            op: BinOp::MatMul, ..
+        } => {
+            // `KVCache[...] @ paged @ device(gpu)` or `f32 @accum(...)` as a scalar type.
+            let (base, policies) = split_policies(body, ann);
+            if let Expr::Subscript { value, indices } = body.expr(body.unparen(base)) {
+                if let Some(kind) = tensor_kind(cx, *value) {
+                    return tensor_annotation(cx, kind, indices, &policies);
+                }
+            }
+            match elem_type(cx, ann, true) {
+                Some(e) => Ty::Scalar(e),
+                None => Ty::Unknown,
+            }
+        }
+        Expr::Str(s) => {
+            let range = cx.range(ann);
+            match parse_dtype_string(cx, s, range) {
+                Some(e) => Ty::Scalar(e),
+                None => Ty::Unknown,
+            }
+        }
+        Expr::Name(_) | Expr::Attribute { .. } => {
+            let path = cx.body.dotted_path(ann).unwrap_or_default();
+            let last = path.last().copied().unwrap_or("");
+            match scalar_type_name(cx, ann) {
+                Some(t) => t,
+                None => {
+                    let mut d = Diagnostic::new(Code::E0401, cx.range(ann), format!("unknown type `{}`", path.join(".")))
+                        .with_note("types are Tensor[...], KTile[...], KVCache[...], a dtype (f32, bf16, ...), int, float or bool");
+                    let mut candidates: Vec<&str> =
+                        DType::SPELLINGS.iter().map(|(s, _)| *s).collect();
+                    candidates.extend(["int", "float", "bool", "Tensor", "KTile", "KVCache"]);
+                    if let Some(s) = suggest(last, candidates) {
+                        d = d.with_fix(
+                            format!("did you mean `{s}`?"),
+                            vec![Edit {
+                                range: cx.range(ann),
+                                text: s.to_string(),
+                            }],
+                        );
+                    }
+                    cx.push(d);
+                    Ty::Unknown
+                }
+            }
+        }
+        Expr::NoneLit => Ty::NoneVal,
+        _ => {
+            cx.expr(ann);
+            cx.error(Code::E0401, cx.range(ann), "this is not a type");
+            Ty::Unknown
+        }
+    }
+}
+
+/// `f32`, `ts.bf16`, `int`, `float`, `bool` as a parameter type.
+fn scalar_type_name(cx: &mut Infer, ann: ExprId) -> Option<Ty> {
+    let path = cx.body.dotted_path(ann)?;
+    let last = *path.last()?;
+    if path.len() > 1 && !is_tessera_alias(cx, path[0]) {
+        return None;
+    }
+    if path.len() == 1 {
+        if let Some(ScopeEntry::Member(Member::DType(d))) = cx.scope.get(last) {
+            return Some(Ty::Scalar(ElemType::plain(*d)));
+        }
+    }
+    match last {
+        "int" => Some(Ty::Int(None)),
+        "float" => Some(Ty::Float(None)),
+        "bool" => Some(Ty::Bool(None)),
+        "str" => Some(Ty::Str(None)),
+        _ => DType::from_name(last).map(|d| Ty::Scalar(ElemType::plain(d))),
+    }
+}
+
+fn is_tessera_alias(cx: &Infer, name: &str) -> bool {
+    name == "tessera"
+        || matches!(
+            cx.scope.get(name),
+            Some(ScopeEntry::Member(Member::Namespace(Namespace::Tessera)))
+        )
+}
+
+fn tensor_kind(cx: &Infer, value: ExprId) -> Option<TensorKind> {
+    let path = cx.body.dotted_path(value)?;
+    let last = *path.last()?;
+    if path.len() > 1 && !is_tessera_alias(cx, path[0]) {
+        return None;
+    }
+    match last {
+        "Tensor" => Some(TensorKind::Tensor),
+        "KTile" => Some(TensorKind::KTile),
+        "KVCache" => Some(TensorKind::KVCache),
+        "OptimizerState" => Some(TensorKind::OptimizerState),
+        _ => None,
+    }
+}
+
+/// Splits `base @ p1 @ p2` into the base and its policy expressions (in order).
+fn split_policies(body: &Body, mut e: ExprId) -> (ExprId, Vec<ExprId>) {
+    let mut policies = Vec::new();
+    while let Expr::Binary {
+        op: BinOp::MatMul,
+        lhs,
+        rhs,
+    } = body.expr(e)
+    {
+        policies.push(*rhs);
+        e = *lhs;
+    }
+    policies.reverse();
+    (e, policies)
+}
+
+fn tensor_annotation(
+    cx: &mut Infer,
+    kind: TensorKind,
+    indices: &[ExprId],
+    outer_policies: &[ExprId],
+) -> Ty {
+    if kind == TensorKind::OptimizerState {
+        // OptimizerState[param] names a parameter; its policies are still checked.
+        let policies: Vec<(Policy, TextRange)> = outer_policies
+            .iter()
+            .filter_map(|&p| policy(cx, p))
+            .collect();
+        validate_policies(cx, DType::F32, &policies, true);
+        return Ty::Unknown;
+    }
+    let Some((&last, dims_exprs)) = indices.split_last() else {
+        cx.error(
+            Code::E0401,
+            TextRange::default(),
+            "a tensor type needs at least a dtype",
+        );
+        return Ty::Unknown;
+    };
+    let mut dims = Vec::new();
+    let mut ok = true;
+    for &d in dims_exprs {
+        match dim_annotation(cx, d) {
+            Some(dim) => dims.push(dim),
+            None => ok = false,
+        }
+    }
+    let state = kind == TensorKind::KVCache;
+    let mut elem = elem_type(cx, last, state);
+    if !outer_policies.is_empty() {
+        let policies: Vec<(Policy, TextRange)> = outer_policies
+            .iter()
+            .filter_map(|&p| policy(cx, p))
+            .collect();
+        if let Some(e) = &mut elem {
+            let mut all: Vec<(Policy, TextRange)> = e
+                .policies
+                .iter()
+                .map(|p| (p.clone(), cx.range(last)))
+                .collect();
+            all.extend(policies);
+            if let Some(v) = validate_policies(cx, e.dtype, &all, true) {
+                *e = v;
+            }
+        }
+    }
+    match (ok, elem) {
+        (true, Some(elem)) => Ty::Tensor(TensorType { kind, dims, elem }),
+        _ => Ty::Unknown,
+    }
+}
+
+fn dim_annotation(cx: &mut Infer, d: ExprId) -> Option<Dim> {
+    match cx.body.expr(d) {
+        Expr::Int(v) => {
+            if *v <= 0 {
+                cx.error(
+                    Code::E0301,
+                    cx.range(d),
+                    format!("a dim must be positive, got {v}"),
+                );
+                return None;
+            }
+            Some(Dim::constant(*v))
+        }
+        Expr::Str(s) => match Dim::parse(s) {
+            Ok(dim) => Some(dim),
+            Err(e) => {
+                let range = cx.range(d);
+                let at = (range.start + 1 + e.offset as u32)
+                    .min(range.end.saturating_sub(1).max(range.start));
+                cx.push(Diagnostic::new(
+                    Code::E0100,
+                    TextRange::new(at, (at + 1).min(range.end.max(at))),
+                    format!("invalid dim \"{s}\": {}", e.message),
+                ));
+                None
+            }
+        },
+        _ => match cx.expr(d) {
+            Ty::Int(Some(dim)) => Some(dim),
+            Ty::Unknown => None,
+            Ty::DType(_) => {
+                cx.error(
+                    Code::E0401,
+                    cx.range(d),
+                    "the dtype must be the last item of a tensor type",
+                );
+                None
+            }
+            other => {
+                cx.error(
+                    Code::E0802,
+                    cx.range(d),
+                    format!(
+                        "a dim must be an int or a string such as \"M\", but `{}` is {}",
+                        cx.text(d),
+                        other.kind_name()
+                    ),
+                );
+                None
+            }
+        },
+    }
+}
+
+/// An element type: `bf16`, `ts.bf16`, `bf16 @accum(f32) @saturate`, or a string.
+fn elem_type(cx: &mut Infer, e: ExprId, state: bool) -> Option<ElemType> {
+    let body = cx.body;
+    match body.expr(e) {
+        Expr::Str(s) => {
+            let range = cx.range(e);
+            parse_dtype_string(cx, s, range)
+        }
+        Expr::Binary {
+            op: BinOp::MatMul, ..
+        } => {
+            let (base, policy_exprs) = split_policies(body, e);
+            let dtype = elem_type(cx, base, state)?;
+            let mut policies: Vec<(Policy, TextRange)> = dtype
+                .policies
+                .iter()
+                .map(|p| (p.clone(), cx.range(base)))
+                .collect();
+            for p in policy_exprs {
+                policies.push(policy(cx, p)?);
+            }
+            validate_policies(cx, dtype.dtype, &policies, state)
+        }
+        Expr::Name(_) | Expr::Attribute { .. } => {
+            let path = body.dotted_path(e).unwrap_or_default();
+            let last = *path.last().unwrap_or(&"");
+            if path.len() == 1 {
+                if let Some(ScopeEntry::Member(Member::DType(d))) = cx.scope.get(last) {
+                    return Some(ElemType::plain(*d));
+                }
+                if let Some(ScopeEntry::Constant { .. }) = cx.scope.get(last) {
+                    if let Ty::DType(el) = cx.expr(e) {
+                        return Some(el);
+                    }
+                }
+            }
+            if (path.len() == 1 || is_tessera_alias(cx, path[0]))
+                && DType::from_name(last).is_some()
+            {
+                return DType::from_name(last).map(ElemType::plain);
+            }
+            let mut d = Diagnostic::new(
+                Code::E0401,
+                cx.range(e),
+                format!("unknown dtype `{}`", path.join(".")),
+            )
+            .with_note("dtypes: f64 f32 tf32 bf16 f16 fp8_e4m3 fp8_e5m2 int8 int4 i32 i64 bool");
+            if let Some(s) = suggest(last, DType::SPELLINGS.iter().map(|(s, _)| *s)) {
+                d = d.with_fix(
+                    format!("did you mean `{s}`?"),
+                    vec![Edit {
+                        range: cx.range(e),
+                        text: s.to_string(),
+                    }],
+                );
+            }
+            cx.push(d);
+            None
+        }
+        _ => {
+            cx.error(
+                Code::E0401,
+                cx.range(e),
+                format!("`{}` is not a dtype", cx.text(e)),
+            );
+            None
+        }
+    }
+}
+
+/// One policy expression after `@`.
+fn policy(cx: &mut Infer, e: ExprId) -> Option<(Policy, TextRange)> {
+    let range = cx.range(e);
+    let body = cx.body;
+    let (name_expr, args) = match body.expr(e) {
+        Expr::Call { func, args } => (*func, Some(args.clone())),
+        _ => (e, None),
+    };
+    let path = body.dotted_path(name_expr).unwrap_or_default();
+    let name = path.last().copied().unwrap_or("");
+    let arg = |cx: &mut Infer, i: usize| -> Option<(ExprId, Ty)> {
+        let a = args.as_ref()?.get(i)?;
+        Some((a.value, cx.expr(a.value)))
+    };
+    let nargs = args.as_ref().map_or(0, |a| a.len());
+    let p = match name {
+        "accum" => {
+            let Some((ae, _)) = arg(cx, 0).filter(|_| nargs == 1) else {
+                cx.error(Code::E0402, range, "`@accum` takes one dtype: @accum(f32)");
+                return None;
+            };
+            let acc = elem_type(cx, ae, false)?;
+            Policy::Accum(acc.dtype)
+        }
+        "loss_scale" => match arg(cx, 0).filter(|_| nargs == 1) {
+            Some((ae, t)) => match number(&t) {
+                Some(k) if k > 0.0 => {
+                    if k.log2().fract() != 0.0 {
+                        cx.push(
+                            Diagnostic::new(Code::W0406, cx.range(ae), format!("loss scale {k} is not a power of two: scaling will round gradients"))
+                                .with_fix(format!("use {}", 2f64.powi(k.log2().round() as i32)), vec![Edit { range: cx.range(ae), text: format!("{}", 2f64.powi(k.log2().round() as i32)) }]),
+                        );
+                    }
+                    Policy::LossScale(k.to_bits())
+                }
+                Some(k) => {
+                    cx.error(
+                        Code::E0402,
+                        cx.range(ae),
+                        format!("loss scale must be > 0, got {k}"),
+                    );
+                    return None;
+                }
+                None => {
+                    cx.error(Code::E0402, cx.range(ae), "loss scale must be a number");
+                    return None;
+                }
+            },
+            None => {
+                cx.error(
+                    Code::E0402,
+                    range,
+                    "`@loss_scale` takes one number: @loss_scale(1024)",
+                );
+                return None;
+            }
+        },
+        "device" => match args
+            .as_ref()
+            .and_then(|a| a.first())
+            .and_then(|a| body.dotted_path(a.value))
+        {
+            Some(p) if p.last() == Some(&"gpu") => Policy::Device(Device::Gpu),
+            Some(p) if p.last() == Some(&"cpu") => Policy::Device(Device::Cpu),
+            _ => {
+                cx.error(Code::E0402, range, "`@device` takes gpu or cpu");
+                return None;
+            }
+        },
+        "stochastic_round" | "saturate" | "fp32_master" | "paged" | "checkpointable"
+        | "rolling_window" => {
+            if nargs > 0 {
+                cx.error(Code::E0402, range, format!("`@{name}` takes no arguments"));
+                return None;
+            }
+            match name {
+                "stochastic_round" => Policy::StochasticRound,
+                "saturate" => Policy::Saturate,
+                "fp32_master" => Policy::Fp32Master,
+                "paged" => Policy::Paged,
+                "checkpointable" => Policy::Checkpointable,
+                _ => Policy::RollingWindow,
+            }
+        }
+        _ => {
+            let mut d = Diagnostic::new(
+                Code::E0402,
+                cx.range(name_expr),
+                format!("unknown policy `@{}`", path.join(".")),
+            )
+            .with_note(format!(
+                "policies: {}",
+                Policy::NAMES
+                    .iter()
+                    .map(|p| format!("@{p}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
+            if let Some(s) = suggest(name, Policy::NAMES.iter().copied()) {
+                d = d.with_fix(
+                    format!("did you mean `@{s}`?"),
+                    vec![Edit {
+                        range: cx.range(name_expr),
+                        text: s.to_string(),
+                    }],
+                );
+            }
+            cx.push(d);
+            return None;
+        }
+    };
+    Some((p, range))
+}
+
+/// The policy rules of LANGUAGE.md §4; returns the element type when valid.
+fn validate_policies(
+    cx: &mut Infer,
+    dtype: DType,
+    policies: &[(Policy, TextRange)],
+    state: bool,
+) -> Option<ElemType> {
+    let mut ok = true;
+    for (i, (p, range)) in policies.iter().enumerate() {
+        // Two of the same policy with different arguments (or two @accum): E0403.
+        if let Some((prev, prev_range)) = policies[..i].iter().find(|(q, _)| q.name() == p.name()) {
+            if prev != p || matches!(p, Policy::Accum(_)) {
+                cx.push(
+                    Diagnostic::new(
+                        Code::E0403,
+                        *range,
+                        format!("conflicting policies: {prev} and {p}"),
+                    )
+                    .with_label(*prev_range, "first set here")
+                    .with_fix(
+                        "remove the second policy",
+                        vec![Edit {
+                            range: *range,
+                            text: String::new(),
+                        }],
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+        }
+        let problem = match p {
+            Policy::Accum(acc) => {
+                if !(dtype.is_float() || dtype.is_int()) {
+                    Some(format!("@accum needs a float or int storage type, not {dtype}"))
+                } else if matches!(dtype, DType::Int8 | DType::Int4) && *acc != DType::I32 {
+                    Some(format!("{dtype} values accumulate only in i32, not {acc}"))
+                } else if !acc.at_least_as_wide_as(dtype) {
+                    Some(format!("accumulating {dtype} in {acc} loses precision: the accumulator must be at least as wide as the storage"))
+                } else {
+                    None
+                }
+            }
+            Policy::Saturate if !(dtype.is_fp8() || dtype.is_int()) => {
+                Some(format!("@saturate applies to fp8 and integer types, not {dtype}"))
+            }
+            Policy::StochasticRound if !matches!(dtype, DType::BF16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E5m2) => {
+                Some(format!("@stochastic_round applies to bf16, f16 and fp8, not {dtype}"))
+            }
+            p if p.is_state_policy() && !state => {
+                Some(format!("{p} is a state policy: it applies to KVCache and OptimizerState, not to tensor elements"))
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            let mut d = Diagnostic::new(Code::E0402, *range, problem);
+            if let Policy::Accum(_) = p {
+                let suggestion = if matches!(dtype, DType::Int8 | DType::Int4) {
+                    "i32"
+                } else {
+                    "f32"
+                };
+                d = d.with_note(format!("use @accum({suggestion})"));
+            }
+            cx.push(d);
+            ok = false;
+        }
+    }
+    ok.then(|| ElemType::with_policies(dtype, policies.iter().map(|(p, _)| p.clone()).collect()))
+}
+
+/// Parses a dtype string such as `"bf16 @accum(f32)"`; errors point inside the string.
+pub(crate) fn parse_dtype_string(cx: &mut Infer, s: &str, literal: TextRange) -> Option<ElemType> {
+    // Offsets inside the literal: skip the opening quote (and a prefix, if any).
+    let base = literal.start + 1;
+    let at = |start: usize, len: usize| {
+        TextRange::new(base + start as u32, base + (start + len.max(1)) as u32)
+    };
+    let mut tokens: Vec<(usize, String)> = Vec::new();
+    let mut chars = s.char_indices().peekable();
+    while let Some(&(i, c)) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+        } else if c.is_alphanumeric() || c == '_' || c == '.' {
+            let mut w = String::new();
+            while let Some(&(_, c)) = chars.peek() {
+                if c.is_alphanumeric() || c == '_' || c == '.' {
+                    w.push(c);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            tokens.push((i, w));
+        } else {
+            tokens.push((i, c.to_string()));
+            chars.next();
+        }
+    }
+    let mut pos = 0;
+    let Some((start, name)) = tokens.first().cloned() else {
+        cx.error(Code::E0401, literal, "empty dtype string");
+        return None;
+    };
+    let Some(dtype) = DType::from_name(&name) else {
+        let mut d = Diagnostic::new(
+            Code::E0401,
+            at(start, name.len()),
+            format!("unknown dtype `{name}`"),
+        );
+        if let Some(sug) = suggest(&name, DType::SPELLINGS.iter().map(|(s, _)| *s)) {
+            d = d.with_fix(
+                format!("did you mean `{sug}`?"),
+                vec![Edit {
+                    range: at(start, name.len()),
+                    text: sug.to_string(),
+                }],
+            );
+        }
+        cx.push(d);
+        return None;
+    };
+    pos += 1;
+    let mut policies = Vec::new();
+    while pos < tokens.len() {
+        let (i, t) = tokens[pos].clone();
+        if t != "@" {
+            cx.error(
+                Code::E0100,
+                at(i, t.len()),
+                format!("expected `@` before a policy, found `{t}`"),
+            );
+            return None;
+        }
+        pos += 1;
+        let Some((pi, pname)) = tokens.get(pos).cloned() else {
+            cx.error(Code::E0100, at(i, 1), "expected a policy name after `@`");
+            return None;
+        };
+        pos += 1;
+        let mut arg: Option<(usize, String)> = None;
+        if tokens.get(pos).is_some_and(|(_, t)| t == "(") {
+            arg = tokens.get(pos + 1).cloned();
+            if tokens.get(pos + 2).is_none_or(|(_, t)| t != ")") {
+                cx.error(
+                    Code::E0100,
+                    at(pi, pname.len()),
+                    format!("expected `)` to close `@{pname}(`"),
+                );
+                return None;
+            }
+            pos += 3;
+        }
+        let end = arg
+            .as_ref()
+            .map_or(pi + pname.len(), |(ai, a)| ai + a.len() + 1);
+        let range = TextRange::new(base + pi as u32, base + end as u32);
+        let p = match (pname.as_str(), &arg) {
+            ("accum", Some((ai, a))) => match DType::from_name(a) {
+                Some(d) => Policy::Accum(d),
+                None => {
+                    cx.error(
+                        Code::E0401,
+                        at(*ai, a.len()),
+                        format!("unknown dtype `{a}`"),
+                    );
+                    return None;
+                }
+            },
+            ("loss_scale", Some((ai, a))) => match a.parse::<f64>() {
+                Ok(k) if k > 0.0 => Policy::LossScale(k.to_bits()),
+                _ => {
+                    cx.error(
+                        Code::E0402,
+                        at(*ai, a.len()),
+                        "loss scale must be a number > 0",
+                    );
+                    return None;
+                }
+            },
+            ("device", Some((_, a))) if a == "gpu" => Policy::Device(Device::Gpu),
+            ("device", Some((_, a))) if a == "cpu" => Policy::Device(Device::Cpu),
+            ("stochastic_round", None) => Policy::StochasticRound,
+            ("saturate", None) => Policy::Saturate,
+            ("fp32_master", None) => Policy::Fp32Master,
+            ("paged", None) => Policy::Paged,
+            ("checkpointable", None) => Policy::Checkpointable,
+            ("rolling_window", None) => Policy::RollingWindow,
+            _ => {
+                let mut d = Diagnostic::new(
+                    Code::E0402,
+                    at(pi, pname.len()),
+                    format!("unknown or malformed policy `@{pname}`"),
+                );
+                if let Some(sug) = suggest(&pname, Policy::NAMES.iter().copied()) {
+                    d = d.with_note(format!("did you mean `@{sug}`?"));
+                }
+                cx.push(d);
+                return None;
+            }
+        };
+        policies.push((p, range));
+    }
+    validate_policies(cx, dtype, &policies, false)
+}

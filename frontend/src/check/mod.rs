@@ -1,0 +1,268 @@
+//! Names, types, shapes and policies: the checker of LANGUAGE.md §§1–7 (non-target parts).
+
+pub mod builtins;
+pub mod dims;
+pub mod dtype;
+pub mod schedule;
+pub mod types;
+
+mod annot;
+mod infer;
+mod ops;
+mod scope;
+mod shapes;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::db::{self, ConstKey, Db, FnKey, SourceFile};
+use crate::diagnostics::Diagnostic;
+use crate::syntax::ast::ExprId;
+use crate::text::TextRange;
+
+pub use dims::{Dim, Obligation};
+pub use dtype::{DType, ElemType, Policy};
+pub use schedule::{KernelSchedule, KeyValue, ScheduleValue};
+pub use scope::{module_scope, ModuleScope, ScopeEntry};
+pub use types::{LoopKind, Namespace, SharedType, Swizzle, TensorKind, TensorType, TileType, Ty};
+
+/// What a function is, from its decorators.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum FunctionKind {
+    /// `@kernel` (any form).
+    Kernel,
+    /// `@jit` and/or `@autodiff`.
+    Graph,
+    /// Undecorated: inlined at each call site.
+    Helper,
+}
+
+impl FunctionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FunctionKind::Kernel => "kernel",
+            FunctionKind::Graph => "graph function",
+            FunctionKind::Helper => "helper",
+        }
+    }
+}
+
+/// A parameter as the signature declares it.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ParamInfo {
+    pub name: String,
+    pub ty: Ty,
+    pub has_default: bool,
+    pub keyword_only: bool,
+    /// Item-relative.
+    pub range: TextRange,
+    pub name_range: TextRange,
+}
+
+/// A function's signature: decorators, parameter types, return type.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Signature {
+    pub kind: FunctionKind,
+    /// The decorators as written, for display (`kernel.autotune`, `jit`, ...).
+    pub decorators: Vec<String>,
+    pub autodiff: bool,
+    pub jit: bool,
+    /// Set for kernels.
+    pub schedule: Option<KernelSchedule>,
+    pub params: Vec<ParamInfo>,
+    pub ret: Option<Ty>,
+    /// Dim symbols bound by the parameters (including `int` parameters).
+    pub symbols: Vec<String>,
+    /// Item-relative diagnostics of the decorators, parameters and return annotation.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Signature {
+    pub fn param(&self, name: &str) -> Option<&ParamInfo> {
+        self.params.iter().find(|p| p.name == name)
+    }
+}
+
+/// How a name in a body resolved.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Resolution {
+    Local(u32),
+    Param(u32),
+    /// A dim symbol of the signature (`N` in `Tensor["N", f32]`).
+    Symbol(String),
+    Function(String),
+    Constant(String),
+    /// A name bound by an import (`ts`, or `g` in `from tessera import gelu as g`).
+    Import(String),
+    Builtin(&'static str),
+    Unresolved,
+}
+
+/// A local variable of a function body.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct LocalInfo {
+    pub name: String,
+    /// Item-relative ranges of every assignment target that binds it.
+    pub defs: Vec<TextRange>,
+    /// The type of its last assignment.
+    pub ty: Ty,
+}
+
+/// One `name = value` binding, for inlay hints.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct BindingInfo {
+    pub local: u32,
+    pub range: TextRange,
+    pub ty: Ty,
+}
+
+/// A tensor-core operation whose dims the schedule fixes (E0502 per configuration).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct MmaSite {
+    pub range: TextRange,
+    pub m: Dim,
+    pub n: Dim,
+    pub k: Dim,
+    pub dtype: DType,
+}
+
+/// The result of checking one function body.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Inference {
+    /// The type of every expression, by `ExprId`.
+    pub expr_types: Vec<Ty>,
+    /// How each name expression resolved, by `ExprId` (None for non-names).
+    pub resolutions: Vec<Option<Resolution>>,
+    pub locals: Vec<LocalInfo>,
+    pub bindings: Vec<BindingInfo>,
+    /// The type of the returned value (`NoneVal` when nothing is returned).
+    pub return_ty: Option<Ty>,
+    pub obligations: Vec<Obligation>,
+    /// Schedule keys read through `ctx.` (canonical names).
+    pub ctx_reads: Vec<String>,
+    pub mma_sites: Vec<MmaSite>,
+    /// Item-relative.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Inference {
+    pub fn type_of(&self, expr: ExprId) -> &Ty {
+        self.expr_types.get(expr.0 as usize).unwrap_or(&Ty::Unknown)
+    }
+
+    pub fn resolution(&self, expr: ExprId) -> Option<&Resolution> {
+        self.resolutions
+            .get(expr.0 as usize)
+            .and_then(|r| r.as_ref())
+    }
+}
+
+/// The signature of a function.
+#[salsa::tracked(returns(ref))]
+pub fn fn_signature<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Signature> {
+    match db::function_ast(db, key) {
+        Some(ast) => Arc::new(annot::signature(db, key.file(db), ast)),
+        None => Arc::new(Signature {
+            kind: FunctionKind::Helper,
+            decorators: Vec::new(),
+            autodiff: false,
+            jit: false,
+            schedule: None,
+            params: Vec::new(),
+            ret: None,
+            symbols: Vec::new(),
+            diagnostics: Vec::new(),
+        }),
+    }
+}
+
+fn infer_cycle(_db: &dyn Db, _id: salsa::Id, _key: FnKey<'_>) -> Arc<Inference> {
+    Arc::new(Inference::default())
+}
+
+/// Checks one function body. Depends only on this function's AST and signature, the
+/// module scope, and the signatures (or return types) of what it calls.
+#[salsa::tracked(returns(ref), cycle_result = infer_cycle)]
+pub fn infer_function<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Inference> {
+    let Some(ast) = db::function_ast(db, key) else {
+        return Arc::new(Inference::default());
+    };
+    let signature = fn_signature(db, key);
+    Arc::new(infer::infer_body(db, key.file(db), ast, signature))
+}
+
+/// The value of a module constant and its item-relative diagnostics.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ConstValue {
+    pub ty: Ty,
+    /// Values of every name the target binds (`a, b = 1, 2`).
+    pub names: BTreeMap<String, Ty>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub inference: Inference,
+}
+
+fn const_cycle(_db: &dyn Db, _id: salsa::Id, _key: ConstKey<'_>) -> Arc<ConstValue> {
+    Arc::new(ConstValue {
+        ty: Ty::Unknown,
+        names: BTreeMap::new(),
+        diagnostics: Vec::new(),
+        inference: Inference::default(),
+    })
+}
+
+#[salsa::tracked(returns(ref), cycle_result = const_cycle)]
+pub fn const_value<'db>(db: &'db dyn Db, key: ConstKey<'db>) -> Arc<ConstValue> {
+    match db::constant_ast(db, key) {
+        Some(ast) => Arc::new(infer::eval_constant(db, key, ast)),
+        None => const_cycle(db, salsa::plumbing::AsId::as_id(&key), key),
+    }
+}
+
+/// Checks that need the schedule's values but not a target: E0502 on tensor-core
+/// shapes fixed by `@kernel.schedule` (or the default schedule), and W0705.
+#[salsa::tracked(returns(ref))]
+pub fn schedule_checks<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Vec<Diagnostic> {
+    let signature = fn_signature(db, key);
+    let inference = infer_function(db, key);
+    infer::schedule_diagnostics(signature, inference)
+}
+
+/// Every diagnostic of a file that the frontend produces, absolute and sorted.
+#[salsa::tracked(returns(ref))]
+pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
+    let mut out: Vec<Diagnostic> = db::syntax_diagnostics(db, file).to_vec();
+    out.extend(scope::module_diagnostics(db, file));
+    let index = db::item_index(db, file);
+    for entry in &index.functions {
+        let signature = fn_signature(db, entry.key);
+        let inference = infer_function(db, entry.key);
+        let checks = schedule_checks(db, entry.key);
+        for d in signature
+            .diagnostics
+            .iter()
+            .chain(&inference.diagnostics)
+            .chain(checks)
+        {
+            out.push(d.clone().shift(entry.anchor));
+        }
+    }
+    for entry in &index.constants {
+        let value = const_value(db, entry.key);
+        for d in &value.diagnostics {
+            out.push(d.clone().shift(entry.anchor));
+        }
+    }
+    sort_diagnostics(&mut out);
+    out
+}
+
+pub fn sort_diagnostics(diagnostics: &mut [Diagnostic]) {
+    diagnostics.sort_by(|a, b| {
+        (a.range.start, a.range.end, a.code, &a.message).cmp(&(
+            b.range.start,
+            b.range.end,
+            b.code,
+            &b.message,
+        ))
+    });
+}

@@ -1,0 +1,296 @@
+//! Schedules (LANGUAGE.md §7): fixed values, autotune spaces and their validation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::text::TextRange;
+
+/// The standard schedule keys the compiler itself consumes.
+pub const STANDARD_KEYS: &[&str] = &[
+    "BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle",
+];
+
+/// `ctx.m` ≡ `ctx.BM` and friends; Triton spellings of autotune keys map too.
+pub fn canonical_key(key: &str) -> &str {
+    match key {
+        "m" => "BM",
+        "n" => "BN",
+        "k" => "BK",
+        "d" => "BD",
+        "num_warps" => "warps",
+        "num_stages" => "stages",
+        other => other,
+    }
+}
+
+/// Keys whose value the compiler uses even when the kernel never reads them (no W0705).
+pub fn consumed_by_compiler(key: &str) -> bool {
+    matches!(
+        canonical_key(key),
+        "warps" | "stages" | "vector" | "swizzle"
+    )
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub enum KeyValue {
+    Int(i64),
+    Str(String),
+}
+
+impl fmt::Display for KeyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyValue::Int(v) => write!(f, "{v}"),
+            KeyValue::Str(s) => write!(f, "\"{s}\""),
+        }
+    }
+}
+
+impl KeyValue {
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            KeyValue::Int(v) => Some(*v),
+            KeyValue::Str(_) => None,
+        }
+    }
+}
+
+/// A concrete schedule: canonical key → value.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+pub struct ScheduleValue {
+    pub values: BTreeMap<String, KeyValue>,
+}
+
+impl ScheduleValue {
+    /// The schedule a plain `@kernel` gets: 128×128 blocks, k=32, 4 warps, 2 stages.
+    pub fn default_for_kernel() -> ScheduleValue {
+        let mut s = ScheduleValue::default();
+        for (k, v) in [
+            ("BM", 128),
+            ("BN", 128),
+            ("BK", 32),
+            ("BD", 64),
+            ("warps", 4),
+            ("stages", 2),
+            ("vector", 4),
+        ] {
+            s.values.insert(k.to_string(), KeyValue::Int(v));
+        }
+        s.values
+            .insert("swizzle".into(), KeyValue::Str("none".into()));
+        s
+    }
+
+    pub fn get(&self, key: &str) -> Option<&KeyValue> {
+        self.values.get(canonical_key(key))
+    }
+
+    pub fn int(&self, key: &str) -> Option<i64> {
+        self.get(key).and_then(KeyValue::as_int)
+    }
+
+    pub fn set(&mut self, key: &str, value: KeyValue) {
+        self.values.insert(canonical_key(key).to_string(), value);
+    }
+
+    /// `base` overridden by `self`.
+    pub fn layered_on(&self, base: &ScheduleValue) -> ScheduleValue {
+        let mut out = base.clone();
+        for (k, v) in &self.values {
+            out.values.insert(k.clone(), v.clone());
+        }
+        out
+    }
+
+    pub fn warps(&self) -> i64 {
+        self.int("warps").unwrap_or(4)
+    }
+
+    pub fn stages(&self) -> i64 {
+        self.int("stages").unwrap_or(2)
+    }
+}
+
+impl fmt::Display for ScheduleValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .values
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        write!(f, "Schedule({})", parts.join(", "))
+    }
+}
+
+/// Why a schedule value is invalid (E0701), or `None` when it is fine.
+pub fn validate(key: &str, value: &KeyValue) -> Option<String> {
+    let key = canonical_key(key);
+    match (key, value) {
+        ("BM" | "BN" | "BK" | "BD", KeyValue::Int(v)) => {
+            if *v <= 0 {
+                Some(format!("{key} must be positive, got {v}"))
+            } else if !(is_power_of_two(*v) || v % 16 == 0) {
+                Some(format!(
+                    "{key} = {v} is neither a power of two nor a multiple of 16"
+                ))
+            } else {
+                None
+            }
+        }
+        ("warps", KeyValue::Int(v)) => (![1, 2, 4, 8, 16].contains(v))
+            .then(|| format!("warps must be one of 1, 2, 4, 8, 16, got {v}")),
+        ("stages", KeyValue::Int(v)) => {
+            (!(1..=8).contains(v)).then(|| format!("stages must be in 1..8, got {v}"))
+        }
+        ("vector", KeyValue::Int(v)) => (![1, 2, 4, 8, 16].contains(v))
+            .then(|| format!("vector must be one of 1, 2, 4, 8, 16, got {v}")),
+        ("swizzle", KeyValue::Str(s)) => (!matches!(s.as_str(), "xor" | "none"))
+            .then(|| format!("swizzle must be \"xor\" or \"none\", got \"{s}\"")),
+        ("BM" | "BN" | "BK" | "BD" | "warps" | "stages" | "vector", KeyValue::Str(_)) => {
+            Some(format!("{key} must be an integer"))
+        }
+        ("swizzle", KeyValue::Int(_)) => Some("swizzle must be \"xor\" or \"none\"".into()),
+        // A custom autotune key (BLOCK, BLOCK_M, ...): any positive int.
+        (_, KeyValue::Int(v)) if *v <= 0 => Some(format!("{key} must be positive, got {v}")),
+        _ => None,
+    }
+}
+
+fn is_power_of_two(v: i64) -> bool {
+    v > 0 && (v & (v - 1)) == 0
+}
+
+/// One key of an autotune space with its candidates (ranges relative to the function).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SpaceKey {
+    /// As written (`num_warps`, `BLOCK`); `canonical_key` maps it.
+    pub key: String,
+    pub key_range: TextRange,
+    pub candidates: Vec<(KeyValue, TextRange)>,
+}
+
+/// How a kernel is scheduled.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct KernelSchedule {
+    /// `@kernel.schedule(S)` (or the default for a plain `@kernel`).
+    pub fixed: ScheduleValue,
+    /// `@kernel.autotune(space=...)`: the keys to search.
+    pub space: Vec<SpaceKey>,
+    /// The `space=` argument (primary span of W0702/E0703).
+    pub space_range: Option<TextRange>,
+    pub metric: Option<String>,
+    pub budget_ms: Option<i64>,
+    pub cache: Option<String>,
+    /// `@kernel.auto`: the target's default search space.
+    pub auto: bool,
+}
+
+impl KernelSchedule {
+    pub fn is_autotuned(&self) -> bool {
+        !self.space.is_empty() || self.auto
+    }
+
+    /// Every configuration of the space (cartesian product) over the fixed values.
+    pub fn configurations(&self) -> Vec<ScheduleValue> {
+        let base = self.fixed.layered_on(&ScheduleValue::default_for_kernel());
+        let mut configs = vec![base];
+        for key in &self.space {
+            let mut next = Vec::with_capacity(configs.len() * key.candidates.len().max(1));
+            for c in &configs {
+                for (value, _) in &key.candidates {
+                    let mut s = c.clone();
+                    s.set(&key.key, value.clone());
+                    next.push(s);
+                }
+            }
+            if !key.candidates.is_empty() {
+                configs = next;
+            }
+        }
+        configs
+    }
+
+    /// The configuration used when one is needed without a search: the first of the
+    /// space (or the fixed schedule).
+    pub fn first_configuration(&self) -> ScheduleValue {
+        let mut s = self.fixed.layered_on(&ScheduleValue::default_for_kernel());
+        for key in &self.space {
+            if let Some((v, _)) = key.candidates.first() {
+                s.set(&key.key, v.clone());
+            }
+        }
+        s
+    }
+
+    /// Keys readable through `ctx.`: standard ones, the space's, and the fixed ones.
+    pub fn has_key(&self, key: &str) -> bool {
+        let key = canonical_key(key);
+        STANDARD_KEYS.contains(&key)
+            || self.space.iter().any(|k| canonical_key(&k.key) == key)
+            || self.fixed.values.contains_key(key)
+    }
+
+    pub fn key_names(&self) -> Vec<String> {
+        let mut keys: Vec<String> = STANDARD_KEYS.iter().map(|s| s.to_string()).collect();
+        for k in &self.space {
+            let c = canonical_key(&k.key).to_string();
+            if !keys.contains(&c) {
+                keys.push(c);
+            }
+        }
+        for k in self.fixed.values.keys() {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+        keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_rules() {
+        assert!(validate("BM", &KeyValue::Int(100)).is_some());
+        assert!(validate("BM", &KeyValue::Int(96)).is_none());
+        assert!(validate("BN", &KeyValue::Int(64)).is_none());
+        assert!(validate("warps", &KeyValue::Int(3)).is_some());
+        assert!(validate("num_warps", &KeyValue::Int(8)).is_none());
+        assert!(validate("stages", &KeyValue::Int(9)).is_some());
+        assert!(validate("swizzle", &KeyValue::Str("zigzag".into())).is_some());
+    }
+
+    #[test]
+    fn configurations_are_the_cartesian_product() {
+        let space = vec![
+            SpaceKey {
+                key: "BM".into(),
+                key_range: TextRange::default(),
+                candidates: vec![
+                    (KeyValue::Int(64), TextRange::default()),
+                    (KeyValue::Int(128), TextRange::default()),
+                ],
+            },
+            SpaceKey {
+                key: "num_warps".into(),
+                key_range: TextRange::default(),
+                candidates: vec![
+                    (KeyValue::Int(4), TextRange::default()),
+                    (KeyValue::Int(8), TextRange::default()),
+                ],
+            },
+        ];
+        let schedule = KernelSchedule {
+            space,
+            ..Default::default()
+        };
+        let configs = schedule.configurations();
+        assert_eq!(configs.len(), 4);
+        assert_eq!(configs[3].int("BM"), Some(128));
+        assert_eq!(configs[3].warps(), 8);
+        assert!(schedule.has_key("m"));
+        assert!(!schedule.has_key("BLOCK"));
+    }
+}

@@ -1,0 +1,205 @@
+//! The salsa database: inputs and the per-file / per-item queries of the frontend.
+//!
+//! Invariant (rust-analyzer's): typing inside one function's body must not invalidate
+//! any other function's analysis. Items are keyed by name (`FnKey`, `ConstKey`), their
+//! syntax is stored relative to the item's anchor, and module-wide facts (`ModuleScope`)
+//! hold no positions, so an edit re-runs only the edited item's analyses.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::diagnostics::Diagnostic;
+use crate::syntax::{self, ast, Parse};
+
+/// The database trait every Tessera query is written against.
+#[salsa::db]
+pub trait Db: salsa::Database {}
+
+#[salsa::db]
+impl<T: salsa::Database> Db for T {}
+
+/// One source file. `utf8_error` is the offset of the first invalid byte when the file
+/// on disk was not UTF-8 (the text is then its lossy decoding).
+#[salsa::input(debug)]
+pub struct SourceFile {
+    #[returns(ref)]
+    pub path: PathBuf,
+    #[returns(ref)]
+    pub text: String,
+    #[returns(copy)]
+    pub utf8_error: Option<u32>,
+}
+
+/// A function of a file, by name; `ordinal` tells duplicates apart (E0202).
+#[salsa::interned(debug, revisions = usize::MAX)]
+pub struct FnKey<'db> {
+    #[returns(copy)]
+    pub file: SourceFile,
+    #[returns(ref)]
+    pub name: String,
+    #[returns(copy)]
+    pub ordinal: u32,
+}
+
+/// A module constant of a file, by its first target name.
+#[salsa::interned(debug, revisions = usize::MAX)]
+pub struct ConstKey<'db> {
+    #[returns(copy)]
+    pub file: SourceFile,
+    #[returns(ref)]
+    pub name: String,
+    #[returns(copy)]
+    pub ordinal: u32,
+}
+
+/// The text of one top-level statement group, interned so that equal chunks (the
+/// unchanged ones after an edit) share one memoized parse.
+#[salsa::interned(debug)]
+pub struct Chunk<'db> {
+    #[returns(ref)]
+    pub text: String,
+}
+
+#[salsa::tracked(returns(ref))]
+fn parse_chunk<'db>(db: &'db dyn Db, chunk: Chunk<'db>) -> syntax::ChunkParse {
+    syntax::parse_chunk(chunk.text(db))
+}
+
+/// Parses a file: chunks, lexical checks, tree-sitter, lowering to the item AST.
+#[salsa::tracked(returns(ref))]
+pub fn parse(db: &dyn Db, file: SourceFile) -> Parse {
+    let text = file.text(db);
+    syntax::assemble(text, file.utf8_error(db), |chunk_text| {
+        parse_chunk(db, Chunk::new(db, chunk_text.to_string()))
+    })
+}
+
+/// The AST of one function, with item-relative ranges. Equal across edits of other
+/// items, so salsa backdates it and its dependents do not re-run.
+#[salsa::tracked]
+pub fn function_ast<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<Arc<ast::FunctionAst>> {
+    let parse = parse(db, key.file(db));
+    parse
+        .module
+        .items
+        .iter()
+        .filter_map(|item| match &item.kind {
+            ast::ItemKind::Function(f) if f.name == key.name(db) => Some(f),
+            _ => None,
+        })
+        .nth(key.ordinal(db) as usize)
+        .cloned()
+}
+
+/// The AST of one module constant, with item-relative ranges.
+#[salsa::tracked]
+pub fn constant_ast<'db>(db: &'db dyn Db, key: ConstKey<'db>) -> Option<Arc<ast::ConstantAst>> {
+    let parse = parse(db, key.file(db));
+    parse
+        .module
+        .items
+        .iter()
+        .filter_map(|item| match &item.kind {
+            ast::ItemKind::Constant(c)
+                if c.names.first().is_some_and(|(n, _)| n == key.name(db)) =>
+            {
+                Some(c)
+            }
+            _ => None,
+        })
+        .nth(key.ordinal(db) as usize)
+        .cloned()
+}
+
+/// The absolute anchor of a function (where its relative ranges count from).
+pub fn function_anchor(db: &dyn Db, key: FnKey<'_>) -> Option<u32> {
+    item_index(db, key.file(db))
+        .functions
+        .iter()
+        .find(|f| f.key == key)
+        .map(|f| f.anchor)
+}
+
+/// The absolute anchor of a constant.
+pub fn constant_anchor(db: &dyn Db, key: ConstKey<'_>) -> Option<u32> {
+    item_index(db, key.file(db))
+        .constants
+        .iter()
+        .find(|c| c.key == key)
+        .map(|c| c.anchor)
+}
+
+/// A function's place in the file.
+#[derive(Clone, PartialEq, Eq, Debug, salsa::SalsaValue)]
+pub struct FunctionEntry<'db> {
+    pub key: FnKey<'db>,
+    pub anchor: u32,
+    pub range: crate::text::TextRange,
+    pub name_range: crate::text::TextRange,
+}
+
+/// A constant's place in the file.
+#[derive(Clone, PartialEq, Eq, Debug, salsa::SalsaValue)]
+pub struct ConstantEntry<'db> {
+    pub key: ConstKey<'db>,
+    pub anchor: u32,
+    pub range: crate::text::TextRange,
+    /// Every name the constant binds, with absolute ranges.
+    pub names: Vec<(String, crate::text::TextRange)>,
+}
+
+/// The items of a file with their absolute positions (changes on every edit; only
+/// position-dependent consumers read it).
+#[derive(Clone, PartialEq, Eq, Debug, Default, salsa::SalsaValue)]
+pub struct ItemIndex<'db> {
+    pub functions: Vec<FunctionEntry<'db>>,
+    pub constants: Vec<ConstantEntry<'db>>,
+}
+
+#[salsa::tracked(returns(ref))]
+pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
+    let parse = parse(db, file);
+    let mut index = ItemIndex::default();
+    let mut fn_counts = std::collections::HashMap::<&str, u32>::new();
+    let mut const_counts = std::collections::HashMap::<&str, u32>::new();
+    for item in &parse.module.items {
+        match &item.kind {
+            ast::ItemKind::Function(f) => {
+                let ordinal = fn_counts.entry(f.name.as_str()).or_insert(0);
+                let key = FnKey::new(db, file, f.name.to_string(), *ordinal);
+                *ordinal += 1;
+                index.functions.push(FunctionEntry {
+                    key,
+                    anchor: item.anchor,
+                    range: item.range,
+                    name_range: f.name_range.shift(item.anchor),
+                });
+            }
+            ast::ItemKind::Constant(c) => {
+                let Some((first, _)) = c.names.first() else {
+                    continue;
+                };
+                let ordinal = const_counts.entry(first.as_str()).or_insert(0);
+                let key = ConstKey::new(db, file, first.to_string(), *ordinal);
+                *ordinal += 1;
+                index.constants.push(ConstantEntry {
+                    key,
+                    anchor: item.anchor,
+                    range: item.range,
+                    names: c
+                        .names
+                        .iter()
+                        .map(|(n, r)| (n.to_string(), r.shift(item.anchor)))
+                        .collect(),
+                });
+            }
+            _ => {}
+        }
+    }
+    index
+}
+
+/// The syntax-level diagnostics of a file (lexical + parser + lowering), absolute.
+pub fn syntax_diagnostics(db: &dyn Db, file: SourceFile) -> &[Diagnostic] {
+    &parse(db, file).diagnostics
+}

@@ -1,0 +1,165 @@
+//! Splits a file into top-level statements ("chunks") so that each can be parsed on
+//! its own: a chunk's tree is small (cache-resident, memory reused), and after an edit
+//! only the edited chunk is parsed again (chunks are memoized by their text).
+
+use crate::text::TextRange;
+
+/// The chunks of `text`, covering it exactly and in order. A chunk starts at a line
+/// that begins in column 0 outside any bracket, string or continuation, and that
+/// does not continue the previous statement (decorators stay with their `def`;
+/// `elif`/`else` stay with their `if`). Blank and comment lines go with what follows.
+pub fn split(text: &str) -> Vec<TextRange> {
+    let bytes = text.as_bytes();
+    let mut starts = vec![0usize];
+    let mut depth = 0i32;
+    let mut pos = 0usize;
+    let mut continuation = false;
+    // Start of the pending run of blank/comment lines (they join the next chunk).
+    let mut blank_run: Option<usize> = None;
+    let mut prev_decorator = false;
+    let mut first_statement = true;
+    while pos < bytes.len() {
+        let line_start = pos;
+        let at_top = depth == 0 && !continuation;
+        let first = bytes[pos];
+        if at_top {
+            let blank = matches!(first, b'\n' | b'\r' | b'#') || {
+                let rest = &bytes[pos..];
+                let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+                rest[..end].iter().all(|b| b.is_ascii_whitespace())
+            };
+            if blank {
+                blank_run.get_or_insert(line_start);
+            } else if !matches!(first, b' ' | b'\t' | b'\x0c') {
+                let keeps_previous = prev_decorator
+                    || starts_with_word(&bytes[pos..], b"elif")
+                    || starts_with_word(&bytes[pos..], b"else");
+                if !keeps_previous && !first_statement {
+                    starts.push(blank_run.unwrap_or(line_start));
+                }
+                first_statement = false;
+                prev_decorator = first == b'@';
+                blank_run = None;
+            } else {
+                blank_run = None;
+            }
+        }
+        continuation = false;
+        // Scan the line for brackets, strings and a trailing backslash.
+        let mut i = pos;
+        while i < bytes.len() && bytes[i] != b'\n' {
+            match bytes[i] {
+                b'#' => {
+                    while i < bytes.len() && bytes[i] != b'\n' {
+                        i += 1;
+                    }
+                    break;
+                }
+                q @ (b'\'' | b'"') => {
+                    i = skip_string(bytes, i, q);
+                    continue;
+                }
+                b'(' | b'[' | b'{' => depth += 1,
+                b')' | b']' | b'}' => depth = (depth - 1).max(0),
+                b'\\'
+                    if matches!(bytes.get(i + 1), Some(b'\n') | None)
+                        || (bytes.get(i + 1) == Some(&b'\r')
+                            && matches!(bytes.get(i + 2), Some(b'\n') | None)) =>
+                {
+                    continuation = true;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        pos = i + 1;
+    }
+    let mut out = Vec::with_capacity(starts.len());
+    for (k, &s) in starts.iter().enumerate() {
+        let e = starts.get(k + 1).copied().unwrap_or(bytes.len());
+        if e > s || out.is_empty() {
+            out.push(TextRange::new(s as u32, e as u32));
+        }
+    }
+    out
+}
+
+fn starts_with_word(rest: &[u8], word: &[u8]) -> bool {
+    rest.starts_with(word)
+        && !rest
+            .get(word.len())
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+}
+
+/// Returns the offset just after the string starting at `start` (or where an
+/// unterminated one gives up: the end of the line, or of the file for `"""`).
+fn skip_string(bytes: &[u8], start: usize, quote: u8) -> usize {
+    let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
+    let mut i = start + if triple { 3 } else { 1 };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'\n' if !triple => return i,
+            q if q == quote => {
+                if !triple {
+                    return i + 1;
+                }
+                if bytes.get(i + 1) == Some(&quote) && bytes.get(i + 2) == Some(&quote) {
+                    return i + 3;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    bytes.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(text: &str) -> Vec<&str> {
+        split(text).into_iter().map(|r| r.slice(text)).collect()
+    }
+
+    #[test]
+    fn splits_at_top_level_statements() {
+        let text = "import x\n\n# about f\n@jit\n@autodiff\ndef f(a,\n b):\n    return (a +\nb)\nX = \"\"\"\ndef not_a_split\n\"\"\"\ndef g():\n    pass\n";
+        assert_eq!(
+            pieces(text),
+            vec![
+                "import x\n",
+                "\n# about f\n@jit\n@autodiff\ndef f(a,\n b):\n    return (a +\nb)\n",
+                "X = \"\"\"\ndef not_a_split\n\"\"\"\n",
+                "def g():\n    pass\n",
+            ]
+        );
+    }
+
+    #[test]
+    fn chunks_cover_the_text() {
+        for text in [
+            "",
+            "x",
+            "\n\n",
+            "def f(:\n",
+            "if x:\n    y\nelse:\n    z\nw = 1",
+            "a = (\n",
+            "s = 'abc\nt = 1\n",
+        ] {
+            let ranges = split(text);
+            assert_eq!(ranges.first().map(|r| r.start), Some(0), "{text:?}");
+            assert_eq!(
+                ranges.last().map(|r| r.end),
+                Some(text.len() as u32),
+                "{text:?}"
+            );
+            for w in ranges.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+        }
+        assert_eq!(pieces("if x:\n    y\nelse:\n    z\nw = 1").len(), 2);
+        assert_eq!(pieces("s = 'abc\nt = 1\n").len(), 2);
+    }
+}

@@ -1,0 +1,102 @@
+//! Source text → item AST: lexical checks, tree-sitter parsing, lowering.
+
+pub mod ast;
+pub mod chunks;
+pub mod lexical;
+pub mod lower;
+pub mod render;
+
+use std::cell::RefCell;
+
+use crate::diagnostics::Diagnostic;
+
+/// The result of parsing one file.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Parse {
+    pub module: ast::ModuleAst,
+    /// Lexical and syntax diagnostics with absolute ranges, in source order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// The parse of one chunk (see `chunks`), with chunk-relative offsets.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct ChunkParse {
+    pub items: Vec<ast::Item>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+thread_local! {
+    // A parser per thread: creating one allocates, and `tessera check` parses many files.
+    static PARSER: RefCell<Option<tree_sitter::Parser>> = const { RefCell::new(None) };
+}
+
+/// Lexical checks, tree-sitter and lowering for one chunk of text.
+pub fn parse_chunk(text: &str) -> ChunkParse {
+    let lexical = lexical::scan(text, None);
+    let tree = PARSER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let parser = slot.get_or_insert_with(|| {
+            let mut p = tree_sitter::Parser::new();
+            p.set_language(&lower::language())
+                .expect("the bundled grammar matches the tree-sitter runtime");
+            p
+        });
+        parser.parse(text, None)
+    });
+    let Some(tree) = tree else {
+        // Only happens on cancellation or timeout, neither of which we set.
+        return ChunkParse {
+            items: Vec::new(),
+            diagnostics: lexical.diagnostics,
+        };
+    };
+    let lowered = lower::lower(text, &tree, &lexical);
+    drop(tree);
+    let mut diagnostics = lexical.diagnostics;
+    diagnostics.extend(lowered.diagnostics);
+    ChunkParse {
+        items: lowered.module.items,
+        diagnostics,
+    }
+}
+
+/// Assembles a file's parse from its chunks' parses (`chunk_parse` gets each chunk's
+/// text; the database memoizes it, plain callers just parse).
+pub fn assemble<'p>(
+    text: &str,
+    utf8_error: Option<u32>,
+    mut chunk_parse: impl FnMut(&str) -> &'p ChunkParse,
+) -> Parse {
+    let mut items = Vec::new();
+    let mut diagnostics = Vec::new();
+    if let Some(at) = utf8_error {
+        diagnostics.push(lexical::utf8_diagnostic(text, at));
+    }
+    for range in chunks::split(text) {
+        let chunk = chunk_parse(range.slice(text));
+        items.extend(chunk.items.iter().map(|item| item.shifted(range.start)));
+        diagnostics.extend(
+            chunk
+                .diagnostics
+                .iter()
+                .map(|d| d.clone().shift(range.start)),
+        );
+    }
+    diagnostics.sort_by_key(|d| (d.range.start, d.range.end));
+    Parse {
+        module: ast::ModuleAst { items },
+        diagnostics,
+    }
+}
+
+/// Parses a whole file without a database.
+pub fn parse(text: &str, utf8_error: Option<u32>) -> Parse {
+    let mut parsed = Vec::new();
+    for range in chunks::split(text) {
+        parsed.push(parse_chunk(range.slice(text)));
+    }
+    let mut it = parsed.iter();
+    assemble(text, utf8_error, |_| {
+        it.next().expect("one parse per chunk")
+    })
+}
