@@ -13,6 +13,7 @@ use crate::config::ProjectConfig;
 use crate::emit::{self, FileReport, Format};
 use crate::{internal_error_message, Target};
 
+
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// Files or directories to check (directories are searched for *.tsr, honouring .gitignore).
@@ -20,8 +21,8 @@ pub struct CheckArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
-    /// Target whose limits the target-aware lints use.
-    #[arg(long, value_enum)]
+    /// Target whose limits the target-aware lints use: sm_80, sm_90 (default) or cpu.
+    #[arg(long, value_parser = crate::parse_target)]
     pub target: Option<Target>,
     /// Treat warnings as errors (`--deny warnings`).
     #[arg(long, value_name = "warnings")]
@@ -134,9 +135,7 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                 let target = match args.target {
                     Some(t) => t,
                     None => match &config.target {
-                        Some(t) => Target::parse(t).ok_or_else(|| {
-                            format!("tessera.toml: unknown target `{t}` (sm_80, sm_90 or cpu)")
-                        })?,
+                        Some(t) => t.parse::<Target>().map_err(|e| format!("tessera.toml: {e}"))?,
                         None => Target::Sm90,
                     },
                 };
@@ -149,7 +148,7 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                     cli_filter.clone()
                 };
                 let diagnostics = catch_unwind(AssertUnwindSafe(|| {
-                    crate::analysis::file_diagnostics(db, *file, target)
+                    tessera_passes::file_diagnostics(db, *file, target)
                 }))
                 .map_err(|payload| {
                     format!(

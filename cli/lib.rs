@@ -3,7 +3,6 @@
 //! Every command asks the same salsa database the same queries as the language server
 //! and the explorer; this crate only parses arguments and renders results.
 
-pub mod analysis;
 pub mod check;
 pub mod config;
 pub mod emit;
@@ -13,33 +12,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, clap::ValueEnum)]
-pub enum Target {
-    #[value(name = "sm_80")]
-    Sm80,
-    #[value(name = "sm_90")]
-    Sm90,
-    #[value(name = "cpu")]
-    Cpu,
-}
+pub use tessera_passes::Target;
 
-impl Target {
-    pub fn parse(s: &str) -> Option<Target> {
-        match s {
-            "sm_80" => Some(Target::Sm80),
-            "sm_90" => Some(Target::Sm90),
-            "cpu" => Some(Target::Cpu),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Sm80 => "sm_80",
-            Target::Sm90 => "sm_90",
-            Target::Cpu => "cpu",
-        }
-    }
+/// Parses `--target` values for clap.
+pub fn parse_target(s: &str) -> Result<Target, String> {
+    s.parse()
 }
 
 #[derive(Parser, Debug)]
@@ -57,6 +34,8 @@ struct Cli {
 enum Command {
     /// Report diagnostics for .tsr files (exit 0: clean, 1: errors, 2: tool failure).
     Check(check::CheckArgs),
+    /// Run the language server on standard input/output (same as `tessera-lsp`).
+    Lsp,
 }
 
 /// Renders a panic payload for an "internal error" message.
@@ -118,6 +97,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Lsp => Ok(tessera_lsp::run_stdio()),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

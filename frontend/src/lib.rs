@@ -8,6 +8,8 @@
 pub mod check;
 pub mod db;
 pub mod diagnostics;
+pub mod format;
+pub mod ide;
 pub mod stdlib;
 pub mod syntax;
 #[doc(hidden)]

@@ -1,0 +1,1 @@
+//! The source formatter shared by `tessera fmt` and the language server.

@@ -1,0 +1,1 @@
+//! Editor-facing queries over the checked program: plain data (offsets, strings), no protocol.
