@@ -652,11 +652,17 @@ fn dim_annotation(cx: &mut Infer, d: ExprId) -> Option<Dim> {
             Ok(dim) => Some(dim),
             Err(e) => {
                 let range = cx.range(d);
+                // The offset is into the string's value; without escapes (dims have
+                // none) that is the literal's text after its opening quote.
+                let width = s[e.offset.min(s.len())..]
+                    .chars()
+                    .next()
+                    .map_or(1, char::len_utf8) as u32;
                 let at = (range.start + 1 + e.offset as u32)
-                    .min(range.end.saturating_sub(1).max(range.start));
+                    .min(range.end.saturating_sub(width).max(range.start));
                 cx.push(Diagnostic::new(
                     Code::E0100,
-                    TextRange::new(at, (at + 1).min(range.end.max(at))),
+                    TextRange::new(at, (at + width).min(range.end.max(at))),
                     format!("invalid dim \"{s}\": {}", e.message),
                 ));
                 None
@@ -725,7 +731,7 @@ fn elem_type(cx: &mut Infer, e: ExprId, state: bool) -> Option<ElemType> {
                     }
                 }
             }
-            if (path.len() == 1 || is_tessera_alias(cx, path[0]))
+            if (path.len() == 1 || path.first().is_some_and(|p| is_tessera_alias(cx, p)))
                 && DType::from_name(last).is_some()
             {
                 return DType::from_name(last).map(ElemType::plain);

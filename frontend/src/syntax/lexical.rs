@@ -65,6 +65,11 @@ impl<'a> Scanner<'a> {
         self.report.shadows.push(shadow);
     }
 
+    /// The offset just after the char at `i`.
+    fn char_end(&self, i: usize) -> u32 {
+        (i + self.text[i..].chars().next().map_or(1, char::len_utf8)) as u32
+    }
+
     fn line_end(&self, from: usize) -> usize {
         self.bytes[from..]
             .iter()
@@ -136,7 +141,7 @@ impl<'a> Scanner<'a> {
                             self.error(
                                 Diagnostic::new(
                                     Code::E0101,
-                                    TextRange::new(i as u32, i as u32 + 1).cover(indent_range),
+                                    TextRange::new(i as u32, self.char_end(i)).cover(indent_range),
                                     "expected an indented block",
                                 )
                                 .with_label(
