@@ -13,7 +13,6 @@ use crate::config::ProjectConfig;
 use crate::emit::{self, FileReport, Format};
 use crate::{internal_error_message, Target};
 
-
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// Files or directories to check (directories are searched for *.tsr, honouring .gitignore).
@@ -135,7 +134,9 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                 let target = match args.target {
                     Some(t) => t,
                     None => match &config.target {
-                        Some(t) => t.parse::<Target>().map_err(|e| format!("tessera.toml: {e}"))?,
+                        Some(t) => t
+                            .parse::<Target>()
+                            .map_err(|e| format!("tessera.toml: {e}"))?,
                         None => Target::Sm90,
                     },
                 };

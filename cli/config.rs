@@ -13,6 +13,9 @@ pub struct ProjectConfig {
     pub ignore: Option<Vec<String>>,
     /// Values for dim symbols that target lints need (`M = 4096`).
     pub dims: Option<BTreeMap<String, i64>>,
+    /// Gitignore-style patterns, relative to this file's directory, that directory
+    /// walks skip (files named on the command line are always checked).
+    pub exclude: Option<Vec<String>>,
 }
 
 impl ProjectConfig {

@@ -100,7 +100,7 @@ fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result
                     Label::new(span(d.range))
                         .with_color(accent)
                         .with_order(-1)
-                        .with_message(primary_label(d)),
+                        .with_message(d.code.title()),
                 );
             for label in &d.labels {
                 builder = builder.with_label(
@@ -140,10 +140,6 @@ fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result
             plural(s.files)
         )
     }
-}
-
-fn primary_label(d: &Diagnostic) -> String {
-    d.code.title().to_string()
 }
 
 fn fix_help(fix: &tessera_frontend::diagnostics::Fix, text: &str) -> String {

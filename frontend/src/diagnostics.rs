@@ -265,7 +265,8 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 /// The closest candidate within a distance that scales with the name's length.
 pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let limit = match name.chars().count() {
-        0..=2 => 1,
+        // Any two short names are close: `a` → `i` is noise, not a suggestion.
+        0..=2 => 0,
         3..=5 => 2,
         _ => 3,
     };
@@ -277,7 +278,7 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
                 c,
             )
         })
-        .filter(|(d, c)| *d <= limit && *c != name)
+        .filter(|(d, c)| *d <= limit.max(usize::from(name.eq_ignore_ascii_case(c))) && *c != name)
         .min_by_key(|(d, c)| {
             (
                 *d,

@@ -453,12 +453,14 @@ pub(crate) fn annotation_type(cx: &mut Infer, ann: ExprId) -> Ty {
         Expr::Paren(inner) => annotation_type(cx, *inner),
         Expr::Subscript { value, indices } => {
             let Some(kind) = tensor_kind(cx, *value) else {
-                cx.expr(*value);
-                cx.error(
-                    Code::E0401,
-                    cx.range(*value),
-                    format!("`{}` is not a type that takes dims", cx.text(*value)),
-                );
+                // An unresolved name was already reported by `expr`.
+                if !cx.expr(*value).is_unknown() {
+                    cx.error(
+                        Code::E0401,
+                        cx.range(*value),
+                        format!("`{}` is not a type that takes dims", cx.text(*value)),
+                    );
+                }
                 return Ty::Unknown;
             };
             tensor_annotation(cx, kind, indices, &[])
