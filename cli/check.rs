@@ -149,6 +149,13 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                     cli_filter.clone()
                 };
                 let diagnostics = catch_unwind(AssertUnwindSafe(|| {
+                    // Tests exercise the internal-error path through this debug-only hook.
+                    if cfg!(debug_assertions)
+                        && std::env::var_os("TESSERA_TEST_PANIC_ON")
+                            .is_some_and(|needle| shown.contains(needle.to_string_lossy().as_ref()))
+                    {
+                        panic!("injected failure for {shown}");
+                    }
                     tessera_passes::file_diagnostics(db, *file, target)
                 }))
                 .map_err(|payload| {

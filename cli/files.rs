@@ -16,18 +16,27 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         }
         // Walk the canonical path so that `exclude` patterns (anchored at the config's
         // directory) match; paths are shown relative to the current directory again.
-        let canonical = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let canonical =
+            std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut builder = ignore::WalkBuilder::new(&canonical);
         builder.hidden(true).git_ignore(true).require_git(false);
         if let Some((config_path, config)) = crate::config::ProjectConfig::find(&canonical)? {
-            let root = config_path.parent().map(Path::to_path_buf).unwrap_or_default();
+            let root = config_path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
             let mut overrides = ignore::overrides::OverrideBuilder::new(&root);
             for pattern in config.exclude.iter().flatten() {
                 overrides.add(&format!("!{pattern}")).map_err(|e| {
-                    format!("{}: bad exclude pattern `{pattern}`: {e}", config_path.display())
+                    format!(
+                        "{}: bad exclude pattern `{pattern}`: {e}",
+                        config_path.display()
+                    )
                 })?;
             }
-            let overrides = overrides.build().map_err(|e| format!("{}: {e}", config_path.display()))?;
+            let overrides = overrides
+                .build()
+                .map_err(|e| format!("{}: {e}", config_path.display()))?;
             builder.overrides(overrides);
         }
         let walker = builder.build();

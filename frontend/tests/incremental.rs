@@ -9,21 +9,8 @@ use tessera_frontend::check::{file_diagnostics, infer_function};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
 
-/// (query name, key id) of every query execution since the last `take`.
-#[derive(Clone, Default)]
-struct Executions(Arc<Mutex<Vec<(String, salsa::Id)>>>);
-
-impl Executions {
-    fn take(&self) -> Vec<(String, salsa::Id)> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-fn database() -> (
-    Database,
-    Executions,
-    Arc<Mutex<Vec<salsa::DatabaseKeyIndex>>>,
-) {
+/// A database that records every query execution (salsa's `WillExecute` events).
+fn database() -> (Database, Arc<Mutex<Vec<salsa::DatabaseKeyIndex>>>) {
     let keys: Arc<Mutex<Vec<salsa::DatabaseKeyIndex>>> = Arc::default();
     let sink = keys.clone();
     let db = Database::with_event_callback(move |event| {
@@ -31,7 +18,7 @@ fn database() -> (
             sink.lock().unwrap().push(database_key);
         }
     });
-    (db, Executions::default(), keys)
+    (db, keys)
 }
 
 /// Resolves the recorded keys to (query name, id) now that we hold the database.
@@ -66,7 +53,7 @@ fn header_len(def: &str) -> usize {
 #[test]
 fn editing_one_body_reruns_only_that_functions_inference() {
     let text = tessera_frontend::synthetic::module_with_functions(50);
-    let (mut db, _, keys) = database();
+    let (mut db, keys) = database();
     let file = SourceFile::new(&db, "fifty.tsr".into(), text.clone(), None);
     assert!(
         file_diagnostics(&db, file).is_empty(),
@@ -130,7 +117,7 @@ fn editing_one_body_reruns_only_that_functions_inference() {
 #[test]
 fn edits_that_shift_positions_reuse_every_inference() {
     let text = tessera_frontend::synthetic::module_with_functions(10);
-    let (mut db, _, keys) = database();
+    let (mut db, keys) = database();
     let file = SourceFile::new(&db, "ten.tsr".into(), text.clone(), None);
     let before: Vec<_> = file_diagnostics(&db, file).to_vec();
     named(&db, &keys);
@@ -154,7 +141,7 @@ fn a_signature_change_rechecks_callers_only_through_the_signature() {
 @kernel\ndef add(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    for i0 in tile.parallel(0, N, 256):\n        out[i0:i0 + 256] = tile.load(x[i0:i0 + 256]) + tile.load(y[i0:i0 + 256])\n\n\
 @jit\ndef caller(a: Tensor[\"P\", f32], c: Tensor[\"P\", f32]):\n    add(a, a, c)\n\n\
 @jit\ndef unrelated(a: Tensor[\"P\", f32]):\n    return exp(a)\n";
-    let (mut db, _, keys) = database();
+    let (mut db, keys) = database();
     let file = SourceFile::new(&db, "calls.tsr".into(), text.to_string(), None);
     assert!(file_diagnostics(&db, file).is_empty());
     named(&db, &keys);

@@ -250,8 +250,13 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Sig
         }
     });
     let schedule = kernel.then_some(schedule);
+    let mut unimported_alias_uses = unimported_alias_names(&cx, ast);
     let inference = cx.finish();
+    unimported_alias_uses.extend(inference.unimported_alias_uses.iter().copied());
+    unimported_alias_uses.sort_by_key(|r| (r.start, r.end));
+    unimported_alias_uses.dedup();
     Signature {
+        unimported_alias_uses,
         kind,
         decorators,
         autodiff,
@@ -262,6 +267,28 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Sig
         symbols,
         diagnostics: inference.diagnostics,
     }
+}
+
+/// `ts`/`tessera` names in decorators and annotations that no import binds.
+fn unimported_alias_names(cx: &Infer, ast: &FunctionAst) -> Vec<TextRange> {
+    let mut roots: Vec<ExprId> = ast.decorators.clone();
+    roots.extend(
+        ast.params
+            .iter()
+            .flat_map(|p| p.annotation.into_iter().chain(p.default)),
+    );
+    roots.extend(ast.return_type);
+    let mut out = Vec::new();
+    let mut stack = roots;
+    while let Some(e) = stack.pop() {
+        if let Expr::Name(n) = ast.arena.expr(e) {
+            if matches!(n.as_str(), "ts" | "tessera") && cx.scope.get(n).is_none() {
+                out.push(ast.arena.expr_range(e));
+            }
+        }
+        ast.arena.walk_children(e, |c| stack.push(c));
+    }
+    out
 }
 
 fn number(t: &Ty) -> Option<f64> {
@@ -282,10 +309,7 @@ fn decorator_path(cx: &Infer, func: ExprId) -> Option<Vec<String>> {
         .map(String::from)
         .collect();
     let first = path.first()?;
-    let is_alias = matches!(
-        cx.scope.get(first),
-        Some(ScopeEntry::Member(Member::Namespace(Namespace::Tessera)))
-    ) || first == "tessera";
+    let is_alias = is_tessera_alias(cx, first);
     Some(if is_alias && path.len() > 1 {
         path[1..].to_vec()
     } else {
@@ -542,12 +566,16 @@ fn scalar_type_name(cx: &mut Infer, ann: ExprId) -> Option<Ty> {
     }
 }
 
+/// `tessera`, its imported alias, or the conventional `ts` when nothing else is bound
+/// to it (an unimported `ts` is reported once per file, not at every use).
 fn is_tessera_alias(cx: &Infer, name: &str) -> bool {
-    name == "tessera"
-        || matches!(
-            cx.scope.get(name),
-            Some(ScopeEntry::Member(Member::Namespace(Namespace::Tessera)))
-        )
+    match cx.scope.get(name) {
+        Some(entry) => matches!(
+            entry,
+            ScopeEntry::Member(Member::Namespace(Namespace::Tessera))
+        ),
+        None => matches!(name, "ts" | "tessera"),
+    }
 }
 
 fn tensor_kind(cx: &Infer, value: ExprId) -> Option<TensorKind> {

@@ -183,6 +183,12 @@ impl<'a> Infer<'a> {
             }
             return member_ty(member);
         }
+        if matches!(name, "ts" | "tessera") {
+            // Reported once per file (with an import fix); checking goes on as if imported.
+            self.out.unimported_alias_uses.push(self.range(id));
+            self.out.resolutions[id.0 as usize] = Some(Resolution::Import(name.to_string()));
+            return Ty::Namespace(Namespace::Tessera);
+        }
         self.out.resolutions[id.0 as usize] = Some(Resolution::Unresolved);
         self.undefined(id, name);
         Ty::Unknown
@@ -315,7 +321,7 @@ impl<'a> Infer<'a> {
                 name_range,
             } => {
                 let obj = self.expr(*object);
-                self.attribute(id, obj, name, *name_range)
+                self.attribute(*object, obj, name, *name_range)
             }
             Expr::Subscript { value, indices } => self.subscript(id, *value, indices),
             Expr::Call { func, args } => self.call(id, *func, args),
@@ -367,13 +373,13 @@ impl<'a> Infer<'a> {
         }
     }
 
-    fn attribute(&mut self, id: ExprId, obj: Ty, name: &str, name_range: TextRange) -> Ty {
+    fn attribute(&mut self, object: ExprId, obj: Ty, name: &str, name_range: TextRange) -> Ty {
         match obj {
             Ty::Unknown => Ty::Unknown,
             Ty::Namespace(Namespace::Tessera) => match tessera_member(name) {
                 Some(m) => member_ty(m),
                 None => self.unknown_member(
-                    "tessera",
+                    &self.text(object),
                     name,
                     name_range,
                     super::scope::tessera_member_names(),
@@ -392,7 +398,7 @@ impl<'a> Infer<'a> {
             Ty::Builtin(path) if builtins::members(path).next().is_some() => {
                 self.builtin_member(path, name, name_range)
             }
-            Ty::Context => self.ctx_key(id, name, name_range),
+            Ty::Context => self.ctx_key(name, name_range),
             Ty::Tensor(t) | Ty::View(t) | Ty::DistTensor(t) => {
                 self.tensor_attribute(t, name, name_range, false)
             }
@@ -561,7 +567,7 @@ impl<'a> Infer<'a> {
         Ty::Unknown
     }
 
-    fn ctx_key(&mut self, _id: ExprId, name: &str, range: TextRange) -> Ty {
+    fn ctx_key(&mut self, name: &str, range: TextRange) -> Ty {
         let Some(sig) = self.sig else {
             return Ty::Unknown;
         };

@@ -75,6 +75,8 @@ pub struct Signature {
     pub symbols: Vec<String>,
     /// Item-relative diagnostics of the decorators, parameters and return annotation.
     pub diagnostics: Vec<Diagnostic>,
+    /// Uses of `ts`/`tessera` with no import in decorators and annotations.
+    pub unimported_alias_uses: Vec<TextRange>,
 }
 
 impl Signature {
@@ -141,6 +143,8 @@ pub struct Inference {
     /// Schedule keys read through `ctx.` (canonical names).
     pub ctx_reads: Vec<String>,
     pub mma_sites: Vec<MmaSite>,
+    /// Uses of `ts`/`tessera` with no import (item-relative): reported once per file.
+    pub unimported_alias_uses: Vec<TextRange>,
     /// Item-relative.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -172,6 +176,7 @@ pub fn fn_signature<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Signature> {
             ret: None,
             symbols: Vec::new(),
             diagnostics: Vec::new(),
+            unimported_alias_uses: Vec::new(),
         }),
     }
 }
@@ -233,10 +238,18 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     let mut out: Vec<Diagnostic> = db::syntax_diagnostics(db, file).to_vec();
     out.extend(scope::module_diagnostics(db, file));
     let index = db::item_index(db, file);
+    let mut unimported: Vec<TextRange> = Vec::new();
     for entry in &index.functions {
         let signature = fn_signature(db, entry.key);
         let inference = infer_function(db, entry.key);
         let checks = schedule_checks(db, entry.key);
+        unimported.extend(
+            signature
+                .unimported_alias_uses
+                .iter()
+                .chain(&inference.unimported_alias_uses)
+                .map(|r| r.shift(entry.anchor)),
+        );
         for d in signature
             .diagnostics
             .iter()
@@ -251,6 +264,16 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
         for d in &value.diagnostics {
             out.push(d.clone().shift(entry.anchor));
         }
+        unimported.extend(
+            value
+                .inference
+                .unimported_alias_uses
+                .iter()
+                .map(|r| r.shift(entry.anchor)),
+        );
+    }
+    if let Some(first) = unimported.iter().min_by_key(|r| r.start) {
+        out.push(scope::unimported_alias(db, file, *first, unimported.len()));
     }
     sort_diagnostics(&mut out);
     out

@@ -262,6 +262,35 @@ fn resolve_module_path(path: &[&str]) -> Option<Member> {
     }
 }
 
+/// The one diagnostic for `ts.`/`tessera.` used without an import (at its first use).
+pub fn unimported_alias(
+    db: &dyn Db,
+    file: SourceFile,
+    first: TextRange,
+    uses: usize,
+) -> Diagnostic {
+    let text = file.text(db);
+    let name = first.slice(text).to_string();
+    // Insert the import before the first item, after any leading comments/docstring.
+    let at = db::parse(db, file)
+        .module
+        .items
+        .first()
+        .map_or(0, |i| i.anchor);
+    let import = if name == "tessera" {
+        "import tessera\n".to_string()
+    } else {
+        format!("import tessera as {name}\n")
+    };
+    Diagnostic::new(Code::E0200, first, format!("`{name}` is used but never imported"))
+        .with_note(if uses > 1 {
+            format!("{uses} uses of `{name}` in this file depend on it; they are checked as if it were imported")
+        } else {
+            format!("`{name}.X` names the built-in X once tessera is imported")
+        })
+        .with_fix(format!("add `{}`", import.trim_end()), vec![Edit { range: TextRange::empty(at), text: import }])
+}
+
 /// E0202 for duplicate top-level names (label at the first), and import errors.
 pub fn module_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     let parse = db::parse(db, file);

@@ -780,6 +780,12 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
         let id = ids();
         let range = self.rel(node);
         let k = node.kind_id();
+        // A container or call with a syntax error inside has an unknown arity: lowering
+        // what is left would invent a value (a one-element list, a missing argument)
+        // and cause a second diagnostic for the one syntax error.
+        if self.contains_error(node) {
+            return self.missing(range);
+        }
         let expr = if k == id.k_identifier {
             Expr::Name(self.src(node).into())
         } else if k == id.k_integer {
@@ -957,6 +963,15 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
         self.body.alloc_expr(expr, range)
     }
 
+    fn contains_error(&mut self, node: Node<'t>) -> bool {
+        let id = ids();
+        let k = node.kind_id();
+        let container =
+            k == id.k_list || k == id.k_tuple || k == id.k_dictionary || k == id.k_expression_list;
+        // `has_error` is a flag tree-sitter keeps per subtree: no walk needed.
+        (container || k == id.k_call || k == id.k_subscript) && node.has_error()
+    }
+
     fn children(&mut self, node: Node<'t>) -> Vec<ExprId> {
         let kids = self.kids(node);
         kids.named()
@@ -1072,7 +1087,9 @@ fn collect_syntax_errors(
                     .parent()
                     .map(|p| describe_context(p.kind()))
                     .unwrap_or("");
-                let message = if token.is_empty() {
+                let message = if let Some(hint) = python_construct(token, node) {
+                    hint
+                } else if token.is_empty() {
                     format!("syntax error{context}")
                 } else {
                     format!(
@@ -1091,6 +1108,30 @@ fn collect_syntax_errors(
             .filter(|c| c.has_error() || c.is_missing())
             .collect();
         stack.extend(children.into_iter().rev());
+    }
+}
+
+/// Python constructs Tessera does not have, recognised from the token the parser
+/// stumbled on, so the message names the construct instead of the token.
+fn python_construct(token: &str, node: Node) -> Option<String> {
+    let in_brackets = std::iter::successors(node.parent(), |n| n.parent())
+        .take(4)
+        .any(|p| {
+            matches!(
+                p.kind(),
+                "list" | "argument_list" | "parenthesized_expression" | "dictionary" | "subscript"
+            )
+        });
+    match token {
+        "for" if in_brackets => Some(
+            "comprehensions are not supported: write the values out, or build them in a compile-time `for ... in range(...)` loop"
+                .to_string(),
+        ),
+        "lambda" => Some("lambda expressions are not supported: define a helper function".to_string()),
+        "class" => Some("classes are not supported: Tessera programs are functions and constants".to_string()),
+        "try" | "except" | "raise" => Some("exceptions are not supported in Tessera".to_string()),
+        "yield" | "async" | "await" => Some(format!("`{token}` is not supported in Tessera")),
+        _ => None,
     }
 }
 

@@ -1,0 +1,301 @@
+//! End-to-end tests of the `tessera` binary: exit codes, inputs, configuration and
+//! every output format (snapshots).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn tessera() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.env_remove("NO_COLOR")
+        .env_remove("TESSERA_TEST_PANIC_ON");
+    cmd
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    tessera()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("tessera runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+fn codes(v: &serde_json::Value) -> Vec<String> {
+    v["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn examples_check_clean() {
+    let o = run(&["check", "examples"], &root());
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("All checks passed (10 files)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn the_repository_checks_clean_with_its_excludes() {
+    let o = run(&["check"], &root());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+#[test]
+fn every_format_is_pinned() {
+    for format in ["human", "concise", "json", "sarif", "github"] {
+        let o = run(
+            &[
+                "check",
+                "--format",
+                format,
+                "tests/fixtures/invalid/mixed.tsr",
+            ],
+            &root(),
+        );
+        assert_eq!(o.status.code(), Some(1), "{format}: {}", stderr(&o));
+        insta::assert_snapshot!(format!("format_{format}"), stdout(&o));
+    }
+}
+
+#[test]
+fn json_follows_the_contract() {
+    let o = run(
+        &[
+            "check",
+            "--format",
+            "json",
+            "tests/fixtures/invalid/mixed.tsr",
+        ],
+        &root(),
+    );
+    let v = json(&o);
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["summary"]["files"], 1);
+    assert_eq!(v["summary"]["errors"], 3);
+    assert_eq!(v["summary"]["warnings"], 1);
+    let first = &v["diagnostics"][0];
+    assert_eq!(first["file"], "tests/fixtures/invalid/mixed.tsr");
+    assert_eq!(first["code"], "E0301");
+    assert_eq!(
+        first["range"]["start"],
+        serde_json::json!({"line": 7, "column": 12})
+    );
+    assert!(first["labels"].as_array().is_some_and(|l| l.len() == 2));
+    let member = v["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["code"] == "E0201")
+        .unwrap();
+    assert_eq!(member["fix"]["edits"][0]["text"], "load");
+    // Sorted by position.
+    let lines: Vec<u64> = v["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["range"]["start"]["line"].as_u64().unwrap())
+        .collect();
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted);
+}
+
+#[test]
+fn exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(
+        run(&["check", "no/such/path"], dir.path()).status.code(),
+        Some(2)
+    );
+    assert_eq!(
+        run(&["check", "--format", "yaml", "."], dir.path())
+            .status
+            .code(),
+        Some(2)
+    );
+    let o = run(&["check", "--select", "E9999", "."], dir.path());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown code"), "{}", stderr(&o));
+    // An empty directory is fine.
+    assert_eq!(run(&["check", "."], dir.path()).status.code(), Some(0));
+}
+
+#[test]
+fn warnings_pass_unless_denied() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("q.tsr"),
+        "from tessera import *\n\n@jit\ndef f(x: Tensor[\"M\", \"K\", int8], w: Tensor[\"K\", \"N\", int8]):\n    return x @ w\n",
+    )
+    .unwrap();
+    let o = run(&["check", "--format", "concise", "."], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("warning[W0404]"), "{}", stdout(&o));
+    assert_eq!(
+        run(&["check", "--deny", "warnings", "."], dir.path())
+            .status
+            .code(),
+        Some(1)
+    );
+}
+
+#[test]
+fn select_and_ignore_filter_codes() {
+    let fixture = root().join("tests/fixtures/invalid/mixed.tsr");
+    let f = fixture.to_str().unwrap();
+    let only = json(&run(
+        &["check", "--format", "json", "--select", "E04", f],
+        &root(),
+    ));
+    assert_eq!(codes(&only), vec!["E0400"]);
+    let without = json(&run(
+        &["check", "--format", "json", "--ignore", "E0301,W", f],
+        &root(),
+    ));
+    assert_eq!(codes(&without), vec!["E0400", "E0201"]);
+    let o = run(&["check", "--select", "W0404", f], &root());
+    assert_eq!(o.status.code(), Some(0), "only a warning is left");
+}
+
+#[test]
+fn tessera_toml_is_found_upward() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tessera.toml"),
+        "ignore = [\"E0400\"]\nexclude = [\"vendored\"]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("src/deep")).unwrap();
+    std::fs::create_dir_all(dir.path().join("vendored")).unwrap();
+    let mix = "from tessera import *\n\n@jit\ndef mix(a: Tensor[\"N\", bf16], b: Tensor[\"N\", f32]):\n    return a + b\n";
+    std::fs::write(dir.path().join("src/deep/mix.tsr"), mix).unwrap();
+    std::fs::write(dir.path().join("vendored/bad.tsr"), "def (\n").unwrap();
+    let o = run(&["check", "."], dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "E0400 is ignored and vendored/ is excluded: {}",
+        stdout(&o)
+    );
+    // The command line wins over the file.
+    let o = run(&["check", "--select", "E0400", "src"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    // A malformed tessera.toml is a tool failure, not a diagnostic.
+    std::fs::write(dir.path().join("tessera.toml"), "target = 5\n").unwrap();
+    let o = run(&["check", "src"], dir.path());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("tessera.toml"), "{}", stderr(&o));
+}
+
+#[test]
+fn gitignored_files_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".gitignore"), "build/\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("build")).unwrap();
+    std::fs::write(dir.path().join("build/generated.tsr"), "x = (\n").unwrap();
+    std::fs::write(dir.path().join("ok.tsr"), "X = 1\n").unwrap();
+    let o = run(&["check", "--format", "json", "."], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert_eq!(json(&o)["summary"]["files"], 1);
+}
+
+#[test]
+fn stdin_is_reported_under_the_given_name() {
+    let mut child = tessera()
+        .args([
+            "check",
+            "--format",
+            "concise",
+            "--stdin-filename",
+            "kernels/k.tsr",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from tessera import *\n\n@jit\ndef f(x: Tensor[\"N\", f32], w: Tensor[\"M\", f32]):\n    return x + w\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o).trim(), "kernels/k.tsr:5:12: error[E0302] `+`: shapes do not broadcast: `x` is [N] but `w` is [M] (N ≠ M)");
+}
+
+#[test]
+fn invalid_utf8_is_a_diagnostic() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("latin1.tsr"), b"# caf\xe9\nX = 1\n").unwrap();
+    let o = run(&["check", "--format", "json", "."], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(codes(&v), vec!["E0104"]);
+    assert_eq!(
+        v["diagnostics"][0]["range"]["start"],
+        serde_json::json!({"line": 1, "column": 6})
+    );
+}
+
+#[test]
+fn an_internal_error_is_reported_and_other_files_are_still_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a_boom.tsr"), "X = 1\n").unwrap();
+    std::fs::write(
+        dir.path().join("b_bad.tsr"),
+        "from tessera import *\n\n@jit\ndef f(x: Tensor[\"N\", bf33]):\n    return x\n",
+    )
+    .unwrap();
+    let o = tessera()
+        .args(["check", "--format", "concise", "."])
+        .current_dir(dir.path())
+        .env("TESSERA_TEST_PANIC_ON", "boom")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("internal error while checking a_boom.tsr: injected failure"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("b_bad.tsr:4:22: error[E0401]"),
+        "the other file is still reported: {}",
+        stdout(&o)
+    );
+    assert!(
+        !stderr(&o).contains("panicked at"),
+        "no raw panic output: {}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn color_follows_no_color_and_terminals() {
+    // Not a terminal: no escape codes.
+    let o = run(&["check", "tests/fixtures/invalid/mixed.tsr"], &root());
+    assert!(!stdout(&o).contains('\u{1b}'));
+}
