@@ -70,7 +70,7 @@ fn parse_chunk<'db>(db: &'db dyn Db, chunk: Chunk<'db>) -> syntax::ChunkParse {
 pub fn parse(db: &dyn Db, file: SourceFile) -> Parse {
     let text = file.text(db);
     syntax::assemble(text, file.utf8_error(db), |chunk_text| {
-        parse_chunk(db, Chunk::new(db, chunk_text.to_string()))
+        parse_chunk(db, Chunk::new(db, chunk_text))
     })
 }
 
@@ -166,7 +166,7 @@ pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
         match &item.kind {
             ast::ItemKind::Function(f) => {
                 let ordinal = fn_counts.entry(f.name.as_str()).or_insert(0);
-                let key = FnKey::new(db, file, f.name.to_string(), *ordinal);
+                let key = FnKey::new(db, file, f.name.as_str(), *ordinal);
                 *ordinal += 1;
                 index.functions.push(FunctionEntry {
                     key,
@@ -180,7 +180,7 @@ pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
                     continue;
                 };
                 let ordinal = const_counts.entry(first.as_str()).or_insert(0);
-                let key = ConstKey::new(db, file, first.to_string(), *ordinal);
+                let key = ConstKey::new(db, file, first.as_str(), *ordinal);
                 *ordinal += 1;
                 index.constants.push(ConstantEntry {
                     key,

@@ -152,7 +152,11 @@ impl<'a> Infer<'a> {
                     Ty::Function(name.to_string()),
                     Resolution::Function(name.to_string()),
                 ),
-                ScopeEntry::Constant { position, ordinal } => {
+                ScopeEntry::Constant {
+                    key,
+                    position,
+                    ordinal,
+                } => {
                     if let Mode::Constant { position: here } = self.mode {
                         if position >= here {
                             self.error(
@@ -163,8 +167,7 @@ impl<'a> Infer<'a> {
                             return Ty::Unknown;
                         }
                     }
-                    let key =
-                        ConstKey::new(self.db, self.file, self.const_first_name(name), ordinal);
+                    let key = ConstKey::new(self.db, self.file, key.as_str(), ordinal);
                     let value = const_value(self.db, key);
                     let ty = value.names.get(name).cloned().unwrap_or(Ty::Unknown);
                     (ty, Resolution::Constant(name.to_string()))
@@ -195,18 +198,6 @@ impl<'a> Infer<'a> {
     }
 
     /// The key name of the constant that binds `name` (a tuple target binds several).
-    fn const_first_name(&self, name: &str) -> String {
-        let parse = crate::db::parse(self.db, self.file);
-        for item in &parse.module.items {
-            if let ItemKind::Constant(c) = &item.kind {
-                if c.names.iter().any(|(n, _)| n == name) {
-                    return c.names[0].0.to_string();
-                }
-            }
-        }
-        name.to_string()
-    }
-
     fn undefined(&mut self, id: ExprId, name: &str) {
         if !self
             .reported_undefined
@@ -1854,12 +1845,12 @@ pub(crate) fn eval_constant(
     ast: &ConstantAst,
 ) -> super::ConstValue {
     let file = key.file(db);
-    let position = crate::db::parse(db, file)
-        .module
-        .items
-        .iter()
-        .position(|i| matches!(&i.kind, ItemKind::Constant(c) if c.arena == ast.arena && c.names == ast.names))
-        .unwrap_or(0) as u32;
+    // From the module scope, not the parse: the parse changes on every edit.
+    let position = super::module_scope(db, file)
+        .constant_positions
+        .get(&(key.name(db).clone(), key.ordinal(db)))
+        .copied()
+        .unwrap_or(0);
     let mut cx = Infer::new(db, file, &ast.arena, Mode::Constant { position }, None);
     let ty = cx.expr(ast.value);
     let mut names = BTreeMap::new();

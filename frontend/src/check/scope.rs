@@ -15,8 +15,13 @@ use crate::text::TextRange;
 pub enum ScopeEntry {
     /// A function (the first of that name).
     Function,
-    /// A module constant; `position` is its item index (constants see only earlier ones).
-    Constant { position: u32, ordinal: u32 },
+    /// A module constant: `key` is the first name its assignment binds (its
+    /// `ConstKey` name), `position` its item index (constants see only earlier ones).
+    Constant {
+        key: String,
+        position: u32,
+        ordinal: u32,
+    },
     /// A name bound by an import to something of tessera.
     Member(Member),
     /// A name bound by an import that could not be resolved (already reported).
@@ -69,6 +74,8 @@ pub fn stdlib_member(name: &str) -> Option<Member> {
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct ModuleScope {
     pub entries: BTreeMap<String, ScopeEntry>,
+    /// Item index of every constant by (key name, ordinal), duplicates included.
+    pub constant_positions: BTreeMap<(String, u32), u32>,
 }
 
 impl ModuleScope {
@@ -102,10 +109,14 @@ pub fn module_scope(db: &dyn Db, file: SourceFile) -> ModuleScope {
                         .entries
                         .entry(name.to_string())
                         .or_insert(ScopeEntry::Constant {
+                            key: first.to_string(),
                             position: position as u32,
                             ordinal: *ordinal,
                         });
                 }
+                scope
+                    .constant_positions
+                    .insert((first.to_string(), *ordinal), position as u32);
                 *ordinal += 1;
             }
             ItemKind::Import(import) => {

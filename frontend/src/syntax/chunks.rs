@@ -21,56 +21,84 @@ pub fn split(text: &str) -> Vec<TextRange> {
     while pos < bytes.len() {
         let line_start = pos;
         let at_top = depth == 0 && !continuation;
-        let first = bytes[pos];
-        if at_top {
-            let blank = matches!(first, b'\n' | b'\r' | b'#') || {
-                let rest = &bytes[pos..];
-                let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-                rest[..end].iter().all(|b| b.is_ascii_whitespace())
-            };
-            if blank {
-                blank_run.get_or_insert(line_start);
-            } else if !matches!(first, b' ' | b'\t' | b'\x0c') {
-                let keeps_previous = prev_decorator
-                    || starts_with_word(&bytes[pos..], b"elif")
-                    || starts_with_word(&bytes[pos..], b"else");
-                if !keeps_previous && !first_statement {
-                    starts.push(blank_run.unwrap_or(line_start));
-                }
-                first_statement = false;
-                prev_decorator = first == b'@';
-                blank_run = None;
-            } else {
-                blank_run = None;
-            }
-        }
         continuation = false;
-        // Scan the line for brackets, strings and a trailing backslash.
+        // One pass over the line: the first significant byte, brackets, strings,
+        // comments and a trailing backslash.
+        let mut first_significant: Option<usize> = None;
         let mut i = pos;
-        while i < bytes.len() && bytes[i] != b'\n' {
+        while i < bytes.len() {
+            // Most bytes are ordinary (names, digits, operators): skip them with one
+            // table lookup each; only the first of a line needs noting.
+            if !SPECIAL[bytes[i] as usize] {
+                first_significant.get_or_insert(i);
+                i += 1;
+                while i < bytes.len() && !SPECIAL[bytes[i] as usize] {
+                    i += 1;
+                }
+                continue;
+            }
             match bytes[i] {
+                b'\n' => break,
+                b' ' | b'\t' | b'\r' | b'\x0c' => {}
                 b'#' => {
-                    while i < bytes.len() && bytes[i] != b'\n' {
-                        i += 1;
-                    }
+                    i = bytes[i..]
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(bytes.len(), |p| i + p);
                     break;
                 }
                 q @ (b'\'' | b'"') => {
+                    first_significant.get_or_insert(i);
                     i = skip_string(bytes, i, q);
                     continue;
                 }
-                b'(' | b'[' | b'{' => depth += 1,
-                b')' | b']' | b'}' => depth = (depth - 1).max(0),
-                b'\\'
-                    if matches!(bytes.get(i + 1), Some(b'\n') | None)
-                        || (bytes.get(i + 1) == Some(&b'\r')
-                            && matches!(bytes.get(i + 2), Some(b'\n') | None)) =>
-                {
-                    continuation = true;
+                b'(' | b'[' | b'{' => {
+                    first_significant.get_or_insert(i);
+                    depth += 1;
                 }
-                _ => {}
+                b')' | b']' | b'}' => {
+                    first_significant.get_or_insert(i);
+                    depth = (depth - 1).max(0);
+                }
+                b'\\' => {
+                    let rest = &bytes[i + 1..];
+                    if rest.first().is_none_or(|&b| b == b'\n')
+                        || rest.starts_with(b"\r\n")
+                        || rest == b"\r"
+                    {
+                        continuation = true;
+                    } else {
+                        first_significant.get_or_insert(i);
+                    }
+                }
+                _ => {
+                    first_significant.get_or_insert(i);
+                }
             }
             i += 1;
+        }
+        if at_top {
+            match first_significant {
+                // Blank or comment-only.
+                None => {
+                    blank_run.get_or_insert(line_start);
+                }
+                // A statement in column 0.
+                Some(s) if s == line_start => {
+                    let rest = &bytes[s..];
+                    let keeps_previous = prev_decorator
+                        || starts_with_word(rest, b"elif")
+                        || starts_with_word(rest, b"else");
+                    if !keeps_previous && !first_statement {
+                        starts.push(blank_run.unwrap_or(line_start));
+                    }
+                    first_statement = false;
+                    prev_decorator = bytes[s] == b'@';
+                    blank_run = None;
+                }
+                // An indented line belongs to the statement above.
+                Some(_) => blank_run = None,
+            }
         }
         pos = i + 1;
     }
@@ -83,6 +111,19 @@ pub fn split(text: &str) -> Vec<TextRange> {
     }
     out
 }
+
+/// Bytes the splitter must look at: line ends, whitespace, comments, strings, brackets
+/// and backslashes. Everything else only marks a line as significant.
+static SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let special = b"\n \t\r\x0c#'\"()[]{}\\";
+    let mut i = 0;
+    while i < special.len() {
+        table[special[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
 
 fn starts_with_word(rest: &[u8], word: &[u8]) -> bool {
     rest.starts_with(word)

@@ -7,6 +7,9 @@ pub mod lower;
 pub mod render;
 
 use std::cell::RefCell;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::diagnostics::Diagnostic;
 
@@ -16,6 +19,51 @@ pub struct Parse {
     pub module: ast::ModuleAst,
     /// Lexical and syntax diagnostics with absolute ranges, in source order.
     pub diagnostics: Vec<Diagnostic>,
+    /// (name, ordinal among items of that name) → index into `module.items`, for
+    /// functions and for constants (by their first name): per-item queries look their
+    /// item up in O(1) after every edit.
+    pub functions: FxHashMap<(ast::Name, u32), usize>,
+    pub constants: FxHashMap<(ast::Name, u32), usize>,
+}
+
+impl Parse {
+    pub fn function(&self, name: &str, ordinal: u32) -> Option<&Arc<ast::FunctionAst>> {
+        let &i = self.functions.get(&(ast::Name::new(name), ordinal))?;
+        match &self.module.items[i].kind {
+            ast::ItemKind::Function(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    pub fn constant(&self, name: &str, ordinal: u32) -> Option<&Arc<ast::ConstantAst>> {
+        let &i = self.constants.get(&(ast::Name::new(name), ordinal))?;
+        match &self.module.items[i].kind {
+            ast::ItemKind::Constant(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    fn index_items(&mut self) {
+        let mut counts: FxHashMap<(bool, ast::Name), u32> = FxHashMap::default();
+        for (i, item) in self.module.items.iter().enumerate() {
+            let (is_fn, name) = match &item.kind {
+                ast::ItemKind::Function(f) => (true, f.name.clone()),
+                ast::ItemKind::Constant(c) => match c.names.first() {
+                    Some((n, _)) => (false, n.clone()),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            let ordinal = counts.entry((is_fn, name.clone())).or_insert(0);
+            let map = if is_fn {
+                &mut self.functions
+            } else {
+                &mut self.constants
+            };
+            map.insert((name, *ordinal), i);
+            *ordinal += 1;
+        }
+    }
 }
 
 /// The parse of one chunk (see `chunks`), with chunk-relative offsets.
@@ -83,10 +131,13 @@ pub fn assemble<'p>(
         );
     }
     diagnostics.sort_by_key(|d| (d.range.start, d.range.end));
-    Parse {
+    let mut parse = Parse {
         module: ast::ModuleAst { items },
         diagnostics,
-    }
+        ..Parse::default()
+    };
+    parse.index_items();
+    parse
 }
 
 /// Parses a whole file without a database.

@@ -1,0 +1,96 @@
+//! `cargo bench --bench check`: cold `tessera check` throughput on a generated
+//! 20 000-line file (one thread), and the re-check time after a one-line edit.
+//! Targets (issue 2): ≥ 200 000 lines/s cold, ≤ 5 ms incremental.
+
+use std::time::{Duration, Instant};
+
+use salsa::Setter;
+use tessera_frontend::{Database, SourceFile};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() {
+    tessera_cli::use_mimalloc_for_tree_sitter();
+    let text = tessera_frontend::synthetic::module_with_lines(20_000);
+    let lines = text.lines().count();
+    println!(
+        "workload: {lines} lines, {} KiB, {} functions",
+        text.len() / 1024,
+        text.matches("\ndef ").count()
+    );
+
+    // Tree-sitter alone over the whole text, for reference: the floor under any
+    // frontend that parses with this grammar.
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&tessera_frontend::syntax::lower::language())
+        .unwrap();
+    let mut ts_runs = Vec::new();
+    for _ in 0..7 {
+        let t = Instant::now();
+        let tree = parser.parse(&text, None).unwrap();
+        ts_runs.push(t.elapsed());
+        drop(tree);
+    }
+    ts_runs.sort();
+
+    // Cold: a fresh database each time (what `tessera check` does per process).
+    let mut cold = Vec::new();
+    for _ in 0..7 {
+        let db = Database::default();
+        let t = Instant::now();
+        let file = SourceFile::new(&db, "bench.tsr".into(), text.clone(), None);
+        let diagnostics = tessera_passes::file_diagnostics(&db, file, tessera_passes::Target::Sm90);
+        cold.push(t.elapsed());
+        assert!(diagnostics.is_empty(), "the generated module checks clean");
+    }
+    cold.sort();
+    let median = percentile(&cold, 0.5);
+    println!(
+        "cold check:        median {:7.1} ms  min {:7.1} ms  -> {:>8.0} lines/s (target >= 200000)",
+        ms(median),
+        ms(cold[0]),
+        lines as f64 / median.as_secs_f64()
+    );
+    println!(
+        "  tree-sitter only: median {:7.1} ms            -> {:>8.0} lines/s",
+        ms(percentile(&ts_runs, 0.5)),
+        lines as f64 / percentile(&ts_runs, 0.5).as_secs_f64()
+    );
+
+    // Incremental: one-line edits inside a function body, re-check after each.
+    let mut db = Database::default();
+    let file = SourceFile::new(&db, "bench.tsr".into(), text.clone(), None);
+    tessera_passes::file_diagnostics(&db, file, tessera_passes::Target::Sm90);
+    let anchor = text
+        .find("    ctx = tile.context()\n")
+        .expect("a kernel body line")
+        + "    ctx = tile.context()\n".len();
+    let mut edits = Vec::new();
+    for i in 0..200 {
+        let mut edited = text.clone();
+        edited.insert_str(anchor, &format!("    scratch = {i} + 1\n"));
+        let t = Instant::now();
+        file.set_text(&mut db).to(edited);
+        let diagnostics = tessera_passes::file_diagnostics(&db, file, tessera_passes::Target::Sm90);
+        edits.push(t.elapsed());
+        assert!(diagnostics.is_empty());
+    }
+    edits.sort();
+    println!(
+        "incremental check: median {:7.2} ms  p95 {:7.2} ms  max {:7.2} ms over {} one-line edits (target <= 5 ms)",
+        ms(percentile(&edits, 0.5)),
+        ms(percentile(&edits, 0.95)),
+        ms(*edits.last().unwrap()),
+        edits.len()
+    );
+}

@@ -1,0 +1,230 @@
+//! `cargo xtask test`: every test suite of the repository, in the order a failure is
+//! cheapest to see. A suite whose tool is missing fails (CI must not go green by
+//! skipping); only the tree-sitter CLI is optional, as it is built from source.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+struct Suite {
+    name: &'static str,
+    /// The tool that must be on PATH, with the package that provides it.
+    needs: Option<(&'static str, &'static str)>,
+    optional: bool,
+    dir: &'static str,
+    program: &'static str,
+    args: &'static [&'static str],
+}
+
+const SUITES: &[Suite] = &[
+    Suite {
+        name: "rustfmt",
+        needs: None,
+        optional: false,
+        dir: ".",
+        program: "cargo",
+        args: &["fmt", "--all", "--check"],
+    },
+    Suite {
+        name: "clippy",
+        needs: None,
+        optional: false,
+        dir: ".",
+        program: "cargo",
+        args: &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    },
+    // The binaries first: the pytest, Neovim and tmux suites drive them.
+    Suite {
+        name: "build binaries",
+        needs: None,
+        optional: false,
+        dir: ".",
+        program: "cargo",
+        args: &["build", "--workspace", "--bins"],
+    },
+    Suite {
+        name: "cargo test",
+        needs: None,
+        optional: false,
+        dir: ".",
+        program: "cargo",
+        args: &["test", "--workspace"],
+    },
+    Suite {
+        name: "tree-sitter test",
+        needs: Some(("tree-sitter", "cargo install tree-sitter-cli")),
+        optional: true,
+        dir: "grammars/tree-sitter-tessera",
+        program: "tree-sitter",
+        args: &["test"],
+    },
+    Suite {
+        name: "VS Code extension (npm test, vsce package)",
+        needs: Some(("npm", "apt-get install nodejs npm")),
+        optional: false,
+        dir: "editors",
+        program: "bash",
+        args: &["run-tests.sh", "--vscode"],
+    },
+    Suite {
+        name: "Neovim plugin",
+        needs: Some(("nvim", "apt-get install neovim")),
+        optional: false,
+        dir: "editors",
+        program: "bash",
+        args: &["run-tests.sh", "--nvim"],
+    },
+];
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Extra suites that exist only once their directory does (added by later issues).
+fn script_suites(
+    root: &Path,
+) -> Vec<(
+    String,
+    PathBuf,
+    Vec<String>,
+    Option<(&'static str, &'static str)>,
+)> {
+    let mut out = Vec::new();
+    if root.join("tests/lsp_pytest").is_dir() {
+        out.push((
+            "language server through pytest-lsp".to_string(),
+            root.to_path_buf(),
+            vec![
+                "python3".into(),
+                "-m".into(),
+                "pytest".into(),
+                "-q".into(),
+                "tests/lsp_pytest".into(),
+            ],
+            Some(("python3", "pip install pytest-lsp")),
+        ));
+    }
+    for (dir, what, tool) in [
+        (
+            "tests/nvim",
+            "language server in headless Neovim",
+            ("nvim", "apt-get install neovim"),
+        ),
+        (
+            "tests/tmux",
+            "explorer in tmux",
+            ("tmux", "apt-get install tmux"),
+        ),
+    ] {
+        if root.join(dir).join("run.sh").is_file() {
+            out.push((
+                what.to_string(),
+                root.to_path_buf(),
+                vec!["bash".into(), format!("{dir}/run.sh")],
+                Some(tool),
+            ));
+        }
+    }
+    out
+}
+
+fn run(name: &str, dir: &Path, program: &str, args: &[String]) -> bool {
+    println!("\n==> {name}: {program} {}", args.join(" "));
+    let start = Instant::now();
+    let status = Command::new(program).args(args).current_dir(dir).status();
+    let ok = matches!(status, Ok(s) if s.success());
+    println!(
+        "<== {name}: {} in {:.1}s",
+        if ok { "ok" } else { "FAILED" },
+        start.elapsed().as_secs_f64()
+    );
+    ok
+}
+
+fn test() -> ExitCode {
+    let root = root();
+    let mut failed: Vec<String> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    for suite in SUITES {
+        if let Some((tool, package)) = suite.needs {
+            if !on_path(tool) {
+                if suite.optional {
+                    skipped.push(format!(
+                        "{} (`{tool}` not installed: {package})",
+                        suite.name
+                    ));
+                } else {
+                    println!(
+                        "\n==> {}: `{tool}` is not installed ({package})",
+                        suite.name
+                    );
+                    failed.push(suite.name.to_string());
+                }
+                continue;
+            }
+        }
+        let args: Vec<String> = suite.args.iter().map(|s| s.to_string()).collect();
+        if !run(suite.name, &root.join(suite.dir), suite.program, &args) {
+            failed.push(suite.name.to_string());
+            // Nothing else is meaningful if the code does not build or format.
+            if matches!(suite.name, "rustfmt" | "build binaries") {
+                break;
+            }
+        }
+    }
+    if failed.is_empty() {
+        for (name, dir, argv, tool) in script_suites(&root) {
+            if let Some((tool, package)) = tool {
+                if !on_path(tool) {
+                    println!("\n==> {name}: `{tool}` is not installed ({package})");
+                    failed.push(name);
+                    continue;
+                }
+            }
+            if !run(&name, &dir, &argv[0], &argv[1..]) {
+                failed.push(name);
+            }
+        }
+    }
+    println!();
+    for s in &skipped {
+        println!("skipped: {s}");
+    }
+    let total = SUITES.len() + script_suites(&root).len() - skipped.len();
+    println!(
+        "{} passed, {} failed",
+        total.saturating_sub(failed.len()),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("failed suites: {}", failed.join(", "));
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    match std::env::args().nth(1).as_deref() {
+        Some("test") => test(),
+        _ => {
+            eprintln!("usage: cargo xtask test");
+            ExitCode::from(2)
+        }
+    }
+}
