@@ -7,6 +7,7 @@ pub mod check;
 pub mod config;
 pub mod emit;
 pub mod files;
+pub mod lower;
 
 use std::process::ExitCode;
 
@@ -34,6 +35,8 @@ struct Cli {
 enum Command {
     /// Report diagnostics for .tsr files (exit 0: clean, 1: errors, 2: tool failure).
     Check(check::CheckArgs),
+    /// Print a function's IR at one stage or all of them.
+    Lower(lower::LowerArgs),
     /// Run the language server on standard input/output (same as `tessera-lsp`).
     Lsp,
 }
@@ -97,6 +100,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Lower(args) => lower::run(args),
         Command::Lsp => Ok(tessera_lsp::run_stdio()),
     };
     match result {

@@ -91,6 +91,19 @@ pub fn function_ast<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<Arc<ast::Fu
         .cloned()
 }
 
+/// A function's definition alone: equal (and backdated) when only its decorators
+/// change, so inference and Graph IR survive an edited autotune candidate.
+#[salsa::tracked]
+pub fn function_def<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<Arc<ast::FunctionDef>> {
+    function_ast(db, key).as_ref().map(|f| f.def.clone())
+}
+
+/// A function's decorators alone.
+#[salsa::tracked]
+pub fn function_decorators<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<Arc<ast::Decorators>> {
+    function_ast(db, key).as_ref().map(|f| f.decorators.clone())
+}
+
 /// The AST of one module constant, with item-relative ranges.
 #[salsa::tracked]
 pub fn constant_ast<'db>(db: &'db dyn Db, key: ConstKey<'db>) -> Option<Arc<ast::ConstantAst>> {

@@ -174,3 +174,32 @@ fn a_signature_change_rechecks_callers_only_through_the_signature() {
         "`unrelated` is not re-checked"
     );
 }
+
+#[test]
+fn editing_an_autotune_candidate_keeps_the_bodys_inference() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gemm.tsr"))
+            .unwrap();
+    let (mut db, keys) = database();
+    let file = SourceFile::new(&db, "gemm.tsr".into(), text.clone(), None);
+    assert!(file_diagnostics(&db, file).is_empty());
+    named(&db, &keys);
+    // BM=[64, 128] → BM=[64, 256]: the decorator changes length, the body does not.
+    file.set_text(&mut db)
+        .to(text.replacen("BM=[64, 128]", "BM=[64, 256]", 1));
+    assert!(file_diagnostics(&db, file).is_empty());
+    let runs = named(&db, &keys);
+    let queries: Vec<&str> = runs.iter().map(|(q, _)| q.as_str()).collect();
+    assert!(
+        queries.contains(&"fn_decorators"),
+        "the decorators are re-analyzed: {queries:?}"
+    );
+    assert!(
+        !queries.contains(&"infer_function"),
+        "the body is not re-inferred: {queries:?}"
+    );
+    assert!(
+        !queries.contains(&"fn_signature")
+            || runs.iter().filter(|(q, _)| q == "fn_signature").count() == 1
+    );
+}

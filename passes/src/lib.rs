@@ -1,16 +1,216 @@
 //! The IR stack (Graph → Schedule → Tile → Target), its passes and the target-aware
 //! analyses, all as salsa queries over the frontend's database.
+//!
+//! Every pass is a query keyed by what it depends on: Graph IR by the function, Schedule
+//! and Tile IR by (function, schedule configuration, target). Changing one autotune
+//! candidate re-runs only the Schedule/Tile/Target queries of that kernel.
 
+pub mod ir;
+pub mod lower;
 pub mod target;
 
+use std::sync::Arc;
+
+use tessera_frontend::check::{fn_signature, infer_function, FunctionKind};
+use tessera_frontend::db::{function_ast, item_index};
+use tessera_frontend::diagnostics::Diagnostic;
+use tessera_frontend::text::{LineIndex, TextRange};
+use tessera_frontend::{Db, FnKey, SourceFile};
+
+pub use lower::LowerError;
 pub use target::Target;
 
-use tessera_frontend::diagnostics::Diagnostic;
-use tessera_frontend::{Db, SourceFile};
+use ir::print::{LocResolver, Printed};
+use ir::{Func, Loc, Origin};
 
 /// Every diagnostic of a file for a target: the frontend's checks plus the target
 /// lints. The CLI, the language server and the explorer all call this one function.
 pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Diagnostic> {
     let _ = target;
     tessera_frontend::check::file_diagnostics(db, file).clone()
+}
+
+/// Why a function has no IR.
+fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
+    let Some(ast) = function_ast(db, key) else {
+        return Err(LowerError {
+            message: "no such function".into(),
+            range: TextRange::default(),
+        });
+    };
+    let signature = fn_signature(db, key);
+    let inference = infer_function(db, key);
+    if signature
+        .diagnostics
+        .iter()
+        .chain(&inference.diagnostics)
+        .any(Diagnostic::is_error)
+    {
+        return Err(LowerError {
+            message: format!("`{}` has errors; `tessera check` shows them", ast.name),
+            range: ast.name_range,
+        });
+    }
+    if signature.kind == FunctionKind::Helper {
+        return Err(LowerError {
+            message: format!(
+                "`{}` is a helper: it is inlined where it is called and has no IR of its own",
+                ast.name
+            ),
+            range: ast.name_range,
+        });
+    }
+    Ok(())
+}
+
+/// Graph IR of a kernel or graph function.
+#[salsa::tracked(returns(ref))]
+pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, LowerError> {
+    precondition(db, key)?;
+    let ast = function_ast(db, key)
+        .clone()
+        .expect("checked by precondition");
+    let signature = fn_signature(db, key);
+    let inference = infer_function(db, key);
+    let func = match signature.kind {
+        FunctionKind::Kernel => {
+            lower::kernel::kernel_to_graph(&ast.name, &ast, signature, inference)?
+        }
+        FunctionKind::Graph => {
+            return Err(LowerError {
+                message: "graph functions are not lowered yet".into(),
+                range: ast.name_range,
+            })
+        }
+        FunctionKind::Helper => unreachable!("rejected by precondition"),
+    };
+    verified("graph lowering", func)
+}
+
+/// Runs the verifier after a pass; a failure is an internal error naming the pass.
+fn verified(pass: &str, func: Func) -> Result<Arc<Func>, LowerError> {
+    match ir::verify::verify(&func) {
+        Ok(()) => Ok(Arc::new(func)),
+        Err(e) => Err(LowerError {
+            message: format!("internal error: the IR after `{pass}` does not verify: {e}"),
+            range: func.loc.range,
+        }),
+    }
+}
+
+/// The stages `tessera lower` prints.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Stage {
+    Graph,
+    Sched,
+    Tile,
+    Target,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 4] = [Stage::Graph, Stage::Sched, Stage::Tile, Stage::Target];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Graph => "graph",
+            Stage::Sched => "sched",
+            Stage::Tile => "tile",
+            Stage::Target => "target",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|st| st.name() == s)
+    }
+}
+
+/// Printed IR with, per line, the absolute source range it came from.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct LoweredText {
+    pub text: String,
+    pub source_map: Vec<(u32, TextRange)>,
+}
+
+/// Resolves locations of one file's functions (and stdlib functions) to positions.
+pub struct FileLocs<'a> {
+    db: &'a dyn Db,
+    file: SourceFile,
+    index: LineIndex,
+}
+
+impl<'a> FileLocs<'a> {
+    pub fn new(db: &'a dyn Db, file: SourceFile) -> FileLocs<'a> {
+        FileLocs {
+            db,
+            file,
+            index: LineIndex::new(file.text(db)),
+        }
+    }
+
+    /// The absolute range of a location in this file.
+    pub fn absolute(&self, loc: &Loc) -> Option<TextRange> {
+        match &loc.origin {
+            Origin::Function(name) => {
+                let index = item_index(self.db, self.file);
+                let entry = index
+                    .functions
+                    .iter()
+                    .find(|f| f.key.name(self.db) == name.as_str())?;
+                Some(loc.range.shift(entry.anchor))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl LocResolver for FileLocs<'_> {
+    fn resolve(&self, loc: &Loc) -> Option<(String, u32, u32)> {
+        match &loc.origin {
+            Origin::Stdlib { file, .. } => Some((format!("tessera/stdlib/{file}"), 1, 1)),
+            _ => {
+                let range = self.absolute(loc)?;
+                let text = self.file.text(self.db);
+                let lc = self.index.line_col(text, range.start);
+                let path = self.file.path(self.db).to_string_lossy().into_owned();
+                Some((path, lc.line + 1, lc.col + 1))
+            }
+        }
+    }
+}
+
+/// Prints IR and maps each line back to the source.
+pub fn print_ir(db: &dyn Db, file: SourceFile, func: &Func) -> LoweredText {
+    let locs = FileLocs::new(db, file);
+    let Printed { text, lines } = ir::print::print_func(func, &locs);
+    let source_map = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, loc)| {
+            loc.as_ref()
+                .and_then(|l| locs.absolute(l))
+                .map(|r| (i as u32, r))
+        })
+        .collect();
+    LoweredText { text, source_map }
+}
+
+/// The IR text of one stage of a function, for `tessera lower`, the LSP and the explorer.
+pub fn lowering_text(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    stage: Stage,
+    target: Target,
+) -> Result<LoweredText, LowerError> {
+    let _ = target;
+    let file = key.file(db);
+    match stage {
+        Stage::Graph => {
+            let func = graph_ir(db, key).clone()?;
+            Ok(print_ir(db, file, &func))
+        }
+        _ => Err(LowerError {
+            message: format!("stage `{}` is not built yet", stage.name()),
+            range: TextRange::default(),
+        }),
+    }
 }

@@ -7,7 +7,7 @@ use super::infer::{Infer, Mode};
 use super::schedule::{self, KernelSchedule, KeyValue, SpaceKey};
 use super::scope::{Member, ScopeEntry};
 use super::types::*;
-use super::{FunctionKind, ParamInfo, Signature};
+use super::{DecoratorInfo, FunctionKind, ParamInfo, Signature};
 use crate::db::{Db, SourceFile};
 use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
 use crate::syntax::ast::*;
@@ -23,14 +23,21 @@ const DECORATORS: &[&str] = &[
     "verify.numerics",
 ];
 
-pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Signature {
-    let mut cx = Infer::new(db, file, &ast.arena, Mode::Decl, None);
-    cx.fn_name = ast.name.to_string();
+/// What the decorators say: kind, schedule with every candidate, and their
+/// diagnostics (relative to the item's first byte).
+pub(crate) fn decorator_info(
+    db: &dyn Db,
+    file: SourceFile,
+    name: &str,
+    decos: &Decorators,
+) -> DecoratorInfo {
+    let mut cx = Infer::new(db, file, &decos.arena, Mode::Decl, None);
+    cx.fn_name = name.to_string();
     let mut decorators = Vec::new();
     let (mut kernel, mut jit, mut autodiff) = (false, false, false);
     let mut schedule = KernelSchedule::default();
-    for &d in &ast.decorators {
-        let (func, args) = match ast.arena.expr(d) {
+    for &d in &decos.exprs {
+        let (func, args) = match decos.arena.expr(d) {
             Expr::Call { func, args } => (*func, Some(args.clone())),
             _ => (d, None),
         };
@@ -127,7 +134,42 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Sig
             _ => {}
         }
     }
-    if kernel && (jit || autodiff) {
+    let kind = if kernel {
+        FunctionKind::Kernel
+    } else if jit || autodiff {
+        FunctionKind::Graph
+    } else {
+        FunctionKind::Helper
+    };
+    let mut unimported_alias_uses = unimported_alias_names(&cx, &decos.arena, &decos.exprs);
+    let inference = cx.finish();
+    unimported_alias_uses.extend(inference.unimported_alias_uses.iter().copied());
+    unimported_alias_uses.sort_by_key(|r| (r.start, r.end));
+    unimported_alias_uses.dedup();
+    DecoratorInfo {
+        kind,
+        decorators,
+        autodiff,
+        jit,
+        kernel_and_graph: kernel && (jit || autodiff),
+        schedule: kernel.then_some(schedule),
+        diagnostics: inference.diagnostics,
+        unimported_alias_uses,
+    }
+}
+
+/// Parameters, return type and dim symbols (relative to `def`); the schedule appears
+/// only as its key names, so candidate values can change without invalidating it.
+pub(crate) fn signature(
+    db: &dyn Db,
+    file: SourceFile,
+    ast: &FunctionDef,
+    info: &DecoratorInfo,
+) -> Signature {
+    let mut cx = Infer::new(db, file, &ast.arena, Mode::Decl, None);
+    cx.fn_name = ast.name.to_string();
+    let kind = info.kind;
+    if info.kernel_and_graph {
         cx.error(
             Code::E0203,
             ast.name_range,
@@ -137,13 +179,6 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Sig
             ),
         );
     }
-    let kind = if kernel {
-        FunctionKind::Kernel
-    } else if jit || autodiff {
-        FunctionKind::Graph
-    } else {
-        FunctionKind::Helper
-    };
     let mut params = Vec::new();
     let mut symbols: Vec<String> = Vec::new();
     for p in &ast.params {
@@ -249,8 +284,13 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Sig
             other => other,
         }
     });
-    let schedule = kernel.then_some(schedule);
-    let mut unimported_alias_uses = unimported_alias_names(&cx, ast);
+    let mut roots: Vec<ExprId> = ast
+        .params
+        .iter()
+        .flat_map(|p| p.annotation.into_iter().chain(p.default))
+        .collect();
+    roots.extend(ast.return_type);
+    let mut unimported_alias_uses = unimported_alias_names(&cx, &ast.arena, &roots);
     let inference = cx.finish();
     unimported_alias_uses.extend(inference.unimported_alias_uses.iter().copied());
     unimported_alias_uses.sort_by_key(|r| (r.start, r.end));
@@ -258,10 +298,10 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Sig
     Signature {
         unimported_alias_uses,
         kind,
-        decorators,
-        autodiff,
-        jit,
-        schedule,
+        decorators: info.decorators.clone(),
+        autodiff: info.autodiff,
+        jit: info.jit,
+        schedule: info.schedule.as_ref().map(KernelSchedule::keys),
         params,
         ret,
         symbols,
@@ -269,24 +309,17 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionAst) -> Sig
     }
 }
 
-/// `ts`/`tessera` names in decorators and annotations that no import binds.
-fn unimported_alias_names(cx: &Infer, ast: &FunctionAst) -> Vec<TextRange> {
-    let mut roots: Vec<ExprId> = ast.decorators.clone();
-    roots.extend(
-        ast.params
-            .iter()
-            .flat_map(|p| p.annotation.into_iter().chain(p.default)),
-    );
-    roots.extend(ast.return_type);
+/// `ts`/`tessera` names under `roots` that no import binds.
+fn unimported_alias_names(cx: &Infer, arena: &Body, roots: &[ExprId]) -> Vec<TextRange> {
     let mut out = Vec::new();
-    let mut stack = roots;
+    let mut stack = roots.to_vec();
     while let Some(e) = stack.pop() {
-        if let Expr::Name(n) = ast.arena.expr(e) {
+        if let Expr::Name(n) = arena.expr(e) {
             if matches!(n.as_str(), "ts" | "tessera") && cx.scope.get(n).is_none() {
-                out.push(ast.arena.expr_range(e));
+                out.push(arena.expr_range(e));
             }
         }
-        ast.arena.walk_children(e, |c| stack.push(c));
+        arena.walk_children(e, |c| stack.push(c));
     }
     out
 }

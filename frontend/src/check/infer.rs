@@ -572,13 +572,13 @@ impl<'a> Infer<'a> {
             let key = canonical_key(name).to_string();
             self.ctx_reads.insert(key.clone());
             return match key.as_str() {
-                "swizzle" => Ty::Str(sched.fixed.get("swizzle").map(|v| v.to_string())),
+                "swizzle" => Ty::Str(None),
                 _ => Ty::Int(Some(Dim::sym(&key))),
             };
         }
         let keys = sched.key_names();
         let mut d = Diagnostic::new(Code::E0700, range, format!("unknown schedule key `{name}`"));
-        let autotune_keys: Vec<&str> = sched.space.iter().map(|k| k.key.as_str()).collect();
+        let autotune_keys: Vec<&str> = sched.space.iter().map(String::as_str).collect();
         let mut note = format!(
             "`ctx` of `{}` has the schedule keys {}",
             self.fn_name,
@@ -1805,7 +1805,7 @@ fn prelude(name: &str) -> Option<Member> {
 pub(crate) fn infer_body(
     db: &dyn Db,
     file: SourceFile,
-    ast: &FunctionAst,
+    ast: &FunctionDef,
     sig: &Signature,
 ) -> Inference {
     let mode = match sig.kind {
@@ -1817,25 +1817,6 @@ pub(crate) fn infer_body(
     cx.fn_name = ast.name.to_string();
     cx.stmts(&ast.body);
     cx.check_returns(sig, ast.return_type);
-    if let Some(schedule) = &sig.schedule {
-        // W0705: an autotune key the kernel never reads through `ctx`.
-        for key in &schedule.space {
-            let canon = canonical_key(&key.key);
-            if !schedule::consumed_by_compiler(canon) && !cx.ctx_reads.contains(canon) {
-                cx.push(
-                    Diagnostic::new(
-                        Code::W0705,
-                        key.key_range,
-                        format!("autotune key `{}` is never read through `ctx`", key.key),
-                    )
-                    .with_note(format!(
-                        "its {} candidates multiply the search space without changing the kernel",
-                        key.candidates.len()
-                    )),
-                );
-            }
-        }
-    }
     cx.finish()
 }
 
@@ -1884,11 +1865,32 @@ fn collect_const_names(body: &Body, target: ExprId, ty: &Ty, out: &mut BTreeMap<
 }
 
 /// E0502 for tensor-core operations whose dims a fixed schedule determines.
-pub(crate) fn schedule_diagnostics(sig: &Signature, inference: &Inference) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
-    let Some(schedule) = &sig.schedule else {
+pub(crate) fn schedule_diagnostics(
+    info: &super::DecoratorInfo,
+    inference: &Inference,
+) -> super::ScheduleChecks {
+    let mut out = super::ScheduleChecks::default();
+    let Some(schedule) = &info.schedule else {
         return out;
     };
+    // W0705: an autotune key the kernel never reads through `ctx`.
+    for key in &schedule.space {
+        let canon = canonical_key(&key.key);
+        if !schedule::consumed_by_compiler(canon) && !inference.ctx_reads.iter().any(|r| r == canon)
+        {
+            out.decorators.push(
+                Diagnostic::new(
+                    Code::W0705,
+                    key.key_range,
+                    format!("autotune key `{}` is never read through `ctx`", key.key),
+                )
+                .with_note(format!(
+                    "its {} candidates multiply the search space without changing the kernel",
+                    key.candidates.len()
+                )),
+            );
+        }
+    }
     if schedule.is_autotuned() {
         // Candidates that break E0502 are pruned by the target passes (W0702/E0703).
         return out;
@@ -1910,14 +1912,13 @@ pub(crate) fn schedule_diagnostics(sig: &Signature, inference: &Inference) -> Ve
             })
             .collect();
         if !bad.is_empty() {
-            out.push(
+            out.body.push(
                 Diagnostic::new(
                     Code::E0502,
                     site.range,
                     format!(
-                        "tensor-core shape not supported: {} with the schedule ({} must be multiples of {multiple} for {})",
+                        "tensor-core shape not supported: {} with the schedule (M, N and K must be multiples of {multiple} for {})",
                         bad.join(", "),
-                        "M, N and K",
                         site.dtype
                     ),
                 )

@@ -22,7 +22,7 @@ use crate::text::TextRange;
 
 pub use dims::{Dim, Obligation};
 pub use dtype::{DType, ElemType, Policy};
-pub use schedule::{KernelSchedule, KeyValue, ScheduleValue};
+pub use schedule::{KernelSchedule, KeyValue, ScheduleKeys, ScheduleValue};
 pub use scope::{module_scope, ModuleScope, ScopeEntry};
 pub use types::{LoopKind, Namespace, SharedType, Swizzle, TensorKind, TensorType, TileType, Ty};
 
@@ -59,7 +59,25 @@ pub struct ParamInfo {
     pub name_range: TextRange,
 }
 
-/// A function's signature: decorators, parameter types, return type.
+/// What a function's decorators say; diagnostics and ranges are relative to the item's
+/// first byte (its first decorator).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct DecoratorInfo {
+    pub kind: FunctionKind,
+    /// The decorators as written, for display (`kernel.autotune`, `jit`, ...).
+    pub decorators: Vec<String>,
+    pub autodiff: bool,
+    pub jit: bool,
+    /// `@kernel` together with `@jit`/`@autodiff` (reported by the signature).
+    pub kernel_and_graph: bool,
+    /// Set for kernels: the fixed schedule and the autotune space with every candidate.
+    pub schedule: Option<KernelSchedule>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub unimported_alias_uses: Vec<TextRange>,
+}
+
+/// A function's signature: kind, parameter types, return type; the schedule only as
+/// key names (values are in `fn_decorators`). Ranges are relative to `def`.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Signature {
     pub kind: FunctionKind,
@@ -67,8 +85,8 @@ pub struct Signature {
     pub decorators: Vec<String>,
     pub autodiff: bool,
     pub jit: bool,
-    /// Set for kernels.
-    pub schedule: Option<KernelSchedule>,
+    /// Set for kernels: the schedule's key names.
+    pub schedule: Option<ScheduleKeys>,
     pub params: Vec<ParamInfo>,
     pub ret: Option<Ty>,
     /// Dim symbols bound by the parameters (including `int` parameters).
@@ -161,11 +179,24 @@ impl Inference {
     }
 }
 
+/// What a function's decorators say (kind, schedule with its candidates).
+#[salsa::tracked(returns(ref))]
+pub fn fn_decorators<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<DecoratorInfo> {
+    let decorators = db::function_decorators(db, key).clone().unwrap_or_default();
+    Arc::new(annot::decorator_info(
+        db,
+        key.file(db),
+        key.name(db),
+        &decorators,
+    ))
+}
+
 /// The signature of a function.
 #[salsa::tracked(returns(ref))]
 pub fn fn_signature<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Signature> {
-    match db::function_ast(db, key) {
-        Some(ast) => Arc::new(annot::signature(db, key.file(db), ast)),
+    let info = fn_decorators(db, key);
+    match db::function_def(db, key) {
+        Some(def) => Arc::new(annot::signature(db, key.file(db), def, info)),
         None => Arc::new(Signature {
             kind: FunctionKind::Helper,
             decorators: Vec::new(),
@@ -189,7 +220,7 @@ fn infer_cycle(_db: &dyn Db, _id: salsa::Id, _key: FnKey<'_>) -> Arc<Inference> 
 /// module scope, and the signatures (or return types) of what it calls.
 #[salsa::tracked(returns(ref), cycle_result = infer_cycle)]
 pub fn infer_function<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Inference> {
-    let Some(ast) = db::function_ast(db, key) else {
+    let Some(ast) = db::function_def(db, key) else {
         return Arc::new(Inference::default());
     };
     let signature = fn_signature(db, key);
@@ -223,13 +254,20 @@ pub fn const_value<'db>(db: &'db dyn Db, key: ConstKey<'db>) -> Arc<ConstValue> 
     }
 }
 
-/// Checks that need the schedule's values but not a target: E0502 on tensor-core
-/// shapes fixed by `@kernel.schedule` (or the default schedule), and W0705.
+/// Diagnostics that need the schedule's values but not a target.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct ScheduleChecks {
+    /// E0502 on tensor-core shapes a fixed schedule determines (relative to `def`).
+    pub body: Vec<Diagnostic>,
+    /// W0705 on autotune keys the body never reads (relative to the item's start).
+    pub decorators: Vec<Diagnostic>,
+}
+
 #[salsa::tracked(returns(ref))]
-pub fn schedule_checks<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Vec<Diagnostic> {
-    let signature = fn_signature(db, key);
+pub fn schedule_checks<'db>(db: &'db dyn Db, key: FnKey<'db>) -> ScheduleChecks {
+    let info = fn_decorators(db, key);
     let inference = infer_function(db, key);
-    infer::schedule_diagnostics(signature, inference)
+    infer::schedule_diagnostics(info, inference)
 }
 
 /// Every diagnostic of a file that the frontend produces, absolute and sorted.
@@ -240,9 +278,19 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     let index = db::item_index(db, file);
     let mut unimported: Vec<TextRange> = Vec::new();
     for entry in &index.functions {
+        let info = fn_decorators(db, entry.key);
         let signature = fn_signature(db, entry.key);
         let inference = infer_function(db, entry.key);
         let checks = schedule_checks(db, entry.key);
+        // Decorators count from the item's first byte, the rest from `def`.
+        for d in info.diagnostics.iter().chain(&checks.decorators) {
+            out.push(d.clone().shift(entry.range.start));
+        }
+        unimported.extend(
+            info.unimported_alias_uses
+                .iter()
+                .map(|r| r.shift(entry.range.start)),
+        );
         unimported.extend(
             signature
                 .unimported_alias_uses
@@ -254,7 +302,7 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
             .diagnostics
             .iter()
             .chain(&inference.diagnostics)
-            .chain(checks)
+            .chain(&checks.body)
         {
             out.push(d.clone().shift(entry.anchor));
         }

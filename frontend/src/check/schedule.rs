@@ -222,25 +222,50 @@ impl KernelSchedule {
         s
     }
 
+    /// The key names without their values (what a function body may depend on).
+    pub fn keys(&self) -> ScheduleKeys {
+        ScheduleKeys {
+            space: self.space.iter().map(|k| k.key.clone()).collect(),
+            fixed: self.fixed.values.keys().cloned().collect(),
+            autotuned: self.is_autotuned(),
+        }
+    }
+
     /// Keys readable through `ctx.`: standard ones, the space's, and the fixed ones.
+    pub fn has_key(&self, key: &str) -> bool {
+        self.keys().has_key(key)
+    }
+
+    pub fn key_names(&self) -> Vec<String> {
+        self.keys().key_names()
+    }
+}
+
+/// The names a kernel's schedule defines, without values: a body that reads `ctx.BM`
+/// depends on BM existing, not on its candidates.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct ScheduleKeys {
+    /// Autotune keys as written.
+    pub space: Vec<String>,
+    /// Keys with a fixed value (canonical names).
+    pub fixed: Vec<String>,
+    pub autotuned: bool,
+}
+
+impl ScheduleKeys {
     pub fn has_key(&self, key: &str) -> bool {
         let key = canonical_key(key);
         STANDARD_KEYS.contains(&key)
-            || self.space.iter().any(|k| canonical_key(&k.key) == key)
-            || self.fixed.values.contains_key(key)
+            || self.space.iter().any(|k| canonical_key(k) == key)
+            || self.fixed.iter().any(|k| k == key)
     }
 
     pub fn key_names(&self) -> Vec<String> {
         let mut keys: Vec<String> = STANDARD_KEYS.iter().map(|s| s.to_string()).collect();
-        for k in &self.space {
-            let c = canonical_key(&k.key).to_string();
+        for k in self.space.iter().chain(&self.fixed) {
+            let c = canonical_key(k).to_string();
             if !keys.contains(&c) {
                 keys.push(c);
-            }
-        }
-        for k in self.fixed.values.keys() {
-            if !keys.contains(k) {
-                keys.push(k.clone());
             }
         }
         keys

@@ -385,12 +385,38 @@ pub struct Param {
     pub range: TextRange,
 }
 
-/// One `def` with its decorators; ranges relative to the item anchor.
+/// The decorators of a function, with their own arena; ranges are relative to the
+/// item's first byte (its first `@`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Decorators {
+    pub exprs: Vec<ExprId>,
+    pub arena: Body,
+}
+
+/// A function: its definition and its decorators, kept apart so that editing a
+/// decorator (an autotune candidate, say) leaves the definition — and everything
+/// derived from it: inference, Graph IR — equal.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct FunctionAst {
+    pub def: Arc<FunctionDef>,
+    pub decorators: Arc<Decorators>,
+    /// Bytes from the item's first byte (the first decorator) to `def`.
+    pub decorator_offset: u32,
+}
+
+impl std::ops::Deref for FunctionAst {
+    type Target = FunctionDef;
+
+    fn deref(&self) -> &FunctionDef {
+        &self.def
+    }
+}
+
+/// One `def`; ranges relative to the `def` keyword (the item anchor).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct FunctionDef {
     pub name: Name,
     pub name_range: TextRange,
-    pub decorators: Vec<ExprId>,
     pub params: Vec<Param>,
     pub params_range: TextRange,
     pub return_type: Option<ExprId>,
@@ -475,7 +501,8 @@ pub enum ItemKind {
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Item {
-    /// Absolute offset that the item's relative ranges count from.
+    /// Absolute offset that the item's relative ranges count from: the `def` keyword
+    /// of a function (its decorators count from `range.start`), else the item's start.
     pub anchor: u32,
     /// Absolute range of the whole item (decorators included).
     pub range: TextRange,

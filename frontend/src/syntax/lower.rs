@@ -305,13 +305,12 @@ impl<'a, 't> Lowering<'a, 't> {
         let anchor = range.start;
         let kind = node.kind_id();
         let item_kind = if kind == id.k_decorated_definition || kind == id.k_function_definition {
-            let mut cx = Cx {
-                lw: self,
-                anchor,
-                body: Body::default(),
-                depth: 0,
-            };
-            ItemKind::Function(Arc::new(cx.function(node)?))
+            let (function, def_start) = self.function(node)?;
+            return Some(Item {
+                anchor: def_start,
+                range,
+                kind: ItemKind::Function(Arc::new(function)),
+            });
         } else if kind == id.k_import_statement || kind == id.k_import_from_statement {
             ItemKind::Import(self.import(node))
         } else if kind == id.k_expression_statement || kind == id.k_assignment {
@@ -350,6 +349,51 @@ impl<'a, 't> Lowering<'a, 't> {
             range,
             kind: item_kind,
         })
+    }
+
+    /// A function item: decorators (relative to the item's start) and definition
+    /// (relative to `def`); also returns the absolute offset of `def`.
+    fn function(&mut self, node: Node<'t>) -> Option<(FunctionAst, u32)> {
+        let id = ids();
+        let item_start = node.start_byte() as u32;
+        let mut decorators = Decorators::default();
+        let def = if node.kind_id() == id.k_decorated_definition {
+            let kids = self.kids(node);
+            let mut cx = Cx {
+                lw: self,
+                anchor: item_start,
+                body: Body::default(),
+                depth: 0,
+            };
+            for d in kids.fields(id.f_decorator).collect::<Vec<_>>() {
+                let inner = cx.kids(d).named().next();
+                let expr = match inner {
+                    Some(e) => cx.expr(e),
+                    None => cx.missing(cx.rel(d)),
+                };
+                decorators.exprs.push(expr);
+            }
+            decorators.arena = cx.body;
+            kids.field(id.f_definition)?
+        } else {
+            node
+        };
+        let def_start = def.start_byte() as u32;
+        let mut cx = Cx {
+            lw: self,
+            anchor: def_start,
+            body: Body::default(),
+            depth: 0,
+        };
+        let function = cx.function_def(def)?;
+        Some((
+            FunctionAst {
+                def: Arc::new(function),
+                decorators: Arc::new(decorators),
+                decorator_offset: def_start - item_start,
+            },
+            def_start,
+        ))
     }
 
     fn import(&mut self, node: Node<'t>) -> ImportAst {
@@ -465,23 +509,9 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
 
     // ----- items -------------------------------------------------------------------
 
-    fn function(&mut self, node: Node<'t>) -> Option<FunctionAst> {
+    /// The definition of a function, with ranges relative to its `def` keyword.
+    fn function_def(&mut self, def: Node<'t>) -> Option<FunctionDef> {
         let id = ids();
-        let mut decorators = Vec::new();
-        let def = if node.kind_id() == id.k_decorated_definition {
-            let kids = self.kids(node);
-            for d in kids.fields(id.f_decorator).collect::<Vec<_>>() {
-                let inner = self.kids(d).named().next();
-                let expr = match inner {
-                    Some(e) => self.expr(e),
-                    None => self.missing(self.rel(d)),
-                };
-                decorators.push(expr);
-            }
-            kids.field(id.f_definition)?
-        } else {
-            node
-        };
         if def.kind_id() != id.k_function_definition {
             return None;
         }
@@ -503,10 +533,9 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             }
             None => (Vec::new(), None),
         };
-        Some(FunctionAst {
+        Some(FunctionDef {
             name: self.src(name_node).into(),
             name_range: self.rel(name_node),
-            decorators,
             params,
             params_range: params_node.map(|p| self.rel(p)).unwrap_or_default(),
             return_type,

@@ -1,0 +1,533 @@
+//! The IR shared by all four levels: SSA values, ops with attributes and nested
+//! single-block regions (structured control flow), and source locations.
+//!
+//! One op enum spans every level so that each pass and backend matches exhaustively;
+//! `verify` checks which ops and types a level allows.
+
+pub mod layout;
+pub mod print;
+pub mod types;
+pub mod verify;
+
+use smol_str::SmolStr;
+use tessera_frontend::check::{DType, Dim};
+use tessera_frontend::text::TextRange;
+
+pub use layout::Layout;
+pub use types::{SmemType, Swizzle, TensorType, TileType, Type, ViewType};
+
+/// The four IR levels (Target IR is text: PTX or LLVM IR).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum Level {
+    Graph,
+    Schedule,
+    Tile,
+}
+
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Graph => "graph",
+            Level::Schedule => "sched",
+            Level::Tile => "tile",
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct OpId(pub u32);
+
+/// Where an op comes from. Ranges are relative to the origin function's anchor, so IR
+/// built from a function stays equal when code above the function moves.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Loc {
+    pub origin: Origin,
+    pub range: TextRange,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub enum Origin {
+    /// No source (compiler-introduced with nothing better to point at).
+    #[default]
+    None,
+    /// A function of the file being compiled.
+    Function(SmolStr),
+    /// A function of a standard-library file.
+    Stdlib { file: SmolStr, function: SmolStr },
+}
+
+impl Loc {
+    pub fn new(function: &str, range: TextRange) -> Loc {
+        Loc {
+            origin: Origin::Function(SmolStr::new(function)),
+            range,
+        }
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Attr {
+    Int(i64),
+    /// A float by its bits (IR stays `Eq`).
+    Float(u64),
+    Bool(bool),
+    Str(SmolStr),
+    DType(DType),
+    Ints(Vec<i64>),
+    Dims(Vec<Dim>),
+    Layout(Layout),
+}
+
+impl Attr {
+    pub fn float(v: f64) -> Attr {
+        Attr::Float(v.to_bits())
+    }
+
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Attr::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn as_float(&self) -> Option<f64> {
+        match self {
+            Attr::Float(b) => Some(f64::from_bits(*b)),
+            Attr::Int(v) => Some(*v as f64),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Attr::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! ops {
+    ($($variant:ident = $name:literal,)*) => {
+        /// Every op of every level. `docs/ir.md` describes operands, results and attributes.
+        #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+        pub enum OpKind { $($variant,)* }
+
+        impl OpKind {
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$variant,)*];
+
+            pub fn name(self) -> &'static str {
+                match self { $(OpKind::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+ops! {
+    // functions and control flow
+    Return = "func.return",
+    For = "scf.for",
+    If = "scf.if",
+    While = "scf.while",
+    Condition = "scf.condition",
+    Yield = "scf.yield",
+    GridParallel = "grid.parallel",
+    ProgramId = "grid.program_id",
+    NumPrograms = "grid.num_programs",
+    // scalar, tile and tensor arithmetic (elementwise; operands of one type)
+    Constant = "arith.constant",
+    Add = "arith.add",
+    Sub = "arith.sub",
+    Mul = "arith.mul",
+    Div = "arith.div",
+    FloorDiv = "arith.floordiv",
+    Rem = "arith.rem",
+    Pow = "arith.pow",
+    Max = "arith.max",
+    Min = "arith.min",
+    Neg = "arith.neg",
+    Not = "arith.not",
+    And = "arith.and",
+    Or = "arith.or",
+    Cmp = "arith.cmp",
+    Select = "arith.select",
+    Cast = "arith.cast",
+    Exp = "math.exp",
+    Log = "math.log",
+    Sqrt = "math.sqrt",
+    Rsqrt = "math.rsqrt",
+    Tanh = "math.tanh",
+    Sigmoid = "math.sigmoid",
+    Relu = "math.relu",
+    Gelu = "math.gelu",
+    Silu = "math.silu",
+    Abs = "math.abs",
+    // tiles (register values)
+    Splat = "tile.splat",
+    Full = "tile.full",
+    Arange = "tile.arange",
+    Broadcast = "tile.broadcast",
+    ExpandDims = "tile.expand_dims",
+    Transpose = "tile.transpose",
+    Reduce = "tile.reduce",
+    Dot = "tile.dot",
+    CausalMask = "tile.causal_mask",
+    ConvertLayout = "tile.convert_layout",
+    // global memory
+    TensorDim = "tile.dim",
+    View = "tile.view",
+    Load = "tile.load",
+    Store = "tile.store",
+    Gather = "tile.gather",
+    Scatter = "tile.scatter",
+    // shared memory and asynchrony
+    AllocShared = "tile.alloc_shared",
+    SmemSlot = "tile.smem_slot",
+    LoadShared = "tile.load_shared",
+    StoreShared = "tile.store_shared",
+    CpAsync = "tile.cp_async",
+    AsyncCommit = "tile.async_commit",
+    AsyncWait = "tile.async_wait",
+    Barrier = "tile.barrier",
+    // graph level (whole tensors)
+    MatMul = "graph.matmul",
+    GReduce = "graph.reduce",
+    Softmax = "graph.softmax",
+    LogSumExp = "graph.logsumexp",
+    LayerNorm = "graph.layernorm",
+    RmsNorm = "graph.rmsnorm",
+    GTranspose = "graph.transpose",
+    Reshape = "graph.reshape",
+    Concat = "graph.concat",
+    Split = "graph.split",
+    GBroadcast = "graph.broadcast",
+    GExpandDims = "graph.expand_dims",
+    Slice = "graph.slice",
+    FlashAttention = "graph.flash_attention",
+    Dropout = "graph.dropout",
+    Random = "graph.randn",
+    Fill = "graph.full",
+    Iota = "graph.arange",
+    Launch = "graph.launch",
+    // schedule level: a schedule key's value (symbolic in Graph IR, a constant after
+    // specialization), and for graph functions the kernels and their buffers
+    SchedParam = "sched.param",
+    Kernel = "sched.kernel",
+    Buffer = "sched.buffer",
+    // collectives implied by sharding
+    AllGather = "dist.all_gather",
+    ReduceScatter = "dist.reduce_scatter",
+    AllReduce = "dist.all_reduce",
+}
+
+impl OpKind {
+    pub fn is_terminator(self) -> bool {
+        matches!(self, OpKind::Return | OpKind::Yield | OpKind::Condition)
+    }
+
+    /// Elementwise unary math on floats.
+    pub fn is_unary_math(self) -> bool {
+        matches!(
+            self,
+            OpKind::Exp
+                | OpKind::Log
+                | OpKind::Sqrt
+                | OpKind::Rsqrt
+                | OpKind::Tanh
+                | OpKind::Sigmoid
+                | OpKind::Relu
+                | OpKind::Gelu
+                | OpKind::Silu
+                | OpKind::Abs
+                | OpKind::Neg
+                | OpKind::Not
+        )
+    }
+
+    /// Elementwise binary arithmetic.
+    pub fn is_binary(self) -> bool {
+        matches!(
+            self,
+            OpKind::Add
+                | OpKind::Sub
+                | OpKind::Mul
+                | OpKind::Div
+                | OpKind::FloorDiv
+                | OpKind::Rem
+                | OpKind::Pow
+                | OpKind::Max
+                | OpKind::Min
+                | OpKind::And
+                | OpKind::Or
+        )
+    }
+
+    pub fn is_elementwise(self) -> bool {
+        self.is_unary_math()
+            || self.is_binary()
+            || matches!(self, OpKind::Cmp | OpKind::Select | OpKind::Cast)
+    }
+
+    /// Ops with effects on memory or ordering (not removable, not reorderable freely).
+    pub fn has_effect(self) -> bool {
+        matches!(
+            self,
+            OpKind::Store
+                | OpKind::Scatter
+                | OpKind::StoreShared
+                | OpKind::CpAsync
+                | OpKind::AsyncCommit
+                | OpKind::AsyncWait
+                | OpKind::Barrier
+                | OpKind::Return
+                | OpKind::Yield
+                | OpKind::Condition
+                | OpKind::Launch
+                | OpKind::Dropout
+                | OpKind::Random
+                | OpKind::Kernel
+                | OpKind::AllGather
+                | OpKind::ReduceScatter
+                | OpKind::AllReduce
+        )
+    }
+}
+
+/// A single-block region: arguments (loop index, iteration values) and ops in order.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Region {
+    pub args: Vec<ValueId>,
+    pub ops: Vec<OpId>,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Op {
+    pub kind: OpKind,
+    pub operands: Vec<ValueId>,
+    pub results: Vec<ValueId>,
+    pub attrs: Vec<(&'static str, Attr)>,
+    pub regions: Vec<Region>,
+    pub loc: Loc,
+}
+
+impl Op {
+    pub fn attr(&self, key: &str) -> Option<&Attr> {
+        self.attrs.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    pub fn int_attr(&self, key: &str) -> Option<i64> {
+        self.attr(key).and_then(Attr::as_int)
+    }
+
+    pub fn str_attr(&self, key: &str) -> Option<&str> {
+        self.attr(key).and_then(Attr::as_str)
+    }
+
+    pub fn set_attr(&mut self, key: &'static str, value: Attr) {
+        match self.attrs.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.attrs.push((key, value)),
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum FuncKind {
+    /// A tile kernel: the body is one tile program.
+    Kernel,
+    /// A graph function (`@jit`): whole-tensor ops, launches at Schedule IR.
+    Graph,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ValueInfo {
+    pub ty: Type,
+    /// The source name it came from, for readable printing (`%acc`).
+    pub name: Option<SmolStr>,
+}
+
+/// A function at some IR level.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Func {
+    pub name: SmolStr,
+    pub kind: FuncKind,
+    pub level: Level,
+    pub params: Vec<ValueId>,
+    pub values: Vec<ValueInfo>,
+    pub ops: Vec<Op>,
+    pub body: Region,
+    pub attrs: Vec<(&'static str, Attr)>,
+    pub loc: Loc,
+}
+
+impl Func {
+    pub fn new(name: &str, kind: FuncKind, level: Level, loc: Loc) -> Func {
+        Func {
+            name: SmolStr::new(name),
+            kind,
+            level,
+            params: Vec::new(),
+            values: Vec::new(),
+            ops: Vec::new(),
+            body: Region::default(),
+            attrs: Vec::new(),
+            loc,
+        }
+    }
+
+    pub fn ty(&self, v: ValueId) -> &Type {
+        &self.values[v.0 as usize].ty
+    }
+
+    pub fn op(&self, id: OpId) -> &Op {
+        &self.ops[id.0 as usize]
+    }
+
+    pub fn op_mut(&mut self, id: OpId) -> &mut Op {
+        &mut self.ops[id.0 as usize]
+    }
+
+    pub fn new_value(&mut self, ty: Type, name: Option<&str>) -> ValueId {
+        self.values.push(ValueInfo {
+            ty,
+            name: name.map(SmolStr::new),
+        });
+        ValueId(self.values.len() as u32 - 1)
+    }
+
+    pub fn attr(&self, key: &str) -> Option<&Attr> {
+        self.attrs.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    pub fn set_attr(&mut self, key: &'static str, value: Attr) {
+        match self.attrs.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.attrs.push((key, value)),
+        }
+    }
+
+    /// Every op reachable from the body, pre-order (an op before the ops of its regions).
+    pub fn walk(&self) -> Vec<OpId> {
+        let mut out = Vec::new();
+        self.walk_region(&self.body, &mut out);
+        out
+    }
+
+    fn walk_region(&self, region: &Region, out: &mut Vec<OpId>) {
+        for &op in &region.ops {
+            out.push(op);
+            for r in &self.op(op).regions {
+                self.walk_region(r, out);
+            }
+        }
+    }
+
+    /// The op defining each value (None for region arguments and parameters).
+    pub fn definitions(&self) -> Vec<Option<OpId>> {
+        let mut defs = vec![None; self.values.len()];
+        for id in self.walk() {
+            for &r in &self.op(id).results {
+                defs[r.0 as usize] = Some(id);
+            }
+        }
+        defs
+    }
+}
+
+/// Appends ops to a function, one region at a time.
+pub struct Builder<'f> {
+    pub func: &'f mut Func,
+    stack: Vec<Region>,
+}
+
+impl<'f> Builder<'f> {
+    pub fn new(func: &'f mut Func) -> Builder<'f> {
+        Builder {
+            func,
+            stack: vec![Region::default()],
+        }
+    }
+
+    pub fn value(&mut self, ty: Type, name: Option<&str>) -> ValueId {
+        self.func.new_value(ty, name)
+    }
+
+    /// Appends an op whose results have `result_types`; returns its results.
+    pub fn op(
+        &mut self,
+        kind: OpKind,
+        operands: Vec<ValueId>,
+        result_types: Vec<Type>,
+        attrs: Vec<(&'static str, Attr)>,
+        loc: &Loc,
+    ) -> Vec<ValueId> {
+        self.op_with_regions(kind, operands, result_types, attrs, Vec::new(), loc)
+    }
+
+    pub fn op_with_regions(
+        &mut self,
+        kind: OpKind,
+        operands: Vec<ValueId>,
+        result_types: Vec<Type>,
+        attrs: Vec<(&'static str, Attr)>,
+        regions: Vec<Region>,
+        loc: &Loc,
+    ) -> Vec<ValueId> {
+        let results: Vec<ValueId> = result_types
+            .into_iter()
+            .map(|t| self.func.new_value(t, None))
+            .collect();
+        self.func.ops.push(Op {
+            kind,
+            operands,
+            results: results.clone(),
+            attrs,
+            regions,
+            loc: loc.clone(),
+        });
+        let id = OpId(self.func.ops.len() as u32 - 1);
+        self.stack
+            .last_mut()
+            .expect("a region is open")
+            .ops
+            .push(id);
+        results
+    }
+
+    /// One result.
+    pub fn op1(
+        &mut self,
+        kind: OpKind,
+        operands: Vec<ValueId>,
+        ty: Type,
+        attrs: Vec<(&'static str, Attr)>,
+        loc: &Loc,
+    ) -> ValueId {
+        self.op(kind, operands, vec![ty], attrs, loc)[0]
+    }
+
+    /// Opens a nested region with `args`; ops go there until `close_region`.
+    pub fn open_region(&mut self, args: Vec<ValueId>) {
+        self.stack.push(Region {
+            args,
+            ops: Vec::new(),
+        });
+    }
+
+    pub fn close_region(&mut self) -> Region {
+        assert!(self.stack.len() > 1, "close_region without open_region");
+        self.stack.pop().unwrap()
+    }
+
+    pub fn name(&mut self, v: ValueId, name: &str) {
+        self.func.values[v.0 as usize].name = Some(SmolStr::new(name));
+    }
+
+    /// Finishes the function body.
+    pub fn finish(mut self) {
+        assert_eq!(self.stack.len(), 1, "unclosed regions");
+        self.func.body = self.stack.pop().unwrap();
+    }
+}

@@ -1,0 +1,5 @@
+//! Source → Graph IR.
+
+pub mod kernel;
+
+pub use kernel::LowerError;
