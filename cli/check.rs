@@ -60,23 +60,17 @@ impl CodeFilter {
                     if known {
                         Ok(c)
                     } else {
-                        Err(format!(
-                            "unknown code or prefix `{c}` (codes look like E0301 or W0601)"
-                        ))
+                        Err(format!("unknown code or prefix `{c}` (codes look like E0301 or W0601)"))
                     }
                 })
                 .collect()
         };
-        Ok(CodeFilter {
-            select: norm(select)?,
-            ignore: norm(ignore)?,
-        })
+        Ok(CodeFilter { select: norm(select)?, ignore: norm(ignore)? })
     }
 
     pub fn allows(&self, code: Code) -> bool {
         let matches = |p: &String| p == "ALL" || code.as_str().starts_with(p.as_str());
-        (self.select.is_empty() || self.select.iter().any(matches))
-            && !self.ignore.iter().any(matches)
+        (self.select.is_empty() || self.select.iter().any(matches)) && !self.ignore.iter().any(matches)
     }
 }
 
@@ -86,30 +80,14 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
     let mut inputs: Vec<(String, PathBuf, String, Option<u32>)> = Vec::new();
     if let Some(name) = &args.stdin_filename {
         let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read standard input: {e}"))?;
+        std::io::stdin().read_to_end(&mut bytes).map_err(|e| format!("cannot read standard input: {e}"))?;
         let loaded = crate::files::decode(bytes);
-        inputs.push((
-            name.to_string_lossy().into_owned(),
-            name.clone(),
-            loaded.text,
-            loaded.utf8_error,
-        ));
+        inputs.push((name.to_string_lossy().into_owned(), name.clone(), loaded.text, loaded.utf8_error));
     } else {
-        let paths = if args.paths.is_empty() {
-            vec![PathBuf::from(".")]
-        } else {
-            args.paths.clone()
-        };
+        let paths = if args.paths.is_empty() { vec![PathBuf::from(".")] } else { args.paths.clone() };
         for path in crate::files::collect(&paths)? {
             let loaded = crate::files::read(&path)?;
-            inputs.push((
-                crate::files::display_path(&path),
-                path,
-                loaded.text,
-                loaded.utf8_error,
-            ));
+            inputs.push((crate::files::display_path(&path), path, loaded.text, loaded.utf8_error));
         }
     }
     let files: Vec<(String, PathBuf, SourceFile)> = inputs
@@ -128,23 +106,16 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
         .map_init(
             || handles.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             |db, (shown, path, file)| -> Result<FileReport, String> {
-                let config = ProjectConfig::find(path)?
-                    .map(|(_, c)| c)
-                    .unwrap_or_default();
+                let config = ProjectConfig::find(path)?.map(|(_, c)| c).unwrap_or_default();
                 let target = match args.target {
                     Some(t) => t,
                     None => match &config.target {
-                        Some(t) => t
-                            .parse::<Target>()
-                            .map_err(|e| format!("tessera.toml: {e}"))?,
+                        Some(t) => t.parse::<Target>().map_err(|e| format!("tessera.toml: {e}"))?,
                         None => Target::Sm90,
                     },
                 };
                 let filter = if args.select.is_empty() && args.ignore.is_empty() {
-                    CodeFilter::new(
-                        config.select.as_deref().unwrap_or(&[]),
-                        config.ignore.as_deref().unwrap_or(&[]),
-                    )?
+                    CodeFilter::new(config.select.as_deref().unwrap_or(&[]), config.ignore.as_deref().unwrap_or(&[]))?
                 } else {
                     cli_filter.clone()
                 };
@@ -159,20 +130,14 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                     tessera_passes::file_diagnostics(db, *file, target)
                 }))
                 .map_err(|payload| {
-                    format!(
-                        "internal error while checking {shown}: {}",
-                        internal_error_message(payload)
-                    )
+                    format!("internal error while checking {shown}: {}", internal_error_message(payload))
                 })?;
                 let text = file.text(db).clone();
                 Ok(FileReport {
                     path: shown.clone(),
                     index: LineIndex::new(&text),
                     text,
-                    diagnostics: diagnostics
-                        .into_iter()
-                        .filter(|d: &Diagnostic| filter.allows(d.code))
-                        .collect(),
+                    diagnostics: diagnostics.into_iter().filter(|d: &Diagnostic| filter.allows(d.code)).collect(),
                 })
             },
         )
@@ -188,13 +153,11 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
             }
         }
     }
-    let color = args.format == Format::Human
-        && std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none();
+    let color =
+        args.format == Format::Human && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    emit::emit(args.format, &reports, color, &mut out)
-        .map_err(|e| format!("cannot write output: {e}"))?;
+    emit::emit(args.format, &reports, color, &mut out).map_err(|e| format!("cannot write output: {e}"))?;
     out.flush().ok();
     let summary = emit::summarize(&reports);
     let deny_warnings = args.deny == Some(DenyWhat::Warnings);

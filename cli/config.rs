@@ -32,8 +32,8 @@ impl ProjectConfig {
             if candidate.is_file() {
                 let text = std::fs::read_to_string(&candidate)
                     .map_err(|e| format!("cannot read {}: {e}", candidate.display()))?;
-                let config: ProjectConfig = toml::from_str(&text)
-                    .map_err(|e| format!("invalid {}: {e}", candidate.display()))?;
+                let config: ProjectConfig =
+                    toml::from_str(&text).map_err(|e| format!("invalid {}: {e}", candidate.display()))?;
                 return Ok(Some((candidate, config)));
             }
             if !dir.pop() {

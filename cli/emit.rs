@@ -45,11 +45,7 @@ pub struct Summary {
 }
 
 pub fn summarize(reports: &[FileReport]) -> Summary {
-    let mut s = Summary {
-        files: reports.len(),
-        errors: 0,
-        warnings: 0,
-    };
+    let mut s = Summary { files: reports.len(), errors: 0, warnings: 0 };
     for d in reports.iter().flat_map(|r| &r.diagnostics) {
         match d.severity {
             Severity::Error => s.errors += 1,
@@ -59,12 +55,7 @@ pub fn summarize(reports: &[FileReport]) -> Summary {
     s
 }
 
-pub fn emit(
-    format: Format,
-    reports: &[FileReport],
-    color: bool,
-    out: &mut dyn Write,
-) -> io::Result<()> {
+pub fn emit(format: Format, reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result<()> {
     match format {
         Format::Human => human(reports, color, out),
         Format::Concise => concise(reports, out),
@@ -81,9 +72,7 @@ pub fn emit(
 }
 
 fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result<()> {
-    let config = Config::default()
-        .with_index_type(IndexType::Byte)
-        .with_color(color);
+    let config = Config::default().with_index_type(IndexType::Byte).with_color(color);
     for report in reports {
         let source = Source::from(report.text.as_str());
         for d in &report.diagnostics {
@@ -96,18 +85,10 @@ fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result
                 .with_config(config)
                 .with_code(d.code)
                 .with_message(&d.message)
-                .with_label(
-                    Label::new(span(d.range))
-                        .with_color(accent)
-                        .with_order(-1)
-                        .with_message(d.code.title()),
-                );
+                .with_label(Label::new(span(d.range)).with_color(accent).with_order(-1).with_message(d.code.title()));
             for label in &d.labels {
-                builder = builder.with_label(
-                    Label::new(span(label.range))
-                        .with_color(Color::Blue)
-                        .with_message(&label.message),
-                );
+                builder = builder
+                    .with_label(Label::new(span(label.range)).with_color(Color::Blue).with_message(&label.message));
             }
             for note in &d.notes {
                 builder = builder.with_note(note);
@@ -115,19 +96,12 @@ fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result
             if let Some(fix) = &d.fix {
                 builder = builder.with_help(fix_help(fix, &report.text));
             }
-            builder
-                .finish()
-                .write((report.path.as_str(), source.clone()), &mut *out)?;
+            builder.finish().write((report.path.as_str(), source.clone()), &mut *out)?;
         }
     }
     let s = summarize(reports);
     if s.errors + s.warnings == 0 {
-        writeln!(
-            out,
-            "All checks passed ({} file{}).",
-            s.files,
-            plural(s.files)
-        )
+        writeln!(out, "All checks passed ({} file{}).", s.files, plural(s.files))
     } else {
         writeln!(
             out,
@@ -146,12 +120,7 @@ fn fix_help(fix: &tessera_frontend::diagnostics::Fix, text: &str) -> String {
     // Show a single-edit replacement inline: "did you mean `load`? (replace `lod`)".
     match fix.edits.as_slice() {
         [edit] if !edit.range.is_empty() && !edit.text.is_empty() => {
-            format!(
-                "{} (replace `{}` with `{}`)",
-                fix.message,
-                edit.range.slice(text),
-                edit.text
-            )
+            format!("{} (replace `{}` with `{}`)", fix.message, edit.range.slice(text), edit.text)
         }
         _ => fix.message.clone(),
     }
@@ -175,14 +144,7 @@ fn concise(reports: &[FileReport], out: &mut dyn Write) -> io::Result<()> {
     for r in reports {
         for d in &r.diagnostics {
             let (line, col) = r.position(d.range.start);
-            writeln!(
-                out,
-                "{}:{line}:{col}: {}[{}] {}",
-                r.path,
-                d.severity.as_str(),
-                d.code,
-                d.message
-            )?;
+            writeln!(out, "{}:{line}:{col}: {}[{}] {}", r.path, d.severity.as_str(), d.code, d.message)?;
         }
     }
     Ok(())
@@ -298,11 +260,7 @@ fn sarif(reports: &[FileReport]) -> Value {
 
 fn github(reports: &[FileReport], out: &mut dyn Write) -> io::Result<()> {
     // GitHub workflow commands: values escape %, CR, LF; properties also `:` and `,`.
-    let esc = |s: &str| {
-        s.replace('%', "%25")
-            .replace('\r', "%0D")
-            .replace('\n', "%0A")
-    };
+    let esc = |s: &str| s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A");
     let prop = |s: &str| esc(s).replace(':', "%3A").replace(',', "%2C");
     for r in reports {
         for d in &r.diagnostics {

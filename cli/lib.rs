@@ -21,11 +21,7 @@ pub fn parse_target(s: &str) -> Result<Target, String> {
 }
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "tessera",
-    version,
-    about = "The Tessera toolchain: check, lower, run and explore tile kernels"
-)]
+#[command(name = "tessera", version, about = "The Tessera toolchain: check, lower, run and explore tile kernels")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

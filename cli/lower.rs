@@ -20,6 +20,24 @@ pub struct LowerArgs {
     /// Target: sm_80, sm_90 (default) or cpu.
     #[arg(long, value_parser = crate::parse_target, default_value = "sm_90")]
     pub target: Target,
+    /// Schedule values, overriding the kernel's (BM=64,warps=4,...).
+    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
+    pub schedule: Vec<String>,
+    /// Values of shape symbols that tile dims use (D=128,...).
+    #[arg(long, value_delimiter = ',', value_name = "SYM=VALUE")]
+    pub dims: Vec<String>,
+}
+
+/// Parses `KEY=VALUE` pairs.
+pub fn parse_pairs(pairs: &[String], what: &str) -> Result<Vec<(String, String)>, String> {
+    pairs
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').ok_or_else(|| format!("--{what} expects KEY=VALUE, got `{p}`"))?;
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
 }
 
 pub fn run(args: LowerArgs) -> Result<i32, String> {
@@ -28,24 +46,12 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
     let shown = crate::files::display_path(&args.file);
     let file = SourceFile::new(&db, PathBuf::from(&shown), loaded.text, loaded.utf8_error);
     let index = item_index(&db, file);
-    let Some(entry) = index
-        .functions
-        .iter()
-        .find(|f| f.key.name(&db) == &args.kernel)
-    else {
-        let names: Vec<String> = index
-            .functions
-            .iter()
-            .map(|f| f.key.name(&db).clone())
-            .collect();
+    let Some(entry) = index.functions.iter().find(|f| f.key.name(&db) == &args.kernel) else {
+        let names: Vec<String> = index.functions.iter().map(|f| f.key.name(&db).clone()).collect();
         return Err(format!(
             "{shown} has no function `{}`{}",
             args.kernel,
-            if names.is_empty() {
-                String::new()
-            } else {
-                format!(" (it defines {})", names.join(", "))
-            }
+            if names.is_empty() { String::new() } else { format!(" (it defines {})", names.join(", ")) }
         ));
     };
     let stages: Vec<Stage> = match args.stage.as_str() {
@@ -54,16 +60,45 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
     };
     let text = file.text(&db).clone();
     let line_index = LineIndex::new(&text);
+    let mut dims = std::collections::BTreeMap::new();
+    for (k, v) in parse_pairs(&args.dims, "dims")? {
+        dims.insert(k.clone(), v.parse::<i64>().map_err(|_| format!("--dims {k}: `{v}` is not an integer"))?);
+    }
+    let (mut config, assumed) = match tessera_passes::default_config(&db, entry.key, &dims) {
+        Ok(c) => c,
+        Err(e) => {
+            let at = line_index.line_col(&text, e.range.start + entry.anchor);
+            return Err(format!(
+                "{shown}:{}:{}: cannot lower `{}`: {}",
+                at.line + 1,
+                at.col + 1,
+                args.kernel,
+                e.message
+            ));
+        }
+    };
+    for (k, v) in parse_pairs(&args.schedule, "schedule")? {
+        let value = match v.parse::<i64>() {
+            Ok(i) => tessera_frontend::check::KeyValue::Int(i),
+            Err(_) => tessera_frontend::check::KeyValue::Str(v.trim_matches('"').to_string()),
+        };
+        if let Some(problem) = tessera_frontend::check::schedule::validate(&k, &value) {
+            return Err(format!("--schedule {k}={v}: {problem}"));
+        }
+        config.schedule.set(&k, value);
+    }
+    if !assumed.is_empty() && stages.iter().any(|s| *s != Stage::Graph) {
+        eprintln!(
+            "note: assuming {} (tile dims need values; pass --dims {}=...)",
+            assumed.iter().map(|s| format!("{s}={}", tessera_passes::DEFAULT_SHAPE)).collect::<Vec<_>>().join(", "),
+            assumed[0]
+        );
+    }
     for stage in &stages {
-        match lowering_text(&db, entry.key, *stage, args.target) {
+        match lowering_text(&db, entry.key, *stage, args.target, &config) {
             Ok(lowered) => {
                 if stages.len() > 1 {
-                    println!(
-                        "// ===== {} IR: {} ({}) =====",
-                        stage.name(),
-                        args.kernel,
-                        args.target
-                    );
+                    println!("// ===== {} IR: {} ({}) =====", stage.name(), args.kernel, args.target);
                 }
                 print!("{}", lowered.text);
                 if stages.len() > 1 {

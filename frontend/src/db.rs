@@ -69,9 +69,7 @@ fn parse_chunk<'db>(db: &'db dyn Db, chunk: Chunk<'db>) -> syntax::ChunkParse {
 #[salsa::tracked(returns(ref))]
 pub fn parse(db: &dyn Db, file: SourceFile) -> Parse {
     let text = file.text(db);
-    syntax::assemble(text, file.utf8_error(db), |chunk_text| {
-        parse_chunk(db, Chunk::new(db, chunk_text))
-    })
+    syntax::assemble(text, file.utf8_error(db), |chunk_text| parse_chunk(db, Chunk::new(db, chunk_text)))
 }
 
 /// The AST of one function, with item-relative ranges. Equal across edits of other
@@ -113,11 +111,7 @@ pub fn constant_ast<'db>(db: &'db dyn Db, key: ConstKey<'db>) -> Option<Arc<ast:
         .items
         .iter()
         .filter_map(|item| match &item.kind {
-            ast::ItemKind::Constant(c)
-                if c.names.first().is_some_and(|(n, _)| n == key.name(db)) =>
-            {
-                Some(c)
-            }
+            ast::ItemKind::Constant(c) if c.names.first().is_some_and(|(n, _)| n == key.name(db)) => Some(c),
             _ => None,
         })
         .nth(key.ordinal(db) as usize)
@@ -126,20 +120,12 @@ pub fn constant_ast<'db>(db: &'db dyn Db, key: ConstKey<'db>) -> Option<Arc<ast:
 
 /// The absolute anchor of a function (where its relative ranges count from).
 pub fn function_anchor(db: &dyn Db, key: FnKey<'_>) -> Option<u32> {
-    item_index(db, key.file(db))
-        .functions
-        .iter()
-        .find(|f| f.key == key)
-        .map(|f| f.anchor)
+    item_index(db, key.file(db)).functions.iter().find(|f| f.key == key).map(|f| f.anchor)
 }
 
 /// The absolute anchor of a constant.
 pub fn constant_anchor(db: &dyn Db, key: ConstKey<'_>) -> Option<u32> {
-    item_index(db, key.file(db))
-        .constants
-        .iter()
-        .find(|c| c.key == key)
-        .map(|c| c.anchor)
+    item_index(db, key.file(db)).constants.iter().find(|c| c.key == key).map(|c| c.anchor)
 }
 
 /// A function's place in the file.
@@ -199,11 +185,7 @@ pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
                     key,
                     anchor: item.anchor,
                     range: item.range,
-                    names: c
-                        .names
-                        .iter()
-                        .map(|(n, r)| (n.to_string(), r.shift(item.anchor)))
-                        .collect(),
+                    names: c.names.iter().map(|(n, r)| (n.to_string(), r.shift(item.anchor))).collect(),
                 });
             }
             _ => {}

@@ -30,21 +30,15 @@ pub struct Database {
 
 impl Default for Database {
     fn default() -> Self {
-        Database {
-            storage: salsa::Storage::new(None),
-        }
+        Database { storage: salsa::Storage::new(None) }
     }
 }
 
 impl Database {
     /// A database that reports every salsa event to `on_event` (tests use it to observe
     /// which queries re-execute).
-    pub fn with_event_callback(
-        on_event: impl Fn(salsa::Event) + Send + Sync + 'static,
-    ) -> Database {
-        Database {
-            storage: salsa::Storage::new(Some(Box::new(on_event))),
-        }
+    pub fn with_event_callback(on_event: impl Fn(salsa::Event) + Send + Sync + 'static) -> Database {
+        Database { storage: salsa::Storage::new(Some(Box::new(on_event))) }
     }
 }
 

@@ -25,12 +25,7 @@ fn database() -> (Database, Arc<Mutex<Vec<salsa::DatabaseKeyIndex>>>) {
 fn named(db: &Database, keys: &Mutex<Vec<salsa::DatabaseKeyIndex>>) -> Vec<(String, salsa::Id)> {
     std::mem::take(&mut *keys.lock().unwrap())
         .into_iter()
-        .map(|k| {
-            (
-                db.ingredient_debug_name(k.ingredient_index()).to_string(),
-                k.key_index(),
-            )
-        })
+        .map(|k| (db.ingredient_debug_name(k.ingredient_index()).to_string(), k.key_index()))
         .collect()
 }
 
@@ -41,9 +36,7 @@ fn header_len(def: &str) -> usize {
         match c {
             '(' | '[' | '{' => depth += 1,
             ')' | ']' | '}' => depth -= 1,
-            ':' if depth == 0 => {
-                return i + def[i..].find('\n').expect("a newline after the header") + 1
-            }
+            ':' if depth == 0 => return i + def[i..].find('\n').expect("a newline after the header") + 1,
             _ => {}
         }
     }
@@ -55,63 +48,33 @@ fn editing_one_body_reruns_only_that_functions_inference() {
     let text = tessera_frontend::synthetic::module_with_functions(50);
     let (mut db, keys) = database();
     let file = SourceFile::new(&db, "fifty.tsr".into(), text.clone(), None);
-    assert!(
-        file_diagnostics(&db, file).is_empty(),
-        "the generated module checks clean"
-    );
-    let functions: Vec<(String, salsa::Id)> = item_index(&db, file)
-        .functions
-        .iter()
-        .map(|f| (f.key.name(&db).clone(), f.key.as_id()))
-        .collect();
+    assert!(file_diagnostics(&db, file).is_empty(), "the generated module checks clean");
+    let functions: Vec<(String, salsa::Id)> =
+        item_index(&db, file).functions.iter().map(|f| (f.key.name(&db).clone(), f.key.as_id())).collect();
     assert_eq!(functions.len(), 50);
     let first_run = named(&db, &keys);
-    let inferred = first_run
-        .iter()
-        .filter(|(q, _)| q == "infer_function")
-        .count();
+    let inferred = first_run.iter().filter(|(q, _)| q == "infer_function").count();
     assert_eq!(inferred, 50, "cold: every function is inferred once");
 
     // Edit a statement inside the 25th function's body: insert a local binding.
     let (target_name, target_id) = functions[24].clone();
-    let def = text
-        .find(&format!("def {target_name}("))
-        .expect("the function is in the text");
+    let def = text.find(&format!("def {target_name}(")).expect("the function is in the text");
     let body_line = def + header_len(&text[def..]);
     let mut edited = text.clone();
     edited.insert_str(body_line, "    extra_local = 1 + 2\n");
     file.set_text(&mut db).to(edited);
-    assert!(
-        file_diagnostics(&db, file).is_empty(),
-        "the edit keeps the module clean"
-    );
+    assert!(file_diagnostics(&db, file).is_empty(), "the edit keeps the module clean");
 
     let second_run = named(&db, &keys);
-    let reinferred: Vec<salsa::Id> = second_run
-        .iter()
-        .filter(|(q, _)| q == "infer_function")
-        .map(|(_, id)| *id)
-        .collect();
-    assert_eq!(
-        reinferred,
-        vec![target_id],
-        "only `{target_name}` is inferred again; executions: {second_run:?}"
-    );
-    let resigned: Vec<&(String, salsa::Id)> = second_run
-        .iter()
-        .filter(|(q, _)| q == "fn_signature")
-        .collect();
-    assert!(
-        resigned.iter().all(|(_, id)| *id == target_id),
-        "no other signature is recomputed: {resigned:?}"
-    );
+    let reinferred: Vec<salsa::Id> =
+        second_run.iter().filter(|(q, _)| q == "infer_function").map(|(_, id)| *id).collect();
+    assert_eq!(reinferred, vec![target_id], "only `{target_name}` is inferred again; executions: {second_run:?}");
+    let resigned: Vec<&(String, salsa::Id)> = second_run.iter().filter(|(q, _)| q == "fn_signature").collect();
+    assert!(resigned.iter().all(|(_, id)| *id == target_id), "no other signature is recomputed: {resigned:?}");
     // The other functions' inference results are the same objects as before.
     let other = item_index(&db, file).functions[0].key;
     let _ = infer_function(&db, other);
-    assert!(
-        named(&db, &keys).is_empty(),
-        "reading an unaffected function runs nothing"
-    );
+    assert!(named(&db, &keys).is_empty(), "reading an unaffected function runs nothing");
 }
 
 #[test]
@@ -122,15 +85,12 @@ fn edits_that_shift_positions_reuse_every_inference() {
     let before: Vec<_> = file_diagnostics(&db, file).to_vec();
     named(&db, &keys);
     // A comment at the top moves every item down by a line but changes no body.
-    file.set_text(&mut db)
-        .to(format!("# a new first line\n{text}"));
+    file.set_text(&mut db).to(format!("# a new first line\n{text}"));
     let after: Vec<_> = file_diagnostics(&db, file).to_vec();
     assert_eq!(before.len(), after.len());
     let runs = named(&db, &keys);
     assert!(
-        !runs
-            .iter()
-            .any(|(q, _)| q == "infer_function" || q == "fn_signature"),
+        !runs.iter().any(|(q, _)| q == "infer_function" || q == "fn_signature"),
         "no function is re-checked after a position-only change: {runs:?}"
     );
 }
@@ -152,54 +112,30 @@ fn a_signature_change_rechecks_callers_only_through_the_signature() {
         1,
     ));
     let diagnostics = file_diagnostics(&db, file).to_vec();
-    assert!(
-        diagnostics
-            .iter()
-            .any(|d| d.code == tessera_frontend::Code::E0801),
-        "{diagnostics:?}"
-    );
+    assert!(diagnostics.iter().any(|d| d.code == tessera_frontend::Code::E0801), "{diagnostics:?}");
     let runs = named(&db, &keys);
     let names: Vec<String> = item_index(&db, file)
         .functions
         .iter()
-        .filter(|f| {
-            runs.iter()
-                .any(|(q, id)| q == "infer_function" && *id == f.key.as_id())
-        })
+        .filter(|f| runs.iter().any(|(q, id)| q == "infer_function" && *id == f.key.as_id()))
         .map(|f| f.key.name(&db).clone())
         .collect();
-    assert_eq!(
-        names,
-        vec!["add".to_string(), "caller".to_string()],
-        "`unrelated` is not re-checked"
-    );
+    assert_eq!(names, vec!["add".to_string(), "caller".to_string()], "`unrelated` is not re-checked");
 }
 
 #[test]
 fn editing_an_autotune_candidate_keeps_the_bodys_inference() {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gemm.tsr"))
-            .unwrap();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gemm.tsr")).unwrap();
     let (mut db, keys) = database();
     let file = SourceFile::new(&db, "gemm.tsr".into(), text.clone(), None);
     assert!(file_diagnostics(&db, file).is_empty());
     named(&db, &keys);
     // BM=[64, 128] → BM=[64, 256]: the decorator changes length, the body does not.
-    file.set_text(&mut db)
-        .to(text.replacen("BM=[64, 128]", "BM=[64, 256]", 1));
+    file.set_text(&mut db).to(text.replacen("BM=[64, 128]", "BM=[64, 256]", 1));
     assert!(file_diagnostics(&db, file).is_empty());
     let runs = named(&db, &keys);
     let queries: Vec<&str> = runs.iter().map(|(q, _)| q.as_str()).collect();
-    assert!(
-        queries.contains(&"fn_decorators"),
-        "the decorators are re-analyzed: {queries:?}"
-    );
-    assert!(
-        !queries.contains(&"infer_function"),
-        "the body is not re-inferred: {queries:?}"
-    );
-    assert!(
-        !queries.contains(&"fn_signature")
-            || runs.iter().filter(|(q, _)| q == "fn_signature").count() == 1
-    );
+    assert!(queries.contains(&"fn_decorators"), "the decorators are re-analyzed: {queries:?}");
+    assert!(!queries.contains(&"infer_function"), "the body is not re-inferred: {queries:?}");
+    assert!(!queries.contains(&"fn_signature") || runs.iter().filter(|(q, _)| q == "fn_signature").count() == 1);
 }

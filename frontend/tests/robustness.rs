@@ -10,12 +10,7 @@ use tessera_frontend::{Database, SourceFile};
 fn corpus() -> Vec<String> {
     let mut texts = Vec::new();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for dir in [
-        "examples",
-        "../shared/corpus/valid",
-        "../shared/corpus/invalid",
-        "frontend/stdlib",
-    ] {
+    for dir in ["examples", "../shared/corpus/valid", "../shared/corpus/invalid", "frontend/stdlib"] {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
             continue;
         };
@@ -47,12 +42,7 @@ fn check_spans(bytes: &[u8]) {
             .chain(d.labels.iter().map(|l| l.range))
             .chain(d.fix.iter().flat_map(|f| f.edits.iter().map(|e| e.range)));
         for r in ranges {
-            assert!(
-                r.start <= r.end && r.end <= len,
-                "{} range {r:?} outside 0..{len}: {}",
-                d.code,
-                d.message
-            );
+            assert!(r.start <= r.end && r.end <= len, "{} range {r:?} outside 0..{len}: {}", d.code, d.message);
             assert!(
                 text.is_char_boundary(r.start as usize) && text.is_char_boundary(r.end as usize),
                 "{} range {r:?} splits a char: {} in {:?}",
@@ -170,9 +160,7 @@ fn mutate(text: &str, mutations: &[Mutation]) -> String {
             }
             Mutation::Swap(i) if n > 1 => toks.swap(i % (n - 1), i % (n - 1) + 1),
             Mutation::Swap(_) => {}
-            Mutation::Insert(i, v) => {
-                toks.insert(i % (n + 1), VOCABULARY[v % VOCABULARY.len()].to_string())
-            }
+            Mutation::Insert(i, v) => toks.insert(i % (n + 1), VOCABULARY[v % VOCABULARY.len()].to_string()),
             Mutation::Truncate(i) => toks.truncate(i % n),
         }
     }
@@ -216,8 +204,6 @@ fn deep_nesting_is_bounded() {
     check_spans(deep.as_bytes());
     let deep_body = format!("def f():\n    y = {}1\n", "-".repeat(20_000));
     check_spans(deep_body.as_bytes());
-    let many_blocks: String = (0..200)
-        .map(|i| format!("{}if x:\n", "    ".repeat(i + 1)))
-        .collect();
+    let many_blocks: String = (0..200).map(|i| format!("{}if x:\n", "    ".repeat(i + 1))).collect();
     check_spans(format!("def f(x: int):\n{many_blocks}").as_bytes());
 }

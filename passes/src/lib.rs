@@ -7,17 +7,21 @@
 
 pub mod ir;
 pub mod lower;
+pub mod sched;
 pub mod target;
+pub mod tile;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tessera_frontend::check::{fn_signature, infer_function, FunctionKind};
+use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, FunctionKind, ScheduleValue};
 use tessera_frontend::db::{function_ast, item_index};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::{LineIndex, TextRange};
 use tessera_frontend::{Db, FnKey, SourceFile};
 
 pub use lower::LowerError;
+pub use sched::Config;
 pub use target::Target;
 
 use ir::print::{LocResolver, Printed};
@@ -33,19 +37,11 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Di
 /// Why a function has no IR.
 fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
     let Some(ast) = function_ast(db, key) else {
-        return Err(LowerError {
-            message: "no such function".into(),
-            range: TextRange::default(),
-        });
+        return Err(LowerError { message: "no such function".into(), range: TextRange::default() });
     };
     let signature = fn_signature(db, key);
     let inference = infer_function(db, key);
-    if signature
-        .diagnostics
-        .iter()
-        .chain(&inference.diagnostics)
-        .any(Diagnostic::is_error)
-    {
+    if signature.diagnostics.iter().chain(&inference.diagnostics).any(Diagnostic::is_error) {
         return Err(LowerError {
             message: format!("`{}` has errors; `tessera check` shows them", ast.name),
             range: ast.name_range,
@@ -53,10 +49,7 @@ fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
     }
     if signature.kind == FunctionKind::Helper {
         return Err(LowerError {
-            message: format!(
-                "`{}` is a helper: it is inlined where it is called and has no IR of its own",
-                ast.name
-            ),
+            message: format!("`{}` is a helper: it is inlined where it is called and has no IR of its own", ast.name),
             range: ast.name_range,
         });
     }
@@ -67,24 +60,67 @@ fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
 #[salsa::tracked(returns(ref))]
 pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, LowerError> {
     precondition(db, key)?;
-    let ast = function_ast(db, key)
-        .clone()
-        .expect("checked by precondition");
+    let ast = function_ast(db, key).clone().expect("checked by precondition");
     let signature = fn_signature(db, key);
     let inference = infer_function(db, key);
     let func = match signature.kind {
-        FunctionKind::Kernel => {
-            lower::kernel::kernel_to_graph(&ast.name, &ast, signature, inference)?
-        }
+        FunctionKind::Kernel => lower::kernel::kernel_to_graph(&ast.name, &ast, signature, inference)?,
         FunctionKind::Graph => {
-            return Err(LowerError {
-                message: "graph functions are not lowered yet".into(),
-                range: ast.name_range,
-            })
+            return Err(LowerError { message: "graph functions are not lowered yet".into(), range: ast.name_range })
         }
         FunctionKind::Helper => unreachable!("rejected by precondition"),
     };
     verified("graph lowering", func)
+}
+
+/// Schedule IR of a kernel for one configuration and target.
+#[salsa::tracked(returns(ref))]
+pub fn sched_ir<'db>(
+    db: &'db dyn Db,
+    key: FnKey<'db>,
+    config: Config,
+    target: Target,
+) -> Result<Arc<Func>, LowerError> {
+    let graph = graph_ir(db, key).clone()?;
+    verified("schedule", sched::schedule_kernel(&graph, &config, target)?)
+}
+
+/// Tile IR of a kernel for one configuration and target.
+#[salsa::tracked(returns(ref))]
+pub fn tile_ir<'db>(db: &'db dyn Db, key: FnKey<'db>, config: Config, target: Target) -> Result<Arc<Func>, LowerError> {
+    let sched = sched_ir(db, key, config.clone(), target).clone()?;
+    verified("tile", tile::tile_kernel(&sched, &config, target)?)
+}
+
+/// Head dims and other shape symbols get this value when nothing gives one.
+pub const DEFAULT_SHAPE: i64 = 64;
+
+/// The configuration a kernel is shown and checked with when none is chosen: the
+/// fixed schedule (or each autotune key's first candidate) and the shape symbols its
+/// tiles use, from `dims` or [`DEFAULT_SHAPE`]. Also returns the symbols assumed.
+pub fn default_config(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    dims: &BTreeMap<String, i64>,
+) -> Result<(Config, Vec<String>), LowerError> {
+    let schedule = match &fn_decorators(db, key).schedule {
+        Some(s) => s.first_configuration(),
+        None => ScheduleValue::default_for_kernel(),
+    };
+    let graph = graph_ir(db, key).clone()?;
+    let mut shapes = BTreeMap::new();
+    let mut assumed = Vec::new();
+    for sym in sched::tile_shape_symbols(&graph, &schedule) {
+        let value = match dims.get(&sym) {
+            Some(v) => *v,
+            None => {
+                assumed.push(sym.clone());
+                DEFAULT_SHAPE
+            }
+        };
+        shapes.insert(sym, value);
+    }
+    Ok((Config { schedule, shapes }, assumed))
 }
 
 /// Runs the verifier after a pass; a failure is an internal error naming the pass.
@@ -140,11 +176,7 @@ pub struct FileLocs<'a> {
 
 impl<'a> FileLocs<'a> {
     pub fn new(db: &'a dyn Db, file: SourceFile) -> FileLocs<'a> {
-        FileLocs {
-            db,
-            file,
-            index: LineIndex::new(file.text(db)),
-        }
+        FileLocs { db, file, index: LineIndex::new(file.text(db)) }
     }
 
     /// The absolute range of a location in this file.
@@ -152,10 +184,7 @@ impl<'a> FileLocs<'a> {
         match &loc.origin {
             Origin::Function(name) => {
                 let index = item_index(self.db, self.file);
-                let entry = index
-                    .functions
-                    .iter()
-                    .find(|f| f.key.name(self.db) == name.as_str())?;
+                let entry = index.functions.iter().find(|f| f.key.name(self.db) == name.as_str())?;
                 Some(loc.range.shift(entry.anchor))
             }
             _ => None,
@@ -185,11 +214,7 @@ pub fn print_ir(db: &dyn Db, file: SourceFile, func: &Func) -> LoweredText {
     let source_map = lines
         .iter()
         .enumerate()
-        .filter_map(|(i, loc)| {
-            loc.as_ref()
-                .and_then(|l| locs.absolute(l))
-                .map(|r| (i as u32, r))
-        })
+        .filter_map(|(i, loc)| loc.as_ref().and_then(|l| locs.absolute(l)).map(|r| (i as u32, r)))
         .collect();
     LoweredText { text, source_map }
 }
@@ -200,17 +225,19 @@ pub fn lowering_text(
     key: FnKey<'_>,
     stage: Stage,
     target: Target,
+    config: &Config,
 ) -> Result<LoweredText, LowerError> {
-    let _ = target;
     let file = key.file(db);
-    match stage {
-        Stage::Graph => {
-            let func = graph_ir(db, key).clone()?;
-            Ok(print_ir(db, file, &func))
+    let func = match stage {
+        Stage::Graph => graph_ir(db, key).clone()?,
+        Stage::Sched => sched_ir(db, key, config.clone(), target).clone()?,
+        Stage::Tile => tile_ir(db, key, config.clone(), target).clone()?,
+        Stage::Target => {
+            return Err(LowerError {
+                message: "target code generation is not built yet".into(),
+                range: TextRange::default(),
+            })
         }
-        _ => Err(LowerError {
-            message: format!("stage `{}` is not built yet", stage.name()),
-            range: TextRange::default(),
-        }),
-    }
+    };
+    Ok(print_ir(db, file, &func))
 }

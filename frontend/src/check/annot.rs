@@ -13,24 +13,12 @@ use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
 use crate::syntax::ast::*;
 use crate::text::TextRange;
 
-const DECORATORS: &[&str] = &[
-    "kernel",
-    "kernel.autotune",
-    "kernel.schedule",
-    "kernel.auto",
-    "jit",
-    "autodiff",
-    "verify.numerics",
-];
+const DECORATORS: &[&str] =
+    &["kernel", "kernel.autotune", "kernel.schedule", "kernel.auto", "jit", "autodiff", "verify.numerics"];
 
 /// What the decorators say: kind, schedule with every candidate, and their
 /// diagnostics (relative to the item's first byte).
-pub(crate) fn decorator_info(
-    db: &dyn Db,
-    file: SourceFile,
-    name: &str,
-    decos: &Decorators,
-) -> DecoratorInfo {
+pub(crate) fn decorator_info(db: &dyn Db, file: SourceFile, name: &str, decos: &Decorators) -> DecoratorInfo {
     let mut cx = Infer::new(db, file, &decos.arena, Mode::Decl, None);
     cx.fn_name = name.to_string();
     let mut decorators = Vec::new();
@@ -42,37 +30,22 @@ pub(crate) fn decorator_info(
             _ => (d, None),
         };
         let Some(path) = decorator_path(&cx, func) else {
-            cx.error(
-                Code::E0203,
-                cx.range(d),
-                "a decorator must be a name such as `kernel` or `jit`",
-            );
+            cx.error(Code::E0203, cx.range(d), "a decorator must be a name such as `kernel` or `jit`");
             continue;
         };
         let name = path.join(".");
         if !DECORATORS.contains(&name.as_str()) {
             let written = render_path(&cx, func);
-            let mut diag = Diagnostic::new(
-                Code::E0203,
-                cx.range(func),
-                format!("unknown decorator `@{written}`"),
-            )
-            .with_note(format!(
-                "known decorators: {}",
-                DECORATORS
-                    .iter()
-                    .map(|d| format!("@{d}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            let mut diag = Diagnostic::new(Code::E0203, cx.range(func), format!("unknown decorator `@{written}`"))
+                .with_note(format!(
+                    "known decorators: {}",
+                    DECORATORS.iter().map(|d| format!("@{d}")).collect::<Vec<_>>().join(", ")
+                ));
             if let Some(s) = suggest(&name, DECORATORS.iter().copied()) {
                 let prefix = written.strip_suffix(&name).unwrap_or("");
                 diag = diag.with_fix(
                     format!("did you mean `@{prefix}{s}`?"),
-                    vec![Edit {
-                        range: cx.range(func),
-                        text: format!("{prefix}{s}"),
-                    }],
+                    vec![Edit { range: cx.range(func), text: format!("{prefix}{s}") }],
                 );
             }
             cx.push(diag);
@@ -98,11 +71,7 @@ pub(crate) fn decorator_info(
                             cx.wrong_kind(arg.value, "@kernel.schedule", "a Schedule", &other);
                         }
                     },
-                    _ => cx.error(
-                        Code::E0801,
-                        cx.range(d),
-                        "`@kernel.schedule` takes one Schedule argument",
-                    ),
+                    _ => cx.error(Code::E0801, cx.range(d), "`@kernel.schedule` takes one Schedule argument"),
                 }
             }
             "kernel.autotune" => {
@@ -117,15 +86,8 @@ pub(crate) fn decorator_info(
                     if a.name.as_ref().is_some_and(|(n, _)| n == "bounded") {
                         if let Ty::List(items) | Ty::Tuple(items) = &ty {
                             let nums: Vec<Option<f64>> = items.iter().map(number).collect();
-                            if nums.len() != 2
-                                || nums.iter().any(Option::is_none)
-                                || nums[0] >= nums[1]
-                            {
-                                cx.error(
-                                    Code::E0802,
-                                    cx.range(a.value),
-                                    "bounded must be [lo, hi] with lo < hi",
-                                );
+                            if nums.len() != 2 || nums.iter().any(Option::is_none) || nums[0] >= nums[1] {
+                                cx.error(Code::E0802, cx.range(a.value), "bounded must be [lo, hi] with lo < hi");
                             }
                         }
                     }
@@ -160,12 +122,7 @@ pub(crate) fn decorator_info(
 
 /// Parameters, return type and dim symbols (relative to `def`); the schedule appears
 /// only as its key names, so candidate values can change without invalidating it.
-pub(crate) fn signature(
-    db: &dyn Db,
-    file: SourceFile,
-    ast: &FunctionDef,
-    info: &DecoratorInfo,
-) -> Signature {
+pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionDef, info: &DecoratorInfo) -> Signature {
     let mut cx = Infer::new(db, file, &ast.arena, Mode::Decl, None);
     cx.fn_name = ast.name.to_string();
     let kind = info.kind;
@@ -173,10 +130,7 @@ pub(crate) fn signature(
         cx.error(
             Code::E0203,
             ast.name_range,
-            format!(
-                "`{}` cannot be both a @kernel and a graph function (@jit/@autodiff)",
-                ast.name
-            ),
+            format!("`{}` cannot be both a @kernel and a graph function (@jit/@autodiff)", ast.name),
         );
     }
     let mut params = Vec::new();
@@ -190,7 +144,12 @@ pub(crate) fn signature(
                         Diagnostic::new(
                             Code::E0800,
                             p.name_range,
-                            format!("parameter `{}` of the {} `{}` needs a type annotation", p.name, kind.name(), ast.name),
+                            format!(
+                                "parameter `{}` of the {} `{}` needs a type annotation",
+                                p.name,
+                                kind.name(),
+                                ast.name
+                            ),
                         )
                         .with_note("e.g. `x: Tensor[\"N\", f32]` for a tensor or `alpha: f32` for a scalar"),
                     );
@@ -222,9 +181,7 @@ pub(crate) fn signature(
                 (Ty::Scalar(e), Ty::Float(_)) => e.dtype.is_float(),
                 (Ty::Scalar(_) | Ty::Float(_), Ty::Int(_) | Ty::Float(_)) => true,
                 (Ty::Scalar(e), Ty::Bool(_)) => e.dtype == DType::Bool,
-                (Ty::Int(_), Ty::Int(_))
-                | (Ty::Bool(_), Ty::Bool(_))
-                | (Ty::Str(_), Ty::Str(_)) => true,
+                (Ty::Int(_), Ty::Int(_)) | (Ty::Bool(_), Ty::Bool(_)) | (Ty::Str(_), Ty::Str(_)) => true,
                 (Ty::Tensor(_), Ty::NoneVal) => true,
                 _ => false,
             };
@@ -268,11 +225,7 @@ pub(crate) fn signature(
                         cx.range(r),
                         format!(
                             "the return annotation uses {} that no parameter binds",
-                            unbound
-                                .iter()
-                                .map(|s| format!("`{s}`"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            unbound.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
                         ),
                     )
                     .with_note("a returned dim must be derived from the parameters' dims"),
@@ -284,11 +237,7 @@ pub(crate) fn signature(
             other => other,
         }
     });
-    let mut roots: Vec<ExprId> = ast
-        .params
-        .iter()
-        .flat_map(|p| p.annotation.into_iter().chain(p.default))
-        .collect();
+    let mut roots: Vec<ExprId> = ast.params.iter().flat_map(|p| p.annotation.into_iter().chain(p.default)).collect();
     roots.extend(ast.return_type);
     let mut unimported_alias_uses = unimported_alias_names(&cx, &ast.arena, &roots);
     let inference = cx.finish();
@@ -335,43 +284,28 @@ fn number(t: &Ty) -> Option<f64> {
 /// The decorator's path with a leading `tessera` alias removed: `ts.kernel.autotune`
 /// → ["kernel", "autotune"].
 fn decorator_path(cx: &Infer, func: ExprId) -> Option<Vec<String>> {
-    let path: Vec<String> = cx
-        .body
-        .dotted_path(func)?
-        .into_iter()
-        .map(String::from)
-        .collect();
+    let path: Vec<String> = cx.body.dotted_path(func)?.into_iter().map(String::from).collect();
     let first = path.first()?;
     let is_alias = is_tessera_alias(cx, first);
-    Some(if is_alias && path.len() > 1 {
-        path[1..].to_vec()
-    } else {
-        path
-    })
+    Some(if is_alias && path.len() > 1 { path[1..].to_vec() } else { path })
 }
 
 fn render_path(cx: &Infer, func: ExprId) -> String {
-    cx.body
-        .dotted_path(func)
-        .map(|p| p.join("."))
-        .unwrap_or_default()
+    cx.body.dotted_path(func).map(|p| p.join(".")).unwrap_or_default()
 }
 
 fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut KernelSchedule) {
     let mut space_arg = None;
     for (i, a) in args.iter().enumerate() {
-        let name = a
-            .name
-            .as_ref()
-            .map(|(n, _)| n.as_str())
-            .unwrap_or(if i == 0 { "space" } else { "" });
+        let name = a.name.as_ref().map(|(n, _)| n.as_str()).unwrap_or(if i == 0 { "space" } else { "" });
         match name {
             "space" => space_arg = Some(a.value),
             "metric" => match cx.expr(a.value) {
                 Ty::Str(Some(m)) if matches!(m.as_str(), "latency_ms" | "tflops" | "gbps") => schedule.metric = Some(m),
                 Ty::Str(Some(m)) => cx.push(
-                    Diagnostic::new(Code::E0802, cx.range(a.value), format!("unknown metric \"{m}\""))
-                        .with_note("metrics: \"latency_ms\" (lower is better), \"tflops\", \"gbps\" (higher is better)"),
+                    Diagnostic::new(Code::E0802, cx.range(a.value), format!("unknown metric \"{m}\"")).with_note(
+                        "metrics: \"latency_ms\" (lower is better), \"tflops\", \"gbps\" (higher is better)",
+                    ),
                 ),
                 other => {
                     cx.wrong_kind(a.value, "metric", "a string", &other);
@@ -394,7 +328,11 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
             },
             _ => {
                 let range = a.name.as_ref().map(|(_, r)| *r).unwrap_or_else(|| cx.range(a.value));
-                let mut d = Diagnostic::new(Code::E0804, range, "`@kernel.autotune` takes space=, metric=, budget_ms= and cache=");
+                let mut d = Diagnostic::new(
+                    Code::E0804,
+                    range,
+                    "`@kernel.autotune` takes space=, metric=, budget_ms= and cache=",
+                );
                 if let Some((n, r)) = &a.name {
                     if let Some(s) = suggest(n, ["space", "metric", "budget_ms", "cache"]) {
                         d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: *r, text: s.into() }]);
@@ -405,24 +343,13 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
         }
     }
     let Some(space) = space_arg else {
-        cx.error(
-            Code::E0801,
-            cx.range(decorator),
-            "`@kernel.autotune` needs a `space=dict(KEY=[candidates, ...])`",
-        );
+        cx.error(Code::E0801, cx.range(decorator), "`@kernel.autotune` needs a `space=dict(KEY=[candidates, ...])`");
         return;
     };
     schedule.space_range = Some(cx.range(space));
     let entries: Vec<(String, TextRange, ExprId)> = match cx.body.expr(cx.body.unparen(space)) {
-        Expr::Call { func, args }
-            if cx
-                .body
-                .dotted_path(*func)
-                .is_some_and(|p| p.last() == Some(&"dict")) =>
-        {
-            args.iter()
-                .filter_map(|a| a.name.as_ref().map(|(n, r)| (n.to_string(), *r, a.value)))
-                .collect()
+        Expr::Call { func, args } if cx.body.dotted_path(*func).is_some_and(|p| p.last() == Some(&"dict")) => {
+            args.iter().filter_map(|a| a.name.as_ref().map(|(n, r)| (n.to_string(), *r, a.value))).collect()
         }
         Expr::Dict(pairs) => pairs
             .iter()
@@ -449,24 +376,14 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
             _ => {
                 cx.expr(values);
                 cx.push(
-                    Diagnostic::new(
-                        Code::E0802,
-                        cx.range(values),
-                        format!("the candidates of `{key}` must be a list"),
-                    )
-                    .with_fix(
-                        "wrap it in a list",
-                        vec![
-                            Edit {
-                                range: TextRange::empty(cx.range(values).start),
-                                text: "[".into(),
-                            },
-                            Edit {
-                                range: TextRange::empty(cx.range(values).end),
-                                text: "]".into(),
-                            },
-                        ],
-                    ),
+                    Diagnostic::new(Code::E0802, cx.range(values), format!("the candidates of `{key}` must be a list"))
+                        .with_fix(
+                            "wrap it in a list",
+                            vec![
+                                Edit { range: TextRange::empty(cx.range(values).start), text: "[".into() },
+                                Edit { range: TextRange::empty(cx.range(values).end), text: "]".into() },
+                            ],
+                        ),
                 );
                 continue;
             }
@@ -483,11 +400,7 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
                 }
             };
             if let Some(problem) = schedule::validate(&key, &value) {
-                cx.error(
-                    Code::E0701,
-                    cx.range(item),
-                    format!("invalid schedule: {problem}"),
-                );
+                cx.error(Code::E0701, cx.range(item), format!("invalid schedule: {problem}"));
                 continue;
             }
             candidates.push((value, cx.range(item)));
@@ -495,11 +408,7 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
         if candidates.is_empty() {
             continue;
         }
-        schedule.space.push(SpaceKey {
-            key,
-            key_range,
-            candidates,
-        });
+        schedule.space.push(SpaceKey { key, key_range, candidates });
     }
 }
 
@@ -522,9 +431,7 @@ pub(crate) fn annotation_type(cx: &mut Infer, ann: ExprId) -> Ty {
             };
             tensor_annotation(cx, kind, indices, &[])
         }
-        Expr::Binary {
-            op: BinOp::MatMul, ..
-        } => {
+        Expr::Binary { op: BinOp::MatMul, .. } => {
             // `KVCache[...] @ paged @ device(gpu)` or `f32 @accum(...)` as a scalar type.
             let (base, policies) = split_policies(body, ann);
             if let Expr::Subscript { value, indices } = body.expr(body.unparen(base)) {
@@ -550,18 +457,20 @@ pub(crate) fn annotation_type(cx: &mut Infer, ann: ExprId) -> Ty {
             match scalar_type_name(cx, ann) {
                 Some(t) => t,
                 None => {
-                    let mut d = Diagnostic::new(Code::E0401, cx.range(ann), format!("unknown type `{}`", path.join(".")))
-                        .with_note("types are Tensor[...], KTile[...], KVCache[...], a dtype (f32, bf16, ...), int, float or bool");
-                    let mut candidates: Vec<&str> =
-                        DType::SPELLINGS.iter().map(|(s, _)| *s).collect();
+                    let mut d = Diagnostic::new(
+                        Code::E0401,
+                        cx.range(ann),
+                        format!("unknown type `{}`", path.join(".")),
+                    )
+                    .with_note(
+                        "types are Tensor[...], KTile[...], KVCache[...], a dtype (f32, bf16, ...), int, float or bool",
+                    );
+                    let mut candidates: Vec<&str> = DType::SPELLINGS.iter().map(|(s, _)| *s).collect();
                     candidates.extend(["int", "float", "bool", "Tensor", "KTile", "KVCache"]);
                     if let Some(s) = suggest(last, candidates) {
                         d = d.with_fix(
                             format!("did you mean `{s}`?"),
-                            vec![Edit {
-                                range: cx.range(ann),
-                                text: s.to_string(),
-                            }],
+                            vec![Edit { range: cx.range(ann), text: s.to_string() }],
                         );
                     }
                     cx.push(d);
@@ -603,10 +512,7 @@ fn scalar_type_name(cx: &mut Infer, ann: ExprId) -> Option<Ty> {
 /// to it (an unimported `ts` is reported once per file, not at every use).
 fn is_tessera_alias(cx: &Infer, name: &str) -> bool {
     match cx.scope.get(name) {
-        Some(entry) => matches!(
-            entry,
-            ScopeEntry::Member(Member::Namespace(Namespace::Tessera))
-        ),
+        Some(entry) => matches!(entry, ScopeEntry::Member(Member::Namespace(Namespace::Tessera))),
         None => matches!(name, "ts" | "tessera"),
     }
 }
@@ -629,12 +535,7 @@ fn tensor_kind(cx: &Infer, value: ExprId) -> Option<TensorKind> {
 /// Splits `base @ p1 @ p2` into the base and its policy expressions (in order).
 fn split_policies(body: &Body, mut e: ExprId) -> (ExprId, Vec<ExprId>) {
     let mut policies = Vec::new();
-    while let Expr::Binary {
-        op: BinOp::MatMul,
-        lhs,
-        rhs,
-    } = body.expr(e)
-    {
+    while let Expr::Binary { op: BinOp::MatMul, lhs, rhs } = body.expr(e) {
         policies.push(*rhs);
         e = *lhs;
     }
@@ -642,27 +543,15 @@ fn split_policies(body: &Body, mut e: ExprId) -> (ExprId, Vec<ExprId>) {
     (e, policies)
 }
 
-fn tensor_annotation(
-    cx: &mut Infer,
-    kind: TensorKind,
-    indices: &[ExprId],
-    outer_policies: &[ExprId],
-) -> Ty {
+fn tensor_annotation(cx: &mut Infer, kind: TensorKind, indices: &[ExprId], outer_policies: &[ExprId]) -> Ty {
     if kind == TensorKind::OptimizerState {
         // OptimizerState[param] names a parameter; its policies are still checked.
-        let policies: Vec<(Policy, TextRange)> = outer_policies
-            .iter()
-            .filter_map(|&p| policy(cx, p))
-            .collect();
+        let policies: Vec<(Policy, TextRange)> = outer_policies.iter().filter_map(|&p| policy(cx, p)).collect();
         validate_policies(cx, DType::F32, &policies, true);
         return Ty::Unknown;
     }
     let Some((&last, dims_exprs)) = indices.split_last() else {
-        cx.error(
-            Code::E0401,
-            TextRange::default(),
-            "a tensor type needs at least a dtype",
-        );
+        cx.error(Code::E0401, TextRange::default(), "a tensor type needs at least a dtype");
         return Ty::Unknown;
     };
     let mut dims = Vec::new();
@@ -676,16 +565,9 @@ fn tensor_annotation(
     let state = kind == TensorKind::KVCache;
     let mut elem = elem_type(cx, last, state);
     if !outer_policies.is_empty() {
-        let policies: Vec<(Policy, TextRange)> = outer_policies
-            .iter()
-            .filter_map(|&p| policy(cx, p))
-            .collect();
+        let policies: Vec<(Policy, TextRange)> = outer_policies.iter().filter_map(|&p| policy(cx, p)).collect();
         if let Some(e) = &mut elem {
-            let mut all: Vec<(Policy, TextRange)> = e
-                .policies
-                .iter()
-                .map(|p| (p.clone(), cx.range(last)))
-                .collect();
+            let mut all: Vec<(Policy, TextRange)> = e.policies.iter().map(|p| (p.clone(), cx.range(last))).collect();
             all.extend(policies);
             if let Some(v) = validate_policies(cx, e.dtype, &all, true) {
                 *e = v;
@@ -702,11 +584,7 @@ fn dim_annotation(cx: &mut Infer, d: ExprId) -> Option<Dim> {
     match cx.body.expr(d) {
         Expr::Int(v) => {
             if *v <= 0 {
-                cx.error(
-                    Code::E0301,
-                    cx.range(d),
-                    format!("a dim must be positive, got {v}"),
-                );
+                cx.error(Code::E0301, cx.range(d), format!("a dim must be positive, got {v}"));
                 return None;
             }
             Some(Dim::constant(*v))
@@ -717,12 +595,8 @@ fn dim_annotation(cx: &mut Infer, d: ExprId) -> Option<Dim> {
                 let range = cx.range(d);
                 // The offset is into the string's value; without escapes (dims have
                 // none) that is the literal's text after its opening quote.
-                let width = s[e.offset.min(s.len())..]
-                    .chars()
-                    .next()
-                    .map_or(1, char::len_utf8) as u32;
-                let at = (range.start + 1 + e.offset as u32)
-                    .min(range.end.saturating_sub(width).max(range.start));
+                let width = s[e.offset.min(s.len())..].chars().next().map_or(1, char::len_utf8) as u32;
+                let at = (range.start + 1 + e.offset as u32).min(range.end.saturating_sub(width).max(range.start));
                 cx.push(Diagnostic::new(
                     Code::E0100,
                     TextRange::new(at, (at + width).min(range.end.max(at))),
@@ -735,11 +609,7 @@ fn dim_annotation(cx: &mut Infer, d: ExprId) -> Option<Dim> {
             Ty::Int(Some(dim)) => Some(dim),
             Ty::Unknown => None,
             Ty::DType(_) => {
-                cx.error(
-                    Code::E0401,
-                    cx.range(d),
-                    "the dtype must be the last item of a tensor type",
-                );
+                cx.error(Code::E0401, cx.range(d), "the dtype must be the last item of a tensor type");
                 None
             }
             other => {
@@ -766,16 +636,11 @@ fn elem_type(cx: &mut Infer, e: ExprId, state: bool) -> Option<ElemType> {
             let range = cx.range(e);
             parse_dtype_string(cx, s, range)
         }
-        Expr::Binary {
-            op: BinOp::MatMul, ..
-        } => {
+        Expr::Binary { op: BinOp::MatMul, .. } => {
             let (base, policy_exprs) = split_policies(body, e);
             let dtype = elem_type(cx, base, state)?;
-            let mut policies: Vec<(Policy, TextRange)> = dtype
-                .policies
-                .iter()
-                .map(|p| (p.clone(), cx.range(base)))
-                .collect();
+            let mut policies: Vec<(Policy, TextRange)> =
+                dtype.policies.iter().map(|p| (p.clone(), cx.range(base))).collect();
             for p in policy_exprs {
                 policies.push(policy(cx, p)?);
             }
@@ -799,30 +664,16 @@ fn elem_type(cx: &mut Infer, e: ExprId, state: bool) -> Option<ElemType> {
             {
                 return DType::from_name(last).map(ElemType::plain);
             }
-            let mut d = Diagnostic::new(
-                Code::E0401,
-                cx.range(e),
-                format!("unknown dtype `{}`", path.join(".")),
-            )
-            .with_note("dtypes: f64 f32 tf32 bf16 f16 fp8_e4m3 fp8_e5m2 int8 int4 i32 i64 bool");
+            let mut d = Diagnostic::new(Code::E0401, cx.range(e), format!("unknown dtype `{}`", path.join(".")))
+                .with_note("dtypes: f64 f32 tf32 bf16 f16 fp8_e4m3 fp8_e5m2 int8 int4 i32 i64 bool");
             if let Some(s) = suggest(last, DType::SPELLINGS.iter().map(|(s, _)| *s)) {
-                d = d.with_fix(
-                    format!("did you mean `{s}`?"),
-                    vec![Edit {
-                        range: cx.range(e),
-                        text: s.to_string(),
-                    }],
-                );
+                d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: cx.range(e), text: s.to_string() }]);
             }
             cx.push(d);
             None
         }
         _ => {
-            cx.error(
-                Code::E0401,
-                cx.range(e),
-                format!("`{}` is not a dtype", cx.text(e)),
-            );
+            cx.error(Code::E0401, cx.range(e), format!("`{}` is not a dtype", cx.text(e)));
             None
         }
     }
@@ -857,18 +708,24 @@ fn policy(cx: &mut Infer, e: ExprId) -> Option<(Policy, TextRange)> {
                 Some(k) if k > 0.0 => {
                     if k.log2().fract() != 0.0 {
                         cx.push(
-                            Diagnostic::new(Code::W0406, cx.range(ae), format!("loss scale {k} is not a power of two: scaling will round gradients"))
-                                .with_fix(format!("use {}", 2f64.powi(k.log2().round() as i32)), vec![Edit { range: cx.range(ae), text: format!("{}", 2f64.powi(k.log2().round() as i32)) }]),
+                            Diagnostic::new(
+                                Code::W0406,
+                                cx.range(ae),
+                                format!("loss scale {k} is not a power of two: scaling will round gradients"),
+                            )
+                            .with_fix(
+                                format!("use {}", 2f64.powi(k.log2().round() as i32)),
+                                vec![Edit {
+                                    range: cx.range(ae),
+                                    text: format!("{}", 2f64.powi(k.log2().round() as i32)),
+                                }],
+                            ),
                         );
                     }
                     Policy::LossScale(k.to_bits())
                 }
                 Some(k) => {
-                    cx.error(
-                        Code::E0402,
-                        cx.range(ae),
-                        format!("loss scale must be > 0, got {k}"),
-                    );
+                    cx.error(Code::E0402, cx.range(ae), format!("loss scale must be > 0, got {k}"));
                     return None;
                 }
                 None => {
@@ -877,19 +734,11 @@ fn policy(cx: &mut Infer, e: ExprId) -> Option<(Policy, TextRange)> {
                 }
             },
             None => {
-                cx.error(
-                    Code::E0402,
-                    range,
-                    "`@loss_scale` takes one number: @loss_scale(1024)",
-                );
+                cx.error(Code::E0402, range, "`@loss_scale` takes one number: @loss_scale(1024)");
                 return None;
             }
         },
-        "device" => match args
-            .as_ref()
-            .and_then(|a| a.first())
-            .and_then(|a| body.dotted_path(a.value))
-        {
+        "device" => match args.as_ref().and_then(|a| a.first()).and_then(|a| body.dotted_path(a.value)) {
             Some(p) if p.last() == Some(&"gpu") => Policy::Device(Device::Gpu),
             Some(p) if p.last() == Some(&"cpu") => Policy::Device(Device::Cpu),
             _ => {
@@ -897,8 +746,7 @@ fn policy(cx: &mut Infer, e: ExprId) -> Option<(Policy, TextRange)> {
                 return None;
             }
         },
-        "stochastic_round" | "saturate" | "fp32_master" | "paged" | "checkpointable"
-        | "rolling_window" => {
+        "stochastic_round" | "saturate" | "fp32_master" | "paged" | "checkpointable" | "rolling_window" => {
             if nargs > 0 {
                 cx.error(Code::E0402, range, format!("`@{name}` takes no arguments"));
                 return None;
@@ -913,26 +761,16 @@ fn policy(cx: &mut Infer, e: ExprId) -> Option<(Policy, TextRange)> {
             }
         }
         _ => {
-            let mut d = Diagnostic::new(
-                Code::E0402,
-                cx.range(name_expr),
-                format!("unknown policy `@{}`", path.join(".")),
-            )
-            .with_note(format!(
-                "policies: {}",
-                Policy::NAMES
-                    .iter()
-                    .map(|p| format!("@{p}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ));
+            let mut d =
+                Diagnostic::new(Code::E0402, cx.range(name_expr), format!("unknown policy `@{}`", path.join(".")))
+                    .with_note(format!(
+                        "policies: {}",
+                        Policy::NAMES.iter().map(|p| format!("@{p}")).collect::<Vec<_>>().join(" ")
+                    ));
             if let Some(s) = suggest(name, Policy::NAMES.iter().copied()) {
                 d = d.with_fix(
                     format!("did you mean `@{s}`?"),
-                    vec![Edit {
-                        range: cx.range(name_expr),
-                        text: s.to_string(),
-                    }],
+                    vec![Edit { range: cx.range(name_expr), text: s.to_string() }],
                 );
             }
             cx.push(d);
@@ -943,31 +781,16 @@ fn policy(cx: &mut Infer, e: ExprId) -> Option<(Policy, TextRange)> {
 }
 
 /// The policy rules of LANGUAGE.md §4; returns the element type when valid.
-fn validate_policies(
-    cx: &mut Infer,
-    dtype: DType,
-    policies: &[(Policy, TextRange)],
-    state: bool,
-) -> Option<ElemType> {
+fn validate_policies(cx: &mut Infer, dtype: DType, policies: &[(Policy, TextRange)], state: bool) -> Option<ElemType> {
     let mut ok = true;
     for (i, (p, range)) in policies.iter().enumerate() {
         // Two of the same policy with different arguments (or two @accum): E0403.
         if let Some((prev, prev_range)) = policies[..i].iter().find(|(q, _)| q.name() == p.name()) {
             if prev != p || matches!(p, Policy::Accum(_)) {
                 cx.push(
-                    Diagnostic::new(
-                        Code::E0403,
-                        *range,
-                        format!("conflicting policies: {prev} and {p}"),
-                    )
-                    .with_label(*prev_range, "first set here")
-                    .with_fix(
-                        "remove the second policy",
-                        vec![Edit {
-                            range: *range,
-                            text: String::new(),
-                        }],
-                    ),
+                    Diagnostic::new(Code::E0403, *range, format!("conflicting policies: {prev} and {p}"))
+                        .with_label(*prev_range, "first set here")
+                        .with_fix("remove the second policy", vec![Edit { range: *range, text: String::new() }]),
                 );
                 ok = false;
                 continue;
@@ -999,11 +822,7 @@ fn validate_policies(
         if let Some(problem) = problem {
             let mut d = Diagnostic::new(Code::E0402, *range, problem);
             if let Policy::Accum(_) = p {
-                let suggestion = if matches!(dtype, DType::Int8 | DType::Int4) {
-                    "i32"
-                } else {
-                    "f32"
-                };
+                let suggestion = if matches!(dtype, DType::Int8 | DType::Int4) { "i32" } else { "f32" };
                 d = d.with_note(format!("use @accum({suggestion})"));
             }
             cx.push(d);
@@ -1017,9 +836,7 @@ fn validate_policies(
 pub(crate) fn parse_dtype_string(cx: &mut Infer, s: &str, literal: TextRange) -> Option<ElemType> {
     // Offsets inside the literal: skip the opening quote (and a prefix, if any).
     let base = literal.start + 1;
-    let at = |start: usize, len: usize| {
-        TextRange::new(base + start as u32, base + (start + len.max(1)) as u32)
-    };
+    let at = |start: usize, len: usize| TextRange::new(base + start as u32, base + (start + len.max(1)) as u32);
     let mut tokens: Vec<(usize, String)> = Vec::new();
     let mut chars = s.char_indices().peekable();
     while let Some(&(i, c)) = chars.peek() {
@@ -1047,18 +864,11 @@ pub(crate) fn parse_dtype_string(cx: &mut Infer, s: &str, literal: TextRange) ->
         return None;
     };
     let Some(dtype) = DType::from_name(&name) else {
-        let mut d = Diagnostic::new(
-            Code::E0401,
-            at(start, name.len()),
-            format!("unknown dtype `{name}`"),
-        );
+        let mut d = Diagnostic::new(Code::E0401, at(start, name.len()), format!("unknown dtype `{name}`"));
         if let Some(sug) = suggest(&name, DType::SPELLINGS.iter().map(|(s, _)| *s)) {
             d = d.with_fix(
                 format!("did you mean `{sug}`?"),
-                vec![Edit {
-                    range: at(start, name.len()),
-                    text: sug.to_string(),
-                }],
+                vec![Edit { range: at(start, name.len()), text: sug.to_string() }],
             );
         }
         cx.push(d);
@@ -1069,11 +879,7 @@ pub(crate) fn parse_dtype_string(cx: &mut Infer, s: &str, literal: TextRange) ->
     while pos < tokens.len() {
         let (i, t) = tokens[pos].clone();
         if t != "@" {
-            cx.error(
-                Code::E0100,
-                at(i, t.len()),
-                format!("expected `@` before a policy, found `{t}`"),
-            );
+            cx.error(Code::E0100, at(i, t.len()), format!("expected `@` before a policy, found `{t}`"));
             return None;
         }
         pos += 1;
@@ -1086,39 +892,25 @@ pub(crate) fn parse_dtype_string(cx: &mut Infer, s: &str, literal: TextRange) ->
         if tokens.get(pos).is_some_and(|(_, t)| t == "(") {
             arg = tokens.get(pos + 1).cloned();
             if tokens.get(pos + 2).is_none_or(|(_, t)| t != ")") {
-                cx.error(
-                    Code::E0100,
-                    at(pi, pname.len()),
-                    format!("expected `)` to close `@{pname}(`"),
-                );
+                cx.error(Code::E0100, at(pi, pname.len()), format!("expected `)` to close `@{pname}(`"));
                 return None;
             }
             pos += 3;
         }
-        let end = arg
-            .as_ref()
-            .map_or(pi + pname.len(), |(ai, a)| ai + a.len() + 1);
+        let end = arg.as_ref().map_or(pi + pname.len(), |(ai, a)| ai + a.len() + 1);
         let range = TextRange::new(base + pi as u32, base + end as u32);
         let p = match (pname.as_str(), &arg) {
             ("accum", Some((ai, a))) => match DType::from_name(a) {
                 Some(d) => Policy::Accum(d),
                 None => {
-                    cx.error(
-                        Code::E0401,
-                        at(*ai, a.len()),
-                        format!("unknown dtype `{a}`"),
-                    );
+                    cx.error(Code::E0401, at(*ai, a.len()), format!("unknown dtype `{a}`"));
                     return None;
                 }
             },
             ("loss_scale", Some((ai, a))) => match a.parse::<f64>() {
                 Ok(k) if k > 0.0 => Policy::LossScale(k.to_bits()),
                 _ => {
-                    cx.error(
-                        Code::E0402,
-                        at(*ai, a.len()),
-                        "loss scale must be a number > 0",
-                    );
+                    cx.error(Code::E0402, at(*ai, a.len()), "loss scale must be a number > 0");
                     return None;
                 }
             },

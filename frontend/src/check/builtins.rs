@@ -48,12 +48,8 @@ impl Builtin {
     /// The parsed parameter list.
     pub fn param_specs(&self) -> &'static [ParamSpec] {
         static CACHE: OnceLock<HashMap<&'static str, Vec<ParamSpec>>> = OnceLock::new();
-        let cache = CACHE.get_or_init(|| {
-            BUILTINS
-                .iter()
-                .filter_map(|b| b.params.map(|p| (b.path, parse_params(p))))
-                .collect()
-        });
+        let cache =
+            CACHE.get_or_init(|| BUILTINS.iter().filter_map(|b| b.params.map(|p| (b.path, parse_params(p)))).collect());
         cache.get(self.path).map(|v| v.as_slice()).unwrap_or(&[])
     }
 
@@ -81,24 +77,14 @@ fn parse_params(src: &'static str) -> Vec<ParamSpec> {
             continue;
         }
         if let Some(name) = part.strip_prefix("**") {
-            out.push(ParamSpec {
-                name,
-                default: None,
-                keyword_only: true,
-                var_keyword: true,
-            });
+            out.push(ParamSpec { name, default: None, keyword_only: true, var_keyword: true });
             continue;
         }
         let (name, default) = match part.split_once('=') {
             Some((n, d)) => (n.trim(), Some(d.trim())),
             None => (part, None),
         };
-        out.push(ParamSpec {
-            name,
-            default,
-            keyword_only,
-            var_keyword: false,
-        });
+        out.push(ParamSpec { name, default, keyword_only, var_keyword: false });
     }
     out
 }
@@ -269,27 +255,18 @@ builtins! {
 /// Looks up a built-in by its canonical path.
 pub fn lookup(path: &str) -> Option<&'static Builtin> {
     static INDEX: OnceLock<HashMap<&'static str, &'static Builtin>> = OnceLock::new();
-    INDEX
-        .get_or_init(|| BUILTINS.iter().map(|b| (b.path, b)).collect())
-        .get(path)
-        .copied()
+    INDEX.get_or_init(|| BUILTINS.iter().map(|b| (b.path, b)).collect()).get(path).copied()
 }
 
 /// Top-level built-in names (the prelude that is in scope everywhere).
 pub fn prelude_names() -> impl Iterator<Item = &'static str> {
-    BUILTINS
-        .iter()
-        .filter(|b| !b.path.contains('.'))
-        .map(|b| b.path)
+    BUILTINS.iter().filter(|b| !b.path.contains('.')).map(|b| b.path)
 }
 
 /// Members of a namespace (`tile` → load, store, ...).
 pub fn members(namespace: &str) -> impl Iterator<Item = &'static Builtin> + '_ {
     BUILTINS.iter().filter(move |b| {
-        b.path
-            .strip_prefix(namespace)
-            .and_then(|r| r.strip_prefix('.'))
-            .is_some_and(|r| !r.contains('.'))
+        b.path.strip_prefix(namespace).and_then(|r| r.strip_prefix('.')).is_some_and(|r| !r.contains('.'))
     })
 }
 
@@ -322,10 +299,7 @@ mod tests {
     fn signatures_parse() {
         let load = lookup("tile.load").unwrap();
         let names: Vec<&str> = load.param_specs().iter().map(|p| p.name).collect();
-        assert_eq!(
-            names,
-            ["src", "mask", "other", "vector", "prefetch", "rows", "cols"]
-        );
+        assert_eq!(names, ["src", "mask", "other", "vector", "prefetch", "rows", "cols"]);
         assert_eq!(load.param_specs()[2].default, Some("0"));
         let dict = lookup("dict").unwrap();
         assert!(dict.param_specs()[0].var_keyword);

@@ -162,12 +162,7 @@ impl Dim {
     pub fn neg(&self) -> Dim {
         match self {
             Dim::Const(c) => Dim::Const(c.saturating_neg()),
-            _ => Dim::from_terms(
-                self.terms()
-                    .into_iter()
-                    .map(|(m, c)| (m, c.saturating_neg()))
-                    .collect(),
-            ),
+            _ => Dim::from_terms(self.terms().into_iter().map(|(m, c)| (m, c.saturating_neg())).collect()),
         }
     }
 
@@ -216,19 +211,14 @@ impl Dim {
             }
             let terms = self.terms();
             if terms.values().all(|c| c % d == 0) {
-                return Some(Dim::from_terms(
-                    terms.into_iter().map(|(m, c)| (m, c / d)).collect(),
-                ));
+                return Some(Dim::from_terms(terms.into_iter().map(|(m, c)| (m, c / d)).collect()));
             }
         } else if divisor == self {
             return Some(Dim::Const(1));
         } else if let Some(q) = self.exact_div_by_mono(divisor) {
             return Some(q);
         }
-        Some(Dim::atom(Atom::FloorDiv(
-            Box::new(self.clone()),
-            Box::new(divisor.clone()),
-        )))
+        Some(Dim::atom(Atom::FloorDiv(Box::new(self.clone()), Box::new(divisor.clone()))))
     }
 
     pub fn modulo(&self, divisor: &Dim) -> Option<Dim> {
@@ -247,10 +237,7 @@ impl Dim {
         if exact {
             return Some(Dim::Const(0));
         }
-        Some(Dim::atom(Atom::Mod(
-            Box::new(self.clone()),
-            Box::new(divisor.clone()),
-        )))
+        Some(Dim::atom(Atom::Mod(Box::new(self.clone()), Box::new(divisor.clone()))))
     }
 
     /// `self / divisor` when `divisor` is a single monomial dividing every term.
@@ -287,13 +274,11 @@ impl Dim {
                     Atom::Sym(s) => lookup(s).unwrap_or_else(|| Dim::Sym(s.clone())),
                     Atom::FloorDiv(a, b) => {
                         let (a, b) = (a.substitute(lookup), b.substitute(lookup));
-                        a.floor_div(&b)
-                            .unwrap_or_else(|| Dim::atom(Atom::FloorDiv(Box::new(a), Box::new(b))))
+                        a.floor_div(&b).unwrap_or_else(|| Dim::atom(Atom::FloorDiv(Box::new(a), Box::new(b))))
                     }
                     Atom::Mod(a, b) => {
                         let (a, b) = (a.substitute(lookup), b.substitute(lookup));
-                        a.modulo(&b)
-                            .unwrap_or_else(|| Dim::atom(Atom::Mod(Box::new(a), Box::new(b))))
+                        a.modulo(&b).unwrap_or_else(|| Dim::atom(Atom::Mod(Box::new(a), Box::new(b))))
                     }
                 };
                 for _ in 0..*power {
@@ -312,18 +297,11 @@ impl Dim {
 
     /// Parses a dim string: integers, names, `+ - * // %`, parentheses.
     pub fn parse(text: &str) -> Result<Dim, DimParseError> {
-        let mut parser = DimParser {
-            chars: text.char_indices().peekable(),
-            text,
-            obligations: Vec::new(),
-        };
+        let mut parser = DimParser { chars: text.char_indices().peekable(), text, obligations: Vec::new() };
         let dim = parser.sum()?;
         parser.skip_ws();
         if let Some(&(at, c)) = parser.chars.peek() {
-            return Err(DimParseError {
-                offset: at,
-                message: format!("unexpected `{c}` in a dimension"),
-            });
+            return Err(DimParseError { offset: at, message: format!("unexpected `{c}` in a dimension") });
         }
         Ok(dim)
     }
@@ -368,10 +346,7 @@ fn simplify_term(mono: Mono, coef: i64, obligations: &mut Vec<Obligation>) -> Di
         }
         let rest_dim = Dim::from_terms(BTreeMap::from([(rest, coef)]));
         if let Some(q) = rest_dim.exact_div_by_mono(n) {
-            obligations.push(Obligation {
-                value: (**x).clone(),
-                divisor: (**n).clone(),
-            });
+            obligations.push(Obligation { value: (**x).clone(), divisor: (**n).clone() });
             return q.mul(x, obligations);
         }
     }
@@ -390,11 +365,7 @@ impl fmt::Display for Dim {
         let mut terms: Vec<(&Mono, &i64)> = terms.iter().collect();
         terms.sort_by_key(|(m, _)| (std::cmp::Reverse(m.len()), (*m).clone()));
         for (i, (mono, &coef)) in terms.iter().enumerate() {
-            let (sign, abs) = if coef < 0 {
-                ("-", coef.unsigned_abs())
-            } else {
-                ("+", coef as u64)
-            };
+            let (sign, abs) = if coef < 0 { ("-", coef.unsigned_abs()) } else { ("+", coef as u64) };
             if i == 0 {
                 if sign == "-" {
                     f.write_str("-")?;
@@ -504,18 +475,13 @@ impl DimParser<'_> {
                     }
                     self.chars.next();
                     let rhs = self.factor()?;
-                    acc = acc.floor_div(&rhs).ok_or(DimParseError {
-                        offset: at,
-                        message: "division by zero".into(),
-                    })?;
+                    acc =
+                        acc.floor_div(&rhs).ok_or(DimParseError { offset: at, message: "division by zero".into() })?;
                 }
                 Some('%') => {
                     self.chars.next();
                     let rhs = self.factor()?;
-                    acc = acc.modulo(&rhs).ok_or(DimParseError {
-                        offset: at,
-                        message: "modulo by zero".into(),
-                    })?;
+                    acc = acc.modulo(&rhs).ok_or(DimParseError { offset: at, message: "modulo by zero".into() })?;
                 }
                 _ => return Ok(acc),
             }
@@ -531,10 +497,7 @@ impl DimParser<'_> {
                 let inner = self.sum()?;
                 self.skip_ws();
                 if self.chars.next().map(|(_, c)| c) != Some(')') {
-                    return Err(DimParseError {
-                        offset: self.at(),
-                        message: "expected `)`".into(),
-                    });
+                    return Err(DimParseError { offset: self.at(), message: "expected `)`".into() });
                 }
                 Ok(inner)
             }
@@ -553,10 +516,9 @@ impl DimParser<'_> {
                     }
                 }
                 s.retain(|c| c != '_');
-                s.parse().map(Dim::constant).map_err(|_| DimParseError {
-                    offset: at,
-                    message: "number too large".into(),
-                })
+                s.parse()
+                    .map(Dim::constant)
+                    .map_err(|_| DimParseError { offset: at, message: "number too large".into() })
             }
             Some(c) if c.is_alphabetic() || c == '_' => {
                 let mut s = String::new();
@@ -570,14 +532,8 @@ impl DimParser<'_> {
                 }
                 Ok(Dim::sym(&s))
             }
-            Some(c) => Err(DimParseError {
-                offset: at,
-                message: format!("unexpected `{c}` in a dimension"),
-            }),
-            None => Err(DimParseError {
-                offset: at,
-                message: "expected a dimension".into(),
-            }),
+            Some(c) => Err(DimParseError { offset: at, message: format!("unexpected `{c}` in a dimension") }),
+            None => Err(DimParseError { offset: at, message: "expected a dimension".into() }),
         }
     }
 }
@@ -608,13 +564,7 @@ mod tests {
         let mut obligations = Vec::new();
         let back = n.mul(&q, &mut obligations);
         assert_eq!(back, x);
-        assert_eq!(
-            obligations,
-            vec![Obligation {
-                value: x,
-                divisor: n
-            }]
-        );
+        assert_eq!(obligations, vec![Obligation { value: x, divisor: n }]);
         assert_eq!(d("3*(D//3)"), d("D"));
         assert_eq!(d("6*(D//3)"), d("2*D"));
         assert_eq!(d("(3*D)//3"), d("D"));

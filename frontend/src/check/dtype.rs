@@ -63,10 +63,7 @@ impl DType {
     ];
 
     pub fn from_name(name: &str) -> Option<DType> {
-        DType::SPELLINGS
-            .iter()
-            .find(|(s, _)| *s == name)
-            .map(|(_, d)| *d)
+        DType::SPELLINGS.iter().find(|(s, _)| *s == name).map(|(_, d)| *d)
     }
 
     pub fn name(self) -> &'static str {
@@ -104,13 +101,7 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DType::F64
-                | DType::F32
-                | DType::TF32
-                | DType::BF16
-                | DType::F16
-                | DType::Fp8E4m3
-                | DType::Fp8E5m2
+            DType::F64 | DType::F32 | DType::TF32 | DType::BF16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E5m2
         )
     }
 
@@ -157,12 +148,8 @@ impl DType {
             return true;
         }
         match (self.is_float(), other.is_float()) {
-            (true, true) => {
-                self.mantissa() >= other.mantissa() && self.exponent() >= other.exponent()
-            }
-            (false, false) => {
-                self.bits() >= other.bits() && self != DType::Bool && other != DType::Bool
-            }
+            (true, true) => self.mantissa() >= other.mantissa() && self.exponent() >= other.exponent(),
+            (false, false) => self.bits() >= other.bits() && self != DType::Bool && other != DType::Bool,
             (true, false) => other.is_int() && self.mantissa() + 1 >= other.bits(),
             (false, true) => false,
         }
@@ -252,11 +239,7 @@ impl Policy {
     pub fn is_state_policy(&self) -> bool {
         matches!(
             self,
-            Policy::Fp32Master
-                | Policy::Paged
-                | Policy::Checkpointable
-                | Policy::RollingWindow
-                | Policy::Device(_)
+            Policy::Fp32Master | Policy::Paged | Policy::Checkpointable | Policy::RollingWindow | Policy::Device(_)
         )
     }
 
@@ -270,21 +253,23 @@ impl Policy {
     /// What the policy does to the numbers, in one sentence (hover text).
     pub fn explain(&self, storage: DType) -> String {
         match self {
-            Policy::Accum(acc) => format!(
-                "products and sums are accumulated in {acc}, then rounded to {storage} on store"
-            ),
-            Policy::StochasticRound => format!(
-                "values are rounded to {storage} stochastically (unbiased on average) instead of to nearest"
-            ),
+            Policy::Accum(acc) => {
+                format!("products and sums are accumulated in {acc}, then rounded to {storage} on store")
+            }
+            Policy::StochasticRound => {
+                format!("values are rounded to {storage} stochastically (unbiased on average) instead of to nearest")
+            }
             Policy::LossScale(bits) => format!(
                 "gradients are multiplied by {} before the backward pass and divided by it afterwards, \
                  keeping small {storage} gradients from flushing to zero",
                 f64::from_bits(*bits)
             ),
-            Policy::Saturate => format!(
-                "out-of-range values are clamped to the largest finite {storage} instead of becoming inf/NaN"
-            ),
-            Policy::Fp32Master => "an f32 master copy is kept and updated; the low-precision copy is derived from it".into(),
+            Policy::Saturate => {
+                format!("out-of-range values are clamped to the largest finite {storage} instead of becoming inf/NaN")
+            }
+            Policy::Fp32Master => {
+                "an f32 master copy is kept and updated; the low-precision copy is derived from it".into()
+            }
             Policy::Paged => "the state lives in fixed-size pages that are allocated on demand".into(),
             Policy::Checkpointable => "the state is saved with checkpoints and restored on resume".into(),
             Policy::RollingWindow => "the oldest entries are evicted once the window is full".into(),
@@ -315,10 +300,7 @@ pub struct ElemType {
 
 impl ElemType {
     pub fn plain(dtype: DType) -> ElemType {
-        ElemType {
-            dtype,
-            policies: Vec::new(),
-        }
+        ElemType { dtype, policies: Vec::new() }
     }
 
     pub fn with_policies(dtype: DType, mut policies: Vec<Policy>) -> ElemType {
@@ -349,11 +331,7 @@ impl ElemType {
 
     /// One sentence per policy, for hovers.
     pub fn explain(&self) -> Vec<String> {
-        let mut out = vec![format!(
-            "{} storage ({})",
-            self.dtype,
-            self.dtype.describe()
-        )];
+        let mut out = vec![format!("{} storage ({})", self.dtype, self.dtype.describe())];
         out.extend(self.policies.iter().map(|p| p.explain(self.dtype)));
         if self.accum().is_none() && self.dtype.is_low_precision() {
             out.push(format!(

@@ -10,8 +10,7 @@ use super::schedule::{self, canonical_key};
 use super::scope::{tessera_member, Member, ModuleScope, ScopeEntry};
 use super::types::*;
 use super::{
-    const_value, fn_signature, infer_function, BindingInfo, FunctionKind, Inference, LocalInfo,
-    Resolution, Signature,
+    const_value, fn_signature, infer_function, BindingInfo, FunctionKind, Inference, LocalInfo, Resolution, Signature,
 };
 use crate::db::{ConstKey, Db, FnKey, SourceFile};
 use crate::diagnostics::{suggest, Code, Diagnostic, DiagnosticSink, Edit};
@@ -62,13 +61,7 @@ pub(crate) struct Infer<'a> {
 }
 
 impl<'a> Infer<'a> {
-    pub fn new(
-        db: &'a dyn Db,
-        file: SourceFile,
-        body: &'a Body,
-        mode: Mode,
-        sig: Option<&'a Signature>,
-    ) -> Infer<'a> {
+    pub fn new(db: &'a dyn Db, file: SourceFile, body: &'a Body, mode: Mode, sig: Option<&'a Signature>) -> Infer<'a> {
         let n = body.exprs.len();
         Infer {
             db,
@@ -77,11 +70,7 @@ impl<'a> Infer<'a> {
             mode,
             scope: super::module_scope(db, file),
             sig,
-            out: Inference {
-                expr_types: vec![Ty::Unknown; n],
-                resolutions: vec![None; n],
-                ..Default::default()
-            },
+            out: Inference { expr_types: vec![Ty::Unknown; n], resolutions: vec![None; n], ..Default::default() },
             sink: DiagnosticSink::default(),
             locals_by_name: HashMap::new(),
             ctx_reads: BTreeSet::new(),
@@ -140,30 +129,18 @@ impl<'a> Infer<'a> {
                     return p.ty.clone();
                 }
                 if sig.symbols.iter().any(|s| s == name) {
-                    self.out.resolutions[id.0 as usize] =
-                        Some(Resolution::Symbol(name.to_string()));
+                    self.out.resolutions[id.0 as usize] = Some(Resolution::Symbol(name.to_string()));
                     return Ty::Int(Some(Dim::sym(name)));
                 }
             }
         }
         if let Some(entry) = self.scope.get(name).cloned() {
             let (ty, res) = match entry {
-                ScopeEntry::Function => (
-                    Ty::Function(name.to_string()),
-                    Resolution::Function(name.to_string()),
-                ),
-                ScopeEntry::Constant {
-                    key,
-                    position,
-                    ordinal,
-                } => {
+                ScopeEntry::Function => (Ty::Function(name.to_string()), Resolution::Function(name.to_string())),
+                ScopeEntry::Constant { key, position, ordinal } => {
                     if let Mode::Constant { position: here } = self.mode {
                         if position >= here {
-                            self.error(
-                                Code::E0200,
-                                self.range(id),
-                                format!("`{name}` is used before its definition"),
-                            );
+                            self.error(Code::E0200, self.range(id), format!("`{name}` is used before its definition"));
                             return Ty::Unknown;
                         }
                     }
@@ -172,9 +149,7 @@ impl<'a> Infer<'a> {
                     let ty = value.names.get(name).cloned().unwrap_or(Ty::Unknown);
                     (ty, Resolution::Constant(name.to_string()))
                 }
-                ScopeEntry::Member(member) => {
-                    (member_ty(member), Resolution::Import(name.to_string()))
-                }
+                ScopeEntry::Member(member) => (member_ty(member), Resolution::Import(name.to_string())),
                 ScopeEntry::Unresolved => (Ty::Unknown, Resolution::Import(name.to_string())),
             };
             self.out.resolutions[id.0 as usize] = Some(res);
@@ -199,10 +174,7 @@ impl<'a> Infer<'a> {
 
     /// The key name of the constant that binds `name` (a tuple target binds several).
     fn undefined(&mut self, id: ExprId, name: &str) {
-        if !self
-            .reported_undefined
-            .insert((self.current_stmt, name.to_string()))
-        {
+        if !self.reported_undefined.insert((self.current_stmt, name.to_string())) {
             return;
         }
         let mut candidates: Vec<String> = self.locals_by_name.keys().cloned().collect();
@@ -211,26 +183,13 @@ impl<'a> Infer<'a> {
             candidates.extend(sig.symbols.iter().cloned());
         }
         candidates.extend(self.scope.entries.keys().cloned());
-        let mut d = Diagnostic::new(
-            Code::E0200,
-            self.range(id),
-            format!("undefined name `{name}`"),
-        );
+        let mut d = Diagnostic::new(Code::E0200, self.range(id), format!("undefined name `{name}`"));
         if let Some(s) = suggest(name, candidates.iter().map(String::as_str)) {
-            d = d.with_fix(
-                format!("did you mean `{s}`?"),
-                vec![Edit {
-                    range: self.range(id),
-                    text: s.to_string(),
-                }],
-            );
+            d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: self.range(id), text: s.to_string() }]);
         } else if name == "ts" || name == "tessera" {
             d = d.with_fix(
                 "import tessera as ts",
-                vec![Edit {
-                    range: TextRange::empty(0),
-                    text: format!("import tessera as {name}\n"),
-                }],
+                vec![Edit { range: TextRange::empty(0), text: format!("import tessera as {name}\n") }],
             );
         } else if self.in_kernel() {
             d = d.with_note(
@@ -249,11 +208,7 @@ impl<'a> Infer<'a> {
                 l
             }
             None => {
-                self.out.locals.push(LocalInfo {
-                    name: name.to_string(),
-                    defs: vec![range],
-                    ty: ty.clone(),
-                });
+                self.out.locals.push(LocalInfo { name: name.to_string(), defs: vec![range], ty: ty.clone() });
                 let l = self.out.locals.len() as u32 - 1;
                 self.locals_by_name.insert(name.to_string(), l);
                 l
@@ -306,11 +261,7 @@ impl<'a> Infer<'a> {
                 }
                 Ty::Slice
             }
-            Expr::Attribute {
-                object,
-                name,
-                name_range,
-            } => {
+            Expr::Attribute { object, name, name_range } => {
                 let obj = self.expr(*object);
                 self.attribute(*object, obj, name, *name_range)
             }
@@ -329,10 +280,9 @@ impl<'a> Infer<'a> {
                 let l = self.expr(*lhs);
                 let r = self.expr(*rhs);
                 match (l, r) {
-                    (Ty::Tile(t), _) | (_, Ty::Tile(t)) => Ty::Tile(TileType {
-                        dims: t.dims,
-                        elem: ElemType::plain(DType::Bool),
-                    }),
+                    (Ty::Tile(t), _) | (_, Ty::Tile(t)) => {
+                        Ty::Tile(TileType { dims: t.dims, elem: ElemType::plain(DType::Bool) })
+                    }
                     _ => Ty::Bool(None),
                 }
             }
@@ -341,11 +291,7 @@ impl<'a> Infer<'a> {
                 let r = self.expr(*rhs);
                 self.compare(id, *op, *lhs, l, *rhs, r)
             }
-            Expr::IfExpr {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Expr::IfExpr { cond, then, otherwise } => {
                 self.expr(*cond);
                 let a = self.expr(*then);
                 let b = self.expr(*otherwise);
@@ -354,9 +300,7 @@ impl<'a> Infer<'a> {
                 } else {
                     match (&a, &b) {
                         (Ty::Int(_), Ty::Int(_)) => Ty::Int(None),
-                        (Ty::Float(_), Ty::Float(_) | Ty::Int(_)) | (Ty::Int(_), Ty::Float(_)) => {
-                            Ty::Float(None)
-                        }
+                        (Ty::Float(_), Ty::Float(_) | Ty::Int(_)) | (Ty::Int(_), Ty::Float(_)) => Ty::Float(None),
                         _ => Ty::Unknown,
                     }
                 }
@@ -369,47 +313,27 @@ impl<'a> Infer<'a> {
             Ty::Unknown => Ty::Unknown,
             Ty::Namespace(Namespace::Tessera) => match tessera_member(name) {
                 Some(m) => member_ty(m),
-                None => self.unknown_member(
-                    &self.text(object),
-                    name,
-                    name_range,
-                    super::scope::tessera_member_names(),
-                ),
+                None => self.unknown_member(&self.text(object), name, name_range, super::scope::tessera_member_names()),
             },
             Ty::Namespace(Namespace::Stdlib) => match super::scope::stdlib_member(name) {
                 Some(m) => member_ty(m),
-                None => self.unknown_member(
-                    "tessera.stdlib",
-                    name,
-                    name_range,
-                    crate::stdlib::kernel_names(),
-                ),
+                None => self.unknown_member("tessera.stdlib", name, name_range, crate::stdlib::kernel_names()),
             },
             Ty::Namespace(ns) => self.builtin_member(ns.name(), name, name_range),
             Ty::Builtin(path) if builtins::members(path).next().is_some() => {
                 self.builtin_member(path, name, name_range)
             }
             Ty::Context => self.ctx_key(name, name_range),
-            Ty::Tensor(t) | Ty::View(t) | Ty::DistTensor(t) => {
-                self.tensor_attribute(t, name, name_range, false)
-            }
+            Ty::Tensor(t) | Ty::View(t) | Ty::DistTensor(t) => self.tensor_attribute(t, name, name_range, false),
             Ty::Tile(t) => {
                 let as_tensor = TensorType::new(t.dims, t.elem);
                 self.tensor_attribute(as_tensor, name, name_range, true)
             }
             Ty::Shared(s) => match name {
-                "T" => Ty::Shared(SharedType {
-                    dims: transpose_dims(&s.dims),
-                    ..s
-                }),
+                "T" => Ty::Shared(SharedType { dims: transpose_dims(&s.dims), ..s }),
                 "shape" => Ty::Tuple(s.dims.iter().map(|d| Ty::Int(Some(d.clone()))).collect()),
                 "dtype" => Ty::DType(ElemType::plain(s.dtype)),
-                _ => self.no_attribute(
-                    "a shared-memory buffer",
-                    name,
-                    name_range,
-                    &["T", "shape", "dtype"],
-                ),
+                _ => self.no_attribute("a shared-memory buffer", name, name_range, &["T", "shape", "dtype"]),
             },
             Ty::Schedule(_) => {
                 const METHODS: &[&str] = &[
@@ -428,46 +352,26 @@ impl<'a> Infer<'a> {
                     "swizzle",
                 ];
                 if METHODS.contains(&name) {
-                    Ty::Method {
-                        recv: Box::new(obj),
-                        name: name.to_string(),
-                    }
+                    Ty::Method { recv: Box::new(obj), name: name.to_string() }
                 } else {
                     self.no_attribute("a schedule", name, name_range, METHODS)
                 }
             }
-            Ty::Tuple(_)
-            | Ty::List(_)
-            | Ty::Int(_)
-            | Ty::Float(_)
-            | Ty::Scalar(_)
-            | Ty::Str(_)
-            | Ty::Bool(_) => self.no_attribute(obj.kind_name(), name, name_range, &[]),
+            Ty::Tuple(_) | Ty::List(_) | Ty::Int(_) | Ty::Float(_) | Ty::Scalar(_) | Ty::Str(_) | Ty::Bool(_) => {
+                self.no_attribute(obj.kind_name(), name, name_range, &[])
+            }
             Ty::Mesh(_) => self.no_attribute("a mesh", name, name_range, &[]),
             _ => {
-                self.error(
-                    Code::E0201,
-                    name_range,
-                    format!("{} has no attribute `{name}`", obj.kind_name()),
-                );
+                self.error(Code::E0201, name_range, format!("{} has no attribute `{name}`", obj.kind_name()));
                 Ty::Unknown
             }
         }
     }
 
-    fn tensor_attribute(
-        &mut self,
-        t: TensorType,
-        name: &str,
-        name_range: TextRange,
-        tile: bool,
-    ) -> Ty {
+    fn tensor_attribute(&mut self, t: TensorType, name: &str, name_range: TextRange, tile: bool) -> Ty {
         let wrap = |this: &Self, t: TensorType| -> Ty {
             if tile {
-                Ty::Tile(TileType {
-                    dims: t.dims,
-                    elem: t.elem,
-                })
+                Ty::Tile(TileType { dims: t.dims, elem: t.elem })
             } else if this.in_kernel() {
                 Ty::View(t)
             } else {
@@ -485,15 +389,12 @@ impl<'a> Infer<'a> {
             "shape" => Ty::Tuple(t.dims.iter().map(|d| Ty::Int(Some(d.clone()))).collect()),
             "ndim" => Ty::Int(Some(Dim::constant(t.dims.len() as i64))),
             "dtype" => Ty::DType(t.elem),
-            "K" | "V" if t.kind == TensorKind::KVCache => Ty::Tensor(TensorType {
-                kind: TensorKind::Tensor,
-                dims: t.dims,
-                elem: t.elem,
-            }),
-            "append" | "prune" if t.kind == TensorKind::KVCache => Ty::Method {
-                recv: Box::new(Ty::Tensor(t)),
-                name: name.to_string(),
-            },
+            "K" | "V" if t.kind == TensorKind::KVCache => {
+                Ty::Tensor(TensorType { kind: TensorKind::Tensor, dims: t.dims, elem: t.elem })
+            }
+            "append" | "prune" if t.kind == TensorKind::KVCache => {
+                Ty::Method { recv: Box::new(Ty::Tensor(t)), name: name.to_string() }
+            }
             _ => {
                 let what = if tile { "a tile" } else { "a tensor" };
                 let mut known = vec!["T", "shape", "ndim", "dtype"];
@@ -506,19 +407,9 @@ impl<'a> Infer<'a> {
     }
 
     fn no_attribute(&mut self, what: &str, name: &str, range: TextRange, known: &[&str]) -> Ty {
-        let mut d = Diagnostic::new(
-            Code::E0201,
-            range,
-            format!("{what} has no attribute `{name}`"),
-        );
+        let mut d = Diagnostic::new(Code::E0201, range, format!("{what} has no attribute `{name}`"));
         if let Some(s) = suggest(name, known.iter().copied()) {
-            d = d.with_fix(
-                format!("did you mean `{s}`?"),
-                vec![Edit {
-                    range,
-                    text: s.to_string(),
-                }],
-            );
+            d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range, text: s.to_string() }]);
         } else if !known.is_empty() {
             d = d.with_note(format!("available: {}", known.join(", ")));
         }
@@ -537,22 +428,10 @@ impl<'a> Infer<'a> {
         }
     }
 
-    fn unknown_member(
-        &mut self,
-        ns: &str,
-        name: &str,
-        range: TextRange,
-        candidates: Vec<&str>,
-    ) -> Ty {
+    fn unknown_member(&mut self, ns: &str, name: &str, range: TextRange, candidates: Vec<&str>) -> Ty {
         let mut d = Diagnostic::new(Code::E0201, range, format!("`{ns}` has no member `{name}`"));
         if let Some(s) = suggest(name, candidates.iter().copied()) {
-            d = d.with_fix(
-                format!("did you mean `{ns}.{s}`?"),
-                vec![Edit {
-                    range,
-                    text: s.to_string(),
-                }],
-            );
+            d = d.with_fix(format!("did you mean `{ns}.{s}`?"), vec![Edit { range, text: s.to_string() }]);
         }
         self.push(d);
         Ty::Unknown
@@ -579,11 +458,7 @@ impl<'a> Infer<'a> {
         let keys = sched.key_names();
         let mut d = Diagnostic::new(Code::E0700, range, format!("unknown schedule key `{name}`"));
         let autotune_keys: Vec<&str> = sched.space.iter().map(String::as_str).collect();
-        let mut note = format!(
-            "`ctx` of `{}` has the schedule keys {}",
-            self.fn_name,
-            keys.join(", ")
-        );
+        let mut note = format!("`ctx` of `{}` has the schedule keys {}", self.fn_name, keys.join(", "));
         if !autotune_keys.is_empty() {
             note += &format!(" (autotuned: {})", autotune_keys.join(", "));
         }
@@ -594,17 +469,9 @@ impl<'a> Infer<'a> {
         let mut known = keys;
         known.extend(sig.symbols.iter().cloned());
         if let Some(s) = suggest(name, known.iter().map(String::as_str)) {
-            d = d.with_fix(
-                format!("did you mean `ctx.{s}`?"),
-                vec![Edit {
-                    range,
-                    text: s.to_string(),
-                }],
-            );
+            d = d.with_fix(format!("did you mean `ctx.{s}`?"), vec![Edit { range, text: s.to_string() }]);
         } else if !sched.space.is_empty() {
-            d = d.with_note(format!(
-                "add `{name}=[...]` to the autotune space to make it a key"
-            ));
+            d = d.with_note(format!("add `{name}=[...]` to the autotune space to make it a key"));
         }
         self.push(d);
         Ty::Unknown
@@ -626,11 +493,7 @@ impl<'a> Infer<'a> {
                 let Some(dims) = self.index_dims(value, &t.dims, indices, &index_tys) else {
                     return Ty::Unknown;
                 };
-                let sliced = TensorType {
-                    kind: TensorKind::Tensor,
-                    dims,
-                    elem: t.elem,
-                };
+                let sliced = TensorType { kind: TensorKind::Tensor, dims, elem: t.elem };
                 if self.in_kernel() {
                     Ty::View(sliced)
                 } else {
@@ -647,10 +510,7 @@ impl<'a> Infer<'a> {
                 let Some(dims) = self.index_dims(value, &s.dims, indices, &index_tys) else {
                     return Ty::Unknown;
                 };
-                Ty::Tile(TileType {
-                    dims,
-                    elem: ElemType::plain(s.dtype),
-                })
+                Ty::Tile(TileType { dims, elem: ElemType::plain(s.dtype) })
             }
             Ty::Tuple(items) | Ty::List(items) => {
                 if let [Ty::Int(Some(i))] = index_tys.as_slice() {
@@ -670,32 +530,18 @@ impl<'a> Infer<'a> {
                 Ty::Unknown
             }
             Ty::Dict(entries) => match index_tys.as_slice() {
-                [Ty::Str(Some(k))] => entries
-                    .into_iter()
-                    .find(|(n, _)| n == k)
-                    .map(|(_, t)| t)
-                    .unwrap_or(Ty::Unknown),
+                [Ty::Str(Some(k))] => entries.into_iter().find(|(n, _)| n == k).map(|(_, t)| t).unwrap_or(Ty::Unknown),
                 _ => Ty::Unknown,
             },
             other => {
-                self.error(
-                    Code::E0802,
-                    self.range(value),
-                    format!("{} cannot be indexed", other.kind_name()),
-                );
+                self.error(Code::E0802, self.range(value), format!("{} cannot be indexed", other.kind_name()));
                 Ty::Unknown
             }
         }
     }
 
     /// The dims that remain after indexing `dims` with `indices`.
-    fn index_dims(
-        &mut self,
-        value: ExprId,
-        dims: &[Dim],
-        indices: &[ExprId],
-        tys: &[Ty],
-    ) -> Option<Vec<Dim>> {
+    fn index_dims(&mut self, value: ExprId, dims: &[Dim], indices: &[ExprId], tys: &[Ty]) -> Option<Vec<Dim>> {
         let consumed = tys.iter().filter(|t| !matches!(t, Ty::NoneVal)).count();
         let gather = tys.iter().any(|t| matches!(t, Ty::Tile(_)));
         if consumed > dims.len() && !gather {
@@ -723,10 +569,9 @@ impl<'a> Infer<'a> {
                     d += 1;
                 }
                 Ty::Int(v) => {
-                    if let (Some(i), Some(n)) = (
-                        v.as_ref().and_then(Dim::as_const),
-                        dims.get(d).and_then(Dim::as_const),
-                    ) {
+                    if let (Some(i), Some(n)) =
+                        (v.as_ref().and_then(Dim::as_const), dims.get(d).and_then(Dim::as_const))
+                    {
                         if i >= n || i < -n {
                             self.error(
                                 Code::E0304,
@@ -749,10 +594,7 @@ impl<'a> Infer<'a> {
                     self.error(
                         Code::E0802,
                         self.range(idx),
-                        format!(
-                            "index {k} is {}, expected an int, a slice, None or an index tile",
-                            other.kind_name()
-                        ),
+                        format!("index {k} is {}, expected an int, a slice, None or an index tile", other.kind_name()),
                     );
                     return None;
                 }
@@ -781,16 +623,10 @@ impl<'a> Infer<'a> {
         let mut extent = stop_v.sub(&start_v);
         if let Some(step_v) = value(self, step)?.and_then(|s| s.as_const()) {
             if step_v <= 0 {
-                self.error(
-                    Code::E0802,
-                    self.range(step.unwrap()),
-                    "slice step must be positive",
-                );
+                self.error(Code::E0802, self.range(step.unwrap()), "slice step must be positive");
                 return None;
             }
-            extent = extent
-                .add(&Dim::constant(step_v - 1))
-                .floor_div(&Dim::constant(step_v))?;
+            extent = extent.add(&Dim::constant(step_v - 1)).floor_div(&Dim::constant(step_v))?;
         }
         if let (Some(e), Some(n)) = (extent.as_const(), dim.as_const()) {
             if let (Some(s), Some(t)) = (start_v.as_const(), stop_v.as_const()) {
@@ -814,14 +650,8 @@ impl<'a> Infer<'a> {
     /// buffer is loaded into a tile.
     pub fn operand(&self, ty: Ty) -> Ty {
         match ty {
-            Ty::View(t) if self.in_kernel() => Ty::Tile(TileType {
-                dims: t.dims,
-                elem: t.elem,
-            }),
-            Ty::Shared(s) => Ty::Tile(TileType {
-                dims: s.dims,
-                elem: ElemType::plain(s.dtype),
-            }),
+            Ty::View(t) if self.in_kernel() => Ty::Tile(TileType { dims: t.dims, elem: t.elem }),
+            Ty::Shared(s) => Ty::Tile(TileType { dims: s.dims, elem: ElemType::plain(s.dtype) }),
             other => other,
         }
     }
@@ -839,9 +669,7 @@ impl<'a> Infer<'a> {
         }
         match (&l, &r) {
             (Ty::Int(a), Ty::Int(b)) => Ty::Int(int_op(op, a.as_ref(), b.as_ref())),
-            (Ty::Int(_) | Ty::Float(_), Ty::Int(_) | Ty::Float(_)) => {
-                Ty::Float(float_op(op, &l, &r))
-            }
+            (Ty::Int(_) | Ty::Float(_), Ty::Int(_) | Ty::Float(_)) => Ty::Float(float_op(op, &l, &r)),
             (Ty::Str(_), Ty::Str(_)) if op == BinOp::Add => Ty::Str(None),
             (Ty::Scalar(a), Ty::Scalar(b)) => match self.merge_elems(id, lhs, a, rhs, b) {
                 Some(e) => Ty::Scalar(e),
@@ -850,22 +678,14 @@ impl<'a> Infer<'a> {
             (Ty::Scalar(e), Ty::Int(_) | Ty::Float(_) | Ty::Bool(_))
             | (Ty::Int(_) | Ty::Float(_) | Ty::Bool(_), Ty::Scalar(e)) => Ty::Scalar(e.clone()),
             (Ty::Tensor(_) | Ty::Tile(_) | Ty::View(_) | Ty::DistTensor(_), _)
-            | (_, Ty::Tensor(_) | Ty::Tile(_) | Ty::View(_) | Ty::DistTensor(_)) => self
-                .elementwise(
-                    id,
-                    &format!("`{}`", op.symbol()),
-                    &[(lhs, l.clone()), (rhs, r.clone())],
-                ),
+            | (_, Ty::Tensor(_) | Ty::Tile(_) | Ty::View(_) | Ty::DistTensor(_)) => {
+                self.elementwise(id, &format!("`{}`", op.symbol()), &[(lhs, l.clone()), (rhs, r.clone())])
+            }
             _ => {
                 self.error(
                     Code::E0802,
                     self.range(id),
-                    format!(
-                        "`{}` is not defined for {} and {}",
-                        op.symbol(),
-                        l.kind_name(),
-                        r.kind_name()
-                    ),
+                    format!("`{}` is not defined for {} and {}", op.symbol(), l.kind_name(), r.kind_name()),
                 );
                 Ty::Unknown
             }
@@ -881,9 +701,7 @@ impl<'a> Infer<'a> {
             let ty = self.operand(ty.clone());
             let (dims, el) = match &ty {
                 Ty::Unknown => return Ty::Unknown,
-                Ty::Tensor(t) | Ty::DistTensor(t) | Ty::View(t) => {
-                    (Some(t.dims.clone()), Some(t.elem.clone()))
-                }
+                Ty::Tensor(t) | Ty::DistTensor(t) | Ty::View(t) => (Some(t.dims.clone()), Some(t.elem.clone())),
                 Ty::Tile(t) => {
                     tile = true;
                     (Some(t.dims.clone()), Some(t.elem.clone()))
@@ -894,11 +712,7 @@ impl<'a> Infer<'a> {
                     self.error(
                         Code::E0802,
                         self.range(*e),
-                        format!(
-                            "{what} needs tensors or numbers, but `{}` is {}",
-                            self.text(*e),
-                            other.kind_name()
-                        ),
+                        format!("{what} needs tensors or numbers, but `{}` is {}", self.text(*e), other.kind_name()),
                     );
                     return Ty::Unknown;
                 }
@@ -922,7 +736,9 @@ impl<'a> Infer<'a> {
                                 Diagnostic::new(Code::E0302, self.range(id), msg)
                                     .with_label(self.range(prev_e), format!("this is {}", fmt_dims(&prev)))
                                     .with_label(self.range(*e), format!("this is {}", fmt_dims(&dims)))
-                                    .with_note("dims are aligned from the right; each pair must be equal or one of them 1"),
+                                    .with_note(
+                                        "dims are aligned from the right; each pair must be equal or one of them 1",
+                                    ),
                             );
                             return Ty::Unknown;
                         }
@@ -974,11 +790,7 @@ impl<'a> Infer<'a> {
             } else {
                 (b.dtype, a_expr, a.dtype)
             };
-            let cast = if self.in_kernel() {
-                "tile.cast"
-            } else {
-                "cast"
-            };
+            let cast = if self.in_kernel() { "tile.cast" } else { "cast" };
             let narrow_range = self.range(narrow_expr);
             self.push(
                 Diagnostic::new(
@@ -998,14 +810,8 @@ impl<'a> Infer<'a> {
                 .with_fix(
                     format!("convert `{}` to {wide} with {cast}", self.text(narrow_expr)),
                     vec![
-                        Edit {
-                            range: TextRange::empty(narrow_range.start),
-                            text: format!("{cast}("),
-                        },
-                        Edit {
-                            range: TextRange::empty(narrow_range.end),
-                            text: format!(", {wide})"),
-                        },
+                        Edit { range: TextRange::empty(narrow_range.start), text: format!("{cast}(") },
+                        Edit { range: TextRange::empty(narrow_range.end), text: format!(", {wide})") },
                     ],
                 ),
             );
@@ -1033,10 +839,7 @@ impl<'a> Infer<'a> {
         let t = self.operand(t);
         match (op, t) {
             (_, Ty::Unknown) => Ty::Unknown,
-            (UnaryOp::Not, Ty::Tile(t)) => Ty::Tile(TileType {
-                dims: t.dims,
-                elem: ElemType::plain(DType::Bool),
-            }),
+            (UnaryOp::Not, Ty::Tile(t)) => Ty::Tile(TileType { dims: t.dims, elem: ElemType::plain(DType::Bool) }),
             (UnaryOp::Not, _) => Ty::Bool(None),
             (UnaryOp::Neg, Ty::Int(v)) => Ty::Int(v.map(|d| d.neg())),
             (UnaryOp::Neg, Ty::Float(v)) => Ty::Float(v.map(|f| FloatLit::new(-f.get()))),
@@ -1044,11 +847,7 @@ impl<'a> Infer<'a> {
             (UnaryOp::Invert, Ty::Int(_)) => Ty::Int(None),
             (_, t @ (Ty::Tensor(_) | Ty::Tile(_) | Ty::Scalar(_) | Ty::DistTensor(_))) => t,
             (_, other) => {
-                self.error(
-                    Code::E0802,
-                    self.range(id),
-                    format!("unary operator on {}", other.kind_name()),
-                );
+                self.error(Code::E0802, self.range(id), format!("unary operator on {}", other.kind_name()));
                 Ty::Unknown
             }
         }
@@ -1062,18 +861,9 @@ impl<'a> Infer<'a> {
         match (&l, &r) {
             (Ty::Unknown, _) | (_, Ty::Unknown) => Ty::Unknown,
             (Ty::Tile(_) | Ty::Tensor(_), _) | (_, Ty::Tile(_) | Ty::Tensor(_)) => {
-                match self.elementwise(
-                    id,
-                    &format!("`{}`", op.symbol()),
-                    &[(lhs, l.clone()), (rhs, r.clone())],
-                ) {
-                    Ty::Tile(t) => Ty::Tile(TileType {
-                        dims: t.dims,
-                        elem: ElemType::plain(DType::Bool),
-                    }),
-                    Ty::Tensor(t) => {
-                        Ty::Tensor(TensorType::new(t.dims, ElemType::plain(DType::Bool)))
-                    }
+                match self.elementwise(id, &format!("`{}`", op.symbol()), &[(lhs, l.clone()), (rhs, r.clone())]) {
+                    Ty::Tile(t) => Ty::Tile(TileType { dims: t.dims, elem: ElemType::plain(DType::Bool) }),
+                    Ty::Tensor(t) => Ty::Tensor(TensorType::new(t.dims, ElemType::plain(DType::Bool))),
                     _ => Ty::Unknown,
                 }
             }
@@ -1120,19 +910,12 @@ impl<'a> Infer<'a> {
                         "a range is only meaningful as the iterable of a `for` loop",
                     );
                 }
-                if !matches!(
-                    body.expr(e),
-                    Expr::Str(_) | Expr::Call { .. } | Expr::Ellipsis | Expr::Missing
-                ) {
+                if !matches!(body.expr(e), Expr::Str(_) | Expr::Call { .. } | Expr::Ellipsis | Expr::Missing) {
                     // A bare expression statement other than a call or docstring has no effect,
                     // except in kernels where a tile op may be intended; no diagnostic.
                 }
             }
-            Stmt::Assign {
-                target,
-                annotation,
-                value,
-            } => {
+            Stmt::Assign { target, annotation, value } => {
                 let (target, value) = (*target, *value);
                 let ty = self.expr(value);
                 if let Some(a) = annotation {
@@ -1141,12 +924,7 @@ impl<'a> Infer<'a> {
                 }
                 self.assign(target, ty, Some(value));
             }
-            Stmt::AugAssign {
-                target,
-                op,
-                op_range,
-                value,
-            } => {
+            Stmt::AugAssign { target, op, op_range, value } => {
                 let (target, value) = (*target, *value);
                 let current = self.expr(target);
                 let v = self.expr(value);
@@ -1182,11 +960,7 @@ impl<'a> Infer<'a> {
                             self.error(
                                 Code::E0400,
                                 self.range(b.cond),
-                                format!(
-                                    "a mask must be a bool tile, but `{}` is {}",
-                                    self.text(b.cond),
-                                    t
-                                ),
+                                format!("a mask must be a bool tile, but `{}` is {}", self.text(b.cond), t),
                             );
                         }
                         masked = true;
@@ -1212,16 +986,10 @@ impl<'a> Infer<'a> {
                 }
                 self.grid = saved_grid;
             }
-            Stmt::For {
-                target,
-                iter,
-                body: loop_body,
-                orelse,
-            } => self.for_loop(*target, *iter, loop_body, orelse.as_deref()),
-            Stmt::While {
-                cond,
-                body: loop_body,
-            } => {
+            Stmt::For { target, iter, body: loop_body, orelse } => {
+                self.for_loop(*target, *iter, loop_body, orelse.as_deref())
+            }
+            Stmt::While { cond, body: loop_body } => {
                 let saved_grid = self.grid.take();
                 let c = self.expr(*cond);
                 if matches!(self.operand(c), Ty::Tile(_)) {
@@ -1234,10 +1002,7 @@ impl<'a> Infer<'a> {
                 self.stmts(loop_body);
                 self.grid = saved_grid;
             }
-            Stmt::With {
-                items,
-                body: with_body,
-            } => {
+            Stmt::With { items, body: with_body } => {
                 let saved_grid = self.grid.take();
                 for item in items {
                     let ty = self.expr(item.value);
@@ -1255,31 +1020,23 @@ impl<'a> Infer<'a> {
         self.masked_depth > 0
     }
 
-    fn for_loop(
-        &mut self,
-        target: ExprId,
-        iter: ExprId,
-        loop_body: &[StmtId],
-        orelse: Option<&[StmtId]>,
-    ) {
+    fn for_loop(&mut self, target: ExprId, iter: ExprId, loop_body: &[StmtId], orelse: Option<&[StmtId]>) {
         let iter_ty = self.expr(iter);
         let kind = match &iter_ty {
             Ty::Range(kind) => *kind,
             Ty::Unknown => LoopKind::Unrolled,
             Ty::Tuple(_) | Ty::List(_) => LoopKind::Unrolled,
             other => {
-                self.error(
-                    Code::E0802,
-                    self.range(iter),
-                    format!("cannot iterate over {}", other.kind_name()),
-                );
+                self.error(Code::E0802, self.range(iter), format!("cannot iterate over {}", other.kind_name()));
                 LoopKind::Unrolled
             }
         };
         if kind == LoopKind::Parallel && self.mode == Mode::Kernel {
             let problem = match self.grid {
                 None => Some("`tile.parallel` must be at the top of the kernel body"),
-                Some(_) if self.grid_level_used => Some("a second `tile.parallel` loop at the same level: the kernel already has this grid axis"),
+                Some(_) if self.grid_level_used => {
+                    Some("a second `tile.parallel` loop at the same level: the kernel already has this grid axis")
+                }
                 Some(depth) if depth >= 3 => Some("at most 3 nested `tile.parallel` loops: the launch grid has 3 axes"),
                 Some(_) => None,
             };
@@ -1292,10 +1049,7 @@ impl<'a> Infer<'a> {
                     if let Expr::Attribute { name_range, .. } = self.body.expr(*func) {
                         d = d.with_fix(
                             "use a sequential `tile.range` loop",
-                            vec![Edit {
-                                range: *name_range,
-                                text: "range".into(),
-                            }],
+                            vec![Edit { range: *name_range, text: "range".into() }],
                         );
                     }
                 }
@@ -1304,9 +1058,7 @@ impl<'a> Infer<'a> {
         }
         // The loop variable is a symbol: slices like `A[k0:k0 + BK]` have extent BK.
         let var_ty = match (kind, self.body.expr(target)) {
-            (LoopKind::Parallel | LoopKind::Sequential, Expr::Name(n)) => {
-                Ty::Int(Some(Dim::sym(n)))
-            }
+            (LoopKind::Parallel | LoopKind::Sequential, Expr::Name(n)) => Ty::Int(Some(Dim::sym(n))),
             (_, Expr::Name(n)) => match &iter_ty {
                 Ty::Tuple(items) | Ty::List(items) => items.first().cloned().unwrap_or(Ty::Unknown),
                 _ => Ty::Int(Some(Dim::sym(n))),
@@ -1348,11 +1100,7 @@ impl<'a> Infer<'a> {
                         self.error(
                             Code::E0802,
                             self.range(target),
-                            format!(
-                                "cannot unpack {} into {} names",
-                                other.kind_name(),
-                                items.len()
-                            ),
+                            format!("cannot unpack {} into {} names", other.kind_name(), items.len()),
                         );
                         None
                     }
@@ -1363,19 +1111,12 @@ impl<'a> Infer<'a> {
                         self.error(
                             Code::E0802,
                             r,
-                            format!(
-                                "cannot unpack {} values into {} names",
-                                elems.len(),
-                                items.len()
-                            ),
+                            format!("cannot unpack {} values into {} names", elems.len(), items.len()),
                         );
                     }
                 }
                 for (i, &item) in items.iter().enumerate() {
-                    let t = elems
-                        .as_ref()
-                        .and_then(|e| e.get(i).cloned())
-                        .unwrap_or(Ty::Unknown);
+                    let t = elems.as_ref().and_then(|e| e.get(i).cloned()).unwrap_or(Ty::Unknown);
                     self.assign(item, t, None);
                 }
             }
@@ -1386,29 +1127,14 @@ impl<'a> Infer<'a> {
                 }
             }
             Expr::Attribute { .. } => {
-                self.error(
-                    Code::E0802,
-                    self.range(target),
-                    "attributes cannot be assigned",
-                );
+                self.error(Code::E0802, self.range(target), "attributes cannot be assigned");
             }
             Expr::Missing => {}
-            _ => self.error(
-                Code::E0100,
-                self.range(target),
-                "cannot assign to this expression",
-            ),
+            _ => self.error(Code::E0100, self.range(target), "cannot assign to this expression"),
         }
     }
 
-    fn assign_aug(
-        &mut self,
-        target: ExprId,
-        op_range: TextRange,
-        current: Ty,
-        result: Ty,
-        value: ExprId,
-    ) {
+    fn assign_aug(&mut self, target: ExprId, op_range: TextRange, current: Ty, result: Ty, value: ExprId) {
         match self.body.expr(target) {
             Expr::Name(n) => {
                 // Keep the variable's type stable: `acc += ...` must not change its shape.
@@ -1427,11 +1153,7 @@ impl<'a> Infer<'a> {
                     }
                 }
                 let r = self.range(target);
-                let keep = if current.is_unknown() || result.is_unknown() {
-                    current
-                } else {
-                    result
-                };
+                let keep = if current.is_unknown() || result.is_unknown() { current } else { result };
                 let n = n.clone();
                 self.bind_local(&n, r, keep, Some(target));
             }
@@ -1448,19 +1170,11 @@ impl<'a> Infer<'a> {
             Ty::View(t) | Ty::Tensor(t) => (t.dims.clone(), t.elem.clone()),
             Ty::Unknown => return,
             Ty::Tile(_) => {
-                self.error(
-                    Code::E0802,
-                    self.range(target),
-                    "tiles are values: store into a tensor parameter instead",
-                );
+                self.error(Code::E0802, self.range(target), "tiles are values: store into a tensor parameter instead");
                 return;
             }
             other => {
-                self.error(
-                    Code::E0802,
-                    self.range(target),
-                    format!("cannot store into {}", other.kind_name()),
-                );
+                self.error(Code::E0802, self.range(target), format!("cannot store into {}", other.kind_name()));
                 return;
             }
         };
@@ -1471,20 +1185,12 @@ impl<'a> Infer<'a> {
             Ty::Int(_) | Ty::Float(_) | Ty::Bool(_) => return,
             Ty::Unknown => return,
             other => {
-                self.error(
-                    Code::E0802,
-                    self.range(value),
-                    format!("cannot store {} into a tensor", other.kind_name()),
-                );
+                self.error(Code::E0802, self.range(value), format!("cannot store {} into a tensor", other.kind_name()));
                 return;
             }
         };
         if !super::shapes::broadcasts_to(&vdims, &dims) {
-            let code = if vdims.len() == dims.len() {
-                Code::E0301
-            } else {
-                Code::E0302
-            };
+            let code = if vdims.len() == dims.len() { Code::E0301 } else { Code::E0302 };
             self.push(
                 Diagnostic::new(
                     code,
@@ -1496,43 +1202,25 @@ impl<'a> Infer<'a> {
                         fmt_dims(&dims)
                     ),
                 )
-                .with_label(
-                    self.range(target),
-                    format!("destination is {}", fmt_dims(&dims)),
-                ),
+                .with_label(self.range(target), format!("destination is {}", fmt_dims(&dims))),
             );
             return;
         }
         if velem.dtype != elem.dtype {
-            let cast = if self.in_kernel() {
-                "tile.cast"
-            } else {
-                "cast"
-            };
+            let cast = if self.in_kernel() { "tile.cast" } else { "cast" };
             let r = self.range(value);
             self.push(
                 Diagnostic::new(
                     Code::E0400,
                     r,
-                    format!(
-                        "stored value is {} but `{}` holds {}",
-                        velem.dtype,
-                        self.text(target),
-                        elem.dtype
-                    ),
+                    format!("stored value is {} but `{}` holds {}", velem.dtype, self.text(target), elem.dtype),
                 )
                 .with_label(self.range(target), format!("{}", elem))
                 .with_fix(
                     format!("convert with {cast}(..., {})", elem.dtype),
                     vec![
-                        Edit {
-                            range: TextRange::empty(r.start),
-                            text: format!("{cast}("),
-                        },
-                        Edit {
-                            range: TextRange::empty(r.end),
-                            text: format!(", {})", elem.dtype),
-                        },
+                        Edit { range: TextRange::empty(r.start), text: format!("{cast}(") },
+                        Edit { range: TextRange::empty(r.end), text: format!(", {})", elem.dtype) },
                     ],
                 ),
             );
@@ -1549,11 +1237,7 @@ impl<'a> Infer<'a> {
                     Diagnostic::new(
                         Code::E0303,
                         self.range(value),
-                        format!(
-                            "value has shape {} but the annotation says {}",
-                            fmt_dims(vd),
-                            fmt_dims(ed)
-                        ),
+                        format!("value has shape {} but the annotation says {}", fmt_dims(vd), fmt_dims(ed)),
                     )
                     .with_label(self.range(ann), "annotation"),
                 );
@@ -1579,10 +1263,9 @@ impl<'a> Infer<'a> {
             if sig.kind == FunctionKind::Kernel {
                 let ok = match ty {
                     Ty::NoneVal | Ty::Unknown => true,
-                    Ty::Tensor(t) | Ty::View(t) => sig
-                        .params
-                        .iter()
-                        .any(|p| matches!(&p.ty, Ty::Tensor(pt) if pt == t)),
+                    Ty::Tensor(t) | Ty::View(t) => {
+                        sig.params.iter().any(|p| matches!(&p.ty, Ty::Tensor(pt) if pt == t))
+                    }
                     _ => false,
                 };
                 if !ok {
@@ -1620,11 +1303,7 @@ impl<'a> Infer<'a> {
                     let detail = if vd.len() != ed.len() {
                         format!("rank {} vs {}", vd.len(), ed.len())
                     } else {
-                        vd.iter()
-                            .zip(ed)
-                            .find(|(a, b)| a != b)
-                            .map(|(a, b)| format!("{a} ≠ {b}"))
-                            .unwrap_or_default()
+                        vd.iter().zip(ed).find(|(a, b)| a != b).map(|(a, b)| format!("{a} ≠ {b}")).unwrap_or_default()
                     };
                     self.push(
                         Diagnostic::new(
@@ -1639,44 +1318,28 @@ impl<'a> Infer<'a> {
                         .with_label(ann_range, format!("declared {}", fmt_dims(ed))),
                     );
                 } else if ve.dtype != ee.dtype {
-                    let cast = if self.in_kernel() {
-                        "tile.cast"
-                    } else {
-                        "cast"
-                    };
+                    let cast = if self.in_kernel() { "tile.cast" } else { "cast" };
                     self.push(
                         Diagnostic::new(
                             Code::E0803,
                             range,
-                            format!(
-                                "returned dtype {} differs from the annotation {}",
-                                ve.dtype, ee.dtype
-                            ),
+                            format!("returned dtype {} differs from the annotation {}", ve.dtype, ee.dtype),
                         )
                         .with_label(ann_range, format!("declared {ee}"))
                         .with_fix(
                             format!("convert with {cast}(..., {})", ee.dtype),
                             vec![
-                                Edit {
-                                    range: TextRange::empty(range.start),
-                                    text: format!("{cast}("),
-                                },
-                                Edit {
-                                    range: TextRange::empty(range.end),
-                                    text: format!(", {})", ee.dtype),
-                                },
+                                Edit { range: TextRange::empty(range.start), text: format!("{cast}(") },
+                                Edit { range: TextRange::empty(range.end), text: format!(", {})", ee.dtype) },
                             ],
                         ),
                     );
-                } else if let Some(missing) = ee.policies.iter().find(|p| !ve.policies.contains(p))
-                {
+                } else if let Some(missing) = ee.policies.iter().find(|p| !ve.policies.contains(p)) {
                     self.push(
                         Diagnostic::new(
                             Code::E0803,
                             range,
-                            format!(
-                                "the annotation requires {missing}, but the returned value is {ve}"
-                            ),
+                            format!("the annotation requires {missing}, but the returned value is {ve}"),
                         )
                         .with_label(ann_range, format!("declared {ee}")),
                     );
@@ -1688,11 +1351,7 @@ impl<'a> Infer<'a> {
                         Diagnostic::new(
                             Code::E0803,
                             range,
-                            format!(
-                                "returns {} but the annotation declares a tensor {}",
-                                ty.kind_name(),
-                                fmt_dims(ed)
-                            ),
+                            format!("returns {} but the annotation declares a tensor {}", ty.kind_name(), fmt_dims(ed)),
                         )
                         .with_label(ann_range, "declared here"),
                     );
@@ -1704,11 +1363,7 @@ impl<'a> Infer<'a> {
                         Diagnostic::new(
                             Code::E0803,
                             range,
-                            format!(
-                                "returns {} but the annotation declares {}",
-                                ty.kind_name(),
-                                expected
-                            ),
+                            format!("returns {} but the annotation declares {}", ty.kind_name(), expected),
                         )
                         .with_label(ann_range, "declared here"),
                     );
@@ -1747,9 +1402,7 @@ fn int_op(op: BinOp, a: Option<&Dim>, b: Option<&Dim>) -> Option<Dim> {
             }
             Some((0..e).fold(Dim::constant(1), |acc, _| acc.mul_plain(a)))
         }
-        BinOp::Shl => Some(Dim::constant(
-            a.as_const()?.checked_shl(b.as_const()? as u32)?,
-        )),
+        BinOp::Shl => Some(Dim::constant(a.as_const()?.checked_shl(b.as_const()? as u32)?)),
         BinOp::Shr => Some(Dim::constant(a.as_const()? >> b.as_const()?.clamp(0, 63))),
         BinOp::BitAnd => Some(Dim::constant(a.as_const()? & b.as_const()?)),
         BinOp::BitOr => Some(Dim::constant(a.as_const()? | b.as_const()?)),
@@ -1802,12 +1455,7 @@ fn prelude(name: &str) -> Option<Member> {
 
 // ----- entry points ------------------------------------------------------------------
 
-pub(crate) fn infer_body(
-    db: &dyn Db,
-    file: SourceFile,
-    ast: &FunctionDef,
-    sig: &Signature,
-) -> Inference {
+pub(crate) fn infer_body(db: &dyn Db, file: SourceFile, ast: &FunctionDef, sig: &Signature) -> Inference {
     let mode = match sig.kind {
         FunctionKind::Kernel => Mode::Kernel,
         FunctionKind::Graph => Mode::Graph,
@@ -1820,11 +1468,7 @@ pub(crate) fn infer_body(
     cx.finish()
 }
 
-pub(crate) fn eval_constant(
-    db: &dyn Db,
-    key: ConstKey<'_>,
-    ast: &ConstantAst,
-) -> super::ConstValue {
+pub(crate) fn eval_constant(db: &dyn Db, key: ConstKey<'_>, ast: &ConstantAst) -> super::ConstValue {
     let file = key.file(db);
     // From the module scope, not the parse: the parse changes on every edit.
     let position = super::module_scope(db, file)
@@ -1837,12 +1481,7 @@ pub(crate) fn eval_constant(
     let mut names = BTreeMap::new();
     collect_const_names(&ast.arena, ast.target, &ty, &mut names);
     let inference = cx.finish();
-    super::ConstValue {
-        ty,
-        names,
-        diagnostics: inference.diagnostics.clone(),
-        inference,
-    }
+    super::ConstValue { ty, names, diagnostics: inference.diagnostics.clone(), inference }
 }
 
 fn collect_const_names(body: &Body, target: ExprId, ty: &Ty, out: &mut BTreeMap<String, Ty>) {
@@ -1865,10 +1504,7 @@ fn collect_const_names(body: &Body, target: ExprId, ty: &Ty, out: &mut BTreeMap<
 }
 
 /// E0502 for tensor-core operations whose dims a fixed schedule determines.
-pub(crate) fn schedule_diagnostics(
-    info: &super::DecoratorInfo,
-    inference: &Inference,
-) -> super::ScheduleChecks {
+pub(crate) fn schedule_diagnostics(info: &super::DecoratorInfo, inference: &Inference) -> super::ScheduleChecks {
     let mut out = super::ScheduleChecks::default();
     let Some(schedule) = &info.schedule else {
         return out;
@@ -1876,8 +1512,7 @@ pub(crate) fn schedule_diagnostics(
     // W0705: an autotune key the kernel never reads through `ctx`.
     for key in &schedule.space {
         let canon = canonical_key(&key.key);
-        if !schedule::consumed_by_compiler(canon) && !inference.ctx_reads.iter().any(|r| r == canon)
-        {
+        if !schedule::consumed_by_compiler(canon) && !inference.ctx_reads.iter().any(|r| r == canon) {
             out.decorators.push(
                 Diagnostic::new(
                     Code::W0705,
@@ -1895,9 +1530,7 @@ pub(crate) fn schedule_diagnostics(
         // Candidates that break E0502 are pruned by the target passes (W0702/E0703).
         return out;
     }
-    let config = schedule
-        .fixed
-        .layered_on(&super::ScheduleValue::default_for_kernel());
+    let config = schedule.fixed.layered_on(&super::ScheduleValue::default_for_kernel());
     for site in &inference.mma_sites {
         let lookup = |s: &str| config.int(s);
         let Some(multiple) = site.dtype.mma_multiple() else {

@@ -173,9 +173,7 @@ impl Inference {
     }
 
     pub fn resolution(&self, expr: ExprId) -> Option<&Resolution> {
-        self.resolutions
-            .get(expr.0 as usize)
-            .and_then(|r| r.as_ref())
+        self.resolutions.get(expr.0 as usize).and_then(|r| r.as_ref())
     }
 }
 
@@ -183,12 +181,7 @@ impl Inference {
 #[salsa::tracked(returns(ref))]
 pub fn fn_decorators<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<DecoratorInfo> {
     let decorators = db::function_decorators(db, key).clone().unwrap_or_default();
-    Arc::new(annot::decorator_info(
-        db,
-        key.file(db),
-        key.name(db),
-        &decorators,
-    ))
+    Arc::new(annot::decorator_info(db, key.file(db), key.name(db), &decorators))
 }
 
 /// The signature of a function.
@@ -286,11 +279,7 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
         for d in info.diagnostics.iter().chain(&checks.decorators) {
             out.push(d.clone().shift(entry.range.start));
         }
-        unimported.extend(
-            info.unimported_alias_uses
-                .iter()
-                .map(|r| r.shift(entry.range.start)),
-        );
+        unimported.extend(info.unimported_alias_uses.iter().map(|r| r.shift(entry.range.start)));
         unimported.extend(
             signature
                 .unimported_alias_uses
@@ -298,12 +287,7 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
                 .chain(&inference.unimported_alias_uses)
                 .map(|r| r.shift(entry.anchor)),
         );
-        for d in signature
-            .diagnostics
-            .iter()
-            .chain(&inference.diagnostics)
-            .chain(&checks.body)
-        {
+        for d in signature.diagnostics.iter().chain(&inference.diagnostics).chain(&checks.body) {
             out.push(d.clone().shift(entry.anchor));
         }
     }
@@ -312,13 +296,7 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
         for d in &value.diagnostics {
             out.push(d.clone().shift(entry.anchor));
         }
-        unimported.extend(
-            value
-                .inference
-                .unimported_alias_uses
-                .iter()
-                .map(|r| r.shift(entry.anchor)),
-        );
+        unimported.extend(value.inference.unimported_alias_uses.iter().map(|r| r.shift(entry.anchor)));
     }
     if let Some(first) = unimported.iter().min_by_key(|r| r.start) {
         out.push(scope::unimported_alias(db, file, *first, unimported.len()));
@@ -329,11 +307,6 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
 
 pub fn sort_diagnostics(diagnostics: &mut [Diagnostic]) {
     diagnostics.sort_by(|a, b| {
-        (a.range.start, a.range.end, a.code, &a.message).cmp(&(
-            b.range.start,
-            b.range.end,
-            b.code,
-            &b.message,
-        ))
+        (a.range.start, a.range.end, a.code, &a.message).cmp(&(b.range.start, b.range.end, b.code, &b.message))
     });
 }

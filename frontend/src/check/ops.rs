@@ -33,10 +33,7 @@ impl Bound {
         self.values.get(name)
     }
     fn ty(&self, name: &str) -> Ty {
-        self.values
-            .get(name)
-            .map(|a| a.ty.clone())
-            .unwrap_or(Ty::Unknown)
+        self.values.get(name).map(|a| a.ty.clone()).unwrap_or(Ty::Unknown)
     }
 }
 
@@ -47,10 +44,7 @@ impl<'a> Infer<'a> {
             .iter()
             .map(|a| {
                 let ty = self.expr(a.value);
-                (
-                    a.name.as_ref().map(|(n, r)| (n.to_string(), *r)),
-                    ArgVal { expr: a.value, ty },
-                )
+                (a.name.as_ref().map(|(n, r)| (n.to_string(), *r)), ArgVal { expr: a.value, ty })
             })
             .collect();
         match callee {
@@ -71,11 +65,7 @@ impl<'a> Infer<'a> {
                 self.error(
                     Code::E0802,
                     self.range(func),
-                    format!(
-                        "`{}` is {} and cannot be called",
-                        self.text(func),
-                        other.kind_name()
-                    ),
+                    format!("`{}` is {} and cannot be called", self.text(func), other.kind_name()),
                 );
                 Ty::Unknown
             }
@@ -91,14 +81,8 @@ impl<'a> Infer<'a> {
         specs: &'static [ParamSpec],
         vals: &[(Option<(String, TextRange)>, ArgVal)],
     ) -> Option<Bound> {
-        let mut bound = Bound {
-            values: BTreeMap::new(),
-            extra_keywords: Vec::new(),
-        };
-        let positional: Vec<&ParamSpec> = specs
-            .iter()
-            .filter(|p| !p.keyword_only && !p.var_keyword)
-            .collect();
+        let mut bound = Bound { values: BTreeMap::new(), extra_keywords: Vec::new() };
+        let positional: Vec<&ParamSpec> = specs.iter().filter(|p| !p.keyword_only && !p.var_keyword).collect();
         let var_keyword = specs.iter().any(|p| p.var_keyword);
         let mut next = 0usize;
         let mut ok = true;
@@ -118,10 +102,7 @@ impl<'a> Infer<'a> {
                                     vals.iter().filter(|(n, _)| n.is_none()).count()
                                 ),
                             )
-                            .with_label(
-                                self.range(func),
-                                format!("signature: {}", signature_text(what, specs)),
-                            ),
+                            .with_label(self.range(func), format!("signature: {}", signature_text(what, specs))),
                         );
                         ok = false;
                         continue;
@@ -129,42 +110,30 @@ impl<'a> Infer<'a> {
                     bound.values.insert(positional[next].name, val.clone());
                     next += 1;
                 }
-                Some((kw, kw_range)) => {
-                    match specs.iter().find(|p| p.name == kw && !p.var_keyword) {
-                        Some(p) => {
-                            if bound.values.contains_key(p.name) {
-                                self.error(
-                                    Code::E0801,
-                                    *kw_range,
-                                    format!("`{what}` got multiple values for `{kw}`"),
-                                );
-                                ok = false;
-                            } else {
-                                bound.values.insert(p.name, val.clone());
-                            }
-                        }
-                        None if var_keyword => bound.extra_keywords.push((kw.clone(), val.clone())),
-                        None => {
-                            let mut d = Diagnostic::new(
-                                Code::E0804,
-                                *kw_range,
-                                format!("`{what}` has no parameter `{kw}`"),
-                            )
-                            .with_note(format!("signature: {}", signature_text(what, specs)));
-                            if let Some(s) = suggest(kw, specs.iter().map(|p| p.name)) {
-                                d = d.with_fix(
-                                    format!("did you mean `{s}`?"),
-                                    vec![Edit {
-                                        range: *kw_range,
-                                        text: s.to_string(),
-                                    }],
-                                );
-                            }
-                            self.push(d);
+                Some((kw, kw_range)) => match specs.iter().find(|p| p.name == kw && !p.var_keyword) {
+                    Some(p) => {
+                        if bound.values.contains_key(p.name) {
+                            self.error(Code::E0801, *kw_range, format!("`{what}` got multiple values for `{kw}`"));
                             ok = false;
+                        } else {
+                            bound.values.insert(p.name, val.clone());
                         }
                     }
-                }
+                    None if var_keyword => bound.extra_keywords.push((kw.clone(), val.clone())),
+                    None => {
+                        let mut d =
+                            Diagnostic::new(Code::E0804, *kw_range, format!("`{what}` has no parameter `{kw}`"))
+                                .with_note(format!("signature: {}", signature_text(what, specs)));
+                        if let Some(s) = suggest(kw, specs.iter().map(|p| p.name)) {
+                            d = d.with_fix(
+                                format!("did you mean `{s}`?"),
+                                vec![Edit { range: *kw_range, text: s.to_string() }],
+                            );
+                        }
+                        self.push(d);
+                        ok = false;
+                    }
+                },
             }
         }
         let missing: Vec<&str> = specs
@@ -180,11 +149,7 @@ impl<'a> Infer<'a> {
                     format!(
                         "`{what}` is missing required argument{} {}",
                         if missing.len() == 1 { "" } else { "s" },
-                        missing
-                            .iter()
-                            .map(|m| format!("`{m}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
                     ),
                 )
                 .with_note(format!("signature: {}", signature_text(what, specs))),
@@ -197,24 +162,13 @@ impl<'a> Infer<'a> {
     fn level_ok(&mut self, func: ExprId, b: &builtins::Builtin) -> bool {
         let here = self.mode;
         let (bad, message) = match (b.level, here) {
-            (Level::Kernel, Mode::Graph | Mode::Constant { .. } | Mode::Decl) => (
-                true,
-                format!(
-                    "`{}` is a kernel intrinsic: it can only be used inside a @kernel",
-                    b.path
-                ),
-            ),
-            (Level::Graph, Mode::Kernel) => (
-                true,
-                format!(
-                    "`{}` is a graph-level operation and cannot be used inside a @kernel",
-                    b.path
-                ),
-            ),
-            (Level::Type, _) => (
-                true,
-                format!("`{}` is only meaningful in a type annotation", b.path),
-            ),
+            (Level::Kernel, Mode::Graph | Mode::Constant { .. } | Mode::Decl) => {
+                (true, format!("`{}` is a kernel intrinsic: it can only be used inside a @kernel", b.path))
+            }
+            (Level::Graph, Mode::Kernel) => {
+                (true, format!("`{}` is a graph-level operation and cannot be used inside a @kernel", b.path))
+            }
+            (Level::Type, _) => (true, format!("`{}` is only meaningful in a type annotation", b.path)),
             (Level::Decorator, _) => (true, format!("`{}` is a decorator", b.path)),
             _ => (false, String::new()),
         };
@@ -226,9 +180,7 @@ impl<'a> Infer<'a> {
                 }
             }
             if b.level == Level::Kernel {
-                d = d.with_note(
-                    "graph functions work on whole tensors; write a @kernel for tile-level code",
-                );
+                d = d.with_note("graph functions work on whole tensors; write a @kernel for tile-level code");
             }
             self.push(d);
         }
@@ -249,18 +201,12 @@ impl<'a> Infer<'a> {
         // `max(a, b)` / `min(a, b)` on scalars are the Python helpers, usable anywhere.
         let scalar_minmax = matches!(path, "max" | "min")
             && vals.len() == 2
-            && vals
-                .iter()
-                .all(|(n, v)| n.is_none() && self.operand(v.ty.clone()).is_scalar_number());
+            && vals.iter().all(|(n, v)| n.is_none() && self.operand(v.ty.clone()).is_scalar_number());
         if !scalar_minmax && !self.level_ok(func, b) {
             return Ty::Unknown;
         }
         if b.params.is_none() {
-            self.error(
-                Code::E0802,
-                self.range(func),
-                format!("`{path}` is not callable"),
-            );
+            self.error(Code::E0802, self.range(func), format!("`{path}` is not callable"));
             return Ty::Unknown;
         }
         if scalar_minmax {
@@ -273,21 +219,12 @@ impl<'a> Infer<'a> {
         let Some(args) = self.bind(id, func, path, b.param_specs(), vals) else {
             return Ty::Unknown;
         };
-        if args
-            .values
-            .values()
-            .any(|a| a.ty.is_unknown() && !matches!(self.body.expr(a.expr), Expr::NoneLit))
-        {
+        if args.values.values().any(|a| a.ty.is_unknown() && !matches!(self.body.expr(a.expr), Expr::NoneLit)) {
             // An argument already failed: no follow-on diagnostic, but keep going for
             // ops whose result type does not depend on it.
             if !matches!(
                 path,
-                "tile.parallel"
-                    | "tile.range"
-                    | "tile.range_n"
-                    | "range"
-                    | "tile.barrier"
-                    | "tile.cp_async"
+                "tile.parallel" | "tile.range" | "tile.range_n" | "range" | "tile.barrier" | "tile.cp_async"
             ) {
                 return Ty::Unknown;
             }
@@ -300,18 +237,12 @@ impl<'a> Infer<'a> {
         let in_tile_ns = path.starts_with("tile.");
         match (in_tile_ns, name) {
             // ---- elementwise ----
-            (
-                _,
-                "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu"
-                | "abs" | "neg",
-            ) => {
+            (_, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg") => {
                 let x = a.get("x").unwrap().clone();
                 let t = self.operand(x.ty.clone());
                 match &t {
                     Ty::Int(_) | Ty::Float(_) => Ty::Float(None),
-                    Ty::Scalar(e)
-                        if !e.dtype.is_float() && !matches!(name, "abs" | "neg" | "relu") =>
-                    {
+                    Ty::Scalar(e) if !e.dtype.is_float() && !matches!(name, "abs" | "neg" | "relu") => {
                         self.float_only(name, x.expr, e.dtype);
                         Ty::Unknown
                     }
@@ -341,14 +272,10 @@ impl<'a> Infer<'a> {
                 let c = a.get("cond").unwrap().clone();
                 let x = a.get("a").unwrap().clone();
                 let y = a.get("b").unwrap().clone();
-                let values =
-                    self.elementwise(id, &format!("`{path}`"), &[(x.expr, x.ty), (y.expr, y.ty)]);
-                if let (Some((cd, _)), Some((vd, _))) = (
-                    self.operand(c.ty.clone())
-                        .shape()
-                        .map(|(d, e)| (d.to_vec(), e.clone())),
-                    values.shape(),
-                ) {
+                let values = self.elementwise(id, &format!("`{path}`"), &[(x.expr, x.ty), (y.expr, y.ty)]);
+                if let (Some((cd, _)), Some((vd, _))) =
+                    (self.operand(c.ty.clone()).shape().map(|(d, e)| (d.to_vec(), e.clone())), values.shape())
+                {
                     if shapes::broadcast(&cd, vd).is_err() {
                         self.error(
                             Code::E0302,
@@ -396,11 +323,7 @@ impl<'a> Infer<'a> {
                     return Ty::Unknown;
                 };
                 let Some(last) = t.dims.last().cloned() else {
-                    self.error(
-                        Code::E0300,
-                        self.range(x.expr),
-                        format!("`{path}` needs a tensor of rank ≥ 1"),
-                    );
+                    self.error(Code::E0300, self.range(x.expr), format!("`{path}` needs a tensor of rank ≥ 1"));
                     return Ty::Unknown;
                 };
                 for p in ["weight", "bias"] {
@@ -413,16 +336,22 @@ impl<'a> Infer<'a> {
                                         Diagnostic::new(
                                             Code::E0301,
                                             self.range(w.expr),
-                                            format!("`{path}`: {p} must be [{last}] (the last dim of `{}`), but `{}` is {}", self.text(x.expr), self.text(w.expr), fmt_dims(&wt.dims)),
+                                            format!(
+                                                "`{path}`: {p} must be [{last}] (the last dim of `{}`), but `{}` is {}",
+                                                self.text(x.expr),
+                                                self.text(w.expr),
+                                                fmt_dims(&wt.dims)
+                                            ),
                                         )
-                                        .with_label(self.range(x.expr), format!("`{}` is {}", self.text(x.expr), fmt_dims(&t.dims))),
+                                        .with_label(
+                                            self.range(x.expr),
+                                            format!("`{}` is {}", self.text(x.expr), fmt_dims(&t.dims)),
+                                        ),
                                     );
                                     return Ty::Unknown;
                                 }
                             }
-                            other => {
-                                return self.wrong_kind(w.expr, path, "a tensor or None", other)
-                            }
+                            other => return self.wrong_kind(w.expr, path, "a tensor or None", other),
                         }
                     }
                 }
@@ -442,10 +371,8 @@ impl<'a> Infer<'a> {
                     Some(Ty::Tuple(items) | Ty::List(items)) => {
                         let axes: Option<Vec<i64>> = items.iter().map(|i| i.const_int()).collect();
                         let Some(axes) = axes else { return Ty::Unknown };
-                        let mut sorted: Vec<i64> = axes
-                            .iter()
-                            .map(|&x| if x < 0 { x + t.rank() as i64 } else { x })
-                            .collect();
+                        let mut sorted: Vec<i64> =
+                            axes.iter().map(|&x| if x < 0 { x + t.rank() as i64 } else { x }).collect();
                         sorted.sort();
                         if sorted != (0..t.rank() as i64).collect::<Vec<_>>() {
                             self.error(
@@ -465,12 +392,7 @@ impl<'a> Infer<'a> {
                             .collect();
                         Ty::Tensor(TensorType::new(dims, t.elem))
                     }
-                    Some(other) => self.wrong_kind(
-                        a.get("axes").unwrap().expr,
-                        path,
-                        "a tuple of ints",
-                        &other,
-                    ),
+                    Some(other) => self.wrong_kind(a.get("axes").unwrap().expr, path, "a tuple of ints", &other),
                 }
             }
             (false, "reshape") => {
@@ -484,13 +406,16 @@ impl<'a> Infer<'a> {
                 };
                 let (before, after) = (shapes::product(&t.dims), shapes::product(&dims));
                 if before != after {
-                    self.push(
-                        Diagnostic::new(
-                            Code::E0301,
-                            self.range(s.expr),
-                            format!("reshape: `{}` has {before} elements ({}) but the new shape {} has {after}", self.text(x.expr), fmt_dims(&t.dims), fmt_dims(&dims)),
+                    self.push(Diagnostic::new(
+                        Code::E0301,
+                        self.range(s.expr),
+                        format!(
+                            "reshape: `{}` has {before} elements ({}) but the new shape {} has {after}",
+                            self.text(x.expr),
+                            fmt_dims(&t.dims),
+                            fmt_dims(&dims)
                         ),
-                    );
+                    ));
                     return Ty::Unknown;
                 }
                 Ty::Tensor(TensorType::new(dims, t.elem))
@@ -521,13 +446,17 @@ impl<'a> Infer<'a> {
                 let mut total = first.dims[axis].clone();
                 for (i, t) in tensors.iter().enumerate().skip(1) {
                     let same_rest = t.rank() == first.rank()
-                        && t.dims
-                            .iter()
-                            .zip(&first.dims)
-                            .enumerate()
-                            .all(|(k, (x, y))| k == axis || x == y);
+                        && t.dims.iter().zip(&first.dims).enumerate().all(|(k, (x, y))| k == axis || x == y);
                     if !same_rest {
-                        self.error(Code::E0301, self.range(xs.expr), format!("concat: tensor {i} is {} but tensor 0 is {} (only dim {axis} may differ)", fmt_dims(&t.dims), fmt_dims(&first.dims)));
+                        self.error(
+                            Code::E0301,
+                            self.range(xs.expr),
+                            format!(
+                                "concat: tensor {i} is {} but tensor 0 is {} (only dim {axis} may differ)",
+                                fmt_dims(&t.dims),
+                                fmt_dims(&first.dims)
+                            ),
+                        );
                         return Ty::Unknown;
                     }
                     total = total.add(&t.dims[axis]);
@@ -543,11 +472,7 @@ impl<'a> Infer<'a> {
                 };
                 let n = a.get("n").unwrap().clone();
                 let Some(count) = n.ty.const_int().filter(|c| *c > 0) else {
-                    self.error(
-                        Code::E0802,
-                        self.range(n.expr),
-                        "split: `n` must be a positive constant",
-                    );
+                    self.error(Code::E0802, self.range(n.expr), "split: `n` must be a positive constant");
                     return Ty::Unknown;
                 };
                 let Some(axis) = self.axis_arg(a.get("axis"), t.rank(), 0) else {
@@ -559,22 +484,15 @@ impl<'a> Infer<'a> {
                         self.error(
                             Code::E0301,
                             self.range(n.expr),
-                            format!(
-                                "split: dim {axis} of size {v} is not divisible into {count} parts"
-                            ),
+                            format!("split: dim {axis} of size {v} is not divisible into {count} parts"),
                         );
                         return Ty::Unknown;
                     }
                 }
-                let part = dim
-                    .floor_div(&Dim::constant(count))
-                    .unwrap_or_else(|| dim.clone());
+                let part = dim.floor_div(&Dim::constant(count)).unwrap_or_else(|| dim.clone());
                 let mut dims = t.dims.clone();
                 dims[axis] = part;
-                Ty::Tuple(vec![
-                    Ty::Tensor(TensorType::new(dims, t.elem));
-                    count as usize
-                ])
+                Ty::Tuple(vec![Ty::Tensor(TensorType::new(dims, t.elem)); count as usize])
             }
             (false, "split_qkv") => {
                 let x = a.get("qkv").unwrap().clone();
@@ -585,11 +503,7 @@ impl<'a> Infer<'a> {
                     self.error(
                         Code::E0300,
                         self.range(x.expr),
-                        format!(
-                            "split_qkv needs [B, S, 3*D], but `{}` is {}",
-                            self.text(x.expr),
-                            fmt_dims(&t.dims)
-                        ),
+                        format!("split_qkv needs [B, S, 3*D], but `{}` is {}", self.text(x.expr), fmt_dims(&t.dims)),
                     );
                     return Ty::Unknown;
                 }
@@ -620,13 +534,8 @@ impl<'a> Infer<'a> {
                     }
                 }
                 let dh = d.floor_div(&h).unwrap_or(d);
-                let part =
-                    TensorType::new(vec![t.dims[0].clone(), h, t.dims[1].clone(), dh], t.elem);
-                Ty::Tuple(vec![
-                    Ty::Tensor(part.clone()),
-                    Ty::Tensor(part.clone()),
-                    Ty::Tensor(part),
-                ])
+                let part = TensorType::new(vec![t.dims[0].clone(), h, t.dims[1].clone(), dh], t.elem);
+                Ty::Tuple(vec![Ty::Tensor(part.clone()), Ty::Tensor(part.clone()), Ty::Tensor(part)])
             }
             (false, "merge_heads") => {
                 let x = a.get("x").unwrap().clone();
@@ -646,10 +555,7 @@ impl<'a> Infer<'a> {
                     return Ty::Unknown;
                 }
                 let merged = t.dims[1].mul(&t.dims[3], &mut self.out.obligations);
-                Ty::Tensor(TensorType::new(
-                    vec![t.dims[0].clone(), t.dims[2].clone(), merged],
-                    t.elem,
-                ))
+                Ty::Tensor(TensorType::new(vec![t.dims[0].clone(), t.dims[2].clone(), merged], t.elem))
             }
             (false, "flash_attention") => self.flash_attention(a),
             (false, "dropout") => {
@@ -664,16 +570,11 @@ impl<'a> Infer<'a> {
                 let x = a.get("x").unwrap().clone();
                 let y = a.get("y").unwrap().clone();
                 self.probability(a.get("dropout"));
-                let (Some(tx), Some(ty)) = (self.tensor_arg(&x, path), self.tensor_arg(&y, path))
-                else {
+                let (Some(tx), Some(ty)) = (self.tensor_arg(&x, path), self.tensor_arg(&y, path)) else {
                     return Ty::Unknown;
                 };
                 if tx.dims != ty.dims {
-                    let code = if tx.rank() == ty.rank() {
-                        Code::E0301
-                    } else {
-                        Code::E0300
-                    };
+                    let code = if tx.rank() == ty.rank() { Code::E0301 } else { Code::E0300 };
                     self.push(
                         Diagnostic::new(
                             code,
@@ -711,8 +612,7 @@ impl<'a> Infer<'a> {
             (false, "cast_like") => {
                 let x = a.get("x").unwrap().clone();
                 let r = a.get("ref").unwrap().clone();
-                let (Some(t), Some(rt)) = (self.tensor_arg(&x, path), self.tensor_arg(&r, path))
-                else {
+                let (Some(t), Some(rt)) = (self.tensor_arg(&x, path), self.tensor_arg(&r, path)) else {
                     return Ty::Unknown;
                 };
                 Ty::Tensor(TensorType::new(t.dims, rt.elem))
@@ -748,10 +648,7 @@ impl<'a> Infer<'a> {
                 };
                 let elem = ElemType::plain(DType::I32);
                 if in_tile_ns {
-                    Ty::Tile(TileType {
-                        dims: vec![d],
-                        elem,
-                    })
+                    Ty::Tile(TileType { dims: vec![d], elem })
                 } else {
                     Ty::Tensor(TensorType::new(vec![d], elem))
                 }
@@ -765,16 +662,12 @@ impl<'a> Infer<'a> {
             },
             (false, "bool") => Ty::Bool(None),
             (false, "cdiv") => match (a.ty("a"), a.ty("b")) {
-                (Ty::Int(Some(x)), Ty::Int(Some(y))) => {
-                    Ty::Int(x.add(&y).sub(&Dim::constant(1)).floor_div(&y))
-                }
+                (Ty::Int(Some(x)), Ty::Int(Some(y))) => Ty::Int(x.add(&y).sub(&Dim::constant(1)).floor_div(&y)),
                 _ => Ty::Int(None),
             },
             (false, "len") => match a.ty("t") {
                 Ty::Tensor(t) | Ty::View(t) => Ty::Int(t.dims.first().cloned()),
-                Ty::Tuple(items) | Ty::List(items) => {
-                    Ty::Int(Some(Dim::constant(items.len() as i64)))
-                }
+                Ty::Tuple(items) | Ty::List(items) => Ty::Int(Some(Dim::constant(items.len() as i64))),
                 _ => Ty::Int(None),
             },
             (false, "range") => {
@@ -787,12 +680,7 @@ impl<'a> Infer<'a> {
                 }
                 Ty::Range(LoopKind::Unrolled)
             }
-            (false, "dict") => Ty::Dict(
-                a.extra_keywords
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.ty.clone()))
-                    .collect(),
-            ),
+            (false, "dict") => Ty::Dict(a.extra_keywords.iter().map(|(k, v)| (k.clone(), v.ty.clone())).collect()),
             // ---- schedules, distribution, placement ----
             (false, "Schedule") => self.schedule_ctor(a),
             (false, "block") => {
@@ -804,10 +692,7 @@ impl<'a> Infer<'a> {
             (false, "ShardSpec") => {
                 let partition = self.string_list(a.get("partition"));
                 let mesh_axes = self.string_list(a.get("mesh_axes"));
-                Ty::ShardSpec {
-                    partition,
-                    mesh_axes,
-                }
+                Ty::ShardSpec { partition, mesh_axes }
             }
             (false, "dist.mesh") => self.dist_mesh(id, a),
             (false, "dist.tensor") => self.dist_tensor(a),
@@ -819,9 +704,7 @@ impl<'a> Infer<'a> {
                             self.push(Diagnostic::new(
                                 Code::E0802,
                                 self.range(into.expr),
-                                format!(
-                                    "prefetch into \"{s}\": expected \"smem\", \"l2\" or \"hbm\""
-                                ),
+                                format!("prefetch into \"{s}\": expected \"smem\", \"l2\" or \"hbm\""),
                             ));
                         }
                     }
@@ -839,11 +722,7 @@ impl<'a> Infer<'a> {
             self.error(
                 Code::E0802,
                 self.range(expr),
-                format!(
-                    "`{op}` expects {expected}, but `{}` is {}",
-                    self.text(expr),
-                    got.kind_name()
-                ),
+                format!("`{op}` expects {expected}, but `{}` is {}", self.text(expr), got.kind_name()),
             );
         }
         Ty::Unknown
@@ -853,10 +732,7 @@ impl<'a> Infer<'a> {
         self.error(
             Code::E0400,
             self.range(expr),
-            format!(
-                "`{op}` needs a float type, but `{}` is {dtype}",
-                self.text(expr)
-            ),
+            format!("`{op}` needs a float type, but `{}` is {dtype}", self.text(expr)),
         );
     }
 
@@ -886,11 +762,7 @@ impl<'a> Infer<'a> {
             Some(a) => Some(a),
             None => {
                 let range = expr.map(|e| self.range(e)).unwrap_or_default();
-                self.error(
-                    Code::E0300,
-                    range,
-                    format!("axis {axis} is out of range for rank {rank}"),
-                );
+                self.error(Code::E0300, range, format!("axis {axis} is out of range for rank {rank}"));
                 None
             }
         }
@@ -948,11 +820,7 @@ impl<'a> Infer<'a> {
             _ => return,
         };
         if !(0.0..1.0).contains(&p) {
-            self.error(
-                Code::E0408,
-                self.range(v.expr),
-                format!("probability {p} is outside [0, 1)"),
-            );
+            self.error(Code::E0408, self.range(v.expr), format!("probability {p} is outside [0, 1)"));
         }
     }
 
@@ -992,9 +860,7 @@ impl<'a> Infer<'a> {
                             t.rank()
                         ),
                     )
-                    .with_note(
-                        "add a dim with `x[None, :]`, or use `x * w` for elementwise products",
-                    ),
+                    .with_note("add a dim with `x[None, :]`, or use `x * w` for elementwise products"),
                 );
                 return Ty::Unknown;
             }
@@ -1014,14 +880,8 @@ impl<'a> Infer<'a> {
                         fmt_dims(&b.dims)
                     ),
                 )
-                .with_label(
-                    self.range(lhs),
-                    format!("{} (inner dim {k1})", fmt_dims(&a.dims)),
-                )
-                .with_label(
-                    self.range(rhs),
-                    format!("{} (inner dim {k2})", fmt_dims(&b.dims)),
-                ),
+                .with_label(self.range(lhs), format!("{} (inner dim {k1})", fmt_dims(&a.dims)))
+                .with_label(self.range(rhs), format!("{} (inner dim {k2})", fmt_dims(&b.dims))),
             );
             return Ty::Unknown;
         }
@@ -1031,11 +891,7 @@ impl<'a> Infer<'a> {
                 self.error(
                     Code::E0302,
                     self.range(id),
-                    format!(
-                        "matmul: batch dims of {} and {} do not broadcast",
-                        fmt_dims(&a.dims),
-                        fmt_dims(&b.dims)
-                    ),
+                    format!("matmul: batch dims of {} and {} do not broadcast", fmt_dims(&a.dims), fmt_dims(&b.dims)),
                 );
                 return Ty::Unknown;
             }
@@ -1048,7 +904,10 @@ impl<'a> Infer<'a> {
                 Diagnostic::new(
                     Code::W0404,
                     self.range(id),
-                    format!("{} matmul without an accumulation policy: partial sums may overflow or lose precision", elem.dtype),
+                    format!(
+                        "{} matmul without an accumulation policy: partial sums may overflow or lose precision",
+                        elem.dtype
+                    ),
                 )
                 .with_note(format!(
                     "declare the accumulation type on an operand, e.g. `{} @accum({})`",
@@ -1064,15 +923,7 @@ impl<'a> Infer<'a> {
     }
 
     /// `tile.dot` / `tile.mma` / `@` on tiles.
-    pub(crate) fn tile_dot(
-        &mut self,
-        id: ExprId,
-        lhs: ExprId,
-        l: Ty,
-        rhs: ExprId,
-        r: Ty,
-        acc: Option<&ArgVal>,
-    ) -> Ty {
+    pub(crate) fn tile_dot(&mut self, id: ExprId, lhs: ExprId, l: Ty, rhs: ExprId, r: Ty, acc: Option<&ArgVal>) -> Ty {
         let tile_of = |this: &mut Self, e: ExprId, t: Ty| -> Option<TileType> {
             match this.operand(t) {
                 Ty::Tile(t) => Some(t),
@@ -1091,27 +942,24 @@ impl<'a> Infer<'a> {
                 self.error(
                     Code::E0300,
                     self.range(e),
-                    format!(
-                        "tile.dot needs 2-D tiles, but `{}` is {}",
-                        self.text(e),
-                        fmt_dims(&t.dims)
-                    ),
+                    format!("tile.dot needs 2-D tiles, but `{}` is {}", self.text(e), fmt_dims(&t.dims)),
                 );
                 return Ty::Unknown;
             }
         }
-        let (m, k1, k2, n) = (
-            a.dims[0].clone(),
-            a.dims[1].clone(),
-            b.dims[0].clone(),
-            b.dims[1].clone(),
-        );
+        let (m, k1, k2, n) = (a.dims[0].clone(), a.dims[1].clone(), b.dims[0].clone(), b.dims[1].clone());
         if k1 != k2 {
             self.push(
                 Diagnostic::new(
                     Code::E0301,
                     self.range(id),
-                    format!("tile.dot: inner dimensions differ: `{}` is {} but `{}` is {} ({k1} ≠ {k2})", self.text(lhs), fmt_dims(&a.dims), self.text(rhs), fmt_dims(&b.dims)),
+                    format!(
+                        "tile.dot: inner dimensions differ: `{}` is {} but `{}` is {} ({k1} ≠ {k2})",
+                        self.text(lhs),
+                        fmt_dims(&a.dims),
+                        self.text(rhs),
+                        fmt_dims(&b.dims)
+                    ),
                 )
                 .with_label(self.range(lhs), fmt_dims(&a.dims))
                 .with_label(self.range(rhs), fmt_dims(&b.dims)),
@@ -1156,23 +1004,11 @@ impl<'a> Infer<'a> {
                 });
             }
         }
-        let out_dtype = if dtype.is_int() {
-            DType::I32
-        } else {
-            DType::F32
-        };
-        let result = TileType {
-            dims: vec![m, n],
-            elem: ElemType::plain(out_dtype),
-        };
+        let out_dtype = if dtype.is_int() { DType::I32 } else { DType::F32 };
+        let result = TileType { dims: vec![m, n], elem: ElemType::plain(out_dtype) };
         if let Some(acc) = acc {
             match self.operand(acc.ty.clone()) {
-                Ty::DType(e) => {
-                    return Ty::Tile(TileType {
-                        dims: result.dims,
-                        elem: ElemType::plain(e.dtype),
-                    })
-                }
+                Ty::DType(e) => return Ty::Tile(TileType { dims: result.dims, elem: ElemType::plain(e.dtype) }),
                 Ty::Tile(t) => {
                     if t.dims != result.dims {
                         self.push(Diagnostic::new(
@@ -1189,14 +1025,7 @@ impl<'a> Infer<'a> {
                     return Ty::Tile(t);
                 }
                 Ty::Unknown => return Ty::Unknown,
-                other => {
-                    return self.wrong_kind(
-                        acc.expr,
-                        "tile.mma",
-                        "a dtype or an accumulator tile",
-                        &other,
-                    )
-                }
+                other => return self.wrong_kind(acc.expr, "tile.mma", "a dtype or an accumulator tile", &other),
             }
         }
         Ty::Tile(result)
@@ -1238,25 +1067,14 @@ impl<'a> Infer<'a> {
                 out
             }
             Some(other) => {
-                return self.wrong_kind(
-                    a.get("axis").unwrap().expr,
-                    "axis",
-                    "an int or a tuple of ints",
-                    &other,
-                )
+                return self.wrong_kind(a.get("axis").unwrap().expr, "axis", "an int or a tuple of ints", &other)
             }
         };
         let dims: Vec<Dim> = t
             .dims
             .iter()
             .enumerate()
-            .filter_map(|(i, d)| {
-                if axes.contains(&i) {
-                    keepdim.then(|| Dim::constant(1))
-                } else {
-                    Some(d.clone())
-                }
-            })
+            .filter_map(|(i, d)| if axes.contains(&i) { keepdim.then(|| Dim::constant(1)) } else { Some(d.clone()) })
             .collect();
         Ty::Tensor(TensorType::new(dims, t.elem))
     }
@@ -1286,11 +1104,7 @@ impl<'a> Infer<'a> {
             match a.get("v") {
                 Some(v) if !matches!(v.ty, Ty::NoneVal) => others.push(("v", v.clone())),
                 _ => {
-                    self.error(
-                        Code::E0801,
-                        self.range(k.expr),
-                        "flash_attention needs `v` unless `k` is a KVCache",
-                    );
+                    self.error(Code::E0801, self.range(k.expr), "flash_attention needs `v` unless `k` is a KVCache");
                     return Ty::Unknown;
                 }
             }
@@ -1317,7 +1131,13 @@ impl<'a> Infer<'a> {
                         Diagnostic::new(
                             Code::E0301,
                             self.range(arg.expr),
-                            format!("flash_attention: {what} of {name} is {} but q has {} (q is {}, {name} is {})", t.dims[i], qt.dims[i], fmt_dims(&qt.dims), fmt_dims(&t.dims)),
+                            format!(
+                                "flash_attention: {what} of {name} is {} but q has {} (q is {}, {name} is {})",
+                                t.dims[i],
+                                qt.dims[i],
+                                fmt_dims(&qt.dims),
+                                fmt_dims(&t.dims)
+                            ),
                         )
                         .with_label(self.range(q.expr), fmt_dims(&qt.dims)),
                     );
@@ -1353,10 +1173,7 @@ impl<'a> Infer<'a> {
         }
         let ret = match &sig.ret {
             Some(r) => r.clone(),
-            None => callee_inference(self.db, key)
-                .return_ty
-                .clone()
-                .unwrap_or(Ty::Unknown),
+            None => callee_inference(self.db, key).return_ty.clone().unwrap_or(Ty::Unknown),
         };
         let scalar_float = match &ret {
             Ty::Tensor(t) => t.rank() == 0 && t.elem.dtype.is_float(),
@@ -1366,8 +1183,12 @@ impl<'a> Infer<'a> {
         };
         if !scalar_float {
             self.push(
-                Diagnostic::new(Code::E0806, self.range(f.expr), format!("`grad({name})` needs `{name}` to return a rank-0 float tensor, but it returns {ret}"))
-                    .with_note("reduce the result to a scalar loss first, e.g. with `sum(...)` or `mean(...)`"),
+                Diagnostic::new(
+                    Code::E0806,
+                    self.range(f.expr),
+                    format!("`grad({name})` needs `{name}` to return a rank-0 float tensor, but it returns {ret}"),
+                )
+                .with_note("reduce the result to a scalar loss first, e.g. with `sum(...)` or `mean(...)`"),
             );
             return Ty::Unknown;
         }
@@ -1386,14 +1207,7 @@ impl<'a> Infer<'a> {
                         .collect();
                     names
                 }
-                other => {
-                    return self.wrong_kind(
-                        w.expr,
-                        "grad",
-                        "a tuple of parameter names",
-                        &other.clone(),
-                    )
-                }
+                other => return self.wrong_kind(w.expr, "grad", "a tuple of parameter names", &other.clone()),
             },
         };
         for w in &wrt {
@@ -1401,17 +1215,12 @@ impl<'a> Infer<'a> {
                 Some(p) if matches!(&p.ty, Ty::Tensor(t) if t.elem.dtype.is_float()) => {}
                 Some(_) => {
                     let r = self.range(a.get("wrt").unwrap().expr);
-                    self.error(
-                        Code::E0802,
-                        r,
-                        format!("`{w}` is not a floating-point tensor parameter of `{name}`"),
-                    );
+                    self.error(Code::E0802, r, format!("`{w}` is not a floating-point tensor parameter of `{name}`"));
                     return Ty::Unknown;
                 }
                 None => {
                     let r = self.range(a.get("wrt").unwrap().expr);
-                    let mut d =
-                        Diagnostic::new(Code::E0802, r, format!("`{name}` has no parameter `{w}`"));
+                    let mut d = Diagnostic::new(Code::E0802, r, format!("`{name}` has no parameter `{w}`"));
                     if let Some(s) = suggest(w, sig.params.iter().map(|p| p.name.as_str())) {
                         d = d.with_note(format!("did you mean `{s}`?"));
                     }
@@ -1451,12 +1260,7 @@ impl<'a> Infer<'a> {
             .collect();
         // Gradients have the parameters' shapes as seen by this call.
         let subst = self.last_substitution.take().unwrap_or_default();
-        Ty::Tuple(
-            selected
-                .into_iter()
-                .map(|t| substitute_ty(&t, &subst))
-                .collect(),
-        )
+        Ty::Tuple(selected.into_iter().map(|t| substitute_ty(&t, &subst)).collect())
     }
 
     // ----- user functions ------------------------------------------------------------
@@ -1487,10 +1291,7 @@ impl<'a> Infer<'a> {
             Some(r) => substitute_ty(r, &subst),
             None if sig.kind == FunctionKind::Kernel => Ty::NoneVal,
             None => {
-                let ret = callee_inference(self.db, key)
-                    .return_ty
-                    .clone()
-                    .unwrap_or(Ty::Unknown);
+                let ret = callee_inference(self.db, key).return_ty.clone().unwrap_or(Ty::Unknown);
                 substitute_ty(&ret, &subst)
             }
         }
@@ -1506,13 +1307,8 @@ impl<'a> Infer<'a> {
         vals: &[(Option<(String, TextRange)>, ArgVal)],
     ) -> Option<BTreeMap<String, Dim>> {
         let mut assigned: Vec<Option<ArgVal>> = vec![None; sig.params.len()];
-        let positional: Vec<usize> = sig
-            .params
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !p.keyword_only)
-            .map(|(i, _)| i)
-            .collect();
+        let positional: Vec<usize> =
+            sig.params.iter().enumerate().filter(|(_, p)| !p.keyword_only).map(|(i, _)| i).collect();
         let mut next = 0usize;
         let mut ok = true;
         for (kw, val) in vals {
@@ -1537,26 +1333,15 @@ impl<'a> Infer<'a> {
                 Some((k, r)) => match sig.params.iter().position(|p| &p.name == k) {
                     Some(i) if assigned[i].is_none() => assigned[i] = Some(val.clone()),
                     Some(_) => {
-                        self.error(
-                            Code::E0801,
-                            *r,
-                            format!("`{name}` got multiple values for `{k}`"),
-                        );
+                        self.error(Code::E0801, *r, format!("`{name}` got multiple values for `{k}`"));
                         ok = false;
                     }
                     None => {
-                        let mut d = Diagnostic::new(
-                            Code::E0804,
-                            *r,
-                            format!("`{name}` has no parameter `{k}`"),
-                        );
+                        let mut d = Diagnostic::new(Code::E0804, *r, format!("`{name}` has no parameter `{k}`"));
                         if let Some(s) = suggest(k, sig.params.iter().map(|p| p.name.as_str())) {
                             d = d.with_fix(
                                 format!("did you mean `{s}`?"),
-                                vec![Edit {
-                                    range: *r,
-                                    text: s.to_string(),
-                                }],
+                                vec![Edit { range: *r, text: s.to_string() }],
                             );
                         }
                         self.push(d);
@@ -1579,11 +1364,7 @@ impl<'a> Infer<'a> {
                 format!(
                     "`{name}` is missing argument{} {}",
                     if missing.len() == 1 { "" } else { "s" },
-                    missing
-                        .iter()
-                        .map(|m| format!("`{m}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
                 ),
             );
             ok = false;
@@ -1664,51 +1445,31 @@ impl<'a> Infer<'a> {
                 }
                 (Ty::Int(Some(pd)), Ty::Int(Some(ad))) => {
                     if let Some(sym) = pd.as_sym() {
-                        subst
-                            .entry(sym.to_string())
-                            .or_insert((ad.clone(), arg.expr));
+                        subst.entry(sym.to_string()).or_insert((ad.clone(), arg.expr));
                     }
                 }
                 (Ty::Tensor(_), other) => {
-                    self.wrong_kind(
-                        arg.expr,
-                        name,
-                        &format!("a tensor for `{}`", p.name),
-                        &other.clone(),
-                    );
+                    self.wrong_kind(arg.expr, name, &format!("a tensor for `{}`", p.name), &other.clone());
                     return None;
                 }
-                (
-                    Ty::Scalar(_) | Ty::Int(_) | Ty::Float(_) | Ty::Bool(_),
-                    other @ (Ty::Tensor(_) | Ty::Tile(_)),
-                ) => {
-                    self.wrong_kind(
-                        arg.expr,
-                        name,
-                        &format!("a scalar for `{}`", p.name),
-                        &other.clone(),
-                    );
+                (Ty::Scalar(_) | Ty::Int(_) | Ty::Float(_) | Ty::Bool(_), other @ (Ty::Tensor(_) | Ty::Tile(_))) => {
+                    self.wrong_kind(arg.expr, name, &format!("a scalar for `{}`", p.name), &other.clone());
                     return None;
                 }
                 _ => {}
             }
         }
-        let plain: BTreeMap<String, Dim> = subst
-            .iter()
-            .map(|(k, (d, _))| (k.clone(), d.clone()))
-            .collect();
+        let plain: BTreeMap<String, Dim> = subst.iter().map(|(k, (d, _))| (k.clone(), d.clone())).collect();
         for (pd, ad, expr, pname) in deferred {
             let expected = pd.substitute(&|s| plain.get(s).cloned());
-            if expected
-                .symbols()
-                .iter()
-                .all(|s| plain.contains_key(s) || !pd.symbols().contains(s))
-                && expected != ad
-            {
+            if expected.symbols().iter().all(|s| plain.contains_key(s) || !pd.symbols().contains(s)) && expected != ad {
                 self.push(Diagnostic::new(
                     Code::E0301,
                     self.range(expr),
-                    format!("`{name}` expects `{pname}` to have a dim {pd} = {expected}, but `{}` has {ad}", self.text(expr)),
+                    format!(
+                        "`{name}` expects `{pname}` to have a dim {pd} = {expected}, but `{}` has {ad}",
+                        self.text(expr)
+                    ),
                 ));
                 return None;
             }
@@ -1730,11 +1491,7 @@ impl<'a> Infer<'a> {
         match recv {
             Ty::Schedule(s) => {
                 let mut s = *s;
-                let positional: Vec<&ArgVal> = vals
-                    .iter()
-                    .filter(|(n, _)| n.is_none())
-                    .map(|(_, v)| v)
-                    .collect();
+                let positional: Vec<&ArgVal> = vals.iter().filter(|(n, _)| n.is_none()).map(|(_, v)| v).collect();
                 let (keys, expected): (&[&str], usize) = match name {
                     "with_block" | "block" => (&["BM", "BN"], 2),
                     "with_k" | "k" => (&["BK"], 1),
@@ -1749,10 +1506,7 @@ impl<'a> Infer<'a> {
                     self.error(
                         Code::E0801,
                         self.range(id),
-                        format!(
-                            "`{name}` takes {expected} argument{}",
-                            if expected == 1 { "" } else { "s" }
-                        ),
+                        format!("`{name}` takes {expected} argument{}", if expected == 1 { "" } else { "s" }),
                     );
                     return Ty::Unknown;
                 }
@@ -1765,21 +1519,13 @@ impl<'a> Infer<'a> {
                 "append" => {
                     let positional: Vec<&ArgVal> = vals.iter().map(|(_, v)| v).collect();
                     if positional.len() != 2 {
-                        self.error(
-                            Code::E0801,
-                            self.range(id),
-                            "`append` takes 2 arguments (k, v)",
-                        );
+                        self.error(Code::E0801, self.range(id), "`append` takes 2 arguments (k, v)");
                         return Ty::Unknown;
                     }
                     for arg in positional {
                         if let Ty::Tensor(t) = &arg.ty {
                             let ok = t.rank() == cache.rank()
-                                && t.dims
-                                    .iter()
-                                    .zip(&cache.dims)
-                                    .enumerate()
-                                    .all(|(i, (a, b))| i == 2 || a == b);
+                                && t.dims.iter().zip(&cache.dims).enumerate().all(|(i, (a, b))| i == 2 || a == b);
                             if !ok {
                                 self.error(
                                     Code::E0301,
@@ -1813,14 +1559,7 @@ impl<'a> Infer<'a> {
                         _ => vec![block.expr, block.expr],
                     };
                     for ((key, item), e) in ["BM", "BN"].iter().zip(items).zip(exprs) {
-                        self.schedule_int(
-                            &mut s,
-                            key,
-                            Some(&ArgVal {
-                                expr: e,
-                                ty: item.clone(),
-                            }),
-                        );
+                        self.schedule_int(&mut s, key, Some(&ArgVal { expr: e, ty: item.clone() }));
                     }
                 }
                 Ty::NoneVal | Ty::Unknown => {}
@@ -1862,11 +1601,7 @@ impl<'a> Infer<'a> {
             }
         };
         if let Some(problem) = schedule::validate(key, &value) {
-            self.error(
-                Code::E0701,
-                self.range(v.expr),
-                format!("invalid schedule: {problem}"),
-            );
+            self.error(Code::E0701, self.range(v.expr), format!("invalid schedule: {problem}"));
             return;
         }
         s.set(key, value);
@@ -1902,10 +1637,7 @@ impl<'a> Infer<'a> {
                         shape.len()
                     ),
                 )
-                .with_label(
-                    self.range(a.get("axes").unwrap().expr),
-                    "axes declared here",
-                ),
+                .with_label(self.range(a.get("axes").unwrap().expr), "axes declared here"),
             );
             return Ty::Unknown;
         }
@@ -1918,11 +1650,7 @@ impl<'a> Infer<'a> {
                         self.range(shape_arg.expr),
                         format!(
                             "mesh shape {} has {product} positions but {count} device{} given",
-                            shape
-                                .iter()
-                                .map(|s| s.to_string())
-                                .collect::<Vec<_>>()
-                                .join("×"),
+                            shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("×"),
                             if count == 1 { " is" } else { "s are" }
                         ),
                     )
@@ -1949,29 +1677,16 @@ impl<'a> Infer<'a> {
         };
         let layout = a.get("layout").unwrap().clone();
         let mesh = a.get("mesh").unwrap().clone();
-        if let (
-            Ty::ShardSpec {
-                partition,
-                mesh_axes,
-            },
-            Ty::Mesh(m),
-        ) = (&layout.ty, &mesh.ty)
-        {
+        if let (Ty::ShardSpec { partition, mesh_axes }, Ty::Mesh(m)) = (&layout.ty, &mesh.ty) {
             for (i, axis) in mesh_axes.iter().enumerate() {
                 let Some(pos) = m.axes.iter().position(|x| x == axis) else {
-                    let range = self
-                        .mesh_axis_range(layout.expr, axis)
-                        .unwrap_or_else(|| self.range(layout.expr));
+                    let range = self.mesh_axis_range(layout.expr, axis).unwrap_or_else(|| self.range(layout.expr));
                     let mut d = Diagnostic::new(
                         Code::E0311,
                         range,
                         format!(
                             "unknown mesh axis \"{axis}\": the mesh has axes {}",
-                            m.axes
-                                .iter()
-                                .map(|a| format!("\"{a}\""))
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            m.axes.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ")
                         ),
                     )
                     .with_label(self.range(mesh.expr), "this mesh");
@@ -2016,18 +1731,13 @@ impl<'a> Infer<'a> {
         let Expr::Call { args, .. } = self.body.expr(self.body.unparen(layout)) else {
             return None;
         };
-        let arg = args
-            .iter()
-            .find(|a| a.name.as_ref().is_some_and(|(n, _)| n == "mesh_axes"))
-            .or_else(|| args.get(1))?;
+        let arg =
+            args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == "mesh_axes")).or_else(|| args.get(1))?;
         let items = match self.body.expr(self.body.unparen(arg.value)) {
             Expr::Tuple(items) | Expr::List(items) => items.clone(),
             _ => vec![arg.value],
         };
-        items
-            .into_iter()
-            .find(|&i| matches!(self.body.expr(i), Expr::Str(s) if s == axis))
-            .map(|i| self.range(i))
+        items.into_iter().find(|&i| matches!(self.body.expr(i), Expr::Str(s) if s == axis)).map(|i| self.range(i))
     }
 
     // ----- tile intrinsics -----------------------------------------------------------
@@ -2036,26 +1746,16 @@ impl<'a> Infer<'a> {
         match name {
             "parallel" => Ty::Range(LoopKind::Parallel),
             "range" | "range_n" => Ty::Range(LoopKind::Sequential),
-            "program_id" => Ty::Int(Some(Dim::sym(&format!(
-                "pid{}",
-                a.ty("axis").const_int().unwrap_or(0)
-            )))),
+            "program_id" => Ty::Int(Some(Dim::sym(&format!("pid{}", a.ty("axis").const_int().unwrap_or(0))))),
             "num_programs" => Ty::Int(None),
             "context" => Ty::Context,
             "linear_id" => {
                 // BLOCK is the schedule's `BLOCK` key when it has one, else 1024; it is a
                 // symbol here and fixed when the kernel is specialized.
-                if self
-                    .sig
-                    .and_then(|s| s.schedule.as_ref())
-                    .is_some_and(|s| s.has_key("BLOCK"))
-                {
+                if self.sig.and_then(|s| s.schedule.as_ref()).is_some_and(|s| s.has_key("BLOCK")) {
                     self.ctx_reads_insert("BLOCK");
                 }
-                Ty::Tile(TileType {
-                    dims: vec![Dim::sym("BLOCK")],
-                    elem: ElemType::plain(DType::I32),
-                })
+                Ty::Tile(TileType { dims: vec![Dim::sym("BLOCK")], elem: ElemType::plain(DType::I32) })
             }
             "load" => {
                 let src = a.get("src").unwrap().clone();
@@ -2068,34 +1768,19 @@ impl<'a> Infer<'a> {
                         Ty::Tensor(t) => t.elem,
                         _ => return Ty::Unknown,
                     };
-                    return Ty::Tile(TileType {
-                        dims: vec![r.clone(), c.clone()],
-                        elem,
-                    });
+                    return Ty::Tile(TileType { dims: vec![r.clone(), c.clone()], elem });
                 }
                 match &src.ty {
-                    Ty::View(t) => Ty::Tile(TileType {
-                        dims: t.dims.clone(),
-                        elem: t.elem.clone(),
-                    }),
-                    Ty::Shared(s) => Ty::Tile(TileType {
-                        dims: s.dims.clone(),
-                        elem: ElemType::plain(s.dtype),
-                    }),
+                    Ty::View(t) => Ty::Tile(TileType { dims: t.dims.clone(), elem: t.elem.clone() }),
+                    Ty::Shared(s) => Ty::Tile(TileType { dims: s.dims.clone(), elem: ElemType::plain(s.dtype) }),
                     Ty::Tile(t) => Ty::Tile(t.clone()),
                     Ty::Tensor(t) => {
                         // A whole tensor: fine when its dims are tile dims.
-                        Ty::Tile(TileType {
-                            dims: t.dims.clone(),
-                            elem: t.elem.clone(),
-                        })
+                        Ty::Tile(TileType { dims: t.dims.clone(), elem: t.elem.clone() })
                     }
-                    other => self.wrong_kind(
-                        src.expr,
-                        "tile.load",
-                        "a tensor slice or a shared buffer",
-                        &other.clone(),
-                    ),
+                    other => {
+                        self.wrong_kind(src.expr, "tile.load", "a tensor slice or a shared buffer", &other.clone())
+                    }
                 }
             }
             "store" => {
@@ -2126,21 +1811,13 @@ impl<'a> Infer<'a> {
                             )
                             .with_fix(
                                 "use the XOR swizzle",
-                                vec![Edit {
-                                    range: self.range(e),
-                                    text: "\"xor\"".into(),
-                                }],
+                                vec![Edit { range: self.range(e), text: "\"xor\"".into() }],
                             ),
                         );
                         return Ty::Unknown;
                     }
                     Some((e, other)) => {
-                        return self.wrong_kind(
-                            e,
-                            "tile.alloc_shared",
-                            "swizzle=\"xor\" or \"none\"",
-                            &other,
-                        )
+                        return self.wrong_kind(e, "tile.alloc_shared", "swizzle=\"xor\" or \"none\"", &other)
                     }
                 };
                 let pad = match a.get("pad").map(|p| (p.expr, p.ty.clone())) {
@@ -2148,24 +1825,13 @@ impl<'a> Infer<'a> {
                     Some((e, Ty::Int(Some(d)))) => match d.as_const() {
                         Some(p) if p >= 0 => p,
                         _ => {
-                            self.error(
-                                Code::E0802,
-                                self.range(e),
-                                "pad must be a non-negative constant",
-                            );
+                            self.error(Code::E0802, self.range(e), "pad must be a non-negative constant");
                             return Ty::Unknown;
                         }
                     },
-                    Some((e, other)) => {
-                        return self.wrong_kind(e, "tile.alloc_shared", "an int pad", &other)
-                    }
+                    Some((e, other)) => return self.wrong_kind(e, "tile.alloc_shared", "an int pad", &other),
                 };
-                Ty::Shared(SharedType {
-                    dims,
-                    dtype: elem.dtype,
-                    swizzle,
-                    pad,
-                })
+                Ty::Shared(SharedType { dims, dtype: elem.dtype, swizzle, pad })
             }
             "cp_async" => {
                 let dst = a.get("dst").unwrap().clone();
@@ -2201,7 +1867,13 @@ impl<'a> Infer<'a> {
                         Diagnostic::new(
                             Code::E0301,
                             self.range(src.expr),
-                            format!("tile.cp_async: the source `{}` is {} but the shared buffer `{}` is {}", self.text(src.expr), fmt_dims(&view.dims), self.text(dst.expr), fmt_dims(&shared.dims)),
+                            format!(
+                                "tile.cp_async: the source `{}` is {} but the shared buffer `{}` is {}",
+                                self.text(src.expr),
+                                fmt_dims(&view.dims),
+                                self.text(dst.expr),
+                                fmt_dims(&shared.dims)
+                            ),
                         )
                         .with_label(self.range(dst.expr), fmt_dims(&shared.dims)),
                     );
@@ -2209,7 +1881,10 @@ impl<'a> Infer<'a> {
                     self.error(
                         Code::E0400,
                         self.range(src.expr),
-                        format!("tile.cp_async copies bytes: the source is {} but the shared buffer holds {}", view.elem.dtype, shared.dtype),
+                        format!(
+                            "tile.cp_async copies bytes: the source is {} but the shared buffer holds {}",
+                            view.elem.dtype, shared.dtype
+                        ),
                     );
                 }
                 Ty::NoneVal
@@ -2224,18 +1899,8 @@ impl<'a> Infer<'a> {
                 let x = a.get("a").unwrap().clone();
                 let y = a.get("b").unwrap().clone();
                 let acc = a.get("accumulator").cloned();
-                let default_acc = ArgVal {
-                    expr: id,
-                    ty: Ty::DType(ElemType::plain(DType::F32)),
-                };
-                self.tile_dot(
-                    id,
-                    x.expr,
-                    x.ty,
-                    y.expr,
-                    y.ty,
-                    Some(acc.as_ref().unwrap_or(&default_acc)),
-                )
+                let default_acc = ArgVal { expr: id, ty: Ty::DType(ElemType::plain(DType::F32)) };
+                self.tile_dot(id, x.expr, x.ty, y.expr, y.ty, Some(acc.as_ref().unwrap_or(&default_acc)))
             }
             "transpose" => match self.operand(a.ty("t")) {
                 Ty::Tile(t) => {
@@ -2246,9 +1911,7 @@ impl<'a> Infer<'a> {
                     }
                     Ty::Tile(TileType { dims, elem: t.elem })
                 }
-                other => {
-                    self.wrong_kind(a.get("t").unwrap().expr, "tile.transpose", "a tile", &other)
-                }
+                other => self.wrong_kind(a.get("t").unwrap().expr, "tile.transpose", "a tile", &other),
             },
             "broadcast" => {
                 let t = a.get("t").unwrap().clone();
@@ -2270,10 +1933,7 @@ impl<'a> Infer<'a> {
                             );
                             return Ty::Unknown;
                         }
-                        Ty::Tile(TileType {
-                            dims,
-                            elem: tt.elem,
-                        })
+                        Ty::Tile(TileType { dims, elem: tt.elem })
                     }
                     other => self.wrong_kind(t.expr, "tile.broadcast", "a tile", &other),
                 }
@@ -2285,10 +1945,7 @@ impl<'a> Infer<'a> {
                     return Ty::Unknown;
                 };
                 match self.operand(t.ty.clone()) {
-                    Ty::Tile(tt) => Ty::Tile(TileType {
-                        dims: tt.dims,
-                        elem,
-                    }),
+                    Ty::Tile(tt) => Ty::Tile(TileType { dims: tt.dims, elem }),
                     Ty::Scalar(_) | Ty::Int(_) | Ty::Float(_) => Ty::Scalar(elem),
                     other => self.wrong_kind(t.expr, "tile.cast", "a tile", &other),
                 }
@@ -2297,16 +1954,10 @@ impl<'a> Infer<'a> {
                 let t = a.get("t").unwrap().clone();
                 let tt = match self.operand(t.ty.clone()) {
                     Ty::Tile(tt) => tt,
-                    other => {
-                        return self.wrong_kind(t.expr, &format!("tile.{name}"), "a tile", &other)
-                    }
+                    other => return self.wrong_kind(t.expr, &format!("tile.{name}"), "a tile", &other),
                 };
                 if tt.dims.is_empty() {
-                    self.error(
-                        Code::E0300,
-                        self.range(t.expr),
-                        format!("tile.{name} needs a tile of rank ≥ 1"),
-                    );
+                    self.error(Code::E0300, self.range(t.expr), format!("tile.{name} needs a tile of rank ≥ 1"));
                     return Ty::Unknown;
                 }
                 let axis = if name.starts_with("row_") {
@@ -2319,10 +1970,7 @@ impl<'a> Infer<'a> {
                 };
                 let mut dims = tt.dims.clone();
                 dims.remove(axis);
-                Ty::Tile(TileType {
-                    dims,
-                    elem: tt.elem,
-                })
+                Ty::Tile(TileType { dims, elem: tt.elem })
             }
             "causal_mask" | "mask_causal" => {
                 let s = a.get("s").unwrap().clone();
@@ -2332,10 +1980,7 @@ impl<'a> Infer<'a> {
                         self.error(
                             Code::E0300,
                             self.range(s.expr),
-                            format!(
-                                "tile.causal_mask needs a 2-D score tile, got {}",
-                                fmt_dims(&t.dims)
-                            ),
+                            format!("tile.causal_mask needs a 2-D score tile, got {}", fmt_dims(&t.dims)),
                         );
                         Ty::Unknown
                     }
@@ -2346,15 +1991,8 @@ impl<'a> Infer<'a> {
                 let s = a.get("s").unwrap().clone();
                 match self.operand(s.ty.clone()) {
                     Ty::Tile(t) if t.dims.len() == 2 => {
-                        let row = TileType {
-                            dims: vec![t.dims[0].clone()],
-                            elem: ElemType::plain(DType::F32),
-                        };
-                        Ty::Tuple(vec![
-                            Ty::Tile(t.clone()),
-                            Ty::Tile(row.clone()),
-                            Ty::Tile(row),
-                        ])
+                        let row = TileType { dims: vec![t.dims[0].clone()], elem: ElemType::plain(DType::F32) };
+                        Ty::Tuple(vec![Ty::Tile(t.clone()), Ty::Tile(row.clone()), Ty::Tile(row)])
                     }
                     other => self.wrong_kind(s.expr, "tile.softmax_online", "a 2-D tile", &other),
                 }
@@ -2382,14 +2020,12 @@ impl<'a> Infer<'a> {
                 }
                 Ty::Tuple(vec![acc, m, l])
             }
-            "row_index" => Ty::Tile(TileType {
-                dims: vec![Dim::sym("BM"), Dim::constant(1)],
-                elem: ElemType::plain(DType::I32),
-            }),
-            "col_index" => Ty::Tile(TileType {
-                dims: vec![Dim::constant(1), Dim::sym("BN")],
-                elem: ElemType::plain(DType::I32),
-            }),
+            "row_index" => {
+                Ty::Tile(TileType { dims: vec![Dim::sym("BM"), Dim::constant(1)], elem: ElemType::plain(DType::I32) })
+            }
+            "col_index" => {
+                Ty::Tile(TileType { dims: vec![Dim::constant(1), Dim::sym("BN")], elem: ElemType::plain(DType::I32) })
+            }
             _ => Ty::Unknown,
         }
     }
@@ -2414,21 +2050,13 @@ impl<'a> Infer<'a> {
                     self.error(
                         Code::E0400,
                         self.range(value.expr),
-                        format!(
-                            "tile.store: the value is {} but the destination holds {}",
-                            v.elem.dtype, t.elem.dtype
-                        ),
+                        format!("tile.store: the value is {} but the destination holds {}", v.elem.dtype, t.elem.dtype),
                     );
                 }
             }
             (Ty::View(_) | Ty::Unknown, _) => {}
             (other, _) => {
-                self.wrong_kind(
-                    dst.expr,
-                    "tile.store",
-                    "a slice of a global tensor",
-                    &other.clone(),
-                );
+                self.wrong_kind(dst.expr, "tile.store", "a slice of a global tensor", &other.clone());
             }
         }
     }
@@ -2447,22 +2075,16 @@ fn signature_text(what: &str, specs: &[ParamSpec]) -> String {
 }
 
 fn signature_params(sig: &Signature) -> String {
-    sig.params
-        .iter()
-        .map(|p| format!("{}: {}", p.name, p.ty))
-        .collect::<Vec<_>>()
-        .join(", ")
+    sig.params.iter().map(|p| format!("{}: {}", p.name, p.ty)).collect::<Vec<_>>().join(", ")
 }
 
 /// Replaces a callee's dim symbols by the caller's dims.
 pub(crate) fn substitute_ty(ty: &Ty, subst: &BTreeMap<String, Dim>) -> Ty {
     let sub = |d: &Dim| d.substitute(&|s| subst.get(s).cloned());
     match ty {
-        Ty::Tensor(t) => Ty::Tensor(TensorType {
-            kind: t.kind,
-            dims: t.dims.iter().map(sub).collect(),
-            elem: t.elem.clone(),
-        }),
+        Ty::Tensor(t) => {
+            Ty::Tensor(TensorType { kind: t.kind, dims: t.dims.iter().map(sub).collect(), elem: t.elem.clone() })
+        }
         Ty::Tuple(items) => Ty::Tuple(items.iter().map(|t| substitute_ty(t, subst)).collect()),
         Ty::Int(Some(d)) => Ty::Int(Some(sub(d))),
         other => other.clone(),

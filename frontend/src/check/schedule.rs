@@ -6,9 +6,7 @@ use std::fmt;
 use crate::text::TextRange;
 
 /// The standard schedule keys the compiler itself consumes.
-pub const STANDARD_KEYS: &[&str] = &[
-    "BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle",
-];
+pub const STANDARD_KEYS: &[&str] = &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"];
 
 /// `ctx.m` ≡ `ctx.BM` and friends; Triton spellings of autotune keys map too.
 pub fn canonical_key(key: &str) -> &str {
@@ -25,10 +23,7 @@ pub fn canonical_key(key: &str) -> &str {
 
 /// Keys whose value the compiler uses even when the kernel never reads them (no W0705).
 pub fn consumed_by_compiler(key: &str) -> bool {
-    matches!(
-        canonical_key(key),
-        "warps" | "stages" | "vector" | "swizzle"
-    )
+    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle")
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -65,19 +60,10 @@ impl ScheduleValue {
     /// The schedule a plain `@kernel` gets: 128×128 blocks, k=32, 4 warps, 2 stages.
     pub fn default_for_kernel() -> ScheduleValue {
         let mut s = ScheduleValue::default();
-        for (k, v) in [
-            ("BM", 128),
-            ("BN", 128),
-            ("BK", 32),
-            ("BD", 64),
-            ("warps", 4),
-            ("stages", 2),
-            ("vector", 4),
-        ] {
+        for (k, v) in [("BM", 128), ("BN", 128), ("BK", 32), ("BD", 64), ("warps", 4), ("stages", 2), ("vector", 4)] {
             s.values.insert(k.to_string(), KeyValue::Int(v));
         }
-        s.values
-            .insert("swizzle".into(), KeyValue::Str("none".into()));
+        s.values.insert("swizzle".into(), KeyValue::Str("none".into()));
         s
     }
 
@@ -113,11 +99,7 @@ impl ScheduleValue {
 
 impl fmt::Display for ScheduleValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self
-            .values
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+        let parts: Vec<String> = self.values.iter().map(|(k, v)| format!("{k}={v}")).collect();
         write!(f, "Schedule({})", parts.join(", "))
     }
 }
@@ -130,22 +112,21 @@ pub fn validate(key: &str, value: &KeyValue) -> Option<String> {
             if *v <= 0 {
                 Some(format!("{key} must be positive, got {v}"))
             } else if !(is_power_of_two(*v) || v % 16 == 0) {
-                Some(format!(
-                    "{key} = {v} is neither a power of two nor a multiple of 16"
-                ))
+                Some(format!("{key} = {v} is neither a power of two nor a multiple of 16"))
             } else {
                 None
             }
         }
-        ("warps", KeyValue::Int(v)) => (![1, 2, 4, 8, 16].contains(v))
-            .then(|| format!("warps must be one of 1, 2, 4, 8, 16, got {v}")),
-        ("stages", KeyValue::Int(v)) => {
-            (!(1..=8).contains(v)).then(|| format!("stages must be in 1..8, got {v}"))
+        ("warps", KeyValue::Int(v)) => {
+            (![1, 2, 4, 8, 16].contains(v)).then(|| format!("warps must be one of 1, 2, 4, 8, 16, got {v}"))
         }
-        ("vector", KeyValue::Int(v)) => (![1, 2, 4, 8, 16].contains(v))
-            .then(|| format!("vector must be one of 1, 2, 4, 8, 16, got {v}")),
-        ("swizzle", KeyValue::Str(s)) => (!matches!(s.as_str(), "xor" | "none"))
-            .then(|| format!("swizzle must be \"xor\" or \"none\", got \"{s}\"")),
+        ("stages", KeyValue::Int(v)) => (!(1..=8).contains(v)).then(|| format!("stages must be in 1..8, got {v}")),
+        ("vector", KeyValue::Int(v)) => {
+            (![1, 2, 4, 8, 16].contains(v)).then(|| format!("vector must be one of 1, 2, 4, 8, 16, got {v}"))
+        }
+        ("swizzle", KeyValue::Str(s)) => {
+            (!matches!(s.as_str(), "xor" | "none")).then(|| format!("swizzle must be \"xor\" or \"none\", got \"{s}\""))
+        }
         ("BM" | "BN" | "BK" | "BD" | "warps" | "stages" | "vector", KeyValue::Str(_)) => {
             Some(format!("{key} must be an integer"))
         }
@@ -293,24 +274,15 @@ mod tests {
             SpaceKey {
                 key: "BM".into(),
                 key_range: TextRange::default(),
-                candidates: vec![
-                    (KeyValue::Int(64), TextRange::default()),
-                    (KeyValue::Int(128), TextRange::default()),
-                ],
+                candidates: vec![(KeyValue::Int(64), TextRange::default()), (KeyValue::Int(128), TextRange::default())],
             },
             SpaceKey {
                 key: "num_warps".into(),
                 key_range: TextRange::default(),
-                candidates: vec![
-                    (KeyValue::Int(4), TextRange::default()),
-                    (KeyValue::Int(8), TextRange::default()),
-                ],
+                candidates: vec![(KeyValue::Int(4), TextRange::default()), (KeyValue::Int(8), TextRange::default())],
             },
         ];
-        let schedule = KernelSchedule {
-            space,
-            ..Default::default()
-        };
+        let schedule = KernelSchedule { space, ..Default::default() };
         let configs = schedule.configurations();
         assert_eq!(configs.len(), 4);
         assert_eq!(configs[3].int("BM"), Some(128));

@@ -17,11 +17,7 @@ pub enum ScopeEntry {
     Function,
     /// A module constant: `key` is the first name its assignment binds (its
     /// `ConstKey` name), `position` its item index (constants see only earlier ones).
-    Constant {
-        key: String,
-        position: u32,
-        ordinal: u32,
-    },
+    Constant { key: String, position: u32, ordinal: u32 },
     /// A name bound by an import to something of tessera.
     Member(Member),
     /// A name bound by an import that could not be resolved (already reported).
@@ -65,10 +61,7 @@ pub fn tessera_member_names() -> Vec<&'static str> {
 }
 
 pub fn stdlib_member(name: &str) -> Option<Member> {
-    crate::stdlib::kernel_names()
-        .into_iter()
-        .find(|n| *n == name)
-        .map(Member::StdlibKernel)
+    crate::stdlib::kernel_names().into_iter().find(|n| *n == name).map(Member::StdlibKernel)
 }
 
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
@@ -94,10 +87,7 @@ pub fn module_scope(db: &dyn Db, file: SourceFile) -> ModuleScope {
     for (position, item) in parse.module.items.iter().enumerate() {
         match &item.kind {
             ItemKind::Function(f) => {
-                scope
-                    .entries
-                    .entry(f.name.to_string())
-                    .or_insert(ScopeEntry::Function);
+                scope.entries.entry(f.name.to_string()).or_insert(ScopeEntry::Function);
             }
             ItemKind::Constant(c) => {
                 let Some((first, _)) = c.names.first() else {
@@ -105,18 +95,13 @@ pub fn module_scope(db: &dyn Db, file: SourceFile) -> ModuleScope {
                 };
                 let ordinal = const_counts.entry(first.as_str()).or_insert(0);
                 for (name, _) in &c.names {
-                    scope
-                        .entries
-                        .entry(name.to_string())
-                        .or_insert(ScopeEntry::Constant {
-                            key: first.to_string(),
-                            position: position as u32,
-                            ordinal: *ordinal,
-                        });
+                    scope.entries.entry(name.to_string()).or_insert(ScopeEntry::Constant {
+                        key: first.to_string(),
+                        position: position as u32,
+                        ordinal: *ordinal,
+                    });
                 }
-                scope
-                    .constant_positions
-                    .insert((first.to_string(), *ordinal), position as u32);
+                scope.constant_positions.insert((first.to_string(), *ordinal), position as u32);
                 *ordinal += 1;
             }
             ItemKind::Import(import) => {
@@ -141,49 +126,29 @@ fn import_bindings(import: &ImportAst) -> Vec<(String, ScopeEntry, Option<Diagno
                     .alias
                     .as_ref()
                     .map(|a| a.to_string())
-                    .unwrap_or_else(|| {
-                        name.path.first().map(|p| p.to_string()).unwrap_or_default()
-                    });
+                    .unwrap_or_else(|| name.path.first().map(|p| p.to_string()).unwrap_or_default());
                 let resolved = resolve_module_path(&path);
                 match (resolved, name.alias.is_some()) {
                     (Some(member), true) => out.push((binding, ScopeEntry::Member(member), None)),
                     // `import tessera.stdlib` binds `tessera`.
-                    (Some(_), false) => out.push((
-                        binding,
-                        ScopeEntry::Member(Member::Namespace(Namespace::Tessera)),
-                        None,
-                    )),
-                    (None, _) => out.push((
-                        binding,
-                        ScopeEntry::Unresolved,
-                        Some(unknown_module(name, &path)),
-                    )),
+                    (Some(_), false) => {
+                        out.push((binding, ScopeEntry::Member(Member::Namespace(Namespace::Tessera)), None))
+                    }
+                    (None, _) => out.push((binding, ScopeEntry::Unresolved, Some(unknown_module(name, &path)))),
                 }
             }
         }
-        ImportAst::From {
-            module,
-            module_range,
-            names,
-            wildcard,
-        } => {
+        ImportAst::From { module, module_range, names, wildcard } => {
             let path: Vec<&str> = module.iter().map(|p| p.as_str()).collect();
             let Some(Member::Namespace(ns)) = resolve_module_path(&path) else {
                 let diagnostic = Diagnostic::new(
                     Code::E0200,
                     *module_range,
-                    format!(
-                        "unknown module `{}`: only `tessera` and its submodules can be imported",
-                        path.join(".")
-                    ),
+                    format!("unknown module `{}`: only `tessera` and its submodules can be imported", path.join(".")),
                 );
                 let mut first = Some(diagnostic);
                 for name in names {
-                    let binding = name
-                        .alias
-                        .as_ref()
-                        .map(|a| a.to_string())
-                        .unwrap_or_else(|| name.path.join("."));
+                    let binding = name.alias.as_ref().map(|a| a.to_string()).unwrap_or_else(|| name.path.join("."));
                     out.push((binding, ScopeEntry::Unresolved, first.take()));
                 }
                 if let Some(d) = first {
@@ -194,17 +159,12 @@ fn import_bindings(import: &ImportAst) -> Vec<(String, ScopeEntry, Option<Diagno
             let _ = wildcard; // `from tessera import *` binds what is in scope anyway.
             for name in names {
                 let member_name = name.path.join(".");
-                let binding = name
-                    .alias
-                    .as_ref()
-                    .map(|a| a.to_string())
-                    .unwrap_or_else(|| member_name.clone());
+                let binding = name.alias.as_ref().map(|a| a.to_string()).unwrap_or_else(|| member_name.clone());
                 let member = match ns {
                     Namespace::Tessera => tessera_member(&member_name),
                     Namespace::Stdlib => stdlib_member(&member_name),
                     Namespace::Tile | Namespace::Dist | Namespace::Verify => {
-                        builtins::lookup(&format!("{}.{member_name}", ns.name()))
-                            .map(|b| Member::Builtin(b.path))
+                        builtins::lookup(&format!("{}.{member_name}", ns.name())).map(|b| Member::Builtin(b.path))
                     }
                     Namespace::Kernel => None,
                 };
@@ -224,10 +184,7 @@ fn import_bindings(import: &ImportAst) -> Vec<(String, ScopeEntry, Option<Diagno
                         if let Some(s) = suggest(&member_name, candidates.iter().copied()) {
                             d = d.with_fix(
                                 format!("did you mean `{s}`?"),
-                                vec![Edit {
-                                    range: name_path_range(name),
-                                    text: s.to_string(),
-                                }],
+                                vec![Edit { range: name_path_range(name), text: s.to_string() }],
                             );
                         }
                         out.push((binding, ScopeEntry::Unresolved, Some(d)));
@@ -243,8 +200,7 @@ fn name_path_range(name: &ImportedName) -> TextRange {
     match name.alias {
         // `x as y`: the path is the first part of the range.
         Some(_) => {
-            let len: usize = name.path.iter().map(|p| p.len()).sum::<usize>()
-                + name.path.len().saturating_sub(1);
+            let len: usize = name.path.iter().map(|p| p.len()).sum::<usize>() + name.path.len().saturating_sub(1);
             TextRange::new(name.range.start, name.range.start + len as u32)
         }
         None => name.range,
@@ -255,10 +211,7 @@ fn unknown_module(name: &ImportedName, path: &[&str]) -> Diagnostic {
     Diagnostic::new(
         Code::E0200,
         name.range,
-        format!(
-            "unknown module `{}`: only `tessera` and its submodules can be imported",
-            path.join(".")
-        ),
+        format!("unknown module `{}`: only `tessera` and its submodules can be imported", path.join(".")),
     )
 }
 
@@ -274,25 +227,12 @@ fn resolve_module_path(path: &[&str]) -> Option<Member> {
 }
 
 /// The one diagnostic for `ts.`/`tessera.` used without an import (at its first use).
-pub fn unimported_alias(
-    db: &dyn Db,
-    file: SourceFile,
-    first: TextRange,
-    uses: usize,
-) -> Diagnostic {
+pub fn unimported_alias(db: &dyn Db, file: SourceFile, first: TextRange, uses: usize) -> Diagnostic {
     let text = file.text(db);
     let name = first.slice(text).to_string();
     // Insert the import before the first item, after any leading comments/docstring.
-    let at = db::parse(db, file)
-        .module
-        .items
-        .first()
-        .map_or(0, |i| i.anchor);
-    let import = if name == "tessera" {
-        "import tessera\n".to_string()
-    } else {
-        format!("import tessera as {name}\n")
-    };
+    let at = db::parse(db, file).module.items.first().map_or(0, |i| i.anchor);
+    let import = if name == "tessera" { "import tessera\n".to_string() } else { format!("import tessera as {name}\n") };
     Diagnostic::new(Code::E0200, first, format!("`{name}` is used but never imported"))
         .with_note(if uses > 1 {
             format!("{uses} uses of `{name}` in this file depend on it; they are checked as if it were imported")
@@ -313,15 +253,9 @@ pub fn module_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
         }
         match first.get(name) {
             Some(&prev) => out.push(
-                Diagnostic::new(
-                    Code::E0202,
-                    range,
-                    format!("`{name}` is defined more than once"),
-                )
-                .with_label(prev, "first defined here")
-                .with_note(format!(
-                    "rename this {kind} or remove one of the definitions"
-                )),
+                Diagnostic::new(Code::E0202, range, format!("`{name}` is defined more than once"))
+                    .with_label(prev, "first defined here")
+                    .with_note(format!("rename this {kind} or remove one of the definitions")),
             ),
             None => {
                 first.insert(name.to_string(), range);
@@ -330,12 +264,7 @@ pub fn module_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     };
     for item in &parse.module.items {
         match &item.kind {
-            ItemKind::Function(f) => define(
-                &f.name,
-                f.name_range.shift(item.anchor),
-                "function",
-                &mut out,
-            ),
+            ItemKind::Function(f) => define(&f.name, f.name_range.shift(item.anchor), "function", &mut out),
             ItemKind::Constant(c) => {
                 for (name, range) in &c.names {
                     define(name, range.shift(item.anchor), "constant", &mut out);

@@ -45,8 +45,7 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {
 
 /// The product of dims (for reshape's element-count check).
 pub fn product(dims: &[Dim]) -> Dim {
-    dims.iter()
-        .fold(Dim::constant(1), |acc, d| acc.mul_plain(d))
+    dims.iter().fold(Dim::constant(1), |acc, d| acc.mul_plain(d))
 }
 
 #[cfg(test)]
@@ -60,10 +59,7 @@ mod tests {
     #[test]
     fn broadcasting() {
         assert_eq!(broadcast(&s(&["B", "D"]), &s(&["D"])), Ok(s(&["B", "D"])));
-        assert_eq!(
-            broadcast(&s(&["BM", "1"]), &s(&["BM", "BN"])),
-            Ok(s(&["BM", "BN"]))
-        );
+        assert_eq!(broadcast(&s(&["BM", "1"]), &s(&["BM", "BN"])), Ok(s(&["BM", "BN"])));
         assert_eq!(broadcast(&s(&["B", "D"]), &s(&["F"])), Err((1, 0)));
         assert!(broadcasts_to(&s(&["1", "BN"]), &s(&["BM", "BN"])));
         assert!(!broadcasts_to(&s(&["BM", "BN"]), &s(&["BN"])));

@@ -36,11 +36,7 @@ pub struct TensorType {
 
 impl TensorType {
     pub fn new(dims: Vec<Dim>, elem: ElemType) -> TensorType {
-        TensorType {
-            kind: TensorKind::Tensor,
-            dims,
-            elem,
-        }
+        TensorType { kind: TensorKind::Tensor, dims, elem }
     }
 
     pub fn rank(&self) -> usize {
@@ -49,13 +45,7 @@ impl TensorType {
 }
 
 pub fn fmt_dims(dims: &[Dim]) -> String {
-    format!(
-        "[{}]",
-        dims.iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
+    format!("[{}]", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
 }
 
 impl fmt::Display for TensorType {
@@ -237,10 +227,7 @@ impl Ty {
     }
 
     pub fn is_scalar_number(&self) -> bool {
-        matches!(
-            self,
-            Ty::Int(_) | Ty::Float(_) | Ty::Bool(_) | Ty::Scalar(_)
-        )
+        matches!(self, Ty::Int(_) | Ty::Float(_) | Ty::Bool(_) | Ty::Scalar(_))
     }
 
     pub fn int_value(&self) -> Option<&Dim> {
@@ -333,14 +320,8 @@ impl fmt::Display for Ty {
             Ty::Range(LoopKind::Unrolled) => f.write_str("range"),
             Ty::Slice => f.write_str("slice"),
             Ty::Mesh(m) => write!(f, "mesh{:?} over {:?}", m.shape, m.axes),
-            Ty::ShardSpec {
-                partition,
-                mesh_axes,
-            } => {
-                write!(
-                    f,
-                    "ShardSpec(partition={partition:?}, mesh_axes={mesh_axes:?})"
-                )
+            Ty::ShardSpec { partition, mesh_axes } => {
+                write!(f, "ShardSpec(partition={partition:?}, mesh_axes={mesh_axes:?})")
             }
             Ty::Method { recv, name } => write!(f, "method {name} of {}", recv.kind_name()),
         }

@@ -331,27 +331,17 @@ impl Body {
                 f(*value);
                 indices.iter().copied().for_each(f);
             }
-            Expr::Slice { start, stop, step } => [start, stop, step]
-                .into_iter()
-                .flatten()
-                .copied()
-                .for_each(f),
+            Expr::Slice { start, stop, step } => [start, stop, step].into_iter().flatten().copied().for_each(f),
             Expr::Call { func, args } => {
                 f(*func);
                 args.iter().for_each(|a| f(a.value));
             }
-            Expr::Binary { lhs, rhs, .. }
-            | Expr::BoolOp { lhs, rhs, .. }
-            | Expr::Compare { lhs, rhs, .. } => {
+            Expr::Binary { lhs, rhs, .. } | Expr::BoolOp { lhs, rhs, .. } | Expr::Compare { lhs, rhs, .. } => {
                 f(*lhs);
                 f(*rhs);
             }
             Expr::Unary { operand, .. } => f(*operand),
-            Expr::IfExpr {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Expr::IfExpr { cond, then, otherwise } => {
                 f(*then);
                 f(*cond);
                 f(*otherwise);
@@ -451,12 +441,7 @@ pub enum ImportAst {
     /// `import a.b as c, d`
     Import { names: Vec<ImportedName> },
     /// `from a.b import x as y, z` / `from a import *`
-    From {
-        module: Vec<Name>,
-        module_range: TextRange,
-        names: Vec<ImportedName>,
-        wildcard: bool,
-    },
+    From { module: Vec<Name>, module_range: TextRange, names: Vec<ImportedName>, wildcard: bool },
 }
 
 impl ImportAst {
@@ -472,15 +457,8 @@ impl ImportAst {
                 .collect()
         };
         match self {
-            ImportAst::Import { names } => ImportAst::Import {
-                names: shift(names),
-            },
-            ImportAst::From {
-                module,
-                module_range,
-                names,
-                wildcard,
-            } => ImportAst::From {
+            ImportAst::Import { names } => ImportAst::Import { names: shift(names) },
+            ImportAst::From { module, module_range, names, wildcard } => ImportAst::From {
                 module: module.clone(),
                 module_range: module_range.shift(offset),
                 names: shift(names),
@@ -516,11 +494,7 @@ impl Item {
             ItemKind::Import(import) => ItemKind::Import(import.shifted(offset)),
             other => other.clone(),
         };
-        Item {
-            anchor: self.anchor + offset,
-            range: self.range.shift(offset),
-            kind,
-        }
+        Item { anchor: self.anchor + offset, range: self.range.shift(offset), kind }
     }
 
     pub fn name(&self) -> Option<&str> {

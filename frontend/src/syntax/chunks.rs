@@ -41,10 +41,7 @@ pub fn split(text: &str) -> Vec<TextRange> {
                 b'\n' => break,
                 b' ' | b'\t' | b'\r' | b'\x0c' => {}
                 b'#' => {
-                    i = bytes[i..]
-                        .iter()
-                        .position(|&b| b == b'\n')
-                        .map_or(bytes.len(), |p| i + p);
+                    i = bytes[i..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |p| i + p);
                     break;
                 }
                 q @ (b'\'' | b'"') => {
@@ -62,10 +59,7 @@ pub fn split(text: &str) -> Vec<TextRange> {
                 }
                 b'\\' => {
                     let rest = &bytes[i + 1..];
-                    if rest.first().is_none_or(|&b| b == b'\n')
-                        || rest.starts_with(b"\r\n")
-                        || rest == b"\r"
-                    {
+                    if rest.first().is_none_or(|&b| b == b'\n') || rest.starts_with(b"\r\n") || rest == b"\r" {
                         continuation = true;
                     } else {
                         first_significant.get_or_insert(i);
@@ -86,9 +80,8 @@ pub fn split(text: &str) -> Vec<TextRange> {
                 // A statement in column 0.
                 Some(s) if s == line_start => {
                     let rest = &bytes[s..];
-                    let keeps_previous = prev_decorator
-                        || starts_with_word(rest, b"elif")
-                        || starts_with_word(rest, b"else");
+                    let keeps_previous =
+                        prev_decorator || starts_with_word(rest, b"elif") || starts_with_word(rest, b"else");
                     if !keeps_previous && !first_statement {
                         starts.push(blank_run.unwrap_or(line_start));
                     }
@@ -126,10 +119,7 @@ static SPECIAL: [bool; 256] = {
 };
 
 fn starts_with_word(rest: &[u8], word: &[u8]) -> bool {
-    rest.starts_with(word)
-        && !rest
-            .get(word.len())
-            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    rest.starts_with(word) && !rest.get(word.len()).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
 }
 
 /// Returns the offset just after the string starting at `start` (or where an
@@ -180,22 +170,11 @@ mod tests {
 
     #[test]
     fn chunks_cover_the_text() {
-        for text in [
-            "",
-            "x",
-            "\n\n",
-            "def f(:\n",
-            "if x:\n    y\nelse:\n    z\nw = 1",
-            "a = (\n",
-            "s = 'abc\nt = 1\n",
-        ] {
+        for text in ["", "x", "\n\n", "def f(:\n", "if x:\n    y\nelse:\n    z\nw = 1", "a = (\n", "s = 'abc\nt = 1\n"]
+        {
             let ranges = split(text);
             assert_eq!(ranges.first().map(|r| r.start), Some(0), "{text:?}");
-            assert_eq!(
-                ranges.last().map(|r| r.end),
-                Some(text.len() as u32),
-                "{text:?}"
-            );
+            assert_eq!(ranges.last().map(|r| r.end), Some(text.len() as u32), "{text:?}");
             for w in ranges.windows(2) {
                 assert_eq!(w[0].end, w[1].start);
             }

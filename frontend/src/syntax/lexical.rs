@@ -17,9 +17,7 @@ pub struct LexicalReport {
 
 impl LexicalReport {
     pub fn shadows(&self, range: TextRange) -> bool {
-        self.shadows
-            .iter()
-            .any(|s| s.intersects(range) || (range.is_empty() && s.touches(range.start)))
+        self.shadows.iter().any(|s| s.intersects(range) || (range.is_empty() && s.touches(range.start)))
     }
 }
 
@@ -51,12 +49,8 @@ pub fn scan(text: &str, utf8_error: Option<u32>) -> LexicalReport {
 /// E0104 at the first invalid byte (`at`) of a file that is not UTF-8.
 pub fn utf8_diagnostic(text: &str, at: u32) -> Diagnostic {
     let end = crate::text::clamp_to_char_boundary(text, (at + 3).min(text.len() as u32)).max(at);
-    Diagnostic::new(
-        Code::E0104,
-        TextRange::new(at, end),
-        "this file is not valid UTF-8",
-    )
-    .with_note("Tessera sources must be UTF-8; the invalid bytes were read as U+FFFD")
+    Diagnostic::new(Code::E0104, TextRange::new(at, end), "this file is not valid UTF-8")
+        .with_note("Tessera sources must be UTF-8; the invalid bytes were read as U+FFFD")
 }
 
 impl<'a> Scanner<'a> {
@@ -71,10 +65,7 @@ impl<'a> Scanner<'a> {
     }
 
     fn line_end(&self, from: usize) -> usize {
-        self.bytes[from..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(self.bytes.len(), |p| from + p)
+        self.bytes[from..].iter().position(|&b| b == b'\n').map_or(self.bytes.len(), |p| from + p)
     }
 
     fn run(&mut self) {
@@ -101,9 +92,7 @@ impl<'a> Scanner<'a> {
                     }
                     i += 1;
                 }
-                let blank = i >= line_end
-                    || self.bytes[i] == b'#'
-                    || (self.bytes[i] == b'\r' && i + 1 >= line_end);
+                let blank = i >= line_end || self.bytes[i] == b'#' || (self.bytes[i] == b'\r' && i + 1 >= line_end);
                 if !blank {
                     let indent_range = TextRange::new(line_start as u32, i as u32);
                     let top = *self.indents.last().unwrap_or(&0);
@@ -125,10 +114,7 @@ impl<'a> Scanner<'a> {
                             .with_note("indentation must use spaces")
                             .with_fix(
                                 format!("indent with {expected} spaces"),
-                                vec![Edit {
-                                    range: indent_range,
-                                    text: fix_text,
-                                }],
+                                vec![Edit { range: indent_range, text: fix_text }],
                             ),
                             line_range,
                         );
@@ -144,23 +130,16 @@ impl<'a> Scanner<'a> {
                                     TextRange::new(i as u32, self.char_end(i)).cover(indent_range),
                                     "expected an indented block",
                                 )
-                                .with_label(
-                                    TextRange::empty(block_line),
-                                    "the block opened by this line is empty",
-                                ),
+                                .with_label(TextRange::empty(block_line), "the block opened by this line is empty"),
                                 line_range,
                             );
                         }
                     } else if width > top {
                         self.error(
-                            Diagnostic::new(Code::E0101, indent_range, "unexpected indent")
-                                .with_fix(
-                                    format!("indent with {top} spaces"),
-                                    vec![Edit {
-                                        range: indent_range,
-                                        text: " ".repeat(top as usize),
-                                    }],
-                                ),
+                            Diagnostic::new(Code::E0101, indent_range, "unexpected indent").with_fix(
+                                format!("indent with {top} spaces"),
+                                vec![Edit { range: indent_range, text: " ".repeat(top as usize) }],
+                            ),
                             line_range,
                         );
                     } else if width < top {
@@ -176,19 +155,12 @@ impl<'a> Scanner<'a> {
                                     format!(
                                         "dedent to column {width} matches no enclosing block \
                                          (open blocks are indented by {})",
-                                        self.indents
-                                            .iter()
-                                            .map(|w| w.to_string())
-                                            .collect::<Vec<_>>()
-                                            .join(", ")
+                                        self.indents.iter().map(|w| w.to_string()).collect::<Vec<_>>().join(", ")
                                     ),
                                 )
                                 .with_fix(
                                     format!("indent with {outer} spaces"),
-                                    vec![Edit {
-                                        range: indent_range,
-                                        text: " ".repeat(outer as usize),
-                                    }],
+                                    vec![Edit { range: indent_range, text: " ".repeat(outer as usize) }],
                                 ),
                                 line_range,
                             );
@@ -249,9 +221,7 @@ impl<'a> Scanner<'a> {
                     TextRange::new(at, at + 1),
                     format!("`{}` is never closed", bracket as char),
                 )
-                .with_note(format!(
-                    "expected a matching `{close}` before the end of the file"
-                )),
+                .with_note(format!("expected a matching `{close}` before the end of the file")),
                 TextRange::new(at, len as u32),
             );
         }
@@ -280,18 +250,14 @@ impl<'a> Scanner<'a> {
                     at,
                 );
             }
-            None => self.error(
-                Diagnostic::new(Code::E0100, at, format!("unmatched `{}`", b as char)),
-                at,
-            ),
+            None => self.error(Diagnostic::new(Code::E0100, at, format!("unmatched `{}`", b as char)), at),
         }
     }
 
     /// Skips a string starting at `start`; returns the offset after it.
     fn string(&mut self, start: usize, line_end: usize) -> usize {
         let quote = self.bytes[start];
-        let triple =
-            self.bytes.get(start + 1) == Some(&quote) && self.bytes.get(start + 2) == Some(&quote);
+        let triple = self.bytes.get(start + 1) == Some(&quote) && self.bytes.get(start + 2) == Some(&quote);
         if triple {
             let mut i = start + 3;
             while i < self.bytes.len() {
@@ -313,10 +279,7 @@ impl<'a> Scanner<'a> {
                     TextRange::new(start as u32, start as u32 + 3),
                     "unterminated triple-quoted string",
                 )
-                .with_note(format!(
-                    "expected a closing `{0}{0}{0}` before the end of the file",
-                    quote as char
-                )),
+                .with_note(format!("expected a closing `{0}{0}{0}` before the end of the file", quote as char)),
                 TextRange::new(start as u32, end),
             );
             return self.bytes.len();
@@ -334,22 +297,13 @@ impl<'a> Scanner<'a> {
             end -= 1;
         }
         let range = TextRange::new(start as u32, end as u32);
-        let line_start = self.bytes[..start]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |p| p + 1);
+        let line_start = self.bytes[..start].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
         self.error(
             Diagnostic::new(Code::E0102, range, "unterminated string")
-                .with_note(format!(
-                    "a `{}` string must end on the line it starts",
-                    quote as char
-                ))
+                .with_note(format!("a `{}` string must end on the line it starts", quote as char))
                 .with_fix(
                     format!("close the string with `{}`", quote as char),
-                    vec![Edit {
-                        range: TextRange::empty(end as u32),
-                        text: (quote as char).to_string(),
-                    }],
+                    vec![Edit { range: TextRange::empty(end as u32), text: (quote as char).to_string() }],
                 ),
             // The whole line: whatever the parser makes of it follows from this.
             TextRange::new(line_start as u32, line_end as u32),
@@ -363,16 +317,13 @@ mod tests {
     use super::*;
 
     fn codes(text: &str) -> Vec<(Code, String)> {
-        scan(text, None)
-            .diagnostics
-            .into_iter()
-            .map(|d| (d.code, d.range.slice(text).to_string()))
-            .collect()
+        scan(text, None).diagnostics.into_iter().map(|d| (d.code, d.range.slice(text).to_string())).collect()
     }
 
     #[test]
     fn clean_code_has_no_lexical_errors() {
-        let text = "def f(x):\n    y = (1 +\n\t2)  # tab inside brackets is fine\n    s = \"\"\"a\n  b\"\"\"\n    return y\n";
+        let text =
+            "def f(x):\n    y = (1 +\n\t2)  # tab inside brackets is fine\n    s = \"\"\"a\n  b\"\"\"\n    return y\n";
         assert_eq!(codes(text), vec![]);
     }
 
@@ -384,28 +335,16 @@ mod tests {
 
     #[test]
     fn unterminated_string_and_bracket() {
-        assert_eq!(
-            codes("X = \"abc\nY = 1\n"),
-            vec![(Code::E0102, "\"abc".to_string())]
-        );
-        assert_eq!(
-            codes("X = f(1,\n  2\n"),
-            vec![(Code::E0102, "(".to_string())]
-        );
-        assert_eq!(
-            codes("X = '''abc\n"),
-            vec![(Code::E0102, "'''".to_string())]
-        );
+        assert_eq!(codes("X = \"abc\nY = 1\n"), vec![(Code::E0102, "\"abc".to_string())]);
+        assert_eq!(codes("X = f(1,\n  2\n"), vec![(Code::E0102, "(".to_string())]);
+        assert_eq!(codes("X = '''abc\n"), vec![(Code::E0102, "'''".to_string())]);
     }
 
     #[test]
     fn bad_dedent_and_unexpected_indent() {
         let text = "def f():\n    if x:\n        y = 1\n      z = 2\n";
         assert_eq!(codes(text), vec![(Code::E0101, "      ".to_string())]);
-        assert_eq!(
-            codes("x = 1\n    y = 2\n"),
-            vec![(Code::E0101, "    ".to_string())]
-        );
+        assert_eq!(codes("x = 1\n    y = 2\n"), vec![(Code::E0101, "    ".to_string())]);
         assert_eq!(codes("def f():\nreturn 1\n")[0].0, Code::E0101);
     }
 

@@ -105,10 +105,7 @@ struct Ids {
 impl Ids {
     fn load(language: &Language) -> Ids {
         let f = |name: &str| {
-            language
-                .field_id_for_name(name)
-                .unwrap_or_else(|| panic!("grammar has no field `{name}`"))
-                .get()
+            language.field_id_for_name(name).unwrap_or_else(|| panic!("grammar has no field `{name}`")).get()
         };
         let k = |name: &str| {
             let id = language.id_for_node_kind(name, true);
@@ -209,26 +206,17 @@ struct Kids<'t> {
 
 impl<'t> Kids<'t> {
     fn field(&self, field: u16) -> Option<Node<'t>> {
-        self.items
-            .iter()
-            .find(|(f, _)| *f == field)
-            .map(|(_, n)| *n)
+        self.items.iter().find(|(f, _)| *f == field).map(|(_, n)| *n)
     }
 
     fn fields(&self, field: u16) -> impl Iterator<Item = Node<'t>> + '_ {
-        self.items
-            .iter()
-            .filter(move |(f, _)| *f == field)
-            .map(|(_, n)| *n)
+        self.items.iter().filter(move |(f, _)| *f == field).map(|(_, n)| *n)
     }
 
     /// Named children (with or without a field), skipping comments.
     fn named(&self) -> impl Iterator<Item = Node<'t>> + '_ {
         let comment = ids().k_comment;
-        self.items
-            .iter()
-            .map(|(_, n)| *n)
-            .filter(move |n| n.is_named() && n.kind_id() != comment)
+        self.items.iter().map(|(_, n)| *n).filter(move |n| n.is_named() && n.kind_id() != comment)
     }
 }
 
@@ -242,11 +230,7 @@ pub fn lower(text: &str, tree: &Tree, lexical: &LexicalReport) -> Lowered {
     collect_syntax_errors(text, tree.root_node(), lexical, &mut diagnostics);
     let root = tree.root_node();
     let mut cursor = root.walk();
-    let mut lw = Lowering {
-        text,
-        cursor: root.walk(),
-        diagnostics: &mut diagnostics,
-    };
+    let mut lw = Lowering { text, cursor: root.walk(), diagnostics: &mut diagnostics };
     let mut items = Vec::new();
     let children: Vec<Node> = root.named_children(&mut cursor).collect();
     for child in children {
@@ -257,10 +241,7 @@ pub fn lower(text: &str, tree: &Tree, lexical: &LexicalReport) -> Lowered {
             items.push(item);
         }
     }
-    Lowered {
-        module: ModuleAst { items },
-        diagnostics,
-    }
+    Lowered { module: ModuleAst { items }, diagnostics }
 }
 
 fn range_of(node: Node) -> TextRange {
@@ -294,9 +275,7 @@ impl<'a, 't> Lowering<'a, 't> {
     }
 
     fn src(&self, node: Node) -> &'a str {
-        self.text
-            .get(node.start_byte()..node.end_byte())
-            .unwrap_or("")
+        self.text.get(node.start_byte()..node.end_byte()).unwrap_or("")
     }
 
     fn item(&mut self, node: Node<'t>, lexical: &LexicalReport) -> Option<Item> {
@@ -306,27 +285,14 @@ impl<'a, 't> Lowering<'a, 't> {
         let kind = node.kind_id();
         let item_kind = if kind == id.k_decorated_definition || kind == id.k_function_definition {
             let (function, def_start) = self.function(node)?;
-            return Some(Item {
-                anchor: def_start,
-                range,
-                kind: ItemKind::Function(Arc::new(function)),
-            });
+            return Some(Item { anchor: def_start, range, kind: ItemKind::Function(Arc::new(function)) });
         } else if kind == id.k_import_statement || kind == id.k_import_from_statement {
             ItemKind::Import(self.import(node))
         } else if kind == id.k_expression_statement || kind == id.k_assignment {
-            let inner = if kind == id.k_assignment {
-                Some(node)
-            } else {
-                self.kids(node).named().next()
-            };
+            let inner = if kind == id.k_assignment { Some(node) } else { self.kids(node).named().next() };
             match inner {
                 Some(a) if a.kind_id() == id.k_assignment => {
-                    let mut cx = Cx {
-                        lw: self,
-                        anchor,
-                        body: Body::default(),
-                        depth: 0,
-                    };
+                    let mut cx = Cx { lw: self, anchor, body: Body::default(), depth: 0 };
                     ItemKind::Constant(Arc::new(cx.constant(a)?))
                 }
                 // A module docstring is allowed.
@@ -344,11 +310,7 @@ impl<'a, 't> Lowering<'a, 't> {
             }
             ItemKind::Invalid
         };
-        Some(Item {
-            anchor,
-            range,
-            kind: item_kind,
-        })
+        Some(Item { anchor, range, kind: item_kind })
     }
 
     /// A function item: decorators (relative to the item's start) and definition
@@ -359,12 +321,7 @@ impl<'a, 't> Lowering<'a, 't> {
         let mut decorators = Decorators::default();
         let def = if node.kind_id() == id.k_decorated_definition {
             let kids = self.kids(node);
-            let mut cx = Cx {
-                lw: self,
-                anchor: item_start,
-                body: Body::default(),
-                depth: 0,
-            };
+            let mut cx = Cx { lw: self, anchor: item_start, body: Body::default(), depth: 0 };
             for d in kids.fields(id.f_decorator).collect::<Vec<_>>() {
                 let inner = cx.kids(d).named().next();
                 let expr = match inner {
@@ -379,12 +336,7 @@ impl<'a, 't> Lowering<'a, 't> {
             node
         };
         let def_start = def.start_byte() as u32;
-        let mut cx = Cx {
-            lw: self,
-            anchor: def_start,
-            body: Body::default(),
-            depth: 0,
-        };
+        let mut cx = Cx { lw: self, anchor: def_start, body: Body::default(), depth: 0 };
         let function = cx.function_def(def)?;
         Some((
             FunctionAst {
@@ -399,24 +351,15 @@ impl<'a, 't> Lowering<'a, 't> {
     fn import(&mut self, node: Node<'t>) -> ImportAst {
         let id = ids();
         let kids = self.kids(node);
-        let names: Vec<ImportedName> = kids
-            .fields(id.f_name)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|n| self.imported_name(n))
-            .collect();
+        let names: Vec<ImportedName> =
+            kids.fields(id.f_name).collect::<Vec<_>>().into_iter().map(|n| self.imported_name(n)).collect();
         if node.kind_id() == id.k_import_statement {
             return ImportAst::Import { names };
         }
         let module_node = kids.field(id.f_module_name);
         let module = module_node.map(|m| self.dotted(m)).unwrap_or_default();
         let wildcard = kids.named().any(|c| c.kind_id() == id.k_wildcard_import);
-        ImportAst::From {
-            module,
-            module_range: module_node.map(range_of).unwrap_or_default(),
-            names,
-            wildcard,
-        }
+        ImportAst::From { module, module_range: module_node.map(range_of).unwrap_or_default(), names, wildcard }
     }
 
     fn dotted(&mut self, node: Node<'t>) -> Vec<Name> {
@@ -424,20 +367,14 @@ impl<'a, 't> Lowering<'a, 't> {
             return vec![self.src(node).into()];
         }
         let kids = self.kids(node);
-        kids.named()
-            .filter(|c| c.kind_id() == ids().k_identifier)
-            .map(|c| self.src(c).into())
-            .collect()
+        kids.named().filter(|c| c.kind_id() == ids().k_identifier).map(|c| self.src(c).into()).collect()
     }
 
     fn imported_name(&mut self, node: Node<'t>) -> ImportedName {
         let id = ids();
         if node.kind_id() == id.k_aliased_import {
             let kids = self.kids(node);
-            let path = kids
-                .field(id.f_name)
-                .map(|n| self.dotted(n))
-                .unwrap_or_default();
+            let path = kids.field(id.f_name).map(|n| self.dotted(n)).unwrap_or_default();
             let alias_node = kids.field(id.f_alias);
             ImportedName {
                 path,
@@ -446,21 +383,13 @@ impl<'a, 't> Lowering<'a, 't> {
                 binding_range: alias_node.map(range_of).unwrap_or_else(|| range_of(node)),
             }
         } else {
-            ImportedName {
-                path: self.dotted(node),
-                alias: None,
-                range: range_of(node),
-                binding_range: range_of(node),
-            }
+            ImportedName { path: self.dotted(node), alias: None, range: range_of(node), binding_range: range_of(node) }
         }
     }
 }
 
 fn top_level_error(range: TextRange, text: &str) -> Diagnostic {
-    let first_line_end = range
-        .slice(text)
-        .find('\n')
-        .map_or(range.end, |i| range.start + i as u32);
+    let first_line_end = range.slice(text).find('\n').map_or(range.end, |i| range.start + i as u32);
     Diagnostic::new(
         Code::E0100,
         TextRange::new(range.start, first_line_end),
@@ -491,9 +420,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
     }
 
     fn report(&mut self, code: Code, node: Node, message: impl Into<String>) {
-        self.lw
-            .diagnostics
-            .push(Diagnostic::new(code, range_of(node), message));
+        self.lw.diagnostics.push(Diagnostic::new(code, range_of(node), message));
     }
 
     fn missing(&mut self, range: TextRange) -> ExprId {
@@ -564,16 +491,9 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             let k = p.kind_id();
             let (name_node, annotation, default) = if k == id.k_identifier {
                 (Some(p), None, None)
-            } else if k == id.k_typed_parameter
-                || k == id.k_default_parameter
-                || k == id.k_typed_default_parameter
-            {
+            } else if k == id.k_typed_parameter || k == id.k_default_parameter || k == id.k_typed_default_parameter {
                 let pk = self.kids(p);
-                (
-                    pk.field(id.f_name),
-                    pk.field(id.f_type),
-                    pk.field(id.f_value),
-                )
+                (pk.field(id.f_name), pk.field(id.f_type), pk.field(id.f_value))
             } else if k == id.k_keyword_separator {
                 keyword_only = true;
                 continue;
@@ -603,12 +523,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
         let value = self.opt_expr(kids.field(id.f_right), self.rel(node));
         let mut names = Vec::new();
         self.collect_target_names(target, &mut names);
-        Some(ConstantAst {
-            names,
-            target,
-            value,
-            arena: std::mem::take(&mut self.body),
-        })
+        Some(ConstantAst { names, target, value, arena: std::mem::take(&mut self.body) })
     }
 
     fn collect_target_names(&self, target: ExprId, out: &mut Vec<(Name, TextRange)>) {
@@ -659,26 +574,15 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             let target = self.opt_expr(kids.field(id.f_left), range);
             let annotation = kids.field(id.f_type).map(|t| self.expr(t));
             let value = self.opt_expr(kids.field(id.f_right), range);
-            Stmt::Assign {
-                target,
-                annotation,
-                value,
-            }
+            Stmt::Assign { target, annotation, value }
         } else if k == id.k_augmented_assignment {
             let kids = self.kids(node);
             let target = self.opt_expr(kids.field(id.f_left), range);
             let op_node = kids.field(id.f_operator);
-            let op = op_node
-                .and_then(|o| BinOp::from_symbol(self.src(o)))
-                .unwrap_or(BinOp::Add);
+            let op = op_node.and_then(|o| BinOp::from_symbol(self.src(o))).unwrap_or(BinOp::Add);
             let op_range = op_node.map(|o| self.rel(o)).unwrap_or(range);
             let value = self.opt_expr(kids.field(id.f_right), range);
-            Stmt::AugAssign {
-                target,
-                op,
-                op_range,
-                value,
-            }
+            Stmt::AugAssign { target, op, op_range, value }
         } else if k == id.k_return_statement {
             let value = self.kids(node).named().next();
             Stmt::Return(value.map(|v| self.expr(v)))
@@ -729,12 +633,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
                 },
                 None => None,
             };
-            Stmt::For {
-                target,
-                iter,
-                body,
-                orelse,
-            }
+            Stmt::For { target, iter, body, orelse }
         } else if k == id.k_while_statement {
             let kids = self.kids(node);
             let cond = self.opt_expr(kids.field(id.f_condition), range);
@@ -749,11 +648,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
         } else if k == id.k_with_statement {
             let kids = self.kids(node);
             let mut items = Vec::new();
-            for w in kids
-                .named()
-                .filter(|w| w.kind_id() == id.k_with_item)
-                .collect::<Vec<_>>()
-            {
+            for w in kids.named().filter(|w| w.kind_id() == id.k_with_item).collect::<Vec<_>>() {
                 let wk = self.kids(w);
                 let value = self.opt_expr(wk.field(id.f_value), self.rel(w));
                 let alias = wk.field(id.f_alias).map(|a| self.expr(a));
@@ -773,11 +668,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             );
             Stmt::Invalid
         } else if k == id.k_import_statement || k == id.k_import_from_statement {
-            self.report(
-                Code::E0100,
-                node,
-                "imports are only allowed at the top level",
-            );
+            self.report(Code::E0100, node, "imports are only allowed at the top level");
             Stmt::Invalid
         } else {
             Stmt::Invalid
@@ -791,11 +682,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
         self.depth += 1;
         let id = if self.depth > MAX_DEPTH {
             if self.depth == MAX_DEPTH + 1 {
-                self.report(
-                    Code::E0100,
-                    node,
-                    format!("expression nested more than {MAX_DEPTH} levels deep"),
-                );
+                self.report(Code::E0100, node, format!("expression nested more than {MAX_DEPTH} levels deep"));
             }
             self.missing(self.rel(node))
         } else {
@@ -851,22 +738,13 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             let kids = self.kids(node);
             let object = self.opt_expr(kids.field(id.f_object), range);
             match kids.field(id.f_attribute) {
-                Some(a) => Expr::Attribute {
-                    object,
-                    name: self.src(a).into(),
-                    name_range: self.rel(a),
-                },
+                Some(a) => Expr::Attribute { object, name: self.src(a).into(), name_range: self.rel(a) },
                 None => Expr::Missing,
             }
         } else if k == id.k_subscript {
             let kids = self.kids(node);
             let value = self.opt_expr(kids.field(id.f_value), range);
-            let indices = kids
-                .fields(id.f_subscript)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .map(|s| self.expr(s))
-                .collect();
+            let indices = kids.fields(id.f_subscript).collect::<Vec<_>>().into_iter().map(|s| self.expr(s)).collect();
             Expr::Subscript { value, indices }
         } else if k == id.k_slice {
             let kids = self.kids(node);
@@ -884,9 +762,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
                 for a in list_kids.named().collect::<Vec<_>>() {
                     if a.kind_id() == id.k_keyword_argument {
                         let ak = self.kids(a);
-                        let name = ak
-                            .field(id.f_name)
-                            .map(|n| (self.src(n).into(), self.rel(n)));
+                        let name = ak.field(id.f_name).map(|n| (self.src(n).into(), self.rel(n)));
                         let value = self.opt_expr(ak.field(id.f_value), self.rel(a));
                         args.push(Arg { name, value });
                     } else {
@@ -900,10 +776,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             let kids = self.kids(node);
             let lhs = self.opt_expr(kids.field(id.f_left), range);
             let rhs = self.opt_expr(kids.field(id.f_right), range);
-            let op = kids
-                .field(id.f_operator)
-                .and_then(|o| BinOp::from_symbol(self.src(o)))
-                .unwrap_or(BinOp::Add);
+            let op = kids.field(id.f_operator).and_then(|o| BinOp::from_symbol(self.src(o))).unwrap_or(BinOp::Add);
             Expr::Binary { op, lhs, rhs }
         } else if k == id.k_unary_operator {
             let kids = self.kids(node);
@@ -917,10 +790,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
         } else if k == id.k_not_operator {
             let kids = self.kids(node);
             let operand = self.opt_expr(kids.field(id.f_argument), range);
-            Expr::Unary {
-                op: UnaryOp::Not,
-                operand,
-            }
+            Expr::Unary { op: UnaryOp::Not, operand }
         } else if k == id.k_boolean_operator {
             let kids = self.kids(node);
             let lhs = self.opt_expr(kids.field(id.f_left), range);
@@ -934,11 +804,8 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             let kids = self.kids(node);
             let lhs = self.opt_expr(kids.field(id.f_left), range);
             let rhs = self.opt_expr(kids.field(id.f_right), range);
-            let words: Vec<&str> = kids
-                .fields(id.f_operator)
-                .map(|o| self.src(o))
-                .flat_map(str::split_whitespace)
-                .collect();
+            let words: Vec<&str> =
+                kids.fields(id.f_operator).map(|o| self.src(o)).flat_map(str::split_whitespace).collect();
             let op = match words.as_slice() {
                 ["<"] => CmpOp::Lt,
                 ["<="] => CmpOp::Le,
@@ -957,11 +824,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             let then = self.opt_expr(kids.field(id.f_consequence), range);
             let cond = self.opt_expr(kids.field(id.f_condition), range);
             let otherwise = self.opt_expr(kids.field(id.f_alternative), range);
-            Expr::IfExpr {
-                cond,
-                then,
-                otherwise,
-            }
+            Expr::IfExpr { cond, then, otherwise }
         } else if k == id.k_parenthesized_expression {
             match self.kids(node).named().next() {
                 Some(inner) => Expr::Paren(self.expr(inner)),
@@ -974,11 +837,7 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
         } else if k == id.k_dictionary {
             let kids = self.kids(node);
             let mut pairs = Vec::new();
-            for p in kids
-                .named()
-                .filter(|p| p.kind_id() == id.k_pair)
-                .collect::<Vec<_>>()
-            {
+            for p in kids.named().filter(|p| p.kind_id() == id.k_pair).collect::<Vec<_>>() {
                 let pk = self.kids(p);
                 let key = self.opt_expr(pk.field(id.f_key), self.rel(p));
                 let value = self.opt_expr(pk.field(id.f_value), self.rel(p));
@@ -995,19 +854,14 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
     fn contains_error(&mut self, node: Node<'t>) -> bool {
         let id = ids();
         let k = node.kind_id();
-        let container =
-            k == id.k_list || k == id.k_tuple || k == id.k_dictionary || k == id.k_expression_list;
+        let container = k == id.k_list || k == id.k_tuple || k == id.k_dictionary || k == id.k_expression_list;
         // `has_error` is a flag tree-sitter keeps per subtree: no walk needed.
         (container || k == id.k_call || k == id.k_subscript) && node.has_error()
     }
 
     fn children(&mut self, node: Node<'t>) -> Vec<ExprId> {
         let kids = self.kids(node);
-        kids.named()
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|c| self.expr(c))
-            .collect()
+        kids.named().collect::<Vec<_>>().into_iter().map(|c| self.expr(c)).collect()
     }
 }
 
@@ -1037,11 +891,7 @@ pub fn unquote(src: &str) -> (String, Option<String>) {
     } else {
         None
     };
-    let quote_len = if body.starts_with("\"\"\"") || body.starts_with("'''") {
-        3
-    } else {
-        1
-    };
+    let quote_len = if body.starts_with("\"\"\"") || body.starts_with("'''") { 3 } else { 1 };
     let inner = if body.len() >= 2 * quote_len {
         &body[quote_len..body.len() - quote_len]
     } else {
@@ -1076,12 +926,7 @@ pub fn unquote(src: &str) -> (String, Option<String>) {
 }
 
 /// One E0100 per ERROR region and per MISSING token, unless a lexical error explains it.
-fn collect_syntax_errors(
-    text: &str,
-    root: Node,
-    lexical: &LexicalReport,
-    out: &mut Vec<Diagnostic>,
-) {
+fn collect_syntax_errors(text: &str, root: Node, lexical: &LexicalReport, out: &mut Vec<Diagnostic>) {
     if !root.has_error() {
         return;
     }
@@ -1092,19 +937,14 @@ fn collect_syntax_errors(
             let range = TextRange::empty(at);
             if !lexical.shadows(range) {
                 let kind = node.kind();
-                let what = if kind.chars().all(|c| c.is_ascii_alphabetic() || c == '_')
-                    && kind.len() > 1
-                    && !is_keyword(kind)
-                {
-                    describe_kind(kind).to_string()
-                } else {
-                    format!("`{kind}`")
-                };
-                out.push(Diagnostic::new(
-                    Code::E0100,
-                    range,
-                    format!("syntax error: expected {what}"),
-                ));
+                let what =
+                    if kind.chars().all(|c| c.is_ascii_alphabetic() || c == '_') && kind.len() > 1 && !is_keyword(kind)
+                    {
+                        describe_kind(kind).to_string()
+                    } else {
+                        format!("`{kind}`")
+                    };
+                out.push(Diagnostic::new(Code::E0100, range, format!("syntax error: expected {what}")));
             }
             continue;
         }
@@ -1112,19 +952,13 @@ fn collect_syntax_errors(
             let range = error_span(text, node);
             if !lexical.shadows(range) && !lexical.shadows(range_of(node)) {
                 let token = range.slice(text);
-                let context = node
-                    .parent()
-                    .map(|p| describe_context(p.kind()))
-                    .unwrap_or("");
+                let context = node.parent().map(|p| describe_context(p.kind())).unwrap_or("");
                 let message = if let Some(hint) = python_construct(token, node) {
                     hint
                 } else if token.is_empty() {
                     format!("syntax error{context}")
                 } else {
-                    format!(
-                        "syntax error: unexpected `{}`{context}",
-                        truncate(token, 30)
-                    )
+                    format!("syntax error: unexpected `{}`{context}", truncate(token, 30))
                 };
                 out.push(Diagnostic::new(Code::E0100, range, message));
             }
@@ -1132,10 +966,7 @@ fn collect_syntax_errors(
         }
         let mut cursor = node.walk();
         // Push in reverse so that diagnostics come out in source order.
-        let children: Vec<Node> = node
-            .children(&mut cursor)
-            .filter(|c| c.has_error() || c.is_missing())
-            .collect();
+        let children: Vec<Node> = node.children(&mut cursor).filter(|c| c.has_error() || c.is_missing()).collect();
         stack.extend(children.into_iter().rev());
     }
 }
@@ -1143,14 +974,9 @@ fn collect_syntax_errors(
 /// Python constructs Tessera does not have, recognised from the token the parser
 /// stumbled on, so the message names the construct instead of the token.
 fn python_construct(token: &str, node: Node) -> Option<String> {
-    let in_brackets = std::iter::successors(node.parent(), |n| n.parent())
-        .take(4)
-        .any(|p| {
-            matches!(
-                p.kind(),
-                "list" | "argument_list" | "parenthesized_expression" | "dictionary" | "subscript"
-            )
-        });
+    let in_brackets = std::iter::successors(node.parent(), |n| n.parent()).take(4).any(|p| {
+        matches!(p.kind(), "list" | "argument_list" | "parenthesized_expression" | "dictionary" | "subscript")
+    });
     match token {
         "for" if in_brackets => Some(
             "comprehensions are not supported: write the values out, or build them in a compile-time `for ... in range(...)` loop"
@@ -1181,10 +1007,7 @@ fn error_span(text: &str, node: Node) -> TextRange {
     }
     if range.is_empty() {
         let end = (range.start as usize + 1).min(text.len()) as u32;
-        range = TextRange::new(
-            range.start,
-            crate::text::clamp_to_char_boundary(text, end).max(range.start),
-        );
+        range = TextRange::new(range.start, crate::text::clamp_to_char_boundary(text, end).max(range.start));
     }
     range
 }
@@ -1237,9 +1060,7 @@ fn describe_context(parent: &str) -> &'static str {
         "argument_list" => " in the argument list",
         "parameters" => " in the parameter list",
         "subscript" => " in the subscript",
-        "binary_operator" | "unary_operator" | "comparison_operator" | "boolean_operator" => {
-            " in this expression"
-        }
+        "binary_operator" | "unary_operator" | "comparison_operator" | "boolean_operator" => " in this expression",
         "assignment" | "augmented_assignment" => " in this assignment",
         "decorated_definition" | "decorator" => " in the decorator",
         "function_definition" => " in the function header",

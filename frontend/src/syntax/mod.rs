@@ -55,11 +55,7 @@ impl Parse {
                 _ => continue,
             };
             let ordinal = counts.entry((is_fn, name.clone())).or_insert(0);
-            let map = if is_fn {
-                &mut self.functions
-            } else {
-                &mut self.constants
-            };
+            let map = if is_fn { &mut self.functions } else { &mut self.constants };
             map.insert((name, *ordinal), i);
             *ordinal += 1;
         }
@@ -85,36 +81,25 @@ pub fn parse_chunk(text: &str) -> ChunkParse {
         let mut slot = cell.borrow_mut();
         let parser = slot.get_or_insert_with(|| {
             let mut p = tree_sitter::Parser::new();
-            p.set_language(&lower::language())
-                .expect("the bundled grammar matches the tree-sitter runtime");
+            p.set_language(&lower::language()).expect("the bundled grammar matches the tree-sitter runtime");
             p
         });
         parser.parse(text, None)
     });
     let Some(tree) = tree else {
         // Only happens on cancellation or timeout, neither of which we set.
-        return ChunkParse {
-            items: Vec::new(),
-            diagnostics: lexical.diagnostics,
-        };
+        return ChunkParse { items: Vec::new(), diagnostics: lexical.diagnostics };
     };
     let lowered = lower::lower(text, &tree, &lexical);
     drop(tree);
     let mut diagnostics = lexical.diagnostics;
     diagnostics.extend(lowered.diagnostics);
-    ChunkParse {
-        items: lowered.module.items,
-        diagnostics,
-    }
+    ChunkParse { items: lowered.module.items, diagnostics }
 }
 
 /// Assembles a file's parse from its chunks' parses (`chunk_parse` gets each chunk's
 /// text; the database memoizes it, plain callers just parse).
-pub fn assemble<'p>(
-    text: &str,
-    utf8_error: Option<u32>,
-    mut chunk_parse: impl FnMut(&str) -> &'p ChunkParse,
-) -> Parse {
+pub fn assemble<'p>(text: &str, utf8_error: Option<u32>, mut chunk_parse: impl FnMut(&str) -> &'p ChunkParse) -> Parse {
     let mut items = Vec::new();
     let mut diagnostics = Vec::new();
     if let Some(at) = utf8_error {
@@ -123,19 +108,10 @@ pub fn assemble<'p>(
     for range in chunks::split(text) {
         let chunk = chunk_parse(range.slice(text));
         items.extend(chunk.items.iter().map(|item| item.shifted(range.start)));
-        diagnostics.extend(
-            chunk
-                .diagnostics
-                .iter()
-                .map(|d| d.clone().shift(range.start)),
-        );
+        diagnostics.extend(chunk.diagnostics.iter().map(|d| d.clone().shift(range.start)));
     }
     diagnostics.sort_by_key(|d| (d.range.start, d.range.end));
-    let mut parse = Parse {
-        module: ast::ModuleAst { items },
-        diagnostics,
-        ..Parse::default()
-    };
+    let mut parse = Parse { module: ast::ModuleAst { items }, diagnostics, ..Parse::default() };
     parse.index_items();
     parse
 }
@@ -147,7 +123,5 @@ pub fn parse(text: &str, utf8_error: Option<u32>) -> Parse {
         parsed.push(parse_chunk(range.slice(text)));
     }
     let mut it = parsed.iter();
-    assemble(text, utf8_error, |_| {
-        it.next().expect("one parse per chunk")
-    })
+    assemble(text, utf8_error, |_| it.next().expect("one parse per chunk"))
 }

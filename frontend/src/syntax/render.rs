@@ -101,11 +101,7 @@ fn write_expr(body: &Body, id: ExprId, out: &mut String, depth: u32) {
             out.push(' ');
             write_expr(body, *rhs, out, d);
         }
-        Expr::IfExpr {
-            cond,
-            then,
-            otherwise,
-        } => {
+        Expr::IfExpr { cond, then, otherwise } => {
             write_expr(body, *then, out, d);
             out.push_str(" if ");
             write_expr(body, *cond, out, d);

@@ -13,11 +13,7 @@ pub enum Layout {
     /// Row-major blocks: each thread owns `size_per_thread` contiguous elements per dim;
     /// a warp's threads and a CTA's warps tile the dims (last dim fastest). A tile larger
     /// than the coverage repeats it; a smaller one is replicated.
-    Blocked {
-        size_per_thread: Vec<u32>,
-        threads_per_warp: Vec<u32>,
-        warps_per_cta: Vec<u32>,
-    },
+    Blocked { size_per_thread: Vec<u32>, threads_per_warp: Vec<u32>, warps_per_cta: Vec<u32> },
     /// The accumulator of `mma.sync.m16n8k*`: warps in a `warps[0] x warps[1]` grid, each
     /// owning a contiguous block of the tile, covered by 16x8 fragments (4 elements per
     /// thread each: rows g and g+8, columns 2t and 2t+1, g = lane/4, t = lane%4).
@@ -25,11 +21,7 @@ pub enum Layout {
     /// An operand of `mma.sync`: A (`op = 0`, m16 x k) or B (`op = 1`, k x n8) fragments
     /// matching the parent accumulator layout; `k_width` elements share a 32-bit register
     /// (2 for 16-bit types, 4 for 8-bit).
-    DotOperand {
-        op: u8,
-        parent: Box<Layout>,
-        k_width: u32,
-    },
+    DotOperand { op: u8, parent: Box<Layout>, k_width: u32 },
     /// The layout left after reducing `dim` of a tile in the parent layout.
     Slice { dim: u32, parent: Box<Layout> },
 }
@@ -64,11 +56,7 @@ impl Layout {
         } else {
             warps_per_cta[0] = warps;
         }
-        Layout::Blocked {
-            size_per_thread,
-            threads_per_warp,
-            warps_per_cta,
-        }
+        Layout::Blocked { size_per_thread, threads_per_warp, warps_per_cta }
     }
 
     /// An mma accumulator layout for a `[m, n]` tile over `warps` warps: warps along M
@@ -77,14 +65,8 @@ impl Layout {
         let max_m = (m / 16).max(1) as u32;
         let wm = prev_power_of_two(warps.min(max_m)).max(1);
         let wn = (warps / wm).max(1);
-        let wn = if (n / 8) < wn as i64 {
-            prev_power_of_two((n / 8).max(1) as u32)
-        } else {
-            wn
-        };
-        Layout::Mma {
-            warps: [wm, wn.max(1)],
-        }
+        let wn = if (n / 8) < wn as i64 { prev_power_of_two((n / 8).max(1) as u32) } else { wn };
+        Layout::Mma { warps: [wm, wn.max(1)] }
     }
 
     pub fn warps(&self) -> u32 {
@@ -102,17 +84,11 @@ impl Layout {
     /// The coordinates of the elements thread `tid` owns, in register order.
     pub fn elements(&self, shape: &[i64], tid: u32) -> Vec<Vec<i64>> {
         match self {
-            Layout::Blocked {
-                size_per_thread,
-                threads_per_warp,
-                warps_per_cta,
-            } => blocked_elements(shape, size_per_thread, threads_per_warp, warps_per_cta, tid),
+            Layout::Blocked { size_per_thread, threads_per_warp, warps_per_cta } => {
+                blocked_elements(shape, size_per_thread, threads_per_warp, warps_per_cta, tid)
+            }
             Layout::Mma { warps } => mma_elements(shape, *warps, tid),
-            Layout::DotOperand {
-                op,
-                parent,
-                k_width,
-            } => match parent.as_ref() {
+            Layout::DotOperand { op, parent, k_width } => match parent.as_ref() {
                 Layout::Mma { warps } => dot_operand_elements(shape, *op, *warps, *k_width, tid),
                 _ => Vec::new(),
             },
@@ -147,13 +123,7 @@ fn prev_power_of_two(x: u32) -> u32 {
     }
 }
 
-fn blocked_elements(
-    shape: &[i64],
-    spt: &[u32],
-    tpw: &[u32],
-    wpc: &[u32],
-    tid: u32,
-) -> Vec<Vec<i64>> {
+fn blocked_elements(shape: &[i64], spt: &[u32], tpw: &[u32], wpc: &[u32], tid: u32) -> Vec<Vec<i64>> {
     let rank = shape.len();
     if rank == 0 {
         return vec![vec![]];
@@ -215,10 +185,7 @@ fn warp_block(shape: &[i64], warps: [u32; 2], tid: u32) -> (i64, i64, i64, i64, 
     let (m, n) = (shape[0].max(16), shape.get(1).copied().unwrap_or(8).max(8));
     let warp = tid / WARP;
     let lane = (tid % WARP) as i64;
-    let (wm, wn) = (
-        (warp % warps[0]) as i64,
-        (warp / warps[0]) as i64 % warps[1] as i64,
-    );
+    let (wm, wn) = ((warp % warps[0]) as i64, (warp / warps[0]) as i64 % warps[1] as i64);
     let warp_m = (m / warps[0] as i64).max(16);
     let warp_n = (n / warps[1] as i64).max(8);
     (wm * warp_m, wn * warp_n, warp_m, warp_n, lane / 4, lane % 4)
@@ -239,20 +206,11 @@ fn mma_elements(shape: &[i64], warps: [u32; 2], tid: u32) -> Vec<Vec<i64>> {
     out
 }
 
-fn dot_operand_elements(
-    shape: &[i64],
-    op: u8,
-    warps: [u32; 2],
-    k_width: u32,
-    tid: u32,
-) -> Vec<Vec<i64>> {
+fn dot_operand_elements(shape: &[i64], op: u8, warps: [u32; 2], k_width: u32, tid: u32) -> Vec<Vec<i64>> {
     let lane = (tid % WARP) as i64;
     let (g, t) = (lane / 4, lane % 4);
     let warp = tid / WARP;
-    let (wm, wn) = (
-        (warp % warps[0]) as i64,
-        (warp / warps[0]) as i64 % warps[1] as i64,
-    );
+    let (wm, wn) = ((warp % warps[0]) as i64, (warp / warps[0]) as i64 % warps[1] as i64);
     let kw = k_width as i64;
     // k extent of one mma: 16 for 16-bit (k_width 2), 32 for 8-bit (k_width 4).
     let kstep = 8 * kw;
@@ -296,18 +254,9 @@ fn dot_operand_elements(
 
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |v: &[u32]| {
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let list = |v: &[u32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
         match self {
-            Layout::Blocked {
-                size_per_thread,
-                threads_per_warp,
-                warps_per_cta,
-            } => write!(
+            Layout::Blocked { size_per_thread, threads_per_warp, warps_per_cta } => write!(
                 f,
                 "#blocked<[{}],[{}],[{}]>",
                 list(size_per_thread),
@@ -329,9 +278,7 @@ mod tests {
     use std::collections::HashSet;
 
     fn coverage(layout: &Layout, shape: &[i64]) -> HashSet<Vec<i64>> {
-        (0..layout.threads())
-            .flat_map(|t| layout.elements(shape, t))
-            .collect()
+        (0..layout.threads()).flat_map(|t| layout.elements(shape, t)).collect()
     }
 
     #[test]
@@ -348,43 +295,25 @@ mod tests {
         // 64x64 f32 over 128 threads: 32 registers each.
         assert_eq!(layout.elements_per_thread(&shape), 32);
         // Lane 5 of warp 0: group 1, thread-in-group 1.
-        assert_eq!(
-            &layout.elements(&shape, 5)[..4],
-            &[vec![1, 2], vec![1, 3], vec![9, 2], vec![9, 3]]
-        );
+        assert_eq!(&layout.elements(&shape, 5)[..4], &[vec![1, 2], vec![1, 3], vec![9, 2], vec![9, 3]]);
     }
 
     #[test]
     fn blocked_layouts_cover_their_tiles() {
-        for (shape, warps, vec) in [
-            (vec![128, 64], 4, 4),
-            (vec![4, 1024], 8, 4),
-            (vec![1024], 4, 4),
-            (vec![1, 256], 4, 8),
-        ] {
+        for (shape, warps, vec) in
+            [(vec![128, 64], 4, 4), (vec![4, 1024], 8, 4), (vec![1024], 4, 4), (vec![1, 256], 4, 8)]
+        {
             let layout = Layout::blocked_for(&shape, warps, vec);
             let all: i64 = shape.iter().product();
-            assert_eq!(
-                coverage(&layout, &shape).len() as i64,
-                all,
-                "{layout} on {shape:?}"
-            );
+            assert_eq!(coverage(&layout, &shape).len() as i64, all, "{layout} on {shape:?}");
         }
     }
 
     #[test]
     fn operand_fragments_match_mma_shapes() {
         let parent = Box::new(Layout::Mma { warps: [2, 2] });
-        let a = Layout::DotOperand {
-            op: 0,
-            parent: parent.clone(),
-            k_width: 2,
-        };
-        let b = Layout::DotOperand {
-            op: 1,
-            parent,
-            k_width: 2,
-        };
+        let a = Layout::DotOperand { op: 0, parent: parent.clone(), k_width: 2 };
+        let b = Layout::DotOperand { op: 1, parent, k_width: 2 };
         // A [64, 32] bf16: per warp 32 rows = 2 m16 tiles x 2 k16 steps x 8 elements.
         assert_eq!(a.elements_per_thread(&[64, 32]), 32);
         // B [32, 64] bf16: per warp 32 cols = 4 n8 tiles x 2 k16 steps x 4 elements.
@@ -395,10 +324,7 @@ mod tests {
 
     #[test]
     fn slices_project_the_parent() {
-        let row = Layout::Slice {
-            dim: 1,
-            parent: Box::new(Layout::Mma { warps: [4, 1] }),
-        };
+        let row = Layout::Slice { dim: 1, parent: Box::new(Layout::Mma { warps: [4, 1] }) };
         // One row vector of 64: each thread holds rows g and g+8 of its warp block.
         assert_eq!(row.elements(&[64], 0), vec![vec![0], vec![8]]);
         assert_eq!(row.elements(&[64], 37), vec![vec![17], vec![25]]);

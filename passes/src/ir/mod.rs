@@ -61,10 +61,7 @@ pub enum Origin {
 
 impl Loc {
     pub fn new(function: &str, range: TextRange) -> Loc {
-        Loc {
-            origin: Origin::Function(SmolStr::new(function)),
-            range,
-        }
+        Loc { origin: Origin::Function(SmolStr::new(function)), range }
     }
 }
 
@@ -265,9 +262,7 @@ impl OpKind {
     }
 
     pub fn is_elementwise(self) -> bool {
-        self.is_unary_math()
-            || self.is_binary()
-            || matches!(self, OpKind::Cmp | OpKind::Select | OpKind::Cast)
+        self.is_unary_math() || self.is_binary() || matches!(self, OpKind::Cmp | OpKind::Select | OpKind::Cast)
     }
 
     /// Ops with effects on memory or ordering (not removable, not reorderable freely).
@@ -390,10 +385,7 @@ impl Func {
     }
 
     pub fn new_value(&mut self, ty: Type, name: Option<&str>) -> ValueId {
-        self.values.push(ValueInfo {
-            ty,
-            name: name.map(SmolStr::new),
-        });
+        self.values.push(ValueInfo { ty, name: name.map(SmolStr::new) });
         ValueId(self.values.len() as u32 - 1)
     }
 
@@ -444,10 +436,7 @@ pub struct Builder<'f> {
 
 impl<'f> Builder<'f> {
     pub fn new(func: &'f mut Func) -> Builder<'f> {
-        Builder {
-            func,
-            stack: vec![Region::default()],
-        }
+        Builder { func, stack: vec![Region::default()] }
     }
 
     pub fn value(&mut self, ty: Type, name: Option<&str>) -> ValueId {
@@ -475,24 +464,10 @@ impl<'f> Builder<'f> {
         regions: Vec<Region>,
         loc: &Loc,
     ) -> Vec<ValueId> {
-        let results: Vec<ValueId> = result_types
-            .into_iter()
-            .map(|t| self.func.new_value(t, None))
-            .collect();
-        self.func.ops.push(Op {
-            kind,
-            operands,
-            results: results.clone(),
-            attrs,
-            regions,
-            loc: loc.clone(),
-        });
+        let results: Vec<ValueId> = result_types.into_iter().map(|t| self.func.new_value(t, None)).collect();
+        self.func.ops.push(Op { kind, operands, results: results.clone(), attrs, regions, loc: loc.clone() });
         let id = OpId(self.func.ops.len() as u32 - 1);
-        self.stack
-            .last_mut()
-            .expect("a region is open")
-            .ops
-            .push(id);
+        self.stack.last_mut().expect("a region is open").ops.push(id);
         results
     }
 
@@ -510,10 +485,7 @@ impl<'f> Builder<'f> {
 
     /// Opens a nested region with `args`; ops go there until `close_region`.
     pub fn open_region(&mut self, args: Vec<ValueId>) {
-        self.stack.push(Region {
-            args,
-            ops: Vec::new(),
-        });
+        self.stack.push(Region { args, ops: Vec::new() });
     }
 
     pub fn close_region(&mut self) -> Region {

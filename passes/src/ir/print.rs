@@ -50,10 +50,7 @@ pub fn print_func(func: &Func, locs: &dyn LocResolver) -> Printed {
     p.func_header();
     p.region_body(&func.body, 1);
     p.line("}", Some(func.loc.clone()));
-    Printed {
-        text: p.out,
-        lines: p.lines,
-    }
+    Printed { text: p.out, lines: p.lines }
 }
 
 impl Printer<'_> {
@@ -95,10 +92,7 @@ impl Printer<'_> {
     }
 
     fn use_(&self, v: ValueId) -> String {
-        self.names
-            .get(&v)
-            .cloned()
-            .unwrap_or_else(|| format!("%<undefined {}>", v.0))
+        self.names.get(&v).cloned().unwrap_or_else(|| format!("%<undefined {}>", v.0))
     }
 
     fn ty(&self, v: ValueId) -> String {
@@ -118,12 +112,7 @@ impl Printer<'_> {
                 FuncKind::Graph => "graph",
             }
         )];
-        attrs.extend(
-            self.func
-                .attrs
-                .iter()
-                .map(|(k, v)| format!("{k} = {}", attr(v))),
-        );
+        attrs.extend(self.func.attrs.iter().map(|(k, v)| format!("{k} = {}", attr(v))));
         let header = format!(
             "func.func @{}({}) attributes {{{}}} {{ // {}",
             self.func.name,
@@ -174,13 +163,7 @@ impl Printer<'_> {
                         })
                         .collect();
                     let tys: Vec<String> = op.results.iter().map(|&r| self.ty(r)).collect();
-                    write!(
-                        head,
-                        " iter_args({}) -> ({})",
-                        pairs.join(", "),
-                        tys.join(", ")
-                    )
-                    .unwrap();
+                    write!(head, " iter_args({}) -> ({})", pairs.join(", "), tys.join(", ")).unwrap();
                 }
                 if !op.attrs.is_empty() {
                     write!(head, " {}", attrs(&op.attrs)).unwrap();
@@ -226,12 +209,8 @@ impl Printer<'_> {
                 } else if !operands.is_empty() {
                     write!(text, " {}", operands.join(", ")).unwrap();
                 }
-                let shown: Vec<(&'static str, Attr)> = op
-                    .attrs
-                    .iter()
-                    .filter(|(k, _)| !(op.kind == OpKind::Constant && *k == "value"))
-                    .cloned()
-                    .collect();
+                let shown: Vec<(&'static str, Attr)> =
+                    op.attrs.iter().filter(|(k, _)| !(op.kind == OpKind::Constant && *k == "value")).cloned().collect();
                 if !shown.is_empty() {
                     write!(text, " {}", attrs(&shown)).unwrap();
                 }
@@ -268,10 +247,7 @@ impl Printer<'_> {
                             })
                             .collect();
                         if !args.is_empty() {
-                            self.line(
-                                &format!("{indent}^bb({}):", args.join(", ")),
-                                Some(op.loc.clone()),
-                            );
+                            self.line(&format!("{indent}^bb({}):", args.join(", ")), Some(op.loc.clone()));
                         }
                         self.region_body(region, depth + 1);
                     }
@@ -283,16 +259,7 @@ impl Printer<'_> {
 }
 
 fn sanitize(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let s: String = name.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect();
     if s.starts_with(|c: char| c.is_ascii_digit()) {
         format!("v{s}")
     } else {
@@ -322,28 +289,13 @@ pub fn attr(a: &Attr) -> String {
         Attr::Bool(b) => b.to_string(),
         Attr::Str(s) => format!("\"{s}\""),
         Attr::DType(d) => d.to_string(),
-        Attr::Ints(v) => format!(
-            "[{}]",
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Attr::Dims(v) => format!(
-            "[{}]",
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        Attr::Ints(v) => format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+        Attr::Dims(v) => format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
         Attr::Layout(l) => l.to_string(),
     }
 }
 
 fn attrs(list: &[(&'static str, Attr)]) -> String {
-    let parts: Vec<String> = list
-        .iter()
-        .map(|(k, v)| format!("{k} = {}", attr(v)))
-        .collect();
+    let parts: Vec<String> = list.iter().map(|(k, v)| format!("{k} = {}", attr(v))).collect();
     format!("{{{}}}", parts.join(", "))
 }

@@ -73,10 +73,7 @@ impl SmemType {
             [n] => (1, n.as_const()?),
             dims => {
                 let row_len = dims.last()?.as_const()?;
-                let rows: i64 = dims[..dims.len() - 1]
-                    .iter()
-                    .map(|d| d.as_const())
-                    .product::<Option<i64>>()?;
+                let rows: i64 = dims[..dims.len() - 1].iter().map(|d| d.as_const()).product::<Option<i64>>()?;
                 (rows, row_len)
             }
         };
@@ -87,11 +84,7 @@ impl SmemType {
 
 impl Type {
     pub fn tile(dims: Vec<Dim>, dtype: DType) -> Type {
-        Type::Tile(TileType {
-            dims,
-            dtype,
-            layout: None,
-        })
+        Type::Tile(TileType { dims, dtype, layout: None })
     }
 
     pub fn dtype(&self) -> Option<DType> {

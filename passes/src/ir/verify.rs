@@ -20,11 +20,7 @@ impl std::fmt::Display for VerifyError {
 }
 
 pub fn verify(func: &Func) -> Result<(), VerifyError> {
-    let mut v = Verifier {
-        func,
-        defined: HashSet::new(),
-        seen_ops: HashSet::new(),
-    };
+    let mut v = Verifier { func, defined: HashSet::new(), seen_ops: HashSet::new() };
     for &p in &func.params {
         v.define(p, None)?;
     }
@@ -40,25 +36,16 @@ struct Verifier<'a> {
 }
 
 fn err(op: OpId, message: impl Into<String>) -> VerifyError {
-    VerifyError {
-        op: Some(op),
-        message: message.into(),
-    }
+    VerifyError { op: Some(op), message: message.into() }
 }
 
 impl Verifier<'_> {
     fn define(&mut self, v: ValueId, op: Option<OpId>) -> Result<(), VerifyError> {
         if v.0 as usize >= self.func.values.len() {
-            return Err(VerifyError {
-                op,
-                message: format!("value %{} has no type", v.0),
-            });
+            return Err(VerifyError { op, message: format!("value %{} has no type", v.0) });
         }
         if !self.defined.insert(v) {
-            return Err(VerifyError {
-                op,
-                message: format!("value %{} is defined twice", v.0),
-            });
+            return Err(VerifyError { op, message: format!("value %{} is defined twice", v.0) });
         }
         Ok(())
     }
@@ -87,19 +74,12 @@ impl Verifier<'_> {
                 if !visible(scopes, o, &self.func.params) {
                     return Err(err(
                         id,
-                        format!(
-                            "{} uses %{} before its definition or outside its scope",
-                            op.kind.name(),
-                            o.0
-                        ),
+                        format!("{} uses %{} before its definition or outside its scope", op.kind.name(), o.0),
                     ));
                 }
             }
             if op.kind.is_terminator() && i + 1 != region.ops.len() {
-                return Err(err(
-                    id,
-                    format!("{} must be the last op of its region", op.kind.name()),
-                ));
+                return Err(err(id, format!("{} must be the last op of its region", op.kind.name())));
             }
             self.op(id)?;
             for r in &op.regions {
@@ -125,20 +105,14 @@ impl Verifier<'_> {
         let name = op.kind.name();
         let n_ops = |n: usize| -> Result<(), VerifyError> {
             if op.operands.len() != n {
-                Err(err(
-                    id,
-                    format!("{name} takes {n} operands, has {}", op.operands.len()),
-                ))
+                Err(err(id, format!("{name} takes {n} operands, has {}", op.operands.len())))
             } else {
                 Ok(())
             }
         };
         let n_results = |n: usize| -> Result<(), VerifyError> {
             if op.results.len() != n {
-                Err(err(
-                    id,
-                    format!("{name} has {n} results, has {}", op.results.len()),
-                ))
+                Err(err(id, format!("{name} has {n} results, has {}", op.results.len())))
             } else {
                 Ok(())
             }
@@ -150,11 +124,7 @@ impl Verifier<'_> {
                     if level >= Level::Schedule && t.dims.iter().any(|d| !d.is_const()) {
                         return Err(err(
                             id,
-                            format!(
-                                "{name}: {} has a symbolic dim at {} IR",
-                                self.ty(v),
-                                level.name()
-                            ),
+                            format!("{name}: {} has a symbolic dim at {} IR", self.ty(v), level.name()),
                         ));
                     }
                     if level < Level::Tile && t.layout.is_some() {
@@ -165,10 +135,7 @@ impl Verifier<'_> {
                     if level >= Level::Schedule && s.dims.iter().any(|d| !d.is_const()) {
                         return Err(err(
                             id,
-                            format!(
-                                "{name}: shared buffer with a symbolic dim at {} IR",
-                                level.name()
-                            ),
+                            format!("{name}: shared buffer with a symbolic dim at {} IR", level.name()),
                         ));
                     }
                 }
@@ -191,10 +158,7 @@ impl Verifier<'_> {
                 n_ops(1)?;
                 n_results(1)?;
                 if !same_shape_kind(self.ty(op.operands[0]), self.ty(op.results[0])) {
-                    return Err(err(
-                        id,
-                        format!("{name}: result type differs from the operand"),
-                    ));
+                    return Err(err(id, format!("{name}: result type differs from the operand")));
                 }
             }
             OpKind::Select => {
@@ -210,10 +174,7 @@ impl Verifier<'_> {
             }
             OpKind::For | OpKind::GridParallel => {
                 if op.operands.len() < 3 {
-                    return Err(err(
-                        id,
-                        format!("{name} takes lower bound, upper bound and step"),
-                    ));
+                    return Err(err(id, format!("{name} takes lower bound, upper bound and step")));
                 }
                 let inits = op.operands.len() - 3;
                 if op.regions.len() != 1 {
@@ -237,18 +198,13 @@ impl Verifier<'_> {
                     }
                 }
                 for (i, &init) in op.operands[3..].iter().enumerate() {
-                    if self.ty(init) != self.ty(op.results[i])
-                        || self.ty(region.args[1 + i]) != self.ty(init)
-                    {
+                    if self.ty(init) != self.ty(op.results[i]) || self.ty(region.args[1 + i]) != self.ty(init) {
                         return Err(err(id, format!("{name}: iteration value {i} changes type")));
                     }
                 }
                 self.check_yield(id, region, &op.results)?;
                 if op.kind == OpKind::GridParallel && level == Level::Tile {
-                    return Err(err(
-                        id,
-                        "grid.parallel is replaced by program ids in Tile IR",
-                    ));
+                    return Err(err(id, "grid.parallel is replaced by program ids in Tile IR"));
                 }
             }
             OpKind::If => {
@@ -257,9 +213,7 @@ impl Verifier<'_> {
                     return Err(err(id, "scf.if has a then and an else region"));
                 }
                 for r in &op.regions {
-                    if !op.results.is_empty()
-                        || r.ops.last().is_some_and(|&l| f.op(l).kind == OpKind::Yield)
-                    {
+                    if !op.results.is_empty() || r.ops.last().is_some_and(|&l| f.op(l).kind == OpKind::Yield) {
                         self.check_yield(id, r, &op.results)?;
                     }
                 }
@@ -269,11 +223,7 @@ impl Verifier<'_> {
                     return Err(err(id, "tile.dot takes a, b and the accumulator"));
                 }
                 n_results(1)?;
-                let (a, b, c) = (
-                    self.ty(op.operands[0]),
-                    self.ty(op.operands[1]),
-                    self.ty(op.operands[2]),
-                );
+                let (a, b, c) = (self.ty(op.operands[0]), self.ty(op.operands[1]), self.ty(op.operands[2]));
                 let (Type::Tile(a), Type::Tile(b), Type::Tile(c)) = (a, b, c) else {
                     return Err(err(id, "tile.dot operands are tiles"));
                 };
@@ -295,9 +245,7 @@ impl Verifier<'_> {
                     return Err(err(id, "tile.load takes a view"));
                 }
                 n_results(1)?;
-                let (Type::View(v), Type::Tile(t)) =
-                    (self.ty(op.operands[0]), self.ty(op.results[0]))
-                else {
+                let (Type::View(v), Type::Tile(t)) = (self.ty(op.operands[0]), self.ty(op.results[0])) else {
                     return Err(err(id, "tile.load reads a view into a tile"));
                 };
                 if v.dims != t.dims || v.dtype != t.dtype {
@@ -315,9 +263,7 @@ impl Verifier<'_> {
                 if op.operands.len() < 2 {
                     return Err(err(id, "tile.store takes a view and a tile"));
                 }
-                let (Type::View(v), Type::Tile(t)) =
-                    (self.ty(op.operands[0]), self.ty(op.operands[1]))
-                else {
+                let (Type::View(v), Type::Tile(t)) = (self.ty(op.operands[0]), self.ty(op.operands[1])) else {
                     return Err(err(id, "tile.store writes a tile into a view"));
                 };
                 if v.dims != t.dims || v.dtype != t.dtype {
@@ -335,9 +281,7 @@ impl Verifier<'_> {
                 if op.operands.len() < 2 {
                     return Err(err(id, "tile.cp_async takes a shared buffer and a view"));
                 }
-                let (Type::Smem(s), Type::View(v)) =
-                    (self.ty(op.operands[0]), self.ty(op.operands[1]))
-                else {
+                let (Type::Smem(s), Type::View(v)) = (self.ty(op.operands[0]), self.ty(op.operands[1])) else {
                     return Err(err(id, "tile.cp_async copies a view into a shared buffer"));
                 };
                 if s.dims != v.dims {
@@ -364,12 +308,7 @@ impl Verifier<'_> {
         Ok(())
     }
 
-    fn check_yield(
-        &self,
-        id: OpId,
-        region: &Region,
-        results: &[ValueId],
-    ) -> Result<(), VerifyError> {
+    fn check_yield(&self, id: OpId, region: &Region, results: &[ValueId]) -> Result<(), VerifyError> {
         let f = self.func;
         let last = region.ops.last().map(|&l| f.op(l));
         match last {
@@ -377,22 +316,14 @@ impl Verifier<'_> {
                 if y.operands.len() != results.len() {
                     return Err(err(
                         id,
-                        format!(
-                            "scf.yield yields {} values for {} results",
-                            y.operands.len(),
-                            results.len()
-                        ),
+                        format!("scf.yield yields {} values for {} results", y.operands.len(), results.len()),
                     ));
                 }
                 for (i, (&v, &r)) in y.operands.iter().zip(results).enumerate() {
                     if !same_shape_kind(f.ty(v), f.ty(r)) {
                         return Err(err(
                             id,
-                            format!(
-                                "scf.yield value {i} is {} but the result is {}",
-                                f.ty(v),
-                                f.ty(r)
-                            ),
+                            format!("scf.yield value {i} is {} but the result is {}", f.ty(v), f.ty(r)),
                         ));
                     }
                 }

@@ -43,10 +43,7 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionAst, sig: &Signature, inf: &Inf
                 Ty::Float(_) => Type::Scalar(DType::F32),
                 other => {
                     return Err(LowerError {
-                        message: format!(
-                            "parameter `{}` of type {other} cannot be passed to a kernel",
-                            p.name
-                        ),
+                        message: format!("parameter `{}` of type {other} cannot be passed to a kernel", p.name),
                         range: p.range,
                     })
                 }
@@ -59,12 +56,7 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionAst, sig: &Signature, inf: &Inf
     if let Some(schedule) = &sig.schedule {
         func.set_attr(
             "decorator",
-            Attr::Str(SmolStr::new(
-                sig.decorators
-                    .first()
-                    .map(String::as_str)
-                    .unwrap_or("kernel"),
-            )),
+            Attr::Str(SmolStr::new(sig.decorators.first().map(String::as_str).unwrap_or("kernel"))),
         );
         if schedule.autotuned {
             let keys: Vec<String> = schedule.space.clone();
@@ -85,11 +77,7 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionAst, sig: &Signature, inf: &Inf
     };
     lw.bind_symbols(ast)?;
     lw.stmts(&ast.body)?;
-    let returns_value =
-        lw.b.func
-            .ops
-            .last()
-            .is_some_and(|op| op.kind == OpKind::Return);
+    let returns_value = lw.b.func.ops.last().is_some_and(|op| op.kind == OpKind::Return);
     if !returns_value {
         let loc = lw.loc(ast.name_range);
         lw.b.op(OpKind::Return, vec![], vec![], vec![], &loc);
@@ -105,15 +93,10 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionAst, sig: &Signature, inf: &Inf
 /// The IR type of a checked value type (None for compile-time-only values).
 pub fn ir_type(ty: &Ty) -> Option<Type> {
     Some(match ty {
-        Ty::Tensor(t) | Ty::DistTensor(t) => Type::Tensor(TensorType {
-            dims: t.dims.clone(),
-            dtype: t.elem.dtype,
-            policies: t.elem.policies.clone(),
-        }),
-        Ty::View(t) => Type::View(ViewType {
-            dims: t.dims.clone(),
-            dtype: t.elem.dtype,
-        }),
+        Ty::Tensor(t) | Ty::DistTensor(t) => {
+            Type::Tensor(TensorType { dims: t.dims.clone(), dtype: t.elem.dtype, policies: t.elem.policies.clone() })
+        }
+        Ty::View(t) => Type::View(ViewType { dims: t.dims.clone(), dtype: t.elem.dtype }),
         Ty::Tile(t) => Type::tile(t.dims.clone(), t.elem.dtype),
         Ty::Shared(s) => Type::Smem(SmemType {
             dims: s.dims.clone(),
@@ -150,10 +133,7 @@ struct Lower<'a, 'f> {
 }
 
 fn unsupported<T>(what: impl Into<String>, range: TextRange) -> R<T> {
-    Err(LowerError {
-        message: what.into(),
-        range,
-    })
+    Err(LowerError { message: what.into(), range })
 }
 
 impl Lower<'_, '_> {
@@ -208,30 +188,14 @@ impl Lower<'_, '_> {
     }
 
     fn const_index(&mut self, v: i64, loc: &Loc) -> ValueId {
-        let c = self.b.op1(
-            OpKind::Constant,
-            vec![],
-            Type::Index,
-            vec![("value", Attr::Int(v))],
-            loc,
-        );
+        let c = self.b.op1(OpKind::Constant, vec![], Type::Index, vec![("value", Attr::Int(v))], loc);
         self.b.name(c, &format!("c{}", v.unsigned_abs()));
         c
     }
 
     fn const_scalar(&mut self, v: f64, dtype: DType, loc: &Loc) -> ValueId {
-        let value = if dtype.is_float() {
-            Attr::float(v)
-        } else {
-            Attr::Int(v as i64)
-        };
-        self.b.op1(
-            OpKind::Constant,
-            vec![],
-            Type::Scalar(dtype),
-            vec![("value", value)],
-            loc,
-        )
+        let value = if dtype.is_float() { Attr::float(v) } else { Attr::Int(v as i64) };
+        self.b.op1(OpKind::Constant, vec![], Type::Scalar(dtype), vec![("value", value)], loc)
     }
 
     /// An index value for a dim expression (symbols via their bindings).
@@ -246,20 +210,11 @@ impl Lower<'_, '_> {
             if let Some(Val::One(v)) = self.env.get(s) {
                 return Ok(*v);
             }
-            let p = self.b.op1(
-                OpKind::SchedParam,
-                vec![],
-                Type::Index,
-                vec![("key", Attr::Str(SmolStr::new(s)))],
-                loc,
-            );
+            let p = self.b.op1(OpKind::SchedParam, vec![], Type::Index, vec![("key", Attr::Str(SmolStr::new(s)))], loc);
             self.b.name(p, s);
             return Ok(p);
         }
-        unsupported(
-            format!("a dim `{d}` that is not a constant or a symbol"),
-            loc.range,
-        )
+        unsupported(format!("a dim `{d}` that is not a constant or a symbol"), loc.range)
     }
 
     // ----- statements ----------------------------------------------------------------
@@ -290,17 +245,14 @@ impl Lower<'_, '_> {
                 let v = self.expr(value)?;
                 self.bind(target, v)
             }
-            Stmt::AugAssign {
-                target, op, value, ..
-            } => {
+            Stmt::AugAssign { target, op, value, .. } => {
                 let (target, value, op) = (*target, *value, *op);
                 if matches!(self.body.expr(target), Expr::Subscript { .. }) {
                     // dst[...] += v: load, combine, store.
                     let current = self.value(target)?;
                     let current = self.operand(current, target)?;
                     let v = self.value(value)?;
-                    let combined =
-                        self.binary(op, current, v, target, self.body.expr_range(target))?;
+                    let combined = self.binary(op, current, v, target, self.body.expr_range(target))?;
                     return self.store(target, combined, value);
                 }
                 let current = self.value(target)?;
@@ -310,9 +262,7 @@ impl Lower<'_, '_> {
                     current,
                     v,
                     target,
-                    self.body
-                        .expr_range(target)
-                        .cover(self.body.expr_range(value)),
+                    self.body.expr_range(target).cover(self.body.expr_range(value)),
                 )?;
                 // `acc += ...` keeps acc's type.
                 let want = self.vty(current);
@@ -332,16 +282,9 @@ impl Lower<'_, '_> {
                 Ok(())
             }
             Stmt::Pass => Ok(()),
-            Stmt::Break | Stmt::Continue => {
-                unsupported("`break`/`continue` in a kernel loop", range)
-            }
+            Stmt::Break | Stmt::Continue => unsupported("`break`/`continue` in a kernel loop", range),
             Stmt::If { branches, orelse } => self.if_stmt(range, branches, orelse.as_deref()),
-            Stmt::For {
-                target,
-                iter,
-                body,
-                orelse,
-            } => {
+            Stmt::For { target, iter, body, orelse } => {
                 if orelse.is_some() {
                     return unsupported("`for ... else` in a kernel", range);
                 }
@@ -379,9 +322,7 @@ impl Lower<'_, '_> {
     fn assigned(&self, stmts: &[StmtId], out: &mut Vec<SmolStr>) {
         for &s in stmts {
             match self.body.stmt(s) {
-                Stmt::Assign { target, .. } | Stmt::AugAssign { target, .. } => {
-                    self.target_names(*target, out)
-                }
+                Stmt::Assign { target, .. } | Stmt::AugAssign { target, .. } => self.target_names(*target, out),
                 Stmt::If { branches, orelse } => {
                     for b in branches {
                         self.assigned(&b.body, out);
@@ -390,9 +331,7 @@ impl Lower<'_, '_> {
                         self.assigned(e, out);
                     }
                 }
-                Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::With { body, .. } => {
-                    self.assigned(body, out)
-                }
+                Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::With { body, .. } => self.assigned(body, out),
                 _ => {}
             }
         }
@@ -406,20 +345,12 @@ impl Lower<'_, '_> {
                 }
             }
             Expr::Paren(i) => self.target_names(*i, out),
-            Expr::Tuple(items) | Expr::List(items) => {
-                items.iter().for_each(|&i| self.target_names(i, out))
-            }
+            Expr::Tuple(items) | Expr::List(items) => items.iter().for_each(|&i| self.target_names(i, out)),
             _ => {}
         }
     }
 
-    fn for_stmt(
-        &mut self,
-        range: TextRange,
-        target: ExprId,
-        iter: ExprId,
-        body: &[StmtId],
-    ) -> R<()> {
+    fn for_stmt(&mut self, range: TextRange, target: ExprId, iter: ExprId, body: &[StmtId]) -> R<()> {
         let Expr::Call { func, args } = self.body.expr(iter) else {
             return unsupported(
                 "a loop over something other than tile.parallel, tile.range or range",
@@ -436,12 +367,7 @@ impl Lower<'_, '_> {
             args.iter()
                 .find(|a| a.name.as_ref().is_some_and(|(n, _)| n == name))
                 .map(|a| a.value)
-                .or_else(|| {
-                    args.iter()
-                        .filter(|a| a.name.is_none())
-                        .nth(pos)
-                        .map(|a| a.value)
-                })
+                .or_else(|| args.iter().filter(|a| a.name.is_none()).nth(pos).map(|a| a.value))
         };
         let (lo, hi, step) = match path {
             "tile.range_n" => {
@@ -465,15 +391,10 @@ impl Lower<'_, '_> {
                 };
                 (lo, hi, step)
             }
-            other => {
-                return unsupported(format!("a loop over `{other}`"), self.body.expr_range(iter))
-            }
+            other => return unsupported(format!("a loop over `{other}`"), self.body.expr_range(iter)),
         };
         let Expr::Name(var) = self.body.expr(target) else {
-            return unsupported(
-                "a loop variable that is not a name",
-                self.body.expr_range(target),
-            );
+            return unsupported("a loop variable that is not a name", self.body.expr_range(target));
         };
         let var = var.clone();
         let iv = self.b.value(Type::Index, Some(&var));
@@ -484,24 +405,15 @@ impl Lower<'_, '_> {
             self.stmts(body)?;
             self.b.op(OpKind::Yield, vec![], vec![], vec![], &loc);
             let region = self.b.close_region();
-            self.b.op_with_regions(
-                OpKind::GridParallel,
-                vec![lo, hi, step],
-                vec![],
-                vec![],
-                vec![region],
-                &loc,
-            );
+            self.b.op_with_regions(OpKind::GridParallel, vec![lo, hi, step], vec![], vec![], vec![region], &loc);
             self.env = saved;
             return Ok(());
         }
         // Sequential: carry the locals the body reassigns.
         let mut assigned = Vec::new();
         self.assigned(body, &mut assigned);
-        let carried: Vec<SmolStr> = assigned
-            .into_iter()
-            .filter(|n| matches!(self.env.get(n), Some(Val::One(_))))
-            .collect();
+        let carried: Vec<SmolStr> =
+            assigned.into_iter().filter(|n| matches!(self.env.get(n), Some(Val::One(_)))).collect();
         let inits: Vec<ValueId> = carried
             .iter()
             .map(|n| match &self.env[n] {
@@ -529,14 +441,7 @@ impl Lower<'_, '_> {
             let want = self.vty(init);
             let v = self.coerce(v, &want, &loc)?;
             if self.vty(v) != want {
-                return unsupported(
-                    format!(
-                        "`{n}` changes type inside the loop ({} → {})",
-                        want,
-                        self.vty(v)
-                    ),
-                    range,
-                );
+                return unsupported(format!("`{n}` changes type inside the loop ({} → {})", want, self.vty(v)), range);
             }
             yields.push(v);
         }
@@ -545,28 +450,15 @@ impl Lower<'_, '_> {
         let mut operands = vec![lo, hi, step];
         operands.extend(&inits);
         let result_types: Vec<Type> = inits.iter().map(|&i| self.vty(i)).collect();
-        let mut attrs = vec![(
-            "kind",
-            Attr::Str(SmolStr::new(if path == "range" {
-                "unrolled"
-            } else {
-                "sequential"
-            })),
-        )];
+        let mut attrs =
+            vec![("kind", Attr::Str(SmolStr::new(if path == "range" { "unrolled" } else { "sequential" })))];
         if let Some(p) = arg("prefetch", 3).and_then(|e| match self.body.expr(e) {
             Expr::Int(v) => Some(*v),
             _ => None,
         }) {
             attrs.push(("prefetch", Attr::Int(p)));
         }
-        let results = self.b.op_with_regions(
-            OpKind::For,
-            operands,
-            result_types,
-            attrs,
-            vec![region],
-            &loc,
-        );
+        let results = self.b.op_with_regions(OpKind::For, operands, result_types, attrs, vec![region], &loc);
         self.env = saved;
         for (n, &r) in carried.iter().zip(&results) {
             self.b.name(r, n);
@@ -582,19 +474,11 @@ impl Lower<'_, '_> {
         let v = self.value(e)?;
         match self.vty(v) {
             Type::Index => Ok(v),
-            other => unsupported(
-                format!("a loop bound of type {other}"),
-                self.body.expr_range(e),
-            ),
+            other => unsupported(format!("a loop bound of type {other}"), self.body.expr_range(e)),
         }
     }
 
-    fn if_stmt(
-        &mut self,
-        range: TextRange,
-        branches: &[IfBranch],
-        orelse: Option<&[StmtId]>,
-    ) -> R<()> {
+    fn if_stmt(&mut self, range: TextRange, branches: &[IfBranch], orelse: Option<&[StmtId]>) -> R<()> {
         let loc = self.loc(range);
         let cond = self.value(branches[0].cond)?;
         if let Type::Tile(_) = self.vty(cond) {
@@ -619,18 +503,14 @@ impl Lower<'_, '_> {
                 .env
                 .iter()
                 .filter_map(|(n, v)| match (v, before.get(n)) {
-                    (Val::One(new), Some(Val::One(old))) if new != old => {
-                        Some((n.clone(), *new, *old))
-                    }
+                    (Val::One(new), Some(Val::One(old))) if new != old => Some((n.clone(), *new, *old)),
                     _ => None,
                 })
                 .collect();
             for (n, new, old) in changed {
                 let t = self.vty(new);
                 let m = self.coerce(mask, &Type::tile(t.dims().to_vec(), DType::Bool), &loc)?;
-                let merged = self
-                    .b
-                    .op1(OpKind::Select, vec![m, new, old], t, vec![], &loc);
+                let merged = self.b.op1(OpKind::Select, vec![m, new, old], t, vec![], &loc);
                 self.env.insert(n, Val::One(merged));
             }
             return Ok(());
@@ -654,10 +534,8 @@ impl Lower<'_, '_> {
         if let Some(e) = orelse {
             self.assigned(e, &mut assigned);
         }
-        let carried: Vec<SmolStr> = assigned
-            .into_iter()
-            .filter(|n| matches!(self.env.get(n), Some(Val::One(_))))
-            .collect();
+        let carried: Vec<SmolStr> =
+            assigned.into_iter().filter(|n| matches!(self.env.get(n), Some(Val::One(_)))).collect();
         let before = self.env.clone();
         // then
         self.b.open_region(vec![]);
@@ -686,14 +564,8 @@ impl Lower<'_, '_> {
             })
             .collect();
         let cond = self.to_bool(cond, &loc)?;
-        let results = self.b.op_with_regions(
-            OpKind::If,
-            vec![cond],
-            result_types,
-            vec![],
-            vec![then_region, else_region],
-            &loc,
-        );
+        let results =
+            self.b.op_with_regions(OpKind::If, vec![cond], result_types, vec![], vec![then_region, else_region], &loc);
         for (n, &r) in carried.iter().zip(&results) {
             self.b.name(r, n);
             self.env.insert(n.clone(), Val::One(r));
@@ -701,31 +573,17 @@ impl Lower<'_, '_> {
         Ok(())
     }
 
-    fn carried_values(
-        &mut self,
-        carried: &[SmolStr],
-        before: &HashMap<SmolStr, Val>,
-        loc: &Loc,
-    ) -> R<Vec<ValueId>> {
+    fn carried_values(&mut self, carried: &[SmolStr], before: &HashMap<SmolStr, Val>, loc: &Loc) -> R<Vec<ValueId>> {
         let mut out = Vec::new();
         for n in carried {
             let Some(Val::One(v)) = self.env.get(n).cloned() else {
                 return unsupported(format!("`{n}` changes kind in a branch"), loc.range);
             };
-            let Val::One(old) = before[n] else {
-                unreachable!()
-            };
+            let Val::One(old) = before[n] else { unreachable!() };
             let want = self.vty(old);
             let v = self.coerce(v, &want, loc)?;
             if self.vty(v) != want {
-                return unsupported(
-                    format!(
-                        "`{n}` changes type in a branch ({} → {})",
-                        want,
-                        self.vty(v)
-                    ),
-                    loc.range,
-                );
+                return unsupported(format!("`{n}` changes type in a branch ({} → {})", want, self.vty(v)), loc.range);
             }
             out.push(v);
         }
@@ -757,13 +615,7 @@ impl Lower<'_, '_> {
 
     fn store(&mut self, target: ExprId, value: ValueId, value_expr: ExprId) -> R<()> {
         let loc = self.eloc(target);
-        let Expr::Subscript {
-            value: base,
-            indices,
-        } = self.body.expr(target).clone()
-        else {
-            unreachable!()
-        };
+        let Expr::Subscript { value: base, indices } = self.body.expr(target).clone() else { unreachable!() };
         // A gather-style store: y[i] = v with an index tile.
         if indices.len() == 1 {
             if let Ty::Tile(_) = self.ty_of(indices[0]) {
@@ -785,10 +637,7 @@ impl Lower<'_, '_> {
         }
         let view = self.value(target)?;
         let Type::View(vt) = self.vty(view) else {
-            return unsupported(
-                "a store into something other than a tensor slice",
-                loc.range,
-            );
+            return unsupported("a store into something other than a tensor slice", loc.range);
         };
         let want = Type::tile(vt.dims.clone(), vt.dtype);
         let v = self.operand(value, value_expr)?;
@@ -807,10 +656,7 @@ impl Lower<'_, '_> {
     fn value(&mut self, e: ExprId) -> R<ValueId> {
         match self.expr(e)? {
             Val::One(v) => Ok(v),
-            Val::Many(_) => unsupported(
-                "a tuple where one value is expected",
-                self.body.expr_range(e),
-            ),
+            Val::Many(_) => unsupported("a tuple where one value is expected", self.body.expr_range(e)),
         }
     }
 
@@ -824,21 +670,9 @@ impl Lower<'_, '_> {
                     let m = self.coerce(m, &Type::tile(view.dims.clone(), DType::Bool), &loc)?;
                     operands.push(m);
                 }
-                Ok(self.b.op1(
-                    OpKind::Load,
-                    operands,
-                    Type::tile(view.dims, view.dtype),
-                    vec![],
-                    &loc,
-                ))
+                Ok(self.b.op1(OpKind::Load, operands, Type::tile(view.dims, view.dtype), vec![], &loc))
             }
-            Type::Smem(s) => Ok(self.b.op1(
-                OpKind::LoadShared,
-                vec![v],
-                Type::tile(s.dims, s.dtype),
-                vec![],
-                &loc,
-            )),
+            Type::Smem(s) => Ok(self.b.op1(OpKind::LoadShared, vec![v], Type::tile(s.dims, s.dtype), vec![], &loc)),
             _ => Ok(v),
         }
     }
@@ -894,42 +728,23 @@ impl Lower<'_, '_> {
             }
             Expr::BoolOp { op, lhs, rhs } => {
                 let (l, r) = (self.value(lhs)?, self.value(rhs)?);
-                let kind = if op == BoolOp::And {
-                    OpKind::And
-                } else {
-                    OpKind::Or
-                };
+                let kind = if op == BoolOp::And { OpKind::And } else { OpKind::Or };
                 let t = self.result_type(e)?;
                 let (l, r) = (self.coerce(l, &t, &loc)?, self.coerce(r, &t, &loc)?);
                 Ok(Val::One(self.b.op1(kind, vec![l, r], t, vec![], &loc)))
             }
-            Expr::IfExpr {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Expr::IfExpr { cond, then, otherwise } => {
                 let c = self.value(cond)?;
                 let t = self.result_type(e)?;
                 let (a, b) = (self.value(then)?, self.value(otherwise)?);
                 let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
                 let c = match &t {
-                    Type::Tile(tt) => {
-                        self.coerce(c, &Type::tile(tt.dims.clone(), DType::Bool), &loc)?
-                    }
+                    Type::Tile(tt) => self.coerce(c, &Type::tile(tt.dims.clone(), DType::Bool), &loc)?,
                     _ => self.to_bool(c, &loc)?,
                 };
-                Ok(Val::One(self.b.op1(
-                    OpKind::Select,
-                    vec![c, a, b],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::Select, vec![c, a, b], t, vec![], &loc)))
             }
-            other => unsupported(
-                format!("this expression in a kernel ({})", expr_kind(&other)),
-                range,
-            ),
+            other => unsupported(format!("this expression in a kernel ({})", expr_kind(&other)), range),
         }
     }
 
@@ -950,18 +765,12 @@ impl Lower<'_, '_> {
                 let loc = self.eloc(e);
                 Ok(Val::One(self.dim_value(&Dim::sym(n), &loc)?))
             }
-            Some(Resolution::Constant(_))
-            | Some(Resolution::Builtin(_))
-            | Some(Resolution::Import(_)) => {
+            Some(Resolution::Constant(_)) | Some(Resolution::Builtin(_)) | Some(Resolution::Import(_)) => {
                 // A compile-time value: materialize numbers, leave the rest to the caller.
                 let loc = self.eloc(e);
                 match self.ty_of(e).clone() {
-                    Ty::Int(Some(d)) if d.is_const() => {
-                        Ok(Val::One(self.const_index(d.as_const().unwrap(), &loc)))
-                    }
-                    Ty::Float(Some(f)) => {
-                        Ok(Val::One(self.const_scalar(f.get(), DType::F32, &loc)))
-                    }
+                    Ty::Int(Some(d)) if d.is_const() => Ok(Val::One(self.const_index(d.as_const().unwrap(), &loc))),
+                    Ty::Float(Some(f)) => Ok(Val::One(self.const_scalar(f.get(), DType::F32, &loc))),
                     Ty::Bool(Some(b)) => Ok(Val::One(self.b.op1(
                         OpKind::Constant,
                         vec![],
@@ -969,10 +778,7 @@ impl Lower<'_, '_> {
                         vec![("value", Attr::Bool(b))],
                         &loc,
                     ))),
-                    other => unsupported(
-                        format!("`{n}` ({other}) as a runtime value"),
-                        self.body.expr_range(e),
-                    ),
+                    other => unsupported(format!("`{n}` ({other}) as a runtime value"), self.body.expr_range(e)),
                 }
             }
             _ => unsupported(format!("the name `{n}`"), self.body.expr_range(e)),
@@ -990,13 +796,7 @@ impl Lower<'_, '_> {
                 let v = self.value(object)?;
                 let v = self.operand(v, object)?;
                 let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(
-                    OpKind::Transpose,
-                    vec![v],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::Transpose, vec![v], t, vec![], &loc)))
             }
             _ => match self.ty_of(e).clone() {
                 Ty::Int(Some(d)) => Ok(Val::One(self.dim_value(&d, &loc)?)),
@@ -1038,13 +838,7 @@ impl Lower<'_, '_> {
                         if let Some(m) = self.mask {
                             operands.push(m);
                         }
-                        return Ok(Val::One(self.b.op1(
-                            OpKind::Gather,
-                            operands,
-                            tile_ty,
-                            vec![],
-                            &loc,
-                        )));
+                        return Ok(Val::One(self.b.op1(OpKind::Gather, operands, tile_ty, vec![], &loc)));
                     }
                 }
                 let mut offsets = Vec::new();
@@ -1053,11 +847,7 @@ impl Lower<'_, '_> {
                 let mut d = 0usize;
                 for &idx in indices {
                     match self.body.expr(idx).clone() {
-                        Expr::Slice {
-                            start,
-                            stop: _,
-                            step,
-                        } => {
+                        Expr::Slice { start, stop: _, step } => {
                             if step.is_some() {
                                 return unsupported("a strided slice", self.body.expr_range(idx));
                             }
@@ -1077,10 +867,7 @@ impl Lower<'_, '_> {
                         _ => {
                             let off = self.value(idx)?;
                             if self.vty(off) != Type::Index {
-                                return unsupported(
-                                    "a non-integer index",
-                                    self.body.expr_range(idx),
-                                );
+                                return unsupported("a non-integer index", self.body.expr_range(idx));
                             }
                             offsets.push(off);
                             squeeze.push(d as i64);
@@ -1110,13 +897,7 @@ impl Lower<'_, '_> {
                 if !squeeze.is_empty() {
                     attrs.push(("squeeze", Attr::Ints(squeeze)));
                 }
-                Ok(Val::One(self.b.op1(
-                    OpKind::View,
-                    operands,
-                    Type::View(view),
-                    attrs,
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::View, operands, Type::View(view), attrs, &loc)))
             }
             Ty::Tile(_) | Ty::Shared(_) => {
                 let v = self.value(base)?;
@@ -1136,11 +917,7 @@ impl Lower<'_, '_> {
                                 &loc,
                             );
                         }
-                        Expr::Slice {
-                            start: None,
-                            stop: None,
-                            step: None,
-                        } => {}
+                        Expr::Slice { start: None, stop: None, step: None } => {}
                         _ => {
                             return unsupported(
                                 "indexing a tile (only `:` and `None` are supported)",
@@ -1155,10 +932,7 @@ impl Lower<'_, '_> {
                 (Val::Many(vs), Expr::Int(i)) => vs
                     .get(*i as usize)
                     .map(|v| Val::One(*v))
-                    .ok_or_else(|| LowerError {
-                        message: "tuple index".into(),
-                        range: loc.range,
-                    }),
+                    .ok_or_else(|| LowerError { message: "tuple index".into(), range: loc.range }),
                 _ => unsupported("indexing a tuple by a non-constant", loc.range),
             },
             other => unsupported(format!("indexing {other}"), loc.range),
@@ -1177,61 +951,33 @@ impl Lower<'_, '_> {
                     Type::View(view) => {
                         let mut operands = vec![v];
                         if let Some(m) = self.mask {
-                            let m =
-                                self.coerce(m, &Type::tile(view.dims.clone(), DType::Bool), loc)?;
+                            let m = self.coerce(m, &Type::tile(view.dims.clone(), DType::Bool), loc)?;
                             operands.push(m);
                         }
-                        self.b.op1(
-                            OpKind::Load,
-                            operands,
-                            Type::tile(view.dims, view.dtype),
-                            vec![],
-                            loc,
-                        )
+                        self.b.op1(OpKind::Load, operands, Type::tile(view.dims, view.dtype), vec![], loc)
                     }
-                    Type::Smem(s) => self.b.op1(
-                        OpKind::LoadShared,
-                        vec![v],
-                        Type::tile(s.dims, s.dtype),
-                        vec![],
-                        loc,
-                    ),
+                    Type::Smem(s) => self.b.op1(OpKind::LoadShared, vec![v], Type::tile(s.dims, s.dtype), vec![], loc),
                     _ => unreachable!(),
                 };
                 self.coerce(loaded, want, loc)
             }
             (Type::Index, Type::Index) => Ok(v),
             (Type::Index | Type::Scalar(_), Type::Scalar(d)) => {
-                Ok(self
-                    .b
-                    .op1(OpKind::Cast, vec![v], Type::Scalar(*d), vec![], loc))
+                Ok(self.b.op1(OpKind::Cast, vec![v], Type::Scalar(*d), vec![], loc))
             }
-            (Type::Scalar(_), Type::Index) => {
-                Ok(self.b.op1(OpKind::Cast, vec![v], Type::Index, vec![], loc))
-            }
+            (Type::Scalar(_), Type::Index) => Ok(self.b.op1(OpKind::Cast, vec![v], Type::Index, vec![], loc)),
             (Type::Index | Type::Scalar(_), Type::Tile(t)) => {
                 let s = self.coerce(v, &Type::Scalar(t.dtype), loc)?;
-                Ok(self
-                    .b
-                    .op1(OpKind::Splat, vec![s], want.clone(), vec![], loc))
+                Ok(self.b.op1(OpKind::Splat, vec![s], want.clone(), vec![], loc))
             }
             (Type::Tile(h), Type::Tile(t)) => {
                 let mut cur = v;
                 let mut dims = h.dims.clone();
                 if h.dtype != t.dtype {
-                    cur = self.b.op1(
-                        OpKind::Cast,
-                        vec![cur],
-                        Type::tile(dims.clone(), t.dtype),
-                        vec![],
-                        loc,
-                    );
+                    cur = self.b.op1(OpKind::Cast, vec![cur], Type::tile(dims.clone(), t.dtype), vec![], loc);
                 }
                 if dims.len() > t.dims.len() {
-                    return unsupported(
-                        format!("a {} where a {} is expected", have, want),
-                        loc.range,
-                    );
+                    return unsupported(format!("a {} where a {} is expected", have, want), loc.range);
                 }
                 while dims.len() < t.dims.len() {
                     dims.insert(0, Dim::constant(1));
@@ -1246,19 +992,10 @@ impl Lower<'_, '_> {
                 if dims != t.dims {
                     for (a, b) in dims.iter().zip(&t.dims) {
                         if a != b && a.as_const() != Some(1) {
-                            return unsupported(
-                                format!("broadcasting {} to {}", have, want),
-                                loc.range,
-                            );
+                            return unsupported(format!("broadcasting {} to {}", have, want), loc.range);
                         }
                     }
-                    cur = self.b.op1(
-                        OpKind::Broadcast,
-                        vec![cur],
-                        Type::tile(t.dims.clone(), t.dtype),
-                        vec![],
-                        loc,
-                    );
+                    cur = self.b.op1(OpKind::Broadcast, vec![cur], Type::tile(t.dims.clone(), t.dtype), vec![], loc);
                 }
                 Ok(cur)
             }
@@ -1266,14 +1003,7 @@ impl Lower<'_, '_> {
         }
     }
 
-    fn binary(
-        &mut self,
-        op: BinOp,
-        l: ValueId,
-        r: ValueId,
-        e: ExprId,
-        range: TextRange,
-    ) -> R<ValueId> {
+    fn binary(&mut self, op: BinOp, l: ValueId, r: ValueId, e: ExprId, range: TextRange) -> R<ValueId> {
         let loc = self.loc(range);
         let (l, r) = (self.operand(l, e)?, self.operand(r, e)?);
         let kind = match op {
@@ -1299,17 +1029,12 @@ impl Lower<'_, '_> {
                 Type::Index
             }
             (Type::Tile(a), Type::Tile(b)) => {
-                let dims = broadcast_dims(&a.dims, &b.dims).ok_or_else(|| LowerError {
-                    message: format!("broadcasting {lt} with {rt}"),
-                    range,
-                })?;
+                let dims = broadcast_dims(&a.dims, &b.dims)
+                    .ok_or_else(|| LowerError { message: format!("broadcasting {lt} with {rt}"), range })?;
                 let dtype = if a.dtype == b.dtype {
                     a.dtype
                 } else {
-                    self.result_type(e)
-                        .ok()
-                        .and_then(|t| t.dtype())
-                        .unwrap_or(a.dtype)
+                    self.result_type(e).ok().and_then(|t| t.dtype()).unwrap_or(a.dtype)
                 };
                 Type::tile(dims, dtype)
             }
@@ -1317,10 +1042,7 @@ impl Lower<'_, '_> {
             (Type::Scalar(a), _) | (_, Type::Scalar(a)) => Type::Scalar(*a),
             _ => return unsupported(format!("`{}` on {lt} and {rt}", op.symbol()), range),
         };
-        let (l, r) = (
-            self.coerce(l, &target, &loc)?,
-            self.coerce(r, &target, &loc)?,
-        );
+        let (l, r) = (self.coerce(l, &target, &loc)?, self.coerce(r, &target, &loc)?);
         Ok(self.b.op1(kind, vec![l, r], target, vec![], &loc))
     }
 
@@ -1339,36 +1061,19 @@ impl Lower<'_, '_> {
         let (lt, rt) = (self.vty(l), self.vty(r));
         let (operand_ty, result_ty) = match (&lt, &rt) {
             (Type::Tile(a), Type::Tile(b)) => {
-                let dims = broadcast_dims(&a.dims, &b.dims).ok_or_else(|| LowerError {
-                    message: "comparison shapes".into(),
-                    range: loc.range,
-                })?;
-                (
-                    Type::tile(dims.clone(), a.dtype),
-                    Type::tile(dims, DType::Bool),
-                )
+                let dims = broadcast_dims(&a.dims, &b.dims)
+                    .ok_or_else(|| LowerError { message: "comparison shapes".into(), range: loc.range })?;
+                (Type::tile(dims.clone(), a.dtype), Type::tile(dims, DType::Bool))
             }
-            (Type::Tile(a), _) | (_, Type::Tile(a)) => (
-                Type::tile(a.dims.clone(), a.dtype),
-                Type::tile(a.dims.clone(), DType::Bool),
-            ),
+            (Type::Tile(a), _) | (_, Type::Tile(a)) => {
+                (Type::tile(a.dims.clone(), a.dtype), Type::tile(a.dims.clone(), DType::Bool))
+            }
             (Type::Index, Type::Index) => (Type::Index, Type::Scalar(DType::Bool)),
-            (Type::Scalar(d), _) | (_, Type::Scalar(d)) => {
-                (Type::Scalar(*d), Type::Scalar(DType::Bool))
-            }
+            (Type::Scalar(d), _) | (_, Type::Scalar(d)) => (Type::Scalar(*d), Type::Scalar(DType::Bool)),
             _ => return unsupported("this comparison", loc.range),
         };
-        let (l, r) = (
-            self.coerce(l, &operand_ty, &loc)?,
-            self.coerce(r, &operand_ty, &loc)?,
-        );
-        Ok(self.b.op1(
-            OpKind::Cmp,
-            vec![l, r],
-            result_ty,
-            vec![("pred", Attr::Str(SmolStr::new(pred)))],
-            &loc,
-        ))
+        let (l, r) = (self.coerce(l, &operand_ty, &loc)?, self.coerce(r, &operand_ty, &loc)?);
+        Ok(self.b.op1(OpKind::Cmp, vec![l, r], result_ty, vec![("pred", Attr::Str(SmolStr::new(pred)))], &loc))
     }
 
     fn dot(&mut self, e: ExprId, a: ValueId, b: ValueId, acc: Option<ValueId>) -> R<ValueId> {
@@ -1376,17 +1081,9 @@ impl Lower<'_, '_> {
         let result = self.result_type(e)?;
         let acc = match acc {
             Some(c) => self.coerce(c, &result, &loc)?,
-            None => self.b.op1(
-                OpKind::Full,
-                vec![],
-                result.clone(),
-                vec![("value", Attr::float(0.0))],
-                &loc,
-            ),
+            None => self.b.op1(OpKind::Full, vec![], result.clone(), vec![("value", Attr::float(0.0))], &loc),
         };
-        Ok(self
-            .b
-            .op1(OpKind::Dot, vec![a, b, acc], result, vec![], &loc))
+        Ok(self.b.op1(OpKind::Dot, vec![a, b, acc], result, vec![], &loc))
     }
 
     fn call(&mut self, e: ExprId, func: ExprId, args: &[Arg]) -> R<Val> {
@@ -1395,16 +1092,8 @@ impl Lower<'_, '_> {
             Ty::Builtin(p) => *p,
             other => return unsupported(format!("calling {other} in a kernel"), loc.range),
         };
-        let positional: Vec<ExprId> = args
-            .iter()
-            .filter(|a| a.name.is_none())
-            .map(|a| a.value)
-            .collect();
-        let kw = |name: &str| {
-            args.iter()
-                .find(|a| a.name.as_ref().is_some_and(|(n, _)| n == name))
-                .map(|a| a.value)
-        };
+        let positional: Vec<ExprId> = args.iter().filter(|a| a.name.is_none()).map(|a| a.value).collect();
+        let kw = |name: &str| args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == name)).map(|a| a.value);
         let arg = |name: &str, pos: usize| kw(name).or_else(|| positional.get(pos).copied());
         let name = path.strip_prefix("tile.").unwrap_or(path);
         let unary = |k: &str| -> Option<OpKind> {
@@ -1424,10 +1113,7 @@ impl Lower<'_, '_> {
             })
         };
         if let Some(kind) = unary(name) {
-            let x = arg("x", 0).ok_or_else(|| LowerError {
-                message: "missing operand".into(),
-                range: loc.range,
-            })?;
+            let x = arg("x", 0).ok_or_else(|| LowerError { message: "missing operand".into(), range: loc.range })?;
             let v = self.value(x)?;
             let v = self.operand(v, x)?;
             let t = self.result_type(e)?;
@@ -1451,8 +1137,7 @@ impl Lower<'_, '_> {
                             None => None,
                         };
                         if let Some(m) = user_mask.or(self.mask) {
-                            let m =
-                                self.coerce(m, &Type::tile(t.dims().to_vec(), DType::Bool), &loc)?;
+                            let m = self.coerce(m, &Type::tile(t.dims().to_vec(), DType::Bool), &loc)?;
                             operands.push(m);
                         }
                         let mut attrs = vec![];
@@ -1466,13 +1151,7 @@ impl Lower<'_, '_> {
                         }
                         Ok(Val::One(self.b.op1(OpKind::Load, operands, t, attrs, &loc)))
                     }
-                    Type::Smem(_) => Ok(Val::One(self.b.op1(
-                        OpKind::LoadShared,
-                        vec![v],
-                        t,
-                        vec![],
-                        &loc,
-                    ))),
+                    Type::Smem(_) => Ok(Val::One(self.b.op1(OpKind::LoadShared, vec![v], t, vec![], &loc))),
                     _ => Ok(Val::One(v)),
                 }
             }
@@ -1497,23 +1176,11 @@ impl Lower<'_, '_> {
                         }
                     }
                 };
-                Ok(Val::One(self.b.op1(
-                    OpKind::Full,
-                    vec![],
-                    t,
-                    vec![("value", Attr::float(value))],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::Full, vec![], t, vec![("value", Attr::float(value))], &loc)))
             }
             "arange" => {
                 let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(
-                    OpKind::Arange,
-                    vec![],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::Arange, vec![], t, vec![], &loc)))
             }
             "dot" | "mma" => {
                 let (ae, be) = (arg("a", 0).unwrap(), arg("b", 1).unwrap());
@@ -1539,13 +1206,7 @@ impl Lower<'_, '_> {
                 let v = self.value(x)?;
                 let v = self.operand(v, x)?;
                 let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(
-                    OpKind::Transpose,
-                    vec![v],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::Transpose, vec![v], t, vec![], &loc)))
             }
             "broadcast" => {
                 let x = arg("t", 0).unwrap();
@@ -1555,10 +1216,7 @@ impl Lower<'_, '_> {
                 Ok(Val::One(self.coerce(v, &t, &loc)?))
             }
             "maximum" | "minimum" | "pow" => {
-                let (a, b) = (
-                    self.value(arg("a", 0).unwrap())?,
-                    self.value(arg("b", 1).unwrap())?,
-                );
+                let (a, b) = (self.value(arg("a", 0).unwrap())?, self.value(arg("b", 1).unwrap())?);
                 let (a, b) = (self.operand(a, e)?, self.operand(b, e)?);
                 let t = self.result_type(e)?;
                 let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
@@ -1573,29 +1231,16 @@ impl Lower<'_, '_> {
                 let (a, b) = (self.value(positional[0])?, self.value(positional[1])?);
                 let t = self.result_type(e)?;
                 let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
-                let k = if name == "max" {
-                    OpKind::Max
-                } else {
-                    OpKind::Min
-                };
+                let k = if name == "max" { OpKind::Max } else { OpKind::Min };
                 Ok(Val::One(self.b.op1(k, vec![a, b], t, vec![], &loc)))
             }
             "where" => {
                 let c = self.value(arg("cond", 0).unwrap())?;
-                let (a, b) = (
-                    self.value(arg("a", 1).unwrap())?,
-                    self.value(arg("b", 2).unwrap())?,
-                );
+                let (a, b) = (self.value(arg("a", 1).unwrap())?, self.value(arg("b", 2).unwrap())?);
                 let t = self.result_type(e)?;
                 let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
                 let c = self.coerce(c, &Type::tile(t.dims().to_vec(), DType::Bool), &loc)?;
-                Ok(Val::One(self.b.op1(
-                    OpKind::Select,
-                    vec![c, a, b],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::Select, vec![c, a, b], t, vec![], &loc)))
             }
             "row_max" | "row_sum" | "sum" | "max" | "min" => {
                 let x = arg("t", 0).unwrap();
@@ -1605,15 +1250,9 @@ impl Lower<'_, '_> {
                 let axis = if name.starts_with("row_") {
                     rank - 1
                 } else {
-                    match kw("axis")
-                        .or_else(|| positional.get(1).copied())
-                        .map(|a| self.body.expr(a).clone())
-                    {
+                    match kw("axis").or_else(|| positional.get(1).copied()).map(|a| self.body.expr(a).clone()) {
                         Some(Expr::Int(a)) => a.rem_euclid(rank),
-                        Some(Expr::Unary {
-                            op: UnaryOp::Neg,
-                            operand,
-                        }) => match self.body.expr(operand) {
+                        Some(Expr::Unary { op: UnaryOp::Neg, operand }) => match self.body.expr(operand) {
                             Expr::Int(a) => (-a).rem_euclid(rank),
                             _ => rank - 1,
                         },
@@ -1641,13 +1280,7 @@ impl Lower<'_, '_> {
                 let q = self.value(arg("q_off", 1).unwrap())?;
                 let k = self.value(arg("k_off", 2).unwrap())?;
                 let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(
-                    OpKind::CausalMask,
-                    vec![s, q, k],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::CausalMask, vec![s, q, k], t, vec![], &loc)))
             }
             "softmax_online" => {
                 let s = self.value(arg("s", 0).unwrap())?;
@@ -1662,12 +1295,8 @@ impl Lower<'_, '_> {
                     &loc,
                 );
                 let mb = self.coerce_row(m, &st, &loc)?;
-                let diff = self
-                    .b
-                    .op1(OpKind::Sub, vec![s, mb], st.clone(), vec![], &loc);
-                let p = self
-                    .b
-                    .op1(OpKind::Exp, vec![diff], st.clone(), vec![], &loc);
+                let diff = self.b.op1(OpKind::Sub, vec![s, mb], st.clone(), vec![], &loc);
+                let p = self.b.op1(OpKind::Exp, vec![diff], st.clone(), vec![], &loc);
                 let l = self.b.op1(
                     OpKind::Reduce,
                     vec![p],
@@ -1678,9 +1307,7 @@ impl Lower<'_, '_> {
                 Ok(Val::Many(vec![p, m, l]))
             }
             "softmax_accumulate" => {
-                let get = |this: &mut Self, n: &str, i: usize| -> R<ValueId> {
-                    this.value(arg(n, i).unwrap())
-                };
+                let get = |this: &mut Self, n: &str, i: usize| -> R<ValueId> { this.value(arg(n, i).unwrap()) };
                 let (acc, m, l, p, v, mc, lc) = (
                     get(self, "acc", 0)?,
                     get(self, "m", 1)?,
@@ -1692,72 +1319,35 @@ impl Lower<'_, '_> {
                 );
                 let v = self.operand(v, arg("v", 4).unwrap())?;
                 let row = self.vty(m);
-                let m_new = self
-                    .b
-                    .op1(OpKind::Max, vec![m, mc], row.clone(), vec![], &loc);
-                let d1 = self
-                    .b
-                    .op1(OpKind::Sub, vec![m, m_new], row.clone(), vec![], &loc);
+                let m_new = self.b.op1(OpKind::Max, vec![m, mc], row.clone(), vec![], &loc);
+                let d1 = self.b.op1(OpKind::Sub, vec![m, m_new], row.clone(), vec![], &loc);
                 let alpha = self.b.op1(OpKind::Exp, vec![d1], row.clone(), vec![], &loc);
-                let d2 = self
-                    .b
-                    .op1(OpKind::Sub, vec![mc, m_new], row.clone(), vec![], &loc);
+                let d2 = self.b.op1(OpKind::Sub, vec![mc, m_new], row.clone(), vec![], &loc);
                 let beta = self.b.op1(OpKind::Exp, vec![d2], row.clone(), vec![], &loc);
-                let al = self
-                    .b
-                    .op1(OpKind::Mul, vec![alpha, l], row.clone(), vec![], &loc);
-                let bl = self
-                    .b
-                    .op1(OpKind::Mul, vec![beta, lc], row.clone(), vec![], &loc);
+                let al = self.b.op1(OpKind::Mul, vec![alpha, l], row.clone(), vec![], &loc);
+                let bl = self.b.op1(OpKind::Mul, vec![beta, lc], row.clone(), vec![], &loc);
                 let l_new = self.b.op1(OpKind::Add, vec![al, bl], row, vec![], &loc);
                 let acc_ty = self.vty(acc);
                 let vdt = self.vty(v).dtype().unwrap();
                 let pt = self.vty(p);
-                let pc = self.b.op1(
-                    OpKind::Cast,
-                    vec![p],
-                    Type::tile(pt.dims().to_vec(), vdt),
-                    vec![],
-                    &loc,
-                );
-                let zero = self.b.op1(
-                    OpKind::Full,
-                    vec![],
-                    acc_ty.clone(),
-                    vec![("value", Attr::float(0.0))],
-                    &loc,
-                );
-                let pv = self
-                    .b
-                    .op1(OpKind::Dot, vec![pc, v, zero], acc_ty.clone(), vec![], &loc);
+                let pc = self.b.op1(OpKind::Cast, vec![p], Type::tile(pt.dims().to_vec(), vdt), vec![], &loc);
+                let zero = self.b.op1(OpKind::Full, vec![], acc_ty.clone(), vec![("value", Attr::float(0.0))], &loc);
+                let pv = self.b.op1(OpKind::Dot, vec![pc, v, zero], acc_ty.clone(), vec![], &loc);
                 let ab = self.coerce_row(alpha, &acc_ty, &loc)?;
                 let bb = self.coerce_row(beta, &acc_ty, &loc)?;
-                let scaled = self
-                    .b
-                    .op1(OpKind::Mul, vec![ab, acc], acc_ty.clone(), vec![], &loc);
-                let pvs = self
-                    .b
-                    .op1(OpKind::Mul, vec![bb, pv], acc_ty.clone(), vec![], &loc);
-                let acc_new = self
-                    .b
-                    .op1(OpKind::Add, vec![scaled, pvs], acc_ty, vec![], &loc);
+                let scaled = self.b.op1(OpKind::Mul, vec![ab, acc], acc_ty.clone(), vec![], &loc);
+                let pvs = self.b.op1(OpKind::Mul, vec![bb, pv], acc_ty.clone(), vec![], &loc);
+                let acc_new = self.b.op1(OpKind::Add, vec![scaled, pvs], acc_ty, vec![], &loc);
                 Ok(Val::Many(vec![acc_new, m_new, l_new]))
             }
             "alloc_shared" => {
                 let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(
-                    OpKind::AllocShared,
-                    vec![],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::AllocShared, vec![], t, vec![], &loc)))
             }
             "cp_async" => {
                 let dst = self.value(arg("dst", 0).unwrap())?;
                 let src = self.value(arg("src", 1).unwrap())?;
-                self.b
-                    .op(OpKind::CpAsync, vec![dst, src], vec![], vec![], &loc);
+                self.b.op(OpKind::CpAsync, vec![dst, src], vec![], vec![], &loc);
                 Ok(Val::Many(vec![]))
             }
             "barrier" => {
@@ -1765,48 +1355,21 @@ impl Lower<'_, '_> {
                 Ok(Val::Many(vec![]))
             }
             "program_id" | "num_programs" => {
-                let axis = match kw("axis")
-                    .or_else(|| positional.first().copied())
-                    .map(|a| self.body.expr(a).clone())
-                {
+                let axis = match kw("axis").or_else(|| positional.first().copied()).map(|a| self.body.expr(a).clone()) {
                     Some(Expr::Int(a)) => a,
                     _ => 0,
                 };
-                let k = if name == "program_id" {
-                    OpKind::ProgramId
-                } else {
-                    OpKind::NumPrograms
-                };
-                Ok(Val::One(self.b.op1(
-                    k,
-                    vec![],
-                    Type::Index,
-                    vec![("axis", Attr::Int(axis))],
-                    &loc,
-                )))
+                let k = if name == "program_id" { OpKind::ProgramId } else { OpKind::NumPrograms };
+                Ok(Val::One(self.b.op1(k, vec![], Type::Index, vec![("axis", Attr::Int(axis))], &loc)))
             }
             "linear_id" => {
                 let t = self.result_type(e)?;
                 let block = self.dim_value(&Dim::sym("BLOCK"), &loc)?;
-                let pid = self.b.op1(
-                    OpKind::ProgramId,
-                    vec![],
-                    Type::Index,
-                    vec![("axis", Attr::Int(0))],
-                    &loc,
-                );
-                let base = self
-                    .b
-                    .op1(OpKind::Mul, vec![pid, block], Type::Index, vec![], &loc);
+                let pid = self.b.op1(OpKind::ProgramId, vec![], Type::Index, vec![("axis", Attr::Int(0))], &loc);
+                let base = self.b.op1(OpKind::Mul, vec![pid, block], Type::Index, vec![], &loc);
                 let base_t = self.coerce(base, &t, &loc)?;
                 let ar = self.b.op1(OpKind::Arange, vec![], t.clone(), vec![], &loc);
-                Ok(Val::One(self.b.op1(
-                    OpKind::Add,
-                    vec![base_t, ar],
-                    t,
-                    vec![],
-                    &loc,
-                )))
+                Ok(Val::One(self.b.op1(OpKind::Add, vec![base_t, ar], t, vec![], &loc)))
             }
             "float" | "int" => {
                 let x = self.value(positional[0])?;
@@ -1816,19 +1379,9 @@ impl Lower<'_, '_> {
             "cdiv" => {
                 let (a, b) = (self.value(positional[0])?, self.value(positional[1])?);
                 let one = self.const_index(1, &loc);
-                let s = self
-                    .b
-                    .op1(OpKind::Add, vec![a, b], Type::Index, vec![], &loc);
-                let s = self
-                    .b
-                    .op1(OpKind::Sub, vec![s, one], Type::Index, vec![], &loc);
-                Ok(Val::One(self.b.op1(
-                    OpKind::FloorDiv,
-                    vec![s, b],
-                    Type::Index,
-                    vec![],
-                    &loc,
-                )))
+                let s = self.b.op1(OpKind::Add, vec![a, b], Type::Index, vec![], &loc);
+                let s = self.b.op1(OpKind::Sub, vec![s, one], Type::Index, vec![], &loc);
+                Ok(Val::One(self.b.op1(OpKind::FloorDiv, vec![s, b], Type::Index, vec![], &loc)))
             }
             _ => unsupported(format!("`{path}` in a kernel"), loc.range),
         }
@@ -1840,13 +1393,7 @@ impl Lower<'_, '_> {
         let mut dims = rt.dims().to_vec();
         dims.push(Dim::constant(1));
         let dtype = rt.dtype().unwrap();
-        let col = self.b.op1(
-            OpKind::ExpandDims,
-            vec![row],
-            Type::tile(dims, dtype),
-            vec![("axis", Attr::Int(1))],
-            loc,
-        );
+        let col = self.b.op1(OpKind::ExpandDims, vec![row], Type::tile(dims, dtype), vec![("axis", Attr::Int(1))], loc);
         self.coerce(col, to, loc)
     }
 
@@ -1854,10 +1401,7 @@ impl Lower<'_, '_> {
         if matches!(self.body.expr(dst), Expr::Subscript { .. }) {
             self.store(dst, v, value_expr)
         } else {
-            unsupported(
-                "tile.store into something other than a tensor slice",
-                self.body.expr_range(dst),
-            )
+            unsupported("tile.store into something other than a tensor slice", self.body.expr_range(dst))
         }
     }
 }

@@ -1,0 +1,341 @@
+//! Graph IR → Schedule IR for one configuration.
+//!
+//! Specialization: every schedule key (and every shape symbol a tile dim uses) becomes
+//! a constant; `sched.param` ops become `arith.constant`s. Annotation: grid axes,
+//! pipelining stages of sequential loops, implicit shared-memory staging of the loads
+//! that feed tensor-core dots (GPU targets), the MMA warp arrangement of each dot, and
+//! the epilogue ops fused after an accumulator loop.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use smol_str::SmolStr;
+use tessera_frontend::check::{DType, Dim, ScheduleValue};
+
+use crate::ir::*;
+use crate::lower::LowerError;
+use crate::target::Target;
+
+/// A full specialization: schedule keys plus the values of the shape symbols that tile
+/// dims use (`D` in flash attention's `[BM, D]` accumulator).
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default, PartialOrd, Ord)]
+pub struct Config {
+    pub schedule: ScheduleValue,
+    pub shapes: BTreeMap<String, i64>,
+}
+
+impl Config {
+    pub fn int(&self, key: &str) -> Option<i64> {
+        self.schedule.int(key).or_else(|| self.shapes.get(key).copied())
+    }
+
+    pub fn warps(&self) -> u32 {
+        self.schedule.warps().clamp(1, 32) as u32
+    }
+
+    pub fn stages(&self) -> u32 {
+        self.schedule.stages().clamp(1, 8) as u32
+    }
+
+    pub fn vector(&self) -> u32 {
+        self.schedule.int("vector").unwrap_or(4).clamp(1, 16) as u32
+    }
+
+    /// `BLOCK` of `tile.linear_id()`: the schedule's `BLOCK` key, else 1024.
+    pub fn block(&self) -> i64 {
+        self.schedule.int("BLOCK").unwrap_or(1024)
+    }
+
+    fn lookup(&self, sym: &str) -> Option<i64> {
+        match sym {
+            "BLOCK" => Some(self.block()),
+            s => self.int(s),
+        }
+    }
+}
+
+impl std::fmt::Display for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = self
+            .schedule
+            .values
+            .iter()
+            .map(|(k, v)| match v {
+                tessera_frontend::check::KeyValue::Int(i) => format!("{k}={i}"),
+                tessera_frontend::check::KeyValue::Str(s) => format!("{k}={s}"),
+            })
+            .collect();
+        parts.extend(self.shapes.iter().map(|(k, v)| format!("{k}={v}")));
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// Shape symbols that tile or shared-buffer dims use after the schedule's keys are
+/// substituted: they must be given values (per launch shape) to specialize.
+pub fn tile_shape_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in &func.values {
+        let dims: &[Dim] = match &v.ty {
+            Type::Tile(t) => &t.dims,
+            Type::Smem(s) => &s.dims,
+            Type::View(view) => &view.dims,
+            _ => continue,
+        };
+        for d in dims {
+            let d = d.substitute(&|s| match s {
+                "BLOCK" => Some(Dim::constant(schedule.int("BLOCK").unwrap_or(1024))),
+                s => schedule.int(s).map(Dim::constant),
+            });
+            for s in d.symbols() {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn specialize_dims(dims: &[Dim], config: &Config) -> Vec<Dim> {
+    dims.iter().map(|d| d.substitute(&|s| config.lookup(s).map(Dim::constant))).collect()
+}
+
+fn specialize_type(ty: &Type, config: &Config) -> Type {
+    match ty {
+        Type::Tile(t) => Type::Tile(TileType { dims: specialize_dims(&t.dims, config), ..t.clone() }),
+        Type::View(v) => Type::View(ViewType { dims: specialize_dims(&v.dims, config), ..v.clone() }),
+        Type::Smem(s) => Type::Smem(SmemType { dims: specialize_dims(&s.dims, config), ..s.clone() }),
+        other => other.clone(),
+    }
+}
+
+/// Specializes and annotates a kernel's Graph IR.
+pub fn schedule_kernel(graph: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
+    let mut f = graph.clone();
+    f.level = Level::Schedule;
+    for v in &mut f.values {
+        v.ty = specialize_type(&v.ty, config);
+    }
+    // Attributes that carry dims (view sizes).
+    for op in &mut f.ops {
+        for (_, a) in &mut op.attrs {
+            if let Attr::Dims(d) = a {
+                *d = specialize_dims(d, config);
+            }
+        }
+    }
+    for (_, a) in &mut f.attrs {
+        if let Attr::Dims(d) = a {
+            *d = specialize_dims(d, config);
+        }
+    }
+    // Schedule keys become constants.
+    for id in f.walk() {
+        let op = f.op(id);
+        if op.kind != OpKind::SchedParam {
+            continue;
+        }
+        let key = op.str_attr("key").unwrap_or("").to_string();
+        let Some(value) = config.lookup(&key) else {
+            return Err(LowerError {
+                message: format!("the configuration gives no value for `{key}`"),
+                range: op.loc.range,
+            });
+        };
+        let op = f.op_mut(id);
+        op.kind = OpKind::Constant;
+        op.attrs = vec![("value", Attr::Int(value)), ("key", Attr::Str(SmolStr::new(&key)))];
+    }
+    // Tile dims must all be known now.
+    for (i, v) in f.values.iter().enumerate() {
+        if let Type::Tile(t) = &v.ty {
+            if let Some(d) = t.dims.iter().find(|d| !d.is_const()) {
+                let at = f.walk().into_iter().find(|&o| f.op(o).results.contains(&ValueId(i as u32)));
+                let range = at.map(|o| f.op(o).loc.range).unwrap_or(f.loc.range);
+                return Err(LowerError {
+                    message: format!(
+                        "tile dim `{d}` is not known for this configuration: give its value (e.g. --dims {d}=64)"
+                    ),
+                    range,
+                });
+            }
+        }
+    }
+    f.set_attr("config", Attr::Str(SmolStr::new(config.to_string())));
+    f.set_attr("target", Attr::Str(SmolStr::new(target.name())));
+    if target.is_gpu() {
+        f.set_attr("warps", Attr::Int(config.warps() as i64));
+        f.set_attr("threads", Attr::Int(config.warps() as i64 * 32));
+    }
+    annotate_grid(&mut f);
+    if target.is_gpu() {
+        annotate_dots(&mut f, config)?;
+        annotate_staging(&mut f, config);
+    }
+    annotate_epilogues(&mut f);
+    Ok(f)
+}
+
+/// `grid.parallel` loops get their axis (outermost = 0).
+fn annotate_grid(f: &mut Func) {
+    fn visit(f: &mut Func, region: Region, depth: i64) {
+        for id in region.ops {
+            let (kind, regions) = (f.op(id).kind, f.op(id).regions.clone());
+            let next = if kind == OpKind::GridParallel {
+                f.op_mut(id).set_attr("axis", Attr::Int(depth));
+                depth + 1
+            } else {
+                depth
+            };
+            for r in regions {
+                visit(f, r, next);
+            }
+        }
+    }
+    let body = f.body.clone();
+    visit(f, body, 0);
+}
+
+/// Each `tile.dot` gets its MMA instruction shape and warp arrangement.
+fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerError> {
+    for id in f.walk() {
+        if f.op(id).kind != OpKind::Dot {
+            continue;
+        }
+        let op = f.op(id).clone();
+        let a = f.ty(op.operands[0]).clone();
+        let c = f.ty(op.operands[2]).clone();
+        let (Some(ad), Some(cd)) = (a.const_dims(), c.const_dims()) else { continue };
+        let dtype = a.dtype().unwrap_or(DType::BF16);
+        let k_instr = if dtype.bits() == 8 { 32 } else { 16 };
+        let (m, n, k) = (cd[0], cd[1], ad[1]);
+        let instr = format!("m16n8k{k_instr}");
+        let warps = match Layout::mma_for(m, n, config.warps()) {
+            Layout::Mma { warps } => warps,
+            _ => unreachable!(),
+        };
+        let op = f.op_mut(id);
+        op.set_attr("instr", Attr::Str(SmolStr::new(&instr)));
+        op.set_attr("warps", Attr::Ints(vec![warps[0] as i64, warps[1] as i64]));
+        if m % 16 != 0 || n % 8 != 0 || k % k_instr != 0 {
+            op.set_attr("instr", Attr::Str(SmolStr::new("fma")));
+        }
+    }
+    Ok(())
+}
+
+/// Loads feeding a dot operand are staged through shared memory (GPU): inside a
+/// sequential loop they are pipelined `stages` deep.
+fn annotate_staging(f: &mut Func, config: &Config) {
+    let defs = f.definitions();
+    // Values that flow into a dot operand (through casts and transposes).
+    let mut staged: HashSet<ValueId> = HashSet::new();
+    for id in f.walk() {
+        let op = f.op(id);
+        if op.kind != OpKind::Dot || op.str_attr("instr") == Some("fma") {
+            continue;
+        }
+        for &operand in &op.operands[..2] {
+            let mut v = operand;
+            while let Some(d) = defs[v.0 as usize] {
+                let def = f.op(d);
+                match def.kind {
+                    OpKind::Transpose | OpKind::Cast => v = def.operands[0],
+                    OpKind::Load => {
+                        staged.insert(def.results[0]);
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    let mut loops_with_staging: HashSet<OpId> = HashSet::new();
+    fn visit(
+        f: &Func,
+        region: &Region,
+        enclosing: Option<OpId>,
+        staged: &HashSet<ValueId>,
+        out: &mut HashSet<OpId>,
+        marks: &mut Vec<(OpId, Option<OpId>)>,
+    ) {
+        for &id in &region.ops {
+            let op = f.op(id);
+            if op.kind == OpKind::Load && op.results.iter().any(|r| staged.contains(r)) {
+                marks.push((id, enclosing));
+                if let Some(l) = enclosing {
+                    out.insert(l);
+                }
+            }
+            if op.kind == OpKind::CpAsync {
+                if let Some(l) = enclosing {
+                    out.insert(l);
+                }
+            }
+            let inner = match op.kind {
+                OpKind::For if op.str_attr("kind") == Some("sequential") => Some(id),
+                OpKind::GridParallel => enclosing,
+                _ => enclosing,
+            };
+            for r in &op.regions {
+                visit(f, r, inner, staged, out, marks);
+            }
+        }
+    }
+    let mut marks = Vec::new();
+    let body = f.body.clone();
+    visit(f, &body, None, &staged, &mut loops_with_staging, &mut marks);
+    let stages = config.stages();
+    for (load, enclosing) in marks {
+        let op = f.op_mut(load);
+        op.set_attr("staging", Attr::Str("smem".into()));
+        op.set_attr("stages", Attr::Int(if enclosing.is_some() { stages as i64 } else { 1 }));
+    }
+    for l in loops_with_staging {
+        f.op_mut(l).set_attr("stages", Attr::Int(stages as i64));
+    }
+}
+
+/// Ops between an accumulator loop's result and its store are the loop's epilogue:
+/// they run once per tile program on the accumulator in registers.
+fn annotate_epilogues(f: &mut Func) {
+    let defs = f.definitions();
+    let loop_results: HashMap<ValueId, OpId> = f
+        .walk()
+        .into_iter()
+        .filter(|&id| f.op(id).kind == OpKind::For && f.op(id).str_attr("kind") == Some("sequential"))
+        .flat_map(|id| f.op(id).results.clone().into_iter().map(move |r| (r, id)))
+        .collect();
+    let mut epilogue: Vec<OpId> = Vec::new();
+    for id in f.walk() {
+        let op = f.op(id);
+        if !(op.kind.is_elementwise() || matches!(op.kind, OpKind::Broadcast | OpKind::ExpandDims)) {
+            continue;
+        }
+        // Reaches back to a loop result through elementwise ops only.
+        let mut stack: Vec<ValueId> = op.operands.clone();
+        let mut seen = HashSet::new();
+        let mut from_loop = false;
+        while let Some(v) = stack.pop() {
+            if !seen.insert(v) {
+                continue;
+            }
+            if loop_results.contains_key(&v) {
+                from_loop = true;
+                break;
+            }
+            if let Some(d) = defs[v.0 as usize] {
+                let def = f.op(d);
+                if def.kind.is_elementwise() || matches!(def.kind, OpKind::Broadcast | OpKind::ExpandDims) {
+                    stack.extend(def.operands.iter().copied());
+                }
+            }
+        }
+        if from_loop && matches!(f.ty(op.results[0]), Type::Tile(_)) {
+            epilogue.push(id);
+        }
+    }
+    for id in epilogue {
+        f.op_mut(id).set_attr("fusion", Attr::Str("epilogue".into()));
+    }
+}
