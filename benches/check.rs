@@ -22,18 +22,12 @@ fn main() {
     tessera_cli::use_mimalloc_for_tree_sitter();
     let text = tessera_frontend::synthetic::module_with_lines(20_000);
     let lines = text.lines().count();
-    println!(
-        "workload: {lines} lines, {} KiB, {} functions",
-        text.len() / 1024,
-        text.matches("\ndef ").count()
-    );
+    println!("workload: {lines} lines, {} KiB, {} functions", text.len() / 1024, text.matches("\ndef ").count());
 
     // Tree-sitter alone over the whole text, for reference: the floor under any
     // frontend that parses with this grammar.
     let mut parser = tree_sitter::Parser::new();
-    parser
-        .set_language(&tessera_frontend::syntax::lower::language())
-        .unwrap();
+    parser.set_language(&tessera_frontend::syntax::lower::language()).unwrap();
     let mut ts_runs = Vec::new();
     for _ in 0..7 {
         let t = Instant::now();
@@ -71,10 +65,8 @@ fn main() {
     let mut db = Database::default();
     let file = SourceFile::new(&db, "bench.tsr".into(), text.clone(), None);
     tessera_passes::file_diagnostics(&db, file, tessera_passes::Target::Sm90);
-    let anchor = text
-        .find("    ctx = tile.context()\n")
-        .expect("a kernel body line")
-        + "    ctx = tile.context()\n".len();
+    let anchor =
+        text.find("    ctx = tile.context()\n").expect("a kernel body line") + "    ctx = tile.context()\n".len();
     let mut edits = Vec::new();
     for i in 0..200 {
         let mut edited = text.clone();

@@ -7,8 +7,7 @@ use std::process::{Command, Output, Stdio};
 
 fn tessera() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    cmd.env_remove("NO_COLOR")
-        .env_remove("TESSERA_TEST_PANIC_ON");
+    cmd.env_remove("NO_COLOR").env_remove("TESSERA_TEST_PANIC_ON");
     cmd
 }
 
@@ -17,11 +16,7 @@ fn root() -> PathBuf {
 }
 
 fn run(args: &[&str], dir: &Path) -> Output {
-    tessera()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("tessera runs")
+    tessera().args(args).current_dir(dir).output().expect("tessera runs")
 }
 
 fn stdout(o: &Output) -> String {
@@ -37,23 +32,14 @@ fn json(o: &Output) -> serde_json::Value {
 }
 
 fn codes(v: &serde_json::Value) -> Vec<String> {
-    v["diagnostics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["code"].as_str().unwrap().to_string())
-        .collect()
+    v["diagnostics"].as_array().unwrap().iter().map(|d| d["code"].as_str().unwrap().to_string()).collect()
 }
 
 #[test]
 fn examples_check_clean() {
     let o = run(&["check", "examples"], &root());
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains("All checks passed (10 files)"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("All checks passed (10 files)"), "{}", stdout(&o));
 }
 
 #[test]
@@ -65,15 +51,7 @@ fn the_repository_checks_clean_with_its_excludes() {
 #[test]
 fn every_format_is_pinned() {
     for format in ["human", "concise", "json", "sarif", "github"] {
-        let o = run(
-            &[
-                "check",
-                "--format",
-                format,
-                "tests/fixtures/invalid/mixed.tsr",
-            ],
-            &root(),
-        );
+        let o = run(&["check", "--format", format, "tests/fixtures/invalid/mixed.tsr"], &root());
         assert_eq!(o.status.code(), Some(1), "{format}: {}", stderr(&o));
         insta::assert_snapshot!(format!("format_{format}"), stdout(&o));
     }
@@ -81,15 +59,7 @@ fn every_format_is_pinned() {
 
 #[test]
 fn json_follows_the_contract() {
-    let o = run(
-        &[
-            "check",
-            "--format",
-            "json",
-            "tests/fixtures/invalid/mixed.tsr",
-        ],
-        &root(),
-    );
+    let o = run(&["check", "--format", "json", "tests/fixtures/invalid/mixed.tsr"], &root());
     let v = json(&o);
     assert_eq!(v["version"], 1);
     assert_eq!(v["summary"]["files"], 1);
@@ -98,25 +68,13 @@ fn json_follows_the_contract() {
     let first = &v["diagnostics"][0];
     assert_eq!(first["file"], "tests/fixtures/invalid/mixed.tsr");
     assert_eq!(first["code"], "E0301");
-    assert_eq!(
-        first["range"]["start"],
-        serde_json::json!({"line": 7, "column": 12})
-    );
+    assert_eq!(first["range"]["start"], serde_json::json!({"line": 7, "column": 12}));
     assert!(first["labels"].as_array().is_some_and(|l| l.len() == 2));
-    let member = v["diagnostics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["code"] == "E0201")
-        .unwrap();
+    let member = v["diagnostics"].as_array().unwrap().iter().find(|d| d["code"] == "E0201").unwrap();
     assert_eq!(member["fix"]["edits"][0]["text"], "load");
     // Sorted by position.
-    let lines: Vec<u64> = v["diagnostics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["range"]["start"]["line"].as_u64().unwrap())
-        .collect();
+    let lines: Vec<u64> =
+        v["diagnostics"].as_array().unwrap().iter().map(|d| d["range"]["start"]["line"].as_u64().unwrap()).collect();
     let mut sorted = lines.clone();
     sorted.sort();
     assert_eq!(lines, sorted);
@@ -125,16 +83,8 @@ fn json_follows_the_contract() {
 #[test]
 fn exit_codes() {
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(
-        run(&["check", "no/such/path"], dir.path()).status.code(),
-        Some(2)
-    );
-    assert_eq!(
-        run(&["check", "--format", "yaml", "."], dir.path())
-            .status
-            .code(),
-        Some(2)
-    );
+    assert_eq!(run(&["check", "no/such/path"], dir.path()).status.code(), Some(2));
+    assert_eq!(run(&["check", "--format", "yaml", "."], dir.path()).status.code(), Some(2));
     let o = run(&["check", "--select", "E9999", "."], dir.path());
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("unknown code"), "{}", stderr(&o));
@@ -153,27 +103,16 @@ fn warnings_pass_unless_denied() {
     let o = run(&["check", "--format", "concise", "."], dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains("warning[W0404]"), "{}", stdout(&o));
-    assert_eq!(
-        run(&["check", "--deny", "warnings", "."], dir.path())
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(run(&["check", "--deny", "warnings", "."], dir.path()).status.code(), Some(1));
 }
 
 #[test]
 fn select_and_ignore_filter_codes() {
     let fixture = root().join("tests/fixtures/invalid/mixed.tsr");
     let f = fixture.to_str().unwrap();
-    let only = json(&run(
-        &["check", "--format", "json", "--select", "E04", f],
-        &root(),
-    ));
+    let only = json(&run(&["check", "--format", "json", "--select", "E04", f], &root()));
     assert_eq!(codes(&only), vec!["E0400"]);
-    let without = json(&run(
-        &["check", "--format", "json", "--ignore", "E0301,W", f],
-        &root(),
-    ));
+    let without = json(&run(&["check", "--format", "json", "--ignore", "E0301,W", f], &root()));
     assert_eq!(codes(&without), vec!["E0400", "E0201"]);
     let o = run(&["check", "--select", "W0404", f], &root());
     assert_eq!(o.status.code(), Some(0), "only a warning is left");
@@ -182,23 +121,15 @@ fn select_and_ignore_filter_codes() {
 #[test]
 fn tessera_toml_is_found_upward() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("tessera.toml"),
-        "ignore = [\"E0400\"]\nexclude = [\"vendored\"]\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("tessera.toml"), "ignore = [\"E0400\"]\nexclude = [\"vendored\"]\n").unwrap();
     std::fs::create_dir_all(dir.path().join("src/deep")).unwrap();
     std::fs::create_dir_all(dir.path().join("vendored")).unwrap();
-    let mix = "from tessera import *\n\n@jit\ndef mix(a: Tensor[\"N\", bf16], b: Tensor[\"N\", f32]):\n    return a + b\n";
+    let mix =
+        "from tessera import *\n\n@jit\ndef mix(a: Tensor[\"N\", bf16], b: Tensor[\"N\", f32]):\n    return a + b\n";
     std::fs::write(dir.path().join("src/deep/mix.tsr"), mix).unwrap();
     std::fs::write(dir.path().join("vendored/bad.tsr"), "def (\n").unwrap();
     let o = run(&["check", "."], dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "E0400 is ignored and vendored/ is excluded: {}",
-        stdout(&o)
-    );
+    assert_eq!(o.status.code(), Some(0), "E0400 is ignored and vendored/ is excluded: {}", stdout(&o));
     // The command line wins over the file.
     let o = run(&["check", "--select", "E0400", "src"], dir.path());
     assert_eq!(o.status.code(), Some(1));
@@ -224,13 +155,7 @@ fn gitignored_files_are_skipped() {
 #[test]
 fn stdin_is_reported_under_the_given_name() {
     let mut child = tessera()
-        .args([
-            "check",
-            "--format",
-            "concise",
-            "--stdin-filename",
-            "kernels/k.tsr",
-        ])
+        .args(["check", "--format", "concise", "--stdin-filename", "kernels/k.tsr"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -239,11 +164,16 @@ fn stdin_is_reported_under_the_given_name() {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"from tessera import *\n\n@jit\ndef f(x: Tensor[\"N\", f32], w: Tensor[\"M\", f32]):\n    return x + w\n")
+        .write_all(
+            b"from tessera import *\n\n@jit\ndef f(x: Tensor[\"N\", f32], w: Tensor[\"M\", f32]):\n    return x + w\n",
+        )
         .unwrap();
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(stdout(&o).trim(), "kernels/k.tsr:5:12: error[E0302] `+`: shapes do not broadcast: `x` is [N] but `w` is [M] (N ≠ M)");
+    assert_eq!(
+        stdout(&o).trim(),
+        "kernels/k.tsr:5:12: error[E0302] `+`: shapes do not broadcast: `x` is [N] but `w` is [M] (N ≠ M)"
+    );
 }
 
 #[test]
@@ -254,10 +184,7 @@ fn invalid_utf8_is_a_diagnostic() {
     assert_eq!(o.status.code(), Some(1));
     let v = json(&o);
     assert_eq!(codes(&v), vec!["E0104"]);
-    assert_eq!(
-        v["diagnostics"][0]["range"]["start"],
-        serde_json::json!({"line": 1, "column": 6})
-    );
+    assert_eq!(v["diagnostics"][0]["range"]["start"], serde_json::json!({"line": 1, "column": 6}));
 }
 
 #[test]
@@ -276,21 +203,9 @@ fn an_internal_error_is_reported_and_other_files_are_still_checked() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("internal error while checking a_boom.tsr: injected failure"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(
-        stdout(&o).contains("b_bad.tsr:4:22: error[E0401]"),
-        "the other file is still reported: {}",
-        stdout(&o)
-    );
-    assert!(
-        !stderr(&o).contains("panicked at"),
-        "no raw panic output: {}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("internal error while checking a_boom.tsr: injected failure"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("b_bad.tsr:4:22: error[E0401]"), "the other file is still reported: {}", stdout(&o));
+    assert!(!stderr(&o).contains("panicked at"), "no raw panic output: {}", stderr(&o));
 }
 
 #[test]

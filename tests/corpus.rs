@@ -10,9 +10,7 @@ fn shared() -> Option<PathBuf> {
 }
 
 /// Codes the IR issue implements; until then their corpus files are known gaps.
-const TARGET_LINTS: &[&str] = &[
-    "E0500", "E0501", "E0703", "W0600", "W0601", "W0602", "W0702",
-];
+const TARGET_LINTS: &[&str] = &["E0500", "E0501", "E0703", "W0600", "W0601", "W0602", "W0702"];
 
 #[test]
 fn contract_corpus_passes() {
@@ -22,12 +20,7 @@ fn contract_corpus_passes() {
     for target in ["sm_90", "sm_80"] {
         let out = Command::new("python3")
             .arg(shared.join("tools/corpus-check"))
-            .args([
-                "--tessera",
-                env!("CARGO_BIN_EXE_tessera"),
-                "--target",
-                target,
-            ])
+            .args(["--tessera", env!("CARGO_BIN_EXE_tessera"), "--target", target])
             .arg(shared.join("corpus"))
             .output()
             .expect("python3 runs corpus-check");
@@ -35,17 +28,9 @@ fn contract_corpus_passes() {
         let failures: Vec<&str> = report.lines().filter(|l| l.starts_with("FAIL")).collect();
         let unexpected: Vec<&&str> = failures
             .iter()
-            .filter(|l| {
-                !TARGET_LINTS
-                    .iter()
-                    .any(|code| l.contains(&format!("missing [{code}@")))
-            })
+            .filter(|l| !TARGET_LINTS.iter().any(|code| l.contains(&format!("missing [{code}@"))))
             .collect();
-        assert!(
-            unexpected.is_empty(),
-            "{target}: corpus failures:\n{}",
-            report
-        );
+        assert!(unexpected.is_empty(), "{target}: corpus failures:\n{}", report);
         assert!(report.trim_end().ends_with("failed"), "{report}");
     }
 }

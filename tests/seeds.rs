@@ -21,12 +21,7 @@ fn code_blocks(text: &str) -> Vec<String> {
     while i < lines.len() {
         let line = lines[i].strip_prefix("python").unwrap_or(lines[i]);
         let starts = line.starts_with('@') || line.starts_with("def ");
-        let fenced = lines[..i]
-            .iter()
-            .rev()
-            .take_while(|l| !l.starts_with("```"))
-            .count()
-            < i
+        let fenced = lines[..i].iter().rev().take_while(|l| !l.starts_with("```")).count() < i
             && lines[..i].iter().filter(|l| l.starts_with("```")).count() % 2 == 1;
         if starts && !fenced {
             let mut block = vec![line.to_string()];
@@ -75,31 +70,19 @@ fn seed_functions_get_precise_diagnostics() {
                 .output()
                 .unwrap();
             let code = out.status.code();
-            assert!(
-                matches!(code, Some(0 | 1)),
-                "{name}: exit {code:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
+            assert!(matches!(code, Some(0 | 1)), "{name}: exit {code:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let v: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
             let lines = block.lines().count() as u64;
             for d in v["diagnostics"].as_array().unwrap() {
                 let start = &d["range"]["start"];
                 let end = &d["range"]["end"];
-                let (sl, el) = (
-                    start["line"].as_u64().unwrap(),
-                    end["line"].as_u64().unwrap(),
-                );
+                let (sl, el) = (start["line"].as_u64().unwrap(), end["line"].as_u64().unwrap());
                 assert!(
-                    sl >= 1
-                        && el <= lines + 1
-                        && (sl, start["column"].as_u64()) <= (el, end["column"].as_u64()),
+                    sl >= 1 && el <= lines + 1 && (sl, start["column"].as_u64()) <= (el, end["column"].as_u64()),
                     "{name}: span outside the block: {d}"
                 );
-                assert!(
-                    !(sl == 1 && el == lines + 1),
-                    "{name}: a whole-file span is not precise: {d}"
-                );
+                assert!(!(sl == 1 && el == lines + 1), "{name}: a whole-file span is not precise: {d}");
                 assert_ne!(d["code"], "E0900", "{name}: internal error: {d}");
                 if d["code"] == "E0200" && d["message"].as_str().unwrap().contains("`tile_m`") {
                     undefined_tile_m = true;
@@ -109,8 +92,5 @@ fn seed_functions_get_precise_diagnostics() {
         }
     }
     assert!(checked >= 8, "found only {checked} code blocks");
-    assert!(
-        undefined_tile_m,
-        "the seeds' GEMM uses the undefined `tile_m`"
-    );
+    assert!(undefined_tile_m, "the seeds' GEMM uses the undefined `tile_m`");
 }

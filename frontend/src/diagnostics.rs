@@ -82,19 +82,13 @@ codes! {
 
 impl Code {
     pub fn parse(s: &str) -> Option<Code> {
-        Code::ALL
-            .iter()
-            .copied()
-            .find(|c| c.as_str().eq_ignore_ascii_case(s))
+        Code::ALL.iter().copied().find(|c| c.as_str().eq_ignore_ascii_case(s))
     }
 
     /// Codes whose check needs a target (LANGUAGE.md §6.4, §7 pruning).
     pub fn is_target_lint(self) -> bool {
         use Code::*;
-        matches!(
-            self,
-            E0500 | E0501 | W0600 | W0601 | W0602 | W0603 | W0604 | W0702 | E0703
-        )
+        matches!(self, E0500 | E0501 | W0600 | W0601 | W0602 | W0603 | W0604 | W0702 | E0703)
     }
 }
 
@@ -167,10 +161,7 @@ impl Diagnostic {
     }
 
     pub fn with_label(mut self, range: TextRange, message: impl Into<String>) -> Diagnostic {
-        self.labels.push(Label {
-            range,
-            message: message.into(),
-        });
+        self.labels.push(Label { range, message: message.into() });
         self
     }
 
@@ -180,10 +171,7 @@ impl Diagnostic {
     }
 
     pub fn with_fix(mut self, message: impl Into<String>, edits: Vec<Edit>) -> Diagnostic {
-        self.fix = Some(Fix {
-            message: message.into(),
-            edits,
-        });
+        self.fix = Some(Fix { message: message.into(), edits });
         self
     }
 
@@ -214,10 +202,7 @@ pub struct DiagnosticSink {
 
 impl DiagnosticSink {
     pub fn push(&mut self, diagnostic: Diagnostic) {
-        let duplicate = self
-            .diagnostics
-            .iter()
-            .any(|d| d.code == diagnostic.code && d.range == diagnostic.range);
+        let duplicate = self.diagnostics.iter().any(|d| d.code == diagnostic.code && d.range == diagnostic.range);
         if !duplicate {
             self.diagnostics.push(diagnostic);
         }
@@ -272,36 +257,20 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     };
     candidates
         .into_iter()
-        .map(|c| {
-            (
-                edit_distance(&name.to_ascii_lowercase(), &c.to_ascii_lowercase()),
-                c,
-            )
-        })
+        .map(|c| (edit_distance(&name.to_ascii_lowercase(), &c.to_ascii_lowercase()), c))
         .filter(|(d, c)| *d <= limit.max(usize::from(name.eq_ignore_ascii_case(c))) && *c != name)
-        .min_by_key(|(d, c)| {
-            (
-                *d,
-                !is_subsequence(name, c),
-                !same_first_char(name, c),
-                c.len(),
-            )
-        })
+        .min_by_key(|(d, c)| (*d, !is_subsequence(name, c), !same_first_char(name, c), c.len()))
         .map(|(_, c)| c)
 }
 
 /// Typos usually drop letters: `lod` is a subsequence of `load`, not of `log`.
 fn is_subsequence(short: &str, long: &str) -> bool {
     let mut it = long.chars().map(|c| c.to_ascii_lowercase());
-    short
-        .chars()
-        .map(|c| c.to_ascii_lowercase())
-        .all(|c| it.any(|l| l == c))
+    short.chars().map(|c| c.to_ascii_lowercase()).all(|c| it.any(|l| l == c))
 }
 
 fn same_first_char(a: &str, b: &str) -> bool {
-    a.chars().next().map(|c| c.to_ascii_lowercase())
-        == b.chars().next().map(|c| c.to_ascii_lowercase())
+    a.chars().next().map(|c| c.to_ascii_lowercase()) == b.chars().next().map(|c| c.to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -313,10 +282,7 @@ mod tests {
         assert_eq!(suggest("lod", ["load", "store", "dot"]), Some("load"));
         assert_eq!(suggest("lod", ["log", "load"]), Some("load"));
         assert_eq!(suggest("bf32", ["bf16", "f32", "f16"]), Some("f32"));
-        assert_eq!(
-            suggest("autotuned", ["autotune", "schedule", "auto"]),
-            Some("autotune")
-        );
+        assert_eq!(suggest("autotuned", ["autotune", "schedule", "auto"]), Some("autotune"));
         assert_eq!(suggest("zzz", ["load"]), None);
     }
 

@@ -48,9 +48,7 @@ impl Truncate for String {
         }
         // A trailing decorator without its def would be a syntax error.
         while out.trim_end().lines().last().is_some_and(|l| {
-            l.starts_with('@')
-                || l.trim_start().starts_with("space=")
-                || l.trim_start().starts_with("metric=")
+            l.starts_with('@') || l.trim_start().starts_with("space=") || l.trim_start().starts_with("metric=")
         }) {
             let cut = out.trim_end().rfind('\n').map_or(0, |i| i + 1);
             out.truncate(cut);

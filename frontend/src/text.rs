@@ -16,10 +16,7 @@ pub struct TextRange {
 impl TextRange {
     pub fn new(start: u32, end: u32) -> TextRange {
         debug_assert!(start <= end, "{start} > {end}");
-        TextRange {
-            start,
-            end: end.max(start),
-        }
+        TextRange { start, end: end.max(start) }
     }
 
     pub fn empty(at: u32) -> TextRange {
@@ -62,15 +59,11 @@ impl TextRange {
 
     /// Moves a range back by `offset` bytes (absolute → relative), saturating at zero.
     pub fn unshift(self, offset: u32) -> TextRange {
-        TextRange::new(
-            self.start.saturating_sub(offset),
-            self.end.saturating_sub(offset),
-        )
+        TextRange::new(self.start.saturating_sub(offset), self.end.saturating_sub(offset))
     }
 
     pub fn slice(self, text: &str) -> &str {
-        text.get(self.start as usize..self.end as usize)
-            .unwrap_or("")
+        text.get(self.start as usize..self.end as usize).unwrap_or("")
     }
 }
 
@@ -104,11 +97,7 @@ impl LineIndex {
                 line_starts.push(i as u32 + 1);
             }
         }
-        LineIndex {
-            line_starts,
-            len: text.len() as u32,
-            ascii: text.is_ascii(),
-        }
+        LineIndex { line_starts, len: text.len() as u32, ascii: text.is_ascii() }
     }
 
     pub fn line_count(&self) -> usize {
@@ -116,20 +105,13 @@ impl LineIndex {
     }
 
     pub fn line_start(&self, line: u32) -> u32 {
-        self.line_starts
-            .get(line as usize)
-            .copied()
-            .unwrap_or(self.len)
+        self.line_starts.get(line as usize).copied().unwrap_or(self.len)
     }
 
     /// The byte range of a line without its line terminator.
     pub fn line_range(&self, text: &str, line: u32) -> TextRange {
         let start = self.line_start(line);
-        let mut end = self
-            .line_starts
-            .get(line as usize + 1)
-            .copied()
-            .unwrap_or(self.len);
+        let mut end = self.line_starts.get(line as usize + 1).copied().unwrap_or(self.len);
         let bytes = text.as_bytes();
         while end > start && matches!(bytes.get(end as usize - 1), Some(b'\n' | b'\r')) {
             end -= 1;
@@ -147,11 +129,8 @@ impl LineIndex {
         let offset = clamp_to_char_boundary(text, offset.min(self.len));
         let line = self.line_of(offset);
         let start = self.line_starts[line as usize];
-        let col = if self.ascii {
-            offset - start
-        } else {
-            text[start as usize..offset as usize].chars().count() as u32
-        };
+        let col =
+            if self.ascii { offset - start } else { text[start as usize..offset as usize].chars().count() as u32 };
         LineCol { line, col }
     }
 
@@ -219,10 +198,7 @@ mod tests {
         assert_eq!(index.line_col_utf16(text, y), LineCol { line: 1, col: 12 });
         assert_eq!(index.offset_utf16(text, LineCol { line: 1, col: 12 }), y);
         assert_eq!(index.offset_chars(text, LineCol { line: 1, col: 11 }), y);
-        assert_eq!(
-            index.offset_utf16(text, LineCol { line: 9, col: 0 }),
-            text.len() as u32
-        );
+        assert_eq!(index.offset_utf16(text, LineCol { line: 9, col: 0 }), text.len() as u32);
         assert_eq!(index.offset_utf16(text, LineCol { line: 0, col: 99 }), 2);
     }
 

@@ -16,13 +16,7 @@ fn main() {
     build.flag("-utf-8");
     build.compile("tree-sitter-tessera");
 
-    for file in [
-        "parser.c",
-        "scanner.c",
-        "tree_sitter/parser.h",
-        "tree_sitter/alloc.h",
-        "tree_sitter/array.h",
-    ] {
+    for file in ["parser.c", "scanner.c", "tree_sitter/parser.h", "tree_sitter/alloc.h", "tree_sitter/array.h"] {
         println!("cargo:rerun-if-changed={}", src_dir.join(file).display());
     }
     println!("cargo:rerun-if-changed=build.rs");

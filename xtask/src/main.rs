@@ -31,14 +31,7 @@ const SUITES: &[Suite] = &[
         optional: false,
         dir: ".",
         program: "cargo",
-        args: &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
+        args: &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
     },
     // The binaries first: the pytest, Neovim and tmux suites drive them.
     Suite {
@@ -84,60 +77,30 @@ const SUITES: &[Suite] = &[
 ];
 
 fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
 /// Extra suites that exist only once their directory does (added by later issues).
-fn script_suites(
-    root: &Path,
-) -> Vec<(
-    String,
-    PathBuf,
-    Vec<String>,
-    Option<(&'static str, &'static str)>,
-)> {
+fn script_suites(root: &Path) -> Vec<(String, PathBuf, Vec<String>, Option<(&'static str, &'static str)>)> {
     let mut out = Vec::new();
     if root.join("tests/lsp_pytest").is_dir() {
         out.push((
             "language server through pytest-lsp".to_string(),
             root.to_path_buf(),
-            vec![
-                "python3".into(),
-                "-m".into(),
-                "pytest".into(),
-                "-q".into(),
-                "tests/lsp_pytest".into(),
-            ],
+            vec!["python3".into(), "-m".into(), "pytest".into(), "-q".into(), "tests/lsp_pytest".into()],
             Some(("python3", "pip install pytest-lsp")),
         ));
     }
     for (dir, what, tool) in [
-        (
-            "tests/nvim",
-            "language server in headless Neovim",
-            ("nvim", "apt-get install neovim"),
-        ),
-        (
-            "tests/tmux",
-            "explorer in tmux",
-            ("tmux", "apt-get install tmux"),
-        ),
+        ("tests/nvim", "language server in headless Neovim", ("nvim", "apt-get install neovim")),
+        ("tests/tmux", "explorer in tmux", ("tmux", "apt-get install tmux")),
     ] {
         if root.join(dir).join("run.sh").is_file() {
-            out.push((
-                what.to_string(),
-                root.to_path_buf(),
-                vec!["bash".into(), format!("{dir}/run.sh")],
-                Some(tool),
-            ));
+            out.push((what.to_string(), root.to_path_buf(), vec!["bash".into(), format!("{dir}/run.sh")], Some(tool)));
         }
     }
     out
@@ -148,11 +111,7 @@ fn run(name: &str, dir: &Path, program: &str, args: &[String]) -> bool {
     let start = Instant::now();
     let status = Command::new(program).args(args).current_dir(dir).status();
     let ok = matches!(status, Ok(s) if s.success());
-    println!(
-        "<== {name}: {} in {:.1}s",
-        if ok { "ok" } else { "FAILED" },
-        start.elapsed().as_secs_f64()
-    );
+    println!("<== {name}: {} in {:.1}s", if ok { "ok" } else { "FAILED" }, start.elapsed().as_secs_f64());
     ok
 }
 
@@ -164,15 +123,9 @@ fn test() -> ExitCode {
         if let Some((tool, package)) = suite.needs {
             if !on_path(tool) {
                 if suite.optional {
-                    skipped.push(format!(
-                        "{} (`{tool}` not installed: {package})",
-                        suite.name
-                    ));
+                    skipped.push(format!("{} (`{tool}` not installed: {package})", suite.name));
                 } else {
-                    println!(
-                        "\n==> {}: `{tool}` is not installed ({package})",
-                        suite.name
-                    );
+                    println!("\n==> {}: `{tool}` is not installed ({package})", suite.name);
                     failed.push(suite.name.to_string());
                 }
                 continue;
@@ -206,11 +159,7 @@ fn test() -> ExitCode {
         println!("skipped: {s}");
     }
     let total = SUITES.len() + script_suites(&root).len() - skipped.len();
-    println!(
-        "{} passed, {} failed",
-        total.saturating_sub(failed.len()),
-        failed.len()
-    );
+    println!("{} passed, {} failed", total.saturating_sub(failed.len()), failed.len());
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -13,16 +13,12 @@ fn language() -> Language {
 
 fn parser() -> Parser {
     let mut parser = Parser::new();
-    parser
-        .set_language(&language())
-        .expect("load the Tessera grammar");
+    parser.set_language(&language()).expect("load the Tessera grammar");
     parser
 }
 
 fn corpus_dir(kind: &str) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/corpus")
-        .join(kind);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(kind);
     if dir.is_dir() {
         Some(dir)
     } else {
@@ -62,25 +58,13 @@ fn check_tree(tree: &Tree, len: usize) {
     loop {
         let node = cursor.node();
         visited += 1;
-        assert!(
-            node.start_byte() <= node.end_byte(),
-            "inverted node {node:?}"
-        );
-        assert!(
-            node.end_byte() <= len,
-            "node {node:?} ends past the text ({len} bytes)"
-        );
+        assert!(node.start_byte() <= node.end_byte(), "inverted node {node:?}");
+        assert!(node.end_byte() <= len, "node {node:?} ends past the text ({len} bytes)");
         let mut prev_end = node.start_byte();
         for i in 0..node.child_count() {
             let child = node.child(i).unwrap();
-            assert!(
-                child.start_byte() >= prev_end,
-                "overlapping children in {node:?}"
-            );
-            assert!(
-                child.end_byte() <= node.end_byte(),
-                "child {child:?} outside {node:?}"
-            );
+            assert!(child.start_byte() >= prev_end, "overlapping children in {node:?}");
+            assert!(child.end_byte() <= node.end_byte(), "child {child:?} outside {node:?}");
             prev_end = child.end_byte();
         }
         if cursor.goto_first_child() {
@@ -133,10 +117,7 @@ fn invalid_corpus_parses_without_panicking() {
         // Plain syntax errors must show up in the tree; the other files are
         // syntactically valid and fail later checks.
         if name.starts_with("e0100") || name.starts_with("e0102") {
-            assert!(
-                tree.root_node().has_error(),
-                "{name}: expected a syntax error"
-            );
+            assert!(tree.root_node().has_error(), "{name}: expected a syntax error");
         }
     }
 }
@@ -220,11 +201,7 @@ fn node_contract() {
         "comment",
     ];
     for kind in kinds {
-        assert_ne!(
-            language.id_for_node_kind(kind, true),
-            0,
-            "missing node kind {kind}"
-        );
+        assert_ne!(language.id_for_node_kind(kind, true), 0, "missing node kind {kind}");
     }
     let fields = [
         "left",
@@ -255,17 +232,10 @@ fn node_contract() {
         "key",
     ];
     for field in fields {
-        assert!(
-            language.field_id_for_name(field).is_some(),
-            "missing field {field}"
-        );
+        assert!(language.field_id_for_name(field).is_some(), "missing field {field}");
     }
     for op in ["not in", "is not"] {
-        assert_ne!(
-            language.id_for_node_kind(op, false),
-            0,
-            "missing operator {op}"
-        );
+        assert_ne!(language.id_for_node_kind(op, false), 0, "missing operator {op}");
     }
 }
 
@@ -287,70 +257,32 @@ fn contract_examples() {
     let def = root.named_child(0).unwrap();
     assert_eq!(def.kind(), "decorated_definition");
     let mut cursor = def.walk();
-    let decorators: Vec<Node> = def
-        .children_by_field_name("decorator", &mut cursor)
-        .collect();
+    let decorators: Vec<Node> = def.children_by_field_name("decorator", &mut cursor).collect();
     assert_eq!(decorators.len(), 2, "`@jit @autodiff` is two decorators");
     let func = def.child_by_field_name("definition").unwrap();
     assert_eq!(func.kind(), "function_definition");
-    assert_eq!(
-        func.child_by_field_name("name")
-            .unwrap()
-            .utf8_text(text.as_bytes())
-            .unwrap(),
-        "f"
-    );
-    assert_eq!(
-        func.child_by_field_name("return_type").unwrap().kind(),
-        "subscript"
-    );
+    assert_eq!(func.child_by_field_name("name").unwrap().utf8_text(text.as_bytes()).unwrap(), "f");
+    assert_eq!(func.child_by_field_name("return_type").unwrap().kind(), "subscript");
     let params = func.child_by_field_name("parameters").unwrap();
-    let kinds: Vec<&str> = (0..params.named_child_count())
-        .map(|i| params.named_child(i as u32).unwrap().kind())
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            "typed_parameter",
-            "keyword_separator",
-            "typed_default_parameter"
-        ]
-    );
+    let kinds: Vec<&str> =
+        (0..params.named_child_count()).map(|i| params.named_child(i as u32).unwrap().kind()).collect();
+    assert_eq!(kinds, ["typed_parameter", "keyword_separator", "typed_default_parameter"]);
 
     let body = func.child_by_field_name("body").unwrap();
     assert_eq!(body.kind(), "block");
-    let stmts: Vec<&str> = (0..body.named_child_count())
-        .map(|i| body.named_child(i as u32).unwrap().kind())
-        .collect();
+    let stmts: Vec<&str> = (0..body.named_child_count()).map(|i| body.named_child(i as u32).unwrap().kind()).collect();
     assert_eq!(
         stmts,
-        [
-            "expression_statement",
-            "assignment",
-            "assignment",
-            "assignment",
-            "for_statement",
-            "with_statement"
-        ]
+        ["expression_statement", "assignment", "assignment", "assignment", "for_statement", "with_statement"]
     );
-    let tuple_target = body
-        .named_child(1)
-        .unwrap()
-        .child_by_field_name("left")
-        .unwrap();
+    let tuple_target = body.named_child(1).unwrap().child_by_field_name("left").unwrap();
     assert_eq!(tuple_target.kind(), "pattern_list");
     let annotated = body.named_child(3).unwrap();
-    assert_eq!(
-        annotated.child_by_field_name("type").unwrap().kind(),
-        "identifier"
-    );
+    assert_eq!(annotated.child_by_field_name("type").unwrap().kind(), "identifier");
     let cond = annotated.child_by_field_name("right").unwrap();
     assert_eq!(cond.kind(), "conditional_expression");
     let comparison = cond.child_by_field_name("condition").unwrap();
-    assert_eq!(
-        comparison.child_by_field_name("operator").unwrap().kind(),
-        "is not"
-    );
+    assert_eq!(comparison.child_by_field_name("operator").unwrap().kind(), "is not");
     let alt = cond.child_by_field_name("alternative").unwrap();
     assert_eq!(alt.kind(), "unary_operator", "-x ** 2 is -(x ** 2)");
     let slice = cond.child_by_field_name("consequence").unwrap();
@@ -457,14 +389,8 @@ fn mutate(rng: &mut Rng, text: &mut Vec<u8>, others: &[Vec<u8>]) {
             // Duplicate a line somewhere else.
             if len > 0 {
                 let at = rng.below(len);
-                let start = text[..at]
-                    .iter()
-                    .rposition(|&b| b == b'\n')
-                    .map_or(0, |p| p + 1);
-                let end = text[at..]
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map_or(len, |p| at + p + 1);
+                let start = text[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+                let end = text[at..].iter().position(|&b| b == b'\n').map_or(len, |p| at + p + 1);
                 let line: Vec<u8> = text[start..end].to_vec();
                 let to = rng.below(len + 1);
                 text.splice(to..to, line);
@@ -530,11 +456,7 @@ fn normalize_unexpected(sexp: &str) -> String {
 fn point_at(text: &[u8], byte: usize) -> Point {
     let before = &text[..byte];
     let row = before.iter().filter(|&&b| b == b'\n').count();
-    let column = byte
-        - before
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |p| p + 1);
+    let column = byte - before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
     Point::new(row, column)
 }
 
@@ -549,14 +471,9 @@ fn mutated_programs_never_crash_the_parser() {
         }
     }
     // TESSERA_FUZZ_ITERATIONS / TESSERA_FUZZ_SEED run a longer or different campaign.
-    let iterations: usize = std::env::var("TESSERA_FUZZ_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let seed: u64 = std::env::var("TESSERA_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x9E37_79B9_7F4A_7C15);
+    let iterations: usize = std::env::var("TESSERA_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let seed: u64 =
+        std::env::var("TESSERA_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x9E37_79B9_7F4A_7C15);
     let mut parser = parser();
     let mut rng = Rng(seed | 1);
     for iteration in 0..iterations {
@@ -564,9 +481,7 @@ fn mutated_programs_never_crash_the_parser() {
         for _ in 0..1 + rng.below(8) {
             mutate(&mut rng, &mut text, &seeds);
         }
-        let tree = parser
-            .parse(&text, None)
-            .unwrap_or_else(|| panic!("iteration {iteration}: no tree"));
+        let tree = parser.parse(&text, None).unwrap_or_else(|| panic!("iteration {iteration}: no tree"));
         check_tree(&tree, text.len());
 
         if iteration % 5 == 0 {
@@ -589,9 +504,7 @@ fn mutated_programs_never_crash_the_parser() {
                 old_end_position: point_at(&text, old_end),
                 new_end_position: point_at(&edited, new_end),
             });
-            let incremental = parser
-                .parse(&edited, Some(&old))
-                .expect("incremental parse");
+            let incremental = parser.parse(&edited, Some(&old)).expect("incremental parse");
             check_tree(&incremental, edited.len());
             let fresh = parser.parse(&edited, None).expect("fresh parse");
             if !fresh.root_node().has_error() {
@@ -641,11 +554,7 @@ fn pathological_nesting() {
     }
     deep_blocks.push_str(&" ".repeat(300));
     deep_blocks.push_str("pass\nx = 1\n");
-    let wide_indent = format!(
-        "if a:\n{}b\n{}c\nd\n",
-        " ".repeat(70_000),
-        "\t".repeat(9_000)
-    );
+    let wide_indent = format!("if a:\n{}b\n{}c\nd\n", " ".repeat(70_000), "\t".repeat(9_000));
     let brackets = format!("x = {}1{}\ny = 2\n", "(".repeat(20_000), ")".repeat(20_000));
     let unclosed = format!("x = {}\ndef f():\n    pass\n", "[".repeat(5_000));
     let comments = format!("def f():\n    x = 1\n{}    y = 2\n", "# c\n".repeat(20_000));
@@ -660,15 +569,8 @@ fn pathological_nesting() {
 unsafe extern "C" {
     fn tree_sitter_tessera_external_scanner_create() -> *mut c_void;
     fn tree_sitter_tessera_external_scanner_destroy(payload: *mut c_void);
-    fn tree_sitter_tessera_external_scanner_serialize(
-        payload: *mut c_void,
-        buffer: *mut c_char,
-    ) -> c_uint;
-    fn tree_sitter_tessera_external_scanner_deserialize(
-        payload: *mut c_void,
-        buffer: *const c_char,
-        length: c_uint,
-    );
+    fn tree_sitter_tessera_external_scanner_serialize(payload: *mut c_void, buffer: *mut c_char) -> c_uint;
+    fn tree_sitter_tessera_external_scanner_deserialize(payload: *mut c_void, buffer: *const c_char, length: c_uint);
 }
 
 /// Deserializing arbitrary bytes (not only our own output) never reads out of bounds,
@@ -682,34 +584,15 @@ fn scanner_state_round_trips() {
         assert!(!scanner.is_null());
         for _ in 0..2000 {
             let len = rng.below(BUFFER + 1);
-            let input: Vec<u8> = (0..len)
-                .map(|_| {
-                    if rng.below(3) == 0 {
-                        255
-                    } else {
-                        (rng.next() & 0xff) as u8
-                    }
-                })
-                .collect();
-            tree_sitter_tessera_external_scanner_deserialize(
-                scanner,
-                input.as_ptr().cast(),
-                len as c_uint,
-            );
+            let input: Vec<u8> =
+                (0..len).map(|_| if rng.below(3) == 0 { 255 } else { (rng.next() & 0xff) as u8 }).collect();
+            tree_sitter_tessera_external_scanner_deserialize(scanner, input.as_ptr().cast(), len as c_uint);
             let mut first = vec![0u8; BUFFER];
-            let n =
-                tree_sitter_tessera_external_scanner_serialize(scanner, first.as_mut_ptr().cast())
-                    as usize;
+            let n = tree_sitter_tessera_external_scanner_serialize(scanner, first.as_mut_ptr().cast()) as usize;
             assert!(n <= BUFFER);
-            tree_sitter_tessera_external_scanner_deserialize(
-                scanner,
-                first.as_ptr().cast(),
-                n as c_uint,
-            );
+            tree_sitter_tessera_external_scanner_deserialize(scanner, first.as_ptr().cast(), n as c_uint);
             let mut second = vec![0u8; BUFFER];
-            let m =
-                tree_sitter_tessera_external_scanner_serialize(scanner, second.as_mut_ptr().cast())
-                    as usize;
+            let m = tree_sitter_tessera_external_scanner_serialize(scanner, second.as_mut_ptr().cast()) as usize;
             assert_eq!(&first[..n], &second[..m], "state does not round-trip");
         }
         tree_sitter_tessera_external_scanner_deserialize(scanner, std::ptr::null(), 0);

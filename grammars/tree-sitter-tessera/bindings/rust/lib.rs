@@ -43,9 +43,7 @@ mod tests {
     #[test]
     fn loads_the_grammar() {
         let mut parser = tree_sitter::Parser::new();
-        parser
-            .set_language(&super::LANGUAGE.into())
-            .expect("Error loading the Tessera parser");
+        parser.set_language(&super::LANGUAGE.into()).expect("Error loading the Tessera parser");
         let tree = parser.parse("import tessera as ts\n", None).unwrap();
         assert_eq!(tree.root_node().kind(), "module");
         assert!(!tree.root_node().has_error());
@@ -54,9 +52,6 @@ mod tests {
     #[test]
     fn node_types_is_json_array() {
         let text = super::NODE_TYPES.trim_start();
-        assert!(
-            text.starts_with('['),
-            "node-types.json should be a JSON array"
-        );
+        assert!(text.starts_with('['), "node-types.json should be a JSON array");
     }
 }
