@@ -5,8 +5,12 @@
 //! and Tile IR by (function, schedule configuration, target). Changing one autotune
 //! candidate re-runs only the Schedule/Tile/Target queries of that kernel.
 
+pub mod abi;
+pub mod codegen;
 pub mod ir;
+pub mod llvm;
 pub mod lower;
+pub mod ptx;
 pub mod sched;
 pub mod target;
 pub mod tile;
@@ -219,6 +223,18 @@ pub fn print_ir(db: &dyn Db, file: SourceFile, func: &Func) -> LoweredText {
     LoweredText { text, source_map }
 }
 
+/// Target code with its per-line source map.
+pub fn print_target(db: &dyn Db, file: SourceFile, code: &codegen::TargetCode) -> LoweredText {
+    let locs = FileLocs::new(db, file);
+    let source_map = code
+        .line_locs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, loc)| loc.as_ref().and_then(|l| locs.absolute(l)).map(|r| (i as u32, r)))
+        .collect();
+    LoweredText { text: code.text.clone(), source_map }
+}
+
 /// The IR text of one stage of a function, for `tessera lower`, the LSP and the explorer.
 pub fn lowering_text(
     db: &dyn Db,
@@ -233,10 +249,8 @@ pub fn lowering_text(
         Stage::Sched => sched_ir(db, key, config.clone(), target).clone()?,
         Stage::Tile => tile_ir(db, key, config.clone(), target).clone()?,
         Stage::Target => {
-            return Err(LowerError {
-                message: "target code generation is not built yet".into(),
-                range: TextRange::default(),
-            })
+            let code = codegen::target_code(db, key, config.clone(), target).clone()?;
+            return Ok(print_target(db, file, &code));
         }
     };
     Ok(print_ir(db, file, &func))

@@ -1,0 +1,168 @@
+//! How a kernel is called: the one contract the PTX and LLVM code generators, the CUDA
+//! and CPU runtimes and the reference interpreter share.
+//!
+//! Parameters in signature order; each tensor parameter is a pointer to its row-major,
+//! contiguous data followed by one `i64` per dim (every dim, constant or not); float
+//! scalars are passed as `f32` (`f64` for `f64`), integer and index scalars as `i64`,
+//! `bool` as `i32` (0 or 1). The grid is the `grid` attribute of Tile IR evaluated with
+//! the symbols bound by the tensors' runtime dims.
+
+use std::collections::BTreeMap;
+
+use smol_str::SmolStr;
+use tessera_frontend::check::{DType, Dim};
+
+use crate::ir::{Attr, Func, Type};
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum AbiParam {
+    Tensor { name: SmolStr, dtype: DType, dims: Vec<Dim> },
+    Scalar { name: SmolStr, dtype: DType },
+    Index { name: SmolStr },
+}
+
+impl AbiParam {
+    pub fn name(&self) -> &str {
+        match self {
+            AbiParam::Tensor { name, .. } | AbiParam::Scalar { name, .. } | AbiParam::Index { name } => name,
+        }
+    }
+}
+
+/// The machine-level slots a parameter becomes, in order.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Slot {
+    Pointer,
+    I64,
+    I32,
+    F32,
+    F64,
+}
+
+/// A Tile IR kernel's calling contract.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct KernelAbi {
+    pub name: SmolStr,
+    pub params: Vec<AbiParam>,
+    /// Grid extents (x, y, z) as polynomials in the tensors' dim symbols.
+    pub grid: [Dim; 3],
+    /// Threads per tile program on GPUs (1 on the CPU).
+    pub threads: u32,
+}
+
+/// Values for a kernel's dim symbols and the grid they give.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Binding {
+    pub symbols: BTreeMap<String, i64>,
+    pub grid: [u64; 3],
+}
+
+impl KernelAbi {
+    pub fn of(func: &Func) -> Result<KernelAbi, String> {
+        let mut params = Vec::new();
+        for &p in &func.params {
+            let name = func.values[p.0 as usize].name.clone().unwrap_or_else(|| SmolStr::new(format!("arg{}", p.0)));
+            params.push(match func.ty(p) {
+                Type::Tensor(t) => AbiParam::Tensor { name, dtype: t.dtype, dims: t.dims.clone() },
+                Type::Scalar(d) => AbiParam::Scalar { name, dtype: *d },
+                Type::Index => AbiParam::Index { name },
+                other => return Err(format!("parameter `{name}` has type {other}, which a kernel cannot take")),
+            });
+        }
+        let grid = match func.attr("grid") {
+            Some(Attr::Dims(d)) if d.len() == 3 => [d[0].clone(), d[1].clone(), d[2].clone()],
+            _ => return Err(format!("`{}` has no grid: it is not Tile IR", func.name)),
+        };
+        let threads = func.attr("threads").and_then(Attr::as_int).unwrap_or(1).max(1) as u32;
+        Ok(KernelAbi { name: func.name.clone(), params, grid, threads })
+    }
+
+    /// The slots of every parameter, flattened in call order.
+    pub fn slots(&self) -> Vec<Slot> {
+        let mut out = Vec::new();
+        for p in &self.params {
+            match p {
+                AbiParam::Tensor { dims, .. } => {
+                    out.push(Slot::Pointer);
+                    out.extend(dims.iter().map(|_| Slot::I64));
+                }
+                AbiParam::Scalar { dtype, .. } => out.push(scalar_slot(*dtype)),
+                AbiParam::Index { .. } => out.push(Slot::I64),
+            }
+        }
+        out
+    }
+
+    /// Binds dim symbols from the tensors' runtime shapes (one entry per tensor
+    /// parameter, in order) and evaluates the grid. Inconsistent shapes are an error
+    /// naming the parameter and dim.
+    pub fn bind(&self, shapes: &[Vec<i64>]) -> Result<Binding, String> {
+        let tensors: Vec<(&SmolStr, &Vec<Dim>)> = self
+            .params
+            .iter()
+            .filter_map(|p| match p {
+                AbiParam::Tensor { name, dims, .. } => Some((name, dims)),
+                _ => None,
+            })
+            .collect();
+        if tensors.len() != shapes.len() {
+            return Err(format!("`{}` takes {} tensors, got {} shapes", self.name, tensors.len(), shapes.len()));
+        }
+        let mut symbols = BTreeMap::new();
+        // Plain symbols first so that compound dims (`2*D`) can be checked after.
+        for pass in 0..2 {
+            for ((name, dims), shape) in tensors.iter().zip(shapes) {
+                if dims.len() != shape.len() {
+                    return Err(format!("`{name}` has rank {}, got a shape of rank {}", dims.len(), shape.len()));
+                }
+                for (axis, (dim, &size)) in dims.iter().zip(shape).enumerate() {
+                    if size < 0 {
+                        return Err(format!("`{name}` dim {axis} is negative ({size})"));
+                    }
+                    match (pass, dim.as_sym()) {
+                        (0, Some(sym)) => match symbols.get(sym) {
+                            Some(&bound) if bound != size => {
+                                return Err(format!(
+                                    "`{name}` dim {axis} is {sym} = {size}, but {sym} = {bound} from an earlier tensor"
+                                ))
+                            }
+                            _ => {
+                                symbols.insert(sym.to_string(), size);
+                            }
+                        },
+                        (1, None) => {
+                            let expected = dim.eval(&|s| symbols.get(s).copied());
+                            if expected.is_some_and(|e| e != size) {
+                                return Err(format!(
+                                    "`{name}` dim {axis} must be {dim} = {}, got {size}",
+                                    expected.unwrap_or_default()
+                                ));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let mut grid = [1u64; 3];
+        for (axis, extent) in self.grid.iter().enumerate() {
+            let value = extent
+                .eval(&|s| symbols.get(s).copied())
+                .ok_or_else(|| format!("grid extent {extent} uses a symbol no tensor binds"))?;
+            grid[axis] = value.max(0) as u64;
+        }
+        Ok(Binding { symbols, grid })
+    }
+}
+
+pub fn scalar_slot(dtype: DType) -> Slot {
+    if dtype == DType::F64 {
+        Slot::F64
+    } else if dtype == DType::Bool {
+        Slot::I32
+    } else if dtype.is_float() {
+        Slot::F32
+    } else {
+        Slot::I64
+    }
+}
