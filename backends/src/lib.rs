@@ -2,6 +2,12 @@
 //! backend is compared with), the CPU backend (LLVM JIT, feature `llvm`) and the NVIDIA
 //! backend (PTX through the CUDA driver, feature `cuda`).
 
+pub mod interp;
 pub mod tensor;
+
+#[cfg(feature = "llvm")]
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 pub use tensor::{Arg, HostTensor};
