@@ -26,6 +26,12 @@ pub struct LowerArgs {
     /// Values of shape symbols that tile dims use (D=128,...).
     #[arg(long, value_delimiter = ',', value_name = "SYM=VALUE")]
     pub dims: Vec<String>,
+    /// Print the IR after every pass of the pipeline (then the target code).
+    #[arg(long, conflicts_with = "print_after_change")]
+    pub print_after_all: bool,
+    /// Print the IR after every pass that changes it.
+    #[arg(long)]
+    pub print_after_change: bool,
 }
 
 /// Parses `KEY=VALUE` pairs.
@@ -94,6 +100,26 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
             assumed[0]
         );
     }
+    let cannot = |stage: &str, e: tessera_passes::LowerError| {
+        let at = line_index.line_col(&text, e.range.start + entry.anchor);
+        format!("{shown}:{}:{}: cannot lower `{}` to {stage} IR: {}", at.line + 1, at.col + 1, args.kernel, e.message)
+    };
+    if args.print_after_all || args.print_after_change {
+        let snapshots = tessera_passes::pipeline::pipeline(&db, entry.key, config.clone(), args.target)
+            .clone()
+            .map_err(|e| cannot("tile", e))?;
+        for snap in snapshots.iter().filter(|s| args.print_after_all || s.changed) {
+            println!("// ----- IR after {} ({} IR) -----", snap.pass, snap.func.level.name());
+            print!("{}", tessera_passes::print_ir(&db, file, &snap.func).text);
+            println!();
+        }
+        let code =
+            lowering_text(&db, entry.key, Stage::Target, args.target, &config).map_err(|e| cannot("target", e))?;
+        let emitter = if args.target.is_gpu() { "emit-ptx" } else { "emit-llvm" };
+        println!("// ----- IR after {emitter} (target IR) -----");
+        print!("{}", code.text);
+        return Ok(0);
+    }
     for stage in &stages {
         match lowering_text(&db, entry.key, *stage, args.target, &config) {
             Ok(lowered) => {
@@ -105,17 +131,7 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
                     println!();
                 }
             }
-            Err(e) => {
-                let at = line_index.line_col(&text, e.range.start + entry.anchor);
-                return Err(format!(
-                    "{shown}:{}:{}: cannot lower `{}` to {} IR: {}",
-                    at.line + 1,
-                    at.col + 1,
-                    args.kernel,
-                    stage.name(),
-                    e.message
-                ));
-            }
+            Err(e) => return Err(cannot(stage.name(), e)),
         }
     }
     Ok(0)

@@ -10,6 +10,7 @@ pub mod codegen;
 pub mod ir;
 pub mod llvm;
 pub mod lower;
+pub mod pipeline;
 pub mod ptx;
 pub mod sched;
 pub mod target;
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, FunctionKind, ScheduleValue};
-use tessera_frontend::db::{function_ast, item_index};
+use tessera_frontend::db::{function_def, item_index};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::{LineIndex, TextRange};
 use tessera_frontend::{Db, FnKey, SourceFile};
@@ -40,7 +41,7 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Di
 
 /// Why a function has no IR.
 fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
-    let Some(ast) = function_ast(db, key) else {
+    let Some(ast) = function_def(db, key) else {
         return Err(LowerError { message: "no such function".into(), range: TextRange::default() });
     };
     let signature = fn_signature(db, key);
@@ -64,7 +65,8 @@ fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
 #[salsa::tracked(returns(ref))]
 pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, LowerError> {
     precondition(db, key)?;
-    let ast = function_ast(db, key).clone().expect("checked by precondition");
+    // The decorator-free definition: an edited autotune candidate keeps Graph IR.
+    let ast = function_def(db, key).clone().expect("checked by precondition");
     let signature = fn_signature(db, key);
     let inference = infer_function(db, key);
     let func = match signature.kind {
@@ -85,15 +87,33 @@ pub fn sched_ir<'db>(
     config: Config,
     target: Target,
 ) -> Result<Arc<Func>, LowerError> {
+    if let Some(e) = decorator_error(db, key) {
+        return Err(e.clone());
+    }
     let graph = graph_ir(db, key).clone()?;
-    verified("schedule", sched::schedule_kernel(&graph, &config, target)?)
+    // The pipeline verifies after every pass.
+    Ok(Arc::new(sched::schedule_kernel(&graph, &config, target)?))
+}
+
+/// The first error in a kernel's decorators (a malformed schedule or autotune space):
+/// scheduling with a half-read schedule would silently use defaults. A query of its
+/// own so that decorator edits that keep it `None` do not re-run scheduling.
+#[salsa::tracked(returns(ref))]
+pub fn decorator_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<LowerError> {
+    let decorators = fn_decorators(db, key);
+    let error = decorators.diagnostics.iter().find(|d| d.is_error())?;
+    Some(LowerError {
+        message: format!("the decorators have errors (`tessera check` shows them): {}", error.message),
+        // Decorator ranges are not relative to the `def` anchor; point at `def`.
+        range: TextRange::default(),
+    })
 }
 
 /// Tile IR of a kernel for one configuration and target.
 #[salsa::tracked(returns(ref))]
 pub fn tile_ir<'db>(db: &'db dyn Db, key: FnKey<'db>, config: Config, target: Target) -> Result<Arc<Func>, LowerError> {
     let sched = sched_ir(db, key, config.clone(), target).clone()?;
-    verified("tile", tile::tile_kernel(&sched, &config, target)?)
+    Ok(Arc::new(tile::tile_kernel(&sched, &config, target)?))
 }
 
 /// Head dims and other shape symbols get this value when nothing gives one.
@@ -107,6 +127,9 @@ pub fn default_config(
     key: FnKey<'_>,
     dims: &BTreeMap<String, i64>,
 ) -> Result<(Config, Vec<String>), LowerError> {
+    if let Some(e) = decorator_error(db, key) {
+        return Err(e.clone());
+    }
     let schedule = match &fn_decorators(db, key).schedule {
         Some(s) => s.first_configuration(),
         None => ScheduleValue::default_for_kernel(),

@@ -110,9 +110,20 @@ fn specialize_type(ty: &Type, config: &Config) -> Type {
 }
 
 /// Specializes and annotates a kernel's Graph IR.
+/// Schedule IR of a kernel: the Graph IR with the configuration applied.
 pub fn schedule_kernel(graph: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
-    let mut f = graph.clone();
-    f.level = Level::Schedule;
+    crate::pipeline::run_passes(
+        graph,
+        Level::Schedule,
+        crate::pipeline::SCHEDULE_PASSES,
+        config,
+        target,
+        &mut |_, _| {},
+    )
+}
+
+/// Types, view sizes and schedule keys take the configuration's values.
+pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Result<(), LowerError> {
     for v in &mut f.values {
         v.ty = specialize_type(&v.ty, config);
     }
@@ -167,17 +178,11 @@ pub fn schedule_kernel(graph: &Func, config: &Config, target: Target) -> Result<
         f.set_attr("warps", Attr::Int(config.warps() as i64));
         f.set_attr("threads", Attr::Int(config.warps() as i64 * 32));
     }
-    annotate_grid(&mut f);
-    if target.is_gpu() {
-        annotate_dots(&mut f, config)?;
-        annotate_staging(&mut f, config);
-    }
-    annotate_epilogues(&mut f);
-    Ok(f)
+    Ok(())
 }
 
 /// `grid.parallel` loops get their axis (outermost = 0).
-fn annotate_grid(f: &mut Func) {
+pub(crate) fn annotate_grid(f: &mut Func) {
     fn visit(f: &mut Func, region: Region, depth: i64) {
         for id in region.ops {
             let (kind, regions) = (f.op(id).kind, f.op(id).regions.clone());
@@ -197,7 +202,7 @@ fn annotate_grid(f: &mut Func) {
 }
 
 /// Each `tile.dot` gets its MMA instruction shape and warp arrangement.
-fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerError> {
+pub(crate) fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerError> {
     for id in f.walk() {
         if f.op(id).kind != OpKind::Dot {
             continue;
@@ -226,7 +231,7 @@ fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerError> {
 
 /// Loads feeding a dot operand are staged through shared memory (GPU): inside a
 /// sequential loop they are pipelined `stages` deep.
-fn annotate_staging(f: &mut Func, config: &Config) {
+pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
     let defs = f.definitions();
     // Values that flow into a dot operand (through casts and transposes).
     let mut staged: HashSet<ValueId> = HashSet::new();
@@ -298,7 +303,7 @@ fn annotate_staging(f: &mut Func, config: &Config) {
 
 /// Ops between an accumulator loop's result and its store are the loop's epilogue:
 /// they run once per tile program on the accumulator in registers.
-fn annotate_epilogues(f: &mut Func) {
+pub(crate) fn annotate_epilogues(f: &mut Func) {
     let defs = f.definitions();
     let loop_results: HashMap<ValueId, OpId> = f
         .walk()

@@ -21,24 +21,18 @@ use crate::lower::LowerError;
 use crate::sched::Config;
 use crate::target::Target;
 
+/// Tile IR of a kernel from its Schedule IR.
 pub fn tile_kernel(sched: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
-    let mut f = sched.clone();
-    f.level = Level::Tile;
-    lower_grid(&mut f)?;
-    if target.is_gpu() {
-        stage_copies(&mut f, config)?;
-        commit_explicit_copies(&mut f);
-        fold_transposed_loads(&mut f);
-        assign_layouts(&mut f, config);
-    }
-    remove_dead_ops(&mut f);
-    // A kernel's Tile IR returns nothing (in-place outputs are parameters).
+    crate::pipeline::run_passes(sched, Level::Tile, crate::pipeline::TILE_PASSES, config, target, &mut |_, _| {})
+}
+
+/// A kernel's Tile IR returns nothing (in-place outputs are parameters).
+pub(crate) fn drop_return_values(f: &mut Func) {
     for id in f.walk() {
         if f.op(id).kind == OpKind::Return {
             f.op_mut(id).operands.clear();
         }
     }
-    Ok(f)
 }
 
 fn push_op(
@@ -94,7 +88,7 @@ fn index_dim(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
     }
 }
 
-fn lower_grid(f: &mut Func) -> Result<(), LowerError> {
+pub(crate) fn lower_grid(f: &mut Func) -> Result<(), LowerError> {
     let defs = f.definitions();
     let mut extents: Vec<Dim> = Vec::new();
     let body = f.body.clone();
@@ -180,7 +174,7 @@ struct Staged {
     copy: Option<OpId>,
 }
 
-fn stage_copies(f: &mut Func, config: &Config) -> Result<(), LowerError> {
+pub(crate) fn stage_copies(f: &mut Func, config: &Config) -> Result<(), LowerError> {
     let mut allocs: Vec<OpId> = Vec::new();
     let body = f.body.clone();
     f.body = stage_region(f, config, body, &mut allocs, false)?;
@@ -461,7 +455,7 @@ fn clone_chain(
 
 /// Explicit copies outside pipelined loops: a commit after each run of copies, and a
 /// wait before each barrier (the barrier's contract is "copies visible to the block").
-fn commit_explicit_copies(f: &mut Func) {
+pub(crate) fn commit_explicit_copies(f: &mut Func) {
     // Inside a pipelined loop the copies are waited for per stage; a full wait before
     // the user's barriers would serialize the ring.
     fn visit(f: &mut Func, region: Region, in_pipeline: bool) -> Region {
@@ -500,7 +494,7 @@ fn commit_explicit_copies(f: &mut Func) {
 
 /// `tile.transpose(tile.load_shared %buf)` reads the buffer transposed: one load with
 /// `transpose = true` (for a dot operand, `ldmatrix` without a register shuffle).
-fn fold_transposed_loads(f: &mut Func) {
+pub(crate) fn fold_transposed_loads(f: &mut Func) {
     let defs = f.definitions();
     let mut uses = vec![0u32; f.values.len()];
     for id in f.walk() {
@@ -530,7 +524,7 @@ fn fold_transposed_loads(f: &mut Func) {
 
 /// Removes ops without effects whose results nobody uses (views and index arithmetic
 /// the pipeliner re-created), to a fixpoint.
-fn remove_dead_ops(f: &mut Func) {
+pub(crate) fn remove_dead_ops(f: &mut Func) {
     loop {
         let mut used = vec![false; f.values.len()];
         for id in f.walk() {
@@ -573,7 +567,7 @@ fn remove_dead_ops(f: &mut Func) {
 
 // ----- layouts -------------------------------------------------------------------------
 
-fn assign_layouts(f: &mut Func, config: &Config) {
+pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
     let warps = config.warps();
     let n = f.values.len();
     let mut layout: Vec<Option<Layout>> = vec![None; n];
@@ -754,11 +748,10 @@ fn assign_layouts(f: &mut Func, config: &Config) {
             t.layout = Some(l);
         }
     }
-    insert_conversions(f);
 }
 
 /// Where an op's tile operands disagree with what it needs, convert them.
-fn insert_conversions(f: &mut Func) {
+pub(crate) fn insert_conversions(f: &mut Func) {
     fn visit(f: &mut Func, region: Region) -> Region {
         let mut ops = Vec::new();
         for id in region.ops {

@@ -31,7 +31,7 @@ enum Val {
     Many(Vec<ValueId>),
 }
 
-pub fn kernel_to_graph(name: &str, ast: &FunctionAst, sig: &Signature, inf: &Inference) -> R<Func> {
+pub fn kernel_to_graph(name: &str, ast: &FunctionDef, sig: &Signature, inf: &Inference) -> R<Func> {
     let loc = Loc::new(name, ast.name_range);
     let mut func = Func::new(name, FuncKind::Kernel, Level::Graph, loc);
     let mut params = HashMap::new();
@@ -155,7 +155,7 @@ impl Lower<'_, '_> {
 
     /// `%M = tile.dim %A {axis = 0}` for each symbol of the signature (and `int`
     /// parameters are their own values).
-    fn bind_symbols(&mut self, ast: &FunctionAst) -> R<()> {
+    fn bind_symbols(&mut self, ast: &FunctionDef) -> R<()> {
         for p in &self.sig.params {
             let v = self.params[p.name.as_str()];
             match &p.ty {

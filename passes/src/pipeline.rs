@@ -1,0 +1,135 @@
+//! The pass pipeline: every pass by name, run in order with the verifier after each,
+//! and the IR after every pass for `--print-after-all` and the explorer's pipeline view.
+
+use std::sync::Arc;
+
+use tessera_frontend::{Db, FnKey};
+
+use crate::ir::{Func, Level};
+use crate::{graph_ir, sched, tile, Config, LowerError, Target};
+
+type PassFn = fn(&mut Func, &Config, Target) -> Result<(), LowerError>;
+
+/// One pass of the pipeline.
+pub struct Pass {
+    pub name: &'static str,
+    /// The level of the IR the pass produces.
+    pub level: Level,
+    /// Passes that only make sense for GPU targets (layouts, staging, async copies).
+    pub gpu_only: bool,
+    run: PassFn,
+}
+
+impl Pass {
+    pub fn applies_to(&self, target: Target) -> bool {
+        !self.gpu_only || target.is_gpu()
+    }
+}
+
+const fn pass(name: &'static str, level: Level, gpu_only: bool, run: PassFn) -> Pass {
+    Pass { name, level, gpu_only, run }
+}
+
+pub const SCHEDULE_PASSES: &[Pass] = &[
+    pass("specialize", Level::Schedule, false, sched::specialize),
+    pass("annotate-grid", Level::Schedule, false, |f, _, _| {
+        sched::annotate_grid(f);
+        Ok(())
+    }),
+    pass("select-dot-instructions", Level::Schedule, true, |f, c, _| sched::annotate_dots(f, c)),
+    pass("mark-staging", Level::Schedule, true, |f, c, _| {
+        sched::annotate_staging(f, c);
+        Ok(())
+    }),
+    pass("mark-epilogues", Level::Schedule, false, |f, _, _| {
+        sched::annotate_epilogues(f);
+        Ok(())
+    }),
+];
+
+pub const TILE_PASSES: &[Pass] = &[
+    // One tile program per grid point: `grid.parallel` becomes program ids and the
+    // kernel returns nothing (both are Tile IR rules, so they go together).
+    pass("lower-grid", Level::Tile, false, |f, _, _| {
+        tile::drop_return_values(f);
+        tile::lower_grid(f)
+    }),
+    pass("stage-and-pipeline-copies", Level::Tile, true, |f, c, _| tile::stage_copies(f, c)),
+    pass("commit-explicit-copies", Level::Tile, true, |f, _, _| {
+        tile::commit_explicit_copies(f);
+        Ok(())
+    }),
+    pass("fold-transposed-loads", Level::Tile, true, |f, _, _| {
+        tile::fold_transposed_loads(f);
+        Ok(())
+    }),
+    pass("assign-layouts", Level::Tile, true, |f, c, _| {
+        tile::assign_layouts(f, c);
+        Ok(())
+    }),
+    pass("insert-layout-conversions", Level::Tile, true, |f, _, _| {
+        tile::insert_conversions(f);
+        Ok(())
+    }),
+    pass("remove-dead-ops", Level::Tile, false, |f, _, _| {
+        tile::remove_dead_ops(f);
+        Ok(())
+    }),
+];
+
+/// Runs `passes` on a copy of `input` moved to `level`, verifying after each pass (a
+/// verifier failure is an internal error naming the pass). `after` sees the IR after
+/// every pass that applies to the target.
+pub fn run_passes(
+    input: &Func,
+    level: Level,
+    passes: &[Pass],
+    config: &Config,
+    target: Target,
+    after: &mut dyn FnMut(&Pass, &Func),
+) -> Result<Func, LowerError> {
+    let mut f = input.clone();
+    f.level = level;
+    for pass in passes.iter().filter(|p| p.applies_to(target)) {
+        (pass.run)(&mut f, config, target)?;
+        if let Err(e) = crate::ir::verify::verify(&f) {
+            return Err(LowerError {
+                message: format!("internal error: the IR after the `{}` pass does not verify: {e}", pass.name),
+                range: f.loc.range,
+            });
+        }
+        after(pass, &f);
+    }
+    Ok(f)
+}
+
+/// The IR after one pass.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PassSnapshot {
+    pub pass: &'static str,
+    pub level: Level,
+    pub func: Arc<Func>,
+    /// Whether the pass changed the IR.
+    pub changed: bool,
+}
+
+/// Every pass from Graph IR to Tile IR for one configuration and target, with the IR
+/// after each (`lower-to-graph` first). Target code is the `target_code` query.
+#[salsa::tracked(returns(ref))]
+pub fn pipeline<'db>(
+    db: &'db dyn Db,
+    key: FnKey<'db>,
+    config: Config,
+    target: Target,
+) -> Result<Arc<Vec<PassSnapshot>>, LowerError> {
+    let graph = graph_ir(db, key).clone()?;
+    let mut snapshots =
+        vec![PassSnapshot { pass: "lower-to-graph", level: Level::Graph, func: graph.clone(), changed: true }];
+    let mut record = |pass: &Pass, f: &Func| {
+        let changed = snapshots.last().is_none_or(|prev| *prev.func != *f);
+        snapshots.push(PassSnapshot { pass: pass.name, level: pass.level, func: Arc::new(f.clone()), changed });
+    };
+    let sched = run_passes(&graph, Level::Schedule, SCHEDULE_PASSES, &config, target, &mut record)?;
+    run_passes(&sched, Level::Tile, TILE_PASSES, &config, target, &mut record)?;
+    Ok(Arc::new(snapshots))
+}

@@ -1,0 +1,145 @@
+//! Every function of the examples and of the contract corpus lowers through the
+//! pipeline; each stage's output is pinned by snapshots and printing is deterministic.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tessera_frontend::check::{fn_signature, FunctionKind};
+use tessera_frontend::db::item_index;
+use tessera_frontend::{Database, SourceFile};
+use tessera_passes::pipeline::pipeline;
+use tessera_passes::{default_config, lowering_text, print_ir, Stage, Target};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `.tsr` files of a directory, sorted, with their display path.
+fn sources(dir: &Path, shown_prefix: &str) -> Vec<(String, String)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (format!("{shown_prefix}/{name}"), std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+fn corpus_sources() -> Vec<(String, String)> {
+    let dir = repo().join("../shared/corpus/valid");
+    if !dir.is_dir() {
+        assert!(std::env::var_os("CI").is_none(), "the shared corpus is missing at {}", dir.display());
+        eprintln!("skipping the corpus: {} is absent", dir.display());
+        return Vec::new();
+    }
+    sources(&dir, "corpus/valid")
+}
+
+/// Lowers every function of a file to every stage on `target`; returns the printed
+/// stages per function (or the error).
+fn lower_file(path: &str, text: &str, target: Target) -> Vec<(String, FunctionKind, Result<String, String>)> {
+    let db = Database::default();
+    let file = SourceFile::new(&db, path.into(), text.to_string(), None);
+    let index = item_index(&db, file);
+    let mut out = Vec::new();
+    for entry in &index.functions {
+        let name = entry.key.name(&db).to_string();
+        let kind = fn_signature(&db, entry.key).kind;
+        if kind == FunctionKind::Helper {
+            continue;
+        }
+        let lowered = (|| {
+            let (config, _) = default_config(&db, entry.key, &BTreeMap::new()).map_err(|e| e.message)?;
+            let mut text = String::new();
+            for stage in [Stage::Graph, Stage::Sched, Stage::Tile] {
+                let lowered = lowering_text(&db, entry.key, stage, target, &config).map_err(|e| e.message)?;
+                text.push_str(&format!("// ===== {} IR =====\n{}", stage.name(), lowered.text));
+            }
+            Ok(text)
+        })();
+        out.push((name, kind, lowered));
+    }
+    out
+}
+
+#[test]
+fn every_kernel_lowers_to_tile_ir_on_every_target() {
+    let mut files = sources(&repo().join("examples"), "examples");
+    files.extend(corpus_sources());
+    let mut failures = Vec::new();
+    let mut kernels = 0;
+    for (path, text) in &files {
+        for target in Target::ALL {
+            for (name, kind, result) in lower_file(path, text, target) {
+                if kind != FunctionKind::Kernel {
+                    continue;
+                }
+                kernels += 1;
+                if let Err(e) = result {
+                    failures.push(format!("{path} {name} ({target}): {e}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(kernels >= 3 * 15, "only {kernels} kernel lowerings: did the sources move?");
+}
+
+#[test]
+fn example_stages_are_pinned() {
+    for (path, text) in sources(&repo().join("examples"), "examples") {
+        for target in [Target::Sm90, Target::Cpu] {
+            for (name, kind, result) in lower_file(&path, &text, target) {
+                if kind != FunctionKind::Kernel {
+                    continue;
+                }
+                let text = result.unwrap_or_else(|e| panic!("{path} {name}: {e}"));
+                let stem = Path::new(&path).file_stem().unwrap().to_string_lossy().into_owned();
+                insta::assert_snapshot!(format!("stages__{stem}__{name}__{target}"), text);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_pass_of_gemm_and_flash_attention_is_pinned() {
+    for (file, kernel) in [("gemm.tsr", "gemm"), ("flash_attention.tsr", "flash_attention")] {
+        let text = std::fs::read_to_string(repo().join("examples").join(file)).unwrap();
+        let db = Database::default();
+        let source = SourceFile::new(&db, format!("examples/{file}").into(), text, None);
+        let index = item_index(&db, source);
+        let key = index.functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
+        let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+        let snapshots = pipeline(&db, key, config, Target::Sm90).clone().unwrap();
+        let mut out = String::new();
+        for snap in snapshots.iter() {
+            out.push_str(&format!(
+                "// ----- IR after {} ({} IR){} -----\n",
+                snap.pass,
+                snap.func.level.name(),
+                if snap.changed { "" } else { ", unchanged" }
+            ));
+            if snap.changed {
+                out.push_str(&print_ir(&db, source, &snap.func).text);
+            }
+        }
+        insta::assert_snapshot!(format!("passes__{kernel}__sm_90"), out);
+    }
+}
+
+#[test]
+fn printing_is_deterministic_across_databases() {
+    let mut files = sources(&repo().join("examples"), "examples");
+    files.extend(corpus_sources());
+    for (path, text) in &files {
+        let first = lower_file(path, text, Target::Sm90);
+        let second = lower_file(path, text, Target::Sm90);
+        assert_eq!(first, second, "{path}: lowering twice printed different IR");
+    }
+}
