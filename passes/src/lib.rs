@@ -6,6 +6,7 @@
 //! candidate re-runs only the Schedule/Tile/Target queries of that kernel.
 
 pub mod abi;
+pub mod analysis;
 pub mod codegen;
 pub mod ir;
 pub mod llvm;
@@ -35,8 +36,60 @@ use ir::{Func, Loc, Origin};
 /// Every diagnostic of a file for a target: the frontend's checks plus the target
 /// lints. The CLI, the language server and the explorer all call this one function.
 pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Diagnostic> {
-    let _ = target;
-    tessera_frontend::check::file_diagnostics(db, file).clone()
+    let mut out = tessera_frontend::check::file_diagnostics(db, file).clone();
+    let text = file.text(db);
+    let index = item_index(db, file);
+    let before = out.len();
+    for entry in &index.functions {
+        let lints = analysis::kernel_lints(db, entry.key, target);
+        for (lints, offset) in [(&lints.body, entry.anchor), (&lints.decorators, entry.range.start)] {
+            for lint in lints {
+                let mut d = lint.diagnostic.clone().shift(offset);
+                if let Some((message, request)) = &lint.fix {
+                    if let Some(edits) = resolve_fix(text, request, offset) {
+                        d = d.with_fix(message.clone(), edits);
+                    }
+                }
+                out.push(d);
+            }
+        }
+    }
+    if out.len() > before {
+        tessera_frontend::check::sort_diagnostics(&mut out);
+    }
+    out
+}
+
+/// Turns a fix request (relative to `offset`) into edits of the source text, or None
+/// when the text is not what the request expects.
+fn resolve_fix(
+    text: &str,
+    request: &analysis::FixRequest,
+    offset: u32,
+) -> Option<Vec<tessera_frontend::diagnostics::Edit>> {
+    use tessera_frontend::diagnostics::Edit;
+    match request {
+        analysis::FixRequest::BarrierBefore(range) => {
+            let at = (range.start + offset) as usize;
+            let line_start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+            let indent: String = text[line_start..].chars().take_while(|c| *c == ' ').collect();
+            Some(vec![Edit { range: TextRange::empty(line_start as u32), text: format!("{indent}tile.barrier()\n") }])
+        }
+        analysis::FixRequest::AddKeyword { call, keyword, value } => {
+            let range = call.shift(offset);
+            let call_text = range.slice(text);
+            if !call_text.ends_with(')') || call_text.contains(&format!("{keyword}=")) {
+                return None;
+            }
+            let close = range.end - 1;
+            Some(vec![Edit { range: TextRange::empty(close), text: format!(", {keyword}={value}") }])
+        }
+        analysis::FixRequest::Replace { within, from, to } => {
+            let range = within.shift(offset);
+            let found = range.slice(text).find(from.as_str())? as u32 + range.start;
+            Some(vec![Edit { range: TextRange::new(found, found + from.len() as u32), text: to.clone() }])
+        }
+    }
 }
 
 /// Why a function has no IR.

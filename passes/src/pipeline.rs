@@ -32,6 +32,10 @@ const fn pass(name: &'static str, level: Level, gpu_only: bool, run: PassFn) -> 
 
 pub const SCHEDULE_PASSES: &[Pass] = &[
     pass("specialize", Level::Schedule, false, sched::specialize),
+    pass("fold-dot-accumulate", Level::Schedule, false, |f, _, _| {
+        sched::fold_dot_accumulate(f);
+        Ok(())
+    }),
     pass("annotate-grid", Level::Schedule, false, |f, _, _| {
         sched::annotate_grid(f);
         Ok(())

@@ -203,6 +203,9 @@ pub(crate) fn annotate_grid(f: &mut Func) {
 
 /// Each `tile.dot` gets its MMA instruction shape and warp arrangement.
 pub(crate) fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerError> {
+    // Row reductions and chained dots (attention's P @ V) want whole rows per warp.
+    let rows_per_warp = f.walk().into_iter().any(|id| f.op(id).kind == OpKind::Reduce)
+        || f.walk().into_iter().filter(|&id| f.op(id).kind == OpKind::Dot).count() > 1;
     for id in f.walk() {
         if f.op(id).kind != OpKind::Dot {
             continue;
@@ -215,7 +218,12 @@ pub(crate) fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerEr
         let k_instr = if dtype.bits() == 8 { 32 } else { 16 };
         let (m, n, k) = (cd[0], cd[1], ad[1]);
         let instr = format!("m16n8k{k_instr}");
-        let warps = match Layout::mma_for(m, n, config.warps()) {
+        let layout = if rows_per_warp {
+            Layout::mma_for(m, n, config.warps())
+        } else {
+            Layout::mma_balanced(m, n, config.warps())
+        };
+        let warps = match layout {
             Layout::Mma { warps } => warps,
             _ => unreachable!(),
         };
@@ -343,4 +351,89 @@ pub(crate) fn annotate_epilogues(f: &mut Func) {
     for id in epilogue {
         f.op_mut(id).set_attr("fusion", Attr::Str("epilogue".into()));
     }
+}
+
+/// `acc + tile.dot(a, b)` becomes `tile.dot(a, b, acc)`: the product accumulates into
+/// the accumulator's registers instead of a zeroed temporary of the same size.
+pub(crate) fn fold_dot_accumulate(f: &mut Func) {
+    let defs = f.definitions();
+    let mut uses: HashMap<ValueId, usize> = HashMap::new();
+    for id in f.walk() {
+        for &o in &f.op(id).operands {
+            *uses.entry(o).or_default() += 1;
+        }
+    }
+    let is_zero = |v: ValueId| {
+        defs[v.0 as usize].is_some_and(|d| {
+            let op = f.op(d);
+            op.kind == OpKind::Full && op.attr("value").and_then(Attr::as_float) == Some(0.0)
+        })
+    };
+    // (add op, dot op, accumulator operand)
+    let mut folds: Vec<(OpId, OpId, ValueId)> = Vec::new();
+    for region_ops in regions_of(f) {
+        for (i, &id) in region_ops.iter().enumerate() {
+            let op = f.op(id);
+            if op.kind != OpKind::Add || op.operands.len() != 2 {
+                continue;
+            }
+            for (dot_side, acc_side) in [(1, 0), (0, 1)] {
+                let (product, acc) = (op.operands[dot_side], op.operands[acc_side]);
+                let Some(dot) = defs[product.0 as usize] else { continue };
+                let dot_op = f.op(dot);
+                let Some(pos) = region_ops[..i].iter().position(|&o| o == dot) else { continue };
+                if dot_op.kind != OpKind::Dot
+                    || uses.get(&product) != Some(&1)
+                    || !dot_op.operands.get(2).is_some_and(|&z| is_zero(z))
+                    || f.ty(acc) != f.ty(product)
+                    || f.ty(op.results[0]) != f.ty(product)
+                {
+                    continue;
+                }
+                // The accumulator must exist when the dot runs.
+                if region_ops[pos..].iter().any(|&o| f.op(o).results.contains(&acc)) {
+                    continue;
+                }
+                folds.push((id, dot, acc));
+                break;
+            }
+        }
+    }
+    if folds.is_empty() {
+        return;
+    }
+    let mut removed = HashSet::new();
+    for (add, dot, acc) in folds {
+        let result = f.op(add).results[0];
+        let dot_op = f.op_mut(dot);
+        dot_op.operands[2] = acc;
+        dot_op.results = vec![result];
+        removed.insert(add);
+    }
+    fn strip(f: &mut Func, region: Region, removed: &HashSet<OpId>) -> Region {
+        let mut ops = Vec::with_capacity(region.ops.len());
+        for id in region.ops {
+            if removed.contains(&id) {
+                continue;
+            }
+            let regions = std::mem::take(&mut f.op_mut(id).regions);
+            let regions = regions.into_iter().map(|r| strip(f, r, removed)).collect();
+            f.op_mut(id).regions = regions;
+            ops.push(id);
+        }
+        Region { args: region.args, ops }
+    }
+    let body = std::mem::take(&mut f.body);
+    f.body = strip(f, body, &removed);
+}
+
+/// The op lists of every region, outermost first.
+fn regions_of(f: &Func) -> Vec<Vec<OpId>> {
+    let mut out = vec![f.body.ops.clone()];
+    for id in f.walk() {
+        for r in &f.op(id).regions {
+            out.push(r.ops.clone());
+        }
+    }
+    out
 }

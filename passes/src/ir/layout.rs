@@ -69,6 +69,30 @@ impl Layout {
         Layout::Mma { warps: [wm, wn.max(1)] }
     }
 
+    /// An mma accumulator layout whose warps split the tile so that each warp's operand
+    /// fragments are smallest (`M/wm + N/wn` least; ties keep more warps along M): a
+    /// 128x128 tile over 8 warps is 4x2, not 8x1, which halves the B fragments each warp
+    /// holds. Kernels that reduce rows of the accumulator keep [`Layout::mma_for`]'s
+    /// warps-along-M split, where a row never straddles warps.
+    pub fn mma_balanced(m: i64, n: i64, warps: u32) -> Layout {
+        let mut best: Option<(i64, u32, u32)> = None;
+        let mut wm = warps.max(1);
+        while wm >= 1 {
+            let wn = warps.max(1) / wm;
+            if wm * wn == warps.max(1) && m / wm as i64 >= 16 && n / wn as i64 >= 8 {
+                let cost = m / wm as i64 + n / wn as i64;
+                if best.is_none_or(|(c, _, _)| cost < c) {
+                    best = Some((cost, wm, wn));
+                }
+            }
+            wm /= 2;
+        }
+        match best {
+            Some((_, wm, wn)) => Layout::Mma { warps: [wm, wn] },
+            None => Layout::mma_for(m, n, warps),
+        }
+    }
+
     pub fn warps(&self) -> u32 {
         match self {
             Layout::Blocked { warps_per_cta, .. } => warps_per_cta.iter().product(),

@@ -66,6 +66,54 @@ pub struct SmemType {
 }
 
 impl SmemType {
+    /// Rows and elements per row of one slot, leading dims flattened into rows.
+    pub fn rows_and_row_len(&self) -> Option<(i64, i64)> {
+        match self.dims.as_slice() {
+            [] => Some((1, 1)),
+            [n] => Some((1, n.as_const()?)),
+            dims => {
+                let row_len = dims.last()?.as_const()?;
+                let rows = dims[..dims.len() - 1].iter().map(|d| d.as_const()).product::<Option<i64>>()?;
+                Some((rows, row_len))
+            }
+        }
+    }
+
+    /// Bytes of one slot of the ring.
+    pub fn slot_bytes(&self) -> Option<u64> {
+        let (rows, row_len) = self.rows_and_row_len()?;
+        Some(rows as u64 * (row_len as u64 + self.pad as u64) * self.dtype.bytes() as u64)
+    }
+
+    /// The byte offset of element `(row, col)` within a slot: THE buffer layout every
+    /// backend and analysis uses (docs/ir.md, "Buffer layout").
+    ///
+    /// Unswizzled: `(row * (row_len + pad) + col) * bytes`. With `swizzle = xor` the
+    /// 16-byte chunk index is XOR-ed with a phase of 8: rows of a multiple of 128 bytes
+    /// XOR their chunk index with `row % 8`; shorter rows (16, 32 or 64 bytes) are packed
+    /// into 128-byte lines whose chunk index is XOR-ed with `line % 8` (CUTLASS
+    /// `Swizzle<3,4,3>` on the linear offset). Other row sizes are not swizzled.
+    pub fn byte_offset(&self, row: i64, col: i64) -> Option<i64> {
+        let (_, row_len) = self.rows_and_row_len()?;
+        let bytes = self.dtype.bytes() as i64;
+        let row_bytes = row_len * bytes;
+        let (chunk, within) = ((col * bytes) / 16, (col * bytes) % 16);
+        let plain = (row * (row_len + self.pad as i64) + col) * bytes;
+        if self.swizzle == Swizzle::None || self.pad != 0 || self.dtype.bits() < 8 {
+            return Some(plain);
+        }
+        if row_bytes >= 128 && row_bytes % 128 == 0 {
+            Some(row * row_bytes + (chunk ^ (row % 8)) * 16 + within)
+        } else if row_bytes >= 16 && 128 % row_bytes == 0 {
+            let rows_per_line = 128 / row_bytes;
+            let (line, row_in_line) = (row / rows_per_line, row % rows_per_line);
+            let line_chunk = row_in_line * (row_bytes / 16) + chunk;
+            Some(line * 128 + (line_chunk ^ (line % 8)) * 16 + within)
+        } else {
+            Some(plain)
+        }
+    }
+
     /// Bytes of all stages (0 when a dim is not a constant).
     pub fn bytes(&self) -> Option<u64> {
         let (rows, row_len) = match self.dims.as_slice() {
@@ -177,5 +225,57 @@ impl fmt::Display for Type {
             }
             Type::Token => f.write_str("!token"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_frontend::check::DType;
+
+    fn smem(rows: i64, cols: i64, dtype: DType, swizzle: Swizzle, pad: u32) -> SmemType {
+        SmemType { dims: vec![Dim::constant(rows), Dim::constant(cols)], dtype, swizzle, pad, stages: 1 }
+    }
+
+    /// Every element gets its own bytes inside the slot, whatever the swizzle.
+    fn assert_bijective(s: &SmemType) {
+        let (rows, cols) = s.rows_and_row_len().unwrap();
+        let bytes = s.dtype.bytes() as i64;
+        let slot = s.slot_bytes().unwrap() as i64;
+        let mut seen = std::collections::HashSet::new();
+        for r in 0..rows {
+            for c in 0..cols {
+                let off = s.byte_offset(r, c).unwrap();
+                assert!(off >= 0 && off + bytes <= slot, "{s:?}: ({r},{c}) -> {off} outside {slot}");
+                assert_eq!(off % bytes, 0);
+                assert!(seen.insert(off), "{s:?}: ({r},{c}) collides at {off}");
+            }
+        }
+    }
+
+    #[test]
+    fn buffer_layouts_are_bijections() {
+        for (rows, cols) in [(64, 32), (64, 64), (32, 128), (128, 8), (16, 16), (8, 24)] {
+            for dtype in [DType::BF16, DType::F32, DType::Fp8E4m3] {
+                for (swizzle, pad) in [(Swizzle::None, 0), (Swizzle::Xor, 0), (Swizzle::None, 8)] {
+                    assert_bijective(&smem(rows, cols, dtype, swizzle, pad));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn xor_swizzle_moves_chunks_by_row() {
+        // 64 halves = 128-byte rows: row r's chunk 0 lands in chunk r % 8.
+        let s = smem(64, 64, DType::F16, Swizzle::Xor, 0);
+        for r in 0..16 {
+            assert_eq!(s.byte_offset(r, 0), Some(r * 128 + (r % 8) * 16));
+        }
+        // 32 halves = 64-byte rows: two rows per 128-byte line, XOR by line.
+        let s = smem(64, 32, DType::F16, Swizzle::Xor, 0);
+        assert_eq!(s.byte_offset(0, 0), Some(0));
+        assert_eq!(s.byte_offset(1, 0), Some(64));
+        assert_eq!(s.byte_offset(2, 0), Some(128 + 16));
+        assert_eq!(s.byte_offset(3, 0), Some(128 + (4 ^ 1) * 16));
     }
 }

@@ -131,13 +131,8 @@ impl Verifier<'_> {
                         return Err(err(id, format!("{name}: layouts appear only in Tile IR")));
                     }
                 }
-                Type::Smem(s) => {
-                    if level >= Level::Schedule && s.dims.iter().any(|d| !d.is_const()) {
-                        return Err(err(
-                            id,
-                            format!("{name}: shared buffer with a symbolic dim at {} IR", level.name()),
-                        ));
-                    }
+                Type::Smem(s) if level >= Level::Schedule && s.dims.iter().any(|d| !d.is_const()) => {
+                    return Err(err(id, format!("{name}: shared buffer with a symbolic dim at {} IR", level.name())));
                 }
                 _ => {}
             }
@@ -288,20 +283,14 @@ impl Verifier<'_> {
                     return Err(err(id, "tile.cp_async: buffer and view shapes differ"));
                 }
             }
-            OpKind::Return => {
-                if f.kind == FuncKind::Kernel && !op.operands.is_empty() && level >= Level::Tile {
-                    return Err(err(id, "a kernel returns nothing in Tile IR"));
-                }
+            OpKind::Return if f.kind == FuncKind::Kernel && !op.operands.is_empty() && level >= Level::Tile => {
+                return Err(err(id, "a kernel returns nothing in Tile IR"));
             }
-            OpKind::ConvertLayout => {
-                if level != Level::Tile {
-                    return Err(err(id, "tile.convert_layout exists only in Tile IR"));
-                }
+            OpKind::ConvertLayout if level != Level::Tile => {
+                return Err(err(id, "tile.convert_layout exists only in Tile IR"));
             }
-            OpKind::Kernel | OpKind::Buffer => {
-                if level == Level::Graph {
-                    return Err(err(id, format!("{name} appears from Schedule IR on")));
-                }
+            OpKind::Kernel | OpKind::Buffer if level == Level::Graph => {
+                return Err(err(id, format!("{name} appears from Schedule IR on")));
             }
             _ => {}
         }

@@ -339,11 +339,7 @@ impl Lower<'_, '_> {
 
     fn target_names(&self, t: ExprId, out: &mut Vec<SmolStr>) {
         match self.body.expr(t) {
-            Expr::Name(n) => {
-                if !out.contains(n) {
-                    out.push(n.clone());
-                }
-            }
+            Expr::Name(n) if !out.contains(n) => out.push(n.clone()),
             Expr::Paren(i) => self.target_names(*i, out),
             Expr::Tuple(items) | Expr::List(items) => items.iter().for_each(|&i| self.target_names(i, out)),
             _ => {}
@@ -563,7 +559,7 @@ impl Lower<'_, '_> {
                 Val::Many(_) => unreachable!(),
             })
             .collect();
-        let cond = self.to_bool(cond, &loc)?;
+        let cond = self.truth_value(cond, &loc)?;
         let results =
             self.b.op_with_regions(OpKind::If, vec![cond], result_types, vec![], vec![then_region, else_region], &loc);
         for (n, &r) in carried.iter().zip(&results) {
@@ -590,7 +586,7 @@ impl Lower<'_, '_> {
         Ok(out)
     }
 
-    fn to_bool(&mut self, v: ValueId, loc: &Loc) -> R<ValueId> {
+    fn truth_value(&mut self, v: ValueId, loc: &Loc) -> R<ValueId> {
         match self.vty(v) {
             Type::Scalar(DType::Bool) => Ok(v),
             Type::Scalar(_) | Type::Index => {
@@ -740,7 +736,7 @@ impl Lower<'_, '_> {
                 let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
                 let c = match &t {
                     Type::Tile(tt) => self.coerce(c, &Type::tile(tt.dims.clone(), DType::Bool), &loc)?,
-                    _ => self.to_bool(c, &loc)?,
+                    _ => self.truth_value(c, &loc)?,
                 };
                 Ok(Val::One(self.b.op1(OpKind::Select, vec![c, a, b], t, vec![], &loc)))
             }

@@ -1,0 +1,659 @@
+//! Target-aware analyses of a kernel's IR and their diagnostics (LANGUAGE.md §6.4):
+//! shared-memory budget (E0500), races around async copies (E0501), register pressure
+//! (W0600), bank conflicts (W0601), occupancy (W0602), coalescing (W0603), independent
+//! loops (W0604), and autotune pruning (W0702/E0703).
+//!
+//! Resource figures are per (kernel, configuration, target) — [`kernel_resources`] —
+//! so pruning an autotune space asks one cheap query per candidate, and the explorer
+//! and the language server show the same numbers the lints use. The lints of one kernel
+//! are [`kernel_lints`]; ranges stay relative (body to `def`, decorators to the item)
+//! and fix-its that need the source text are resolved by [`crate::file_diagnostics`].
+
+pub mod banks;
+pub mod limits;
+pub mod patterns;
+pub mod races;
+pub mod registers;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, FunctionKind, MmaSite, ScheduleValue};
+use tessera_frontend::db::function_def;
+use tessera_frontend::diagnostics::{Code, Diagnostic};
+use tessera_frontend::text::TextRange;
+use tessera_frontend::{Db, FnKey};
+
+use crate::ir::{Func, Layout, Loc, OpKind, Origin, SmemType, Swizzle, Type, ValueId};
+use crate::{graph_ir, sched, tile_ir, Config, LowerError, Target, DEFAULT_SHAPE};
+use limits::{GpuLimits, Occupancy};
+use registers::RegisterEstimate;
+
+/// A shared buffer of a kernel.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct BufferUse {
+    pub name: String,
+    pub loc: Loc,
+    /// Bytes of every stage of the ring.
+    pub bytes: u64,
+    /// A buffer the compiler introduced to stage a load (its loc is the loop).
+    pub staging: bool,
+}
+
+/// How to remove a bank conflict.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum BankFix {
+    Swizzle,
+    Pad(u32),
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct BankConflict {
+    pub buffer: String,
+    pub alloc: Loc,
+    pub staging: bool,
+    pub ways: u32,
+    /// What the access is ("ldmatrix loads of the A operand of `tile.dot`").
+    pub access: String,
+    pub at: Loc,
+    /// The first layout change that makes every access of the buffer conflict free.
+    pub fix: Option<BankFix>,
+}
+
+/// What one configuration of a kernel costs on a GPU.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Resources {
+    pub smem_bytes: u64,
+    pub buffers: Vec<BufferUse>,
+    pub registers: RegisterEstimate,
+    pub threads: u32,
+    pub occupancy: Option<Occupancy>,
+    pub conflicts: Vec<BankConflict>,
+}
+
+/// Resource figures of a kernel's Tile IR for one configuration and target.
+#[salsa::tracked(returns(ref))]
+pub fn kernel_resources<'db>(
+    db: &'db dyn Db,
+    key: FnKey<'db>,
+    config: Config,
+    target: Target,
+) -> Result<Arc<Resources>, LowerError> {
+    let tile = tile_ir(db, key, config, target).clone()?;
+    Ok(Arc::new(resources_of(&tile, target)))
+}
+
+/// Resource figures of GPU Tile IR.
+pub fn resources_of(f: &Func, target: Target) -> Resources {
+    let threads = f.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
+    let mut buffers = Vec::new();
+    for id in f.walk() {
+        let op = f.op(id);
+        if op.kind != OpKind::AllocShared {
+            continue;
+        }
+        let Some(&result) = op.results.first() else { continue };
+        let Type::Smem(s) = f.ty(result) else { continue };
+        buffers.push(BufferUse {
+            name: value_name(f, result),
+            loc: op.loc.clone(),
+            bytes: s.bytes().unwrap_or(0),
+            staging: op.attr("staging").is_some(),
+        });
+    }
+    let smem_bytes = buffers.iter().map(|b| b.bytes).sum();
+    let registers = registers::estimate(f);
+    let occupancy = GpuLimits::of(target).map(|l| limits::occupancy(l, threads, registers.peak, smem_bytes));
+    let conflicts = if target.is_gpu() { bank_conflicts(f, threads) } else { Vec::new() };
+    Resources { smem_bytes, buffers, registers, threads, occupancy, conflicts }
+}
+
+fn value_name(f: &Func, v: ValueId) -> String {
+    f.values[v.0 as usize].name.as_deref().map(str::to_string).unwrap_or_else(|| format!("%{}", v.0))
+}
+
+/// One shared access of a buffer, ready to be costed under another buffer layout.
+struct SharedAccess {
+    op: crate::ir::OpId,
+    description: String,
+    kind: AccessKind,
+}
+
+enum AccessKind {
+    Ldmatrix,
+    RegisterTile { layout: Layout, shape: Vec<i64>, transposed: bool },
+    CpAsync,
+}
+
+fn access_ways(buffer: &SmemType, access: &SharedAccess, threads: u32) -> u32 {
+    let accesses = match &access.kind {
+        AccessKind::Ldmatrix => match buffer.rows_and_row_len() {
+            Some((rows, cols)) => banks::ldmatrix_accesses(buffer, 0, 0, rows, cols),
+            None => Vec::new(),
+        },
+        AccessKind::RegisterTile { layout, shape, transposed } => {
+            banks::register_tile_accesses(buffer, layout, shape, *transposed)
+        }
+        AccessKind::CpAsync => banks::cp_async_accesses(buffer, threads),
+    };
+    accesses.iter().map(banks::conflict_ways).max().unwrap_or(1)
+}
+
+/// The worst bank conflict of every shared buffer of GPU Tile IR that has one.
+fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
+    let defs = f.definitions();
+    // Each smem value → the buffer (alloc result) it is a slot of.
+    let root = |mut v: ValueId| -> ValueId {
+        while let Some(op) = defs.get(v.0 as usize).copied().flatten().map(|o| f.op(o)) {
+            if op.kind == OpKind::SmemSlot {
+                v = op.operands[0];
+            } else {
+                break;
+            }
+        }
+        v
+    };
+    let mut per_buffer: BTreeMap<ValueId, (SmemType, Vec<SharedAccess>)> = BTreeMap::new();
+    for id in f.walk() {
+        let op = f.op(id);
+        let (smem, access) = match op.kind {
+            OpKind::LoadShared => {
+                let (Some(&smem), Some(&result)) = (op.operands.first(), op.results.first()) else { continue };
+                let Type::Tile(t) = f.ty(result) else { continue };
+                let (Some(layout), Some(shape)) = (t.layout.clone(), f.ty(result).const_dims()) else { continue };
+                let transposed = op.attr("transpose").is_some_and(|a| matches!(a, crate::ir::Attr::Bool(true)));
+                let kind = match &layout {
+                    Layout::DotOperand { .. } if t.dtype.bits() <= 16 => AccessKind::Ldmatrix,
+                    _ => AccessKind::RegisterTile { layout: layout.clone(), shape, transposed },
+                };
+                let description = match &layout {
+                    Layout::DotOperand { op: 0, .. } => "ldmatrix loads of the A operand of `tile.dot`".to_string(),
+                    Layout::DotOperand { .. } => "ldmatrix loads of the B operand of `tile.dot`".to_string(),
+                    _ if transposed => "transposed reads into registers".to_string(),
+                    _ => "reads into registers".to_string(),
+                };
+                (smem, SharedAccess { op: id, description, kind })
+            }
+            OpKind::StoreShared => {
+                let (Some(&smem), Some(&tile)) = (op.operands.first(), op.operands.get(1)) else { continue };
+                let Type::Tile(t) = f.ty(tile) else { continue };
+                let (Some(layout), Some(shape)) = (t.layout.clone(), f.ty(tile).const_dims()) else { continue };
+                let kind = AccessKind::RegisterTile { layout, shape, transposed: false };
+                (smem, SharedAccess { op: id, description: "stores from registers".into(), kind })
+            }
+            OpKind::CpAsync => {
+                let Some(&smem) = op.operands.first() else { continue };
+                (smem, SharedAccess { op: id, description: "`cp.async` writes".into(), kind: AccessKind::CpAsync })
+            }
+            _ => continue,
+        };
+        let Type::Smem(slot) = f.ty(smem) else { continue };
+        let mut slot = slot.clone();
+        slot.stages = 1;
+        per_buffer.entry(root(smem)).or_insert_with(|| (slot, Vec::new())).1.push(access);
+    }
+    let mut out = Vec::new();
+    for (buffer, (slot, accesses)) in per_buffer {
+        let Some(alloc) = defs.get(buffer.0 as usize).copied().flatten().map(|o| f.op(o)) else { continue };
+        let worst = accesses
+            .iter()
+            .map(|a| (access_ways(&slot, a, threads), a))
+            .max_by_key(|(ways, a)| (*ways, std::cmp::Reverse(a.op)));
+        let Some((ways, access)) = worst else { continue };
+        if ways < 2 {
+            continue;
+        }
+        let conflict_free = |candidate: &SmemType| accesses.iter().all(|a| access_ways(candidate, a, threads) < 2);
+        let bytes = slot.dtype.bytes().max(1);
+        let mut fix = None;
+        if slot.swizzle == Swizzle::None {
+            let swizzled = SmemType { swizzle: Swizzle::Xor, pad: 0, ..slot.clone() };
+            if conflict_free(&swizzled) {
+                fix = Some(BankFix::Swizzle);
+            }
+        }
+        if fix.is_none() {
+            for pad in [1, 2, 4, 8, 16].into_iter().filter(|p| (p * bytes) % 4 == 0 || *p * bytes >= 4) {
+                let padded = SmemType { swizzle: Swizzle::None, pad, ..slot.clone() };
+                if conflict_free(&padded) {
+                    fix = Some(BankFix::Pad(pad));
+                    break;
+                }
+            }
+        }
+        out.push(BankConflict {
+            buffer: value_name(f, buffer),
+            alloc: alloc.loc.clone(),
+            staging: alloc.attr("staging").is_some(),
+            ways,
+            access: access.description.clone(),
+            at: f.op(access.op).loc.clone(),
+            fix,
+        });
+    }
+    out
+}
+
+/// A fix-it that needs the source text to become edits (see [`crate::file_diagnostics`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum FixRequest {
+    /// Insert `tile.barrier()` on its own line before the statement at this range.
+    BarrierBefore(TextRange),
+    /// Add a keyword argument to the call at this range (`swizzle="xor"`).
+    AddKeyword { call: TextRange, keyword: String, value: String },
+    /// Replace the first `from` inside this range with `to`.
+    Replace { within: TextRange, from: String, to: String },
+}
+
+/// A lint with its pending fix-it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Lint {
+    pub diagnostic: Diagnostic,
+    pub fix: Option<(String, FixRequest)>,
+}
+
+/// The target lints of one kernel.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct KernelLints {
+    /// Ranges relative to the `def` keyword.
+    pub body: Vec<Lint>,
+    /// Ranges relative to the item's first byte (its first decorator).
+    pub decorators: Vec<Lint>,
+}
+
+/// The range of a location in function `name`, if it is there.
+fn range_in(loc: &Loc, name: &str) -> Option<TextRange> {
+    match &loc.origin {
+        Origin::Function(f) if f == name => Some(loc.range),
+        _ => None,
+    }
+}
+
+fn kib(bytes: u64) -> String {
+    if bytes.is_multiple_of(1024) {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    }
+}
+
+/// The configuration a schedule gives, with shape symbols at [`DEFAULT_SHAPE`].
+fn config_of(graph: &Func, schedule: ScheduleValue) -> Config {
+    let shapes = sched::tile_shape_symbols(graph, &schedule).into_iter().map(|s| (s, DEFAULT_SHAPE)).collect();
+    Config { schedule, shapes }
+}
+
+/// Why a configuration cannot be used on the target.
+#[derive(Clone, PartialEq, Eq, Debug)]
+enum Prune {
+    SharedMemory(u64),
+    Registers(u32),
+    MmaShape(String),
+    Lowering(String),
+}
+
+fn mma_violation(sites: &[MmaSite], schedule: &ScheduleValue) -> Option<String> {
+    for site in sites {
+        let multiple = site.dtype.mma_multiple()? as i64;
+        for (name, d) in [("M", &site.m), ("N", &site.n), ("K", &site.k)] {
+            if let Some(v) = d.eval(&|s| schedule.int(s)) {
+                if v % multiple != 0 {
+                    return Some(format!("{name} = {v} is not a multiple of {multiple} for {}", site.dtype));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The target lints of a kernel (nothing for helpers, graph functions, and functions
+/// with errors: one root cause, one diagnostic).
+#[salsa::tracked(returns(ref))]
+pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> KernelLints {
+    let mut out = KernelLints::default();
+    if fn_signature(db, key).kind != FunctionKind::Kernel || crate::decorator_error(db, key).is_some() {
+        return out;
+    }
+    let Ok(graph) = graph_ir(db, key).clone() else { return out };
+    let Some(def) = function_def(db, key).clone() else { return out };
+    let name = def.name.to_string();
+    race_lints(&graph, &name, &mut out);
+    pattern_lints(&graph, &name, &mut out);
+    let Some(limits) = GpuLimits::of(target) else { return out };
+    let decorators = fn_decorators(db, key);
+    let schedule = decorators.schedule.clone().unwrap_or_default();
+    let chosen = if schedule.is_autotuned() {
+        let inference = infer_function(db, key);
+        let configs = schedule.configurations();
+        let total = configs.len();
+        let mut pruned: Vec<(ScheduleValue, Prune)> = Vec::new();
+        let mut first_survivor = None;
+        for candidate in configs {
+            let reason = if let Some(why) = mma_violation(&inference.mma_sites, &candidate) {
+                Some(Prune::MmaShape(why))
+            } else {
+                let config = config_of(&graph, candidate.clone());
+                match kernel_resources(db, key, config.clone(), target) {
+                    Err(e) => Some(Prune::Lowering(e.message.clone())),
+                    Ok(r) if r.smem_bytes > limits.smem_per_block as u64 => Some(Prune::SharedMemory(r.smem_bytes)),
+                    Ok(r) if r.registers.peak > limits.max_registers_per_thread => {
+                        Some(Prune::Registers(r.registers.peak))
+                    }
+                    Ok(_) => {
+                        first_survivor.get_or_insert(config);
+                        None
+                    }
+                }
+            };
+            if let Some(reason) = reason {
+                pruned.push((candidate, reason));
+            }
+        }
+        if let (Some(range), false) = (schedule.space_range, pruned.is_empty()) {
+            out.decorators.push(Lint { diagnostic: pruning_diagnostic(range, total, &pruned, limits), fix: None });
+        }
+        match first_survivor {
+            Some(c) => c,
+            None => return out,
+        }
+    } else {
+        config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()))
+    };
+    let Ok(resources) = kernel_resources(db, key, chosen.clone(), target).clone() else { return out };
+    resource_lints(&resources, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
+    out
+}
+
+fn pruning_diagnostic(
+    range: TextRange,
+    total: usize,
+    pruned: &[(ScheduleValue, Prune)],
+    limits: &GpuLimits,
+) -> Diagnostic {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut examples: BTreeMap<&str, String> = BTreeMap::new();
+    for (config, reason) in pruned {
+        let (what, detail) = match reason {
+            Prune::SharedMemory(b) => (
+                "shared memory",
+                format!("{} of shared memory > {} per block", kib(*b), kib(limits.smem_per_block as u64)),
+            ),
+            Prune::Registers(r) => {
+                ("registers", format!("~{r} registers per thread > {} (spills)", limits.max_registers_per_thread))
+            }
+            Prune::MmaShape(why) => ("tensor-core shape", why.clone()),
+            Prune::Lowering(why) => ("does not lower", why.clone()),
+        };
+        *counts.entry(what).or_default() += 1;
+        examples.entry(what).or_insert_with(|| format!("{what}: e.g. {config}: {detail}"));
+    }
+    let breakdown: Vec<String> = counts.iter().map(|(what, n)| format!("{n} by {what}")).collect();
+    let survivors = total - pruned.len();
+    let mut d = if survivors == 0 {
+        Diagnostic::new(
+            Code::E0703,
+            range,
+            format!(
+                "no configuration of the autotune space fits {}: all {total} are pruned ({})",
+                limits.arch,
+                breakdown.join(", ")
+            ),
+        )
+    } else {
+        Diagnostic::new(
+            Code::W0702,
+            range,
+            format!(
+                "{} of {total} autotune configurations are pruned on {} ({}); {survivors} remain",
+                pruned.len(),
+                limits.arch,
+                breakdown.join(", ")
+            ),
+        )
+    };
+    for example in examples.into_values() {
+        d = d.with_note(example);
+    }
+    d
+}
+
+fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
+    // One diagnostic per kind and barrier-free stretch: one barrier fixes them all
+    // (`tile.mma(a_s, b_s)` reads two buffers that were both just copied).
+    let mut groups: BTreeMap<(u32, u8), Vec<races::Race>> = BTreeMap::new();
+    for race in races::find_races(graph) {
+        if range_in(&race.at, name).is_some() {
+            groups.entry((race.segment, race.kind as u8)).or_default().push(race);
+        }
+    }
+    let mut groups: Vec<Vec<races::Race>> = groups.into_values().collect();
+    groups.sort_by_key(|g| g[0].at.range.start);
+    for races in groups {
+        let first = &races[0];
+        let at = first.at.range;
+        let mut buffers: Vec<String> = races.iter().map(|r| format!("`{}`", r.buffer)).collect();
+        buffers.dedup();
+        let (message, other) = match first.kind {
+            races::RaceKind::ReadBeforeVisible => (
+                format!(
+                    "race: {} {} read here before the {} visible to every thread (no `tile.barrier()` in between{})",
+                    buffers.join(" and "),
+                    if buffers.len() > 1 { "are" } else { "is" },
+                    if buffers.len() > 1 { "copies into them are" } else { "copy into it is" },
+                    if first.across_iterations { " on the loop's next iteration" } else { "" }
+                ),
+                "written here",
+            ),
+            races::RaceKind::WriteWhileRead => (
+                format!(
+                    "race: {} {} overwritten while other threads may still be reading {}{} (no `tile.barrier()` in between)",
+                    buffers.join(" and "),
+                    if buffers.len() > 1 { "are" } else { "is" },
+                    if buffers.len() > 1 { "them" } else { "it" },
+                    if first.across_iterations { " from the previous iteration" } else { "" }
+                ),
+                "read here",
+            ),
+            races::RaceKind::DoubleWrite => (
+                format!(
+                    "race: two copies into {} with no `tile.barrier()` between them; the second may land first",
+                    buffers.join(" and ")
+                ),
+                "first copy here",
+            ),
+        };
+        let mut d = Diagnostic::new(Code::E0501, at, message);
+        if let Some(other_range) = range_in(&first.other, name) {
+            d = d.with_label(other_range, other);
+        }
+        out.body
+            .push(Lint { diagnostic: d, fix: Some(("insert `tile.barrier()`".into(), FixRequest::BarrierBefore(at))) });
+    }
+}
+
+fn pattern_lints(graph: &Func, name: &str, out: &mut KernelLints) {
+    for u in patterns::uncoalesced_accesses(graph) {
+        let Some(at) = range_in(&u.at, name) else { continue };
+        let d = Diagnostic::new(
+            Code::W0603,
+            at,
+            format!(
+                "uncoalesced {}: the tile's fastest dim walks dim {} of `{}`, so neighbouring threads touch addresses a whole row apart",
+                if u.store { "store" } else { "load" },
+                u.walked_dim,
+                u.tensor
+            ),
+        )
+        .with_note(format!(
+            "keep dim {} (the contiguous one) in the tile, e.g. access a `[.., 1]` column tile and transpose it in registers",
+            u.rank - 1
+        ));
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+    for l in patterns::independent_loops(graph) {
+        let Some(at) = range_in(&l.at, name) else { continue };
+        let d = Diagnostic::new(
+            Code::W0604,
+            at,
+            format!(
+                "the iterations of this `tile.range` loop are independent and write disjoint windows of {}: `tile.parallel` would spread them over the grid",
+                l.stored.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+            ),
+        );
+        out.body.push(Lint {
+            diagnostic: d,
+            fix: Some((
+                "use `tile.parallel`".into(),
+                FixRequest::Replace { within: at, from: "tile.range".into(), to: "tile.parallel".into() },
+            )),
+        });
+    }
+}
+
+fn resource_lints(
+    r: &Resources,
+    name: &str,
+    name_range: TextRange,
+    limits: &GpuLimits,
+    autotuned: bool,
+    config: &Config,
+    out: &mut KernelLints,
+) {
+    let mut over_budget = false;
+    // Under autotune, budget violations are the space's (W0702/E0703).
+    if !autotuned && r.smem_bytes > limits.smem_per_block as u64 {
+        over_budget = true;
+        let largest = r.buffers.iter().max_by_key(|b| b.bytes);
+        let at = largest.and_then(|b| range_in(&b.loc, name)).unwrap_or(name_range);
+        let list: Vec<String> = r.buffers.iter().map(|b| format!("`{}` {}", b.name, kib(b.bytes))).collect();
+        let mut d = Diagnostic::new(
+            Code::E0500,
+            at,
+            format!(
+                "the kernel needs {} of shared memory, more than the {} a block can have on {}",
+                kib(r.smem_bytes),
+                kib(limits.smem_per_block as u64),
+                limits.arch
+            ),
+        )
+        .with_note(format!("buffers (all pipeline stages): {}", list.join(", ")));
+        if let Some(b) = largest {
+            d = d.with_note(if b.staging {
+                format!("`{}` is the compiler's staging for this loop; fewer stages or smaller tiles shrink it", b.name)
+            } else {
+                "smaller tiles (BM, BN, BK) or fewer stages shrink it".to_string()
+            });
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+    if !autotuned && r.registers.peak > limits.max_registers_per_thread {
+        over_budget = true;
+        let largest: Vec<String> =
+            r.registers.largest.iter().map(|v| format!("`{}` ({} registers)", v.name, v.registers)).collect();
+        let mut d = Diagnostic::new(
+            Code::W0600,
+            name_range,
+            format!(
+                "~{} registers per thread are live at once (limit {}): ptxas will spill to local memory",
+                r.registers.peak, limits.max_registers_per_thread
+            ),
+        )
+        .with_note(format!("largest live values: {}", largest.join(", ")))
+        .with_note(format!("with {config}: smaller BM x BN tiles or more warps spread the accumulator"));
+        for v in &r.registers.largest {
+            if let Some(at) = range_in(&v.loc, name) {
+                d = d.with_label(at, format!("`{}`: {} registers per thread", v.name, v.registers));
+            }
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+    for c in &r.conflicts {
+        let Some(at) = range_in(&c.alloc, name) else { continue };
+        let fix_text = match &c.fix {
+            Some(BankFix::Swizzle) => "swizzle=\"xor\" makes every access conflict free".to_string(),
+            Some(BankFix::Pad(p)) => format!("pad={p} makes every access conflict free"),
+            None => "neither a swizzle nor a pad removes it; change the access pattern".to_string(),
+        };
+        let mut d = Diagnostic::new(
+            Code::W0601,
+            at,
+            format!("{}-way shared-memory bank conflict on `{}`: {}", c.ways, c.buffer, c.access),
+        )
+        .with_note(fix_text);
+        if let Some(access) = range_in(&c.at, name) {
+            d = d.with_label(access, format!("{}-way conflict here", c.ways));
+        }
+        let fix = match (&c.fix, c.staging) {
+            (Some(BankFix::Swizzle), false) => Some((
+                "add swizzle=\"xor\"".to_string(),
+                FixRequest::AddKeyword { call: at, keyword: "swizzle".into(), value: "\"xor\"".into() },
+            )),
+            (Some(BankFix::Pad(p)), false) => Some((
+                format!("add pad={p}"),
+                FixRequest::AddKeyword { call: at, keyword: "pad".into(), value: p.to_string() },
+            )),
+            _ => None,
+        };
+        out.body.push(Lint { diagnostic: d, fix });
+    }
+    if let (Some(o), false) = (&r.occupancy, over_budget) {
+        if o.fraction() < 0.25 {
+            let limiters: Vec<String> = [
+                ("registers", o.by_registers, format!("~{} registers per thread", r.registers.peak)),
+                ("shared memory", o.by_smem, format!("{} per block", kib(r.smem_bytes))),
+                ("warps", o.by_warps, format!("{} warps per block", o.warps_per_block)),
+            ]
+            .into_iter()
+            .map(|(what, blocks, why)| format!("{what}: {blocks} blocks/SM ({why})"))
+            .collect();
+            let d = Diagnostic::new(
+                Code::W0602,
+                name_range,
+                format!(
+                    "occupancy {:.1}% on {}: {} resident blocks of {} warps per SM",
+                    o.fraction() * 100.0,
+                    limits.arch,
+                    o.blocks,
+                    o.warps_per_block
+                ),
+            )
+            .with_note(format!("limits per SM — {}", limiters.join("; ")));
+            out.body.push(Lint { diagnostic: d, fix: None });
+        }
+    }
+}
+
+/// Register pressure per source line for the explorer and the language server.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct RegisterProfile {
+    /// (0-based source line, the largest pressure of any op of that line).
+    pub per_line: Vec<(u32, u32)>,
+    pub peak: u32,
+    pub limit: u32,
+}
+
+/// The register profile of a kernel for one configuration and target, by line.
+pub fn register_profile(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    config: Config,
+    target: Target,
+) -> Result<RegisterProfile, LowerError> {
+    let resources = kernel_resources(db, key, config, target).clone()?;
+    let file = key.file(db);
+    let locs = crate::FileLocs::new(db, file);
+    let text = file.text(db);
+    let index = tessera_frontend::text::LineIndex::new(text);
+    let mut per_line: HashMap<u32, u32> = HashMap::new();
+    for (loc, pressure) in &resources.registers.per_op {
+        if let Some(range) = locs.absolute(loc) {
+            let line = index.line_col(text, range.start).line;
+            let e = per_line.entry(line).or_default();
+            *e = (*e).max(*pressure);
+        }
+    }
+    let mut per_line: Vec<(u32, u32)> = per_line.into_iter().collect();
+    per_line.sort();
+    let limit = GpuLimits::of(target).map(|l| l.max_registers_per_thread).unwrap_or(0);
+    Ok(RegisterProfile { per_line, peak: resources.registers.peak, limit })
+}

@@ -1,0 +1,275 @@
+//! Register pressure by liveness over GPU Tile IR (TARGETS.md, "Register pressure").
+//!
+//! Ops are numbered in program order (an op before the ops of its regions). A value
+//! lives from its definition to its last use; a use inside a loop that the value's
+//! definition is outside of extends the value to the end of that loop (it is needed
+//! again on the next iteration). The pressure at an op is the sum over live values of
+//! `ceil(bits × elements per thread / 32)` registers, plus a fixed overhead for the
+//! thread's own indices and the kernel parameters.
+
+use std::collections::HashMap;
+
+use smol_str::SmolStr;
+use tessera_frontend::check::DType;
+
+use crate::ir::{Func, Loc, OpId, OpKind, Type, ValueId};
+
+/// Registers every kernel spends before its values: thread and warp indices, lane
+/// arithmetic, the stack of loop bounds ptxas keeps. Calibrated against `ptxas -v`.
+pub const BASE_REGISTERS: u32 = 12;
+
+/// A value that is live at the peak.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct LiveValue {
+    pub name: SmolStr,
+    pub registers: u32,
+    pub ty: String,
+    /// Where it is defined.
+    pub loc: Loc,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct RegisterEstimate {
+    /// The kernel maximum, registers per thread.
+    pub peak: u32,
+    /// Where the peak is reached.
+    pub peak_loc: Loc,
+    /// The largest values live at the peak, largest first.
+    pub largest: Vec<LiveValue>,
+    /// The pressure at every op, in program order, with the op's location.
+    pub per_op: Vec<(Loc, u32)>,
+}
+
+/// Registers one value of `ty` occupies in each thread.
+pub fn registers_of(ty: &Type) -> u32 {
+    match ty {
+        Type::Index => 2,
+        Type::Scalar(d) => bits(*d).div_ceil(32),
+        Type::Tensor(_) => 2,
+        // A base pointer and one offset per dim.
+        Type::View(v) => 2 + v.dims.len() as u32,
+        Type::Smem(_) => 1,
+        Type::Token => 0,
+        Type::Tile(t) => {
+            let Some(shape) = t.dims.iter().map(|d| d.as_const()).collect::<Option<Vec<i64>>>() else {
+                return 0;
+            };
+            let elements = match &t.layout {
+                Some(l) => l.elements_per_thread(&shape) as u64,
+                // Unlaid-out tiles (CPU) are not register resident on a GPU thread.
+                None => 0,
+            };
+            (elements * bits(t.dtype) as u64).div_ceil(32) as u32
+        }
+    }
+}
+
+fn bits(dtype: DType) -> u32 {
+    // Predicates live in their own register file; a bool costs a byte when materialized.
+    if dtype == DType::Bool {
+        8
+    } else {
+        dtype.bits()
+    }
+}
+
+struct Numbering {
+    /// Ops in program order.
+    order: Vec<OpId>,
+    index: HashMap<OpId, usize>,
+    /// The index of the last op inside each op's regions (its own index if none).
+    end: HashMap<OpId, usize>,
+    /// The op whose region holds each op (None at the top level).
+    parent: HashMap<OpId, OpId>,
+    /// The op that defines each value, or owns the region that binds it.
+    owner: HashMap<ValueId, Option<OpId>>,
+}
+
+fn number(f: &Func) -> Numbering {
+    let mut n = Numbering {
+        order: Vec::new(),
+        index: HashMap::new(),
+        end: HashMap::new(),
+        parent: HashMap::new(),
+        owner: HashMap::new(),
+    };
+    for &p in &f.params {
+        n.owner.insert(p, None);
+    }
+    fn visit(f: &Func, ops: &[OpId], parent: Option<OpId>, n: &mut Numbering) {
+        for &id in ops {
+            let op = f.op(id);
+            n.index.insert(id, n.order.len());
+            n.order.push(id);
+            if let Some(p) = parent {
+                n.parent.insert(id, p);
+            }
+            for &r in &op.results {
+                n.owner.insert(r, Some(id));
+            }
+            for region in &op.regions {
+                for &a in &region.args {
+                    n.owner.insert(a, Some(id));
+                }
+                visit(f, &region.ops, Some(id), n);
+            }
+            n.end.insert(id, n.order.len() - 1);
+        }
+    }
+    visit(f, &f.body.ops, None, &mut n);
+    n
+}
+
+fn is_loop(kind: OpKind) -> bool {
+    matches!(kind, OpKind::For | OpKind::While)
+}
+
+/// Estimates per-thread registers of GPU Tile IR.
+pub fn estimate(f: &Func) -> RegisterEstimate {
+    let n = number(f);
+    let len = n.order.len();
+    if len == 0 {
+        return RegisterEstimate { peak: BASE_REGISTERS, ..Default::default() };
+    }
+    // A broadcast or an inserted unit dim holds no values of its own: codegen reads the
+    // source's registers, so a use of the result is a use of the source.
+    let mut alias: HashMap<ValueId, ValueId> = HashMap::new();
+    for &id in &n.order {
+        let op = f.op(id);
+        if matches!(op.kind, OpKind::Broadcast | OpKind::ExpandDims) {
+            if let (Some(&src), Some(&r)) = (op.operands.first(), op.results.first()) {
+                alias.insert(r, *alias.get(&src).unwrap_or(&src));
+            }
+        }
+    }
+    // Live interval of every value: [definition, last use], loops extended.
+    let mut last_use: HashMap<ValueId, usize> = HashMap::new();
+    for (i, &id) in n.order.iter().enumerate() {
+        for &v in &f.op(id).operands {
+            let v = *alias.get(&v).unwrap_or(&v);
+            let def_owner = n.owner.get(&v).copied().flatten();
+            let mut at = i;
+            // Walk out of the loops that do not contain the definition.
+            let mut cursor = n.parent.get(&id).copied();
+            while let Some(p) = cursor {
+                if Some(p) == def_owner || encloses(&n, p, def_owner) {
+                    break;
+                }
+                if is_loop(f.op(p).kind) {
+                    at = at.max(n.end[&p]);
+                }
+                cursor = n.parent.get(&p).copied();
+            }
+            let entry = last_use.entry(v).or_insert(at);
+            *entry = (*entry).max(at);
+        }
+    }
+    // Point p + 1 is op p; point 0 is the kernel's entry, where parameters are defined.
+    // A value defined at point d and last used at point l is live into the points
+    // (d, l] and out of [d, l); the pressure of a point is the larger of the two, so an
+    // operand that dies at an op can hand its registers to the op's result (mma
+    // accumulates in place).
+    let mut live_in = vec![0i64; len + 2];
+    let mut live_out = vec![0i64; len + 2];
+    let mut intervals: Vec<(ValueId, usize, usize, u32)> = Vec::new();
+    // Results of an op with regions (a loop's final values) appear when it ends;
+    // region arguments and other results at the op itself.
+    let defined_at = |v: &ValueId| match n.owner.get(v).copied().flatten() {
+        Some(op) if f.op(op).results.contains(v) => n.end[&op] + 1,
+        Some(op) => n.index[&op] + 1,
+        None => 0,
+    };
+    let mut values: Vec<(ValueId, usize)> = last_use.iter().map(|(&v, &l)| (v, l + 1)).collect();
+    // Results nobody reads still occupy registers at their op.
+    for &id in &n.order {
+        for &r in &f.op(id).results {
+            if !last_use.contains_key(&r) && !alias.contains_key(&r) {
+                values.push((r, n.end[&id] + 1));
+            }
+        }
+    }
+    for (v, last) in values {
+        let regs = registers_of(f.ty(v)) as i64;
+        if regs == 0 {
+            continue;
+        }
+        let def = defined_at(&v);
+        let last = last.max(def);
+        live_in[def + 1] += regs;
+        live_in[last + 1] -= regs;
+        live_out[def] += regs;
+        live_out[last.max(def + 1)] -= regs;
+        intervals.push((v, def, last, regs as u32));
+    }
+    let mut per_op = Vec::with_capacity(len);
+    let (mut into, mut out_of) = (live_in[0], live_out[0]);
+    let (mut peak, mut peak_at) = (0u32, 0usize);
+    for (i, &id) in n.order.iter().enumerate() {
+        into += live_in[i + 1];
+        out_of += live_out[i + 1];
+        let pressure = into.max(out_of).max(0) as u32 + BASE_REGISTERS;
+        if pressure > peak {
+            peak = pressure;
+            peak_at = i;
+        }
+        per_op.push((f.op(id).loc.clone(), pressure));
+    }
+    let mut largest: Vec<LiveValue> = intervals
+        .iter()
+        .filter(|(_, s, e, _)| *s <= peak_at + 1 && peak_at < *e)
+        .map(|&(v, _, _, regs)| LiveValue {
+            name: value_name(f, v),
+            registers: regs,
+            ty: f.ty(v).to_string(),
+            loc: match n.owner.get(&v).copied().flatten() {
+                Some(op) => f.op(op).loc.clone(),
+                None => f.loc.clone(),
+            },
+        })
+        .collect();
+    largest.sort_by(|a, b| b.registers.cmp(&a.registers).then_with(|| a.name.cmp(&b.name)));
+    largest.truncate(3);
+    RegisterEstimate { peak, peak_loc: f.op(n.order[peak_at]).loc.clone(), largest, per_op }
+}
+
+/// Whether `outer` (an op) contains the op `inner` in one of its regions.
+fn encloses(n: &Numbering, outer: OpId, inner: Option<OpId>) -> bool {
+    let Some(mut cursor) = inner else { return false };
+    while let Some(&p) = n.parent.get(&cursor) {
+        if p == outer {
+            return true;
+        }
+        cursor = p;
+    }
+    false
+}
+
+fn value_name(f: &Func, v: ValueId) -> SmolStr {
+    f.values[v.0 as usize].name.clone().unwrap_or_else(|| SmolStr::new(format!("%{}", v.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_frontend::check::Dim;
+
+    use super::*;
+    use crate::ir::{Layout, TileType};
+
+    #[test]
+    fn an_accumulator_costs_its_elements_per_thread() {
+        // 128x128 f32 over 4 warps in an mma layout: 128 registers (TARGETS.md).
+        let acc = Type::Tile(TileType {
+            dims: vec![Dim::constant(128), Dim::constant(128)],
+            dtype: DType::F32,
+            layout: Some(Layout::mma_for(128, 128, 4)),
+        });
+        assert_eq!(registers_of(&acc), 128);
+        // An A fragment of one m16n8k16 (16x16 bf16) is 4 registers per thread.
+        let a = Type::Tile(TileType {
+            dims: vec![Dim::constant(16), Dim::constant(16)],
+            dtype: DType::BF16,
+            layout: Some(Layout::DotOperand { op: 0, parent: Box::new(Layout::mma_for(16, 8, 1)), k_width: 2 }),
+        });
+        assert_eq!(registers_of(&a), 4);
+    }
+}
