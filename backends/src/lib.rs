@@ -3,6 +3,8 @@
 //! backend (PTX through the CUDA driver, feature `cuda`).
 
 pub mod interp;
+pub mod npy;
+pub mod reference;
 pub mod tensor;
 
 #[cfg(feature = "llvm")]

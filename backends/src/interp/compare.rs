@@ -1,0 +1,284 @@
+//! Comparing a result with the expected one, with a tolerance that depends on the
+//! output dtype.
+//!
+//! # Tolerance policy
+//!
+//! An element passes when both are NaN, both are the same infinity, or
+//!
+//! ```text
+//! |actual - expected| <= rtol * |expected| + atol * scale
+//! ```
+//!
+//! where `scale` is the root mean square of the finite expected values (1 when they are
+//! all zero): the absolute term is relative to the output's magnitude, so values near
+//! zero from cancellation (a GEMM element, a centred LayerNorm output) do not need a
+//! relative match, while any error of the output's own size fails. Outputs whose error
+//! scales with an input rather than with themselves give that scale explicitly
+//! ([`Tolerance::relative_to`]): attention rounds its probabilities to bf16 before
+//! `P @ V`, which bounds the error by `2^-9 * max|V|` however small the output is.
+//!
+//! | output dtype | rtol | atol (× scale) | why |
+//! |---|---|---|---|
+//! | f64 | 1e-9 | 1e-9 | f64 math; order of sums |
+//! | f32 | 1e-4 | 1e-5 | f32 math: GPU `ex2.approx`/`tanh.approx` (~2 ulp), sum order, a few roundings |
+//! | tf32, f16 | 2^-9 | 2^-10 | 2 ulp of the 11-bit significand |
+//! | bf16 | 2^-7 | 2^-8 | 1 ulp of the 8-bit significand: the rounding of the last op may go either way after f32 differences |
+//! | fp8 e4m3 | 2^-3 | 2^-4 | 1 ulp of the 4-bit significand |
+//! | fp8 e5m2 | 2^-2 | 2^-3 | 1 ulp of the 3-bit significand |
+//! | int8, int4, i32, i64, bool | 0 | 0 | exact |
+//!
+//! [`Tolerance::with_reduction`] widens `atol` by `sqrt(k) * 2^-20` for outputs that sum
+//! `k` f32 terms (a GEMM's K): the summation order is unspecified (docs/ir.md), and the
+//! typical error of an f32 sum is `sqrt(k) * 2^-24` of its magnitude (16x headroom).
+//! Any wrong element (a sign, a swapped row, a missing term) is of the order of `scale`
+//! and fails; `tests` check that it does.
+
+use std::fmt;
+
+use tessera_frontend::check::DType;
+
+use tessera_passes::ir::Func;
+
+use super::param_access;
+use crate::tensor::{Arg, HostTensor};
+
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Tolerance {
+    pub rtol: f64,
+    /// Absolute tolerance in units of `scale`.
+    pub atol: f64,
+    /// What `atol` is relative to; `None`: the RMS of the expected values.
+    pub scale: Option<f64>,
+}
+
+impl Tolerance {
+    pub const EXACT: Tolerance = Tolerance { rtol: 0.0, atol: 0.0, scale: None };
+
+    /// The policy of the module doc for outputs of `dtype`.
+    pub fn for_dtype(dtype: DType) -> Tolerance {
+        let p = |e: i32| 2f64.powi(e);
+        match dtype {
+            DType::F64 => Tolerance { rtol: 1e-9, atol: 1e-9, scale: None },
+            DType::F32 => Tolerance { rtol: 1e-4, atol: 1e-5, scale: None },
+            DType::TF32 | DType::F16 => Tolerance { rtol: p(-9), atol: p(-10), scale: None },
+            DType::BF16 => Tolerance { rtol: p(-7), atol: p(-8), scale: None },
+            DType::Fp8E4m3 => Tolerance { rtol: p(-3), atol: p(-4), scale: None },
+            DType::Fp8E5m2 => Tolerance { rtol: p(-2), atol: p(-3), scale: None },
+            DType::Int8 | DType::Int4 | DType::I32 | DType::I64 | DType::Bool => Tolerance::EXACT,
+        }
+    }
+
+    /// Widened for outputs that accumulate `k` terms in f32 (see the module doc).
+    pub fn with_reduction(self, k: usize) -> Tolerance {
+        if self.rtol == 0.0 && self.atol == 0.0 {
+            return self;
+        }
+        Tolerance { atol: self.atol + (k.max(1) as f64).sqrt() * 2f64.powi(-20), ..self }
+    }
+
+    /// `atol` relative to `scale` instead of the expected values' RMS.
+    pub fn relative_to(self, scale: f64) -> Tolerance {
+        Tolerance { scale: Some(scale), ..self }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Mismatch {
+    pub index: usize,
+    pub expected: f64,
+    pub actual: f64,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct Comparison {
+    pub len: usize,
+    /// Largest `|actual - expected|` and `|actual - expected| / |expected|` over finite
+    /// pairs (the relative one over nonzero expected values).
+    pub max_abs: f64,
+    pub max_rel: f64,
+    pub mismatches: usize,
+    pub first_mismatch: Option<Mismatch>,
+    /// The RMS of the expected values that `atol` is relative to.
+    pub scale: f64,
+    pub tolerance: Tolerance,
+    pub passed: bool,
+    /// Set when the lengths differ (nothing else is meaningful then).
+    pub length_mismatch: Option<(usize, usize)>,
+}
+
+impl fmt::Display for Comparison {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((e, a)) = self.length_mismatch {
+            return write!(f, "expected {e} elements, got {a}");
+        }
+        write!(
+            f,
+            "{} of {} elements differ (max abs {:.3e}, max rel {:.3e}; rtol {:.1e}, atol {:.1e} x scale {:.3e})",
+            self.mismatches, self.len, self.max_abs, self.max_rel, self.tolerance.rtol, self.tolerance.atol, self.scale
+        )?;
+        if let Some(m) = self.first_mismatch {
+            write!(f, "; first at [{}]: expected {}, got {}", m.index, m.expected, m.actual)?;
+        }
+        Ok(())
+    }
+}
+
+/// Compares with the policy for `dtype` (see the module doc).
+pub fn compare(expected: &[f64], actual: &[f64], dtype: DType) -> Comparison {
+    compare_with(expected, actual, &Tolerance::for_dtype(dtype))
+}
+
+/// Compares two tensors of the same dtype and dims with the policy for their dtype.
+pub fn compare_tensors(expected: &HostTensor, actual: &HostTensor) -> Comparison {
+    let mut c = compare(&expected.to_f64(), &actual.to_f64(), expected.dtype);
+    if expected.dims != actual.dims || expected.dtype != actual.dtype {
+        c.passed = false;
+        c.length_mismatch.get_or_insert((expected.numel(), actual.numel()));
+    }
+    c
+}
+
+/// The comparison of one output parameter of a kernel.
+#[derive(Clone, PartialEq, Debug)]
+pub struct OutputComparison {
+    pub param: usize,
+    pub name: String,
+    pub comparison: Comparison,
+}
+
+/// Compares every tensor the kernel writes (by [`param_access`]) between two argument
+/// lists of the same kernel: the interpreter's (`expected`) and a backend's (`actual`).
+/// Each output gets the policy of its dtype, widened for sums as long as the largest
+/// tensor dim (an upper bound on the length of any reduction in a kernel over them).
+pub fn compare_outputs(func: &Func, expected: &[Arg], actual: &[Arg]) -> Vec<OutputComparison> {
+    let longest = expected
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Tensor(t) => t.dims.iter().copied().max(),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1);
+    param_access(func)
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.written)
+        .filter_map(|(i, _)| match (expected.get(i), actual.get(i)) {
+            (Some(Arg::Tensor(e)), Some(Arg::Tensor(a))) => {
+                let tol = Tolerance::for_dtype(e.dtype).with_reduction(longest);
+                let mut comparison = compare_with(&e.to_f64(), &a.to_f64(), &tol);
+                if e.dims != a.dims || e.dtype != a.dtype {
+                    comparison.passed = false;
+                    comparison.length_mismatch.get_or_insert((e.numel(), a.numel()));
+                }
+                let v = func.params[i];
+                let name = func.values[v.0 as usize].name.as_ref().map_or_else(|| format!("arg{i}"), |n| n.to_string());
+                Some(OutputComparison { param: i, name, comparison })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn compare_with(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Comparison {
+    let finite: Vec<f64> = expected.iter().copied().filter(|v| v.is_finite()).collect();
+    let rms =
+        if finite.is_empty() { 0.0 } else { (finite.iter().map(|v| v * v).sum::<f64>() / finite.len() as f64).sqrt() };
+    let scale = tol.scale.unwrap_or(if rms > 0.0 { rms } else { 1.0 });
+    let mut c = Comparison {
+        len: expected.len(),
+        max_abs: 0.0,
+        max_rel: 0.0,
+        mismatches: 0,
+        first_mismatch: None,
+        scale,
+        tolerance: *tol,
+        passed: false,
+        length_mismatch: None,
+    };
+    if expected.len() != actual.len() {
+        c.length_mismatch = Some((expected.len(), actual.len()));
+        return c;
+    }
+    for (i, (&e, &a)) in expected.iter().zip(actual).enumerate() {
+        let ok = if e.is_nan() || a.is_nan() {
+            e.is_nan() && a.is_nan()
+        } else if e.is_infinite() || a.is_infinite() {
+            e == a
+        } else {
+            let d = (a - e).abs();
+            c.max_abs = c.max_abs.max(d);
+            if e != 0.0 {
+                c.max_rel = c.max_rel.max(d / e.abs());
+            }
+            d <= tol.rtol * e.abs() + tol.atol * scale
+        };
+        if !ok {
+            c.mismatches += 1;
+            c.first_mismatch.get_or_insert(Mismatch { index: i, expected: e, actual: a });
+        }
+    }
+    c.passed = c.mismatches == 0;
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::inputs::Rng;
+
+    fn normal(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
+        let mut r = Rng::new(seed);
+        (0..n).map(|_| crate::tensor::round_to(dtype, r.normal())).collect()
+    }
+
+    #[test]
+    fn rounding_differences_pass() {
+        for dtype in [DType::F32, DType::BF16, DType::F16, DType::Fp8E4m3, DType::Fp8E5m2] {
+            let exact: Vec<f64> = normal(4096, 3, DType::F64);
+            let rounded: Vec<f64> = exact.iter().map(|&v| crate::tensor::round_to(dtype, v)).collect();
+            let c = compare(&exact, &rounded, dtype);
+            assert!(c.passed, "{dtype}: {c}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_result_fails() {
+        for dtype in [DType::F32, DType::BF16, DType::Fp8E4m3, DType::F64] {
+            let rows = 32;
+            let cols = 16;
+            let good = normal(rows * cols, 5, dtype);
+            // One element with its sign flipped.
+            let mut flipped = good.clone();
+            let i = (0..good.len()).find(|&i| good[i].abs() > 0.5).unwrap();
+            flipped[i] = -flipped[i];
+            let c = compare(&good, &flipped, dtype);
+            assert!(!c.passed && c.mismatches == 1, "{dtype}: {c}");
+            assert_eq!(c.first_mismatch.unwrap().index, i);
+            // Every row shifted down by one (an off-by-one row offset).
+            let mut shifted = good.clone();
+            shifted.copy_within(0..(rows - 1) * cols, cols);
+            let c = compare(&good, &shifted, dtype);
+            assert!(!c.passed && c.mismatches > rows * cols / 2, "{dtype}: {c}");
+            // One element off by a tenth of the output's scale.
+            let mut nudged = good.clone();
+            nudged[7] += 0.1;
+            assert!(!compare(&good, &nudged, dtype).passed || dtype == DType::Fp8E4m3, "{dtype}");
+        }
+        // Integers are exact.
+        assert!(!compare(&[1.0, 2.0], &[1.0, 3.0], DType::I32).passed);
+        assert!(compare(&[1.0, 2.0], &[1.0, 2.0], DType::I32).passed);
+        // NaN only matches NaN, infinities only themselves, lengths must agree.
+        assert!(compare(&[f64::NAN, f64::INFINITY], &[f64::NAN, f64::INFINITY], DType::F32).passed);
+        assert!(!compare(&[f64::NAN], &[0.0], DType::F32).passed);
+        assert!(!compare(&[f64::INFINITY], &[f64::MAX], DType::F32).passed);
+        assert!(!compare(&[1.0], &[1.0, 2.0], DType::F32).passed);
+    }
+
+    #[test]
+    fn reduction_widening_is_modest() {
+        let t = Tolerance::for_dtype(DType::F32).with_reduction(4096);
+        assert!(t.atol < 1e-4, "{t:?}");
+        assert_eq!(Tolerance::for_dtype(DType::I32).with_reduction(4096), Tolerance::EXACT);
+    }
+}
