@@ -45,10 +45,13 @@ impl Config {
         self.schedule.int("BLOCK").unwrap_or(1024)
     }
 
+    /// The value of a symbol in a dim: a schedule key spelled as one (`BM`, not the
+    /// alias `m`, which is a shape symbol like saxpy's `n`) or a shape symbol.
     fn lookup(&self, sym: &str) -> Option<i64> {
         match sym {
             "BLOCK" => Some(self.block()),
-            s => self.int(s),
+            s if tessera_frontend::check::schedule::canonical_key(s) == s => self.int(s),
+            s => self.shapes.get(s).copied(),
         }
     }
 }
@@ -147,7 +150,8 @@ pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Resul
             continue;
         }
         let key = op.str_attr("key").unwrap_or("").to_string();
-        let Some(value) = config.lookup(&key) else {
+        let value = if key == "BLOCK" { Some(config.block()) } else { config.int(&key) };
+        let Some(value) = value else {
             return Err(LowerError {
                 message: format!("the configuration gives no value for `{key}`"),
                 range: op.loc.range,
