@@ -7,6 +7,7 @@
 
 pub mod abi;
 pub mod analysis;
+pub mod autodiff;
 pub mod codegen;
 pub mod ir;
 pub mod llvm;
@@ -125,7 +126,18 @@ pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, Lowe
     let func = match signature.kind {
         FunctionKind::Kernel => lower::kernel::kernel_to_graph(&ast.name, &ast, signature, inference)?,
         FunctionKind::Graph => {
-            return Err(LowerError { message: "graph functions are not lowered yet".into(), range: ast.name_range })
+            let file = key.file(db);
+            let resolve = |name: &str| -> Option<lower::graph::Callee> {
+                let index = item_index(db, file);
+                let entry = index.functions.iter().find(|f| f.key.name(db) == name)?;
+                Some(lower::graph::Callee {
+                    def: function_def(db, entry.key).clone()?,
+                    sig: fn_signature(db, entry.key).clone(),
+                    inf: infer_function(db, entry.key).clone(),
+                    is_kernel: fn_signature(db, entry.key).kind == FunctionKind::Kernel,
+                })
+            };
+            lower::graph::graph_function_to_ir(&ast.name, &ast, signature, inference, &resolve)?
         }
         FunctionKind::Helper => unreachable!("rejected by precondition"),
     };

@@ -171,6 +171,7 @@ ops! {
     Reduce = "tile.reduce",
     Dot = "tile.dot",
     CausalMask = "tile.causal_mask",
+    Rand = "tile.rand",
     ConvertLayout = "tile.convert_layout",
     // global memory
     TensorDim = "tile.dim",
@@ -208,6 +209,10 @@ ops! {
     Fill = "graph.full",
     Iota = "graph.arange",
     Launch = "graph.launch",
+    SplitQkv = "graph.split_qkv",
+    MergeHeads = "graph.merge_heads",
+    // the first ordering token of a graph function's effects
+    EffectToken = "graph.token",
     // schedule level: a schedule key's value (symbolic in Graph IR, a constant after
     // specialization), and for graph functions the kernels and their buffers
     SchedParam = "sched.param",
@@ -282,6 +287,7 @@ impl OpKind {
                 | OpKind::Launch
                 | OpKind::Dropout
                 | OpKind::Random
+                | OpKind::EffectToken
                 | OpKind::Kernel
                 | OpKind::AllGather
                 | OpKind::ReduceScatter

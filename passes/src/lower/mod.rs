@@ -1,5 +1,6 @@
 //! Source → Graph IR.
 
+pub mod graph;
 pub mod kernel;
 
 pub use kernel::LowerError;

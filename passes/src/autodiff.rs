@@ -1,0 +1,482 @@
+//! Reverse-mode automatic differentiation of straight-line Graph IR.
+//!
+//! `backward` walks the forward ops in reverse, keeping the adjoint (gradient) of every
+//! value, and appends the backward graph with the same builder: the Graph IR of a
+//! function that calls `grad(f)` shows `f`'s forward graph followed by its backward
+//! graph. Adjoints have their primal value's type (a bf16 weight gets a bf16 gradient).
+
+use std::collections::HashMap;
+
+use smol_str::SmolStr;
+use tessera_frontend::check::{DType, Dim};
+
+use crate::ir::*;
+use crate::lower::LowerError;
+
+type R<T> = Result<T, LowerError>;
+
+struct Ad<'b, 'f> {
+    b: &'b mut Builder<'f>,
+    loc: Loc,
+    adjoint: HashMap<ValueId, ValueId>,
+}
+
+fn tensor_type(t: &Type) -> Option<&TensorType> {
+    match t {
+        Type::Tensor(t) => Some(t),
+        _ => None,
+    }
+}
+
+impl Ad<'_, '_> {
+    fn ty(&self, v: ValueId) -> Type {
+        self.b.func.ty(v).clone()
+    }
+
+    fn op(&mut self, kind: OpKind, operands: Vec<ValueId>, ty: Type, attrs: Vec<(&'static str, Attr)>) -> ValueId {
+        let loc = self.loc.clone();
+        self.b.op1(kind, operands, ty, attrs, &loc)
+    }
+
+    fn err<T>(&self, what: String) -> R<T> {
+        Err(LowerError { message: what, range: self.loc.range })
+    }
+
+    /// A tensor of `like`'s type filled with `value`.
+    fn filled(&mut self, value: f64, like: &Type) -> ValueId {
+        self.op(OpKind::Fill, vec![], like.clone(), vec![("value", Attr::float(value))])
+    }
+
+    /// The scalar `value` broadcast to `like`'s type.
+    fn constant(&mut self, value: f64, like: &Type) -> ValueId {
+        let dtype = like.dtype().unwrap_or(DType::F32);
+        let s = self.op(OpKind::Constant, vec![], Type::Scalar(dtype), vec![("value", Attr::float(value))]);
+        self.op(OpKind::GBroadcast, vec![s], like.clone(), vec![])
+    }
+
+    fn bin(&mut self, kind: OpKind, a: ValueId, b: ValueId) -> ValueId {
+        let t = self.ty(a);
+        self.op(kind, vec![a, b], t, vec![])
+    }
+
+    fn neg(&mut self, a: ValueId) -> ValueId {
+        let t = self.ty(a);
+        self.op(OpKind::Neg, vec![a], t, vec![])
+    }
+
+    fn select(&mut self, a: ValueId, pred: &str, b: ValueId, then: ValueId, otherwise: ValueId) -> ValueId {
+        let t = self.ty(a);
+        let mask_t = match &t {
+            Type::Tensor(tt) => {
+                Type::Tensor(TensorType { dims: tt.dims.clone(), dtype: DType::Bool, policies: vec![] })
+            }
+            _ => Type::Scalar(DType::Bool),
+        };
+        let c = self.op(OpKind::Cmp, vec![a, b], mask_t, vec![("pred", Attr::Str(SmolStr::new(pred)))]);
+        let t = self.ty(then);
+        self.op(OpKind::Select, vec![c, then, otherwise], t, vec![])
+    }
+
+    fn accumulate(&mut self, v: ValueId, g: ValueId) {
+        let g = if self.ty(g) == self.ty(v) {
+            g
+        } else {
+            // Adjoints keep their primal's type (dtype and policies).
+            let t = self.ty(v);
+            self.op(OpKind::Cast, vec![g], t, vec![])
+        };
+        let total = match self.adjoint.get(&v) {
+            Some(&prev) => self.bin(OpKind::Add, prev, g),
+            None => g,
+        };
+        self.adjoint.insert(v, total);
+    }
+
+    /// The number of elements of `axes` of a tensor value, as a scalar of `dtype`.
+    fn count(&mut self, x: ValueId, axes: &[i64], dtype: DType) -> ValueId {
+        let mut n: Option<ValueId> = None;
+        for &axis in axes {
+            let d = self.op(OpKind::TensorDim, vec![x], Type::Index, vec![("axis", Attr::Int(axis))]);
+            n = Some(match n {
+                Some(prev) => self.op(OpKind::Mul, vec![prev, d], Type::Index, vec![]),
+                None => d,
+            });
+        }
+        let n = n.unwrap_or_else(|| self.op(OpKind::Constant, vec![], Type::Index, vec![("value", Attr::Int(1))]));
+        self.op(OpKind::Cast, vec![n], Type::Scalar(dtype), vec![])
+    }
+
+    fn reshape(&mut self, x: ValueId, dims: Vec<Dim>) -> ValueId {
+        let Some(t) = tensor_type(&self.ty(x)).cloned() else { return x };
+        if t.dims == dims {
+            return x;
+        }
+        self.op(OpKind::Reshape, vec![x], Type::Tensor(TensorType { dims, ..t }), vec![])
+    }
+
+    fn transpose_last2(&mut self, x: ValueId) -> ValueId {
+        let t = tensor_type(&self.ty(x)).cloned().expect("a tensor");
+        let rank = t.dims.len();
+        let mut perm: Vec<i64> = (0..rank as i64).collect();
+        perm.swap(rank - 1, rank - 2);
+        let mut dims = t.dims.clone();
+        dims.swap(rank - 1, rank - 2);
+        self.op(OpKind::GTranspose, vec![x], Type::Tensor(TensorType { dims, ..t }), vec![("perm", Attr::Ints(perm))])
+    }
+
+    /// Sums `g` (of `from` dims) down to `to` dims: the adjoint of a broadcast.
+    fn unbroadcast(&mut self, g: ValueId, to: &TensorType) -> ValueId {
+        let Some(gt) = tensor_type(&self.ty(g)).cloned() else { return g };
+        let lead = gt.dims.len() - to.dims.len();
+        let mut axes: Vec<i64> = (0..lead as i64).collect();
+        for (i, d) in to.dims.iter().enumerate() {
+            if d.as_const() == Some(1) && gt.dims[lead + i].as_const() != Some(1) {
+                axes.push((lead + i) as i64);
+            }
+        }
+        if axes.is_empty() {
+            return g;
+        }
+        let kept: Vec<Dim> =
+            gt.dims.iter().enumerate().filter(|(i, _)| !axes.contains(&(*i as i64))).map(|(_, d)| d.clone()).collect();
+        let summed = self.op(
+            OpKind::GReduce,
+            vec![g],
+            Type::Tensor(TensorType { dims: kept, dtype: gt.dtype, policies: gt.policies.clone() }),
+            vec![("kind", Attr::Str("sum".into())), ("axes", Attr::Ints(axes)), ("keepdim", Attr::Bool(false))],
+        );
+        self.reshape(summed, to.dims.clone())
+    }
+
+    fn rule(&mut self, f_op: &Op) -> R<()> {
+        let Some(&r) = f_op.results.first() else { return Ok(()) };
+        let Some(&g) = self.adjoint.get(&r) else { return Ok(()) };
+        let x = |i: usize| f_op.operands[i];
+        let diff = |v: ValueId, ad: &Self| matches!(ad.ty(v), Type::Tensor(t) if t.dtype.is_float());
+        match f_op.kind {
+            OpKind::Add => {
+                for i in 0..2 {
+                    if diff(x(i), self) {
+                        self.accumulate(x(i), g);
+                    }
+                }
+            }
+            OpKind::Sub => {
+                if diff(x(0), self) {
+                    self.accumulate(x(0), g);
+                }
+                if diff(x(1), self) {
+                    let n = self.neg(g);
+                    self.accumulate(x(1), n);
+                }
+            }
+            OpKind::Mul => {
+                if diff(x(0), self) {
+                    let d = self.bin(OpKind::Mul, g, x(1));
+                    self.accumulate(x(0), d);
+                }
+                if diff(x(1), self) {
+                    let d = self.bin(OpKind::Mul, g, x(0));
+                    self.accumulate(x(1), d);
+                }
+            }
+            OpKind::Div => {
+                if diff(x(0), self) {
+                    let d = self.bin(OpKind::Div, g, x(1));
+                    self.accumulate(x(0), d);
+                }
+                if diff(x(1), self) {
+                    // -g * a / b^2 = -(g * r) / b
+                    let gr = self.bin(OpKind::Mul, g, r);
+                    let q = self.bin(OpKind::Div, gr, x(1));
+                    let d = self.neg(q);
+                    self.accumulate(x(1), d);
+                }
+            }
+            OpKind::Pow => {
+                let Some(c) = self.constant_of(x(1)) else {
+                    return self.err("grad of `**` with a non-constant exponent is not supported yet".into());
+                };
+                if diff(x(0), self) {
+                    let t = self.ty(x(0));
+                    let p = if c == 2.0 {
+                        x(0)
+                    } else {
+                        let cm1 = self.constant(c - 1.0, &t);
+                        self.bin(OpKind::Pow, x(0), cm1)
+                    };
+                    let cc = self.constant(c, &t);
+                    let scaled = self.bin(OpKind::Mul, p, cc);
+                    let d = self.bin(OpKind::Mul, g, scaled);
+                    self.accumulate(x(0), d);
+                }
+            }
+            OpKind::Neg => {
+                let d = self.neg(g);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Max | OpKind::Min => {
+                let (pa, pb) = if f_op.kind == OpKind::Max { ("ge", "lt") } else { ("le", "gt") };
+                let t = self.ty(g);
+                let zero = self.filled(0.0, &t);
+                let da = self.select(x(0), pa, x(1), g, zero);
+                let db = self.select(x(0), pb, x(1), g, zero);
+                if diff(x(0), self) {
+                    self.accumulate(x(0), da);
+                }
+                if diff(x(1), self) {
+                    self.accumulate(x(1), db);
+                }
+            }
+            OpKind::Exp => {
+                let d = self.bin(OpKind::Mul, g, r);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Log => {
+                let d = self.bin(OpKind::Div, g, x(0));
+                self.accumulate(x(0), d);
+            }
+            OpKind::Sqrt => {
+                let t = self.ty(r);
+                let half = self.constant(0.5, &t);
+                let q = self.bin(OpKind::Div, half, r);
+                let d = self.bin(OpKind::Mul, g, q);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Rsqrt => {
+                let t = self.ty(r);
+                let c = self.constant(-0.5, &t);
+                let r2 = self.bin(OpKind::Mul, r, r);
+                let r3 = self.bin(OpKind::Mul, r2, r);
+                let s = self.bin(OpKind::Mul, r3, c);
+                let d = self.bin(OpKind::Mul, g, s);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Tanh => {
+                let t = self.ty(r);
+                let one = self.constant(1.0, &t);
+                let r2 = self.bin(OpKind::Mul, r, r);
+                let s = self.bin(OpKind::Sub, one, r2);
+                let d = self.bin(OpKind::Mul, g, s);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Sigmoid => {
+                let t = self.ty(r);
+                let one = self.constant(1.0, &t);
+                let om = self.bin(OpKind::Sub, one, r);
+                let s = self.bin(OpKind::Mul, r, om);
+                let d = self.bin(OpKind::Mul, g, s);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Relu => {
+                let t = self.ty(g);
+                let zero = self.filled(0.0, &t);
+                let d = self.select(x(0), "gt", zero, g, zero);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Abs => {
+                let t = self.ty(g);
+                let zero = self.filled(0.0, &t);
+                let ng = self.neg(g);
+                let d = self.select(x(0), "ge", zero, g, ng);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Silu => {
+                // d/dx x·σ(x) = σ(x) (1 + x (1 − σ(x)))
+                let t = self.ty(x(0));
+                let s = self.op(OpKind::Sigmoid, vec![x(0)], t.clone(), vec![]);
+                let one = self.constant(1.0, &t);
+                let om = self.bin(OpKind::Sub, one, s);
+                let xom = self.bin(OpKind::Mul, x(0), om);
+                let inner = self.bin(OpKind::Add, one, xom);
+                let s2 = self.bin(OpKind::Mul, s, inner);
+                let d = self.bin(OpKind::Mul, g, s2);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Gelu => {
+                // gelu(x) = 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x³):
+                // gelu'(x) = 0.5 (1 + t) + 0.5 x (1 − t²) c (1 + 3·0.044715 x²)
+                let t = self.ty(x(0));
+                let xx = self.bin(OpKind::Mul, x(0), x(0));
+                let xxx = self.bin(OpKind::Mul, xx, x(0));
+                let k = self.constant(0.044715, &t);
+                let kx3 = self.bin(OpKind::Mul, k, xxx);
+                let inner = self.bin(OpKind::Add, x(0), kx3);
+                let c = self.constant(0.7978845608, &t);
+                let u = self.bin(OpKind::Mul, c, inner);
+                let th = self.op(OpKind::Tanh, vec![u], t.clone(), vec![]);
+                let one = self.constant(1.0, &t);
+                let half = self.constant(0.5, &t);
+                let one_t = self.bin(OpKind::Add, one, th);
+                let left = self.bin(OpKind::Mul, half, one_t);
+                let t2 = self.bin(OpKind::Mul, th, th);
+                let sech2 = self.bin(OpKind::Sub, one, t2);
+                let k3 = self.constant(3.0 * 0.044715, &t);
+                let k3x2 = self.bin(OpKind::Mul, k3, xx);
+                let du = self.bin(OpKind::Add, one, k3x2);
+                let cdu = self.bin(OpKind::Mul, c, du);
+                let hx = self.bin(OpKind::Mul, half, x(0));
+                let right0 = self.bin(OpKind::Mul, hx, sech2);
+                let right = self.bin(OpKind::Mul, right0, cdu);
+                let dgelu = self.bin(OpKind::Add, left, right);
+                let d = self.bin(OpKind::Mul, g, dgelu);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Cast => {
+                if diff(x(0), self) {
+                    let t = self.ty(x(0));
+                    let d = self.op(OpKind::Cast, vec![g], t, vec![]);
+                    self.accumulate(x(0), d);
+                }
+            }
+            OpKind::GBroadcast => {
+                if diff(x(0), self) {
+                    let to = tensor_type(&self.ty(x(0))).cloned().expect("checked by diff");
+                    let d = self.unbroadcast(g, &to);
+                    self.accumulate(x(0), d);
+                }
+            }
+            OpKind::GReduce => {
+                let kind = f_op.str_attr("kind").unwrap_or("sum");
+                if !matches!(kind, "sum" | "mean") {
+                    return self.err(format!("grad of `{kind}` is not supported yet"));
+                }
+                let xt = tensor_type(&self.ty(x(0))).cloned().expect("a tensor");
+                let axes: Vec<i64> = match f_op.attr("axes") {
+                    Some(Attr::Ints(a)) => a.clone(),
+                    _ => (0..xt.dims.len() as i64).collect(),
+                };
+                // g with the reduced axes back as size 1, then broadcast to x.
+                let keep_dims: Vec<Dim> = xt
+                    .dims
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| if axes.contains(&(i as i64)) { Dim::constant(1) } else { d.clone() })
+                    .collect();
+                let gk = self.reshape(g, keep_dims);
+                let gt = tensor_type(&self.ty(g)).cloned().expect("a tensor");
+                let mut d = self.op(
+                    OpKind::GBroadcast,
+                    vec![gk],
+                    Type::Tensor(TensorType { dims: xt.dims.clone(), dtype: gt.dtype, policies: gt.policies }),
+                    vec![],
+                );
+                if kind == "mean" {
+                    let t = self.ty(d);
+                    let n = self.count(x(0), &axes, t.dtype().unwrap_or(DType::F32));
+                    let nb = self.op(OpKind::GBroadcast, vec![n], t, vec![]);
+                    d = self.bin(OpKind::Div, d, nb);
+                }
+                self.accumulate(x(0), d);
+            }
+            OpKind::MatMul => {
+                let (a, b) = (x(0), x(1));
+                let at = tensor_type(&self.ty(a)).cloned().expect("a tensor");
+                let bt = tensor_type(&self.ty(b)).cloned().expect("a tensor");
+                let gt = tensor_type(&self.ty(g)).cloned().expect("a tensor");
+                if diff(a, self) {
+                    // dA = g @ Bᵀ
+                    let b_t = self.transpose_last2(b);
+                    let d = self.op(OpKind::MatMul, vec![g, b_t], Type::Tensor(at.clone()), vec![]);
+                    self.accumulate(a, d);
+                }
+                if diff(b, self) {
+                    let d = if bt.dims.len() == 2 && at.dims.len() > 2 {
+                        // dB = Σ_batch Aᵀ @ g: fold the batch dims into M.
+                        let m: Dim =
+                            at.dims[..at.dims.len() - 1].iter().fold(Dim::constant(1), |acc, d| acc.mul_plain(d));
+                        let a2 = self.reshape(a, vec![m.clone(), at.dims[at.dims.len() - 1].clone()]);
+                        let g2 = self.reshape(g, vec![m, gt.dims[gt.dims.len() - 1].clone()]);
+                        let a2t = self.transpose_last2(a2);
+                        self.op(OpKind::MatMul, vec![a2t, g2], Type::Tensor(bt.clone()), vec![])
+                    } else if bt.dims.len() == at.dims.len() {
+                        let a_t = self.transpose_last2(a);
+                        self.op(OpKind::MatMul, vec![a_t, g], Type::Tensor(bt.clone()), vec![])
+                    } else {
+                        return self.err("grad of a matmul with a batched right operand and a 2-D left one".into());
+                    };
+                    self.accumulate(b, d);
+                }
+            }
+            OpKind::GTranspose => {
+                let perm = match f_op.attr("perm") {
+                    Some(Attr::Ints(p)) => p.clone(),
+                    _ => return self.err("a transpose without a permutation".into()),
+                };
+                let mut inverse = vec![0i64; perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    inverse[p as usize] = i as i64;
+                }
+                let t = self.ty(x(0));
+                let d = self.op(OpKind::GTranspose, vec![g], t, vec![("perm", Attr::Ints(inverse))]);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Reshape => {
+                let dims = self.ty(x(0)).dims().to_vec();
+                let d = self.reshape(g, dims);
+                self.accumulate(x(0), d);
+            }
+            OpKind::Dropout => {
+                // The same mask scales the gradient: replay the forward's stream.
+                let t = self.ty(g);
+                let stream = f_op.int_attr("stream").unwrap_or(0);
+                let d = self.op(
+                    OpKind::Dropout,
+                    vec![g, x(1)],
+                    t,
+                    vec![("stream", Attr::Int(stream)), ("replay", Attr::Bool(true))],
+                );
+                self.accumulate(x(0), d);
+            }
+            OpKind::Constant | OpKind::Fill | OpKind::TensorDim | OpKind::EffectToken | OpKind::Cmp => {}
+            other => return self.err(format!("grad through `{}` is not supported yet", other.name())),
+        }
+        Ok(())
+    }
+
+    /// The constant a value is (a scalar constant, or one broadcast to a tensor).
+    fn constant_of(&self, v: ValueId) -> Option<f64> {
+        // The body is still being built: find the definition in the op arena.
+        let f = &*self.b.func;
+        let op = f.ops.iter().find(|op| op.results.contains(&v))?;
+        match op.kind {
+            OpKind::Constant => op.attr("value").and_then(Attr::as_float),
+            OpKind::GBroadcast | OpKind::Cast => self.constant_of(op.operands[0]),
+            _ => None,
+        }
+    }
+}
+
+/// Appends the backward graph of `forward` (ops in program order) for the rank-0
+/// `loss`; returns the gradient of each `wrt` value (zeros when it does not matter).
+pub fn backward(
+    b: &mut Builder<'_>,
+    forward: &[OpId],
+    loss: ValueId,
+    wrt: &[ValueId],
+    loc: &Loc,
+) -> Result<Vec<ValueId>, LowerError> {
+    let mut ad = Ad { b, loc: loc.clone(), adjoint: HashMap::new() };
+    let lt = ad.ty(loss);
+    if !matches!(&lt, Type::Tensor(t) if t.dims.is_empty() && t.dtype.is_float()) {
+        return ad.err(format!("grad needs a rank-0 float result, the function returns {lt}"));
+    }
+    let seed = ad.filled(1.0, &lt);
+    ad.adjoint.insert(loss, seed);
+    for &id in forward.iter().rev() {
+        let op = ad.b.func.op(id).clone();
+        ad.rule(&op)?;
+    }
+    let mut out = Vec::new();
+    for &w in wrt {
+        let g = match ad.adjoint.get(&w) {
+            Some(&g) => g,
+            None => {
+                let t = ad.ty(w);
+                ad.filled(0.0, &t)
+            }
+        };
+        out.push(g);
+    }
+    Ok(out)
+}

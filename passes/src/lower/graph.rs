@@ -1,0 +1,773 @@
+//! Graph functions (`@jit`) → Graph IR: whole-tensor ops, explicit broadcasts and
+//! casts, effects (dropout) ordered by a token chain, helpers and other graph functions
+//! inlined, and `grad(f, wrt=...)(args)` expanded into `f`'s forward graph followed by
+//! its backward graph (`crate::autodiff`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use smol_str::SmolStr;
+use tessera_frontend::check::{DType, Dim, Inference, Resolution, Signature, Ty};
+use tessera_frontend::syntax::ast::*;
+use tessera_frontend::text::TextRange;
+
+use super::kernel::{ir_type, LowerError};
+use crate::ir::*;
+
+type R<T> = Result<T, LowerError>;
+
+fn unsupported<T>(what: impl Into<String>, range: TextRange) -> R<T> {
+    Err(LowerError { message: what.into(), range })
+}
+
+/// A function a graph function calls, with what checking it produced.
+#[derive(Clone)]
+pub struct Callee {
+    pub def: Arc<FunctionDef>,
+    pub sig: Arc<Signature>,
+    pub inf: Arc<Inference>,
+    pub is_kernel: bool,
+}
+
+/// Finds a function of the same file by name.
+pub type Resolver<'r> = dyn Fn(&str) -> Option<Callee> + 'r;
+
+#[derive(Clone, Debug)]
+enum Val {
+    One(ValueId),
+    Many(Vec<ValueId>),
+    /// Compile-time values (`heads=` literal ints, `causal=True`) stay as constants too,
+    /// but a Python `None` has no IR value.
+    None,
+}
+
+/// The shared state of one graph function's lowering (inlined callees included).
+struct Graph<'f> {
+    b: Builder<'f>,
+    /// The current effect token.
+    token: ValueId,
+    /// Dropout streams handed out so far (each dropout site draws its own mask).
+    streams: i64,
+    /// Inlining depth, to stop recursion.
+    depth: u32,
+}
+
+pub fn graph_function_to_ir(
+    name: &str,
+    def: &FunctionDef,
+    sig: &Signature,
+    inf: &Inference,
+    resolve: &Resolver<'_>,
+) -> R<Func> {
+    let loc = Loc::new(name, def.name_range);
+    let mut func = Func::new(name, FuncKind::Graph, Level::Graph, loc.clone());
+    let mut params = Vec::new();
+    for p in &sig.params {
+        let ty = param_type(&p.ty).ok_or_else(|| LowerError {
+            message: format!("parameter `{}` of type {} cannot be passed to a graph function", p.name, p.ty),
+            range: p.name_range,
+        })?;
+        let v = func.new_value(ty, Some(&p.name));
+        func.params.push(v);
+        params.push(v);
+    }
+    func.set_attr("decorator", Attr::Str(SmolStr::new(sig.decorators.join(","))));
+    let mut b = Builder::new(&mut func);
+    let token = b.op1(OpKind::EffectToken, vec![], Type::Token, vec![], &loc);
+    let mut g = Graph { b, token, streams: 0, depth: 0 };
+    let ret = {
+        let mut body = Body { g: &mut g, name: SmolStr::new(name), def, sig, inf, resolve, env: HashMap::new() };
+        for (p, v) in sig.params.iter().zip(&params) {
+            body.env.insert(SmolStr::new(&p.name), Val::One(*v));
+        }
+        body.stmts(&def.body)?
+    };
+    let operands = match ret {
+        Some(Val::One(v)) => vec![v],
+        Some(Val::Many(vs)) => vs,
+        _ => vec![],
+    };
+    g.b.op(OpKind::Return, operands, vec![], vec![], &loc);
+    g.b.finish();
+    // The backward graph computes adjoints of every input; keep the ones used.
+    crate::tile::remove_dead_ops(&mut func);
+    Ok(func)
+}
+
+/// The IR type of a graph parameter: tensors, and scalars (`lr: float`, `heads: int`).
+fn param_type(ty: &Ty) -> Option<Type> {
+    match ty {
+        Ty::Float(_) => Some(Type::Scalar(DType::F32)),
+        Ty::Bool(_) => Some(Type::Scalar(DType::Bool)),
+        other => ir_type(other),
+    }
+}
+
+/// One function body being lowered into the shared graph (the graph function itself or
+/// an inlined callee).
+struct Body<'a, 'g, 'f> {
+    g: &'g mut Graph<'f>,
+    name: SmolStr,
+    def: &'a FunctionDef,
+    sig: &'a Signature,
+    inf: &'a Inference,
+    resolve: &'a Resolver<'a>,
+    env: HashMap<SmolStr, Val>,
+}
+
+impl Body<'_, '_, '_> {
+    fn loc(&self, range: TextRange) -> Loc {
+        Loc::new(&self.name, range)
+    }
+
+    fn range(&self, e: ExprId) -> TextRange {
+        self.def.arena.expr_range(e)
+    }
+
+    fn ty_of(&self, e: ExprId) -> &Ty {
+        self.inf.type_of(e)
+    }
+
+    fn vty(&self, v: ValueId) -> Type {
+        self.g.b.func.ty(v).clone()
+    }
+
+    fn result_type(&self, e: ExprId) -> R<Type> {
+        param_type(self.ty_of(e)).ok_or_else(|| LowerError {
+            message: format!("a value of type {} in a graph function", self.ty_of(e)),
+            range: self.range(e),
+        })
+    }
+
+    fn op1(
+        &mut self,
+        kind: OpKind,
+        operands: Vec<ValueId>,
+        ty: Type,
+        attrs: Vec<(&'static str, Attr)>,
+        loc: &Loc,
+    ) -> ValueId {
+        self.g.b.op1(kind, operands, ty, attrs, loc)
+    }
+
+    // ----- statements ------------------------------------------------------------
+
+    /// Lowers statements; returns the value of a `return`.
+    fn stmts(&mut self, stmts: &[StmtId]) -> R<Option<Val>> {
+        for &s in stmts {
+            let range = self.def.arena.stmt_range(s);
+            match self.def.arena.stmt(s).clone() {
+                Stmt::Expr(e) => {
+                    if !matches!(self.def.arena.expr(e), Expr::Str(_) | Expr::Ellipsis) {
+                        self.expr(e)?;
+                    }
+                }
+                Stmt::Assign { target, value, .. } => {
+                    let v = self.expr(value)?;
+                    self.bind(target, v)?;
+                }
+                Stmt::AugAssign { target, op, value, .. } => {
+                    let current = self.value(target)?;
+                    let v = self.value(value)?;
+                    let combined = self.binary(op, current, v, target, range)?;
+                    self.bind(target, Val::One(combined))?;
+                }
+                Stmt::Return(value) => {
+                    return Ok(Some(match value {
+                        Some(v) => self.expr(v)?,
+                        None => Val::None,
+                    }))
+                }
+                Stmt::Pass => {}
+                Stmt::With { body, .. } => {
+                    // Placement effects (`with device(...)`, `with prefetch(...)`) do not
+                    // change what is computed.
+                    if let Some(v) = self.stmts(&body)? {
+                        return Ok(Some(v));
+                    }
+                }
+                _ => return unsupported("control flow in a graph function (graph functions are straight-line)", range),
+            }
+        }
+        Ok(None)
+    }
+
+    fn bind(&mut self, target: ExprId, v: Val) -> R<()> {
+        match (self.def.arena.expr(target).clone(), v) {
+            (Expr::Name(n), v) => {
+                if let Val::One(x) = &v {
+                    if self.g.b.func.values[x.0 as usize].name.is_none() {
+                        self.g.b.name(*x, &n);
+                    }
+                }
+                self.env.insert(n, v);
+                Ok(())
+            }
+            (Expr::Paren(inner), v) => self.bind(inner, v),
+            (Expr::Tuple(items) | Expr::List(items), Val::Many(vs)) if items.len() == vs.len() => {
+                for (item, v) in items.into_iter().zip(vs) {
+                    self.bind(item, Val::One(v))?;
+                }
+                Ok(())
+            }
+            _ => unsupported("this assignment target", self.range(target)),
+        }
+    }
+
+    // ----- expressions -----------------------------------------------------------
+
+    fn value(&mut self, e: ExprId) -> R<ValueId> {
+        match self.expr(e)? {
+            Val::One(v) => Ok(v),
+            _ => unsupported("a tuple or `None` where one value is expected", self.range(e)),
+        }
+    }
+
+    fn expr(&mut self, e: ExprId) -> R<Val> {
+        let range = self.range(e);
+        let loc = self.loc(range);
+        match self.def.arena.expr(e).clone() {
+            Expr::Name(n) => self.name(e, &n),
+            Expr::Int(v) => {
+                Ok(Val::One(self.op1(OpKind::Constant, vec![], Type::Index, vec![("value", Attr::Int(v))], &loc)))
+            }
+            Expr::Float(f) => Ok(Val::One(self.op1(
+                OpKind::Constant,
+                vec![],
+                Type::Scalar(DType::F32),
+                vec![("value", Attr::float(f.get()))],
+                &loc,
+            ))),
+            Expr::Bool(b) => Ok(Val::One(self.op1(
+                OpKind::Constant,
+                vec![],
+                Type::Scalar(DType::Bool),
+                vec![("value", Attr::Bool(b))],
+                &loc,
+            ))),
+            Expr::NoneLit => Ok(Val::None),
+            Expr::Paren(inner) => self.expr(inner),
+            Expr::Tuple(items) | Expr::List(items) => {
+                let mut vs = Vec::new();
+                for i in items {
+                    vs.push(self.value(i)?);
+                }
+                Ok(Val::Many(vs))
+            }
+            Expr::Attribute { object, name, .. } if name == "T" => {
+                let x = self.value(object)?;
+                let rank = self.vty(x).dims().len();
+                if rank < 2 {
+                    return unsupported("`.T` of a tensor with fewer than two dims", range);
+                }
+                let mut perm: Vec<i64> = (0..rank as i64).collect();
+                perm.swap(rank - 1, rank - 2);
+                let t = self.result_type(e)?;
+                Ok(Val::One(self.op1(OpKind::GTranspose, vec![x], t, vec![("perm", Attr::Ints(perm))], &loc)))
+            }
+            Expr::Call { func, args } => self.call(e, func, &args),
+            Expr::Binary { op, lhs, rhs } => {
+                let (l, r) = (self.value(lhs)?, self.value(rhs)?);
+                if op == BinOp::MatMul {
+                    let t = self.result_type(e)?;
+                    return Ok(Val::One(self.matmul(l, r, t, &loc)?));
+                }
+                Ok(Val::One(self.binary(op, l, r, e, range)?))
+            }
+            Expr::Unary { op: UnaryOp::Neg, operand } => {
+                let v = self.value(operand)?;
+                let t = self.result_type(e)?;
+                let v = self.coerce(v, &t, &loc)?;
+                Ok(Val::One(self.op1(OpKind::Neg, vec![v], t, vec![], &loc)))
+            }
+            Expr::Unary { op: UnaryOp::Pos, operand } => self.expr(operand),
+            Expr::Str(_) => Ok(Val::None),
+            _ => unsupported("this expression in a graph function", range),
+        }
+    }
+
+    fn name(&mut self, e: ExprId, n: &str) -> R<Val> {
+        if let Some(v) = self.env.get(n) {
+            return Ok(v.clone());
+        }
+        match self.inf.resolution(e) {
+            Some(Resolution::Symbol(s)) => {
+                let s = s.clone();
+                self.symbol_value(&s, self.loc(self.range(e)))
+            }
+            _ => unsupported(format!("`{n}` here (only parameters and local values are lowered)"), self.range(e)),
+        }
+    }
+
+    /// A dim symbol's value: the size of the first parameter tensor that has it.
+    fn symbol_value(&mut self, sym: &str, loc: Loc) -> R<Val> {
+        for p in &self.sig.params {
+            if let Ty::Tensor(t) = &p.ty {
+                if let Some(axis) = t.dims.iter().position(|d| d.as_sym() == Some(sym)) {
+                    let Some(Val::One(tensor)) = self.env.get(p.name.as_str()).cloned() else { continue };
+                    let v = self.op1(
+                        OpKind::TensorDim,
+                        vec![tensor],
+                        Type::Index,
+                        vec![("axis", Attr::Int(axis as i64))],
+                        &loc,
+                    );
+                    return Ok(Val::One(v));
+                }
+            }
+        }
+        unsupported(format!("the dim symbol `{sym}` as a value"), loc.range)
+    }
+
+    /// Converts a value to `want` (a tensor type): scalars are broadcast, tensors cast
+    /// and broadcast (NumPy rules: trailing dims align).
+    fn coerce(&mut self, v: ValueId, want: &Type, loc: &Loc) -> R<ValueId> {
+        let have = self.vty(v);
+        if have == *want {
+            return Ok(v);
+        }
+        let Type::Tensor(want_t) = want else {
+            return match (&have, want) {
+                (Type::Scalar(a), Type::Scalar(b)) if a == b => Ok(v),
+                (Type::Index | Type::Scalar(_), Type::Scalar(_)) => {
+                    Ok(self.op1(OpKind::Cast, vec![v], want.clone(), vec![], loc))
+                }
+                _ => unsupported(format!("converting {have} to {want}"), loc.range),
+            };
+        };
+        match &have {
+            Type::Scalar(_) | Type::Index => {
+                let s = if have == Type::Scalar(want_t.dtype) {
+                    v
+                } else {
+                    self.op1(OpKind::Cast, vec![v], Type::Scalar(want_t.dtype), vec![], loc)
+                };
+                Ok(self.op1(OpKind::GBroadcast, vec![s], want.clone(), vec![], loc))
+            }
+            Type::Tensor(t) => {
+                let mut v = v;
+                if t.dtype != want_t.dtype {
+                    let cast =
+                        TensorType { dims: t.dims.clone(), dtype: want_t.dtype, policies: want_t.policies.clone() };
+                    v = self.op1(OpKind::Cast, vec![v], Type::Tensor(cast), vec![], loc);
+                }
+                if t.dims != want_t.dims {
+                    if t.dims.len() > want_t.dims.len() {
+                        return unsupported(format!("broadcasting {have} to {want}"), loc.range);
+                    }
+                    v = self.op1(OpKind::GBroadcast, vec![v], want.clone(), vec![], loc);
+                } else if self.vty(v) != *want {
+                    // Same dims and dtype, other policies: a no-op retype is a cast.
+                    v = self.op1(OpKind::Cast, vec![v], want.clone(), vec![], loc);
+                }
+                Ok(v)
+            }
+            _ => unsupported(format!("converting {have} to {want}"), loc.range),
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, l: ValueId, r: ValueId, e: ExprId, range: TextRange) -> R<ValueId> {
+        let loc = self.loc(range);
+        let kind = match op {
+            BinOp::Add => OpKind::Add,
+            BinOp::Sub => OpKind::Sub,
+            BinOp::Mul => OpKind::Mul,
+            BinOp::Div => OpKind::Div,
+            BinOp::Pow => OpKind::Pow,
+            BinOp::FloorDiv => OpKind::FloorDiv,
+            BinOp::Mod => OpKind::Rem,
+            BinOp::MatMul => {
+                let t = self.result_type(e)?;
+                return self.matmul(l, r, t, &loc);
+            }
+            other => return unsupported(format!("`{}` on tensors", other.symbol()), range),
+        };
+        let t = self.result_type(e)?;
+        let (l, r) = (self.coerce(l, &t, &loc)?, self.coerce(r, &t, &loc)?);
+        Ok(self.op1(kind, vec![l, r], t, vec![], &loc))
+    }
+
+    fn matmul(&mut self, a: ValueId, b: ValueId, t: Type, loc: &Loc) -> R<ValueId> {
+        let (Type::Tensor(ta), Type::Tensor(tb)) = (self.vty(a), self.vty(b)) else {
+            return unsupported("`@` of non-tensors", loc.range);
+        };
+        if ta.dims.len() < 2 || tb.dims.len() < 2 {
+            return unsupported("`@` needs tensors of rank 2 or more", loc.range);
+        }
+        Ok(self.op1(OpKind::MatMul, vec![a, b], t, vec![], loc))
+    }
+
+    fn effect(
+        &mut self,
+        kind: OpKind,
+        mut operands: Vec<ValueId>,
+        ty: Type,
+        attrs: Vec<(&'static str, Attr)>,
+        loc: &Loc,
+    ) -> ValueId {
+        operands.push(self.g.token);
+        let results = self.g.b.op(kind, operands, vec![ty, Type::Token], attrs, loc);
+        self.g.token = results[1];
+        results[0]
+    }
+
+    fn dropout(&mut self, x: ValueId, p: ValueId, loc: &Loc) -> R<ValueId> {
+        let p = self.coerce(p, &Type::Scalar(DType::F32), loc)?;
+        let stream = self.g.streams;
+        self.g.streams += 1;
+        let t = self.vty(x);
+        Ok(self.effect(OpKind::Dropout, vec![x, p], t, vec![("stream", Attr::Int(stream))], loc))
+    }
+
+    fn call(&mut self, e: ExprId, func: ExprId, args: &[Arg]) -> R<Val> {
+        let range = self.range(e);
+        let loc = self.loc(range);
+        let positional: Vec<ExprId> = args.iter().filter(|a| a.name.is_none()).map(|a| a.value).collect();
+        let kw = |name: &str| args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == name)).map(|a| a.value);
+        let arg = |name: &str, pos: usize| kw(name).or_else(|| positional.get(pos).copied());
+        let callee_ty = self.ty_of(func).clone();
+        let path = match callee_ty {
+            Ty::Builtin(p) => p,
+            Ty::Function(name) => return self.inline_call(&name, args, range),
+            Ty::Grad { of, wrt } => return self.grad_call(&of, &wrt, args, range),
+            other => return unsupported(format!("calling {other} in a graph function"), range),
+        };
+        let name = path.rsplit('.').next().unwrap_or(path);
+        let need = |slot: Option<ExprId>, what: &str| {
+            slot.ok_or_else(|| LowerError { message: format!("`{name}` needs `{what}`"), range })
+        };
+        let unary = match name {
+            "exp" => Some(OpKind::Exp),
+            "log" => Some(OpKind::Log),
+            "sqrt" => Some(OpKind::Sqrt),
+            "rsqrt" => Some(OpKind::Rsqrt),
+            "tanh" => Some(OpKind::Tanh),
+            "sigmoid" => Some(OpKind::Sigmoid),
+            "relu" => Some(OpKind::Relu),
+            "gelu" => Some(OpKind::Gelu),
+            "silu" => Some(OpKind::Silu),
+            "abs" => Some(OpKind::Abs),
+            "neg" => Some(OpKind::Neg),
+            _ => None,
+        };
+        if let Some(kind) = unary {
+            let x = self.value(need(arg("x", 0), "x")?)?;
+            let t = self.result_type(e)?;
+            let x = self.coerce(x, &t, &loc)?;
+            return Ok(Val::One(self.op1(kind, vec![x], t, vec![], &loc)));
+        }
+        let result: R<Type> = self.result_type(e);
+        match name {
+            "cast" | "cast_like" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let t = result.clone()?;
+                if self.vty(x) == t {
+                    return Ok(Val::One(x));
+                }
+                Ok(Val::One(self.op1(OpKind::Cast, vec![x], t, vec![], &loc)))
+            }
+            "matmul" | "gemm" => {
+                let a = self.value(need(arg("a", 0), "a")?)?;
+                let b = self.value(need(arg("b", 1), "b")?)?;
+                let t = result.clone()?;
+                Ok(Val::One(self.matmul(a, b, t, &loc)?))
+            }
+            "maximum" | "minimum" | "pow" => {
+                let a = self.value(need(arg("a", 0), "a")?)?;
+                let b = self.value(need(arg("b", 1), "b")?)?;
+                let t = result.clone()?;
+                let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
+                let kind = match name {
+                    "maximum" => OpKind::Max,
+                    "minimum" => OpKind::Min,
+                    _ => OpKind::Pow,
+                };
+                Ok(Val::One(self.op1(kind, vec![a, b], t, vec![], &loc)))
+            }
+            "sum" | "mean" | "max" | "min" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let rank = self.vty(x).dims().len() as i64;
+                let axes = match arg("axis", 1) {
+                    None => (0..rank).collect(),
+                    Some(a) => self.int_list(a)?.into_iter().map(|ax| if ax < 0 { ax + rank } else { ax }).collect(),
+                };
+                let keepdim = arg("keepdim", 2).is_some_and(|k| matches!(self.ty_of(k), Ty::Bool(Some(true))));
+                let t = result.clone()?;
+                let attrs = vec![
+                    ("kind", Attr::Str(SmolStr::new(name))),
+                    ("axes", Attr::Ints(axes)),
+                    ("keepdim", Attr::Bool(keepdim)),
+                ];
+                Ok(Val::One(self.op1(OpKind::GReduce, vec![x], t, attrs, &loc)))
+            }
+            "softmax_safe" | "logsumexp_safe" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let rank = self.vty(x).dims().len() as i64;
+                let axis = match arg("axis", 1) {
+                    Some(a) => self.int_list(a)?.first().copied().unwrap_or(-1),
+                    None => -1,
+                };
+                let axis = if axis < 0 { axis + rank } else { axis };
+                let t = result.clone()?;
+                let kind = if name == "softmax_safe" { OpKind::Softmax } else { OpKind::LogSumExp };
+                Ok(Val::One(self.op1(kind, vec![x], t, vec![("axis", Attr::Int(axis))], &loc)))
+            }
+            "rmsnorm_safe" | "layernorm_safe" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let default_eps = if name == "rmsnorm_safe" { 1e-6 } else { 1e-5 };
+                let eps = arg("eps", 1).map(|a| self.float_const(a)).transpose()?.unwrap_or(default_eps);
+                let mut operands = vec![x];
+                let weight_slot = if name == "rmsnorm_safe" { 2 } else { 2 };
+                let mut has = vec![];
+                if let Some(w) = arg("weight", weight_slot) {
+                    if let Val::One(w) = self.expr(w)? {
+                        operands.push(w);
+                        has.push("weight");
+                    }
+                }
+                if name == "layernorm_safe" {
+                    if let Some(bias) = arg("bias", 3) {
+                        if let Val::One(bv) = self.expr(bias)? {
+                            operands.push(bv);
+                            has.push("bias");
+                        }
+                    }
+                }
+                let t = result.clone()?;
+                let kind = if name == "rmsnorm_safe" { OpKind::RmsNorm } else { OpKind::LayerNorm };
+                let mut attrs = vec![("eps", Attr::float(eps))];
+                if !has.is_empty() {
+                    attrs.push(("affine", Attr::Str(SmolStr::new(has.join(",")))));
+                }
+                Ok(Val::One(self.op1(kind, operands, t, attrs, &loc)))
+            }
+            "transpose" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let rank = self.vty(x).dims().len();
+                let perm = match arg("axes", 1) {
+                    Some(a) if !matches!(self.ty_of(a), Ty::NoneVal) => self.int_list(a)?,
+                    _ => (0..rank as i64).rev().collect(),
+                };
+                let t = result.clone()?;
+                Ok(Val::One(self.op1(OpKind::GTranspose, vec![x], t, vec![("perm", Attr::Ints(perm))], &loc)))
+            }
+            "reshape" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let t = result.clone()?;
+                Ok(Val::One(self.op1(OpKind::Reshape, vec![x], t, vec![], &loc)))
+            }
+            "split_qkv" => {
+                let x = self.value(need(arg("qkv", 0), "qkv")?)?;
+                let heads = self.value(need(arg("heads", 1), "heads")?)?;
+                let Ty::Tuple(items) = self.ty_of(e).clone() else {
+                    return unsupported("split_qkv without a known result type", range);
+                };
+                let types: Vec<Type> = items.iter().filter_map(param_type).collect();
+                let results = self.g.b.op(OpKind::SplitQkv, vec![x, heads], types, vec![], &loc);
+                Ok(Val::Many(results))
+            }
+            "merge_heads" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let t = result.clone()?;
+                Ok(Val::One(self.op1(OpKind::MergeHeads, vec![x], t, vec![], &loc)))
+            }
+            "flash_attention" => {
+                let q = self.value(need(arg("q", 0), "q")?)?;
+                let k = self.value(need(arg("k", 1), "k")?)?;
+                let v = self.value(need(arg("v", 2), "v")?)?;
+                let causal = arg("causal", 3).is_some_and(|c| matches!(self.ty_of(c), Ty::Bool(Some(true))));
+                let t = result.clone()?;
+                let mut attrs = vec![("causal", Attr::Bool(causal))];
+                if let Some(s) = arg("scale", 5) {
+                    if !matches!(self.ty_of(s), Ty::NoneVal) {
+                        attrs.push(("scale", Attr::float(self.float_const(s)?)));
+                    }
+                }
+                let p = match arg("dropout", 4) {
+                    Some(p) => match self.expr(p)? {
+                        Val::One(p) => Some(self.coerce(p, &Type::Scalar(DType::F32), &loc)?),
+                        _ => None,
+                    },
+                    None => None,
+                };
+                match p {
+                    Some(p) => {
+                        let stream = self.g.streams;
+                        self.g.streams += 1;
+                        attrs.push(("stream", Attr::Int(stream)));
+                        Ok(Val::One(self.effect(OpKind::FlashAttention, vec![q, k, v, p], t, attrs, &loc)))
+                    }
+                    None => Ok(Val::One(self.op1(OpKind::FlashAttention, vec![q, k, v], t, attrs, &loc))),
+                }
+            }
+            "dropout" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let p = self.value(need(arg("p", 1), "p")?)?;
+                Ok(Val::One(self.dropout(x, p, &loc)?))
+            }
+            "residual" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let y = self.value(need(arg("y", 1), "y")?)?;
+                let y = match arg("dropout", 2) {
+                    Some(p) => match self.expr(p)? {
+                        Val::One(p) => self.dropout(y, p, &loc)?,
+                        _ => y,
+                    },
+                    None => y,
+                };
+                let t = result.clone()?;
+                let (x, y) = (self.coerce(x, &t, &loc)?, self.coerce(y, &t, &loc)?);
+                Ok(Val::One(self.op1(OpKind::Add, vec![x, y], t, vec![], &loc)))
+            }
+            "zeros" | "ones" | "full" => {
+                let value = match name {
+                    "zeros" => 0.0,
+                    "ones" => 1.0,
+                    _ => self.float_const(need(arg("value", 1), "value")?)?,
+                };
+                let t = result.clone()?;
+                Ok(Val::One(self.op1(OpKind::Fill, vec![], t, vec![("value", Attr::float(value))], &loc)))
+            }
+            _ => unsupported(format!("`{path}` in a graph function is not lowered yet"), range),
+        }
+    }
+
+    fn float_const(&self, e: ExprId) -> R<f64> {
+        match self.ty_of(e) {
+            Ty::Float(Some(f)) => Ok(f.get()),
+            Ty::Int(Some(d)) if d.is_const() => Ok(d.as_const().unwrap_or(0) as f64),
+            other => unsupported(format!("a constant number here, not {other}"), self.range(e)),
+        }
+    }
+
+    fn int_list(&self, e: ExprId) -> R<Vec<i64>> {
+        match self.ty_of(e) {
+            Ty::Int(Some(d)) if d.is_const() => Ok(vec![d.as_const().unwrap_or(0)]),
+            Ty::Tuple(items) | Ty::List(items) => items
+                .iter()
+                .map(|t| match t {
+                    Ty::Int(Some(d)) if d.is_const() => Ok(d.as_const().unwrap_or(0)),
+                    _ => unsupported("a constant axis", self.range(e)),
+                })
+                .collect(),
+            _ => unsupported("constant axes", self.range(e)),
+        }
+    }
+
+    /// Binds a callee's parameters to the call's arguments.
+    fn bind_arguments(&mut self, callee: &Callee, args: &[Arg], range: TextRange) -> R<HashMap<SmolStr, Val>> {
+        let mut env = HashMap::new();
+        let mut positional = args.iter().filter(|a| a.name.is_none());
+        for p in &callee.sig.params {
+            let given = if p.keyword_only {
+                args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == p.name.as_str()))
+            } else {
+                args.iter()
+                    .find(|a| a.name.as_ref().is_some_and(|(n, _)| n == p.name.as_str()))
+                    .or_else(|| positional.next())
+            };
+            match given {
+                Some(a) => {
+                    let v = self.expr(a.value)?;
+                    env.insert(SmolStr::new(&p.name), v);
+                }
+                None if p.has_default => {
+                    // Defaults are constants the callee's own inference typed.
+                    let dp = callee.def.params.iter().find(|dp| dp.name == p.name.as_str());
+                    if let Some(default) = dp.and_then(|dp| dp.default) {
+                        let mut inner = Body {
+                            g: &mut *self.g,
+                            name: SmolStr::new(&callee.def.name),
+                            def: &callee.def,
+                            sig: &callee.sig,
+                            inf: &callee.inf,
+                            resolve: self.resolve,
+                            env: HashMap::new(),
+                        };
+                        let v = inner.expr(default)?;
+                        env.insert(SmolStr::new(&p.name), v);
+                    }
+                }
+                None => return unsupported(format!("no argument for `{}`", p.name), range),
+            }
+        }
+        Ok(env)
+    }
+
+    fn callee(&self, name: &str, range: TextRange) -> R<Callee> {
+        if self.g.depth > 16 {
+            return unsupported("graph functions call each other more than 16 deep (recursion?)", range);
+        }
+        let callee =
+            (self.resolve)(name).ok_or_else(|| LowerError { message: format!("no function `{name}`"), range })?;
+        if callee.is_kernel {
+            return unsupported(format!("calling the kernel `{name}` from a graph function is not lowered yet"), range);
+        }
+        Ok(callee)
+    }
+
+    /// Inlines a helper or graph function; returns its return value.
+    fn inline_call(&mut self, name: &str, args: &[Arg], range: TextRange) -> R<Val> {
+        let callee = self.callee(name, range)?;
+        let env = self.bind_arguments(&callee, args, range)?;
+        self.inline_body(&callee, env)
+    }
+
+    fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>) -> R<Val> {
+        self.g.depth += 1;
+        let mut inner = Body {
+            g: &mut *self.g,
+            name: SmolStr::new(&callee.def.name),
+            def: &callee.def,
+            sig: &callee.sig,
+            inf: &callee.inf,
+            resolve: self.resolve,
+            env,
+        };
+        let out = inner.stmts(&callee.def.body)?.unwrap_or(Val::None);
+        self.g.depth -= 1;
+        Ok(out)
+    }
+
+    /// `grad(f, wrt=...)(args)`: `f`'s forward graph, then the backward graph from its
+    /// (rank-0) result to the selected parameters.
+    fn grad_call(&mut self, of: &str, wrt: &[String], args: &[Arg], range: TextRange) -> R<Val> {
+        let callee = self.callee(of, range)?;
+        let env = self.bind_arguments(&callee, args, range)?;
+        let targets: Vec<String> = if wrt.is_empty() {
+            callee
+                .sig
+                .params
+                .iter()
+                .filter(|p| matches!(&p.ty, Ty::Tensor(t) if t.elem.dtype.is_float()))
+                .map(|p| p.name.clone())
+                .collect()
+        } else {
+            wrt.to_vec()
+        };
+        let mut wrt_values = Vec::new();
+        for t in &targets {
+            match env.get(t.as_str()) {
+                Some(Val::One(v)) => wrt_values.push(*v),
+                _ => return unsupported(format!("`{t}` is not a tensor parameter of `{of}`"), range),
+            }
+        }
+        let first_op = self.g.b.func.ops.len();
+        let loss = match self.inline_body(&callee, env)? {
+            Val::One(v) => v,
+            _ => return unsupported(format!("`{of}` must return one rank-0 tensor to be differentiated"), range),
+        };
+        let forward: Vec<OpId> = (first_op..self.g.b.func.ops.len()).map(|i| OpId(i as u32)).collect();
+        let loc = self.loc(range);
+        let grads = crate::autodiff::backward(&mut self.g.b, &forward, loss, &wrt_values, &loc)?;
+        Ok(Val::Many(grads))
+    }
+}
+
+/// Dims of a tensor value, for the autodiff and fusion passes.
+pub fn tensor_dims(f: &Func, v: ValueId) -> Option<Vec<Dim>> {
+    match f.ty(v) {
+        Type::Tensor(t) => Some(t.dims.clone()),
+        _ => None,
+    }
+}
