@@ -32,6 +32,9 @@ pub struct LowerArgs {
     /// Print the IR after every pass that changes it.
     #[arg(long)]
     pub print_after_change: bool,
+    /// For a graph function: print the Tessera source of its generated kernels.
+    #[arg(long)]
+    pub generated: bool,
 }
 
 /// Parses `KEY=VALUE` pairs.
@@ -99,6 +102,15 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
             assumed.iter().map(|s| format!("{s}={}", tessera_passes::DEFAULT_SHAPE)).collect::<Vec<_>>().join(", "),
             assumed[0]
         );
+    }
+    if args.generated {
+        return match tessera_passes::graph_plan::graph_plan(&db, entry.key).clone() {
+            Ok(plan) => {
+                print!("{}", plan.source);
+                Ok(0)
+            }
+            Err(e) => Err(format!("{shown}: cannot plan the kernels of `{}`: {}", args.kernel, e.message)),
+        };
     }
     let cannot = |stage: &str, e: tessera_passes::LowerError| {
         let at = line_index.line_col(&text, e.range.start + entry.anchor);

@@ -13,10 +13,12 @@ use crate::syntax::{self, ast, Parse};
 
 /// The database trait every Tessera query is written against.
 #[salsa::db]
-pub trait Db: salsa::Database {}
-
-#[salsa::db]
-impl<T: salsa::Database> Db for T {}
+pub trait Db: salsa::Database {
+    /// The input of a compiler-generated module (a graph function's kernels): one per
+    /// distinct (path, text), so asking twice gives the same file and its queries are
+    /// reused.
+    fn generated_file(&self, path: &std::path::Path, text: &str) -> SourceFile;
+}
 
 /// One source file. `utf8_error` is the offset of the first invalid byte when the file
 /// on disk was not UTF-8 (the text is then its lossy decoding).

@@ -16,6 +16,10 @@ pub mod syntax;
 pub mod synthetic;
 pub mod text;
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
 pub use db::{Db, FnKey, SourceFile};
 pub use diagnostics::{Code, Diagnostic, Severity};
 pub use text::{LineIndex, TextRange};
@@ -26,11 +30,12 @@ pub use text::{LineIndex, TextRange};
 #[derive(Clone)]
 pub struct Database {
     storage: salsa::Storage<Self>,
+    generated: Arc<Mutex<HashMap<(PathBuf, String), SourceFile>>>,
 }
 
 impl Default for Database {
     fn default() -> Self {
-        Database { storage: salsa::Storage::new(None) }
+        Database { storage: salsa::Storage::new(None), generated: Arc::default() }
     }
 }
 
@@ -38,9 +43,18 @@ impl Database {
     /// A database that reports every salsa event to `on_event` (tests use it to observe
     /// which queries re-execute).
     pub fn with_event_callback(on_event: impl Fn(salsa::Event) + Send + Sync + 'static) -> Database {
-        Database { storage: salsa::Storage::new(Some(Box::new(on_event))) }
+        Database { storage: salsa::Storage::new(Some(Box::new(on_event))), generated: Arc::default() }
     }
 }
 
 #[salsa::db]
 impl salsa::Database for Database {}
+
+#[salsa::db]
+impl Db for Database {
+    fn generated_file(&self, path: &Path, text: &str) -> SourceFile {
+        let key = (path.to_path_buf(), text.to_string());
+        let mut files = self.generated.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *files.entry(key).or_insert_with(|| SourceFile::new(self, path.to_path_buf(), text.to_string(), None))
+    }
+}

@@ -9,6 +9,7 @@ pub mod abi;
 pub mod analysis;
 pub mod autodiff;
 pub mod codegen;
+pub mod graph_plan;
 pub mod ir;
 pub mod llvm;
 pub mod lower;
@@ -332,6 +333,9 @@ pub fn lowering_text(
     config: &Config,
 ) -> Result<LoweredText, LowerError> {
     let file = key.file(db);
+    if stage != Stage::Graph && fn_signature(db, key).kind == FunctionKind::Graph {
+        return graph_lowering_text(db, key, stage, target, &config.shapes);
+    }
     let func = match stage {
         Stage::Graph => graph_ir(db, key).clone()?,
         Stage::Sched => sched_ir(db, key, config.clone(), target).clone()?,
@@ -342,4 +346,72 @@ pub fn lowering_text(
         }
     };
     Ok(print_ir(db, file, &func))
+}
+
+/// A graph function's generated kernel module, checked: a diagnostic in it is an
+/// internal error of the planner.
+pub fn plan_module(db: &dyn Db, key: FnKey<'_>) -> Result<(Arc<graph_plan::GraphPlan>, SourceFile), LowerError> {
+    let plan = graph_plan::graph_plan(db, key).clone()?;
+    let path = graph_plan::module_path(key.file(db).path(db), key.name(db));
+    let module = db.generated_file(&path, &plan.source);
+    let diagnostics = file_diagnostics(db, module, Target::Cpu);
+    if let Some(d) = diagnostics.iter().find(|d| d.is_error()) {
+        let index = LineIndex::new(&plan.source);
+        let at = index.line_col(&plan.source, d.range.start);
+        return Err(LowerError {
+            message: format!(
+                "internal error: the generated kernels of `{}` do not check: {}:{}:{}: {} [{:?}]",
+                key.name(db),
+                path.display(),
+                at.line + 1,
+                at.col + 1,
+                d.message,
+                d.code
+            ),
+            range: TextRange::default(),
+        });
+    }
+    Ok((plan, module))
+}
+
+/// The key of a generated kernel of a plan module.
+pub fn module_function<'db>(db: &'db dyn Db, module: SourceFile, name: &str) -> Option<FnKey<'db>> {
+    item_index(db, module).functions.iter().find(|f| f.key.name(db) == name).map(|f| f.key)
+}
+
+/// Schedule IR of a graph function is its launch plan; Tile and Target IR are those of
+/// each generated kernel, in launch order.
+fn graph_lowering_text(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    stage: Stage,
+    target: Target,
+    shapes: &BTreeMap<String, i64>,
+) -> Result<LoweredText, LowerError> {
+    let (plan, module) = plan_module(db, key)?;
+    if stage == Stage::Sched {
+        let mut out = print_ir(db, key.file(db), &plan.schedule);
+        let path = module.path(db).display().to_string();
+        out.text.push_str(&format!("// kernels (generated in {path}):\n"));
+        for k in &plan.kernels {
+            out.text.push_str(&format!("//   {}: {}\n", k.name, k.summary));
+        }
+        return Ok(out);
+    }
+    let mut out = LoweredText::default();
+    for k in &plan.kernels {
+        let kkey = module_function(db, module, &k.name).ok_or_else(|| LowerError {
+            message: format!("internal error: no generated kernel `{}`", k.name),
+            range: TextRange::default(),
+        })?;
+        let (config, _) = default_config(db, kkey, shapes)?;
+        let text = match stage {
+            Stage::Tile => print_ir(db, module, &*tile_ir(db, kkey, config, target).clone()?).text,
+            _ => codegen::target_code(db, kkey, config, target).clone()?.text.clone(),
+        };
+        out.text.push_str(&format!("// ===== {}: {} =====\n", k.name, k.summary));
+        out.text.push_str(&text);
+        out.text.push('\n');
+    }
+    Ok(out)
 }

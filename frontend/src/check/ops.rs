@@ -641,6 +641,36 @@ impl<'a> Infer<'a> {
                     Ty::Tensor(TensorType::new(dims, elem))
                 }
             }
+            (true, "rand") => {
+                let s = a.get("shape").unwrap().clone();
+                let Some(dims) = self.shape_arg(&s) else {
+                    return Ty::Unknown;
+                };
+                let seed = a.get("seed").unwrap().clone();
+                if !matches!(self.operand(seed.ty.clone()), Ty::Int(_) | Ty::Unknown) {
+                    return self.wrong_kind(seed.expr, path, "an int seed", &seed.ty);
+                }
+                let offsets = a.get("offsets").unwrap().clone();
+                let count = match &offsets.ty {
+                    Ty::Tuple(items) | Ty::List(items)
+                        if items.iter().all(|t| matches!(t, Ty::Int(_) | Ty::Unknown)) =>
+                    {
+                        items.len()
+                    }
+                    Ty::Int(_) => 1,
+                    Ty::Unknown => return Ty::Unknown,
+                    other => return self.wrong_kind(offsets.expr, path, "a tuple of int offsets", &other.clone()),
+                };
+                if count < dims.len() {
+                    return self.wrong_kind(
+                        offsets.expr,
+                        path,
+                        &format!("at least {} offsets (one per tile dim)", dims.len()),
+                        &offsets.ty,
+                    );
+                }
+                Ty::Tile(TileType { dims, elem: ElemType::plain(DType::F32) })
+            }
             (_, "arange") => {
                 let n = a.get("n").unwrap().clone();
                 let Ty::Int(Some(d)) = n.ty.clone() else {

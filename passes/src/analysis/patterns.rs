@@ -77,9 +77,24 @@ pub struct IndependentLoop {
 pub fn independent_loops(f: &Func) -> Vec<IndependentLoop> {
     let defs = f.definitions();
     let mut out = Vec::new();
+    // A loop can only move to the grid while the grid has an axis left (x, y, z).
+    let mut grid_depth = std::collections::HashMap::new();
+    fn depths(f: &Func, region: &Region, depth: usize, out: &mut std::collections::HashMap<OpId, usize>) {
+        for &id in &region.ops {
+            out.insert(id, depth);
+            let inner = depth + usize::from(f.op(id).kind == OpKind::GridParallel);
+            for r in &f.op(id).regions {
+                depths(f, r, inner, out);
+            }
+        }
+    }
+    depths(f, &f.body, 0, &mut grid_depth);
     for id in f.walk() {
         let op = f.op(id);
         if op.kind != OpKind::For || op.str_attr("kind") != Some("sequential") || !op.results.is_empty() {
+            continue;
+        }
+        if grid_depth.get(&id).copied().unwrap_or(0) >= 3 {
             continue;
         }
         let Some(body) = op.regions.first() else { continue };

@@ -216,6 +216,8 @@ ops! {
     // schedule level: a schedule key's value (symbolic in Graph IR, a constant after
     // specialization), and for graph functions the kernels and their buffers
     SchedParam = "sched.param",
+    // a dim of the graph function's tensors, from the sizes bound at launch
+    SchedDim = "sched.dim",
     Kernel = "sched.kernel",
     Buffer = "sched.buffer",
     // collectives implied by sharding

@@ -1174,6 +1174,20 @@ impl Lower<'_, '_> {
                 };
                 Ok(Val::One(self.b.op1(OpKind::Full, vec![], t, vec![("value", Attr::float(value))], &loc)))
             }
+            "rand" => {
+                let t = self.result_type(e)?;
+                let seed = self.value(arg("seed", 1).unwrap())?;
+                let seed = self.coerce(seed, &Type::Index, &loc)?;
+                let mut operands = vec![seed];
+                let offsets = match self.expr(arg("offsets", 2).unwrap())? {
+                    Val::One(v) => vec![v],
+                    Val::Many(vs) => vs,
+                };
+                for o in offsets {
+                    operands.push(self.coerce(o, &Type::Index, &loc)?);
+                }
+                Ok(Val::One(self.b.op1(OpKind::Rand, operands, t, vec![], &loc)))
+            }
             "arange" => {
                 let t = self.result_type(e)?;
                 Ok(Val::One(self.b.op1(OpKind::Arange, vec![], t, vec![], &loc)))
