@@ -384,6 +384,23 @@ impl<'a> Runner<'a> {
                 out.extend((0..*n).map(|i| i as f64));
                 self.set(*dst, Value::Tile(out));
             }
+            I::Rand { dst, seed, offsets, dims } => {
+                let seed = self.index(*seed)?;
+                let offs: Vec<i64> = offsets.iter().map(|&o| self.index(o)).collect::<R<_>>()?;
+                let lead = offs.len() - dims.len();
+                let n: usize = dims.iter().product();
+                let mut out = self.out_buf(*dst);
+                let mut coords = offs.clone();
+                for e in 0..n {
+                    let mut rest = e;
+                    for d in (0..dims.len()).rev() {
+                        coords[lead + d] = offs[lead + d] + (rest % dims[d]) as i64;
+                        rest /= dims[d];
+                    }
+                    out.push(tessera_passes::ir::rand::uniform(seed, &coords) as f64);
+                }
+                self.set(*dst, Value::Tile(out));
+            }
             I::Copy { dst, src } => {
                 let mut out = self.out_buf(*dst);
                 out.extend_from_slice(self.tile(*src)?);

@@ -156,6 +156,14 @@ pub(crate) enum I {
         dst: Reg,
         n: usize,
     },
+    /// `tile.rand`: leading offsets are fixed coordinates, the last `dims.len()` are
+    /// added to the element's coordinates.
+    Rand {
+        dst: Reg,
+        seed: Reg,
+        offsets: Vec<Reg>,
+        dims: Vec<usize>,
+    },
     Copy {
         dst: Reg,
         src: Reg,
@@ -672,6 +680,14 @@ impl Compiler<'_> {
                 };
                 let dom = self.domain(id, acc)?;
                 I::Dot { dst, a: a.0, b: b.0, acc: acc.0, m: ad[0], n: bd[1], k: ad[1], mode, dom }
+            }
+            OpKind::Rand => {
+                let dst = self.result(id, op)?;
+                let dims = self.tile_dims_of(id, op.results[0])?;
+                if op.operands.len() < 1 + dims.len() {
+                    return Err(self.err(id, format!("tile.rand of a rank-{} tile needs a seed and {} offsets", dims.len(), dims.len())));
+                }
+                I::Rand { dst, seed: self.reg(id, op, 0)?, offsets: op.operands[1..].iter().map(|v| v.0).collect(), dims }
             }
             OpKind::CausalMask => {
                 let dst = self.result(id, op)?;

@@ -6,6 +6,7 @@
 
 pub mod layout;
 pub mod print;
+pub mod rand;
 pub mod types;
 pub mod verify;
 
