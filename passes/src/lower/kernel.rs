@@ -1155,7 +1155,27 @@ impl Lower<'_, '_> {
                 let dst = arg("dst", 0).unwrap();
                 let val = arg("value", 1).unwrap();
                 let v = self.value(val)?;
-                self.store_to(dst, v, val)?;
+                // `mask=` narrows the enclosing masked region, if any, for this store.
+                let saved = self.mask;
+                if let Some(m) = kw("mask") {
+                    let m = self.value(m)?;
+                    let dims = match self.vty(v) {
+                        Type::Tile(t) => t.dims,
+                        _ => self.vty(m).dims().to_vec(),
+                    };
+                    let mt = Type::tile(dims, DType::Bool);
+                    let m = self.coerce(m, &mt, &loc)?;
+                    self.mask = Some(match saved {
+                        Some(outer) => {
+                            let outer = self.coerce(outer, &mt, &loc)?;
+                            self.b.op1(OpKind::And, vec![outer, m], mt, vec![], &loc)
+                        }
+                        None => m,
+                    });
+                }
+                let stored = self.store_to(dst, v, val);
+                self.mask = saved;
+                stored?;
                 Ok(Val::Many(vec![]))
             }
             "zeros" | "full" => {
