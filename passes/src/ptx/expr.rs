@@ -1,0 +1,360 @@
+//! Integer expressions of the thread id: element coordinates, shared-memory byte
+//! offsets (swizzle included), copy-chunk assignments.
+//!
+//! The same expression is both emitted as PTX and evaluated here, so the compiler can
+//! check its own address arithmetic against the IR's definitions (`Layout::elements`,
+//! `SmemType::byte_offset`) for every thread, and can find expressions that differ
+//! from an already computed one by a constant (an immediate address offset).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::builder::{Builder, Class, Operand, Reg};
+
+/// A non-negative integer function of `%tid.x` (values stay below 2^31).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Expr {
+    Const(i64),
+    Tid,
+    Add(Arc<Expr>, Arc<Expr>),
+    Mul(Arc<Expr>, i64),
+    Div(Arc<Expr>, i64),
+    Rem(Arc<Expr>, i64),
+    Xor(Arc<Expr>, Arc<Expr>),
+}
+
+impl Expr {
+    pub fn c(v: i64) -> Expr {
+        Expr::Const(v)
+    }
+
+    pub fn tid() -> Expr {
+        Expr::Tid
+    }
+
+    pub fn as_const(&self) -> Option<i64> {
+        match self {
+            Expr::Const(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The largest value the expression takes for thread ids below `threads`.
+    pub fn max(&self, threads: u32) -> i64 {
+        match self {
+            Expr::Const(v) => *v,
+            Expr::Tid => threads as i64 - 1,
+            Expr::Add(a, b) => a.max(threads) + b.max(threads),
+            Expr::Mul(a, k) => a.max(threads) * k,
+            Expr::Div(a, k) => a.max(threads) / k,
+            Expr::Rem(a, k) => a.max(threads).min(k - 1),
+            Expr::Xor(a, b) => {
+                let bits = 64 - (a.max(threads) | b.max(threads)).leading_zeros();
+                (1i64 << bits) - 1
+            }
+        }
+    }
+
+    pub fn eval(&self, tid: u32) -> i64 {
+        match self {
+            Expr::Const(v) => *v,
+            Expr::Tid => tid as i64,
+            Expr::Add(a, b) => a.eval(tid) + b.eval(tid),
+            Expr::Mul(a, k) => a.eval(tid) * k,
+            Expr::Div(a, k) => a.eval(tid) / k,
+            Expr::Rem(a, k) => a.eval(tid) % k,
+            Expr::Xor(a, b) => a.eval(tid) ^ b.eval(tid),
+        }
+    }
+
+    pub fn add(self, other: Expr) -> Expr {
+        match (&self, &other) {
+            (Expr::Const(a), Expr::Const(b)) => Expr::Const(a + b),
+            (Expr::Const(0), _) => other,
+            (_, Expr::Const(0)) => self,
+            // Keep constants outermost so that `x + c` offsets are visible.
+            (Expr::Add(a, b), Expr::Const(c)) if b.as_const().is_some() => {
+                Expr::Add(a.clone(), Arc::new(Expr::Const(b.as_const().unwrap() + c)))
+            }
+            (Expr::Const(_), _) => Expr::Add(Arc::new(other), Arc::new(self)),
+            _ => Expr::Add(Arc::new(self), Arc::new(other)),
+        }
+    }
+
+    pub fn addc(self, c: i64) -> Expr {
+        self.add(Expr::Const(c))
+    }
+
+    pub fn mul(self, k: i64) -> Expr {
+        match self {
+            _ if k == 0 => Expr::Const(0),
+            _ if k == 1 => self,
+            Expr::Const(v) => Expr::Const(v * k),
+            Expr::Mul(a, j) => Expr::Mul(a, j * k),
+            other => Expr::Mul(Arc::new(other), k),
+        }
+    }
+
+    /// Division by a positive constant (values are non-negative: floor = truncation).
+    pub fn div(self, k: i64, threads: u32) -> Expr {
+        assert!(k > 0, "division by a non-positive constant");
+        match self {
+            _ if k == 1 => self,
+            Expr::Const(v) => Expr::Const(v / k),
+            _ if self.max(threads) < k => Expr::Const(0),
+            Expr::Div(a, j) => Expr::Div(a, j * k),
+            other => Expr::Div(Arc::new(other), k),
+        }
+    }
+
+    pub fn rem(self, k: i64, threads: u32) -> Expr {
+        assert!(k > 0, "remainder by a non-positive constant");
+        match self {
+            _ if k == 1 => Expr::Const(0),
+            Expr::Const(v) => Expr::Const(v % k),
+            _ if self.max(threads) < k => self,
+            other => Expr::Rem(Arc::new(other), k),
+        }
+    }
+
+    pub fn xor(self, other: Expr) -> Expr {
+        match (&self, &other) {
+            (Expr::Const(a), Expr::Const(b)) => Expr::Const(a ^ b),
+            (Expr::Const(0), _) => other,
+            (_, Expr::Const(0)) => self,
+            _ => Expr::Xor(Arc::new(self), Arc::new(other)),
+        }
+    }
+
+    /// Splits `x + c` into `(x, c)`.
+    pub fn split_const(&self) -> (Expr, i64) {
+        match self {
+            Expr::Const(v) => (Expr::Const(0), *v),
+            Expr::Add(a, b) => match b.as_const() {
+                Some(c) => (a.as_ref().clone(), c),
+                None => (self.clone(), 0),
+            },
+            _ => (self.clone(), 0),
+        }
+    }
+}
+
+/// Thread-id expressions already computed in the prologue, by expression.
+#[derive(Default)]
+pub struct ExprCache {
+    tid: Option<Reg>,
+    regs: HashMap<Expr, Reg>,
+}
+
+impl ExprCache {
+    /// The expression as a 32-bit operand; its computation goes to the prologue once.
+    pub fn emit(&mut self, b: &mut Builder, e: &Expr) -> Operand {
+        if let Expr::Const(v) = e {
+            return Operand::Int(*v);
+        }
+        if let Some(r) = self.regs.get(e) {
+            return Operand::Reg(*r);
+        }
+        let r = b.in_prologue(|b| self.compute(b, e));
+        self.regs.insert(e.clone(), r);
+        Operand::Reg(r)
+    }
+
+    /// The expression as a 64-bit operand (zero-extended): the 32-bit value comes from
+    /// the prologue, the widening is emitted here (64-bit values stay short-lived).
+    pub fn emit_wide(&mut self, b: &mut Builder, e: &Expr) -> Operand {
+        if let Expr::Const(v) = e {
+            return Operand::Int(*v);
+        }
+        let narrow = self.emit(b, e);
+        let r = b.reg(Class::B64);
+        b.ins(format!("cvt.u64.u32 {r}, {narrow}"));
+        Operand::Reg(r)
+    }
+
+    /// The expression computed where the code is being emitted (nothing cached beyond
+    /// what the prologue already has): for cold paths, whose values should not occupy
+    /// registers for the whole kernel.
+    pub fn emit_inline(&mut self, b: &mut Builder, e: &Expr) -> Operand {
+        if let Expr::Const(v) = e {
+            return Operand::Int(*v);
+        }
+        let tid = b.in_prologue(|b| self.tid(b));
+        let mut local = HashMap::new();
+        Operand::Reg(self.compute_inline(b, e, tid, true, &mut local))
+    }
+
+    /// The expression with `Tid` standing for the value of `index` (a loop counter
+    /// stepping through a range the way thread ids do), computed in place.
+    pub fn emit_at(&mut self, b: &mut Builder, e: &Expr, index: Reg) -> Operand {
+        if let Expr::Const(v) = e {
+            return Operand::Int(*v);
+        }
+        let mut local = HashMap::new();
+        Operand::Reg(self.compute_inline(b, e, index, false, &mut local))
+    }
+
+    fn compute_inline(
+        &self,
+        b: &mut Builder,
+        e: &Expr,
+        tid: Reg,
+        use_prologue: bool,
+        local: &mut HashMap<Expr, Reg>,
+    ) -> Reg {
+        let cached = if use_prologue { self.regs.get(e) } else { None };
+        if let Some(r) = cached.or_else(|| local.get(e)) {
+            return *r;
+        }
+        let operand = |b: &mut Builder, x: &Expr, local: &mut HashMap<Expr, Reg>| match x {
+            Expr::Const(v) => Operand::Int(*v),
+            _ => Operand::Reg(self.compute_inline(b, x, tid, use_prologue, local)),
+        };
+        let r = match e {
+            Expr::Tid => return tid,
+            Expr::Const(v) => {
+                let r = b.reg(Class::B32);
+                b.ins(format!("mov.u32 {r}, {v}"));
+                r
+            }
+            Expr::Add(x, y) => {
+                let (x, y) = (operand(b, x, local), operand(b, y, local));
+                let r = b.reg(Class::B32);
+                b.ins(format!("add.u32 {r}, {x}, {y}"));
+                r
+            }
+            Expr::Xor(x, y) => {
+                let (x, y) = (operand(b, x, local), operand(b, y, local));
+                let r = b.reg(Class::B32);
+                b.ins(format!("xor.b32 {r}, {x}, {y}"));
+                r
+            }
+            Expr::Mul(x, k) | Expr::Div(x, k) | Expr::Rem(x, k) => {
+                let x = operand(b, x, local);
+                let r = b.reg(Class::B32);
+                b.ins(unary_by_constant(e, r, x, *k));
+                r
+            }
+        };
+        local.insert(e.clone(), r);
+        r
+    }
+
+    fn tid(&mut self, b: &mut Builder) -> Reg {
+        if let Some(t) = self.tid {
+            return t;
+        }
+        let r = b.reg(Class::B32);
+        b.ins(format!("mov.u32 {r}, %tid.x"));
+        self.tid = Some(r);
+        r
+    }
+
+    fn operand(&mut self, b: &mut Builder, e: &Expr) -> Operand {
+        match e {
+            Expr::Const(v) => Operand::Int(*v),
+            _ => {
+                if let Some(r) = self.regs.get(e) {
+                    return Operand::Reg(*r);
+                }
+                let r = self.compute(b, e);
+                self.regs.insert(e.clone(), r);
+                Operand::Reg(r)
+            }
+        }
+    }
+
+    fn compute(&mut self, b: &mut Builder, e: &Expr) -> Reg {
+        if let Some(r) = self.regs.get(e) {
+            return *r;
+        }
+        match e {
+            Expr::Tid => self.tid(b),
+            Expr::Const(v) => {
+                let r = b.reg(Class::B32);
+                b.ins(format!("mov.u32 {r}, {v}"));
+                r
+            }
+            Expr::Add(x, y) => {
+                let (x, y) = (self.operand(b, x), self.operand(b, y));
+                let r = b.reg(Class::B32);
+                b.ins(format!("add.u32 {r}, {x}, {y}"));
+                r
+            }
+            Expr::Mul(x, k) | Expr::Div(x, k) | Expr::Rem(x, k) => {
+                let x = self.operand(b, x);
+                let r = b.reg(Class::B32);
+                b.ins(unary_by_constant(e, r, x, *k));
+                r
+            }
+            Expr::Xor(x, y) => {
+                let (x, y) = (self.operand(b, x), self.operand(b, y));
+                let r = b.reg(Class::B32);
+                b.ins(format!("xor.b32 {r}, {x}, {y}"));
+                r
+            }
+        }
+    }
+}
+
+/// `x * k`, `x / k` or `x % k` (shifts and masks for powers of two).
+fn unary_by_constant(e: &Expr, r: Reg, x: Operand, k: i64) -> String {
+    let pow2 = k > 0 && k.count_ones() == 1;
+    match (e, pow2) {
+        (Expr::Mul(..), true) => format!("shl.b32 {r}, {x}, {}", k.trailing_zeros()),
+        (Expr::Mul(..), false) => format!("mul.lo.u32 {r}, {x}, {k}"),
+        (Expr::Div(..), true) => format!("shr.u32 {r}, {x}, {}", k.trailing_zeros()),
+        (Expr::Div(..), false) => format!("div.u32 {r}, {x}, {k}"),
+        (_, true) => format!("and.b32 {r}, {x}, {}", k - 1),
+        (_, false) => format!("rem.u32 {r}, {x}, {k}"),
+    }
+}
+
+/// A family of thread expressions (one per register, copy chunk, ...) emitted as few
+/// base registers plus immediate offsets: each member that differs from an earlier
+/// base by the same constant for every thread reuses that base.
+pub fn share_bases(exprs: &[Expr], threads: u32) -> Vec<(usize, i64)> {
+    let values: Vec<Vec<i64>> = exprs.iter().map(|e| (0..threads).map(|t| e.eval(t)).collect()).collect();
+    let mut bases: Vec<usize> = Vec::new();
+    let mut out = Vec::with_capacity(exprs.len());
+    for (i, v) in values.iter().enumerate() {
+        let found = bases.iter().find_map(|&b| {
+            let d = v[0] - values[b][0];
+            v.iter().zip(&values[b]).all(|(x, y)| x - y == d).then_some((b, d))
+        });
+        match found {
+            Some(hit) => out.push(hit),
+            None => {
+                bases.push(i);
+                out.push((i, 0));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folding_keeps_offsets_outermost() {
+        let e = Expr::tid().rem(8, 128).mul(16).addc(32).addc(16);
+        assert_eq!(e.split_const().1, 48);
+        assert_eq!(e.eval(9), 16 + 48);
+        assert_eq!(Expr::tid().div(128, 128), Expr::Const(0));
+        assert_eq!(Expr::tid().rem(256, 128), Expr::Tid);
+    }
+
+    #[test]
+    fn shared_bases_find_constant_differences() {
+        let base = Expr::tid().rem(4, 64).mul(8);
+        let exprs = vec![base.clone(), base.clone().addc(64), base.clone().xor(Expr::c(1)), Expr::tid()];
+        let shared = share_bases(&exprs, 64);
+        assert_eq!(shared[0], (0, 0));
+        assert_eq!(shared[1], (0, 64));
+        // x ^ 1 with x a multiple of 8 is x + 1.
+        assert_eq!(shared[2], (0, 1));
+        assert_eq!(shared[3], (3, 0));
+    }
+}

@@ -1,0 +1,1097 @@
+//! Global and shared memory: `tile.load/store/gather/scatter`, `tile.cp_async`,
+//! `tile.load_shared/store_shared` (dot operands go to `dot::ldmatrix`).
+//!
+//! Global accesses check every coordinate against the tensor (`setp.lt.u64` of the
+//! signed position against the dim catches both ends) and predicate the access. Runs
+//! of elements that are contiguous in memory and in registers become vector accesses
+//! under a uniform run-time test (pointer, offset and row length aligned); the test
+//! falls back to the element-by-element code, which handles every ragged edge.
+
+use std::collections::HashMap;
+
+use tessera_frontend::check::DType;
+
+use super::builder::{Class, Operand, Reg};
+use super::expr::{share_bases, Expr};
+use super::numerics::{from_storage, materialize, mem_access, mem_bytes, per_word, to_storage, wide_class};
+use super::threadmap::ThreadMap;
+use super::{mov, pack_bytes, Emitter, Repr, SmemVal, TileVal, Val, ViewVal, R};
+use crate::ir::{Attr, Op, SmemType, Swizzle};
+
+/// Where each register's element is in global memory.
+struct Plan {
+    /// Per register: a row address (`b64`) and a byte offset.
+    addr: Vec<(Reg, i64)>,
+    /// Per register: in bounds.
+    pred: Vec<Reg>,
+    /// Elements per vector access and the uniform test that allows it.
+    vector: Option<(usize, Reg)>,
+}
+
+/// The byte offset of element `(row, col)` in a slot of `ty`: `SmemType::byte_offset`
+/// as a thread-id expression.
+pub(super) fn smem_offset(ty: &SmemType, row: Expr, col: Expr, threads: u32) -> Option<Expr> {
+    let (_, row_len) = ty.rows_and_row_len()?;
+    let bytes = ty.dtype.bytes() as i64;
+    let row_bytes = row_len * bytes;
+    let plain = row.clone().mul(row_len + ty.pad as i64).add(col.clone()).mul(bytes);
+    if ty.swizzle == Swizzle::None || ty.pad != 0 || ty.dtype.bits() < 8 {
+        return Some(plain);
+    }
+    let col_bytes = col.mul(bytes);
+    let chunk = col_bytes.clone().div(16, threads);
+    let within = col_bytes.rem(16, threads);
+    if row_bytes >= 128 && row_bytes % 128 == 0 {
+        let phase = row.clone().rem(8, threads);
+        Some(row.mul(row_bytes).add(chunk.xor(phase).mul(16)).add(within))
+    } else if row_bytes >= 16 && 128 % row_bytes == 0 {
+        let rows_per_line = 128 / row_bytes;
+        let line = row.clone().div(rows_per_line, threads);
+        let in_line = row.rem(rows_per_line, threads);
+        let line_chunk = in_line.mul(row_bytes / 16).add(chunk);
+        let phase = line.clone().rem(8, threads);
+        Some(line.mul(128).add(line_chunk.xor(phase).mul(16)).add(within))
+    } else {
+        Some(plain)
+    }
+}
+
+impl Emitter<'_> {
+    fn view_of(&self, op: &Op, v: crate::ir::ValueId) -> R<ViewVal> {
+        match self.val(op, v)? {
+            Val::View(view) => Ok(view.clone()),
+            _ => Err(self.fail(op, "the operand is not a view")),
+        }
+    }
+
+    fn smem_of(&self, op: &Op, v: crate::ir::ValueId) -> R<SmemVal> {
+        match self.val(op, v)? {
+            Val::Smem(s) => Ok(s.clone()),
+            _ => Err(self.fail(op, "the operand is not a shared buffer")),
+        }
+    }
+
+    /// `a + b` for 64-bit operands (folding immediates).
+    fn add64(&mut self, a: Operand, b: Operand) -> Operand {
+        match (a, b) {
+            (Operand::Int(x), Operand::Int(y)) => Operand::Int(x + y),
+            (x, Operand::Int(0)) | (Operand::Int(0), x) => x,
+            (Operand::Int(x), y) => self.add64(y, Operand::Int(x)),
+            (x, y) => {
+                let r = self.b.reg(Class::B64);
+                self.b.ins(format!("add.s64 {r}, {x}, {y}"));
+                Operand::Reg(r)
+            }
+        }
+    }
+
+    /// `acc + x * y` for 64-bit operands.
+    fn mad64(&mut self, x: Operand, y: Operand, acc: Operand) -> Operand {
+        match (x, y) {
+            (Operand::Int(0), _) | (_, Operand::Int(0)) => acc,
+            (Operand::Int(a), Operand::Int(b)) => self.add64(acc, Operand::Int(a * b)),
+            (Operand::Int(a), r) | (r, Operand::Int(a)) if a == 1 => self.add64(acc, r),
+            (Operand::Int(a), r) | (r, Operand::Int(a)) => {
+                let out = self.b.reg(Class::B64);
+                let acc = materialize(&mut self.b, Class::B64, acc);
+                self.b.ins(format!("mad.lo.s64 {out}, {r}, {a}, {acc}"));
+                Operand::Reg(out)
+            }
+            (a, b) => {
+                let out = self.b.reg(Class::B64);
+                let acc = materialize(&mut self.b, Class::B64, acc);
+                self.b.ins(format!("mad.lo.s64 {out}, {a}, {b}, {acc}"));
+                Operand::Reg(out)
+            }
+        }
+    }
+
+    /// `0 <= pos < dim` as one unsigned comparison.
+    fn in_range(&mut self, pos: Operand, dim: Reg) -> Reg {
+        let p = self.b.reg(Class::Pred);
+        let pos = materialize(&mut self.b, Class::B64, pos);
+        self.b.ins(format!("setp.lt.u64 {p}, {pos}, {dim}"));
+        p
+    }
+
+    fn and_pred(&mut self, a: Option<Reg>, b: Reg) -> Reg {
+        match a {
+            None => b,
+            Some(a) => {
+                let r = self.b.reg(Class::Pred);
+                self.b.ins(format!("and.pred {r}, {a}, {b}"));
+                r
+            }
+        }
+    }
+
+    /// A byte stride of tensor dim `d`.
+    fn stride_bytes(&mut self, tensor: usize, d: usize, eb: i64) -> Operand {
+        match self.stride(tensor, d) {
+            Operand::Int(s) => Operand::Int(s * eb),
+            s => {
+                if let Some(r) = self.stride_bytes.get(&(tensor, d, eb)) {
+                    return *r;
+                }
+                let r = self.b.in_prologue(|b| {
+                    let r = b.reg(Class::B64);
+                    b.ins(format!("mul.lo.s64 {r}, {s}, {eb}"));
+                    Operand::Reg(r)
+                });
+                self.stride_bytes.insert((tensor, d, eb), r);
+                r
+            }
+        }
+    }
+
+    /// Addresses, bounds and vectorization of a tile's elements in a view.
+    fn global_plan(&mut self, op: &Op, view: &ViewVal, map: &ThreadMap, dtype: DType, allow_vector: bool) -> R<Plan> {
+        let t = view.tensor;
+        let tensor_rank = self.tensors[t].dims.len();
+        if view.dims.len() != map.rank() {
+            return Err(
+                self.fail(op, format!("a view of rank {} holds a tile of rank {}", view.dims.len(), map.rank()))
+            );
+        }
+        let eb = mem_bytes(dtype) as i64;
+        let ptr = self.tensors[t].ptr;
+        // The view dim along the tensor's contiguous dim (byte offsets become immediates).
+        let contiguous = view.dims.iter().position(|&j| j + 1 == tensor_rank).filter(|&d| !map.wraps(d));
+        // Positions of each view dim: offset + thread part (non-wrapping dims).
+        let mut pos: Vec<Option<Operand>> = Vec::new();
+        for (d, &j) in view.dims.iter().enumerate() {
+            if map.wraps(d) {
+                pos.push(None);
+            } else {
+                let part = map.thread_part(d);
+                let wide = self.exprs.emit_wide(&mut self.b, &part);
+                let p = self.add64(view.offsets[j], wide);
+                pos.push(Some(p));
+            }
+        }
+        // Squeezed dims: fixed contributions and a uniform bounds test.
+        let mut base = Operand::Reg(ptr);
+        let mut squeezed_ok: Option<Reg> = None;
+        for j in 0..tensor_rank {
+            if view.dims.contains(&j) {
+                continue;
+            }
+            let sb = self.stride_bytes(t, j, eb);
+            base = self.mad64(view.offsets[j], sb, base);
+            let dim = self.tensors[t].dims[j];
+            let p = self.in_range(view.offsets[j], dim);
+            squeezed_ok = Some(self.and_pred(squeezed_ok, p));
+        }
+        if let Some(c) = contiguous {
+            let p = pos[c].expect("the contiguous dim does not wrap");
+            base = self.mad64(p, Operand::Int(eb), base);
+        }
+        // Per row (the position and constant of every non-contiguous dim): its address
+        // and whether it is inside the tensor.
+        type RowKey = Vec<(Operand, i64)>;
+        let mut rows: HashMap<RowKey, (Reg, Option<Reg>)> = HashMap::new();
+        let mut dim_preds: HashMap<(usize, Operand, i64), Reg> = HashMap::new();
+        let mut addr = Vec::with_capacity(map.len());
+        let mut pred = Vec::with_capacity(map.len());
+        for i in 0..map.len() {
+            // The position operand and constant of every view dim for this register.
+            let mut coords: Vec<(Operand, i64)> = Vec::new();
+            for (d, p) in pos.iter().enumerate() {
+                let j = view.dims[d];
+                match *p {
+                    Some(p) => coords.push((p, map.regs[i][d])),
+                    None => {
+                        // A wrapping dim: this register's coordinate, computed in place.
+                        let e = map.coord_expr(i, d);
+                        let narrow = self.exprs.emit_inline(&mut self.b, &e);
+                        let wide = match narrow {
+                            Operand::Int(v) => Operand::Int(v),
+                            r => {
+                                let w = self.b.reg(Class::B64);
+                                self.b.ins(format!("cvt.u64.u32 {w}, {r}"));
+                                Operand::Reg(w)
+                            }
+                        };
+                        let p = self.add64(view.offsets[j], wide);
+                        coords.push((p, 0));
+                    }
+                }
+            }
+            let key: Vec<(Operand, i64)> =
+                coords.iter().enumerate().filter(|(d, _)| Some(*d) != contiguous).map(|(_, c)| *c).collect();
+            let (row, row_ok) = match rows.get(&key) {
+                Some(r) => *r,
+                None => {
+                    let mut a = base;
+                    let mut ok = squeezed_ok;
+                    for (d, &(p, c)) in coords.iter().enumerate() {
+                        if Some(d) == contiguous {
+                            continue;
+                        }
+                        let j = view.dims[d];
+                        let at = self.add64(p, Operand::Int(c));
+                        let sb = self.stride_bytes(t, j, eb);
+                        a = self.mad64(at, sb, a);
+                        let pd = self.dim_pred(t, j, d, p, c, &mut dim_preds);
+                        ok = Some(self.and_pred(ok, pd));
+                    }
+                    let a = materialize(&mut self.b, Class::B64, a);
+                    rows.insert(key, (a, ok));
+                    (a, ok)
+                }
+            };
+            let (imm, p) = match contiguous {
+                Some(c) => {
+                    let (pc, cc) = coords[c];
+                    let j = view.dims[c];
+                    let pd = self.dim_pred(t, j, c, pc, cc, &mut dim_preds);
+                    (cc * eb, self.and_pred(row_ok, pd))
+                }
+                None => (0, row_ok.unwrap_or_else(|| always(&mut self.b))),
+            };
+            addr.push((row, imm));
+            pred.push(p);
+        }
+        let vector = match (allow_vector, contiguous) {
+            (true, Some(c)) => self.vector_width(map, c, eb, &addr).map(|v| (v, c)),
+            _ => None,
+        };
+        let vector = match vector {
+            Some((v, c)) => {
+                let j = view.dims[c];
+                let dim = self.tensors[t].dims[j];
+                let off = view.offsets[j];
+                let ok = self.alignment_test(ptr, off, dim, (v as i64) * eb, eb);
+                Some((v, ok))
+            }
+            None => None,
+        };
+        Ok(Plan { addr, pred, vector })
+    }
+
+    fn dim_pred(
+        &mut self,
+        t: usize,
+        j: usize,
+        d: usize,
+        p: Operand,
+        c: i64,
+        cache: &mut HashMap<(usize, Operand, i64), Reg>,
+    ) -> Reg {
+        if let Some(r) = cache.get(&(d, p, c)) {
+            return *r;
+        }
+        let at = self.add64(p, Operand::Int(c));
+        let dim = self.tensors[t].dims[j];
+        let r = self.in_range(at, dim);
+        cache.insert((d, p, c), r);
+        r
+    }
+
+    /// The widest vector (elements) every register group allows, if any.
+    fn vector_width(&self, map: &ThreadMap, c: usize, eb: i64, addr: &[(Reg, i64)]) -> Option<usize> {
+        for bytes in [16, 8, 4] {
+            let v = (bytes / eb) as usize;
+            if v < 2 || bytes % eb != 0 || !map.len().is_multiple_of(v) {
+                continue;
+            }
+            if map.bits.iter().any(|s| s[c] % v as i64 != 0) {
+                continue;
+            }
+            let ok = (0..map.len()).step_by(v).all(|i| {
+                map.regs[i][c] % v as i64 == 0
+                    && (1..v).all(|k| addr[i + k].0 == addr[i].0 && addr[i + k].1 == addr[i].1 + k as i64 * eb)
+            });
+            if ok {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Uniform: pointer, offset and row length are multiples of the vector.
+    fn alignment_test(&mut self, ptr: Reg, off: Operand, dim: Reg, vector_bytes: i64, eb: i64) -> Reg {
+        let b = &mut self.b;
+        let m = b.reg(Class::B64);
+        let off_bytes = match off {
+            Operand::Int(o) => Operand::Int(o * eb),
+            o => {
+                let r = b.reg(Class::B64);
+                b.ins(format!("mul.lo.s64 {r}, {o}, {eb}"));
+                Operand::Reg(r)
+            }
+        };
+        b.ins(format!("mul.lo.s64 {m}, {dim}, {eb}"));
+        b.ins(format!("or.b64 {m}, {m}, {ptr}"));
+        b.ins(format!("or.b64 {m}, {m}, {off_bytes}"));
+        b.ins(format!("and.b64 {m}, {m}, {}", vector_bytes - 1));
+        let p = b.reg(Class::Pred);
+        b.ins(format!("setp.eq.s64 {p}, {m}, 0"));
+        p
+    }
+
+    /// Optional mask operand (a bool tile in the same layout).
+    fn mask_of(&mut self, op: &Op, index: usize, map_len: usize) -> R<Option<Vec<Operand>>> {
+        let Some(&m) = op.operands.get(index) else { return Ok(None) };
+        let t = self.tile(op, m)?;
+        let w = self.wide(&t);
+        if w.len() != map_len {
+            return Err(self.fail(op, "the mask's layout differs from the data's"));
+        }
+        Ok(Some(w))
+    }
+
+    pub(super) fn load(&mut self, op: &Op) -> R<()> {
+        let view = self.view_of(op, op.operands[0])?;
+        let (dtype, shape, layout) = self.tile_type(op, op.results[0])?;
+        let map = self.map(op, &layout, &shape)?;
+        let plan = self.global_plan(op, &view, &map, dtype, true)?;
+        let other = op.attr("other").and_then(Attr::as_float).unwrap_or(0.0);
+        let other_wide = super::const_operand(dtype, other);
+        let target = self.target;
+        let other_bits = to_storage(&mut self.b, target, dtype, other_wide);
+        let (ty, class) = mem_access(dtype);
+        let out_class = wide_class(dtype);
+        let out: Vec<Reg> = (0..map.len()).map(|_| self.b.reg(out_class)).collect();
+        let scalar_label = self.b.label("scalar");
+        let done = self.b.label("loaded");
+        if let Some((v, ok)) = plan.vector {
+            self.b.ins_if(ok, true, format!("bra.uni {scalar_label}"));
+            let eb = mem_bytes(dtype) as usize;
+            for g in (0..map.len()).step_by(v) {
+                let (row, imm) = plan.addr[g];
+                let p = plan.pred[g];
+                let storage = self.vector_load(p, row, imm, v, eb, ty, class, other_bits);
+                for (k, s) in storage.into_iter().enumerate() {
+                    let w = from_storage(&mut self.b, target, dtype, s);
+                    mov(&mut self.b, out[g + k], w);
+                }
+            }
+            self.b.ins(format!("bra.uni {done}"));
+            self.b.place_label(&scalar_label);
+        }
+        for (i, &dest) in out.iter().enumerate() {
+            let s = self.b.reg(class);
+            mov(&mut self.b, s, other_bits);
+            let (row, imm) = plan.addr[i];
+            self.b.ins_if(plan.pred[i], false, format!("ld.global.{ty} {s}, [{row}+{imm}]"));
+            let w = from_storage(&mut self.b, target, dtype, s);
+            mov(&mut self.b, dest, w);
+        }
+        if plan.vector.is_some() {
+            self.b.place_label(&done);
+        }
+        let mut values: Vec<Operand> = out.iter().map(|&r| Operand::Reg(r)).collect();
+        if let Some(mask) = self.mask_of(op, 1, map.len())? {
+            for (x, m) in values.iter_mut().zip(mask) {
+                let m = materialize(&mut self.b, Class::Pred, m);
+                *x = self.select(dtype, m, *x, other_wide);
+            }
+        }
+        self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr: Repr::Wide(values) }));
+        Ok(())
+    }
+
+    /// `c ? a : b` for wide elements.
+    pub(super) fn select(&mut self, dtype: DType, c: Reg, a: Operand, b: Operand) -> Operand {
+        let class = wide_class(dtype);
+        let r = self.b.reg(class);
+        let ty = match class {
+            Class::F32 => "f32",
+            Class::F64 => "f64",
+            Class::B64 => "b64",
+            Class::Pred => {
+                let (a, b2) = (materialize(&mut self.b, Class::Pred, a), materialize(&mut self.b, Class::Pred, b));
+                return Operand::Reg(super::select_pred(&mut self.b, c, a, b2));
+            }
+            _ => "b32",
+        };
+        self.b.ins(format!("selp.{ty} {r}, {a}, {b}, {c}"));
+        Operand::Reg(r)
+    }
+
+    /// One predicated vector load of `v` elements; returns each element's storage.
+    #[allow(clippy::too_many_arguments)]
+    fn vector_load(
+        &mut self,
+        p: Reg,
+        row: Reg,
+        imm: i64,
+        v: usize,
+        eb: usize,
+        ty: &str,
+        class: Class,
+        other_bits: Operand,
+    ) -> Vec<Reg> {
+        let b = &mut self.b;
+        if eb >= 4 {
+            let regs: Vec<Reg> = (0..v).map(|_| b.reg(class)).collect();
+            for &r in &regs {
+                mov(b, r, other_bits);
+            }
+            let list = regs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
+            b.ins_if(p, false, format!("ld.global.v{v}.{ty} {{{list}}}, [{row}+{imm}]"));
+            return regs;
+        }
+        // 16- and 8-bit elements travel in b32 words.
+        let words = v * eb / 4;
+        let per = 4 / eb;
+        let other = other_bits.as_int().unwrap_or(0) & ((1 << (8 * eb)) - 1);
+        let fill = (0..per).fold(0i64, |acc, k| acc | (other << (8 * eb * k)));
+        let regs: Vec<Reg> = (0..words).map(|_| b.reg(Class::B32)).collect();
+        for &r in &regs {
+            b.ins(format!("mov.b32 {r}, {fill}"));
+        }
+        let list = regs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
+        let vec = if words == 1 { String::new() } else { format!(".v{words}") };
+        b.ins_if(p, false, format!("ld.global{vec}.b32 {{{list}}}, [{row}+{imm}]").replace(".b32 {", ".b32 {"));
+        let mut out = Vec::new();
+        for w in regs {
+            if eb == 2 {
+                let (lo, hi) = (b.reg(Class::B16), b.reg(Class::B16));
+                b.ins(format!("mov.b32 {{{lo}, {hi}}}, {w}"));
+                out.push(lo);
+                out.push(hi);
+            } else {
+                for k in 0..4 {
+                    let r = b.reg(Class::B32);
+                    let signed = if ty == "s8" { "s32" } else { "u32" };
+                    b.ins(format!("bfe.{signed} {r}, {w}, {}, 8", 8 * k));
+                    out.push(r);
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn store(&mut self, op: &Op) -> R<()> {
+        let view = self.view_of(op, op.operands[0])?;
+        let tile = self.tile(op, op.operands[1])?;
+        let (dtype, shape, layout) = (tile.dtype, tile.shape.clone(), tile.layout.clone());
+        let map = self.map(op, &layout, &shape)?;
+        let mask = self.mask_of(op, 2, map.len())?;
+        let plan = self.global_plan(op, &view, &map, dtype, mask.is_none())?;
+        let target = self.target;
+        let packed_words = match (&tile.repr, per_word(dtype)) {
+            (Repr::Packed(w), Some(_)) => Some(w.clone()),
+            _ => None,
+        };
+        let wide = self.wide(&tile);
+        let storage: Vec<Operand> = wide.iter().map(|&x| to_storage(&mut self.b, target, dtype, x)).collect();
+        let (ty, class) = mem_access(dtype);
+        let scalar_label = self.b.label("scalar");
+        let done = self.b.label("stored");
+        if let Some((v, ok)) = plan.vector {
+            self.b.ins_if(ok, true, format!("bra.uni {scalar_label}"));
+            let eb = mem_bytes(dtype) as usize;
+            for g in (0..map.len()).step_by(v) {
+                let (row, imm) = plan.addr[g];
+                let list = self.vector_words(dtype, &storage[g..g + v], packed_words.as_deref(), g, eb, class);
+                let (n, wty) = if eb >= 4 { (v, ty) } else { (v * eb / 4, "b32") };
+                let vec = if n == 1 { String::new() } else { format!(".v{n}") };
+                self.b.ins_if(plan.pred[g], false, format!("st.global{vec}.{wty} [{row}+{imm}], {{{list}}}"));
+            }
+            self.b.ins(format!("bra.uni {done}"));
+            self.b.place_label(&scalar_label);
+        }
+        for i in 0..map.len() {
+            let p = match &mask {
+                Some(m) => {
+                    let m = materialize(&mut self.b, Class::Pred, m[i]);
+                    self.and_pred(Some(plan.pred[i]), m)
+                }
+                None => plan.pred[i],
+            };
+            let s = materialize(&mut self.b, class, storage[i]);
+            let (row, imm) = plan.addr[i];
+            self.b.ins_if(p, false, format!("st.global.{ty} [{row}+{imm}], {s}"));
+        }
+        if plan.vector.is_some() {
+            self.b.place_label(&done);
+        }
+        Ok(())
+    }
+
+    /// The register list of one vector store (words for 16- and 8-bit elements).
+    fn vector_words(
+        &mut self,
+        dtype: DType,
+        storage: &[Operand],
+        packed: Option<&[Operand]>,
+        first: usize,
+        eb: usize,
+        class: Class,
+    ) -> String {
+        let b = &mut self.b;
+        let regs: Vec<String> = if eb >= 4 {
+            storage.iter().map(|&s| materialize(b, class, s).to_string()).collect()
+        } else {
+            let per = 4 / eb;
+            match packed {
+                // Words already hold exactly these elements.
+                Some(words) if first.is_multiple_of(per) && per_word(dtype) == Some(per) => words
+                    [first / per..(first + storage.len()) / per]
+                    .iter()
+                    .map(|&w| materialize(b, Class::B32, w).to_string())
+                    .collect(),
+                _ => storage
+                    .chunks(per)
+                    .map(|c| {
+                        if eb == 2 {
+                            let lo = materialize(b, Class::B16, c[0]);
+                            let hi = materialize(b, Class::B16, c[1]);
+                            let w = b.reg(Class::B32);
+                            b.ins(format!("mov.b32 {w}, {{{lo}, {hi}}}"));
+                            w.to_string()
+                        } else {
+                            let bytes: Vec<Reg> = c.iter().map(|&x| materialize(b, Class::B32, x)).collect();
+                            pack_bytes(b, &bytes).to_string()
+                        }
+                    })
+                    .collect(),
+            }
+        };
+        regs.join(", ")
+    }
+
+    /// Addresses and bounds of `tensor[idx[e]]` for a 1-D tensor.
+    fn gather_plan(&mut self, op: &Op, tensor_val: crate::ir::ValueId, idx: &[Operand], eb: i64) -> R<Vec<(Reg, Reg)>> {
+        let Val::Tensor(t) = self.val(op, tensor_val)?.clone() else {
+            return Err(self.fail(op, "the operand is not a tensor parameter"));
+        };
+        if self.tensors[t].dims.len() != 1 {
+            return Err(self.unsupported(op, "on a tensor of rank other than 1"));
+        }
+        let (ptr, dim) = (self.tensors[t].ptr, self.tensors[t].dims[0]);
+        let mut out = Vec::new();
+        for &i in idx {
+            let b = &mut self.b;
+            let wide = b.reg(Class::B64);
+            match i {
+                Operand::Int(v) => b.ins(format!("mov.b64 {wide}, {v}")),
+                r => b.ins(format!("cvt.s64.s32 {wide}, {r}")),
+            }
+            let p = b.reg(Class::Pred);
+            b.ins(format!("setp.lt.u64 {p}, {wide}, {dim}"));
+            let a = b.reg(Class::B64);
+            b.ins(format!("mad.lo.s64 {a}, {wide}, {eb}, {ptr}"));
+            out.push((a, p));
+        }
+        Ok(out)
+    }
+
+    pub(super) fn gather(&mut self, op: &Op) -> R<()> {
+        let (dtype, shape, layout) = self.tile_type(op, op.results[0])?;
+        let idx = self.tile(op, op.operands[1])?;
+        let idx = self.wide(&idx);
+        let eb = mem_bytes(dtype) as i64;
+        let plan = self.gather_plan(op, op.operands[0], &idx, eb)?;
+        let mask = self.mask_of(op, 2, idx.len())?;
+        let target = self.target;
+        let (ty, class) = mem_access(dtype);
+        let mut values = Vec::new();
+        for (i, &(a, p)) in plan.iter().enumerate() {
+            let p = match &mask {
+                Some(m) => {
+                    let m = materialize(&mut self.b, Class::Pred, m[i]);
+                    self.and_pred(Some(p), m)
+                }
+                None => p,
+            };
+            let s = self.b.reg(class);
+            mov(&mut self.b, s, Operand::Int(0));
+            self.b.ins_if(p, false, format!("ld.global.{ty} {s}, [{a}]"));
+            values.push(from_storage(&mut self.b, target, dtype, s));
+        }
+        self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr: Repr::Wide(values) }));
+        Ok(())
+    }
+
+    pub(super) fn scatter(&mut self, op: &Op) -> R<()> {
+        let idx = self.tile(op, op.operands[1])?;
+        let idx = self.wide(&idx);
+        let values = self.tile(op, op.operands[2])?;
+        let dtype = values.dtype;
+        let values = self.wide(&values);
+        if values.len() != idx.len() {
+            return Err(self.fail(op, "index and value tiles have different layouts"));
+        }
+        let eb = mem_bytes(dtype) as i64;
+        let plan = self.gather_plan(op, op.operands[0], &idx, eb)?;
+        let mask = self.mask_of(op, 3, idx.len())?;
+        let target = self.target;
+        let (ty, class) = mem_access(dtype);
+        for (i, &(a, p)) in plan.iter().enumerate() {
+            let p = match &mask {
+                Some(m) => {
+                    let m = materialize(&mut self.b, Class::Pred, m[i]);
+                    self.and_pred(Some(p), m)
+                }
+                None => p,
+            };
+            let s = to_storage(&mut self.b, target, dtype, values[i]);
+            let s = materialize(&mut self.b, class, s);
+            self.b.ins_if(p, false, format!("st.global.{ty} [{a}], {s}"));
+        }
+        Ok(())
+    }
+
+    // ----- shared memory ---------------------------------------------------------------
+
+    /// Shared addresses `buffer + exprs[i]` as (register, immediate) pairs, reusing one
+    /// register for expressions that differ by a constant.
+    pub(super) fn smem_addresses(&mut self, s: &SmemVal, exprs: &[Expr]) -> Vec<(Reg, i64)> {
+        let shared = share_bases(exprs, self.threads);
+        let mut base_regs: HashMap<usize, (Reg, i64)> = HashMap::new();
+        let static_base = Some(s.addr) == self.smem_base;
+        let mut out = Vec::with_capacity(exprs.len());
+        for (i, &(base, delta)) in shared.iter().enumerate() {
+            if base == i {
+                let (var, c) = exprs[i].split_const();
+                let reg = if var.as_const() == Some(0) {
+                    s.addr
+                } else {
+                    let e = self.exprs.emit(&mut self.b, &var);
+                    let addr = s.addr;
+                    let emit = |b: &mut super::builder::Builder| {
+                        let r = b.reg(Class::B32);
+                        b.ins(format!("add.u32 {r}, {addr}, {e}"));
+                        r
+                    };
+                    if static_base {
+                        self.b.in_prologue(emit)
+                    } else {
+                        emit(&mut self.b)
+                    }
+                };
+                base_regs.insert(i, (reg, c + s.imm));
+            }
+            let (reg, c) = base_regs[&base];
+            out.push((reg, c + delta));
+        }
+        out
+    }
+
+    pub(super) fn cp_async(&mut self, op: &Op) -> R<()> {
+        let slot = self.smem_of(op, op.operands[0])?;
+        let view = self.view_of(op, op.operands[1])?;
+        let ty = slot.ty.clone();
+        let dtype = ty.dtype;
+        let (rows, row_len) = ty.rows_and_row_len().ok_or_else(|| self.fail(op, "a symbolic buffer shape"))?;
+        let eb = mem_bytes(dtype) as i64;
+        let t = view.tensor;
+        let tensor_rank = self.tensors[t].dims.len();
+        let view_dims: Vec<i64> = view.dims.iter().map(|&j| view.sizes[j]).collect();
+        if view_dims.iter().product::<i64>() != rows * row_len {
+            return Err(self.fail(op, "the buffer and the view hold different element counts"));
+        }
+        let contiguous = view.dims.last() == Some(&(tensor_rank - 1));
+        let row_bytes = row_len * eb;
+        let chunk = [16i64, 8, 4].into_iter().find(|c| row_bytes % c == 0 && *c >= eb && contiguous);
+        let ptr = self.tensors[t].ptr;
+        // Fixed contributions of squeezed dims, and their bounds.
+        let mut base = Operand::Reg(ptr);
+        let mut squeezed_ok: Option<Reg> = None;
+        for j in 0..tensor_rank {
+            if view.dims.contains(&j) {
+                continue;
+            }
+            let sb = self.stride_bytes(t, j, eb);
+            base = self.mad64(view.offsets[j], sb, base);
+            let dim = self.tensors[t].dims[j];
+            let p = self.in_range(view.offsets[j], dim);
+            squeezed_ok = Some(self.and_pred(squeezed_ok, p));
+        }
+        let slow = self.b.label("copy");
+        let done = self.b.label("copied");
+        if let Some(cb) = chunk {
+            let last = *view.dims.last().expect("a contiguous view has a dim");
+            let dim = self.tensors[t].dims[last];
+            let ok = self.alignment_test(ptr, view.offsets[last], dim, cb, eb);
+            self.b.ins_if(ok, true, format!("bra.uni {slow}"));
+            self.copy_chunks(op, &slot, &view, base, squeezed_ok, cb, eb)?;
+            self.b.ins(format!("bra.uni {done}"));
+            self.b.place_label(&slow);
+        }
+        self.copy_elements(op, &slot, &view, base, squeezed_ok, eb)?;
+        if chunk.is_some() {
+            self.b.place_label(&done);
+        }
+        Ok(())
+    }
+
+    /// The view coordinate of flat element `flat` (row-major over the view's dims).
+    fn unflatten(view_dims: &[i64], flat: Expr, threads: u32) -> Vec<Expr> {
+        let mut out = vec![Expr::c(0); view_dims.len()];
+        let mut rest = flat;
+        for d in (0..view_dims.len()).rev() {
+            out[d] = rest.clone().rem(view_dims[d], threads);
+            rest = rest.div(view_dims[d], threads);
+        }
+        out
+    }
+
+    /// Global address and bounds of a view position (per view dim: offset +
+    /// coordinate); returns the address, whether the leading dims are inside, and the
+    /// position along the last dim.
+    fn view_address(
+        &mut self,
+        view: &ViewVal,
+        pos: &[Operand],
+        base: Operand,
+        squeezed_ok: Option<Reg>,
+        eb: i64,
+    ) -> (Operand, Option<Reg>, Operand) {
+        let t = view.tensor;
+        let mut a = base;
+        let mut ok = squeezed_ok;
+        let mut last_pos = Operand::Int(0);
+        for (d, &j) in view.dims.iter().enumerate() {
+            let p = pos[d];
+            let sb = self.stride_bytes(t, j, eb);
+            a = self.mad64(p, sb, a);
+            if d + 1 < view.dims.len() {
+                let dim = self.tensors[t].dims[j];
+                let pd = self.in_range(p, dim);
+                ok = Some(self.and_pred(ok, pd));
+            } else {
+                last_pos = p;
+            }
+        }
+        (a, ok, last_pos)
+    }
+
+    /// Positions (offset + coordinate, per view dim) of a family of coordinates:
+    /// coordinates that differ from an earlier one by a constant reuse its register.
+    fn view_positions(&mut self, view: &ViewVal, coords: &[Vec<Expr>]) -> Vec<Vec<Operand>> {
+        let rank = view.dims.len();
+        let mut out = vec![Vec::with_capacity(rank); coords.len()];
+        for d in 0..rank {
+            let column: Vec<Expr> = coords.iter().map(|c| c[d].clone()).collect();
+            let shared = share_bases(&column, self.threads);
+            let mut bases: HashMap<usize, Operand> = HashMap::new();
+            for (k, &(base, delta)) in shared.iter().enumerate() {
+                if base == k {
+                    let wide = self.exprs.emit_wide(&mut self.b, &column[k]);
+                    let p = self.add64(view.offsets[view.dims[d]], wide);
+                    bases.insert(k, p);
+                }
+                let p = self.add64(bases[&base], Operand::Int(delta));
+                out[k].push(p);
+            }
+        }
+        out
+    }
+
+    /// 16/8/4-byte `cp.async` chunks, zero-filled past the tensor's edges.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_chunks(
+        &mut self,
+        op: &Op,
+        slot: &SmemVal,
+        view: &ViewVal,
+        base: Operand,
+        squeezed_ok: Option<Reg>,
+        cb: i64,
+        eb: i64,
+    ) -> R<()> {
+        let threads = self.threads;
+        let ty = &slot.ty;
+        let (rows, row_len) = ty.rows_and_row_len().unwrap_or((1, 1));
+        let per_chunk = cb / eb;
+        let chunks_per_row = row_len / per_chunk;
+        let total = rows * chunks_per_row;
+        let iterations = (total + threads as i64 - 1) / threads as i64;
+        let view_dims: Vec<i64> = view.dims.iter().map(|&j| view.sizes[j]).collect();
+        let t = view.tensor;
+        let last = *view.dims.last().expect("a view dim");
+        let dim_last = self.tensors[t].dims[last];
+        let mut smem = Vec::new();
+        let mut coords = Vec::new();
+        let mut ids = Vec::new();
+        for k in 0..iterations {
+            let id = Expr::tid().addc(k * threads as i64);
+            let row = id.clone().div(chunks_per_row, threads);
+            let col = id.clone().rem(chunks_per_row, threads).mul(per_chunk);
+            smem.push(
+                smem_offset(ty, row.clone(), col.clone(), threads)
+                    .ok_or_else(|| self.fail(op, "a symbolic buffer shape"))?,
+            );
+            let mut c = Self::unflatten(&view_dims[..view_dims.len() - 1], row, threads);
+            c.push(col);
+            coords.push(c);
+            ids.push(id);
+        }
+        let addrs = self.smem_addresses(slot, &smem);
+        let positions = self.view_positions(view, &coords);
+        let kind = if cb == 16 { "cg" } else { "ca" };
+        let ptr = self.tensors[t].ptr;
+        for (k, id) in ids.into_iter().enumerate() {
+            let (src, ok, col_pos) = self.view_address(view, &positions[k], base, squeezed_ok, eb);
+            // Valid bytes: the part of the chunk left of the tensor's end (0 when the
+            // row is outside or the chunk starts left of column 0).
+            let b = &mut self.b;
+            let avail = b.reg(Class::B64);
+            let col_pos = materialize(b, Class::B64, col_pos);
+            b.ins(format!("sub.s64 {avail}, {dim_last}, {col_pos}"));
+            b.ins(format!("min.s64 {avail}, {avail}, {per_chunk}"));
+            let inside = b.reg(Class::Pred);
+            b.ins(format!("setp.lt.u64 {inside}, {col_pos}, {dim_last}"));
+            let ok = match ok {
+                Some(ok) => {
+                    let both = b.reg(Class::Pred);
+                    b.ins(format!("and.pred {both}, {inside}, {ok}"));
+                    both
+                }
+                None => inside,
+            };
+            let bytes = b.reg(Class::B32);
+            b.ins(format!("cvt.u32.u64 {bytes}, {avail}"));
+            if eb > 1 {
+                b.ins(format!("shl.b32 {bytes}, {bytes}, {}", eb.trailing_zeros()));
+            }
+            b.ins(format!("selp.b32 {bytes}, {bytes}, 0, {ok}"));
+            // No byte is read when the size is 0; the tensor's base keeps the address valid.
+            let src = materialize(b, Class::B64, src);
+            let safe = b.reg(Class::B64);
+            b.ins(format!("selp.b64 {safe}, {src}, {ptr}, {ok}"));
+            let (reg, imm) = addrs[k];
+            let line = format!("cp.async.{kind}.shared.global [{reg}+{imm}], [{safe}], {cb}, {bytes}");
+            if id.max(threads) >= total {
+                let live = self.thread_below(&id, total);
+                self.b.ins_if(live, false, line);
+            } else {
+                self.b.ins(line);
+            }
+        }
+        Ok(())
+    }
+
+    /// `expr < bound` (a thread predicate, computed once).
+    fn thread_below(&mut self, e: &Expr, bound: i64) -> Reg {
+        let v = self.exprs.emit(&mut self.b, e);
+        let p = self.b.reg(Class::Pred);
+        self.b.ins(format!("setp.lt.u32 {p}, {v}, {bound}"));
+        p
+    }
+
+    /// Element-by-element synchronous copy (misaligned or non-contiguous views): a cold
+    /// path, so it is a loop (each thread takes elements `tid, tid + threads, ...`)
+    /// whose few registers live only inside it.
+    fn copy_elements(
+        &mut self,
+        op: &Op,
+        slot: &SmemVal,
+        view: &ViewVal,
+        base: Operand,
+        squeezed_ok: Option<Reg>,
+        eb: i64,
+    ) -> R<()> {
+        let threads = self.threads;
+        let ty = slot.ty.clone();
+        let (rows, row_len) = ty.rows_and_row_len().unwrap_or((1, 1));
+        let total = rows * row_len;
+        // Expressions of the element index (written as `Tid`, bound to the counter).
+        let span = (total.max(1) as u32).next_power_of_two();
+        let view_dims: Vec<i64> = view.dims.iter().map(|&j| view.sizes[j]).collect();
+        let row = Expr::tid().div(row_len, span);
+        let col = Expr::tid().rem(row_len, span);
+        let offset =
+            smem_offset(&ty, row.clone(), col.clone(), span).ok_or_else(|| self.fail(op, "a symbolic buffer shape"))?;
+        let mut coord = Self::unflatten(&view_dims[..view_dims.len() - 1], row, span);
+        coord.push(col);
+        let t = view.tensor;
+        let last = *view.dims.last().expect("a view dim");
+        let dim_last = self.tensors[t].dims[last];
+        let (ldty, class) = mem_access(ty.dtype);
+        let st = store_type(ty.dtype);
+        let tid = self.exprs.emit(&mut self.b, &Expr::tid());
+        let index = self.b.reg(Class::B32);
+        self.b.ins(format!("mov.u32 {index}, {tid}"));
+        let head = self.b.label("element");
+        let end = self.b.label("elements_done");
+        self.b.place_label(&head);
+        let done = self.b.reg(Class::Pred);
+        self.b.ins(format!("setp.ge.u32 {done}, {index}, {total}"));
+        self.b.ins_if(done, false, format!("bra {end}"));
+        let mut pos = Vec::new();
+        for (d, c) in coord.iter().enumerate() {
+            let narrow = self.exprs.emit_at(&mut self.b, c, index);
+            let wide = match narrow {
+                Operand::Int(v) => Operand::Int(v),
+                r => {
+                    let w = self.b.reg(Class::B64);
+                    self.b.ins(format!("cvt.u64.u32 {w}, {r}"));
+                    Operand::Reg(w)
+                }
+            };
+            pos.push(self.add64(view.offsets[view.dims[d]], wide));
+        }
+        let (src, ok, col_pos) = self.view_address(view, &pos, base, squeezed_ok, eb);
+        let col_ok = self.in_range(col_pos, dim_last);
+        let p = self.and_pred(ok, col_ok);
+        let off = self.exprs.emit_at(&mut self.b, &offset, index);
+        let b = &mut self.b;
+        let addr = b.reg(Class::B32);
+        b.ins(format!("add.u32 {addr}, {}, {off}", slot.addr));
+        let v = b.reg(class);
+        mov(b, v, Operand::Int(0));
+        let src = materialize(b, Class::B64, src);
+        b.ins_if(p, false, format!("ld.global.{ldty} {v}, [{src}]"));
+        b.ins(format!("st.shared.{st} [{addr}+{}], {v}", slot.imm));
+        b.ins(format!("add.u32 {index}, {index}, {threads}"));
+        b.ins(format!("bra {head}"));
+        b.place_label(&end);
+        Ok(())
+    }
+
+    pub(super) fn load_shared(&mut self, op: &Op) -> R<()> {
+        let slot = self.smem_of(op, op.operands[0])?;
+        let (dtype, shape, layout) = self.tile_type(op, op.results[0])?;
+        let transpose = matches!(op.attr("transpose"), Some(Attr::Bool(true)));
+        let map = self.map(op, &layout, &shape)?;
+        if let crate::ir::Layout::DotOperand { .. } = layout {
+            if self.deferrable.contains(&self.current) {
+                let plan = super::dot::plan_ldmatrix_cached(&slot.ty, &map, dtype, transpose)
+                    .map_err(|e| self.fail(op, format!("internal error: {e}")))?;
+                if let Some(plan) = plan {
+                    let per = if dtype.bits() == 16 { 2 } else { 4 };
+                    let lazy = super::LazyLoad { slot, plan, words: map.len() / per };
+                    let repr = Repr::Lazy(std::rc::Rc::new(lazy));
+                    self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr }));
+                    return Ok(());
+                }
+            }
+            if let Some(words) = self.ldmatrix(op, &slot, &map, dtype, transpose)? {
+                self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr: Repr::Packed(words) }));
+                return Ok(());
+            }
+        }
+        let exprs = self.element_offsets(op, &slot.ty, &map, transpose)?;
+        let addrs = self.smem_addresses(&slot, &exprs);
+        let (ldty, class) = mem_access(dtype);
+        let target = self.target;
+        let mut storage = Vec::new();
+        for &(reg, imm) in &addrs {
+            let r = self.b.reg(class);
+            self.b.ins(format!("ld.shared.{ldty} {r}, [{reg}+{imm}]"));
+            storage.push(r);
+        }
+        let repr = match per_word(dtype) {
+            Some(per) if storage.len() % per == 0 => {
+                let mut words = Vec::new();
+                for c in storage.chunks(per) {
+                    let b = &mut self.b;
+                    let w = if per == 2 {
+                        let w = b.reg(Class::B32);
+                        b.ins(format!("mov.b32 {w}, {{{}, {}}}", c[0], c[1]));
+                        w
+                    } else {
+                        pack_bytes(b, c)
+                    };
+                    words.push(Operand::Reg(w));
+                }
+                Repr::Packed(words)
+            }
+            _ => Repr::Wide(storage.into_iter().map(|s| from_storage(&mut self.b, target, dtype, s)).collect()),
+        };
+        self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr }));
+        Ok(())
+    }
+
+    /// Byte offsets (in a slot) of every register's element.
+    fn element_offsets(&self, op: &Op, ty: &SmemType, map: &ThreadMap, transpose: bool) -> R<Vec<Expr>> {
+        let (rows, row_len) = ty.rows_and_row_len().ok_or_else(|| self.fail(op, "a symbolic buffer shape"))?;
+        let numel: i64 = map.shape.iter().product();
+        if numel != rows * row_len {
+            return Err(self.fail(op, "the tile and the buffer hold different element counts"));
+        }
+        if transpose && map.rank() != 2 {
+            return Err(self.unsupported(op, "transposed, on a tile of rank other than 2"));
+        }
+        let mut out = Vec::with_capacity(map.len());
+        for i in 0..map.len() {
+            let coord: Vec<Expr> = (0..map.rank()).map(|d| map.coord_expr(i, d)).collect();
+            let (row, col) = if transpose {
+                (coord[1].clone(), coord[0].clone())
+            } else {
+                // Leading dims flatten into rows.
+                let mut row = Expr::c(0);
+                for (d, c) in coord.iter().enumerate().take(map.rank().saturating_sub(1)) {
+                    row = row.mul(map.shape[d]).add(c.clone());
+                }
+                (row, coord.last().cloned().unwrap_or(Expr::c(0)))
+            };
+            out.push(smem_offset(ty, row, col, self.threads).ok_or_else(|| self.fail(op, "a symbolic buffer shape"))?);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn store_shared(&mut self, op: &Op) -> R<()> {
+        let slot = self.smem_of(op, op.operands[0])?;
+        let tile = self.tile(op, op.operands[1])?;
+        let map = self.map(op, &tile.layout, &tile.shape)?;
+        let exprs = self.element_offsets(op, &slot.ty, &map, false)?;
+        let addrs = self.smem_addresses(&slot, &exprs);
+        let target = self.target;
+        let dtype = tile.dtype;
+        let wide = self.wide(&tile);
+        let (_, class) = mem_access(dtype);
+        let st = store_type(dtype);
+        for (i, &(reg, imm)) in addrs.iter().enumerate() {
+            let s = to_storage(&mut self.b, target, dtype, wide[i]);
+            let s = materialize(&mut self.b, class, s);
+            self.b.ins(format!("st.shared.{st} [{reg}+{imm}], {s}"));
+        }
+        Ok(())
+    }
+}
+
+/// The PTX type of a one-element store.
+pub(super) fn store_type(dtype: DType) -> &'static str {
+    match mem_access(dtype).0 {
+        "s8" => "u8",
+        other => other,
+    }
+}
+
+fn always(b: &mut super::builder::Builder) -> Reg {
+    let p = b.reg(Class::Pred);
+    b.ins(format!("setp.eq.u32 {p}, 0, 0"));
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_frontend::check::Dim;
+
+    /// The emitted swizzle arithmetic is `SmemType::byte_offset`, for every buffer
+    /// shape, element type, swizzle and pad the Tile IR produces.
+    #[test]
+    fn shared_offsets_match_the_buffer_layout() {
+        for (rows, cols) in [(64, 32), (64, 64), (32, 128), (128, 64), (64, 128), (128, 8), (16, 16), (8, 24)] {
+            for dtype in [DType::BF16, DType::F32, DType::Fp8E4m3] {
+                for (swizzle, pad) in [(Swizzle::None, 0), (Swizzle::Xor, 0), (Swizzle::None, 8)] {
+                    let ty = SmemType {
+                        dims: vec![Dim::constant(rows), Dim::constant(cols)],
+                        dtype,
+                        swizzle,
+                        pad,
+                        stages: 1,
+                    };
+                    // Thread-dependent coordinates: thread t reads element (t / cols, t % cols).
+                    let threads = (rows * cols) as u32;
+                    let threads = threads.next_power_of_two();
+                    let row = Expr::tid().div(cols, threads);
+                    let col = Expr::tid().rem(cols, threads);
+                    let e = smem_offset(&ty, row, col, threads).unwrap();
+                    for t in 0..(rows * cols) as u32 {
+                        let (r, c) = (t as i64 / cols, t as i64 % cols);
+                        assert_eq!(Some(e.eval(t)), ty.byte_offset(r, c), "{ty:?} ({r}, {c})");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! NVIDIA's PTX assembler as an oracle: does the PTX assemble, and what does the
+//! kernel cost (registers, spills, shared memory, stack)? The register-pressure lint
+//! is calibrated against these numbers.
+//!
+//! `ptxas` is found through `TESSERA_PTXAS`, then `PATH`, then `CUDA_HOME` /
+//! `/usr/local/cuda`, then the `nvidia-cuda-nvcc-cu12` Python wheel.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What `ptxas -v` reports for the (single) entry of a module.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct PtxasReport {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Bytes of local memory written and read for spills, per thread.
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+    /// Static shared memory (dynamic shared memory is not known to ptxas).
+    pub smem_bytes: u32,
+    /// Stack frame bytes per thread.
+    pub stack_bytes: u32,
+}
+
+/// The `ptxas` executable, if one can be found.
+pub fn locate() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TESSERA_PTXAS") {
+        let p = PathBuf::from(p);
+        return is_executable(&p).then_some(p);
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let p = dir.join("ptxas");
+            if is_executable(&p) {
+                return Some(p);
+            }
+        }
+    }
+    let cuda_homes = ["CUDA_HOME", "CUDA_PATH"].into_iter().filter_map(std::env::var_os).map(PathBuf::from);
+    for home in cuda_homes.chain([PathBuf::from("/usr/local/cuda")]) {
+        let p = home.join("bin").join("ptxas");
+        if is_executable(&p) {
+            return Some(p);
+        }
+    }
+    // The pip wheel `nvidia-cuda-nvcc-cu12` ships ptxas in the `nvidia.cuda_nvcc` package.
+    for python in ["python3", "python"] {
+        let Ok(out) =
+            Command::new(python).args(["-c", "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])"]).output()
+        else {
+            continue;
+        };
+        if !out.status.success() {
+            continue;
+        }
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let p = Path::new(&dir).join("bin").join("ptxas");
+        if is_executable(&p) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+fn is_executable(p: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        p.is_file()
+    }
+}
+
+/// Assembles `ptx` for `arch` (`sm_80`, `sm_90`) with `ptxas -v`; an error carries
+/// ptxas's messages.
+pub fn assemble(ptx: &str, arch: &str) -> Result<PtxasReport, String> {
+    let ptxas = locate().ok_or("ptxas was not found (set TESSERA_PTXAS, or put it on PATH)")?;
+    assemble_with(&ptxas, ptx, arch)
+}
+
+/// `assemble` with a given `ptxas`.
+pub fn assemble_with(ptxas: &Path, ptx: &str, arch: &str) -> Result<PtxasReport, String> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let unique = format!(
+        "tessera-{}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    );
+    let dir = std::env::temp_dir();
+    let input = dir.join(format!("{unique}.ptx"));
+    let output = dir.join(format!("{unique}.cubin"));
+    std::fs::write(&input, ptx).map_err(|e| format!("cannot write {}: {e}", input.display()))?;
+    let result = Command::new(ptxas).arg(format!("-arch={arch}")).arg("-v").arg(&input).arg("-o").arg(&output).output();
+    let _ = std::fs::remove_file(&input);
+    let _ = std::fs::remove_file(&output);
+    let out = result.map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        let name = input.display().to_string();
+        return Err(text.replace(&name, "<ptx>").trim().to_string());
+    }
+    parse_report(&text).ok_or_else(|| format!("unrecognized ptxas output:\n{text}"))
+}
+
+/// Reads the `-v` lines: "N bytes stack frame, N bytes spill stores, N bytes spill
+/// loads" and "Used N registers, ... N bytes smem ...".
+pub fn parse_report(text: &str) -> Option<PtxasReport> {
+    let mut report = PtxasReport::default();
+    let mut saw_registers = false;
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split([',', ':']).map(str::trim).collect();
+        for f in fields {
+            let words: Vec<&str> = f.split_whitespace().collect();
+            match words.as_slice() {
+                ["Used", n, "registers"] => {
+                    report.registers = n.parse().ok()?;
+                    saw_registers = true;
+                }
+                [n, "bytes", "stack", "frame"] => report.stack_bytes = n.parse().ok()?,
+                [n, "bytes", "spill", "stores"] => report.spill_stores = n.parse().ok()?,
+                [n, "bytes", "spill", "loads"] => report.spill_loads = n.parse().ok()?,
+                [n, "bytes", "smem"] => report.smem_bytes = n.parse().ok()?,
+                _ => {}
+            }
+        }
+    }
+    saw_registers.then_some(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_parse() {
+        let text = "ptxas info    : 0 bytes gmem\n\
+            ptxas info    : Compiling entry function 'k' for 'sm_80'\n\
+            ptxas info    : Function properties for k\n    \
+            16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n\
+            ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem, 368 bytes cmem[0]\n";
+        let r = parse_report(text).unwrap();
+        assert_eq!(
+            r,
+            PtxasReport { registers: 168, spill_stores: 8, spill_loads: 12, smem_bytes: 1024, stack_bytes: 16 }
+        );
+        assert_eq!(parse_report("ptxas fatal   : Unresolved extern function"), None);
+    }
+}

@@ -1,0 +1,261 @@
+//! PTX generation: every kernel of the examples and of the contract corpus emits for
+//! sm_80 and sm_90, for its default configuration and every configuration of its
+//! autotune space, and NVIDIA's `ptxas` assembles all of it. Snapshots pin the PTX of
+//! two examples; emission is deterministic.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind, ScheduleValue};
+use tessera_frontend::db::item_index;
+use tessera_frontend::{Database, SourceFile};
+use tessera_passes::ptx::ptxas;
+use tessera_passes::{default_config, tile_ir, Config, Target};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn sources() -> Vec<(String, String)> {
+    let mut dirs = vec![(repo().join("examples"), "examples")];
+    let corpus = repo().join("../shared/corpus/valid");
+    if corpus.is_dir() {
+        dirs.push((corpus, "corpus"));
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "the shared corpus is missing at {}", corpus.display());
+        eprintln!("skipping the corpus: {} is absent", corpus.display());
+    }
+    let mut out = Vec::new();
+    for (dir, shown) in dirs {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
+            .collect();
+        files.sort();
+        for p in files {
+            let name = format!("{shown}/{}", p.file_name().unwrap().to_string_lossy());
+            out.push((name, std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+    out
+}
+
+/// One kernel × configuration × target.
+struct Case {
+    file: String,
+    kernel: String,
+    target: Target,
+    config: String,
+    default: bool,
+    ptx: Result<String, String>,
+    /// What ptxas said, when it ran.
+    report: Option<Result<ptxas::PtxasReport, String>>,
+}
+
+/// Every kernel's default configuration and each configuration of its schedule space,
+/// emitted (and, with `ptxas`, assembled) on as many threads as the machine has.
+fn cases(targets: &[Target], all_configs: bool, ptxas: Option<&Path>) -> Vec<Case> {
+    let queue = std::sync::Mutex::new(sources());
+    let out = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let Some((path, text)) = queue.lock().unwrap().pop() else { break };
+                let cases = file_cases(&path, text, targets, all_configs, ptxas);
+                out.lock().unwrap().extend(cases);
+            });
+        }
+    });
+    let mut cases = out.into_inner().unwrap();
+    cases.sort_by(|a, b| (&a.file, &a.kernel, a.target, &a.config).cmp(&(&b.file, &b.kernel, b.target, &b.config)));
+    cases
+}
+
+fn file_cases(path: &str, text: String, targets: &[Target], all_configs: bool, ptxas: Option<&Path>) -> Vec<Case> {
+    let mut out = Vec::new();
+    let db = Database::default();
+    let file = SourceFile::new(&db, path.into(), text, None);
+    for entry in &item_index(&db, file).functions {
+        let key = entry.key;
+        if fn_signature(&db, key).kind != FunctionKind::Kernel {
+            continue;
+        }
+        let kernel = key.name(&db).to_string();
+        let case = |target, config: String, default, ptx| Case {
+            file: path.to_string(),
+            kernel: kernel.clone(),
+            target,
+            config,
+            default,
+            ptx,
+            report: None,
+        };
+        let (default, _) = match default_config(&db, key, &BTreeMap::new()) {
+            Ok(c) => c,
+            Err(e) => {
+                out.extend(targets.iter().map(|&t| case(t, "default".into(), true, Err(e.message.clone()))));
+                continue;
+            }
+        };
+        let mut configs: Vec<(Config, bool)> = vec![(default.clone(), true)];
+        if all_configs {
+            let space: Vec<ScheduleValue> =
+                fn_decorators(&db, key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
+            for schedule in space {
+                let config = Config { schedule, shapes: default.shapes.clone() };
+                if config != default {
+                    configs.push((config, false));
+                }
+            }
+        }
+        for &target in targets {
+            for (config, is_default) in &configs {
+                let ptx = tile_ir(&db, key, config.clone(), target)
+                    .clone()
+                    .map_err(|e| format!("tile IR: {}", e.message))
+                    .and_then(|tile| tessera_passes::ptx::emit(&tile, target).map(|c| c.text).map_err(|e| e.message));
+                let mut c = case(target, config.to_string(), *is_default, ptx);
+                if let (Some(ptxas), Ok(ptx)) = (ptxas, &c.ptx) {
+                    c.report = Some(ptxas::assemble_with(ptxas, ptx, target.name()));
+                }
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Short form of a configuration: the schedule keys that vary in the corpus.
+fn short(config: &str) -> String {
+    config
+        .split(", ")
+        .filter(|kv| ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages="].iter().any(|k| kv.starts_with(k)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn every_kernel_emits_and_assembles_for_every_configuration() {
+    let all = std::env::var_os("TESSERA_PTX_DEFAULT_ONLY").is_none();
+    let ptxas_path = ptxas::locate();
+    if ptxas_path.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "ptxas is required in CI (set TESSERA_PTXAS)");
+        eprintln!("\n!!!!! ptxas NOT FOUND: PTX is generated but NOT assembled (set TESSERA_PTXAS) !!!!!\n");
+    }
+    let cases = cases(&[Target::Sm80, Target::Sm90], all, ptxas_path.as_deref());
+    let mut failures = Vec::new();
+    // TESSERA_PTX_DUMP=dir writes every module there, for reading.
+    let dump = std::env::var_os("TESSERA_PTX_DUMP").map(PathBuf::from);
+    let mut rows: BTreeSet<String> = BTreeSet::new();
+    for c in &cases {
+        let what = format!("{} `{}` {} [{}]", c.file, c.kernel, c.target, c.config);
+        if let (Some(dir), Ok(ptx)) = (&dump, &c.ptx) {
+            let name = format!("{}_{}_{}_{}.ptx", c.file.replace('/', "_"), c.kernel, c.target, short(&c.config));
+            std::fs::write(dir.join(name.replace(',', "_")), ptx).unwrap();
+        }
+        match (&c.ptx, &c.report) {
+            (Err(e), _) => failures.push(format!("{what}: {e}")),
+            (Ok(_), Some(Err(e))) => failures.push(format!("{what}: ptxas: {e}")),
+            (Ok(_), Some(Ok(r))) => {
+                rows.insert(format!(
+                    "{:<16} {:<6} {:<34} {:>4} {:>6} {:>6} {:>6}{}",
+                    c.kernel,
+                    c.target.name(),
+                    short(&c.config),
+                    r.registers,
+                    r.spill_stores,
+                    r.spill_loads,
+                    r.stack_bytes,
+                    if c.default { "  (default)" } else { "" }
+                ));
+            }
+            (Ok(_), None) => {}
+        }
+    }
+    if !rows.is_empty() {
+        eprintln!(
+            "{:<16} {:<6} {:<34} {:>4} {:>6} {:>6} {:>6}",
+            "kernel", "target", "config", "regs", "spillS", "spillL", "stack"
+        );
+        for r in &rows {
+            eprintln!("{r}");
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// PTX of one example kernel (default configuration) and the Tile IR it came from.
+fn example_ptx(
+    file: &str,
+    kernel: &str,
+    target: Target,
+) -> (tessera_passes::codegen::TargetCode, tessera_passes::ir::Func) {
+    let path = repo().join("examples").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let db = Database::default();
+    let source = SourceFile::new(&db, format!("examples/{file}").into(), text, None);
+    let key = item_index(&db, source)
+        .functions
+        .iter()
+        .map(|f| f.key)
+        .find(|k| k.name(&db) == kernel)
+        .unwrap_or_else(|| panic!("no kernel `{kernel}` in {file}"));
+    let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap_or_else(|e| panic!("{}", e.message));
+    let tile = tile_ir(&db, key, config, target).clone().unwrap_or_else(|e| panic!("{}", e.message));
+    let code = tessera_passes::ptx::emit(&tile, target).unwrap_or_else(|e| panic!("{}", e.message));
+    (code, (*tile).clone())
+}
+
+#[test]
+fn vector_add_ptx_snapshot() {
+    let (code, _) = example_ptx("vector_add.tsr", "vector_add", Target::Sm90);
+    insta::assert_snapshot!("vector_add_sm_90", code.text);
+}
+
+#[test]
+fn gemm_ptx_snapshot() {
+    let (code, _) = example_ptx("gemm.tsr", "gemm", Target::Sm90);
+    insta::assert_snapshot!("gemm_sm_90", code.text);
+}
+
+#[test]
+fn emission_is_deterministic() {
+    for (file, kernel) in [("gemm.tsr", "gemm"), ("flash_attention.tsr", "flash_attention"), ("softmax.tsr", "softmax")]
+    {
+        for target in [Target::Sm80, Target::Sm90] {
+            let (a, _) = example_ptx(file, kernel, target);
+            let (b, _) = example_ptx(file, kernel, target);
+            assert_eq!(a, b, "{kernel} on {target}");
+        }
+    }
+}
+
+/// Every line has a location slot; instructions map back to the Tile IR op they
+/// implement (the tensor-core instructions to the `tile.dot`), declarations to none.
+#[test]
+fn lines_map_to_their_tile_ops() {
+    let (code, tile) = example_ptx("gemm.tsr", "gemm", Target::Sm90);
+    assert_eq!(code.line_locs.len(), code.text.lines().count());
+    let dot_loc = tile
+        .walk()
+        .into_iter()
+        .map(|id| tile.op(id))
+        .find(|op| op.kind == tessera_passes::ir::OpKind::Dot)
+        .map(|op| op.loc.clone())
+        .expect("gemm has a dot");
+    let mut mmas = 0;
+    for (line, loc) in code.text.lines().zip(&code.line_locs) {
+        if line.contains("mma.sync") {
+            assert_eq!(loc.as_ref(), Some(&dot_loc), "{line}");
+            mmas += 1;
+        }
+        if line.starts_with(".version") || line.contains(".reg ") || line.contains(".param") {
+            assert!(loc.is_none(), "{line} has a location");
+        }
+    }
+    assert!(mmas > 0);
+    assert_eq!(code.entry, "gemm");
+    assert!(code.smem_bytes > 0);
+}
