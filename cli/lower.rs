@@ -37,17 +37,8 @@ pub struct LowerArgs {
     pub generated: bool,
 }
 
-/// Parses `KEY=VALUE` pairs.
-pub fn parse_pairs(pairs: &[String], what: &str) -> Result<Vec<(String, String)>, String> {
-    pairs
-        .iter()
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').ok_or_else(|| format!("--{what} expects KEY=VALUE, got `{p}`"))?;
-            Ok((k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect()
-}
+/// Parses `KEY=VALUE` pairs (shared with `run` and `autotune`).
+pub use crate::options::parse_pairs;
 
 pub fn run(args: LowerArgs) -> Result<i32, String> {
     let loaded = crate::files::read(&args.file)?;
@@ -69,10 +60,7 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
     };
     let text = file.text(&db).clone();
     let line_index = LineIndex::new(&text);
-    let mut dims = std::collections::BTreeMap::new();
-    for (k, v) in parse_pairs(&args.dims, "dims")? {
-        dims.insert(k.clone(), v.parse::<i64>().map_err(|_| format!("--dims {k}: `{v}` is not an integer"))?);
-    }
+    let dims: std::collections::BTreeMap<String, i64> = crate::options::parse_dims(&args.dims)?.into_iter().collect();
     let (mut config, assumed) = match tessera_passes::default_config(&db, entry.key, &dims) {
         Ok(c) => c,
         Err(e) => {
@@ -86,14 +74,7 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
             ));
         }
     };
-    for (k, v) in parse_pairs(&args.schedule, "schedule")? {
-        let value = match v.parse::<i64>() {
-            Ok(i) => tessera_frontend::check::KeyValue::Int(i),
-            Err(_) => tessera_frontend::check::KeyValue::Str(v.trim_matches('"').to_string()),
-        };
-        if let Some(problem) = tessera_frontend::check::schedule::validate(&k, &value) {
-            return Err(format!("--schedule {k}={v}: {problem}"));
-        }
+    for (k, value) in crate::options::parse_schedule(&args.schedule)? {
         config.schedule.set(&k, value);
     }
     if !assumed.is_empty() && stages.iter().any(|s| *s != Stage::Graph) {

@@ -2,7 +2,9 @@
 //! backend is compared with), the CPU backend (LLVM JIT, feature `llvm`) and the NVIDIA
 //! backend (PTX through the CUDA driver, feature `cuda`).
 
+pub mod autotune;
 pub mod interp;
+pub mod launch;
 pub mod npy;
 pub mod reference;
 pub mod tensor;

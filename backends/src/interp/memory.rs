@@ -50,6 +50,11 @@ impl GlobalTensor {
     pub fn len(&self) -> usize {
         self.data.len()
     }
+
+    /// Which elements some program stored (`None` when stores are not tracked).
+    pub fn stored_mask(&self) -> Option<Vec<bool>> {
+        self.owner.as_ref().map(|o| o.iter().map(|x| x.load(Ordering::Relaxed) != 0).collect())
+    }
 }
 
 /// The rows of a view's window: for each row of the view (all view dims but the last,

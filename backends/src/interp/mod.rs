@@ -22,6 +22,7 @@
 
 pub mod compare;
 mod exec;
+pub mod graph;
 pub mod inputs;
 mod memory;
 mod numerics;
@@ -147,6 +148,10 @@ pub struct InterpStats {
     pub elapsed: Duration,
 }
 
+/// For each parameter of a kernel, which elements a run stored (`None` for parameters
+/// the kernel does not write).
+pub type StoredMasks = Vec<Option<Vec<bool>>>;
+
 /// A kernel compiled for the interpreter once, to run on many argument sets.
 pub struct Kernel<'f> {
     func: &'f Func,
@@ -206,14 +211,56 @@ impl<'f> Kernel<'f> {
 
     /// Runs every program of the grid; output tensors in `args` are updated.
     pub fn run(&self, args: &mut [Arg], options: &Options) -> Result<InterpStats, InterpError> {
+        self.execute(args, options, None).map(|(stats, _)| stats)
+    }
+
+    /// Whether the kernel scatters (`tile.scatter`): its programs may write the same
+    /// elements, so they run in grid order and [`Kernel::run_programs`] cannot say
+    /// which elements a subset of them wrote.
+    pub fn scatters(&self) -> bool {
+        self.program.scatters
+    }
+
+    /// Runs only the tile programs at the grid points `programs` (for checking a sample
+    /// of a large launch) and says which elements of each tensor they stored: for every
+    /// parameter, `Some(mask)` (one flag per element, row-major) for the tensors the
+    /// kernel writes, `None` for the others. Elements no selected program stored keep
+    /// their values in `args`. Races between the selected programs are still reported.
+    /// Kernels that scatter are refused (scattered elements are not tracked).
+    pub fn run_programs(
+        &self,
+        args: &mut [Arg],
+        options: &Options,
+        programs: &[[u64; 3]],
+    ) -> Result<(InterpStats, StoredMasks), InterpError> {
+        if self.program.scatters {
+            return Err(InterpError::new(format!(
+                "`{}` scatters: the elements a subset of its programs writes are not tracked; run the whole grid",
+                self.abi.name
+            )));
+        }
+        let (stats, written) = self.execute(args, options, Some(programs))?;
+        Ok((stats, written.unwrap_or_default()))
+    }
+
+    /// Runs the whole grid, or the grid points `only`; with `only`, also returns which
+    /// elements of each written tensor were stored.
+    fn execute(
+        &self,
+        args: &mut [Arg],
+        options: &Options,
+        only: Option<&[[u64; 3]]>,
+    ) -> Result<(InterpStats, Option<StoredMasks>), InterpError> {
         let start = Instant::now();
         let binding = self.bind(args)?;
         let stored = stored_params(self.func);
+        // A subset run tracks the storing program of every element: that is the mask.
+        let check_races = options.check_races || only.is_some();
         let tensors: Vec<Option<GlobalTensor>> = args
             .iter()
             .enumerate()
             .map(|(i, a)| match a {
-                Arg::Tensor(t) => Some(GlobalTensor::new(t, options.check_races && stored[i])),
+                Arg::Tensor(t) => Some(GlobalTensor::new(t, check_races && stored[i])),
                 _ => None,
             })
             .collect();
@@ -232,27 +279,40 @@ impl<'f> Kernel<'f> {
             })
             .collect();
         let grid = binding.grid;
-        let shared = Shared {
-            func: self.func,
-            prog: &self.program,
-            tensors: &tensors,
-            params: &params,
-            grid,
-            check_races: options.check_races,
-        };
+        let shared =
+            Shared { func: self.func, prog: &self.program, tensors: &tensors, params: &params, grid, check_races };
         let total = grid[0] * grid[1] * grid[2];
         if total > u32::MAX as u64 - 1 {
             return Err(InterpError::new(format!("a grid of {total} programs is too large to interpret")));
         }
+        let linear = |p: &[u64; 3]| p[0] + grid[0] * (p[1] + grid[1] * p[2]);
+        let selected: Vec<u64> = match only {
+            None => (0..total).collect(),
+            Some(points) => {
+                let mut ids = Vec::with_capacity(points.len());
+                for p in points {
+                    if (0..3).any(|a| p[a] >= grid[a]) {
+                        return Err(InterpError::new(format!(
+                            "program ({}, {}, {}) is outside the grid {}x{}x{}",
+                            p[0], p[1], p[2], grid[0], grid[1], grid[2]
+                        )));
+                    }
+                    ids.push(linear(p));
+                }
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            }
+        };
         let point = |l: u64| [l % grid[0], (l / grid[0]) % grid[1], l / (grid[0] * grid[1])];
-        let parallel = options.parallel && !self.program.scatters && total > 1;
+        let parallel = options.parallel && !self.program.scatters && selected.len() > 1;
         let counters = if parallel {
             // Each worker reuses one register file; the first error in grid order wins.
-            let results: Vec<Result<Counters, (u64, InterpError)>> = (0..total)
-                .into_par_iter()
+            let results: Vec<Result<Counters, (u64, InterpError)>> = selected
+                .par_iter()
                 .map_init(
                     || Runner::new(&shared),
-                    |p, l| {
+                    |p, &l| {
                         p.counters = Counters::default();
                         p.run(point(l)).map(|_| p.counters).map_err(|e| (l, e))
                     },
@@ -276,7 +336,7 @@ impl<'f> Kernel<'f> {
             sum
         } else {
             let mut p = Runner::new(&shared);
-            for l in 0..total {
+            for &l in &selected {
                 p.run(point(l))?;
             }
             p.counters
@@ -286,16 +346,27 @@ impl<'f> Kernel<'f> {
                 g.write_back(t);
             }
         }
-        Ok(InterpStats {
+        let written = only.map(|_| {
+            tensors
+                .iter()
+                .enumerate()
+                .map(|(i, g)| match (g, stored[i]) {
+                    (Some(g), true) => g.stored_mask(),
+                    _ => None,
+                })
+                .collect()
+        });
+        let stats = InterpStats {
             grid,
-            programs: total,
+            programs: selected.len() as u64,
             ops: counters.ops,
             loaded: counters.loaded,
             stored: counters.stored,
             dot_flops: counters.dot_flops,
             parallel,
             elapsed: start.elapsed(),
-        })
+        };
+        Ok((stats, written))
     }
 }
 

@@ -685,9 +685,17 @@ impl Compiler<'_> {
                 let dst = self.result(id, op)?;
                 let dims = self.tile_dims_of(id, op.results[0])?;
                 if op.operands.len() < 1 + dims.len() {
-                    return Err(self.err(id, format!("tile.rand of a rank-{} tile needs a seed and {} offsets", dims.len(), dims.len())));
+                    return Err(self.err(
+                        id,
+                        format!("tile.rand of a rank-{} tile needs a seed and {} offsets", dims.len(), dims.len()),
+                    ));
                 }
-                I::Rand { dst, seed: self.reg(id, op, 0)?, offsets: op.operands[1..].iter().map(|v| v.0).collect(), dims }
+                I::Rand {
+                    dst,
+                    seed: self.reg(id, op, 0)?,
+                    offsets: op.operands[1..].iter().map(|v| v.0).collect(),
+                    dims,
+                }
             }
             OpKind::CausalMask => {
                 let dst = self.result(id, op)?;

@@ -1,0 +1,202 @@
+//! Options that `tessera lower`, `run` and `autotune` share: finding the function, and
+//! the `KEY=VALUE` lists of `--dims`, `--schedule` and `--arg`. Every error names the
+//! option and the offending value (the commands exit 2 with it).
+
+use std::path::PathBuf;
+
+use tessera_frontend::check::schedule::{canonical_key, validate};
+use tessera_frontend::check::{KernelSchedule, KeyValue, ScheduleValue};
+use tessera_frontend::db::item_index;
+use tessera_frontend::{Database, FnKey, SourceFile};
+
+/// Parses `KEY=VALUE` pairs (empty items are skipped: `--dims M=1,,N=2`).
+pub fn parse_pairs(pairs: &[String], what: &str) -> Result<Vec<(String, String)>, String> {
+    pairs
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').ok_or_else(|| format!("--{what} expects KEY=VALUE, got `{p}`"))?;
+            let (k, v) = (k.trim(), v.trim());
+            if k.is_empty() {
+                return Err(format!("--{what} expects KEY=VALUE, got `{p}` (no key)"));
+            }
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+fn no_duplicates<T>(pairs: &[(String, T)], what: &str) -> Result<(), String> {
+    for (i, (k, _)) in pairs.iter().enumerate() {
+        if pairs[..i].iter().any(|(j, _)| j == k) {
+            return Err(format!("--{what} gives {k} twice"));
+        }
+    }
+    Ok(())
+}
+
+/// `--dims M=1024,N=512`: integer values, each symbol once.
+pub fn parse_dims(pairs: &[String]) -> Result<Vec<(String, i64)>, String> {
+    let mut out = Vec::new();
+    for (k, v) in parse_pairs(pairs, "dims")? {
+        let value = v.parse::<i64>().map_err(|_| format!("--dims {k}={v}: `{v}` is not an integer"))?;
+        out.push((k, value));
+    }
+    no_duplicates(&out, "dims")?;
+    Ok(out)
+}
+
+/// `--schedule BM=64,warps=4,swizzle=xor`: each value checked as E0701 checks it.
+pub fn parse_schedule(pairs: &[String]) -> Result<Vec<(String, KeyValue)>, String> {
+    let mut out = Vec::new();
+    for (k, v) in parse_pairs(pairs, "schedule")? {
+        let value = match v.parse::<i64>() {
+            Ok(i) => KeyValue::Int(i),
+            Err(_) => KeyValue::Str(v.trim_matches('"').to_string()),
+        };
+        if let Some(problem) = validate(&k, &value) {
+            return Err(format!("--schedule {k}={v}: {problem}"));
+        }
+        out.push((k, value));
+    }
+    let canonical: Vec<(String, ())> = out.iter().map(|(k, _)| (canonical_key(k).to_string(), ())).collect();
+    no_duplicates(&canonical, "schedule")?;
+    Ok(out)
+}
+
+/// `base` with the `--schedule` values; a key the kernel's schedule does not define
+/// (standard keys, its autotune keys and its fixed keys) is an error listing them.
+pub fn apply_schedule(
+    base: &ScheduleValue,
+    overrides: &[(String, KeyValue)],
+    schedule: &KernelSchedule,
+    kernel: &str,
+) -> Result<ScheduleValue, String> {
+    let mut out = base.clone();
+    for (k, v) in overrides {
+        if !schedule.has_key(k) {
+            return Err(format!(
+                "--schedule {k}={v}: `{kernel}` has no schedule key {k} (its keys are {})",
+                schedule.key_names().join(", ")
+            ));
+        }
+        out.set(k, v.clone());
+    }
+    Ok(out)
+}
+
+/// `--arg alpha=2.0,eps=1e-6`: the values stay text until the parameter's type is known.
+pub fn parse_args(pairs: &[String]) -> Result<Vec<(String, String)>, String> {
+    let out = parse_pairs(pairs, "arg")?;
+    no_duplicates(&out, "arg")?;
+    Ok(out)
+}
+
+/// A source file loaded into a fresh database.
+pub struct Source {
+    pub db: Database,
+    pub file: SourceFile,
+    /// The path as shown in messages.
+    pub shown: String,
+}
+
+impl Source {
+    pub fn load(path: &std::path::Path) -> Result<Source, String> {
+        let loaded = crate::files::read(path)?;
+        let db = Database::default();
+        let shown = crate::files::display_path(path);
+        let file = SourceFile::new(&db, PathBuf::from(&shown), loaded.text, loaded.utf8_error);
+        Ok(Source { db, file, shown })
+    }
+
+    /// The function named `name`, or an error listing the file's functions.
+    pub fn function(&self, name: &str) -> Result<FnKey<'_>, String> {
+        let index = item_index(&self.db, self.file);
+        if let Some(entry) = index.functions.iter().find(|f| f.key.name(&self.db) == name) {
+            return Ok(entry.key);
+        }
+        let names: Vec<String> = index.functions.iter().map(|f| f.key.name(&self.db).clone()).collect();
+        Err(format!(
+            "{} has no function `{name}`{}",
+            self.shown,
+            if names.is_empty() { String::new() } else { format!(" (it defines {})", names.join(", ")) }
+        ))
+    }
+
+    /// `text` with every ``at `name`+N`` (an op's offset from its function's `def`, as the
+    /// interpreter writes it) replaced by the file position it stands for.
+    pub fn resolve_offsets(&self, text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("at `") {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 4..];
+            let parsed = after.find('`').and_then(|end| {
+                let name = &after[..end];
+                let digits: String =
+                    after[end + 1..].strip_prefix('+')?.chars().take_while(char::is_ascii_digit).collect();
+                let offset: u32 = digits.parse().ok()?;
+                let loc = tessera_passes::ir::Loc::new(name, tessera_frontend::text::TextRange::new(offset, offset));
+                let position = self.position(Some(&loc));
+                let position = position.strip_suffix(": ")?.to_string();
+                Some((position, end + 2 + digits.len()))
+            });
+            match parsed {
+                Some((position, used)) => {
+                    out.push_str(&format!("at {position}"));
+                    rest = &after[used..];
+                }
+                None => {
+                    out.push_str("at `");
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// `path:line:col: ` for a location in this file's functions (empty when unknown).
+    pub fn position(&self, loc: Option<&tessera_passes::ir::Loc>) -> String {
+        use tessera_passes::ir::print::LocResolver;
+        let Some(loc) = loc else { return String::new() };
+        match tessera_passes::FileLocs::new(&self.db, self.file).resolve(loc) {
+            Some((path, line, col)) => format!("{path}:{line}:{col}: "),
+            None => String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn dims_are_integers_given_once() {
+        assert_eq!(parse_dims(&strings(&["M=4", " N = 5 ", ""])).unwrap(), vec![("M".into(), 4), ("N".into(), 5)]);
+        assert_eq!(parse_dims(&strings(&["M=x"])).unwrap_err(), "--dims M=x: `x` is not an integer");
+        assert_eq!(parse_dims(&strings(&["M"])).unwrap_err(), "--dims expects KEY=VALUE, got `M`");
+        assert_eq!(parse_dims(&strings(&["M=1", "M=2"])).unwrap_err(), "--dims gives M twice");
+        assert!(parse_dims(&strings(&["=3"])).unwrap_err().contains("no key"));
+    }
+
+    #[test]
+    fn schedule_values_are_validated_and_keys_known() {
+        assert_eq!(
+            parse_schedule(&strings(&["BM=100"])).unwrap_err(),
+            "--schedule BM=100: BM = 100 is neither a power of two nor a multiple of 16"
+        );
+        assert!(parse_schedule(&strings(&["m=64", "BM=128"])).unwrap_err().contains("BM twice"));
+        let parsed = parse_schedule(&strings(&["BM=64", "swizzle=xor"])).unwrap();
+        let base = ScheduleValue::default_for_kernel();
+        let s = apply_schedule(&base, &parsed, &KernelSchedule::default(), "k").unwrap();
+        assert_eq!(s.int("BM"), Some(64));
+        assert_eq!(s.get("swizzle"), Some(&KeyValue::Str("xor".into())));
+        let unknown = parse_schedule(&strings(&["BLOCK=256"])).unwrap();
+        let e = apply_schedule(&base, &unknown, &KernelSchedule::default(), "k").unwrap_err();
+        assert!(e.starts_with("--schedule BLOCK=256: `k` has no schedule key BLOCK (its keys are BM, BN"), "{e}");
+    }
+}

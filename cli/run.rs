@@ -1,0 +1,619 @@
+//! `tessera run FILE --kernel NAME` (TOOLS.md §3): seeded inputs, one launch on the
+//! device checked against the reference interpreter, then timed launches; a report in
+//! text or JSON, and optionally every tensor as `.npy`. docs/run.md is the user's page.
+//!
+//! Exit status: 0 the run matches the reference (or was not checked); 1 the kernel is
+//! wrong (a mismatch, a fault, a compile error); 2 the tool could not do its job (bad
+//! options or values, no such device, a function that cannot be launched).
+
+use std::path::PathBuf;
+
+use serde_json::{json, Map, Value};
+use tessera_backends::autotune::{self, schedule_json, CacheKey};
+use tessera_backends::launch::{
+    self, CheckKind, CheckMode, Device, DeviceRequest, ErrorKind, KernelInfo, LaunchError, Opened, Outcome, Plan,
+    PlanRequest, ResolvedDims, RunOptions,
+};
+use tessera_backends::tensor::Arg;
+use tessera_frontend::check::{KeyValue, ScheduleValue};
+use tessera_frontend::FnKey;
+use tessera_passes::Target;
+
+use crate::options::{self, Source};
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The source file.
+    pub file: PathBuf,
+    /// The kernel to run.
+    #[arg(long, value_name = "NAME")]
+    pub kernel: String,
+    /// Values of the shape symbols (M=1024,N=1024,...); missing ones are assumed (1024, or 64
+    /// for symbols that tile dims use) and said so.
+    #[arg(long, value_delimiter = ',', value_name = "SYM=VALUE")]
+    pub dims: Vec<String>,
+    /// Scalar arguments (alpha=2.0,causal=false); others take the signature's default, else a
+    /// seeded value.
+    #[arg(long = "arg", value_delimiter = ',', value_name = "NAME=VALUE")]
+    pub args: Vec<String>,
+    /// Where to run: gpu, cpu, interp (the reference interpreter), or auto (GPU, else CPU,
+    /// else the interpreter).
+    #[arg(long, default_value = "auto", value_parser = parse_device)]
+    pub device: DeviceRequest,
+    /// Schedule values over the kernel's (BM=64,warps=4,...); without it, the autotune cache's
+    /// winner for these shapes, else the kernel's first configuration.
+    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
+    pub schedule: Vec<String>,
+    /// Target: sm_80, sm_90 or cpu (default: the device's; sm_90 for the interpreter).
+    #[arg(long, value_parser = crate::parse_target)]
+    pub target: Option<Target>,
+    /// Timed launches (default: 100 on a GPU, 20 on the CPU, 3 on the interpreter).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: Option<u32>,
+    /// Untimed launches before them (default: 10 on a GPU, 2 on the CPU, 0 on the interpreter).
+    #[arg(long)]
+    pub warmup: Option<u32>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = launch::DEFAULT_SEED)]
+    pub seed: u64,
+    /// Check against the reference interpreter: full, sampled (a subset of tile programs),
+    /// none, or auto (full below a work threshold, sampled above).
+    #[arg(long, default_value = "auto", value_parser = parse_check)]
+    pub check: CheckMode,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every input to DIR/NAME.npy, every output to DIR/NAME.out.npy, and the JSON
+    /// report to DIR/run.json.
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<PathBuf>,
+}
+
+pub fn parse_device(s: &str) -> Result<DeviceRequest, String> {
+    s.parse()
+}
+
+pub fn parse_check(s: &str) -> Result<CheckMode, String> {
+    s.parse()
+}
+
+/// A failure with its exit status: 2 for the tool (options, devices), 1 for the kernel.
+pub(crate) struct Failure {
+    pub code: i32,
+    pub message: String,
+    /// For `--json`: what kind of failure (`compile`, `fault`).
+    pub kind: Option<&'static str>,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure { code: 2, message: message.into(), kind: None }
+    }
+
+    pub fn launch(src: &Source, e: LaunchError) -> Failure {
+        let (code, kind) = match e.kind {
+            ErrorKind::Compile => (1, Some("compile")),
+            ErrorKind::Fault => (1, Some("fault")),
+            ErrorKind::Input | ErrorKind::Unavailable | ErrorKind::NotRunnable | ErrorKind::Resources => (2, None),
+        };
+        let message = format!("{}{}", src.position(e.loc.as_ref()), src.resolve_offsets(&e.message));
+        Failure { code, message, kind }
+    }
+
+    /// Reports the failure: exit 2 through the caller's `Err` (printed as `error: ...`),
+    /// exit 1 printed here.
+    pub fn finish(self) -> Result<i32, String> {
+        if self.code == 2 {
+            Err(self.message)
+        } else {
+            eprintln!("error: {}", self.message);
+            Ok(self.code)
+        }
+    }
+}
+
+/// What `run` and `autotune` both establish before they launch anything.
+pub(crate) struct Setup<'s> {
+    pub key: FnKey<'s>,
+    pub info: KernelInfo,
+    pub opened: Opened,
+    pub target: Target,
+    pub dims: ResolvedDims,
+    pub args: Vec<(String, String)>,
+}
+
+pub(crate) fn setup<'s>(
+    src: &'s Source,
+    kernel: &str,
+    device: DeviceRequest,
+    target: Option<Target>,
+    dims: &[String],
+    args: &[String],
+) -> Result<Setup<'s>, Failure> {
+    let key = src.function(kernel).map_err(Failure::usage)?;
+    let info = launch::kernel_info(&src.db, key).map_err(|e| Failure::launch(src, e))?;
+    let given = options::parse_dims(dims).map_err(Failure::usage)?;
+    let args = options::parse_args(args).map_err(Failure::usage)?;
+    let opened = launch::open(device).map_err(|e| Failure::launch(src, e))?;
+    let target = target.unwrap_or_else(|| opened.backend.default_target());
+    opened.backend.check_target(target).map_err(|why| Failure::usage(format!("--target {target}: {why}")))?;
+    let dims = launch::resolve_dims(&src.db, key, &info, &given).map_err(|e| Failure::launch(src, e))?;
+    Ok(Setup { key, info, opened, target, dims, args })
+}
+
+/// Notes about what was assumed, on stderr.
+pub(crate) fn print_notes(setup: &Setup<'_>) {
+    for note in &setup.opened.notes {
+        eprintln!("note: {note}");
+    }
+    if !setup.dims.assumed.is_empty() {
+        let list: Vec<String> = setup.dims.assumed.iter().map(|(s, v)| format!("{s}={v}")).collect();
+        eprintln!("note: assuming {} (no --dims value; pass --dims {}=...)", list.join(", "), setup.dims.assumed[0].0);
+    }
+}
+
+/// Where the schedule of a run came from.
+pub(crate) enum ScheduleSource {
+    Given,
+    Cached(PathBuf),
+    /// The kernel's fixed schedule, or the first configuration of its space (`true`).
+    Default {
+        autotuned: bool,
+    },
+}
+
+impl ScheduleSource {
+    fn name(&self) -> &'static str {
+        match self {
+            ScheduleSource::Given => "given",
+            ScheduleSource::Cached(_) => "autotune cache",
+            ScheduleSource::Default { .. } => "default",
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            ScheduleSource::Given => "--schedule over the kernel's".to_string(),
+            ScheduleSource::Cached(path) => format!("autotuned, from {}", path.display()),
+            ScheduleSource::Default { autotuned: true } => {
+                "the space's first configuration: not tuned for these shapes; `tessera autotune` tunes it".to_string()
+            }
+            ScheduleSource::Default { autotuned: false } => "the kernel's".to_string(),
+        }
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<i32, String> {
+    let src = Source::load(&args.file)?;
+    match run_loaded(&src, &args) {
+        Ok(code) => Ok(code),
+        Err(f) => {
+            if args.json && f.code == 1 {
+                let v = json!({
+                    "kernel": args.kernel,
+                    "file": src.shown,
+                    "correct": false,
+                    "error": {"kind": f.kind.unwrap_or("error"), "message": f.message},
+                });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            }
+            f.finish()
+        }
+    }
+}
+
+fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
+    let overrides = options::parse_schedule(&args.schedule).map_err(Failure::usage)?;
+    let setup = setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
+    print_notes(&setup);
+    let backend = setup.opened.backend.clone();
+    let dims = setup.dims.map();
+    let info = &setup.info;
+    // The schedule: given, else the cache's winner, else the kernel's.
+    let (schedule, source) = if !overrides.is_empty() {
+        let s = options::apply_schedule(&info.base_schedule, &overrides, &info.schedule, &info.name)
+            .map_err(Failure::usage)?;
+        (s, ScheduleSource::Given)
+    } else if info.schedule.is_autotuned() {
+        match cached_winner(src, &setup, &dims) {
+            Some((path, winner)) => (winner, ScheduleSource::Cached(path)),
+            None => (info.base_schedule.clone(), ScheduleSource::Default { autotuned: true }),
+        }
+    } else {
+        (info.base_schedule.clone(), ScheduleSource::Default { autotuned: false })
+    };
+    let config = launch::config_for(&src.db, setup.key, schedule, &dims).map_err(|e| Failure::launch(src, e))?;
+    let request = PlanRequest {
+        target: setup.target,
+        config,
+        dims: dims.clone(),
+        args: setup.args.clone(),
+        seed: args.seed,
+        code: backend.needs_code(),
+    };
+    let plan = launch::plan(&src.db, setup.key, info, &request).map_err(|e| Failure::launch(src, e))?;
+    let device = backend.device();
+    let mut options = RunOptions::for_device(device);
+    if let Some(r) = args.repeat {
+        options.repeat = r;
+    }
+    if let Some(w) = args.warmup {
+        options.warmup = w;
+    }
+    options.check = args.check;
+    let outcome = launch::execute(&plan, backend.as_ref(), &options).map_err(|e| Failure::launch(src, e))?;
+    let report = report_json(src, &setup, &plan, &outcome, &source);
+    if let Some(dir) = &args.save {
+        save(dir, &plan, &outcome, &report).map_err(Failure::usage)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        print!("{}", report_text(src, &setup, &plan, &outcome, &source));
+    }
+    Ok(if outcome.check.passed() == Some(false) { 1 } else { 0 })
+}
+
+/// The autotune cache's winner for this run's key, if any (a bad file is a warning).
+fn cached_winner(
+    src: &Source,
+    setup: &Setup<'_>,
+    dims: &std::collections::BTreeMap<String, i64>,
+) -> Option<(PathBuf, ScheduleValue)> {
+    let key = cache_key(src, setup, dims)?;
+    match autotune::lookup(&autotune::cache_dir(&setup.info), &key) {
+        Ok(Some((path, entry))) => Some((path, entry.winner)),
+        Ok(None) => None,
+        Err(warning) => {
+            eprintln!("warning: {warning}");
+            None
+        }
+    }
+}
+
+/// The cache key of a setup: lowered with the base schedule only for the tensor dtypes.
+pub(crate) fn cache_key(
+    src: &Source,
+    setup: &Setup<'_>,
+    dims: &std::collections::BTreeMap<String, i64>,
+) -> Option<CacheKey> {
+    let config = launch::config_for(&src.db, setup.key, setup.info.base_schedule.clone(), dims).ok()?;
+    let request =
+        PlanRequest { target: setup.target, config, dims: dims.clone(), args: Vec::new(), seed: 0, code: false };
+    let plan = launch::plan(&src.db, setup.key, &setup.info, &request).ok()?;
+    Some(CacheKey::of(&src.db, setup.key, &plan, &setup.dims.values, setup.target, setup.opened.backend.device()))
+}
+
+// ----- the report --------------------------------------------------------------------
+
+/// The keys that matter to the kernel, in the usual order.
+pub(crate) fn schedule_text(info: &KernelInfo, s: &ScheduleValue) -> String {
+    info.shown_keys(s)
+        .iter()
+        .map(|(k, v)| match v {
+            KeyValue::Int(i) => format!("{k}={i}"),
+            KeyValue::Str(t) => format!("{k}={t}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A number with `sig` significant digits, no exponent for ordinary magnitudes.
+pub(crate) fn sig(x: f64, sig: usize) -> String {
+    if !x.is_finite() {
+        return format!("{x}");
+    }
+    if x == 0.0 {
+        return "0".to_string();
+    }
+    let mag = x.abs().log10().floor() as i32;
+    if !(-4..=9).contains(&mag) {
+        return format!("{:.*e}", sig.saturating_sub(1), x);
+    }
+    let decimals = (sig as i32 - 1 - mag).max(0) as usize;
+    format!("{x:.decimals$}")
+}
+
+/// `1.23 TFLOP/s`, `45.6 GFLOP/s`, `789 MFLOP/s`.
+pub(crate) fn flops_rate(tflops: f64) -> String {
+    let flops = tflops * 1e12;
+    for (unit, scale) in [("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6)] {
+        if flops >= scale {
+            return format!("{} {unit}", sig(flops / scale, 3));
+        }
+    }
+    format!("{} kFLOP/s", sig(flops / 1e3, 3))
+}
+
+/// `812 GB/s`, `1.20 TB/s`, `3.4 MB/s`.
+pub(crate) fn bandwidth(gbps: f64) -> String {
+    let b = gbps * 1e9;
+    for (unit, scale) in [("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)] {
+        if b >= scale {
+            return format!("{} {unit}", sig(b / scale, 3));
+        }
+    }
+    format!("{} kB/s", sig(b / 1e3, 3))
+}
+
+fn flop_count(f: u64) -> String {
+    let f = f as f64;
+    for (unit, scale) in [("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)] {
+        if f >= scale {
+            return format!("{} {unit}", sig(f / scale, 3));
+        }
+    }
+    format!("{f} FLOP")
+}
+
+fn index_text(name: &str, index: &[usize]) -> String {
+    format!("{name}[{}]", index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "))
+}
+
+/// A scalar as its dtype prints it (`1e-5` as an f32 is `0.00001`, not f64's digits).
+fn scalar_text(v: f64, ty: &str) -> String {
+    match ty {
+        "bool" => (if v != 0.0 { "true" } else { "false" }).to_string(),
+        "index" => format!("{}", v as i64),
+        t if t.starts_with('i') || t.starts_with("int") => format!("{}", v as i64),
+        "f64" => format!("{v}"),
+        _ => format!("{}", v as f32),
+    }
+}
+
+pub(crate) fn report_text(
+    src: &Source,
+    setup: &Setup<'_>,
+    plan: &Plan,
+    outcome: &Outcome,
+    source: &ScheduleSource,
+) -> String {
+    use std::fmt::Write;
+    let interp = outcome.device == Device::Interpreter;
+    let mut s = String::new();
+    let _ = writeln!(s, "{} ({}) on {}, target {}", plan.kernel, src.shown, outcome.device_name, plan.target);
+    let dims: Vec<String> = setup
+        .dims
+        .values
+        .iter()
+        .map(|(k, v)| {
+            let assumed = setup.dims.assumed.iter().any(|(a, _)| a == k);
+            format!("{k}={v}{}", if assumed { " (assumed)" } else { "" })
+        })
+        .collect();
+    let _ = writeln!(s, "  dims      {}", if dims.is_empty() { "(none)".to_string() } else { dims.join(", ") });
+    let _ = writeln!(s, "  schedule  {} ({})", schedule_text(&setup.info, &plan.config.schedule), source.describe());
+    if !plan.scalars.is_empty() {
+        let list: Vec<String> = plan
+            .scalars
+            .iter()
+            .map(|a| format!("{}={} ({})", a.name, scalar_text(a.value, &a.ty), a.source.name()))
+            .collect();
+        let _ = writeln!(s, "  args      {}", list.join(", "));
+    }
+    let [gx, gy, gz] = plan.grid;
+    let programs = gx * gy * gz;
+    let mut launch_line = format!("grid {gx}x{gy}x{gz} = {programs} program{}", if programs == 1 { "" } else { "s" });
+    if plan.target.is_gpu() {
+        let _ = write!(launch_line, " x {} threads", plan.threads);
+        match (outcome.registers, plan.registers_estimate) {
+            (Some(r), Some(e)) => {
+                let _ = write!(launch_line, ", {r} registers/thread (estimate {e})");
+            }
+            (Some(r), None) => {
+                let _ = write!(launch_line, ", {r} registers/thread");
+            }
+            (None, Some(e)) => {
+                let _ = write!(launch_line, ", ~{e} registers/thread (estimate)");
+            }
+            (None, None) => {}
+        }
+        if let Some(b) = plan.smem_bytes {
+            let _ = write!(launch_line, ", {} shared", launch::human_bytes(b as f64));
+        }
+    }
+    let _ = writeln!(s, "  launch    {launch_line}");
+    // Correctness.
+    let check = &outcome.check;
+    match &check.kind {
+        CheckKind::Skipped(why) => {
+            let _ = writeln!(s, "  check     none: {why}");
+        }
+        kind => {
+            let how = match kind {
+                CheckKind::Sampled { programs, total } => {
+                    format!("sampled ({programs} of {total} programs interpreted)")
+                }
+                _ => "full".to_string(),
+            };
+            let why = check.reason.as_ref().map(|r| format!(", because {r}")).unwrap_or_default();
+            let _ = writeln!(s, "  check     {how} against the reference interpreter{why}");
+            for o in &check.outputs {
+                let c = &o.comparison;
+                let total = o.dims.iter().product::<usize>();
+                let compared = if o.compared == total {
+                    format!("{total} elements")
+                } else {
+                    format!("{} of {total} elements", o.compared)
+                };
+                let errors = format!("max abs err {}, max rel err {}", sig(c.max_abs, 3), sig(c.max_rel, 3));
+                if c.passed {
+                    let _ = write!(s, "            {}: ok, {compared} compared, {errors}", o.name);
+                } else if let Some((e, a)) = c.length_mismatch {
+                    let _ = write!(s, "            {}: MISMATCH: expected {e} elements, got {a}", o.name);
+                } else {
+                    let _ = write!(
+                        s,
+                        "            {}: MISMATCH in {} of {compared} compared, {errors} (tolerance: rtol {} + atol {} x rms {})",
+                        o.name,
+                        c.mismatches,
+                        sig(c.tolerance.rtol, 2),
+                        sig(c.tolerance.atol, 2),
+                        sig(c.scale, 3)
+                    );
+                }
+                s.push('\n');
+                if let Some((index, expected, actual)) = &o.first_mismatch {
+                    let _ = writeln!(
+                        s,
+                        "            first mismatch at {}: expected {expected}, got {actual}",
+                        index_text(&o.name, index)
+                    );
+                }
+            }
+        }
+    }
+    let t = &outcome.timing;
+    let _ = writeln!(
+        s,
+        "  time      median {} ms, min {} ms over {} launch{}{}{}",
+        sig(t.median_ms, 4),
+        sig(t.min_ms, 4),
+        t.times_ms.len(),
+        if t.times_ms.len() == 1 { "" } else { "es" },
+        if t.warmup > 0 { format!(" after {} warm-up", t.warmup) } else { String::new() },
+        if interp { " (the interpreter's times, not a device's)" } else { "" }
+    );
+    let w = &outcome.work;
+    let tag = if interp { " (interpreter)" } else { "" };
+    let work = match (w.flops, &w.flops_unknown, w.tflops(t.median_ms), w.gbps(t.median_ms)) {
+        (Some(f), _, Some(tf), _) => format!("{} in tile.dot: {}{tag}", flop_count(f), flops_rate(tf)),
+        (_, Some(why), _, _) => format!("tile.dot FLOPs not counted ({why})"),
+        (_, _, _, Some(gb)) => {
+            format!(
+                "{} moved (inputs read once, outputs written once): {}{tag}",
+                launch::human_bytes(w.bytes as f64),
+                bandwidth(gb)
+            )
+        }
+        _ => "no time to divide by".to_string(),
+    };
+    let _ = writeln!(s, "  work      {work}");
+    let verdict = match check.passed() {
+        Some(true) => "correct",
+        Some(false) => "WRONG: the outputs differ from the reference interpreter",
+        None => "not checked",
+    };
+    let _ = writeln!(s, "  result    {verdict}");
+    s
+}
+
+fn num(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
+
+pub(crate) fn report_json(
+    src: &Source,
+    setup: &Setup<'_>,
+    plan: &Plan,
+    outcome: &Outcome,
+    source: &ScheduleSource,
+) -> Value {
+    let dims: Map<String, Value> = setup.dims.values.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    let args: Map<String, Value> = plan
+        .scalars
+        .iter()
+        .map(|a| {
+            let v = match a.ty.as_str() {
+                "bool" => json!(a.value != 0.0),
+                t if t == "index" || t.starts_with('i') => json!(a.value as i64),
+                _ => num(a.value),
+            };
+            (a.name.clone(), v)
+        })
+        .collect();
+    let check = &outcome.check;
+    let outputs: Vec<Value> = check
+        .outputs
+        .iter()
+        .map(|o| {
+            let c = &o.comparison;
+            json!({
+                "name": o.name,
+                "dtype": o.dtype.to_string(),
+                "dims": o.dims,
+                "compared": o.compared,
+                "mismatches": c.mismatches,
+                "max_abs_err": num(c.max_abs),
+                "max_rel_err": num(c.max_rel),
+                "rtol": num(c.tolerance.rtol),
+                "atol": num(c.tolerance.atol * c.scale),
+                "first_mismatch": o.first_mismatch.as_ref().map(|(i, e, a)| json!({"index": i, "expected": num(*e), "actual": num(*a)})),
+            })
+        })
+        .collect();
+    let t = &outcome.timing;
+    let w = &outcome.work;
+    let mut v = json!({
+        "kernel": plan.kernel,
+        "file": src.shown,
+        "device": outcome.device.name(),
+        "device_name": outcome.device_name,
+        "target": plan.target.name(),
+        "dims": dims,
+        "assumed_dims": setup.dims.assumed.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        "schedule": schedule_json(&plan.config.schedule),
+        "schedule_source": source.name(),
+        "args": args,
+        "seed": plan.seed,
+        "grid": plan.grid,
+        "threads": plan.threads,
+        "check": check.kind.name(),
+        "correct": check.passed(),
+        "max_abs_err": check.max_abs().map_or(Value::Null, num),
+        "max_rel_err": check.max_rel().map_or(Value::Null, num),
+        "outputs": outputs,
+        "time_ms": {"median": num(t.median_ms), "min": num(t.min_ms), "runs": t.times_ms.len(), "warmup": t.warmup},
+        "flops": w.flops,
+        "bytes": w.bytes,
+        "tflops": w.tflops(t.median_ms).map_or(Value::Null, num),
+        "gbps": w.gbps(t.median_ms).map_or(Value::Null, num),
+    });
+    let obj = v.as_object_mut().expect("an object");
+    if let ScheduleSource::Cached(path) = source {
+        obj.insert("schedule_cache".into(), json!(path.display().to_string()));
+    }
+    if let CheckKind::Sampled { programs, total } = &check.kind {
+        obj.insert("checked_programs".into(), json!({"sampled": programs, "total": total}));
+    }
+    if let CheckKind::Skipped(why) = &check.kind {
+        obj.insert("check_skipped".into(), json!(why));
+    }
+    if plan.target.is_gpu() {
+        obj.insert("registers".into(), json!({"estimate": plan.registers_estimate, "allocated": outcome.registers}));
+        obj.insert("smem_bytes".into(), json!(plan.smem_bytes));
+    }
+    if let Some(why) = &w.flops_unknown {
+        obj.insert("flops_unknown".into(), json!(why));
+    }
+    v
+}
+
+/// `--save DIR`: inputs as NAME.npy, outputs as NAME.out.npy, the report as run.json.
+fn save(dir: &std::path::Path, plan: &Plan, outcome: &Outcome, report: &Value) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("--save {}: {e}", dir.display()))?;
+    let write = |name: String, t: &tessera_backends::tensor::HostTensor| -> Result<(), String> {
+        let path = dir.join(&name);
+        let note = tessera_backends::npy::write(&path, t).map_err(|e| format!("--save: {}: {e}", path.display()))?;
+        if let Some(note) = note {
+            eprintln!("note: {}: {note}", path.display());
+        }
+        Ok(())
+    };
+    // Every tensor as it was before the launch (outputs start as zeros).
+    for (p, a) in plan.abi.params.iter().zip(&plan.inputs) {
+        if let Arg::Tensor(t) = a {
+            write(format!("{}.npy", p.name()), t)?;
+        }
+    }
+    for (i, (p, a)) in plan.abi.params.iter().zip(&outcome.outputs).enumerate() {
+        if let (Arg::Tensor(t), true) = (a, plan.is_output(i)) {
+            write(format!("{}.out.npy", p.name()), t)?;
+        }
+    }
+    let path = dir.join("run.json");
+    let mut text = serde_json::to_string_pretty(report).unwrap_or_default();
+    text.push('\n');
+    std::fs::write(&path, text).map_err(|e| format!("--save: {}: {e}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,577 @@
+//! End-to-end tests of `tessera run` (TOOLS.md §3) through the real binary: every kernel
+//! of the contract corpus and the examples at two shapes (one not a multiple of the tile
+//! sizes) on the interpreter and on the CPU backend, the JSON contract, `--save` files
+//! against NumPy, and the exit status and message of every kind of bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tessera_frontend::check::{fn_signature, FunctionKind};
+use tessera_frontend::db::item_index;
+use tessera_frontend::{Database, SourceFile};
+
+fn tessera() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.env_remove("NO_COLOR");
+    cmd
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn corpus() -> PathBuf {
+    root().join("../shared/corpus/valid")
+}
+
+fn run_in(args: &[&str], dir: &Path) -> Output {
+    tessera().args(args).current_dir(dir).output().expect("tessera runs")
+}
+
+fn run(args: &[&str]) -> Output {
+    run_in(args, &root())
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(o), stderr(o)))
+}
+
+/// Every kernel (not graph function or helper) of every `.tsr` file in the corpus and
+/// the examples, as (path relative to the repository, kernel, its two shapes).
+fn kernels() -> Vec<(String, String, [String; 2])> {
+    let mut out = Vec::new();
+    for dir in [corpus(), root().join("examples")] {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
+            .collect();
+        files.sort();
+        for path in files {
+            let db = Database::default();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let file = SourceFile::new(&db, path.clone(), text, None);
+            for f in item_index(&db, file).functions.iter() {
+                let signature = fn_signature(&db, f.key);
+                if signature.kind == FunctionKind::Kernel {
+                    let shown = path.strip_prefix(root()).unwrap_or(&path).display().to_string();
+                    let name = f.key.name(&db).to_string();
+                    let shapes = match shapes(&name) {
+                        Some(s) => s.map(String::from),
+                        None => {
+                            // Sizes 128 and 100; symbols that tile dims use (a head dim)
+                            // keep the value the kernel is checked with.
+                            let tile_symbols = tessera_passes::default_config(&db, f.key, &Default::default())
+                                .map(|(_, assumed)| assumed)
+                                .unwrap_or_default();
+                            [128, 100].map(|n| {
+                                let pairs: Vec<String> = signature
+                                    .symbols
+                                    .iter()
+                                    .filter(|s| !tile_symbols.contains(s))
+                                    .map(|s| format!("{s}={n}"))
+                                    .collect();
+                                pairs.join(",")
+                            })
+                        }
+                    };
+                    out.push((shown, name, shapes));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Two shapes per kernel: one a multiple of every tile size of the kernels' first
+/// configurations, one not. Kernels not listed get generic ones.
+fn shapes(kernel: &str) -> Option<[&'static str; 2]> {
+    Some(match kernel {
+        "gemm" | "fp8_gemm" | "linear_gelu" | "small_matmul" | "narrow_matmul" => {
+            ["M=128,N=128,K=128", "M=100,N=76,K=90"]
+        }
+        "softmax" | "layernorm" => ["R=4,C=1024", "R=5,C=300"],
+        "flash_attention" => ["BH=2,S=128,D=64", "BH=2,S=100,D=64"],
+        "saxpy" => ["n=1024", "n=3000"],
+        "vector_add" => ["N=4096", "N=1000"],
+        _ => return None,
+    })
+}
+
+/// Runs every kernel at both shapes on `device` and collects what failed.
+fn every_kernel_on(device: &str) -> Vec<String> {
+    let jobs: Vec<(String, String, String)> = kernels()
+        .into_iter()
+        .flat_map(|(file, kernel, shapes)| shapes.map(|s| (file.clone(), kernel.clone(), s)))
+        .collect();
+    assert!(jobs.len() >= 36, "only {} runs", jobs.len());
+    let failures = std::sync::Mutex::new(Vec::new());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((file, kernel, dims)) = jobs.get(i) else { break };
+                let o = run(&[
+                    "run", file, "--kernel", kernel, "--dims", dims, "--device", device, "--repeat", "1", "--json",
+                ]);
+                let what = format!("{file} `{kernel}` [{dims}] on {device}");
+                if o.status.code() != Some(0) {
+                    failures.lock().unwrap().push(format!(
+                        "{what}: exit {:?}: {}{}",
+                        o.status.code(),
+                        stdout(&o),
+                        stderr(&o)
+                    ));
+                    continue;
+                }
+                let v = json(&o);
+                let ok = v["correct"] == true
+                    && v["check"] == "full"
+                    && v["outputs"].as_array().is_some_and(|a| !a.is_empty());
+                if !ok {
+                    failures.lock().unwrap().push(format!("{what}: {v}"));
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+#[test]
+fn every_kernel_runs_on_the_interpreter_and_matches() {
+    let failures = every_kernel_on("interp");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Whether this build can run on the CPU backend (`--device cpu` exits 2 when it cannot).
+fn cpu_backend() -> bool {
+    let o = run(&[
+        "run",
+        "examples/vector_add.tsr",
+        "--kernel",
+        "vector_add",
+        "--dims",
+        "N=8",
+        "--device",
+        "cpu",
+        "--repeat",
+        "1",
+    ]);
+    match o.status.code() {
+        Some(0) => true,
+        Some(2) if stderr(&o).contains("--device cpu:") => {
+            eprintln!("skipping: {}", stderr(&o).trim());
+            false
+        }
+        other => panic!("--device cpu: exit {other:?}: {}{}", stdout(&o), stderr(&o)),
+    }
+}
+
+#[test]
+fn every_kernel_runs_on_the_cpu_backend_and_matches() {
+    if !cpu_backend() {
+        return;
+    }
+    let failures = every_kernel_on("cpu");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn json_has_the_contract_fields() {
+    let o = run(&[
+        "run",
+        "examples/gemm.tsr",
+        "--kernel",
+        "gemm",
+        "--dims",
+        "M=64,N=96,K=40",
+        "--device",
+        "interp",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["kernel"], "gemm");
+    assert_eq!(v["device"], "interpreter");
+    assert_eq!(v["target"], "sm_90");
+    assert_eq!(v["dims"], serde_json::json!({"M": 64, "K": 40, "N": 96}));
+    assert_eq!(v["schedule"]["BM"], 64);
+    assert_eq!(v["schedule_source"], "default");
+    assert_eq!(v["correct"], true);
+    assert_eq!(v["check"], "full");
+    assert!(v["max_abs_err"].is_number() && v["max_rel_err"].is_number());
+    let (median, min) = (v["time_ms"]["median"].as_f64().unwrap(), v["time_ms"]["min"].as_f64().unwrap());
+    assert!(min > 0.0 && min <= median, "{v}");
+    assert_eq!(v["time_ms"]["runs"], 2);
+    // 2·M·N·K with M, N padded to the 64x64 tiles and K to BK = 32.
+    assert_eq!(v["flops"], 2 * 64 * 128 * 64);
+    assert!(v["tflops"].as_f64().unwrap() > 0.0);
+    assert!(v["gbps"].is_null());
+    assert_eq!(v["grid"], serde_json::json!([1, 2, 1]));
+    assert_eq!(v["threads"], 128);
+    assert!(v["registers"]["estimate"].as_u64().unwrap() > 0);
+    assert_eq!(v["outputs"][0]["name"], "C");
+    assert_eq!(v["outputs"][0]["compared"], 64 * 96);
+    // Bandwidth for kernels without dots.
+    let o = run(&[
+        "run",
+        "examples/softmax.tsr",
+        "--kernel",
+        "softmax",
+        "--dims",
+        "R=3,C=100",
+        "--device",
+        "interp",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    let v = json(&o);
+    assert!(v["tflops"].is_null() && v["flops"].is_null());
+    assert_eq!(v["bytes"], 2 * 3 * 100 * 4);
+    assert!(v["gbps"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn the_defaults_are_said_and_reproducible() {
+    let args = [
+        "run",
+        "examples/flash_attention.tsr",
+        "--kernel",
+        "flash_attention",
+        "--dims",
+        "BH=1,S=70",
+        "--device",
+        "interp",
+        "--repeat",
+        "1",
+        "--json",
+        "--save",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    let o = run(&[&args[..], &[a.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("note: assuming D=64 (no --dims value; pass --dims D=...)"), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["assumed_dims"], serde_json::json!(["D"]));
+    assert_eq!(v["args"]["causal"], true, "the signature's default");
+    assert_eq!(v["seed"], 0);
+    let o = run(&[&args[..], &[b.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(0));
+    for name in ["Q.npy", "K.npy", "V.npy", "O.out.npy"] {
+        let (x, y) = (std::fs::read(a.join(name)).unwrap(), std::fs::read(b.join(name)).unwrap());
+        assert!(x == y, "{name} differs between two runs with the default seed");
+    }
+    let o = run(&[
+        "run",
+        "examples/flash_attention.tsr",
+        "--kernel",
+        "flash_attention",
+        "--dims",
+        "BH=1,S=70",
+        "--device",
+        "interp",
+        "--repeat",
+        "1",
+        "--seed",
+        "5",
+        "--save",
+        dir.path().join("c").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_ne!(std::fs::read(a.join("Q.npy")).unwrap(), std::fs::read(dir.path().join("c/Q.npy")).unwrap());
+}
+
+/// Python with NumPy, or None (then the NumPy test is skipped, except on CI).
+fn numpy() -> Option<&'static str> {
+    let ok = Command::new("python3").args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
+    if ok {
+        return Some("python3");
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI needs python3 with numpy for the --save test");
+    eprintln!("skipping: python3 with numpy is not installed");
+    None
+}
+
+#[test]
+fn saved_files_match_a_numpy_recomputation() {
+    let Some(python) = numpy() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let gemm = dir.path().join("gemm");
+    let softmax = dir.path().join("softmax");
+    for (file, kernel, dims, out) in [
+        ("examples/gemm.tsr", "gemm", "M=100,N=76,K=90", &gemm),
+        ("examples/softmax.tsr", "softmax", "R=5,C=300", &softmax),
+    ] {
+        let o = run(&[
+            "run",
+            file,
+            "--kernel",
+            kernel,
+            "--dims",
+            dims,
+            "--device",
+            "auto",
+            "--repeat",
+            "1",
+            "--save",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    }
+    assert!(gemm.join("run.json").exists());
+    let script = r#"
+import sys, numpy as np
+g, s = sys.argv[1], sys.argv[2]
+A = np.load(g + "/A.npy"); B = np.load(g + "/B.npy"); C = np.load(g + "/C.out.npy")
+assert A.shape == (100, 90) and B.shape == (90, 76) and C.shape == (100, 76), (A.shape, B.shape, C.shape)
+assert A.dtype == np.float32 and C.dtype == np.float32   # bf16 inputs widened to f32
+assert np.all(np.load(g + "/C.npy") == 0)
+ref = A.astype(np.float64) @ B.astype(np.float64)
+err = np.abs(C - ref).max()
+assert err <= 1e-4 * np.abs(ref).max(), err
+X = np.load(s + "/X.npy"); Y = np.load(s + "/Y.out.npy")
+assert X.shape == (5, 300) and Y.dtype == np.float32
+e = np.exp(X.astype(np.float64) - X.max(axis=1, keepdims=True))
+ref = e / e.sum(axis=1, keepdims=True)
+err = np.abs(Y - ref).max()
+assert err <= 1e-6, err
+print("numpy agrees", flush=True)
+"#;
+    let o =
+        Command::new(python).args(["-c", script, gemm.to_str().unwrap(), softmax.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("numpy agrees"));
+}
+
+/// Every mistake a user can make on the command line: exit 2 and a message naming the
+/// value (one snapshot for all of them).
+#[test]
+fn bad_input_exits_2_with_a_precise_message() {
+    let cases: &[&[&str]] = &[
+        &["--kernel", "gemm", "--device", "tpu"],
+        &["--kernel", "gemm", "--dims", "M=abc"],
+        &["--kernel", "gemm", "--dims", "M"],
+        &["--kernel", "gemm", "--dims", "Q=4"],
+        &["--kernel", "gemm", "--dims", "M=0"],
+        &["--kernel", "gemm", "--dims", "M=4,M=8"],
+        &["--kernel", "gemm", "--dims", "BM=64"],
+        &["--kernel", "gemm", "--arg", "alpha=1"],
+        &["--kernel", "gemm", "--schedule", "BM=100"],
+        &["--kernel", "gemm", "--schedule", "BLOCK=64"],
+        &["--kernel", "gemm", "--target", "sm_75"],
+        &["--kernel", "gemm", "--repeat", "0"],
+        &["--kernel", "gemm", "--check", "some"],
+        &["--kernel", "gemmm"],
+    ];
+    let mut report = String::new();
+    for case in cases {
+        let device: &[&str] = if case.contains(&"--device") { &[] } else { &["--device", "interp"] };
+        let o = run(&[&["run", "examples/gemm.tsr"][..], device, case].concat());
+        assert_eq!(o.status.code(), Some(2), "{case:?}: {}{}", stdout(&o), stderr(&o));
+        assert!(stdout(&o).is_empty(), "{case:?}");
+        let first = stderr(&o).lines().find(|l| l.starts_with("error:")).unwrap_or("").to_string();
+        report.push_str(&format!("{}\n  {first}\n", case.join(" ")));
+    }
+    let other_cases: &[&[&str]] = &[
+        &["examples/saxpy.tsr", "--kernel", "saxpy", "--dims", "n=8", "--arg", "alpha=abc"],
+        &["examples/saxpy.tsr", "--kernel", "saxpy", "--dims", "n=8", "--arg", "beta=2"],
+        &["examples/saxpy.tsr", "--kernel", "saxpy", "--dims", "n=8", "--arg", "x=2"],
+        &[
+            "examples/flash_attention.tsr",
+            "--kernel",
+            "flash_attention",
+            "--dims",
+            "BH=1,S=8,D=64",
+            "--arg",
+            "causal=maybe",
+        ],
+        &["examples/train_step.tsr", "--kernel", "sgd_step"],
+        &["examples/missing.tsr", "--kernel", "gemm"],
+    ];
+    for case in other_cases {
+        let o = run(&[&["run", "--device", "interp"][..], case].concat());
+        assert_eq!(o.status.code(), Some(2), "{case:?}: {}{}", stdout(&o), stderr(&o));
+        let first = stderr(&o).lines().find(|l| l.starts_with("error:")).unwrap_or("").to_string();
+        report.push_str(&format!("{}\n  {first}\n", case.join(" ")));
+    }
+    insta::assert_snapshot!("bad_input", report);
+}
+
+#[test]
+fn the_gpu_is_asked_for_by_name() {
+    let o = run(&[
+        "run",
+        "examples/vector_add.tsr",
+        "--kernel",
+        "vector_add",
+        "--dims",
+        "N=1000",
+        "--device",
+        "gpu",
+        "--repeat",
+        "1",
+    ]);
+    let gpu_here = Path::new("/dev/nvidiactl").exists();
+    if !gpu_here {
+        assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+        let e = stderr(&o);
+        assert!(e.starts_with("error: --device gpu: "), "{e}");
+        assert!(e.contains("no NVIDIA GPU") || e.contains("NVIDIA backend"), "{e}");
+        assert!(stdout(&o).is_empty());
+    } else {
+        // With a GPU: it runs and matches, or the backend says precisely what it lacks.
+        assert!(matches!(o.status.code(), Some(0) | Some(2)), "{}{}", stdout(&o), stderr(&o));
+    }
+    // `auto` never fails for want of a GPU: it says what it chose instead.
+    let o = run(&[
+        "run",
+        "examples/vector_add.tsr",
+        "--kernel",
+        "vector_add",
+        "--dims",
+        "N=1000",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    if !gpu_here {
+        assert!(stderr(&o).contains("note: auto: not the GPU: "), "{}", stderr(&o));
+        assert_ne!(json(&o)["device"], "gpu");
+    }
+}
+
+#[test]
+fn a_kernel_fault_is_reported_with_its_source_position() {
+    // A shared buffer read before the copy into it is waited for: the interpreter finds
+    // what a GPU would expose.
+    let source = "from tessera import *\n\n@kernel.schedule(block(64, 64).k(32))\ndef racy(A: Tensor[\"M\", \"K\", bf16], C: Tensor[\"M\", \"K\", f32]):\n    ctx = tile.context()\n    for m0 in tile.parallel(0, M, ctx.BM):\n        a_s = tile.alloc_shared((ctx.BM, ctx.BK), bf16)\n        tile.cp_async(a_s, A[m0:m0 + ctx.BM, 0:ctx.BK])\n        C[m0:m0 + ctx.BM, 0:ctx.BK] = tile.cast(tile.load(a_s), f32)\n";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("racy.tsr"), source).unwrap();
+    let o = run_in(
+        &["run", "racy.tsr", "--kernel", "racy", "--dims", "M=64,K=32", "--device", "interp", "--target", "sm_90"],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let e = stderr(&o);
+    assert!(e.starts_with("error: racy.tsr:9:49: the kernel faulted in program (0, 0, 0), tile.load_shared: "), "{e}");
+    assert!(e.contains("its tile.cp_async at racy.tsr:8:9 may still be in flight"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    let o = run_in(
+        &["run", "racy.tsr", "--kernel", "racy", "--dims", "M=64,K=32", "--device", "interp", "--json"],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(v["correct"], false);
+    assert_eq!(v["error"]["kind"], "fault");
+}
+
+#[test]
+fn sampled_checking_is_chosen_for_big_problems_and_can_be_forced() {
+    let base =
+        ["run", "examples/vector_add.tsr", "--kernel", "vector_add", "--device", "interp", "--repeat", "1", "--json"];
+    let o = run(&[&base[..], &["--dims", "N=1000000", "--check", "sampled"]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["check"], "sampled");
+    assert_eq!(v["correct"], true);
+    let (sampled, total) =
+        (v["checked_programs"]["sampled"].as_u64().unwrap(), v["checked_programs"]["total"].as_u64().unwrap());
+    assert_eq!(total, 1000000_u64.div_ceil(512));
+    assert!(sampled >= 8 && sampled < total, "{v}");
+    let compared = v["outputs"][0]["compared"].as_u64().unwrap();
+    assert!(compared < 1000000 && compared >= 512 * (sampled - 1), "{v}");
+    let o = run(&[&base[..], &["--dims", "N=1000", "--check", "none"]].concat());
+    let v = json(&o);
+    assert_eq!((v["check"].as_str(), v["correct"].is_null()), (Some("none"), true), "{v}");
+    // `auto` is full for small problems.
+    let o = run(&[&base[..], &["--dims", "N=1000"]].concat());
+    assert_eq!(json(&o)["check"], "full");
+}
+
+/// The report, with the numbers that change from run to run masked.
+fn masked(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let t = line.trim_start();
+            if t.starts_with("time ") || t.starts_with("work ") {
+                // Rates change unit with the machine's speed.
+                let units = ["kFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "kB/s", "MB/s", "GB/s", "TB/s"];
+                let line = units.iter().fold(line.to_string(), |l, u| l.replace(u, &format!("<{}>", &u[1..])));
+                mask_numbers(&line)
+            } else {
+                line.replace(&format!("({} threads)", threads()), "(N threads)")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn mask_numbers(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars.peek().is_some_and(|c| c.is_ascii_digit() || *c == '.' || *c == 'e' || *c == '-') {
+                chars.next();
+            }
+            out.push('#');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_report_is_pinned() {
+    let o = run(&[
+        "run",
+        "examples/gemm.tsr",
+        "--kernel",
+        "gemm",
+        "--dims",
+        "M=100,N=76,K=90",
+        "--device",
+        "interp",
+        "--repeat",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    insta::assert_snapshot!("report_gemm", masked(&stdout(&o)));
+    let o = run(&[
+        "run",
+        "examples/layernorm.tsr",
+        "--kernel",
+        "layernorm",
+        "--dims",
+        "R=5,C=300",
+        "--device",
+        "interp",
+        "--repeat",
+        "1",
+        "--target",
+        "cpu",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    insta::assert_snapshot!("report_layernorm_self", masked(&stdout(&o)));
+}
