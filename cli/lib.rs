@@ -3,11 +3,15 @@
 //! Every command asks the same salsa database the same queries as the language server
 //! and the explorer; this crate only parses arguments and renders results.
 
+pub mod autotune;
 pub mod check;
 pub mod config;
 pub mod emit;
+pub mod explore;
 pub mod files;
 pub mod lower;
+pub mod options;
+pub mod run;
 
 use std::process::ExitCode;
 
@@ -33,8 +37,14 @@ enum Command {
     Check(check::CheckArgs),
     /// Print a function's IR at one stage or all of them.
     Lower(lower::LowerArgs),
+    /// Run a kernel on a device, check it against the reference interpreter, and time it.
+    Run(run::RunArgs),
+    /// Search a kernel's autotune space on a device and cache the fastest configuration.
+    Autotune(autotune::AutotuneArgs),
     /// Run the language server on standard input/output (same as `tessera-lsp`).
     Lsp,
+    /// Open the terminal explorer (same as `tessera-explore`).
+    Explore(explore::ExploreArgs),
 }
 
 /// Renders a panic payload for an "internal error" message.
@@ -97,7 +107,10 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => check::run(args),
         Command::Lower(args) => lower::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Autotune(args) => autotune::run(args),
         Command::Lsp => Ok(tessera_lsp::run_stdio()),
+        Command::Explore(args) => return explore::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

@@ -1,0 +1,1755 @@
+//! The explorer's state and how actions change it. Drawing lives in [`crate::ui`] and
+//! reads this state; nothing here draws.
+
+use std::cell::{OnceCell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::{Position, Rect};
+use tessera_frontend::check::schedule::{canonical_key, validate, STANDARD_KEYS};
+use tessera_frontend::check::{FunctionKind, KeyValue};
+use tessera_frontend::diagnostics::Diagnostic;
+use tessera_frontend::text::TextRange;
+use tessera_passes::{Config, Stage, Target, DEFAULT_SHAPE};
+
+use crate::diff::Diff;
+use crate::highlight::SourceHighlight;
+use crate::irdoc::IrDoc;
+use crate::keymap::{self, Action, Context};
+use crate::pipeline::{self, PassList, RegisterGutter};
+use crate::runner::{self, Backend, Batch, Correctness, Device, Report, RunJob, RunOutcome};
+use crate::workspace::{stage_index, ConfigInfo, FunctionInfo, Lowering, Overrides, StageError, TuneSpace, Workspace};
+use crate::Options;
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Tab {
+    Explore,
+    Passes,
+    Lints,
+    Schedule,
+    Run,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 5] = [Tab::Explore, Tab::Passes, Tab::Lints, Tab::Schedule, Tab::Run];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Tab::Explore => "Explore",
+            Tab::Passes => "Passes",
+            Tab::Lints => "Lints",
+            Tab::Schedule => "Schedule",
+            Tab::Run => "Run",
+        }
+    }
+
+    /// The panes of the tab, in focus order.
+    pub fn panes(self) -> &'static [Pane] {
+        match self {
+            Tab::Explore => &[Pane::Source, Pane::Ir],
+            Tab::Passes => &[Pane::PassList, Pane::PassDiff],
+            Tab::Lints => &[Pane::Lints],
+            Tab::Schedule => &[Pane::Schedule, Pane::Ir],
+            Tab::Run => &[Pane::Results],
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Pane {
+    Source,
+    Ir,
+    PassList,
+    PassDiff,
+    Lints,
+    Schedule,
+    Results,
+}
+
+impl Pane {
+    fn context(self) -> Context {
+        match self {
+            Pane::Source => Context::Source,
+            Pane::Ir => Context::Ir,
+            Pane::PassList | Pane::PassDiff => Context::Passes,
+            Pane::Lints => Context::Lints,
+            Pane::Schedule => Context::Schedule,
+            Pane::Results => Context::Run,
+        }
+    }
+}
+
+/// Cursor and scroll position of a list or text pane.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
+pub struct Scroll {
+    pub cursor: usize,
+    pub top: usize,
+    pub left: usize,
+}
+
+impl Scroll {
+    /// Keeps the cursor inside `len` lines and visible in `height` rows.
+    pub fn clamp(&mut self, len: usize, height: usize) {
+        self.cursor = self.cursor.min(len.saturating_sub(1));
+        let height = height.max(1);
+        if self.cursor < self.top {
+            self.top = self.cursor;
+        } else if self.cursor >= self.top + height {
+            self.top = self.cursor + 1 - height;
+        }
+        self.top = self.top.min(len.saturating_sub(height));
+    }
+
+    /// Moves the cursor to `line` and puts it a third of the way down the pane when it
+    /// was off screen (so the context above a jump target shows).
+    pub fn jump(&mut self, line: usize, len: usize, height: usize) {
+        let height = height.max(1);
+        self.cursor = line.min(len.saturating_sub(1));
+        if self.cursor < self.top || self.cursor >= self.top + height {
+            self.top = self.cursor.saturating_sub(height / 3);
+        }
+        self.clamp(len, height);
+    }
+}
+
+/// Where each pane was drawn last: mouse clicks and page sizes use it.
+#[derive(Clone, Debug, Default)]
+pub struct Geometry {
+    pub panes: Vec<(Pane, Rect)>,
+    pub tabs: Vec<(Tab, Rect)>,
+    pub stages: Vec<(Stage, Rect)>,
+}
+
+impl Geometry {
+    pub fn rect(&self, pane: Pane) -> Option<Rect> {
+        self.panes.iter().find(|(p, _)| *p == pane).map(|(_, r)| *r)
+    }
+
+    /// Rows of text a pane shows (its inner height).
+    pub fn height(&self, pane: Pane) -> usize {
+        self.rect(pane).map_or(20, |r| r.height as usize)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Overlay {
+    None,
+    Help { scroll: usize },
+    Picker { filter: String, cursor: usize },
+    Edit { row: usize, input: String, error: Option<String> },
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Level {
+    Info,
+    Warning,
+    Error,
+}
+
+#[derive(Clone, Debug)]
+pub struct Message {
+    pub level: Level,
+    pub text: String,
+}
+
+/// Everything derived for the kernel on screen; rebuilt when the kernel, the target,
+/// the overrides or the source change.
+pub struct KernelView {
+    pub name: String,
+    pub kind: Option<FunctionKind>,
+    pub config: Result<ConfigInfo, StageError>,
+    pub lowering: Option<Lowering>,
+    /// The pass pipeline, computed when a view first asks (`App::passes`): it runs every
+    /// pass again and prints each one's IR, which a schedule change need not wait for.
+    passes: OnceCell<PassList>,
+    /// The register profile, computed when first drawn (`App::registers`).
+    registers: OnceCell<Option<Result<RegisterGutter, StageError>>>,
+    /// Stage `i` against stage `i - 1`, computed when first shown.
+    stage_diffs: [OnceCell<Option<Arc<Diff>>>; 4],
+    pass_diffs: RefCell<HashMap<usize, Arc<Diff>>>,
+    /// Time to choose the configuration and lower every stage.
+    pub relower: Duration,
+}
+
+impl KernelView {
+    pub fn stage(&self, stage: Stage) -> Option<&Result<Arc<IrDoc>, StageError>> {
+        self.lowering.as_ref().map(|l| l.stage(stage))
+    }
+
+    pub fn doc(&self, stage: Stage) -> Option<&Arc<IrDoc>> {
+        self.stage(stage).and_then(|s| s.as_ref().ok())
+    }
+
+    /// The diff of `stage` against the stage before it (None for Graph, or when either
+    /// side failed to lower).
+    pub fn stage_diff(&self, stage: Stage) -> Option<Arc<Diff>> {
+        let i = stage_index(stage);
+        self.stage_diffs[i]
+            .get_or_init(|| {
+                let prev = Stage::ALL.get(i.checked_sub(1)?)?;
+                Some(Arc::new(Diff::new(Some(self.doc(*prev)?.clone()), self.doc(stage)?.clone())))
+            })
+            .clone()
+    }
+}
+
+/// One row of the schedule panel.
+#[derive(Clone, PartialEq, Debug)]
+pub struct ScheduleRow {
+    pub key: String,
+    pub is_dim: bool,
+    /// The value in effect.
+    pub value: String,
+    /// What the user typed, when it differs from what is in effect (an invalid value).
+    pub typed: Option<String>,
+    pub origin: &'static str,
+    pub candidates: Vec<KeyValue>,
+    pub error: Option<String>,
+}
+
+/// One result of the run panel.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    pub kernel: String,
+    pub device: Device,
+    pub target: Target,
+    pub config: Config,
+    pub dims: BTreeMap<String, i64>,
+    pub revision: u64,
+    pub autotune: bool,
+    /// None while it waits or runs.
+    pub outcome: Option<Result<RunOutcome, String>>,
+    pub wall: Duration,
+}
+
+impl RunRecord {
+    fn same_launch(&self, other: &RunRecord) -> bool {
+        self.kernel == other.kernel
+            && self.device == other.device
+            && self.target == other.target
+            && self.config == other.config
+            && self.dims == other.dims
+    }
+}
+
+pub struct App {
+    pub ws: Workspace,
+    pub functions: Vec<FunctionInfo>,
+    pub kernel: Option<String>,
+    pub target: Target,
+    pub stage: Stage,
+    pub tab: Tab,
+    pub focus: Pane,
+    pub overlay: Overlay,
+    pub overrides: Overrides,
+    /// Values typed in the schedule panel that validation rejected (key → value, E0701
+    /// message): shown in their row while lowering goes on with the last valid value.
+    pub rejected_edits: BTreeMap<String, (KeyValue, String)>,
+    pub view: KernelView,
+    pub diagnostics: Result<Vec<Diagnostic>, String>,
+    pub source_hl: SourceHighlight,
+    pub src: Scroll,
+    pub ir: Scroll,
+    pub pass_list: Scroll,
+    pub pass_diff: Scroll,
+    pub lints: Scroll,
+    pub sched: Scroll,
+    pub results_scroll: Scroll,
+    pub show_loc: bool,
+    pub diff_mode: bool,
+    pub hide_unchanged: bool,
+    /// IR lines generated from the source cursor's line (when the source pane leads).
+    pub linked_ir: Vec<usize>,
+    pub backends: Vec<Backend>,
+    pub device: usize,
+    pub batch: Option<Batch>,
+    /// Which record each job of the running batch fills.
+    batch_records: Vec<usize>,
+    pub results: Vec<RunRecord>,
+    pub message: Option<Message>,
+    pub geometry: Geometry,
+    pub quit: bool,
+    pub reload_time: Option<Duration>,
+    last_poll: Instant,
+    pub ticks: u64,
+}
+
+fn parse_value(s: &str) -> KeyValue {
+    let s = s.trim();
+    match s.parse::<i64>() {
+        Ok(i) => KeyValue::Int(i),
+        Err(_) => KeyValue::Str(s.trim_matches('"').trim_matches('\'').to_string()),
+    }
+}
+
+fn show_value(v: &KeyValue) -> String {
+    match v {
+        KeyValue::Int(i) => i.to_string(),
+        KeyValue::Str(s) => s.clone(),
+    }
+}
+
+/// The values stepped through for a key outside the autotune space.
+fn standard_candidates(key: &str) -> Vec<KeyValue> {
+    let ints = |v: &[i64]| v.iter().map(|&i| KeyValue::Int(i)).collect();
+    match canonical_key(key) {
+        "BM" | "BN" | "BK" | "BD" => ints(&[16, 32, 64, 128, 256]),
+        "warps" | "vector" => ints(&[1, 2, 4, 8, 16]),
+        "stages" => ints(&[1, 2, 3, 4, 5, 6, 7, 8]),
+        "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
+        _ => Vec::new(),
+    }
+}
+
+/// The next value after `current` among `candidates` (doubling/halving for integers with
+/// no list), or None at either end.
+fn step_value(current: &KeyValue, candidates: &[KeyValue], forward: bool) -> Option<KeyValue> {
+    if candidates.is_empty() {
+        let v = current.as_int()?;
+        let next = if forward { v.checked_mul(2)? } else { v / 2 };
+        return (next >= 1 && next != v).then_some(KeyValue::Int(next));
+    }
+    match candidates.iter().position(|c| c == current) {
+        Some(i) if forward => candidates.get(i + 1).cloned(),
+        Some(i) => i.checked_sub(1).map(|j| candidates[j].clone()),
+        None => {
+            // Not a candidate (typed or fixed): the nearest one in that direction.
+            let v = current.as_int();
+            let pick = |c: &&KeyValue| match (c.as_int(), v) {
+                (Some(c), Some(v)) => {
+                    if forward {
+                        c > v
+                    } else {
+                        c < v
+                    }
+                }
+                _ => true,
+            };
+            if forward {
+                candidates.iter().find(pick).cloned()
+            } else {
+                candidates.iter().rev().find(pick).cloned()
+            }
+        }
+    }
+}
+
+impl App {
+    /// Opens the file of `options` (reading it from disk) and lowers its first kernel.
+    pub fn open(options: &Options) -> Result<App, String> {
+        let ws = Workspace::open(&options.file)?;
+        App::with_workspace(ws, options)
+    }
+
+    /// An explorer over a workspace (tests and benchmarks make one from text).
+    pub fn with_workspace(ws: Workspace, options: &Options) -> Result<App, String> {
+        let mut overrides = Overrides::default();
+        for (k, v) in &options.schedule {
+            overrides.schedule.insert(canonical_key(k).to_string(), parse_value(v));
+        }
+        for (k, v) in &options.dims {
+            let n = v.trim().parse::<i64>().map_err(|_| format!("--dims {k}: `{v}` is not an integer"))?;
+            overrides.dims.insert(k.clone(), n);
+        }
+        let functions = ws.functions();
+        let kernel = match &options.kernel {
+            Some(name) => {
+                if !functions.iter().any(|f| &f.name == name) {
+                    let names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+                    return Err(format!(
+                        "{} has no function `{name}`{}",
+                        ws.path().display(),
+                        if names.is_empty() { String::new() } else { format!(" (it defines {})", names.join(", ")) }
+                    ));
+                }
+                Some(name.clone())
+            }
+            None => functions
+                .iter()
+                .find(|f| f.kind == FunctionKind::Kernel)
+                .or(functions.iter().find(|f| f.kind != FunctionKind::Helper))
+                .or(functions.first())
+                .map(|f| f.name.clone()),
+        };
+        let empty = KernelView {
+            name: String::new(),
+            kind: None,
+            config: Err(StageError { message: "no function".into(), range: None }),
+            lowering: None,
+            passes: OnceCell::new(),
+            registers: OnceCell::new(),
+            stage_diffs: Default::default(),
+            pass_diffs: RefCell::default(),
+            relower: Duration::ZERO,
+        };
+        let mut app = App {
+            ws,
+            functions,
+            kernel,
+            target: options.target,
+            stage: Stage::Graph,
+            tab: Tab::Explore,
+            focus: Pane::Ir,
+            overlay: Overlay::None,
+            overrides,
+            rejected_edits: BTreeMap::new(),
+            view: empty,
+            diagnostics: Ok(Vec::new()),
+            source_hl: SourceHighlight::default(),
+            src: Scroll::default(),
+            ir: Scroll::default(),
+            pass_list: Scroll::default(),
+            pass_diff: Scroll::default(),
+            lints: Scroll::default(),
+            sched: Scroll::default(),
+            results_scroll: Scroll::default(),
+            show_loc: false,
+            diff_mode: false,
+            hide_unchanged: false,
+            linked_ir: Vec::new(),
+            backends: runner::backends(),
+            device: 0,
+            batch: None,
+            batch_records: Vec::new(),
+            results: Vec::new(),
+            message: None,
+            geometry: Geometry::default(),
+            quit: false,
+            reload_time: None,
+            last_poll: Instant::now(),
+            ticks: 0,
+        };
+        app.refresh_file();
+        app.relower();
+        if let Some(f) = app.current_function() {
+            let line = f.line as usize;
+            let len = app.ws.line_index().line_count();
+            app.src.jump(line, len, 20);
+        }
+        app.sync_from_ir();
+        Ok(app)
+    }
+
+    pub fn current_function(&self) -> Option<&FunctionInfo> {
+        let name = self.kernel.as_ref()?;
+        self.functions.iter().find(|f| &f.name == name)
+    }
+
+    /// Re-reads what depends only on the file and the target: functions, diagnostics,
+    /// source highlighting.
+    fn refresh_file(&mut self) {
+        self.functions = self.ws.functions();
+        self.diagnostics = self.ws.diagnostics(self.target);
+        let tokens = self.ws.highlights();
+        self.source_hl = SourceHighlight::new(self.ws.text(), self.ws.line_index(), &tokens);
+        if let Some(name) = &self.kernel {
+            if !self.functions.iter().any(|f| &f.name == name) {
+                self.message = Some(Message {
+                    level: Level::Warning,
+                    text: format!("`{name}` is no longer in the file; its last name is kept"),
+                });
+            }
+        }
+    }
+
+    /// Lowers every stage of the current kernel with the current configuration; every
+    /// stage is asked of salsa, so only what the change invalidated is recomputed.
+    pub fn relower(&mut self) {
+        let start = Instant::now();
+        let name = self.kernel.clone().unwrap_or_default();
+        let kind = self.current_function().map(|f| f.kind);
+        let config = if self.kernel.is_some() {
+            self.ws.config(&name, &self.overrides)
+        } else {
+            Err(StageError { message: "this file defines no function".into(), range: None })
+        };
+        let lowering = match &config {
+            Ok(info) => Some(self.ws.lower_all(&name, &info.config, self.target)),
+            Err(_) => None,
+        };
+        self.view = KernelView {
+            name,
+            kind,
+            config,
+            lowering,
+            passes: OnceCell::new(),
+            registers: OnceCell::new(),
+            stage_diffs: Default::default(),
+            pass_diffs: RefCell::default(),
+            relower: start.elapsed(),
+        };
+        if self.tab == Tab::Passes {
+            let rows = self.visible_passes().len() + self.passes().failure.is_some() as usize;
+            self.pass_list.clamp(rows, self.geometry.height(Pane::PassList));
+        }
+    }
+
+    // ----- derived values the views read -----
+
+    /// Lines of the IR pane: the stage's IR, or its diff in diff mode.
+    pub fn ir_len(&self) -> usize {
+        if self.diff_mode {
+            if let Some(d) = self.view.stage_diff(self.stage) {
+                return d.len();
+            }
+        }
+        self.view.doc(self.stage).map_or(0, |d| d.len())
+    }
+
+    /// The source range behind IR pane line `i`.
+    pub fn ir_source(&self, i: usize) -> Option<TextRange> {
+        if self.diff_mode {
+            if let Some(d) = self.view.stage_diff(self.stage) {
+                let (doc, line) = d.doc_line(i)?;
+                return doc.source(line);
+            }
+        }
+        self.view.doc(self.stage)?.source(i)
+    }
+
+    /// The source range the source pane highlights: behind the IR cursor when the IR
+    /// leads, or a lint's range in the lints tab.
+    pub fn linked_source(&self) -> Option<TextRange> {
+        match self.focus {
+            Pane::Ir => self.ir_source(self.ir.cursor).or_else(|| self.stage_error_range()),
+            Pane::PassDiff => {
+                let i = *self.visible_passes().get(self.pass_list.cursor)?;
+                let d = self.pass_diff(i)?;
+                let (doc, line) = d.doc_line(self.pass_diff.cursor)?;
+                doc.source(line)
+            }
+            Pane::Lints => self.selected_diagnostic().map(|d| d.range),
+            _ => None,
+        }
+    }
+
+    /// Where the current stage's failure points, when it failed.
+    pub fn stage_error_range(&self) -> Option<TextRange> {
+        match self.view.stage(self.stage) {
+            Some(Err(e)) => e.range,
+            Some(Ok(_)) => None,
+            None => self.view.config.as_ref().err().and_then(|e| e.range),
+        }
+    }
+
+    /// The pass pipeline of the kernel on screen (computed on first use).
+    pub fn passes(&self) -> &PassList {
+        self.view.passes.get_or_init(|| match (&self.view.config, &self.view.lowering) {
+            (Ok(info), Some(l)) => pipeline::passes(&self.ws, &self.view.name, &info.config, l, self.target),
+            _ => PassList::default(),
+        })
+    }
+
+    /// Pass `i`'s IR against the IR before it (computed when first shown).
+    pub fn pass_diff(&self, i: usize) -> Option<Arc<Diff>> {
+        if let Some(d) = self.view.pass_diffs.borrow().get(&i) {
+            return Some(d.clone());
+        }
+        let passes = self.passes();
+        let entry = passes.passes.get(i)?;
+        let d = Arc::new(Diff::new(passes.before(i), entry.doc.clone()));
+        self.view.pass_diffs.borrow_mut().insert(i, d.clone());
+        Some(d)
+    }
+
+    /// The register gutter of the kernel on screen (GPU targets; computed when drawn).
+    pub fn registers(&self) -> Option<&Result<RegisterGutter, StageError>> {
+        self.view
+            .registers
+            .get_or_init(|| {
+                let info = self.view.config.as_ref().ok()?;
+                pipeline::register_profile(&self.ws, &self.view.name, &info.config, self.target)
+                    .map(|r| r.map(|p| RegisterGutter::new(&p)))
+            })
+            .as_ref()
+    }
+
+    pub fn visible_passes(&self) -> Vec<usize> {
+        self.passes().visible(self.hide_unchanged)
+    }
+
+    pub fn selected_diagnostic(&self) -> Option<&Diagnostic> {
+        self.diagnostics.as_ref().ok()?.get(self.lints.cursor)
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backends[self.device.min(self.backends.len() - 1)]
+    }
+
+    /// The values a launch binds: every dim symbol of the signature, from the dims
+    /// overrides, the configuration's shapes, or the default shape.
+    pub fn run_dims(&self) -> BTreeMap<String, i64> {
+        let Ok(info) = &self.view.config else { return BTreeMap::new() };
+        info.symbols
+            .iter()
+            .map(|s| {
+                let v = self.overrides.dims.get(s).or(info.config.shapes.get(s)).copied().unwrap_or(DEFAULT_SHAPE);
+                (s.clone(), v)
+            })
+            .collect()
+    }
+
+    /// The schedule panel's rows: the autotune space's keys first, then the other
+    /// schedule keys, then the shape symbols (those tiles use, then launch-only ones).
+    pub fn schedule_rows(&self) -> Vec<ScheduleRow> {
+        let Ok(info) = &self.view.config else { return Vec::new() };
+        let mut rows = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        let mut push_key = |rows: &mut Vec<ScheduleRow>, key: &str, candidates: Vec<KeyValue>, in_space: bool| {
+            let key = canonical_key(key).to_string();
+            if seen.contains(&key) {
+                return;
+            }
+            seen.push(key.clone());
+            let value = info.config.schedule.get(&key).map(show_value).unwrap_or_else(|| "—".into());
+            // A rejected edit, or a rejected `--schedule` value from the command line.
+            let rejected = self.rejected_edits.get(&key).map(|(v, e)| (show_value(v), e.clone())).or_else(|| {
+                let e = info.rejected.iter().find(|(k, _)| canonical_key(k) == key)?.1.clone();
+                Some((self.overrides.schedule.get(&key).map(show_value)?, e))
+            });
+            let origin = match (&rejected, self.overrides.schedule.contains_key(&key), in_space) {
+                (Some(_), _, _) => "invalid",
+                (None, true, _) => "edited",
+                (None, false, true) => "space",
+                (None, false, false) => "schedule",
+            };
+            let (typed, error) = match rejected {
+                Some((t, e)) => (Some(t), Some(e)),
+                None => (None, None),
+            };
+            rows.push(ScheduleRow { key, is_dim: false, value, typed, origin, candidates, error });
+        };
+        for k in &info.space {
+            let candidates = k.candidates.iter().map(|(v, _)| v.clone()).collect();
+            push_key(&mut rows, &k.key, candidates, true);
+        }
+        for k in STANDARD_KEYS {
+            if info.config.schedule.get(k).is_some() {
+                push_key(&mut rows, k, standard_candidates(k), false);
+            }
+        }
+        for k in info.config.schedule.values.keys() {
+            push_key(&mut rows, k, standard_candidates(k), false);
+        }
+        for k in self.overrides.schedule.keys() {
+            push_key(&mut rows, k, standard_candidates(k), false);
+        }
+        let dims = self.run_dims();
+        let mut dim_names: Vec<&String> = info.config.shapes.keys().collect();
+        for s in &info.symbols {
+            if !dim_names.contains(&s) {
+                dim_names.push(s);
+            }
+        }
+        for s in dim_names {
+            let tiles_use = info.config.shapes.contains_key(s);
+            let origin = if self.overrides.dims.contains_key(s) {
+                "edited"
+            } else if info.assumed.contains(s) {
+                "assumed"
+            } else if tiles_use {
+                "tile dim"
+            } else {
+                "launch dim"
+            };
+            rows.push(ScheduleRow {
+                key: s.clone(),
+                is_dim: true,
+                value: dims.get(s).copied().unwrap_or(DEFAULT_SHAPE).to_string(),
+                typed: None,
+                origin,
+                candidates: Vec::new(),
+                error: None,
+            });
+        }
+        rows
+    }
+
+    // ----- events -----
+
+    /// How long the event loop may wait for input before it must tick again.
+    pub fn poll_interval(&self) -> Duration {
+        if self.batch.is_some() {
+            Duration::from_millis(80)
+        } else {
+            Duration::from_millis(250)
+        }
+    }
+
+    pub fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::Key(key) if key.kind != KeyEventKind::Release => self.handle_key(key),
+            Event::Mouse(m) => self.handle_mouse(m),
+            _ => {}
+        }
+    }
+
+    fn context(&self) -> Context {
+        match self.overlay {
+            Overlay::Help { .. } => Context::Help,
+            Overlay::Picker { .. } => Context::Picker,
+            Overlay::Edit { .. } => Context::Edit,
+            Overlay::None => self.focus.context(),
+        }
+    }
+
+    pub fn handle_key(&mut self, key: KeyEvent) {
+        // A message answers the last key; the next key brings the key hints back.
+        self.message = None;
+        let ctx = self.context();
+        let action = keymap::lookup(&keymap::chain(ctx), &key);
+        // Text entry: characters the overlay does not bind go into its text.
+        if matches!(ctx, Context::Picker | Context::Edit) && action.is_none() {
+            self.type_into_overlay(key);
+            return;
+        }
+        if let Some(action) = action {
+            self.apply(action);
+        }
+    }
+
+    fn type_into_overlay(&mut self, key: KeyEvent) {
+        let text_key = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+        let rows = if matches!(self.overlay, Overlay::Edit { .. }) { self.schedule_rows() } else { Vec::new() };
+        match &mut self.overlay {
+            Overlay::Picker { filter, cursor } => {
+                match key.code {
+                    KeyCode::Char(ch) if text_key => filter.push(ch),
+                    KeyCode::Backspace => {
+                        filter.pop();
+                    }
+                    _ => return,
+                }
+                *cursor = 0;
+            }
+            Overlay::Edit { row, input, error } => {
+                match key.code {
+                    KeyCode::Char(ch) if text_key => input.push(ch),
+                    KeyCode::Backspace => {
+                        input.pop();
+                    }
+                    _ => return,
+                }
+                *error = rows.get(*row).and_then(|r| edit_problem(r, input));
+            }
+            _ => {}
+        }
+    }
+
+    pub fn apply(&mut self, action: Action) {
+        match &self.overlay {
+            Overlay::Help { .. } => return self.apply_help(action),
+            Overlay::Picker { .. } => return self.apply_picker(action),
+            Overlay::Edit { .. } => return self.apply_edit(action),
+            Overlay::None => {}
+        }
+        match action {
+            Action::Quit => self.quit = true,
+            Action::Help => self.overlay = Overlay::Help { scroll: 0 },
+            Action::Close => {}
+            Action::Tab(i) => self.set_tab(Tab::ALL[(i as usize).min(4)]),
+            Action::FocusNext | Action::FocusPrev => {
+                let panes = self.tab.panes();
+                let at = panes.iter().position(|p| *p == self.focus).unwrap_or(0);
+                let n = panes.len();
+                let next = if action == Action::FocusNext { (at + 1) % n } else { (at + n - 1) % n };
+                self.set_focus(panes[next]);
+            }
+            Action::StageNext | Action::StagePrev => self.step_stage(action == Action::StageNext),
+            Action::CycleTarget => {
+                let i = Target::ALL.iter().position(|t| *t == self.target).unwrap_or(0);
+                // sm_90 first, as the default; then sm_80, then the CPU.
+                let order = [Target::Sm90, Target::Sm80, Target::Cpu];
+                let at = order.iter().position(|t| *t == Target::ALL[i]).unwrap_or(0);
+                self.target = order[(at + 1) % order.len()];
+                self.diagnostics = self.ws.diagnostics(self.target);
+                self.relower_keeping_place();
+                self.info(format!("target {}", self.target));
+            }
+            Action::PickKernel => {
+                let cursor = self.functions.iter().position(|f| Some(&f.name) == self.kernel.as_ref()).unwrap_or(0);
+                self.overlay = Overlay::Picker { filter: String::new(), cursor };
+            }
+            Action::ToggleLoc => {
+                self.show_loc = !self.show_loc;
+                self.ir.left = 0;
+            }
+            Action::ToggleDiff => {
+                let place = self.ir_source(self.ir.cursor);
+                self.diff_mode = !self.diff_mode;
+                if self.diff_mode && self.stage == Stage::Graph {
+                    self.info("Graph IR is the first stage: the diff shows it whole; ] steps to Schedule IR".into());
+                }
+                self.place_ir_cursor(place);
+            }
+            Action::Reload => match self.ws.reload() {
+                Ok(changed) => {
+                    self.after_reload(changed);
+                }
+                Err(e) => self.error(e),
+            },
+            Action::Run => self.start_run(false),
+            Action::Autotune => self.start_run(true),
+            Action::Cancel => match &self.batch {
+                Some(b) => {
+                    b.cancel();
+                    self.info("cancelling after the configuration running now".into());
+                }
+                None => self.info("nothing is running".into()),
+            },
+            _ => self.apply_in_pane(action),
+        }
+    }
+
+    fn apply_help(&mut self, action: Action) {
+        if let Overlay::Help { scroll } = &mut self.overlay {
+            match action {
+                Action::Close => self.overlay = Overlay::None,
+                Action::Down => *scroll += 1,
+                Action::Up => *scroll = scroll.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+
+    /// Functions the picker lists for its filter (substring, case-insensitive).
+    pub fn picker_matches(&self, filter: &str) -> Vec<usize> {
+        let f = filter.to_lowercase();
+        (0..self.functions.len()).filter(|&i| self.functions[i].name.to_lowercase().contains(&f)).collect()
+    }
+
+    fn apply_picker(&mut self, action: Action) {
+        let Overlay::Picker { filter, cursor } = &self.overlay else { return };
+        let matches = self.picker_matches(filter);
+        let cursor = *cursor;
+        match action {
+            Action::Close => self.overlay = Overlay::None,
+            Action::Up | Action::Down => {
+                let n = matches.len().max(1);
+                let next = if action == Action::Down { (cursor + 1) % n } else { (cursor + n - 1) % n };
+                if let Overlay::Picker { cursor, .. } = &mut self.overlay {
+                    *cursor = next;
+                }
+            }
+            Action::Enter => {
+                if let Some(&i) = matches.get(cursor) {
+                    let name = self.functions[i].name.clone();
+                    self.overlay = Overlay::None;
+                    self.select_kernel(&name);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn apply_edit(&mut self, action: Action) {
+        let Overlay::Edit { row, input, .. } = &self.overlay else { return };
+        let (row, input) = (*row, input.clone());
+        match action {
+            Action::Close => self.overlay = Overlay::None,
+            Action::Enter => {
+                let rows = self.schedule_rows();
+                let Some(r) = rows.get(row) else {
+                    self.overlay = Overlay::None;
+                    return;
+                };
+                if r.is_dim {
+                    match input.trim().parse::<i64>() {
+                        Ok(v) if v > 0 => {
+                            self.overlay = Overlay::None;
+                            self.set_dim(&r.key.clone(), Some(v));
+                        }
+                        _ => {
+                            if let Overlay::Edit { error, .. } = &mut self.overlay {
+                                *error = Some(format!("{} must be a positive integer", r.key));
+                            }
+                        }
+                    }
+                } else {
+                    // An invalid value is kept and shown with its E0701 message; the
+                    // kernel keeps lowering with the last valid one.
+                    self.overlay = Overlay::None;
+                    self.set_key(&r.key.clone(), Some(parse_value(&input)));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn apply_in_pane(&mut self, action: Action) {
+        match self.focus {
+            Pane::Source => self.source_action(action),
+            Pane::Ir => self.ir_action(action),
+            Pane::PassList | Pane::PassDiff => self.passes_action(action),
+            Pane::Lints => self.lints_action(action),
+            Pane::Schedule => self.schedule_action(action),
+            Pane::Results => self.results_action(action),
+        }
+    }
+
+    /// Common list movement; returns false for actions that are not movement.
+    fn nav(scroll: &mut Scroll, action: Action, len: usize, height: usize) -> bool {
+        let half = (height / 2).max(1);
+        match action {
+            Action::Down => scroll.cursor = (scroll.cursor + 1).min(len.saturating_sub(1)),
+            Action::Up => scroll.cursor = scroll.cursor.saturating_sub(1),
+            Action::PageDown => scroll.cursor = (scroll.cursor + half).min(len.saturating_sub(1)),
+            Action::PageUp => scroll.cursor = scroll.cursor.saturating_sub(half),
+            Action::Top => scroll.cursor = 0,
+            Action::Bottom => scroll.cursor = len.saturating_sub(1),
+            Action::Left => scroll.left = scroll.left.saturating_sub(8),
+            Action::Right => scroll.left += 8,
+            _ => return false,
+        }
+        scroll.clamp(len, height);
+        true
+    }
+
+    fn source_action(&mut self, action: Action) {
+        let len = self.ws.line_index().line_count();
+        let h = self.geometry.height(Pane::Source);
+        if Self::nav(&mut self.src, action, len, h) {
+            self.sync_from_source();
+            return;
+        }
+        match action {
+            Action::Enter => {
+                if self.linked_ir.is_empty() {
+                    self.info(format!("no {} IR op comes from this line", self.stage.name()));
+                } else {
+                    self.set_focus(Pane::Ir);
+                }
+            }
+            Action::NextMatch | Action::PrevMatch => self.cycle_linked(action == Action::NextMatch),
+            _ => {}
+        }
+    }
+
+    fn ir_action(&mut self, action: Action) {
+        let len = self.ir_len();
+        let h = self.geometry.height(Pane::Ir);
+        if Self::nav(&mut self.ir, action, len, h) {
+            self.sync_from_ir();
+            return;
+        }
+        match action {
+            Action::Enter => match self.ir_source(self.ir.cursor) {
+                Some(_) => {
+                    self.sync_from_ir();
+                    if self.tab == Tab::Explore {
+                        self.set_focus(Pane::Source);
+                    }
+                }
+                None => self.info("this line has no source location".into()),
+            },
+            Action::NextMatch | Action::PrevMatch => {
+                let forward = action == Action::NextMatch;
+                if self.diff_mode {
+                    if let Some(d) = self.view.stage_diff(self.stage) {
+                        if let Some(h) = d.next_hunk(self.ir.cursor, forward) {
+                            self.ir.jump(h, len, self.geometry.height(Pane::Ir));
+                            self.sync_from_ir();
+                        } else {
+                            self.info("no changes between these stages".into());
+                        }
+                    }
+                } else {
+                    self.cycle_linked(forward);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn passes_action(&mut self, action: Action) {
+        let visible = self.visible_passes();
+        if action == Action::HideUnchanged {
+            let current = visible.get(self.pass_list.cursor).copied();
+            self.hide_unchanged = !self.hide_unchanged;
+            let now = self.visible_passes();
+            self.pass_list.cursor = current.and_then(|c| now.iter().position(|&i| i >= c)).unwrap_or(0);
+            self.pass_list.clamp(now.len(), self.geometry.height(Pane::PassList));
+            self.pass_diff = Scroll::default();
+            let hidden = self.passes().passes.len() - now.len();
+            self.info(if self.hide_unchanged {
+                format!("hiding {hidden} pass(es) that change nothing")
+            } else {
+                "showing every pass".into()
+            });
+            return;
+        }
+        if self.focus == Pane::PassList {
+            let before = self.pass_list.cursor;
+            let h = self.geometry.height(Pane::PassList);
+            // A failed pass is the last row: selecting it shows why it failed.
+            let rows = visible.len() + self.passes().failure.is_some() as usize;
+            if Self::nav(&mut self.pass_list, action, rows, h) {
+                if self.pass_list.cursor != before {
+                    self.pass_diff = Scroll::default();
+                }
+                return;
+            }
+            if action == Action::Enter {
+                self.set_focus(Pane::PassDiff);
+            }
+        }
+        let Some(&pass) = visible.get(self.pass_list.cursor) else { return };
+        let Some(diff) = self.pass_diff(pass) else { return };
+        let h = self.geometry.height(Pane::PassDiff);
+        match action {
+            Action::NextMatch | Action::PrevMatch => {
+                match diff.next_hunk(self.pass_diff.cursor, action == Action::NextMatch) {
+                    Some(line) => self.pass_diff.jump(line, diff.len(), h),
+                    None => self.info("this pass changes nothing".into()),
+                }
+            }
+            a if self.focus == Pane::PassDiff => {
+                Self::nav(&mut self.pass_diff, a, diff.len(), h);
+            }
+            _ => {}
+        }
+    }
+
+    fn lints_action(&mut self, action: Action) {
+        let len = self.diagnostics.as_ref().map_or(0, Vec::len);
+        let h = self.geometry.height(Pane::Lints);
+        if Self::nav(&mut self.lints, action, len, h) {
+            return;
+        }
+        if action == Action::Enter {
+            if let Some(d) = self.selected_diagnostic() {
+                let line = self.ws.line_index().line_of(d.range.start) as usize;
+                self.set_tab(Tab::Explore);
+                self.set_focus(Pane::Source);
+                let len = self.ws.line_index().line_count();
+                self.src.jump(line, len, self.geometry.height(Pane::Source));
+                self.sync_from_source();
+            }
+        }
+    }
+
+    fn schedule_action(&mut self, action: Action) {
+        let rows = self.schedule_rows();
+        let h = self.geometry.height(Pane::Schedule);
+        if Self::nav(&mut self.sched, action, rows.len(), h) {
+            return;
+        }
+        let Some(row) = rows.get(self.sched.cursor).cloned() else { return };
+        match action {
+            Action::ValueNext | Action::ValuePrev => {
+                let forward = action == Action::ValueNext;
+                if row.is_dim {
+                    let v: i64 = row.value.parse().unwrap_or(DEFAULT_SHAPE);
+                    let next = if forward { v.saturating_mul(2) } else { (v / 2).max(1) };
+                    self.set_dim(&row.key, Some(next));
+                } else {
+                    let current = parse_value(row.typed.as_deref().unwrap_or(&row.value));
+                    match step_value(&current, &row.candidates, forward) {
+                        Some(v) => self.set_key(&row.key, Some(v)),
+                        None => {
+                            self.info(format!("{} has no {} value", row.key, if forward { "next" } else { "previous" }))
+                        }
+                    }
+                }
+            }
+            Action::Edit => {
+                let input = row.typed.clone().unwrap_or(row.value.clone());
+                self.overlay = Overlay::Edit { row: self.sched.cursor, input, error: None };
+            }
+            Action::ResetValue => {
+                if row.is_dim {
+                    self.set_dim(&row.key, None);
+                } else {
+                    self.set_key(&row.key, None);
+                }
+            }
+            Action::ResetAll => {
+                self.overrides = Overrides::default();
+                self.rejected_edits.clear();
+                self.relower_keeping_place();
+                self.info("every override cleared".into());
+            }
+            _ => {}
+        }
+    }
+
+    fn results_action(&mut self, action: Action) {
+        let h = self.geometry.height(Pane::Results);
+        let len = self.results.len();
+        if Self::nav(&mut self.results_scroll, action, len, h) {
+            return;
+        }
+        match action {
+            Action::CycleDevice => {
+                self.device = (self.device + 1) % self.backends.len();
+                let b = self.backend();
+                let text = match &b.runner {
+                    Ok(_) => format!("device: {}", b.label),
+                    Err(why) => format!("device: {} — not available: {why}", b.label),
+                };
+                self.info(text);
+            }
+            Action::Enter => {
+                let Some(r) = self.results.get(self.results_scroll.cursor).cloned() else { return };
+                if Some(&r.kernel) != self.kernel.as_ref() {
+                    self.select_kernel(&r.kernel);
+                }
+                // Only what differs from the kernel's own configuration is an override.
+                let base = self.ws.config(&r.kernel, &Overrides::default()).ok().map(|i| i.config);
+                self.overrides.schedule = r
+                    .config
+                    .schedule
+                    .values
+                    .iter()
+                    .filter(|(k, v)| base.as_ref().and_then(|b| b.schedule.get(k)) != Some(*v))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                self.overrides.dims = r
+                    .dims
+                    .iter()
+                    .filter(|(k, v)| base.as_ref().and_then(|b| b.shapes.get(*k)) != Some(*v))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect();
+                self.rejected_edits.clear();
+                self.target = r.target;
+                self.relower_keeping_place();
+                self.info(format!("using {}", r.config));
+            }
+            Action::ClearResults => {
+                if self.batch.is_some() {
+                    self.info("a run is in progress (x cancels it)".into());
+                } else {
+                    self.results.clear();
+                    self.results_scroll = Scroll::default();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ----- state changes -----
+
+    /// Switches tab, focusing its main pane (the explore tab keeps whichever of source
+    /// and IR had the focus).
+    pub fn set_tab(&mut self, tab: Tab) {
+        let changed = tab != self.tab;
+        self.tab = tab;
+        let panes = tab.panes();
+        if changed || !panes.contains(&self.focus) {
+            self.focus = match tab {
+                Tab::Explore if panes.contains(&self.focus) => self.focus,
+                Tab::Explore => Pane::Ir,
+                _ => panes[0],
+            };
+        }
+    }
+
+    pub fn set_focus(&mut self, pane: Pane) {
+        self.focus = pane;
+        match pane {
+            Pane::Source => self.sync_from_source(),
+            Pane::Ir => self.sync_from_ir(),
+            _ => {}
+        }
+    }
+
+    fn step_stage(&mut self, forward: bool) {
+        let i = stage_index(self.stage);
+        let next = if forward { (i + 1).min(3) } else { i.saturating_sub(1) };
+        if next == i {
+            self.info(if forward { "Target is the last stage".into() } else { "Graph is the first stage".into() });
+            return;
+        }
+        // At the top of a listing (the function's header) the next listing opens at its
+        // top too: the header's location is the whole function, which the last ops of
+        // target code also carry.
+        let place =
+            if self.focus == Pane::Source || self.ir.cursor == 0 { None } else { self.ir_source(self.ir.cursor) };
+        self.stage = Stage::ALL[next];
+        self.ir.left = 0;
+        if self.focus == Pane::Source {
+            self.sync_from_source();
+        } else {
+            self.place_ir_cursor(place);
+        }
+    }
+
+    /// Puts the IR cursor on the op generated from `place` (the same range, else the
+    /// same line), so stepping stages or changing the schedule keeps the op in view.
+    fn place_ir_cursor(&mut self, place: Option<TextRange>) {
+        let len = self.ir_len();
+        let h = self.geometry.height(Pane::Ir);
+        if place.is_none() {
+            self.ir = Scroll { left: self.ir.left, ..Scroll::default() };
+        }
+        let target = place.and_then(|range| {
+            (0..len).find(|&i| self.ir_source(i) == Some(range)).or_else(|| {
+                let index = self.ws.line_index();
+                let line = index.line_of(range.start);
+                (0..len).find(|&i| self.ir_source(i).is_some_and(|r| index.line_of(r.start) == line))
+            })
+        });
+        match target {
+            Some(line) => self.ir.jump(line, len, h),
+            None => self.ir.clamp(len, h),
+        }
+        self.sync_from_ir();
+    }
+
+    /// The IR cursor moved: the source follows (when the IR leads).
+    fn sync_from_ir(&mut self) {
+        self.linked_ir.clear();
+        if let Some(range) = self.ir_source(self.ir.cursor).or_else(|| self.stage_error_range()) {
+            let line = self.ws.line_index().line_of(range.start) as usize;
+            let len = self.ws.line_index().line_count();
+            let h = self.geometry.height(Pane::Source);
+            self.src.jump(line, len, h);
+        }
+    }
+
+    /// The source cursor moved: the IR follows, to the first op of the line.
+    fn sync_from_source(&mut self) {
+        let line = self.src.cursor as u32;
+        self.linked_ir = if self.diff_mode {
+            let index = self.ws.line_index();
+            (0..self.ir_len()).filter(|&i| self.ir_source(i).is_some_and(|r| index.line_of(r.start) == line)).collect()
+        } else {
+            self.view.doc(self.stage).map(|d| d.lines_for_source_line(self.ws.line_index(), line)).unwrap_or_default()
+        };
+        let mut sorted = self.linked_ir.clone();
+        sorted.sort_unstable();
+        if let Some(&first) = self.linked_ir.first() {
+            let len = self.ir_len();
+            self.ir.jump(first, len, self.geometry.height(Pane::Ir));
+        }
+        self.linked_ir = sorted;
+    }
+
+    fn cycle_linked(&mut self, forward: bool) {
+        if self.focus == Pane::Ir {
+            // From the IR: the other ops of the same source line.
+            let Some(range) = self.ir_source(self.ir.cursor) else { return };
+            let index = self.ws.line_index();
+            let line = index.line_of(range.start);
+            let same: Vec<usize> = (0..self.ir_len())
+                .filter(|&i| self.ir_source(i).is_some_and(|r| index.line_of(r.start) == line))
+                .collect();
+            let next = if forward {
+                same.iter().copied().find(|&i| i > self.ir.cursor).or(same.first().copied())
+            } else {
+                same.iter().rev().copied().find(|&i| i < self.ir.cursor).or(same.last().copied())
+            };
+            if let Some(n) = next {
+                let len = self.ir_len();
+                self.ir.jump(n, len, self.geometry.height(Pane::Ir));
+            }
+            return;
+        }
+        if self.linked_ir.is_empty() {
+            self.info(format!("no {} IR op comes from this line", self.stage.name()));
+            return;
+        }
+        let next = if forward {
+            self.linked_ir.iter().copied().find(|&i| i > self.ir.cursor).unwrap_or(self.linked_ir[0])
+        } else {
+            self.linked_ir
+                .iter()
+                .rev()
+                .copied()
+                .find(|&i| i < self.ir.cursor)
+                .unwrap_or(*self.linked_ir.last().unwrap())
+        };
+        let len = self.ir_len();
+        self.ir.jump(next, len, self.geometry.height(Pane::Ir));
+    }
+
+    pub fn select_kernel(&mut self, name: &str) {
+        self.kernel = Some(name.to_string());
+        self.overrides = Overrides::default();
+        self.rejected_edits.clear();
+        self.diff_mode = false;
+        self.relower();
+        self.ir = Scroll::default();
+        self.pass_list = Scroll::default();
+        self.pass_diff = Scroll::default();
+        self.sched = Scroll::default();
+        if let Some(f) = self.current_function() {
+            let line = f.line as usize;
+            let len = self.ws.line_index().line_count();
+            let h = self.geometry.height(Pane::Source);
+            self.src.jump(line, len, h);
+        }
+        self.focus_first_op();
+        let kind = self.current_function().map(|f| f.kind.name()).unwrap_or("function");
+        self.info(format!("{kind} `{name}`"));
+    }
+
+    /// After the kernel changes: the IR cursor on the first line with a location.
+    fn focus_first_op(&mut self) {
+        let first = (0..self.ir_len()).find(|&i| self.ir_source(i).is_some()).unwrap_or(0);
+        let len = self.ir_len();
+        self.ir.jump(first, len, self.geometry.height(Pane::Ir));
+        if self.focus == Pane::Ir {
+            self.sync_from_ir();
+        }
+    }
+
+    fn relower_keeping_place(&mut self) {
+        let place = self.ir_source(self.ir.cursor);
+        self.relower();
+        if self.focus == Pane::Source {
+            self.sync_from_source();
+        } else {
+            self.place_ir_cursor(place);
+        }
+        let rows = self.schedule_rows().len();
+        self.sched.clamp(rows, self.geometry.height(Pane::Schedule));
+    }
+
+    fn set_key(&mut self, key: &str, value: Option<KeyValue>) {
+        let key = canonical_key(key).to_string();
+        match value {
+            Some(v) => match validate(&key, &v) {
+                Some(problem) => {
+                    let current = match &self.view.config {
+                        Ok(info) => info.config.schedule.get(&key).map(show_value).unwrap_or_else(|| "—".into()),
+                        Err(_) => "—".into(),
+                    };
+                    self.rejected_edits.insert(key.clone(), (v, problem.clone()));
+                    self.error(format!("E0701: {problem} (still lowering with {key}={current})"));
+                }
+                None => {
+                    self.rejected_edits.remove(&key);
+                    self.overrides.schedule.insert(key.clone(), v.clone());
+                    self.relower_keeping_place();
+                    self.info(format!("{key} = {} · re-lowered in {}", show_value(&v), ms(self.view.relower)));
+                }
+            },
+            None => {
+                self.rejected_edits.remove(&key);
+                self.overrides.schedule.remove(&key);
+                self.relower_keeping_place();
+                self.info(format!("{key} back to the kernel's value"));
+            }
+        }
+    }
+
+    fn set_dim(&mut self, key: &str, value: Option<i64>) {
+        match value {
+            Some(v) => {
+                self.overrides.dims.insert(key.to_string(), v);
+            }
+            None => {
+                self.overrides.dims.remove(key);
+            }
+        }
+        self.relower_keeping_place();
+        self.info(format!(
+            "{key} = {} · re-lowered in {}",
+            self.run_dims().get(key).copied().unwrap_or(DEFAULT_SHAPE),
+            ms(self.view.relower)
+        ));
+    }
+
+    fn after_reload(&mut self, changed: bool) {
+        if !changed {
+            self.info("the file has not changed".into());
+            return;
+        }
+        self.source_changed();
+    }
+
+    /// The workspace's text changed (a reload, or a test or benchmark setting it):
+    /// everything on screen is asked of salsa again.
+    pub fn source_changed(&mut self) {
+        let start = Instant::now();
+        self.refresh_file();
+        self.relower_keeping_place();
+        let len = self.ws.line_index().line_count();
+        self.src.clamp(len, self.geometry.height(Pane::Source));
+        let lints = self.diagnostics.as_ref().map_or(0, Vec::len);
+        self.lints.clamp(lints, self.geometry.height(Pane::Lints));
+        self.reload_time = Some(start.elapsed());
+        self.info(format!(
+            "reloaded {} (revision {}) in {}",
+            self.ws.path().display(),
+            self.ws.revision(),
+            ms(start.elapsed())
+        ));
+    }
+
+    /// Periodic work: the worker's reports and the file's modification time.
+    pub fn tick(&mut self) {
+        self.ticks += 1;
+        self.drain_batch();
+        if self.last_poll.elapsed() >= Duration::from_millis(400) {
+            self.last_poll = Instant::now();
+            match self.ws.poll_disk() {
+                Ok(true) => self.after_reload(true),
+                Ok(false) => {}
+                Err(e) => self.warn(format!("cannot read the file: {e} (showing the last version)")),
+            }
+        }
+    }
+
+    // ----- runs -----
+
+    fn start_run(&mut self, autotune: bool) {
+        if self.batch.is_some() {
+            self.info("a run is in progress (x cancels it)".into());
+            return;
+        }
+        let backend = self.backend().clone();
+        let runner = match &backend.runner {
+            Ok(r) => r.clone(),
+            Err(why) => {
+                self.error(format!("{} is not available: {why}", backend.label));
+                return;
+            }
+        };
+        let Some(name) = self.kernel.clone() else { return };
+        let info = match &self.view.config {
+            Ok(info) => info.clone(),
+            Err(e) => {
+                self.error(format!("cannot run `{name}`: {}", e.message));
+                return;
+            }
+        };
+        let target = runner.target_for(self.target);
+        let dims = self.run_dims();
+        // Configurations to measure, and those the tuner prunes (shown with the reason).
+        let TuneSpace { candidates: configs, pruned } = if autotune {
+            if info.space.is_empty() {
+                self.warn(format!("`{name}` has no autotune space (@kernel.autotune(space=...)); r runs it once"));
+                return;
+            }
+            match self.ws.tune_space(&name, &dims, target) {
+                Ok(space) => space,
+                Err(e) => {
+                    self.error(format!("cannot autotune `{name}`: {e}"));
+                    return;
+                }
+            }
+        } else {
+            TuneSpace { candidates: vec![info.config.clone()], pruned: Vec::new() }
+        };
+        let mut jobs = Vec::new();
+        let mut records = Vec::new();
+        for config in configs {
+            let record = RunRecord {
+                kernel: name.clone(),
+                device: backend.device,
+                target,
+                config: config.clone(),
+                dims: dims.clone(),
+                revision: self.ws.revision(),
+                autotune,
+                outcome: None,
+                wall: Duration::ZERO,
+            };
+            match self.ws.plan(&name, &config, target, &dims, runner.needs_code()) {
+                Ok(plan) => {
+                    jobs.push(RunJob {
+                        kernel: name.clone(),
+                        config,
+                        target,
+                        dims: dims.clone(),
+                        plan: Arc::new(plan),
+                        revision: record.revision,
+                    });
+                    records.push(self.upsert(record));
+                }
+                Err(e) => {
+                    // A configuration that cannot be planned (it does not lower, say) is
+                    // a result too: the table says why.
+                    let i = self.upsert(record);
+                    self.results[i].outcome = Some(Err(e));
+                }
+            }
+        }
+        for (config, why) in pruned {
+            let record = RunRecord {
+                kernel: name.clone(),
+                device: backend.device,
+                target,
+                config,
+                dims: dims.clone(),
+                revision: self.ws.revision(),
+                autotune,
+                outcome: Some(Err(why)),
+                wall: Duration::ZERO,
+            };
+            self.upsert(record);
+        }
+        if jobs.is_empty() {
+            self.error("no configuration could be planned; the results table says why".into());
+            return;
+        }
+        let n = jobs.len();
+        self.batch_records = records;
+        self.batch = Some(Batch::start(runner, jobs, autotune));
+        self.info(if autotune {
+            format!("autotuning `{name}`: {n} configurations on the {}", backend.label)
+        } else {
+            format!("running `{name}` on the {}", backend.label)
+        });
+    }
+
+    /// Adds a record, replacing the earlier result of the same launch.
+    fn upsert(&mut self, record: RunRecord) -> usize {
+        match self.results.iter().position(|r| r.same_launch(&record)) {
+            Some(i) => {
+                self.results[i] = record;
+                i
+            }
+            None => {
+                self.results.push(record);
+                self.results.len() - 1
+            }
+        }
+    }
+
+    fn drain_batch(&mut self) {
+        let Some(batch) = &mut self.batch else { return };
+        let (reports, finished) = batch.drain();
+        let cancelled = batch.cancelled();
+        let total = batch.jobs.len();
+        let done = batch.done;
+        let autotune = batch.autotune;
+        for r in reports {
+            if let Report::Finished { index, outcome, wall } = r {
+                if let Some(&rec) = self.batch_records.get(index) {
+                    if let Some(record) = self.results.get_mut(rec) {
+                        record.outcome = Some(outcome);
+                        record.wall = wall;
+                    }
+                }
+            }
+        }
+        if finished {
+            self.batch = None;
+            let recs: Vec<&RunRecord> = self.batch_records.iter().filter_map(|&i| self.results.get(i)).collect();
+            let ok: Vec<&RunRecord> = recs.iter().copied().filter(|r| matches!(r.outcome, Some(Ok(_)))).collect();
+            let failed = recs.iter().filter(|r| matches!(r.outcome, Some(Err(_)))).count();
+            let text = if autotune {
+                // Only a correct configuration can win.
+                let best = ok
+                    .iter()
+                    .filter(|r| !matches!(&r.outcome, Some(Ok(o)) if matches!(o.correctness, Correctness::Checked { passed: false, .. })))
+                    .min_by(|a, b| median(a).total_cmp(&median(b)));
+                let head = if cancelled {
+                    format!("autotune cancelled after {done} of {total} configurations")
+                } else {
+                    format!("autotune done: {total} configurations")
+                };
+                let failed = if failed > 0 { format!(" · {failed} failed") } else { String::new() };
+                match best {
+                    Some(b) => format!("{head}; best {} at {}{failed}", b.config, fmt_ms(median(b)).trim_start()),
+                    None => format!("{head}; none ran correctly{failed}"),
+                }
+            } else {
+                match recs.first().and_then(|r| r.outcome.as_ref()) {
+                    Some(Ok(o)) => format!(
+                        "ran in {} · {}",
+                        fmt_ms(o.median_ms),
+                        match &o.correctness {
+                            Correctness::Unchecked(why) => format!("not checked: {why}"),
+                            Correctness::Checked { passed: true, max_abs, .. } => {
+                                format!("matches the reference (max abs err {max_abs:.2e})")
+                            }
+                            Correctness::Checked { passed: false, max_abs, .. } => {
+                                format!("WRONG: differs from the reference (max abs err {max_abs:.2e})")
+                            }
+                        }
+                    ),
+                    Some(Err(e)) => format!("run failed: {e}"),
+                    None => "run cancelled".to_string(),
+                }
+            };
+            let level = if failed > 0 || ok.is_empty() { Level::Error } else { Level::Info };
+            self.message = Some(Message { level, text });
+        }
+    }
+
+    // ----- mouse -----
+
+    fn handle_mouse(&mut self, m: MouseEvent) {
+        if !matches!(self.overlay, Overlay::None) {
+            return;
+        }
+        let at = Position::new(m.column, m.row);
+        match m.kind {
+            MouseEventKind::Down(MouseButton::Left) => {
+                if let Some((tab, _)) = self.geometry.tabs.iter().find(|(_, r)| r.contains(at)).copied() {
+                    self.set_tab(tab);
+                    return;
+                }
+                if let Some((stage, _)) = self.geometry.stages.iter().find(|(_, r)| r.contains(at)).copied() {
+                    while self.stage != stage {
+                        let forward = stage_index(stage) > stage_index(self.stage);
+                        self.step_stage(forward);
+                    }
+                    return;
+                }
+                let Some((pane, rect)) = self.geometry.panes.iter().find(|(_, r)| r.contains(at)).copied() else {
+                    return;
+                };
+                let row = (m.row - rect.y) as usize;
+                self.focus = pane;
+                match pane {
+                    Pane::Source => {
+                        self.src.cursor = self.src.top + row;
+                        let len = self.ws.line_index().line_count();
+                        self.src.clamp(len, rect.height as usize);
+                        self.sync_from_source();
+                    }
+                    Pane::Ir => {
+                        self.ir.cursor = self.ir.top + row;
+                        self.ir.clamp(self.ir_len(), rect.height as usize);
+                        self.sync_from_ir();
+                    }
+                    Pane::PassList => {
+                        let before = self.pass_list.cursor;
+                        self.pass_list.cursor = self.pass_list.top + row;
+                        let rows = self.visible_passes().len() + self.passes().failure.is_some() as usize;
+                        self.pass_list.clamp(rows, rect.height as usize);
+                        if before != self.pass_list.cursor {
+                            self.pass_diff = Scroll::default();
+                        }
+                    }
+                    Pane::PassDiff => self.pass_diff.cursor = self.pass_diff.top + row,
+                    Pane::Lints => {
+                        self.lints.cursor = self.lints.top + row;
+                        let len = self.diagnostics.as_ref().map_or(0, Vec::len);
+                        self.lints.clamp(len, rect.height as usize);
+                    }
+                    Pane::Schedule => {
+                        self.sched.cursor = self.sched.top + row;
+                        self.sched.clamp(self.schedule_rows().len(), rect.height as usize);
+                    }
+                    Pane::Results => {
+                        // The first row of the results pane is the table header.
+                        self.results_scroll.cursor = (self.results_scroll.top + row).saturating_sub(1);
+                        self.results_scroll.clamp(self.results.len(), rect.height as usize);
+                    }
+                }
+            }
+            MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
+                let Some((pane, _)) = self.geometry.panes.iter().find(|(_, r)| r.contains(at)).copied() else {
+                    return;
+                };
+                let saved = self.focus;
+                self.focus = pane;
+                let action = if m.kind == MouseEventKind::ScrollDown { Action::Down } else { Action::Up };
+                for _ in 0..3 {
+                    self.apply_in_pane(action);
+                }
+                self.focus = saved;
+                if saved != pane && matches!(pane, Pane::Source | Pane::Ir) {
+                    self.focus = pane;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ----- messages -----
+
+    pub fn info(&mut self, text: String) {
+        self.message = Some(Message { level: Level::Info, text });
+    }
+
+    pub fn warn(&mut self, text: String) {
+        self.message = Some(Message { level: Level::Warning, text });
+    }
+
+    pub fn error(&mut self, text: String) {
+        self.message = Some(Message { level: Level::Error, text });
+    }
+}
+
+fn median(r: &RunRecord) -> f64 {
+    match &r.outcome {
+        Some(Ok(o)) => o.median_ms,
+        _ => f64::INFINITY,
+    }
+}
+
+/// Why typed text is not a valid value for a schedule row (checked as it is typed).
+fn edit_problem(row: &ScheduleRow, input: &str) -> Option<String> {
+    if row.is_dim {
+        return match input.trim().parse::<i64>() {
+            Ok(v) if v > 0 => None,
+            _ => Some(format!("{} must be a positive integer", row.key)),
+        };
+    }
+    if input.trim().is_empty() {
+        return Some("type a value".into());
+    }
+    validate(&row.key, &parse_value(input)).map(|p| format!("E0701: {p}"))
+}
+
+pub fn ms(d: Duration) -> String {
+    fmt_ms(d.as_secs_f64() * 1e3)
+}
+
+/// A duration in 7 columns (`0.59 ms`, `12.3 ms`, ` 123 ms`, `1.234 s`), so that
+/// tables and titles keep their layout as numbers change.
+pub fn fmt_ms(ms: f64) -> String {
+    if !ms.is_finite() {
+        "      —".to_string()
+    } else if ms < 9.995 {
+        // Thresholds sit where rounding would add a digit (9.996 prints as 10.00).
+        format!("{ms:.2} ms")
+    } else if ms < 99.95 {
+        format!("{ms:.1} ms")
+    } else if ms < 999.5 {
+        format!("{ms:>4.0} ms")
+    } else if ms < 9_999.5 {
+        format!("{:.3} s", ms / 1e3)
+    } else if ms < 99_995.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else {
+        format!("{:>5.0} s", ms / 1e3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_step_through_candidates_then_stop() {
+        let c = standard_candidates("BM");
+        assert_eq!(step_value(&KeyValue::Int(64), &c, true), Some(KeyValue::Int(128)));
+        assert_eq!(step_value(&KeyValue::Int(256), &c, true), None);
+        assert_eq!(step_value(&KeyValue::Int(96), &c, false), Some(KeyValue::Int(64)));
+        assert_eq!(step_value(&KeyValue::Int(96), &c, true), Some(KeyValue::Int(128)));
+        assert_eq!(step_value(&KeyValue::Int(8), &[], true), Some(KeyValue::Int(16)));
+        assert_eq!(step_value(&KeyValue::Int(1), &[], false), None);
+        let s = standard_candidates("swizzle");
+        assert_eq!(step_value(&KeyValue::Str("none".into()), &s, true), Some(KeyValue::Str("xor".into())));
+    }
+
+    #[test]
+    fn durations_take_seven_columns() {
+        for ms in [0.0, 0.591, 9.996, 12.34, 99.96, 123.0, 999.7, 1234.0, 9_999.7, 12_345.0, 99_996.0, 123_456.0] {
+            assert_eq!(fmt_ms(ms).chars().count(), 7, "{ms} -> {:?}", fmt_ms(ms));
+        }
+    }
+
+    #[test]
+    fn scroll_keeps_the_cursor_visible() {
+        let mut s = Scroll::default();
+        s.jump(50, 100, 10);
+        assert!(s.top <= 50 && 50 < s.top + 10);
+        assert_eq!(s.top, 47);
+        s.cursor = 99;
+        s.clamp(100, 10);
+        assert_eq!(s.top, 90);
+        s.clamp(5, 10);
+        assert_eq!((s.cursor, s.top), (4, 0));
+    }
+}

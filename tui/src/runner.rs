@@ -1,0 +1,286 @@
+//! Launching kernels off the UI thread. A [`Runner`] runs one planned launch on one
+//! device; a [`Batch`] runs a list of them (one run, or every configuration of an
+//! autotune space) on a worker thread and reports through a channel that the event loop
+//! drains. The UI thread plans each launch through salsa before the batch starts
+//! (`tessera_backends::launch::plan`: lowering, dims, seeded inputs), so the worker never
+//! holds the database and a reload never waits for it.
+//!
+//! Runners are adapters over the launch layer `tessera run` uses, so the explorer's
+//! numbers are the CLI's: the same seeded inputs, the same check against the reference
+//! interpreter, the same timing.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tessera_backends::launch::{self, CheckKind, CheckMode, DeviceRequest, Plan, Reference, RunOptions};
+use tessera_passes::{Config, Target};
+
+pub use tessera_backends::launch::Device;
+
+/// One launch to make: the plan (lowered IR, bound dims, seeded inputs) of one
+/// configuration.
+#[derive(Clone)]
+pub struct RunJob {
+    pub kernel: String,
+    pub config: Config,
+    pub target: Target,
+    /// Values of every dim symbol of the signature.
+    pub dims: BTreeMap<String, i64>,
+    pub plan: Arc<Plan>,
+    /// The source revision the job was planned from.
+    pub revision: u64,
+}
+
+/// How a run's outputs compare with the reference interpreter's.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Correctness {
+    Checked {
+        passed: bool,
+        max_abs: f64,
+        max_rel: f64,
+        sampled: bool,
+    },
+    /// Not checked, and why (the interpreter on the CPU target is the reference itself).
+    Unchecked(String),
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct RunOutcome {
+    pub correctness: Correctness,
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub runs: u32,
+    /// TFLOP/s or GB/s at the median, for devices whose timings mean something.
+    pub throughput: Option<String>,
+    /// The device, as the backend describes it.
+    pub device_name: String,
+}
+
+/// A device that runs planned kernels.
+pub trait Runner: Send + Sync {
+    fn device(&self) -> Device;
+    fn description(&self) -> String;
+    /// The target to plan for when the user has `wanted` selected.
+    fn target_for(&self, wanted: Target) -> Target;
+    /// Whether plans must carry target code (PTX, LLVM IR).
+    fn needs_code(&self) -> bool;
+    /// Runs one job. `reference` carries the reference interpreter's outputs from one
+    /// job of a batch to the next: every configuration computes the same function of
+    /// the same seeded inputs, so one reference run checks them all (as the tuner does).
+    fn run(&self, job: &RunJob, reference: &mut Option<Reference>) -> Result<RunOutcome, String>;
+}
+
+/// A device of the launch layer (the interpreter, the CPU backend, a GPU).
+pub struct LaunchRunner(pub Arc<dyn launch::Backend>);
+
+impl Runner for LaunchRunner {
+    fn device(&self) -> Device {
+        self.0.device()
+    }
+
+    fn description(&self) -> String {
+        self.0.description()
+    }
+
+    fn target_for(&self, wanted: Target) -> Target {
+        match self.0.check_target(wanted) {
+            Ok(()) => wanted,
+            Err(_) => self.0.default_target(),
+        }
+    }
+
+    fn needs_code(&self) -> bool {
+        self.0.needs_code()
+    }
+
+    fn run(&self, job: &RunJob, reference: &mut Option<Reference>) -> Result<RunOutcome, String> {
+        let device = self.0.device();
+        let options = RunOptions::for_device(device);
+        let mut loaded = self.0.load(&job.plan).map_err(|e| e.message)?;
+        // The interpreter on CPU Tile IR *is* the reference: `execute_loaded` says so
+        // when given none.
+        let is_reference = device == Device::Interpreter && job.target == Target::Cpu;
+        if reference.is_none() && !is_reference {
+            *reference = Some(Reference::compute(&job.plan, CheckMode::Auto).map_err(|e| e.message)?);
+        }
+        let out = launch::execute_loaded(&job.plan, &*self.0, loaded.as_mut(), &options, reference.as_ref())
+            .map_err(|e| e.message)?;
+        let correctness = match &out.check.kind {
+            CheckKind::Skipped(why) => Correctness::Unchecked(why.clone()),
+            kind => Correctness::Checked {
+                passed: out.check.passed().unwrap_or(false),
+                max_abs: out.check.max_abs().unwrap_or(0.0),
+                max_rel: out.check.max_rel().unwrap_or(0.0),
+                sampled: matches!(kind, CheckKind::Sampled { .. }),
+            },
+        };
+        let median = out.timing.median_ms;
+        // The interpreter's speed says nothing about the kernel's.
+        let throughput = (device != Device::Interpreter)
+            .then(|| match (out.work.tflops(median), out.work.gbps(median)) {
+                (Some(t), _) => Some(format!("{t:.2} TFLOP/s")),
+                (None, Some(g)) => Some(format!("{g:.1} GB/s")),
+                _ => None,
+            })
+            .flatten();
+        Ok(RunOutcome {
+            correctness,
+            median_ms: median,
+            min_ms: out.timing.min_ms,
+            runs: out.timing.times_ms.len() as u32,
+            throughput,
+            device_name: out.device_name,
+        })
+    }
+}
+
+/// A device the run panel lists: ready, or why not.
+#[derive(Clone)]
+pub struct Backend {
+    pub device: Device,
+    pub label: &'static str,
+    pub runner: Result<Arc<dyn Runner>, String>,
+}
+
+/// Every device of the launch layer, in the order the run panel lists them, each opened
+/// or with the reason it cannot be.
+pub fn backends() -> Vec<Backend> {
+    [Device::Interpreter, Device::Cpu, Device::Gpu]
+        .into_iter()
+        .map(|device| {
+            let label = match device {
+                Device::Interpreter => "reference interpreter",
+                Device::Cpu => "CPU (LLVM JIT)",
+                Device::Gpu => "GPU (CUDA)",
+            };
+            let runner = match launch::open(DeviceRequest::Only(device)) {
+                Ok(opened) => Ok(Arc::new(LaunchRunner(opened.backend)) as Arc<dyn Runner>),
+                Err(e) => Err(e.message.trim_start_matches(&format!("--device {device}: ")).to_string()),
+            };
+            Backend { device, label, runner }
+        })
+        .collect()
+}
+
+/// What a batch reports to the UI.
+#[derive(Clone, Debug)]
+pub enum Report {
+    Started { index: usize },
+    Finished { index: usize, outcome: Result<RunOutcome, String>, wall: Duration },
+}
+
+/// A list of jobs running on a worker thread.
+pub struct Batch {
+    pub device: Device,
+    pub jobs: Vec<RunJob>,
+    pub autotune: bool,
+    pub started: Instant,
+    /// Index of the job running now.
+    pub current: Option<usize>,
+    pub done: usize,
+    cancel: Arc<AtomicBool>,
+    rx: Receiver<Report>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Batch {
+    pub fn start(runner: Arc<dyn Runner>, jobs: Vec<RunJob>, autotune: bool) -> Batch {
+        let (tx, rx) = channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let device = runner.device();
+        let work = jobs.clone();
+        let flag = cancel.clone();
+        let handle = std::thread::Builder::new()
+            .name("tessera-explore runner".into())
+            .spawn(move || {
+                let mut reference = None;
+                for (index, job) in work.iter().enumerate() {
+                    if flag.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if tx.send(Report::Started { index }).is_err() {
+                        break;
+                    }
+                    let t = Instant::now();
+                    let outcome =
+                        crate::term::catching(|| catch_unwind(AssertUnwindSafe(|| runner.run(job, &mut reference))))
+                            .unwrap_or_else(|p| Err(format!("internal error in the runner: {}", panic_text(&*p))));
+                    if tx.send(Report::Finished { index, outcome, wall: t.elapsed() }).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok();
+        Batch { device, jobs, autotune, started: Instant::now(), current: None, done: 0, cancel, rx, handle }
+    }
+
+    /// Reports that arrived since the last call, and whether the worker is finished.
+    pub fn drain(&mut self) -> (Vec<Report>, bool) {
+        let mut out = Vec::new();
+        loop {
+            match self.rx.try_recv() {
+                Ok(r) => {
+                    match &r {
+                        Report::Started { index } => self.current = Some(*index),
+                        Report::Finished { .. } => {
+                            self.done += 1;
+                            self.current = None;
+                        }
+                    }
+                    out.push(r);
+                }
+                Err(TryRecvError::Empty) => return (out, self.handle.is_none()),
+                Err(TryRecvError::Disconnected) => {
+                    if let Some(h) = self.handle.take() {
+                        let _ = h.join();
+                    }
+                    return (out, true);
+                }
+            }
+        }
+    }
+
+    /// Asks the worker to stop after the job running now.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the worker (tests and benchmarks; the UI polls instead).
+    pub fn wait(&mut self, timeout: Duration) -> Vec<Report> {
+        let deadline = Instant::now() + timeout;
+        let mut all = Vec::new();
+        loop {
+            let (reports, finished) = self.drain();
+            all.extend(reports);
+            if finished || Instant::now() >= deadline {
+                return all;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}

@@ -1,0 +1,332 @@
+//! Drawing: every function reads [`App`] and writes cells; none changes what the app
+//! knows (the last layout is recorded in `app.geometry` for mouse hits and page sizes).
+//! Text panes draw only their visible lines, so a 5 000-line listing costs what a
+//! screenful does.
+
+mod explore;
+mod lints;
+mod passes;
+mod run;
+mod schedule;
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+use crate::app::{App, Geometry, Level, Overlay, Pane, Tab};
+use crate::keymap::{self, Context};
+use crate::theme;
+
+pub use explore::{draw_ir_pane, draw_source_pane};
+
+pub fn draw(f: &mut Frame, app: &mut App) {
+    let area = f.area();
+    app.geometry = Geometry::default();
+    if area.width < 40 || area.height < 10 {
+        let p = Paragraph::new("tessera-explore needs at least 40×10 cells")
+            .style(theme::warning())
+            .wrap(Wrap { trim: true });
+        f.render_widget(p, area);
+        return;
+    }
+    let [top, main, status, hints] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(1), Constraint::Length(1), Constraint::Length(1)])
+            .areas(area);
+    draw_tab_bar(f.buffer_mut(), top, app);
+    match app.tab {
+        Tab::Explore => explore::draw(f, main, app),
+        Tab::Passes => passes::draw(f, main, app),
+        Tab::Lints => lints::draw(f, main, app),
+        Tab::Schedule => schedule::draw(f, main, app),
+        Tab::Run => run::draw(f, main, app),
+    }
+    draw_status(f.buffer_mut(), status, app);
+    draw_hints(f.buffer_mut(), hints, app);
+    match app.overlay.clone() {
+        Overlay::None => {}
+        Overlay::Help { scroll } => draw_help(f, area, app, scroll),
+        Overlay::Picker { filter, cursor } => draw_picker(f, area, app, &filter, cursor),
+        Overlay::Edit { row, input, error } => schedule::draw_edit(f, area, app, row, &input, error.as_deref()),
+    }
+}
+
+/// A bordered pane; its inner area is recorded for mouse hits.
+pub(crate) fn pane_block<'a>(app: &mut App, pane: Option<Pane>, area: Rect, title: Line<'a>) -> (Block<'a>, Rect) {
+    let focused = pane.is_some_and(|p| p == app.focus);
+    let block = Block::bordered().border_style(theme::border(focused)).title(title.style(theme::title(focused)));
+    let inner = block.inner(area);
+    if let Some(p) = pane {
+        app.geometry.panes.push((p, inner));
+    }
+    (block, inner)
+}
+
+/// Writes one row: `row_style` across the whole width, then the spans over it.
+pub(crate) fn put_row(buf: &mut Buffer, area: Rect, row: u16, spans: Vec<Span<'_>>, row_style: Style) {
+    if row >= area.height {
+        return;
+    }
+    let y = area.y + row;
+    buf.set_style(Rect::new(area.x, y, area.width, 1), row_style);
+    buf.set_line(area.x, y, &Line::from(spans), area.width);
+}
+
+fn draw_tab_bar(buf: &mut Buffer, area: Rect, app: &mut App) {
+    buf.set_style(area, theme::status_bar());
+    let mut x = area.x;
+    let name = Span::styled(" tessera-explore ", theme::status_bar().add_modifier(Modifier::BOLD));
+    let w = name.width() as u16;
+    buf.set_span(x, area.y, &name, w);
+    x += w;
+    let lints = app.diagnostics.as_ref().map_or(0, Vec::len);
+    for (i, tab) in Tab::ALL.iter().enumerate() {
+        let label = match tab {
+            Tab::Lints if lints > 0 => format!(" {} {} ({lints}) ", i + 1, tab.title()),
+            _ => format!(" {} {} ", i + 1, tab.title()),
+        };
+        let style = if *tab == app.tab { theme::selected_tab() } else { theme::status_bar() };
+        let w = (label.chars().count() as u16).min(area.right().saturating_sub(x));
+        if w == 0 {
+            break;
+        }
+        buf.set_span(x, area.y, &Span::styled(label, style), w);
+        app.geometry.tabs.push((*tab, Rect::new(x, area.y, w, 1)));
+        x += w;
+    }
+    // The kernel and target on the right, when they fit.
+    let right = format!(" {} · {} ", app.kernel.as_deref().unwrap_or("no kernel"), app.target);
+    let rw = right.chars().count() as u16;
+    if x + rw < area.right() {
+        buf.set_span(
+            area.right() - rw,
+            area.y,
+            &Span::styled(right, theme::status_bar().add_modifier(Modifier::BOLD)),
+            rw,
+        );
+    }
+}
+
+/// One line with what a screenshot must tell: file, kernel, stage, target, the
+/// configuration in effect, and how long the last re-lower took.
+fn draw_status(buf: &mut Buffer, area: Rect, app: &App) {
+    buf.set_style(area, theme::status_bar());
+    let sep = || Span::styled(" │ ", theme::status_bar().fg(ratatui::style::Color::DarkGray));
+    let timing = match &app.view.lowering {
+        Some(_) => format!("lowered in {}", crate::app::ms(app.view.relower)),
+        None => "not lowered".to_string(),
+    };
+    let config = match &app.view.config {
+        Ok(info) => short_config(&info.config),
+        Err(_) => "no configuration".into(),
+    };
+    let kernel = app.kernel.clone().unwrap_or_else(|| "—".into());
+    let stage = format!("{} IR", stage_title(app.stage));
+    let target = app.target.to_string();
+    let full = app.ws.path().display().to_string();
+    let short = app.ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| full.clone());
+    let fixed = |path: &str| {
+        1 + path.chars().count() + kernel.chars().count() + stage.len() + target.len() + timing.chars().count() + 5 * 3
+    };
+    // The configuration is what a kernel engineer reads the status bar for: the path
+    // shrinks to the file name before the configuration shrinks.
+    let path =
+        if (area.width as usize).saturating_sub(fixed(&full)) >= config.chars().count().min(40) { full } else { short };
+    let room = (area.width as usize).saturating_sub(fixed(&path));
+    let spans = vec![
+        Span::styled(format!(" {path}"), theme::status_bar()),
+        sep(),
+        Span::styled(kernel, theme::status_bar().add_modifier(Modifier::BOLD)),
+        sep(),
+        Span::styled(stage, theme::status_bar()),
+        sep(),
+        Span::styled(target, theme::status_bar()),
+        sep(),
+        Span::styled(truncate(&config, room), theme::status_bar()),
+        sep(),
+        Span::styled(timing, theme::status_bar()),
+    ];
+    buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+}
+
+pub(crate) fn stage_title(stage: tessera_passes::Stage) -> &'static str {
+    match stage {
+        tessera_passes::Stage::Graph => "Graph",
+        tessera_passes::Stage::Sched => "Schedule",
+        tessera_passes::Stage::Tile => "Tile",
+        tessera_passes::Stage::Target => "Target",
+    }
+}
+
+/// `BM=64 BN=64 BK=32 w4 s2 xor D=64`: the keys a kernel engineer scans for, compactly.
+pub(crate) fn short_config(config: &tessera_passes::Config) -> String {
+    use tessera_frontend::check::KeyValue;
+    let mut parts = Vec::new();
+    for k in ["BM", "BN", "BK", "BD"] {
+        if let Some(v) = config.schedule.int(k) {
+            parts.push(format!("{k}={v}"));
+        }
+    }
+    parts.push(format!("warps={}", config.schedule.warps()));
+    parts.push(format!("stages={}", config.schedule.stages()));
+    for (k, v) in &config.schedule.values {
+        if ["BM", "BN", "BK", "BD", "warps", "stages", "vector"].contains(&k.as_str()) {
+            continue;
+        }
+        match v {
+            KeyValue::Str(s) if k == "swizzle" => {
+                if s != "none" {
+                    parts.push(format!("swizzle={s}"));
+                }
+            }
+            v => parts.push(format!("{k}={}", v.to_string().trim_matches('"'))),
+        }
+    }
+    for (k, v) in &config.shapes {
+        parts.push(format!("{k}={v}"));
+    }
+    parts.join(" ")
+}
+
+pub(crate) fn truncate(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut out: String = s.chars().take(width - 1).collect();
+    out.push('…');
+    out
+}
+
+fn draw_hints(buf: &mut Buffer, area: Rect, app: &App) {
+    if let Some(m) = &app.message {
+        let style = match m.level {
+            Level::Info => Style::new(),
+            Level::Warning => theme::warning(),
+            Level::Error => theme::error(),
+        };
+        let icon = match m.level {
+            Level::Info => "",
+            Level::Warning => "! ",
+            Level::Error => "✗ ",
+        };
+        buf.set_line(area.x, area.y, &Line::from(Span::styled(format!(" {icon}{}", m.text), style)), area.width);
+        return;
+    }
+    let pane_hints: &[(&str, &str)] = match app.focus {
+        Pane::Source => &[("Enter", "to IR"), ("n/N", "ops of line")],
+        Pane::Ir => &[("Enter", "to source"), ("d", "diff"), ("L", "loc")],
+        Pane::PassList | Pane::PassDiff => &[("H", "hide unchanged"), ("n/N", "changes")],
+        Pane::Lints => &[("Enter", "jump to source")],
+        Pane::Schedule => &[("h/l", "value"), ("e", "edit"), ("Bksp", "reset")],
+        Pane::Results => &[("b", "device"), ("Enter", "use config")],
+    };
+    let common: &[(&str, &str)] = &[
+        ("[/]", "stage"),
+        ("?", "help"),
+        ("q", "quit"),
+        ("p", "kernel"),
+        ("t", "target"),
+        ("r", "run"),
+        ("Tab", "focus"),
+    ];
+    let mut spans = vec![Span::raw(" ")];
+    for (k, what) in pane_hints.iter().chain(common) {
+        spans.push(Span::styled(*k, theme::key()));
+        spans.push(Span::styled(format!(" {what}  "), theme::dim()));
+    }
+    buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+}
+
+pub(crate) fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let w = width.min(area.width.saturating_sub(2));
+    let h = height.min(area.height.saturating_sub(2));
+    Rect::new(area.x + (area.width - w) / 2, area.y + (area.height - h) / 2, w, h)
+}
+
+fn draw_help(f: &mut Frame, area: Rect, _app: &App, scroll: usize) {
+    let sections: [(&str, Context); 9] = [
+        ("Everywhere", Context::Global),
+        ("Moving (any pane)", Context::Nav),
+        ("Source pane", Context::Source),
+        ("IR pane", Context::Ir),
+        ("Passes", Context::Passes),
+        ("Schedule", Context::Schedule),
+        ("Lints", Context::Lints),
+        ("Run", Context::Run),
+        ("Kernel picker", Context::Picker),
+    ];
+    let mut lines: Vec<Line> = Vec::new();
+    for (title, ctx) in sections {
+        lines.push(Line::from(Span::styled(title, Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))));
+        for b in keymap::help_rows(ctx) {
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {:<18}", b.keys), theme::key()),
+                Span::raw(b.help.to_string()),
+            ]));
+        }
+        lines.push(Line::raw(""));
+    }
+    lines.push(Line::from(Span::styled(
+        "Mouse: click a tab, a stage or a line; the wheel scrolls the pane under it.",
+        theme::dim(),
+    )));
+    let rect = centered(area, 78, area.height.saturating_sub(2));
+    let block = Block::bordered()
+        .border_style(theme::border(true))
+        .title(Line::from(" Keys ").style(theme::title(true)))
+        .title_bottom(Line::from(" Esc closes · j/k scroll ").style(theme::dim()));
+    let inner = block.inner(rect);
+    let max_scroll = lines.len().saturating_sub(inner.height as usize);
+    let p = Paragraph::new(lines).block(block).scroll((scroll.min(max_scroll) as u16, 0));
+    f.render_widget(Clear, rect);
+    f.render_widget(p, rect);
+}
+
+fn draw_picker(f: &mut Frame, area: Rect, app: &App, filter: &str, cursor: usize) {
+    let matches = app.picker_matches(filter);
+    let height = (matches.len() as u16 + 4).clamp(6, area.height.saturating_sub(4));
+    let rect = centered(area, 64, height);
+    let block = Block::bordered()
+        .border_style(theme::border(true))
+        .title(Line::from(" Kernels and graph functions ").style(theme::title(true)))
+        .title_bottom(Line::from(" type to filter · Enter opens · Esc ").style(theme::dim()));
+    let inner = block.inner(rect);
+    f.render_widget(Clear, rect);
+    f.render_widget(block, rect);
+    let buf = f.buffer_mut();
+    put_row(
+        buf,
+        inner,
+        0,
+        vec![Span::styled("> ", theme::key()), Span::raw(filter.to_string()), Span::styled("▏", theme::key())],
+        Style::new(),
+    );
+    let rows = inner.height.saturating_sub(1) as usize;
+    let top = cursor.saturating_sub(rows.saturating_sub(1));
+    if matches.is_empty() {
+        put_row(buf, inner, 1, vec![Span::styled("  no function matches", theme::dim())], Style::new());
+    }
+    let name_w = matches.iter().map(|&i| app.functions[i].name.chars().count()).max().unwrap_or(0);
+    for (row, &i) in matches.iter().enumerate().skip(top).take(rows) {
+        let func = &app.functions[i];
+        let current = Some(&func.name) == app.kernel.as_ref();
+        let kind_style = match func.kind {
+            tessera_frontend::check::FunctionKind::Kernel => theme::ok(),
+            tessera_frontend::check::FunctionKind::Graph => theme::warning(),
+            tessera_frontend::check::FunctionKind::Helper => theme::dim(),
+        };
+        let spans = vec![
+            Span::raw(if current { "● " } else { "  " }),
+            Span::styled(format!("{:<15}", func.kind.name()), kind_style),
+            Span::styled(format!("{:<name_w$}", func.name), Style::new().add_modifier(Modifier::BOLD)),
+            Span::styled(format!("  line {}", func.line + 1), theme::dim()),
+        ];
+        let style = if row == cursor { Style::new().bg(theme::CURSOR_BG) } else { Style::new() };
+        put_row(buf, inner, (row - top + 1) as u16, spans, style);
+    }
+}
