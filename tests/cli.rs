@@ -36,10 +36,13 @@ fn codes(v: &serde_json::Value) -> Vec<String> {
 }
 
 #[test]
-fn examples_check_clean() {
-    let o = run(&["check", "examples"], &root());
+fn examples_have_no_errors_and_their_warnings_are_pinned() {
+    // The examples are tuned kernels; what the target lints say about them (pruned
+    // autotune candidates, low occupancy of large GEMM tiles) is reviewed, not noise.
+    let o = run(&["check", "--format", "concise", "examples"], &root());
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("All checks passed (10 files)"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("error["), "{}", stdout(&o));
+    insta::assert_snapshot!("examples_warnings", stdout(&o));
 }
 
 #[test]

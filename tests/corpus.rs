@@ -65,5 +65,5 @@ fn every_valid_function_lowers_through_all_stages() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(lowered >= 3 * 15, "only {lowered} lowerings");
+    assert!(lowered >= 3 * 13, "only {lowered} lowerings: did the corpus move?");
 }

@@ -1073,6 +1073,15 @@ fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String> {
 /// dots (with a transposed B), shared buffers read in a blocked layout.
 const OPS: &str = r#"from tessera import *
 
+@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def dropout_mask(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32], p: f32, seed: int):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        for c0 in tile.parallel(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            u = tile.rand((ctx.BM, ctx.BN), seed, (7, r0, c0))
+            Y[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.where(u >= p, x / (1.0 - p), u)
+
 @kernel.schedule(Schedule(block=(64, 64), warps=4))
 def float_math(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32], Z: Tensor["R", "C", f32]):
     ctx = tile.context()
@@ -1213,7 +1222,9 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "flash_attention" => &["BH=1,S=64,D=64", "BH=1,S=100,D=64"],
         "saxpy" => &["n=1000"],
         "vector_add" => &["N=4096", "N=1001"],
-        "float_math" | "narrow_math" | "casts" | "transpose" | "shared_roundtrip" => &["R=64,C=128", "R=33,C=70"],
+        "float_math" | "narrow_math" | "casts" | "transpose" | "shared_roundtrip" | "dropout_mask" => {
+            &["R=64,C=128", "R=33,C=70"]
+        }
         "row_sums" => &["R=128,C=128", "R=70,C=100"],
         "col_stats" => &["R=64,C=96", "R=50,C=45"],
         "odd_dot" | "int8_gemm" | "f16_gemm_bt" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],

@@ -234,7 +234,8 @@ pub(crate) fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerEr
         let op = f.op_mut(id);
         op.set_attr("instr", Attr::Str(SmolStr::new(&instr)));
         op.set_attr("warps", Attr::Ints(vec![warps[0] as i64, warps[1] as i64]));
-        if m % 16 != 0 || n % 8 != 0 || k % k_instr != 0 {
+        // Tensor cores take 16- and 8-bit operands; f32 (and wider) dots use FMAs.
+        if m % 16 != 0 || n % 8 != 0 || k % k_instr != 0 || dtype.bits() > 16 {
             op.set_attr("instr", Attr::Str(SmolStr::new("fma")));
         }
     }

@@ -775,6 +775,28 @@ pub(crate) fn insert_conversions(f: &mut Func) {
                         _ => vec![None, None, r.clone()],
                     }
                 }
+                // Masks (and scatter indices) follow the data they guard.
+                OpKind::Store => {
+                    let data = op.operands.get(1).and_then(|&v| f.ty(v).as_tile()).and_then(|t| t.layout.clone());
+                    vec![None, None, data]
+                }
+                OpKind::Load => {
+                    let data = f.ty(op.results[0]).as_tile().and_then(|t| t.layout.clone());
+                    vec![None, data]
+                }
+                OpKind::Scatter | OpKind::Gather => {
+                    let data = match op.kind {
+                        OpKind::Scatter => op.operands.get(2).and_then(|&v| f.ty(v).as_tile()),
+                        _ => f.ty(op.results[0]).as_tile(),
+                    }
+                    .and_then(|t| t.layout.clone());
+                    let mut w = vec![None, data.clone()];
+                    if op.kind == OpKind::Scatter {
+                        w.push(None);
+                    }
+                    w.push(data);
+                    w
+                }
                 OpKind::Yield => Vec::new(),
                 _ => Vec::new(),
             };

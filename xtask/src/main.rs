@@ -84,23 +84,30 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
-/// Extra suites that exist only once their directory does (added by later issues).
-fn script_suites(root: &Path) -> Vec<(String, PathBuf, Vec<String>, Option<(&'static str, &'static str)>)> {
+/// An end-to-end suite driven by a script against the built binaries.
+struct ScriptSuite {
+    name: String,
+    argv: Vec<String>,
+    /// The tool it needs and the package that provides it.
+    tool: (&'static str, &'static str),
+}
+
+/// Suites that exist once their directory does.
+fn script_suites(root: &Path) -> Vec<ScriptSuite> {
     let mut out = Vec::new();
     if root.join("tests/lsp_pytest").is_dir() {
-        out.push((
-            "language server through pytest-lsp".to_string(),
-            root.to_path_buf(),
-            vec!["python3".into(), "-m".into(), "pytest".into(), "-q".into(), "tests/lsp_pytest".into()],
-            Some(("python3", "pip install pytest-lsp")),
-        ));
+        out.push(ScriptSuite {
+            name: "language server through pytest-lsp".to_string(),
+            argv: vec!["python3".into(), "-m".into(), "pytest".into(), "-q".into(), "tests/lsp_pytest".into()],
+            tool: ("python3", "pip install pytest-lsp"),
+        });
     }
     for (dir, what, tool) in [
         ("tests/nvim", "language server in headless Neovim", ("nvim", "apt-get install neovim")),
         ("tests/tmux", "explorer in tmux", ("tmux", "apt-get install tmux")),
     ] {
         if root.join(dir).join("run.sh").is_file() {
-            out.push((what.to_string(), root.to_path_buf(), vec!["bash".into(), format!("{dir}/run.sh")], Some(tool)));
+            out.push(ScriptSuite { name: what.to_string(), argv: vec!["bash".into(), format!("{dir}/run.sh")], tool });
         }
     }
     out
@@ -142,16 +149,15 @@ fn test() -> ExitCode {
         }
     }
     if failed.is_empty() {
-        for (name, dir, argv, tool) in script_suites(&root) {
-            if let Some((tool, package)) = tool {
-                if !on_path(tool) {
-                    println!("\n==> {name}: `{tool}` is not installed ({package})");
-                    failed.push(name);
-                    continue;
-                }
+        for suite in script_suites(&root) {
+            let (tool, package) = suite.tool;
+            if !on_path(tool) {
+                println!("\n==> {}: `{tool}` is not installed ({package})", suite.name);
+                failed.push(suite.name);
+                continue;
             }
-            if !run(&name, &dir, &argv[0], &argv[1..]) {
-                failed.push(name);
+            if !run(&suite.name, &root, &suite.argv[0], &suite.argv[1..]) {
+                failed.push(suite.name);
             }
         }
     }

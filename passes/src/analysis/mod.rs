@@ -610,10 +610,11 @@ fn resource_lints(
                 Code::W0602,
                 name_range,
                 format!(
-                    "occupancy {:.1}% on {}: {} resident blocks of {} warps per SM",
+                    "occupancy {:.1}% on {}: {} resident block{} of {} warps per SM",
                     o.fraction() * 100.0,
                     limits.arch,
                     o.blocks,
+                    if o.blocks == 1 { "" } else { "s" },
                     o.warps_per_block
                 ),
             )

@@ -118,7 +118,15 @@ impl Analysis<'_> {
                     state.clear();
                     self.segment += 1;
                 }
-                OpKind::For | OpKind::While | OpKind::GridParallel => {
+                // Each grid point is its own tile program: no back edge to join.
+                OpKind::GridParallel => {
+                    self.segment += 1;
+                    if let Some(body) = op.regions.first() {
+                        let end = self.region(body, state.clone());
+                        state = join(&state, &end);
+                    }
+                }
+                OpKind::For | OpKind::While => {
                     self.segment += 1;
                     let Some(body) = op.regions.first() else { continue };
                     // Iterate to a fixpoint: the state at the loop head joins the entry

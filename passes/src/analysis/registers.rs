@@ -43,11 +43,11 @@ pub struct RegisterEstimate {
 /// Registers one value of `ty` occupies in each thread.
 pub fn registers_of(ty: &Type) -> u32 {
     match ty {
-        Type::Index => 2,
+        Type::Index => 1,
         Type::Scalar(d) => bits(*d).div_ceil(32),
         Type::Tensor(_) => 2,
-        // A base pointer and one offset per dim.
-        Type::View(v) => 2 + v.dims.len() as u32,
+        // A 64-bit base address; offsets fold into it.
+        Type::View(_) => 2,
         Type::Smem(_) => 1,
         Type::Token => 0,
         Type::Tile(t) => {
@@ -62,6 +62,26 @@ pub fn registers_of(ty: &Type) -> u32 {
             (elements * bits(t.dtype) as u64).div_ceil(32) as u32
         }
     }
+}
+
+/// Registers of one k step of mma fragments of a dot operand tile (per thread).
+fn streamed_fragment_registers(ty: &Type) -> Option<u32> {
+    let Type::Tile(t) = ty else { return None };
+    let Some(crate::ir::Layout::DotOperand { op, parent, .. }) = &t.layout else { return None };
+    let crate::ir::Layout::Mma { warps } = parent.as_ref() else { return None };
+    let dims = ty.const_dims()?;
+    if dims.len() != 2 || t.dtype.bits() > 16 {
+        return None;
+    }
+    Some(if *op == 0 {
+        // A: 16 rows per fragment, 4 registers (8 16-bit or 16 8-bit elements) each.
+        let rows = (dims[0] / warps[0] as i64).max(16);
+        (rows / 16) as u32 * 4
+    } else {
+        // B: 8 columns per fragment, 2 registers each.
+        let cols = (dims[1] / warps[1] as i64).max(8);
+        (cols / 8) as u32 * 2
+    })
 }
 
 fn bits(dtype: DType) -> u32 {
@@ -188,8 +208,38 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
             }
         }
     }
+    // Dot operands read from shared memory are loaded fragment by fragment as the mma
+    // loop reaches them (the PTX backend's lazy ldmatrix): one k step of fragments is
+    // live at a time, not the whole tile.
+    let mut streamed: HashMap<ValueId, u32> = HashMap::new();
+    for &id in &n.order {
+        let op = f.op(id);
+        if op.kind != OpKind::LoadShared {
+            continue;
+        }
+        let Some(&r) = op.results.first() else { continue };
+        if let Some(regs) = streamed_fragment_registers(f.ty(r)) {
+            let only_dots = n.order.iter().all(|&u| {
+                let user = f.op(u);
+                !user.operands.contains(&r) || user.kind == OpKind::Dot
+            });
+            if only_dots {
+                streamed.insert(r, regs);
+            }
+        }
+    }
+    // Scalar constants are immediates in PTX: they take no register.
+    let immediate = |v: ValueId| {
+        n.owner.get(&v).copied().flatten().is_some_and(|op| {
+            let op = f.op(op);
+            op.kind == OpKind::Constant && matches!(f.ty(v), Type::Index | Type::Scalar(_))
+        })
+    };
     for (v, last) in values {
-        let regs = registers_of(f.ty(v)) as i64;
+        if immediate(v) {
+            continue;
+        }
+        let regs = streamed.get(&v).copied().unwrap_or_else(|| registers_of(f.ty(v))) as i64;
         if regs == 0 {
             continue;
         }

@@ -217,14 +217,16 @@ fn warp_block(shape: &[i64], warps: [u32; 2], tid: u32) -> (i64, i64, i64, i64, 
 
 fn mma_elements(shape: &[i64], warps: [u32; 2], tid: u32) -> Vec<Vec<i64>> {
     let (row0, col0, wm, wn, g, t) = warp_block(shape, warps, tid);
+    // A tile smaller than a fragment (`[64, 1]` after expand_dims) is replicated:
+    // coordinates wrap modulo its dims, as in blocked layouts.
+    let (rows, cols) = (shape[0].max(1), shape.get(1).copied().unwrap_or(1).max(1));
     let mut out = Vec::new();
     for rm in 0..wm / 16 {
         for rn in 0..wn / 8 {
             let (r, c) = (row0 + rm * 16 + g, col0 + rn * 8 + 2 * t);
-            out.push(vec![r, c]);
-            out.push(vec![r, c + 1]);
-            out.push(vec![r + 8, c]);
-            out.push(vec![r + 8, c + 1]);
+            for (dr, dc) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
+                out.push(vec![(r + dr) % rows, (c + dc) % cols]);
+            }
         }
     }
     out

@@ -517,9 +517,8 @@ impl Body<'_, '_, '_> {
                 let default_eps = if name == "rmsnorm_safe" { 1e-6 } else { 1e-5 };
                 let eps = arg("eps", 1).map(|a| self.float_const(a)).transpose()?.unwrap_or(default_eps);
                 let mut operands = vec![x];
-                let weight_slot = if name == "rmsnorm_safe" { 2 } else { 2 };
                 let mut has = vec![];
-                if let Some(w) = arg("weight", weight_slot) {
+                if let Some(w) = arg("weight", 2) {
                     if let Val::One(w) = self.expr(w)? {
                         operands.push(w);
                         has.push("weight");

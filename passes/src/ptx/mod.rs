@@ -595,6 +595,7 @@ impl<'f> Emitter<'f> {
                 self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr }));
             }
             OpKind::Arange => self.arange(op)?,
+            OpKind::Rand => self.rand(op)?,
             OpKind::Broadcast | OpKind::ExpandDims | OpKind::Transpose | OpKind::ConvertLayout => {
                 self.reshape_op(op)?
             }

@@ -545,6 +545,86 @@ fn result_registers(
     Some(out)
 }
 
+impl Emitter<'_> {
+    /// `tile.rand`: the counter-based hash of `crate::ir::rand` for every owned element
+    /// (MurmurHash3's finalizer on 32-bit integers, bit for bit the same as the other
+    /// backends).
+    pub(super) fn rand(&mut self, op: &Op) -> R<()> {
+        let (dtype, shape, layout) = self.tile_type(op, op.results[0])?;
+        if dtype != DType::F32 {
+            return Err(self.unsupported(op, format!("producing {dtype}")));
+        }
+        let rank = shape.len();
+        let seed = self.scalar(op, op.operands[0])?;
+        let mut offsets = Vec::new();
+        for &o in &op.operands[1..] {
+            offsets.push(self.scalar(op, o)?);
+        }
+        if offsets.len() < rank {
+            return Err(self.fail(op, format!("tile.rand of a rank-{rank} tile with {} offsets", offsets.len())));
+        }
+        let lead = offsets.len() - rank;
+        let map = self.map(op, &layout, &shape)?;
+        // The seed and the fixed leading coordinates hash once per thread.
+        let b = &mut self.b;
+        let seed64 = materialize(b, Class::B64, seed);
+        let h = b.reg(Class::B32);
+        b.ins(format!("cvt.u32.u64 {h}, {seed64}"));
+        b.ins(format!("xor.b32 {h}, {h}, 2654435769"));
+        mix32(b, h);
+        let mut offs32 = Vec::new();
+        for (k, &o) in offsets.iter().enumerate() {
+            let o64 = materialize(b, Class::B64, o);
+            let o32 = b.reg(Class::B32);
+            b.ins(format!("cvt.u32.u64 {o32}, {o64}"));
+            if k < lead {
+                b.ins(format!("xor.b32 {h}, {h}, {o32}"));
+                mix32(b, h);
+            } else {
+                offs32.push(o32);
+            }
+        }
+        let mut out = Vec::with_capacity(map.len());
+        for i in 0..map.len() {
+            let coords: Vec<Expr> = (0..rank).map(|d| map.coord_expr(i, d)).collect();
+            let mut regs = Vec::new();
+            for c in &coords {
+                regs.push(self.exprs.emit_inline(&mut self.b, c));
+            }
+            let b = &mut self.b;
+            let e = b.reg(Class::B32);
+            b.ins(format!("mov.b32 {e}, {h}"));
+            for (d, c) in regs.into_iter().enumerate() {
+                let x = b.reg(Class::B32);
+                b.ins(format!("add.u32 {x}, {}, {c}", offs32[d]));
+                b.ins(format!("xor.b32 {e}, {e}, {x}"));
+                mix32(b, e);
+            }
+            b.ins(format!("shr.u32 {e}, {e}, 8"));
+            let f = b.reg(Class::F32);
+            b.ins(format!("cvt.rn.f32.u32 {f}, {e}"));
+            // 2^-24
+            b.ins(format!("mul.f32 {f}, {f}, 0f33800000"));
+            out.push(Operand::Reg(f));
+        }
+        self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr: Repr::Wide(out) }));
+        Ok(())
+    }
+}
+
+/// MurmurHash3's 32-bit finalizer on register `h`, in place.
+fn mix32(b: &mut crate::ptx::builder::Builder, h: Reg) {
+    let t = b.reg(Class::B32);
+    b.ins(format!("shr.u32 {t}, {h}, 16"));
+    b.ins(format!("xor.b32 {h}, {h}, {t}"));
+    b.ins(format!("mul.lo.u32 {h}, {h}, 2246822507"));
+    b.ins(format!("shr.u32 {t}, {h}, 13"));
+    b.ins(format!("xor.b32 {h}, {h}, {t}"));
+    b.ins(format!("mul.lo.u32 {h}, {h}, 3266489909"));
+    b.ins(format!("shr.u32 {t}, {h}, 16"));
+    b.ins(format!("xor.b32 {h}, {h}, {t}"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
