@@ -12,6 +12,7 @@ pub mod files;
 pub mod lower;
 pub mod options;
 pub mod run;
+mod run_graph;
 
 use std::process::ExitCode;
 

@@ -203,6 +203,10 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
 }
 
 fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
+    let key = src.function(&args.kernel).map_err(Failure::usage)?;
+    if tessera_frontend::check::fn_signature(&src.db, key).kind == tessera_frontend::check::FunctionKind::Graph {
+        return crate::run_graph::run(src, args, key);
+    }
     let overrides = options::parse_schedule(&args.schedule).map_err(Failure::usage)?;
     let setup = setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
     print_notes(&setup);

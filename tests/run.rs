@@ -575,3 +575,30 @@ fn the_report_is_pinned() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     insta::assert_snapshot!("report_layernorm_self", masked(&stdout(&o)));
 }
+
+/// Graph functions run their launch plan (generated kernels in order, `grad` included)
+/// and are checked against the Graph IR interpreter.
+#[test]
+fn graph_functions_run_their_plan_and_match_the_graph() {
+    let cases: [(&str, &str, &str, &str); 4] = [
+        ("examples/train_step.tsr", "mse_loss", "B=32,D=64,N=48", ""),
+        ("examples/train_step.tsr", "sgd_step", "B=32,D=64,N=48", "lr=0.1"),
+        ("examples/transformer_block.tsr", "transformer_block", "B=2,S=40,D=64,F=128", "heads=2,p=0.0"),
+        ("examples/transformer_block.tsr", "transformer_block", "B=1,S=48,D=64,F=96", "heads=4,p=0.1"),
+    ];
+    for device in ["cpu", "interp"] {
+        for (file, name, dims, args) in cases {
+            let mut argv =
+                vec!["run", file, "--kernel", name, "--dims", dims, "--device", device, "--json", "--repeat", "1"];
+            if !args.is_empty() {
+                argv.extend(["--arg", args]);
+            }
+            let o = run(&argv);
+            assert_eq!(o.status.code(), Some(0), "{name} on {device}: {}{}", stdout(&o), stderr(&o));
+            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+            assert_eq!(v["correct"], true, "{name} on {device}: {v}");
+            assert_eq!(v["kind"], "graph");
+            assert!(!v["kernels"].as_array().unwrap().is_empty());
+        }
+    }
+}
