@@ -9,6 +9,7 @@ pub mod config;
 pub mod emit;
 pub mod explore;
 pub mod files;
+pub mod fmt;
 pub mod lower;
 pub mod options;
 pub mod run;
@@ -36,6 +37,8 @@ struct Cli {
 enum Command {
     /// Report diagnostics for .tsr files (exit 0: clean, 1: errors, 2: tool failure).
     Check(check::CheckArgs),
+    /// Format .tsr files in place (--check: only report).
+    Fmt(fmt::FmtArgs),
     /// Print a function's IR at one stage or all of them.
     Lower(lower::LowerArgs),
     /// Run a kernel on a device, check it against the reference interpreter, and time it.
@@ -107,6 +110,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Fmt(args) => fmt::run(args),
         Command::Lower(args) => lower::run(args),
         Command::Run(args) => run::run(args),
         Command::Autotune(args) => autotune::run(args),

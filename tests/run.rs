@@ -399,7 +399,7 @@ fn bad_input_exits_2_with_a_precise_message() {
             "--arg",
             "causal=maybe",
         ],
-        &["examples/train_step.tsr", "--kernel", "sgd_step"],
+        &["examples/train_step.tsr", "--kernel", "sgd_step", "--arg", "lr=fast"],
         &["examples/missing.tsr", "--kernel", "gemm"],
     ];
     for case in other_cases {

@@ -221,8 +221,11 @@ fn a_thousand_rapid_edits_then_a_request() {
             json!({"textDocument": {"uri": URI, "version": 3 + i}, "contentChanges": [{"range": {"start": {"line": last_line, "character": col}, "end": {"line": last_line, "character": col}}, "text": ch}]}),
         );
     }
-    let hover =
-        s.result("textDocument/hover", json!({"textDocument": {"uri": URI}, "position": {"line": 8, "character": 5}}));
+    let def_line = text.lines().position(|l| l.starts_with("def gemm(")).expect("the example defines gemm") as u32;
+    let hover = s.result(
+        "textDocument/hover",
+        json!({"textDocument": {"uri": URI}, "position": {"line": def_line, "character": 5}}),
+    );
     assert!(hover["contents"]["value"].as_str().unwrap().contains("def gemm("), "{hover}");
     let d = s.diagnostics_for(URI, 1002);
     assert_eq!(frontend_diagnostics(&d), json!([]));
