@@ -101,10 +101,11 @@ pub fn shared_buffer_notes(
         return None;
     }
     let (config, _) = tessera_passes::default_config(db, key, &Default::default()).ok()?;
-    let r = tessera_passes::analysis::kernel_resources(db, key, config, target).clone().ok()?;
+    let r = tessera_passes::analysis::kernel_resources(db, key, config.clone(), target).clone().ok()?;
+    let conflicts = tessera_passes::analysis::kernel_bank_conflicts(db, key, config, target).clone().ok()?;
     let used = r.buffers.iter().find(|b| b.name == buffer)?;
     let mut md = format!("**On {target}**: {} (all pipeline stages)", kib(used.bytes));
-    match r.conflicts.iter().find(|c| c.buffer == buffer) {
+    match conflicts.iter().find(|c| c.buffer == buffer) {
         Some(c) => {
             md.push_str(&format!("; **{}-way bank conflict** on {}", c.ways, c.access));
             match &c.fix {

@@ -25,7 +25,8 @@ pub struct TargetCode {
 }
 
 /// Target IR of a kernel for one configuration and target.
-#[salsa::tracked(returns(ref))]
+// Per-configuration IR is large: keep the most recently used.
+#[salsa::tracked(returns(ref), lru = 128)]
 pub fn target_code<'db>(
     db: &'db dyn Db,
     key: FnKey<'db>,

@@ -146,7 +146,8 @@ pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, Lowe
 }
 
 /// Schedule IR of a kernel for one configuration and target.
-#[salsa::tracked(returns(ref))]
+// Per-configuration IR is large: keep the most recently used.
+#[salsa::tracked(returns(ref), lru = 128)]
 pub fn sched_ir<'db>(
     db: &'db dyn Db,
     key: FnKey<'db>,
@@ -176,7 +177,8 @@ pub fn decorator_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<LowerErr
 }
 
 /// Tile IR of a kernel for one configuration and target.
-#[salsa::tracked(returns(ref))]
+// Per-configuration IR is large: keep the most recently used.
+#[salsa::tracked(returns(ref), lru = 128)]
 pub fn tile_ir<'db>(db: &'db dyn Db, key: FnKey<'db>, config: Config, target: Target) -> Result<Arc<Func>, LowerError> {
     let sched = sched_ir(db, key, config.clone(), target).clone()?;
     Ok(Arc::new(tile::tile_kernel(&sched, &config, target)?))

@@ -119,7 +119,8 @@ pub struct PassSnapshot {
 
 /// Every pass from Graph IR to Tile IR for one configuration and target, with the IR
 /// after each (`lower-to-graph` first). Target code is the `target_code` query.
-#[salsa::tracked(returns(ref))]
+// Per-configuration IR is large: keep the most recently used.
+#[salsa::tracked(returns(ref), lru = 128)]
 pub fn pipeline<'db>(
     db: &'db dyn Db,
     key: FnKey<'db>,

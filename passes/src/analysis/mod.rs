@@ -68,7 +68,6 @@ pub struct Resources {
     pub registers: RegisterEstimate,
     pub threads: u32,
     pub occupancy: Option<Occupancy>,
-    pub conflicts: Vec<BankConflict>,
 }
 
 /// Resource figures of a kernel's Tile IR for one configuration and target.
@@ -79,7 +78,11 @@ pub fn kernel_resources<'db>(
     config: Config,
     target: Target,
 ) -> Result<Arc<Resources>, LowerError> {
-    let tile = tile_ir(db, key, config, target).clone()?;
+    // The Tile IR is built here and dropped, not memoized: pruning an autotune space
+    // asks this for every candidate, and only the small figures should stay cached.
+    let graph = graph_ir(db, key).clone()?;
+    let sched = sched::schedule_kernel(&graph, &config, target)?;
+    let tile = crate::tile::tile_kernel(&sched, &config, target)?;
     Ok(Arc::new(resources_of(&tile, target)))
 }
 
@@ -104,8 +107,25 @@ pub fn resources_of(f: &Func, target: Target) -> Resources {
     let smem_bytes = buffers.iter().map(|b| b.bytes).sum();
     let registers = registers::estimate(f);
     let occupancy = GpuLimits::of(target).map(|l| limits::occupancy(l, threads, registers.peak, smem_bytes));
-    let conflicts = if target.is_gpu() { bank_conflicts(f, threads) } else { Vec::new() };
-    Resources { smem_bytes, buffers, registers, threads, occupancy, conflicts }
+    Resources { smem_bytes, buffers, registers, threads, occupancy }
+}
+
+/// The worst bank conflict of each shared buffer of a kernel for one configuration and
+/// target (GPU). Separate from [`kernel_resources`]: pruning an autotune space needs
+/// only the budgets, so the per-lane address simulation runs for one configuration.
+#[salsa::tracked(returns(ref))]
+pub fn kernel_bank_conflicts<'db>(
+    db: &'db dyn Db,
+    key: FnKey<'db>,
+    config: Config,
+    target: Target,
+) -> Result<Arc<Vec<BankConflict>>, LowerError> {
+    if !target.is_gpu() {
+        return Ok(Arc::new(Vec::new()));
+    }
+    let tile = tile_ir(db, key, config, target).clone()?;
+    let threads = tile.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
+    Ok(Arc::new(bank_conflicts(&tile, threads)))
 }
 
 fn value_name(f: &Func, v: ValueId) -> String {
@@ -360,7 +380,8 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()))
     };
     let Ok(resources) = kernel_resources(db, key, chosen.clone(), target).clone() else { return out };
-    resource_lints(&resources, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
+    let conflicts = kernel_bank_conflicts(db, key, chosen.clone(), target).clone().unwrap_or_default();
+    resource_lints(&resources, &conflicts, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
     out
 }
 
@@ -510,8 +531,10 @@ fn pattern_lints(graph: &Func, name: &str, out: &mut KernelLints) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn resource_lints(
     r: &Resources,
+    conflicts: &[BankConflict],
     name: &str,
     name_range: TextRange,
     limits: &GpuLimits,
@@ -567,7 +590,7 @@ fn resource_lints(
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
-    for c in &r.conflicts {
+    for c in conflicts {
         let Some(at) = range_in(&c.alloc, name) else { continue };
         let fix_text = match &c.fix {
             Some(BankFix::Swizzle) => "swizzle=\"xor\" makes every access conflict free".to_string(),

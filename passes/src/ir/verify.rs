@@ -1,7 +1,5 @@
 //! The verifier: structural SSA rules, per-op type rules, and what each level allows.
 
-use std::collections::HashSet;
-
 use super::*;
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -20,19 +18,27 @@ impl std::fmt::Display for VerifyError {
 }
 
 pub fn verify(func: &Func) -> Result<(), VerifyError> {
-    let mut v = Verifier { func, defined: HashSet::new(), seen_ops: HashSet::new() };
+    let mut v = Verifier {
+        func,
+        defined: vec![false; func.values.len()],
+        visible: vec![false; func.values.len()],
+        seen_ops: vec![false; func.ops.len()],
+    };
     for &p in &func.params {
         v.define(p, None)?;
+        v.visible[p.0 as usize] = true;
     }
-    let mut scopes = vec![Vec::new()];
-    v.region(&func.body, &mut scopes, None)?;
+    v.region(&func.body, None)?;
     Ok(())
 }
 
+/// Runs after every pass, so it is linear: flags per value and op, not sets.
 struct Verifier<'a> {
     func: &'a Func,
-    defined: HashSet<ValueId>,
-    seen_ops: HashSet<OpId>,
+    defined: Vec<bool>,
+    /// Values in scope at the op being checked (dominance in structured control flow).
+    visible: Vec<bool>,
+    seen_ops: Vec<bool>,
 }
 
 fn err(op: OpId, message: impl Into<String>) -> VerifyError {
@@ -44,34 +50,29 @@ impl Verifier<'_> {
         if v.0 as usize >= self.func.values.len() {
             return Err(VerifyError { op, message: format!("value %{} has no type", v.0) });
         }
-        if !self.defined.insert(v) {
+        if std::mem::replace(&mut self.defined[v.0 as usize], true) {
             return Err(VerifyError { op, message: format!("value %{} is defined twice", v.0) });
         }
         Ok(())
     }
 
-    /// `scopes`: values visible in each enclosing region (dominance).
-    fn region(
-        &mut self,
-        region: &Region,
-        scopes: &mut Vec<Vec<ValueId>>,
-        parent: Option<OpId>,
-    ) -> Result<(), VerifyError> {
-        scopes.push(Vec::new());
+    /// Checks a region; the values it defines go out of scope at its end.
+    fn region(&mut self, region: &Region, parent: Option<OpId>) -> Result<(), VerifyError> {
+        let mut scope: Vec<ValueId> = Vec::new();
         for &a in &region.args {
             self.define(a, parent)?;
-            scopes.last_mut().unwrap().push(a);
+            self.visible[a.0 as usize] = true;
+            scope.push(a);
         }
-        let visible = |scopes: &Vec<Vec<ValueId>>, v: ValueId, params: &[ValueId]| {
-            params.contains(&v) || scopes.iter().any(|s| s.contains(&v))
-        };
         for (i, &id) in region.ops.iter().enumerate() {
-            if !self.seen_ops.insert(id) {
-                return Err(err(id, "op appears twice in the body"));
+            match self.seen_ops.get_mut(id.0 as usize) {
+                Some(seen) if !*seen => *seen = true,
+                Some(_) => return Err(err(id, "op appears twice in the body")),
+                None => return Err(err(id, "op is not in the function")),
             }
             let op = self.func.op(id);
             for &o in &op.operands {
-                if !visible(scopes, o, &self.func.params) {
+                if !self.visible.get(o.0 as usize).copied().unwrap_or(false) {
                     return Err(err(
                         id,
                         format!("{} uses %{} before its definition or outside its scope", op.kind.name(), o.0),
@@ -83,14 +84,17 @@ impl Verifier<'_> {
             }
             self.op(id)?;
             for r in &op.regions {
-                self.region(r, scopes, Some(id))?;
+                self.region(r, Some(id))?;
             }
             for &r in &op.results {
                 self.define(r, Some(id))?;
-                scopes.last_mut().unwrap().push(r);
+                self.visible[r.0 as usize] = true;
+                scope.push(r);
             }
         }
-        scopes.pop();
+        for v in scope {
+            self.visible[v.0 as usize] = false;
+        }
         Ok(())
     }
 
