@@ -52,7 +52,7 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "tree-sitter test",
-        needs: Some(("tree-sitter", "npm install --global tree-sitter-cli")),
+        needs: Some(("tree-sitter", "cargo install --locked tree-sitter-cli")),
         optional: true,
         dir: "grammars/tree-sitter-tessera",
         program: "tree-sitter",
