@@ -39,13 +39,18 @@ fn main() {
 
     // Cold: a fresh database each time (what `tessera check` does per process).
     let mut cold = Vec::new();
+    let mut warnings = 0;
     for _ in 0..7 {
         let db = Database::default();
         let t = Instant::now();
         let file = SourceFile::new(&db, "bench.tsr".into(), text.clone(), None);
         let diagnostics = tessera_passes::file_diagnostics(&db, file, tessera_passes::Target::Sm90);
         cold.push(t.elapsed());
-        assert!(diagnostics.is_empty(), "the generated module checks clean");
+        // The examples it repeats carry their pinned warnings (pruned autotune
+        // candidates, occupancy); an error would mean the workload itself is broken.
+        let error = diagnostics.iter().find(|d| d.severity == tessera_frontend::diagnostics::Severity::Error);
+        assert!(error.is_none(), "the generated module has an error: {:?}", error.map(|d| (d.code, &d.message)));
+        warnings = diagnostics.len();
     }
     cold.sort();
     let median = percentile(&cold, 0.5);
@@ -75,7 +80,7 @@ fn main() {
         file.set_text(&mut db).to(edited);
         let diagnostics = tessera_passes::file_diagnostics(&db, file, tessera_passes::Target::Sm90);
         edits.push(t.elapsed());
-        assert!(diagnostics.is_empty());
+        assert_eq!(diagnostics.len(), warnings, "a body edit changes no diagnostic");
     }
     edits.sort();
     println!(

@@ -81,12 +81,16 @@ fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result
                 Severity::Warning => (ReportKind::Warning, Color::Yellow),
             };
             let span = |r: TextRange| (report.path.as_str(), clamp(r, report.text.len()));
+            // A label on the primary range says more than the code's title, so it takes
+            // the title's place under the primary span.
+            let primary = d.labels.iter().find(|l| l.range == d.range);
+            let primary_text = primary.map_or(d.code.title(), |l| l.message.as_str());
             let mut builder = Report::build(kind, span(d.range))
                 .with_config(config)
                 .with_code(d.code)
                 .with_message(&d.message)
-                .with_label(Label::new(span(d.range)).with_color(accent).with_order(-1).with_message(d.code.title()));
-            for label in &d.labels {
+                .with_label(Label::new(span(d.range)).with_color(accent).with_order(-1).with_message(primary_text));
+            for label in d.labels.iter().filter(|l| l.range != d.range) {
                 builder = builder
                     .with_label(Label::new(span(label.range)).with_color(Color::Blue).with_message(&label.message));
             }

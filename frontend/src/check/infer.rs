@@ -136,7 +136,15 @@ impl<'a> Infer<'a> {
         }
         if let Some(entry) = self.scope.get(name).cloned() {
             let (ty, res) = match entry {
-                ScopeEntry::Function => (Ty::Function(name.to_string()), Resolution::Function(name.to_string())),
+                ScopeEntry::Function { position } => {
+                    if let Mode::Constant { position: here } = self.mode {
+                        if position >= here {
+                            self.error(Code::E0200, self.range(id), format!("`{name}` is used before its definition"));
+                            return Ty::Unknown;
+                        }
+                    }
+                    (Ty::Function(name.to_string()), Resolution::Function(name.to_string()))
+                }
                 ScopeEntry::Constant { key, position, ordinal } => {
                     if let Mode::Constant { position: here } = self.mode {
                         if position >= here {

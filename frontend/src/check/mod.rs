@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::db::{self, ConstKey, Db, FnKey, SourceFile};
-use crate::diagnostics::Diagnostic;
+use crate::diagnostics::{Code, Diagnostic};
 use crate::syntax::ast::ExprId;
 use crate::text::TextRange;
 
@@ -178,14 +178,80 @@ impl Inference {
 }
 
 /// What a function's decorators say (kind, schedule with its candidates).
-#[salsa::tracked(returns(ref))]
+/// A function's decorators or annotations that read a module constant whose value needs
+/// that same function (`N = grad(f)` with `N` in `f`'s annotations): reported at the
+/// function's name (item-relative `range`), and the function is checked as a helper.
+fn self_reference(range: TextRange, name: &str) -> Diagnostic {
+    Diagnostic::new(
+        Code::E0200,
+        range,
+        format!("the signature of `{name}` depends on itself through a module constant"),
+    )
+    .with_label(range, "its decorators or annotations need a constant that needs it")
+    .with_note(format!(
+        "a constant used in `{name}`'s decorators or annotations refers back to `{name}`; \
+         compute it from names that do not need `{name}`"
+    ))
+}
+
+fn decorators_cycle(db: &dyn Db, _id: salsa::Id, key: FnKey<'_>) -> Arc<DecoratorInfo> {
+    let diagnostics = db::function_ast(db, key)
+        .as_ref()
+        .map(|f| {
+            let shift = f.decorator_offset;
+            let range = TextRange::new(f.name_range.start + shift, f.name_range.end + shift);
+            vec![self_reference(range, key.name(db))]
+        })
+        .unwrap_or_default();
+    Arc::new(DecoratorInfo {
+        kind: FunctionKind::Helper,
+        decorators: Vec::new(),
+        autodiff: false,
+        jit: false,
+        kernel_and_graph: false,
+        schedule: None,
+        diagnostics,
+        unimported_alias_uses: Vec::new(),
+    })
+}
+
+fn signature_cycle(db: &dyn Db, _id: salsa::Id, key: FnKey<'_>) -> Arc<Signature> {
+    let def = db::function_def(db, key);
+    Arc::new(Signature {
+        kind: FunctionKind::Helper,
+        decorators: Vec::new(),
+        autodiff: false,
+        jit: false,
+        schedule: None,
+        // The parameters stay declared (their types unknown) so the body does not
+        // report every use of them as undefined.
+        params: def
+            .iter()
+            .flat_map(|d| &d.params)
+            .map(|p| ParamInfo {
+                name: p.name.to_string(),
+                ty: Ty::Unknown,
+                has_default: p.default.is_some(),
+                keyword_only: p.keyword_only,
+                range: p.range,
+                name_range: p.name_range,
+            })
+            .collect(),
+        ret: None,
+        symbols: Vec::new(),
+        diagnostics: def.iter().map(|d| self_reference(d.name_range, key.name(db))).collect(),
+        unimported_alias_uses: Vec::new(),
+    })
+}
+
+#[salsa::tracked(returns(ref), cycle_result = decorators_cycle)]
 pub fn fn_decorators<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<DecoratorInfo> {
     let decorators = db::function_decorators(db, key).clone().unwrap_or_default();
     Arc::new(annot::decorator_info(db, key.file(db), key.name(db), &decorators))
 }
 
 /// The signature of a function.
-#[salsa::tracked(returns(ref))]
+#[salsa::tracked(returns(ref), cycle_result = signature_cycle)]
 pub fn fn_signature<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Signature> {
     let info = fn_decorators(db, key);
     match db::function_def(db, key) {
@@ -302,6 +368,9 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
         out.push(scope::unimported_alias(db, file, *first, unimported.len()));
     }
     sort_diagnostics(&mut out);
+    // A cycle through a function's decorators and its signature reports the same
+    // self-reference from both.
+    out.dedup();
     out
 }
 

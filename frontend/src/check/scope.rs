@@ -13,8 +13,9 @@ use crate::text::TextRange;
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum ScopeEntry {
-    /// A function (the first of that name).
-    Function,
+    /// A function (the first of that name); `position` is its item index (a constant,
+    /// evaluated in order like Python, sees only earlier functions).
+    Function { position: u32 },
     /// A module constant: `key` is the first name its assignment binds (its
     /// `ConstKey` name), `position` its item index (constants see only earlier ones).
     Constant { key: String, position: u32, ordinal: u32 },
@@ -87,7 +88,7 @@ pub fn module_scope(db: &dyn Db, file: SourceFile) -> ModuleScope {
     for (position, item) in parse.module.items.iter().enumerate() {
         match &item.kind {
             ItemKind::Function(f) => {
-                scope.entries.entry(f.name.to_string()).or_insert(ScopeEntry::Function);
+                scope.entries.entry(f.name.to_string()).or_insert(ScopeEntry::Function { position: position as u32 });
             }
             ItemKind::Constant(c) => {
                 let Some((first, _)) = c.names.first() else {

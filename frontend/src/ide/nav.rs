@@ -616,7 +616,7 @@ pub(crate) fn resolve_syntactic(db: &dyn Db, file: SourceFile, path: &[&str]) ->
     let (first, rest) = path.split_first()?;
     let scope = check::module_scope(db, file);
     let mut current = match scope.get(first) {
-        Some(check::ScopeEntry::Function) => Definition::Function { name: first.to_string() },
+        Some(check::ScopeEntry::Function { .. }) => Definition::Function { name: first.to_string() },
         Some(check::ScopeEntry::Constant { .. }) => Definition::Constant { name: first.to_string() },
         Some(check::ScopeEntry::Member(_)) | Some(check::ScopeEntry::Unresolved) => {
             if rest.is_empty() {

@@ -25,7 +25,7 @@ use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey};
 
 use crate::ir::{Func, Layout, Loc, OpKind, Origin, SmemType, Swizzle, Type, ValueId};
-use crate::{graph_ir, sched, tile_ir, Config, LowerError, Target, DEFAULT_SHAPE};
+use crate::{graph_ir, sched, Config, LowerError, Target, DEFAULT_SHAPE};
 use limits::{GpuLimits, Occupancy};
 use registers::RegisterEstimate;
 
@@ -78,12 +78,18 @@ pub fn kernel_resources<'db>(
     config: Config,
     target: Target,
 ) -> Result<Arc<Resources>, LowerError> {
-    // The Tile IR is built here and dropped, not memoized: pruning an autotune space
-    // asks this for every candidate, and only the small figures should stay cached.
-    let graph = graph_ir(db, key).clone()?;
-    let sched = sched::schedule_kernel(&graph, &config, target)?;
-    let tile = crate::tile::tile_kernel(&sched, &config, target)?;
+    let tile = transient_tile_ir(db, key, &config, target)?;
     Ok(Arc::new(resources_of(&tile, target)))
+}
+
+/// Tile IR built for an analysis and dropped, not memoized like [`crate::tile_ir`]: the
+/// lints of a file ask for every kernel (and every autotune candidate), and only their
+/// small results should stay cached — a language server holding every kernel's Tile IR
+/// of a 50 000-line file would need hundreds of megabytes.
+fn transient_tile_ir(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Result<Func, LowerError> {
+    let graph = graph_ir(db, key).clone()?;
+    let sched = sched::schedule_kernel(&graph, config, target)?;
+    crate::tile::tile_kernel(&sched, config, target)
 }
 
 /// Resource figures of GPU Tile IR.
@@ -123,7 +129,7 @@ pub fn kernel_bank_conflicts<'db>(
     if !target.is_gpu() {
         return Ok(Arc::new(Vec::new()));
     }
-    let tile = tile_ir(db, key, config, target).clone()?;
+    let tile = transient_tile_ir(db, key, &config, target)?;
     let threads = tile.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
     Ok(Arc::new(bank_conflicts(&tile, threads)))
 }
@@ -669,7 +675,7 @@ pub fn register_profile(
     let text = file.text(db);
     let index = tessera_frontend::text::LineIndex::new(text);
     let mut per_line: HashMap<u32, u32> = HashMap::new();
-    for (loc, pressure) in &resources.registers.per_op {
+    for (loc, pressure) in &resources.registers.per_loc {
         if let Some(range) = locs.absolute(loc) {
             let line = index.line_col(text, range.start).line;
             let e = per_line.entry(line).or_default();

@@ -36,8 +36,10 @@ pub struct RegisterEstimate {
     pub peak_loc: Loc,
     /// The largest values live at the peak, largest first.
     pub largest: Vec<LiveValue>,
-    /// The pressure at every op, in program order, with the op's location.
-    pub per_op: Vec<(Loc, u32)>,
+    /// The highest pressure at each source location, in program order of first use.
+    /// One entry per location, not per op: a statement lowers to many ops, and these
+    /// figures are memoized for every autotune candidate of every kernel.
+    pub per_loc: Vec<(Loc, u32)>,
 }
 
 /// Registers one value of `ty` occupies in each thread.
@@ -251,7 +253,8 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
         live_out[last.max(def + 1)] -= regs;
         intervals.push((v, def, last, regs as u32));
     }
-    let mut per_op = Vec::with_capacity(len);
+    let mut per_loc: Vec<(Loc, u32)> = Vec::new();
+    let mut slot_of: HashMap<&Loc, usize> = HashMap::new();
     let (mut into, mut out_of) = (live_in[0], live_out[0]);
     let (mut peak, mut peak_at) = (0u32, 0usize);
     for (i, &id) in n.order.iter().enumerate() {
@@ -262,7 +265,14 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
             peak = pressure;
             peak_at = i;
         }
-        per_op.push((f.op(id).loc.clone(), pressure));
+        let loc = &f.op(id).loc;
+        match slot_of.get(loc) {
+            Some(&slot) => per_loc[slot].1 = per_loc[slot].1.max(pressure),
+            None => {
+                slot_of.insert(loc, per_loc.len());
+                per_loc.push((loc.clone(), pressure));
+            }
+        }
     }
     let mut largest: Vec<LiveValue> = intervals
         .iter()
@@ -279,7 +289,7 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
         .collect();
     largest.sort_by(|a, b| b.registers.cmp(&a.registers).then_with(|| a.name.cmp(&b.name)));
     largest.truncate(3);
-    RegisterEstimate { peak, peak_loc: f.op(n.order[peak_at]).loc.clone(), largest, per_op }
+    RegisterEstimate { peak, peak_loc: f.op(n.order[peak_at]).loc.clone(), largest, per_loc }
 }
 
 /// Whether `outer` (an op) contains the op `inner` in one of its regions.
