@@ -856,6 +856,18 @@ impl Plan {
 /// from `--arg`, else the signature's default, else seeded.
 pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -> Result<Plan, LaunchError> {
     let name = info.name.clone();
+    // Shape symbols a tile dim uses are compiled into the code; running it with another
+    // value would read and write the wrong elements without any error.
+    for (sym, &compiled) in &req.config.shapes {
+        if let Some(&given) = req.dims.get(sym) {
+            if given != compiled {
+                return Err(LaunchError::input(format!(
+                    "`{name}` was compiled for {sym} = {compiled} (a tile dimension uses it), but the run has \
+                     {sym} = {given}; lower it for {sym} = {given}"
+                )));
+            }
+        }
+    }
     let tile = tile_ir(db, key, req.config.clone(), req.target)
         .clone()
         .map_err(|e| LaunchError::lowering(&name, "Tile IR", Some(req.target), &e))?;
@@ -1939,5 +1951,20 @@ mod tests {
         assert!(e.message.contains("use --schedule BM=64"), "{}", e.message);
         let e = resolve_dims(&db, key, &info, &[("S".into(), 0)]).unwrap_err();
         assert_eq!(e.message, "--dims S=0: a dim must be at least 1");
+    }
+
+    #[test]
+    fn code_compiled_for_one_head_dim_refuses_another() {
+        let db = Database::default();
+        let file = SourceFile::new(&db, "t.tsr".into(), corpus("flash_attention.tsr"), None);
+        let key = item_index(&db, file).functions[0].key;
+        let info = kernel_info(&db, key).unwrap();
+        let compiled_for: BTreeMap<String, i64> = [("D".to_string(), 64)].into();
+        let config = config_for(&db, key, info.base_schedule.clone(), &compiled_for).unwrap();
+        let dims = resolve_dims(&db, key, &info, &[("D".into(), 128), ("S".into(), 128)]).unwrap().map();
+        let req = PlanRequest { target: Target::Cpu, config, dims, args: Vec::new(), seed: 7, code: false };
+        let e = plan(&db, key, &info, &req).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Input);
+        assert!(e.message.contains("compiled for D = 64") && e.message.contains("D = 128"), "{}", e.message);
     }
 }
