@@ -20,12 +20,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
-use tessera_frontend::check::{infer_function, KeyValue, ScheduleValue};
+use tessera_frontend::check::{KeyValue, ScheduleValue};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::abi::AbiParam;
-use tessera_passes::analysis::kernel_resources;
-use tessera_passes::analysis::limits::GpuLimits;
+use tessera_passes::analysis::prune_reason;
 use tessera_passes::{graph_ir, Config, Target};
 
 use crate::launch::{
@@ -249,40 +248,7 @@ pub fn now_secs() -> u64 {
 
 // ----- the space ---------------------------------------------------------------------
 
-/// Why a configuration is not measured.
-#[derive(Clone, PartialEq, Debug)]
-pub enum PruneReason {
-    SharedMemory { bytes: u64, limit: u64 },
-    Registers { estimate: u32, limit: u32 },
-    MmaShape(String),
-    Lowering(String),
-}
-
-impl PruneReason {
-    /// The category, as W0702 names it.
-    pub fn category(&self) -> &'static str {
-        match self {
-            PruneReason::SharedMemory { .. } => "shared memory",
-            PruneReason::Registers { .. } => "registers",
-            PruneReason::MmaShape(_) => "tensor-core shape",
-            PruneReason::Lowering(_) => "does not lower",
-        }
-    }
-
-    pub fn detail(&self) -> String {
-        match self {
-            PruneReason::SharedMemory { bytes, limit } => format!(
-                "{} of shared memory > {} per block",
-                launch::human_bytes(*bytes as f64),
-                launch::human_bytes(*limit as f64)
-            ),
-            PruneReason::Registers { estimate, limit } => {
-                format!("~{estimate} registers per thread > {limit} (spills)")
-            }
-            PruneReason::MmaShape(why) | PruneReason::Lowering(why) => why.clone(),
-        }
-    }
-}
+pub use tessera_passes::analysis::PruneReason;
 
 #[derive(Clone, PartialEq, Debug)]
 pub struct Candidate {
@@ -345,55 +311,16 @@ pub fn space(
         );
     let configurations = info.schedule.configurations();
     let total = configurations.len();
-    let inference = infer_function(db, key);
-    let limits = GpuLimits::of(target);
     let mut out = Space { keys, total, candidates: Vec::new(), pruned: Vec::new() };
     for schedule in configurations {
         let config = launch::config_for(db, key, schedule.clone(), dims)?;
-        let reason = if let Some(why) = mma_violation(&inference.mma_sites, &schedule) {
-            Some(PruneReason::MmaShape(why))
-        } else {
-            match tessera_passes::tile_ir(db, key, config.clone(), target) {
-                Err(e) => Some(PruneReason::Lowering(e.message.clone())),
-                Ok(_) => match limits {
-                    None => None,
-                    Some(l) => match kernel_resources(db, key, config.clone(), target) {
-                        Err(e) => Some(PruneReason::Lowering(e.message.clone())),
-                        Ok(r) if r.smem_bytes > l.smem_per_block as u64 => {
-                            Some(PruneReason::SharedMemory { bytes: r.smem_bytes, limit: l.smem_per_block as u64 })
-                        }
-                        Ok(r) if r.registers.peak > l.max_registers_per_thread => Some(PruneReason::Registers {
-                            estimate: r.registers.peak,
-                            limit: l.max_registers_per_thread,
-                        }),
-                        Ok(_) => None,
-                    },
-                },
-            }
-        };
+        let reason = prune_reason(db, key, &config, target);
         match reason {
             Some(reason) => out.pruned.push(Pruned { schedule, reason }),
             None => out.candidates.push(Candidate { schedule, config }),
         }
     }
     Ok(out)
-}
-
-/// E0502's rule for one configuration: tensor-core tile dims must be multiples of the
-/// instruction's (16 for 16-bit inputs, 32 for 8-bit). The same rule as the pruning of
-/// `tessera_passes::analysis::kernel_lints`.
-fn mma_violation(sites: &[tessera_frontend::check::MmaSite], schedule: &ScheduleValue) -> Option<String> {
-    for site in sites {
-        let multiple = site.dtype.mma_multiple()? as i64;
-        for (name, d) in [("M", &site.m), ("N", &site.n), ("K", &site.k)] {
-            if let Some(v) = d.eval(&|s| schedule.int(s)) {
-                if v % multiple != 0 {
-                    return Some(format!("{name} = {v} is not a multiple of {multiple} for {}", site.dtype));
-                }
-            }
-        }
-    }
-    None
 }
 
 // ----- measuring ---------------------------------------------------------------------

@@ -309,13 +309,61 @@ fn config_of(graph: &Func, schedule: ScheduleValue) -> Config {
     Config { schedule, shapes }
 }
 
-/// Why a configuration cannot be used on the target.
+/// Why a configuration cannot be used on a target: the checks behind W0702/E0703, shared
+/// by the lints and the autotuner.
 #[derive(Clone, PartialEq, Eq, Debug)]
-enum Prune {
-    SharedMemory(u64),
-    Registers(u32),
+pub enum PruneReason {
+    SharedMemory { bytes: u64, limit: u64 },
+    Registers { estimate: u32, limit: u32 },
     MmaShape(String),
     Lowering(String),
+}
+
+impl PruneReason {
+    /// The category, as W0702 names it.
+    pub fn category(&self) -> &'static str {
+        match self {
+            PruneReason::SharedMemory { .. } => "shared memory",
+            PruneReason::Registers { .. } => "registers",
+            PruneReason::MmaShape(_) => "tensor-core shape",
+            PruneReason::Lowering(_) => "does not lower",
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            PruneReason::SharedMemory { bytes, limit } => {
+                format!("{} of shared memory > {} per block", kib(*bytes), kib(*limit))
+            }
+            PruneReason::Registers { estimate, limit } => {
+                format!("~{estimate} registers per thread > {limit} (spills)")
+            }
+            PruneReason::MmaShape(why) | PruneReason::Lowering(why) => why.clone(),
+        }
+    }
+}
+
+/// Whether (and why) one configuration of a kernel is pruned on `target`: tensor-core
+/// shape multiples, lowering errors, and on GPUs the shared-memory and register budgets
+/// of [`kernel_resources`].
+pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
+    let inference = infer_function(db, key);
+    if let Some(why) = mma_violation(&inference.mma_sites, &config.schedule) {
+        return Some(PruneReason::MmaShape(why));
+    }
+    let Some(limits) = GpuLimits::of(target) else {
+        return transient_tile_ir(db, key, config, target).err().map(|e| PruneReason::Lowering(e.message));
+    };
+    match kernel_resources(db, key, config.clone(), target) {
+        Err(e) => Some(PruneReason::Lowering(e.message.clone())),
+        Ok(r) if r.smem_bytes > limits.smem_per_block as u64 => {
+            Some(PruneReason::SharedMemory { bytes: r.smem_bytes, limit: limits.smem_per_block as u64 })
+        }
+        Ok(r) if r.registers.peak > limits.max_registers_per_thread => {
+            Some(PruneReason::Registers { estimate: r.registers.peak, limit: limits.max_registers_per_thread })
+        }
+        Ok(_) => None,
+    }
 }
 
 fn mma_violation(sites: &[MmaSite], schedule: &ScheduleValue) -> Option<String> {
@@ -349,30 +397,17 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     let decorators = fn_decorators(db, key);
     let schedule = decorators.schedule.clone().unwrap_or_default();
     let chosen = if schedule.is_autotuned() {
-        let inference = infer_function(db, key);
         let configs = schedule.configurations();
         let total = configs.len();
-        let mut pruned: Vec<(ScheduleValue, Prune)> = Vec::new();
+        let mut pruned: Vec<(ScheduleValue, PruneReason)> = Vec::new();
         let mut first_survivor = None;
         for candidate in configs {
-            let reason = if let Some(why) = mma_violation(&inference.mma_sites, &candidate) {
-                Some(Prune::MmaShape(why))
-            } else {
-                let config = config_of(&graph, candidate.clone());
-                match kernel_resources(db, key, config.clone(), target) {
-                    Err(e) => Some(Prune::Lowering(e.message.clone())),
-                    Ok(r) if r.smem_bytes > limits.smem_per_block as u64 => Some(Prune::SharedMemory(r.smem_bytes)),
-                    Ok(r) if r.registers.peak > limits.max_registers_per_thread => {
-                        Some(Prune::Registers(r.registers.peak))
-                    }
-                    Ok(_) => {
-                        first_survivor.get_or_insert(config);
-                        None
-                    }
+            let config = config_of(&graph, candidate.clone());
+            match prune_reason(db, key, &config, target) {
+                Some(reason) => pruned.push((candidate, reason)),
+                None => {
+                    first_survivor.get_or_insert(config);
                 }
-            };
-            if let Some(reason) = reason {
-                pruned.push((candidate, reason));
             }
         }
         if let (Some(range), false) = (schedule.space_range, pruned.is_empty()) {
@@ -394,23 +429,13 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
 fn pruning_diagnostic(
     range: TextRange,
     total: usize,
-    pruned: &[(ScheduleValue, Prune)],
+    pruned: &[(ScheduleValue, PruneReason)],
     limits: &GpuLimits,
 ) -> Diagnostic {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     let mut examples: BTreeMap<&str, String> = BTreeMap::new();
     for (config, reason) in pruned {
-        let (what, detail) = match reason {
-            Prune::SharedMemory(b) => (
-                "shared memory",
-                format!("{} of shared memory > {} per block", kib(*b), kib(limits.smem_per_block as u64)),
-            ),
-            Prune::Registers(r) => {
-                ("registers", format!("~{r} registers per thread > {} (spills)", limits.max_registers_per_thread))
-            }
-            Prune::MmaShape(why) => ("tensor-core shape", why.clone()),
-            Prune::Lowering(why) => ("does not lower", why.clone()),
-        };
+        let (what, detail) = (reason.category(), reason.detail());
         *counts.entry(what).or_default() += 1;
         examples.entry(what).or_insert_with(|| format!("{what}: e.g. {config}: {detail}"));
     }
