@@ -78,17 +78,7 @@ pub fn parse(db: &dyn Db, file: SourceFile) -> Parse {
 /// items, so salsa backdates it and its dependents do not re-run.
 #[salsa::tracked]
 pub fn function_ast<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<Arc<ast::FunctionAst>> {
-    let parse = parse(db, key.file(db));
-    parse
-        .module
-        .items
-        .iter()
-        .filter_map(|item| match &item.kind {
-            ast::ItemKind::Function(f) if f.name == key.name(db) => Some(f),
-            _ => None,
-        })
-        .nth(key.ordinal(db) as usize)
-        .cloned()
+    parse(db, key.file(db)).function(key.name(db), key.ordinal(db)).cloned()
 }
 
 /// A function's definition alone: equal (and backdated) when only its decorators
@@ -107,17 +97,7 @@ pub fn function_decorators<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<Arc<
 /// The AST of one module constant, with item-relative ranges.
 #[salsa::tracked]
 pub fn constant_ast<'db>(db: &'db dyn Db, key: ConstKey<'db>) -> Option<Arc<ast::ConstantAst>> {
-    let parse = parse(db, key.file(db));
-    parse
-        .module
-        .items
-        .iter()
-        .filter_map(|item| match &item.kind {
-            ast::ItemKind::Constant(c) if c.names.first().is_some_and(|(n, _)| n == key.name(db)) => Some(c),
-            _ => None,
-        })
-        .nth(key.ordinal(db) as usize)
-        .cloned()
+    parse(db, key.file(db)).constant(key.name(db), key.ordinal(db)).cloned()
 }
 
 /// The absolute anchor of a function (where its relative ranges count from).
