@@ -17,6 +17,14 @@ for _, l in ipairs(lines) do
   -- b_s as a BN x BN buffer: the MMA's inner dims (BK vs BN) differ.
   table.insert(broken, (l:gsub('b_s = tile.alloc_shared%(%(ctx.BK, ctx.BN%)', 'b_s = tile.alloc_shared((ctx.BN, ctx.BN)')))
 end
+-- The example is formatted; one blank line fewer above the kernel gives the formatting
+-- test below something to fix.
+for i, l in ipairs(broken) do
+  if l:find('^@ts.kernel') and broken[i - 1] == '' and broken[i - 2] == '' then
+    table.remove(broken, i - 1)
+    break
+  end
+end
 local file = dir .. '/gemm.tsr'
 T.write(file, broken)
 
