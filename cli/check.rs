@@ -74,6 +74,44 @@ impl CodeFilter {
     }
 }
 
+/// The target a file is checked for: `--target`, else its `tessera.toml`, else sm_90.
+fn file_target(args: &CheckArgs, config: &ProjectConfig) -> Result<Target, String> {
+    match (args.target, &config.target) {
+        (Some(t), _) => Ok(t),
+        (None, Some(t)) => t.parse::<Target>().map_err(|e| format!("tessera.toml: {e}")),
+        (None, None) => Ok(Target::Sm90),
+    }
+}
+
+/// Target lints dominate a check (every autotune candidate of every kernel is lowered),
+/// and the per-file pass keeps one core per file: with fewer files than cores, compute
+/// them per function on every core first, so the per-file pass finds them memoized.
+/// Failures are ignored here: the per-file pass meets them again and reports them.
+fn prefetch_kernel_lints(db: &Database, files: &[(String, PathBuf, SourceFile)], args: &CheckArgs) {
+    let mut work: Vec<(SourceFile, Target, String, u32)> = Vec::new();
+    for (_, path, file) in files {
+        let Ok(found) = ProjectConfig::find(path) else { continue };
+        let config = found.map(|(_, c)| c).unwrap_or_default();
+        let Ok(target) = file_target(args, &config) else { continue };
+        let Ok(index) = catch_unwind(AssertUnwindSafe(|| tessera_frontend::db::item_index(db, *file).clone())) else {
+            continue;
+        };
+        for f in &index.functions {
+            work.push((*file, target, f.key.name(db).to_string(), f.key.ordinal(db)));
+        }
+    }
+    let handles = std::sync::Mutex::new(db.clone());
+    work.par_iter().for_each_init(
+        || handles.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        |db, (file, target, name, ordinal)| {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                let key = tessera_frontend::FnKey::new(db, *file, name.clone(), *ordinal);
+                tessera_passes::analysis::kernel_lints(db, key, *target);
+            }));
+        },
+    );
+}
+
 pub fn run(args: CheckArgs) -> Result<i32, String> {
     let db = Database::default();
     // (display path, path for config lookup, text, utf8 error)
@@ -99,6 +137,9 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
         .collect();
     let cli_filter = CodeFilter::new(&args.select, &args.ignore)?;
     let mut internal_errors = 0usize;
+    if files.len() < rayon::current_num_threads() {
+        prefetch_kernel_lints(&db, &files, &args);
+    }
     // The database is Send but not Sync: each worker thread gets its own handle.
     let handles = std::sync::Mutex::new(db.clone());
     let results: Vec<Result<FileReport, String>> = files
@@ -107,13 +148,7 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
             || handles.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             |db, (shown, path, file)| -> Result<FileReport, String> {
                 let config = ProjectConfig::find(path)?.map(|(_, c)| c).unwrap_or_default();
-                let target = match args.target {
-                    Some(t) => t,
-                    None => match &config.target {
-                        Some(t) => t.parse::<Target>().map_err(|e| format!("tessera.toml: {e}"))?,
-                        None => Target::Sm90,
-                    },
-                };
+                let target = file_target(&args, &config)?;
                 let filter = if args.select.is_empty() && args.ignore.is_empty() {
                     CodeFilter::new(config.select.as_deref().unwrap_or(&[]), config.ignore.as_deref().unwrap_or(&[]))?
                 } else {
