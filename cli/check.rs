@@ -83,33 +83,14 @@ fn file_target(args: &CheckArgs, config: &ProjectConfig) -> Result<Target, Strin
     }
 }
 
-/// Target lints dominate a check (every autotune candidate of every kernel is lowered),
-/// and the per-file pass keeps one core per file: with fewer files than cores, compute
-/// them per function on every core first, so the per-file pass finds them memoized.
-/// Failures are ignored here: the per-file pass meets them again and reports them.
+/// With fewer files than cores, the per-file pass below would leave cores idle: the
+/// target lints of each file are first computed per function on every core.
 fn prefetch_kernel_lints(db: &Database, files: &[(String, PathBuf, SourceFile)], args: &CheckArgs) {
-    let mut work: Vec<(SourceFile, Target, String, u32)> = Vec::new();
     for (_, path, file) in files {
         let Ok(found) = ProjectConfig::find(path) else { continue };
-        let config = found.map(|(_, c)| c).unwrap_or_default();
-        let Ok(target) = file_target(args, &config) else { continue };
-        let Ok(index) = catch_unwind(AssertUnwindSafe(|| tessera_frontend::db::item_index(db, *file).clone())) else {
-            continue;
-        };
-        for f in &index.functions {
-            work.push((*file, target, f.key.name(db).to_string(), f.key.ordinal(db)));
-        }
+        let Ok(target) = file_target(args, &found.map(|(_, c)| c).unwrap_or_default()) else { continue };
+        tessera_passes::prefetch_lints(db, *file, target, rayon::current_num_threads());
     }
-    let handles = std::sync::Mutex::new(db.clone());
-    work.par_iter().for_each_init(
-        || handles.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-        |db, (file, target, name, ordinal)| {
-            let _ = catch_unwind(AssertUnwindSafe(|| {
-                let key = tessera_frontend::FnKey::new(db, *file, name.clone(), *ordinal);
-                tessera_passes::analysis::kernel_lints(db, key, *target);
-            }));
-        },
-    );
 }
 
 pub fn run(args: CheckArgs) -> Result<i32, String> {

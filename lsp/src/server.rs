@@ -355,6 +355,8 @@ async fn diagnostics_task(
                 panic!("injected fault in diagnostics");
             }
             let diags = if snap.target_lints {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                tessera_passes::prefetch_lints(&snap.db, snap.file, snap.target, cores);
                 tessera_passes::file_diagnostics(&snap.db, snap.file, snap.target)
             } else {
                 tessera_frontend::check::file_diagnostics(&snap.db, snap.file).clone()

@@ -35,6 +35,43 @@ pub use target::Target;
 use ir::print::{LocResolver, Printed};
 use ir::{Func, Loc, Origin};
 
+/// Computes the target lints of every function of `file` on `threads` threads, each with
+/// its own database handle, so that a following [`file_diagnostics`] finds them memoized.
+/// Target lints dominate a file's check (every autotune candidate of every kernel is
+/// lowered), and `file_diagnostics` alone keeps one core busy. A failure (a panic, or
+/// salsa cancelling the work after a newer edit) ends that thread quietly: whoever asks
+/// `file_diagnostics` next meets it again and reports it.
+pub fn prefetch_lints(db: &tessera_frontend::Database, file: SourceFile, target: Target, threads: usize) {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let Ok(functions) = catch_unwind(AssertUnwindSafe(|| {
+        item_index(db, file)
+            .functions
+            .iter()
+            .map(|f| (f.key.name(db).to_string(), f.key.ordinal(db)))
+            .collect::<Vec<_>>()
+    })) else {
+        return;
+    };
+    let threads = threads.min(functions.len());
+    if threads < 2 {
+        return;
+    }
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let db = db.clone();
+            let mine: Vec<&(String, u32)> = functions.iter().skip(t).step_by(threads).collect();
+            scope.spawn(move || {
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    for (name, ordinal) in mine {
+                        let key = FnKey::new(&db, file, name.clone(), *ordinal);
+                        analysis::kernel_lints(&db, key, target);
+                    }
+                }));
+            });
+        }
+    });
+}
+
 /// Every diagnostic of a file for a target: the frontend's checks plus the target
 /// lints. The CLI, the language server and the explorer all call this one function.
 pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Diagnostic> {
