@@ -83,16 +83,6 @@ fn file_target(args: &CheckArgs, config: &ProjectConfig) -> Result<Target, Strin
     }
 }
 
-/// With fewer files than cores, the per-file pass below would leave cores idle: the
-/// target lints of each file are first computed per function on every core.
-fn prefetch_kernel_lints(db: &Database, files: &[(String, PathBuf, SourceFile)], args: &CheckArgs) {
-    for (_, path, file) in files {
-        let Ok(found) = ProjectConfig::find(path) else { continue };
-        let Ok(target) = file_target(args, &found.map(|(_, c)| c).unwrap_or_default()) else { continue };
-        tessera_passes::prefetch_lints(db, *file, target, rayon::current_num_threads());
-    }
-}
-
 pub fn run(args: CheckArgs) -> Result<i32, String> {
     let db = Database::default();
     // (display path, path for config lookup, text, utf8 error)
@@ -118,9 +108,10 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
         .collect();
     let cli_filter = CodeFilter::new(&args.select, &args.ignore)?;
     let mut internal_errors = 0usize;
-    if files.len() < rayon::current_num_threads() {
-        prefetch_kernel_lints(&db, &files, &args);
-    }
+    // With fewer files than cores, one worker per file would leave cores idle: each
+    // file's target lints are then first computed per function on every core.
+    let cores = rayon::current_num_threads();
+    let lint_threads = if files.len() < cores { cores } else { 1 };
     // The database is Send but not Sync: each worker thread gets its own handle.
     let handles = std::sync::Mutex::new(db.clone());
     let results: Vec<Result<FileReport, String>> = files
@@ -143,6 +134,7 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                     {
                         panic!("injected failure for {shown}");
                     }
+                    tessera_passes::prefetch_lints(db, *file, target, lint_threads);
                     tessera_passes::file_diagnostics(db, *file, target)
                 }))
                 .map_err(|payload| {

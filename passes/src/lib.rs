@@ -43,6 +43,9 @@ use ir::{Func, Loc, Origin};
 /// `file_diagnostics` next meets it again and reports it.
 pub fn prefetch_lints(db: &tessera_frontend::Database, file: SourceFile, target: Target, threads: usize) {
     use std::panic::{catch_unwind, AssertUnwindSafe};
+    if threads < 2 {
+        return;
+    }
     let Ok(functions) = catch_unwind(AssertUnwindSafe(|| {
         item_index(db, file)
             .functions

@@ -135,23 +135,21 @@ impl<'a> Infer<'a> {
             }
         }
         if let Some(entry) = self.scope.get(name).cloned() {
-            let (ty, res) = match entry {
-                ScopeEntry::Function { position } => {
-                    if let Mode::Constant { position: here } = self.mode {
-                        if position >= here {
-                            self.error(Code::E0200, self.range(id), format!("`{name}` is used before its definition"));
-                            return Ty::Unknown;
-                        }
-                    }
-                    (Ty::Function(name.to_string()), Resolution::Function(name.to_string()))
+            // A module constant runs top to bottom, like Python: it sees only the
+            // functions and constants above it.
+            let defined_at = match &entry {
+                ScopeEntry::Function { position } | ScopeEntry::Constant { position, .. } => Some(*position),
+                ScopeEntry::Member(_) | ScopeEntry::Unresolved => None,
+            };
+            if let (Mode::Constant { position: here }, Some(there)) = (self.mode, defined_at) {
+                if there >= here {
+                    self.error(Code::E0200, self.range(id), format!("`{name}` is used before its definition"));
+                    return Ty::Unknown;
                 }
-                ScopeEntry::Constant { key, position, ordinal } => {
-                    if let Mode::Constant { position: here } = self.mode {
-                        if position >= here {
-                            self.error(Code::E0200, self.range(id), format!("`{name}` is used before its definition"));
-                            return Ty::Unknown;
-                        }
-                    }
+            }
+            let (ty, res) = match entry {
+                ScopeEntry::Function { .. } => (Ty::Function(name.to_string()), Resolution::Function(name.to_string())),
+                ScopeEntry::Constant { key, ordinal, .. } => {
                     let key = ConstKey::new(self.db, self.file, key.as_str(), ordinal);
                     let value = const_value(self.db, key);
                     let ty = value.names.get(name).cloned().unwrap_or(Ty::Unknown);

@@ -177,7 +177,6 @@ impl Inference {
     }
 }
 
-/// What a function's decorators say (kind, schedule with its candidates).
 /// A function's decorators or annotations that read a module constant whose value needs
 /// that same function (`N = grad(f)` with `N` in `f`'s annotations): reported at the
 /// function's name (item-relative `range`), and the function is checked as a helper.
@@ -217,33 +216,41 @@ fn decorators_cycle(db: &dyn Db, _id: salsa::Id, key: FnKey<'_>) -> Arc<Decorato
 
 fn signature_cycle(db: &dyn Db, _id: salsa::Id, key: FnKey<'_>) -> Arc<Signature> {
     let def = db::function_def(db, key);
-    Arc::new(Signature {
+    // The parameters stay declared (their types unknown) so the body does not report
+    // every use of them as undefined.
+    let params = def
+        .iter()
+        .flat_map(|d| &d.params)
+        .map(|p| ParamInfo {
+            name: p.name.to_string(),
+            ty: Ty::Unknown,
+            has_default: p.default.is_some(),
+            keyword_only: p.keyword_only,
+            range: p.range,
+            name_range: p.name_range,
+        })
+        .collect();
+    let diagnostics = def.iter().map(|d| self_reference(d.name_range, key.name(db))).collect();
+    Arc::new(untyped_helper(params, diagnostics))
+}
+
+/// The signature of a function nothing is known about but its parameters' names.
+fn untyped_helper(params: Vec<ParamInfo>, diagnostics: Vec<Diagnostic>) -> Signature {
+    Signature {
         kind: FunctionKind::Helper,
         decorators: Vec::new(),
         autodiff: false,
         jit: false,
         schedule: None,
-        // The parameters stay declared (their types unknown) so the body does not
-        // report every use of them as undefined.
-        params: def
-            .iter()
-            .flat_map(|d| &d.params)
-            .map(|p| ParamInfo {
-                name: p.name.to_string(),
-                ty: Ty::Unknown,
-                has_default: p.default.is_some(),
-                keyword_only: p.keyword_only,
-                range: p.range,
-                name_range: p.name_range,
-            })
-            .collect(),
+        params,
         ret: None,
         symbols: Vec::new(),
-        diagnostics: def.iter().map(|d| self_reference(d.name_range, key.name(db))).collect(),
+        diagnostics,
         unimported_alias_uses: Vec::new(),
-    })
+    }
 }
 
+/// What a function's decorators say (kind, schedule with its candidates).
 #[salsa::tracked(returns(ref), cycle_result = decorators_cycle)]
 pub fn fn_decorators<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<DecoratorInfo> {
     let decorators = db::function_decorators(db, key).clone().unwrap_or_default();
@@ -256,18 +263,7 @@ pub fn fn_signature<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Signature> {
     let info = fn_decorators(db, key);
     match db::function_def(db, key) {
         Some(def) => Arc::new(annot::signature(db, key.file(db), def, info)),
-        None => Arc::new(Signature {
-            kind: FunctionKind::Helper,
-            decorators: Vec::new(),
-            autodiff: false,
-            jit: false,
-            schedule: None,
-            params: Vec::new(),
-            ret: None,
-            symbols: Vec::new(),
-            diagnostics: Vec::new(),
-            unimported_alias_uses: Vec::new(),
-        }),
+        None => Arc::new(untyped_helper(Vec::new(), Vec::new())),
     }
 }
 

@@ -352,7 +352,12 @@ pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target
         return Some(PruneReason::MmaShape(why));
     }
     let Some(limits) = GpuLimits::of(target) else {
-        return transient_tile_ir(db, key, config, target).err().map(|e| PruneReason::Lowering(e.message));
+        // Memoized, not transient: off the GPU only the autotuner asks, and it lowers
+        // every survivor to this same Tile IR right after.
+        return crate::tile_ir(db, key, config.clone(), target)
+            .as_ref()
+            .err()
+            .map(|e| PruneReason::Lowering(e.message.clone()));
     };
     match kernel_resources(db, key, config.clone(), target) {
         Err(e) => Some(PruneReason::Lowering(e.message.clone())),
