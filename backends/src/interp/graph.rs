@@ -704,24 +704,6 @@ fn bin_op(kind: OpKind) -> Option<BinOp> {
     })
 }
 
-fn un_op(kind: OpKind) -> Option<UnOp> {
-    Some(match kind {
-        OpKind::Neg => UnOp::Neg,
-        OpKind::Not => UnOp::Not,
-        OpKind::Abs => UnOp::Abs,
-        OpKind::Exp => UnOp::Exp,
-        OpKind::Log => UnOp::Log,
-        OpKind::Sqrt => UnOp::Sqrt,
-        OpKind::Rsqrt => UnOp::Rsqrt,
-        OpKind::Tanh => UnOp::Tanh,
-        OpKind::Sigmoid => UnOp::Sigmoid,
-        OpKind::Relu => UnOp::Relu,
-        OpKind::Gelu => UnOp::Gelu,
-        OpKind::Silu => UnOp::Silu,
-        _ => return None,
-    })
-}
-
 fn float_attr(op: &Op, key: &str) -> Option<f64> {
     op.attr(key).and_then(Attr::as_float)
 }
@@ -810,7 +792,7 @@ fn host_op(func: &Func, id: OpId, op: &Op, operand: &dyn Fn(usize) -> R<Val>) ->
             }
             k if k.is_unary_math() => {
                 arity(1)?;
-                let uop = un_op(k).ok_or_else(|| err("not a unary op".into()))?;
+                let uop = UnOp::of(k).ok_or_else(|| err("not a unary op".into()))?;
                 let x = operand(0)?;
                 match &rty {
                     Type::Index => {
@@ -1039,7 +1021,7 @@ impl Machine<'_> {
                 f.tile(&xs[0].data, &xs[1].data, &mut out).map_err(err)?;
             }
             k if k.is_unary_math() => {
-                let uop = un_op(k).ok_or_else(|| err("not a unary op"))?;
+                let uop = UnOp::of(k).ok_or_else(|| err("not a unary op"))?;
                 let f = UnFn::new(uop, dom).ok_or_else(|| err(&format!("{name} is not defined on {dtype}")))?;
                 f.tile(&xs[0].data, &mut out);
             }

@@ -3,6 +3,7 @@
 //! the executor only calls the chosen function per element.
 
 use tessera_frontend::check::DType;
+use tessera_passes::ir::OpKind;
 
 use crate::tensor::round_to;
 
@@ -120,6 +121,27 @@ pub(crate) enum UnOp {
     Relu,
     Gelu,
     Silu,
+}
+
+impl UnOp {
+    /// The operation of an IR op (`OpKind::is_unary_math`), for both interpreters.
+    pub(crate) fn of(kind: OpKind) -> Option<UnOp> {
+        Some(match kind {
+            OpKind::Neg => UnOp::Neg,
+            OpKind::Not => UnOp::Not,
+            OpKind::Abs => UnOp::Abs,
+            OpKind::Exp => UnOp::Exp,
+            OpKind::Log => UnOp::Log,
+            OpKind::Sqrt => UnOp::Sqrt,
+            OpKind::Rsqrt => UnOp::Rsqrt,
+            OpKind::Tanh => UnOp::Tanh,
+            OpKind::Sigmoid => UnOp::Sigmoid,
+            OpKind::Relu => UnOp::Relu,
+            OpKind::Gelu => UnOp::Gelu,
+            OpKind::Silu => UnOp::Silu,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]

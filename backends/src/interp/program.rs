@@ -531,20 +531,7 @@ impl Compiler<'_> {
                 }
             }
             k if k.is_unary_math() => {
-                let uop = match k {
-                    OpKind::Neg => UnOp::Neg,
-                    OpKind::Not => UnOp::Not,
-                    OpKind::Abs => UnOp::Abs,
-                    OpKind::Exp => UnOp::Exp,
-                    OpKind::Log => UnOp::Log,
-                    OpKind::Sqrt => UnOp::Sqrt,
-                    OpKind::Rsqrt => UnOp::Rsqrt,
-                    OpKind::Tanh => UnOp::Tanh,
-                    OpKind::Sigmoid => UnOp::Sigmoid,
-                    OpKind::Relu => UnOp::Relu,
-                    OpKind::Gelu => UnOp::Gelu,
-                    _ => UnOp::Silu,
-                };
+                let uop = UnOp::of(k).ok_or_else(|| self.err(id, format!("{name} is not a unary op")))?;
                 let dst = self.result(id, op)?;
                 let src = self.operand(id, op, 0)?;
                 let dom = self.domain(id, op.results[0])?;

@@ -144,6 +144,25 @@ impl Emitter<'_> {
         }
     }
 
+    /// The address of a view's first element from the tensor dims it squeezes (fixes to
+    /// one index), and the uniform bounds test of those indices.
+    fn squeezed_base(&mut self, view: &ViewVal, eb: i64) -> (Operand, Option<Reg>) {
+        let t = view.tensor;
+        let mut base = Operand::Reg(self.tensors[t].ptr);
+        let mut squeezed_ok: Option<Reg> = None;
+        for j in 0..self.tensors[t].dims.len() {
+            if view.dims.contains(&j) {
+                continue;
+            }
+            let sb = self.stride_bytes(t, j, eb);
+            base = self.mad64(view.offsets[j], sb, base);
+            let dim = self.tensors[t].dims[j];
+            let p = self.in_range(view.offsets[j], dim);
+            squeezed_ok = Some(self.and_pred(squeezed_ok, p));
+        }
+        (base, squeezed_ok)
+    }
+
     /// Addresses, bounds and vectorization of a tile's elements in a view.
     fn global_plan(&mut self, op: &Op, view: &ViewVal, map: &ThreadMap, dtype: DType, allow_vector: bool) -> R<Plan> {
         let t = view.tensor;
@@ -169,19 +188,7 @@ impl Emitter<'_> {
                 pos.push(Some(p));
             }
         }
-        // Squeezed dims: fixed contributions and a uniform bounds test.
-        let mut base = Operand::Reg(ptr);
-        let mut squeezed_ok: Option<Reg> = None;
-        for j in 0..tensor_rank {
-            if view.dims.contains(&j) {
-                continue;
-            }
-            let sb = self.stride_bytes(t, j, eb);
-            base = self.mad64(view.offsets[j], sb, base);
-            let dim = self.tensors[t].dims[j];
-            let p = self.in_range(view.offsets[j], dim);
-            squeezed_ok = Some(self.and_pred(squeezed_ok, p));
-        }
+        let (mut base, squeezed_ok) = self.squeezed_base(view, eb);
         if let Some(c) = contiguous {
             let p = pos[c].expect("the contiguous dim does not wrap");
             base = self.mad64(p, Operand::Int(eb), base);
@@ -689,19 +696,7 @@ impl Emitter<'_> {
         let row_bytes = row_len * eb;
         let chunk = [16i64, 8, 4].into_iter().find(|c| row_bytes % c == 0 && *c >= eb && contiguous);
         let ptr = self.tensors[t].ptr;
-        // Fixed contributions of squeezed dims, and their bounds.
-        let mut base = Operand::Reg(ptr);
-        let mut squeezed_ok: Option<Reg> = None;
-        for j in 0..tensor_rank {
-            if view.dims.contains(&j) {
-                continue;
-            }
-            let sb = self.stride_bytes(t, j, eb);
-            base = self.mad64(view.offsets[j], sb, base);
-            let dim = self.tensors[t].dims[j];
-            let p = self.in_range(view.offsets[j], dim);
-            squeezed_ok = Some(self.and_pred(squeezed_ok, p));
-        }
+        let (base, squeezed_ok) = self.squeezed_base(&view, eb);
         let slow = self.b.label("copy");
         let done = self.b.label("copied");
         if let Some(cb) = chunk {
