@@ -20,6 +20,7 @@ use tessera_frontend::FnKey;
 use tessera_passes::Target;
 
 use crate::options::{self, Source};
+use crate::verdict::{self, num};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -350,10 +351,6 @@ fn flop_count(f: u64) -> String {
     format!("{f} FLOP")
 }
 
-fn index_text(name: &str, index: &[usize]) -> String {
-    format!("{name}[{}]", index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "))
-}
-
 /// A scalar as its dtype prints it (`1e-5` as an f32 is `0.00001`, not f64's digits).
 fn scalar_text(v: f64, ty: &str) -> String {
     match ty {
@@ -419,54 +416,7 @@ pub(crate) fn report_text(
     let _ = writeln!(s, "  launch    {launch_line}");
     // Correctness.
     let check = &outcome.check;
-    match &check.kind {
-        CheckKind::Skipped(why) => {
-            let _ = writeln!(s, "  check     none: {why}");
-        }
-        kind => {
-            let how = match kind {
-                CheckKind::Sampled { programs, total } => {
-                    format!("sampled ({programs} of {total} programs interpreted)")
-                }
-                _ => "full".to_string(),
-            };
-            let why = check.reason.as_ref().map(|r| format!(", because {r}")).unwrap_or_default();
-            let _ = writeln!(s, "  check     {how} against the reference interpreter{why}");
-            for o in &check.outputs {
-                let c = &o.comparison;
-                let total = o.dims.iter().product::<usize>();
-                let compared = if o.compared == total {
-                    format!("{total} elements")
-                } else {
-                    format!("{} of {total} elements", o.compared)
-                };
-                let errors = format!("max abs err {}, max rel err {}", sig(c.max_abs, 3), sig(c.max_rel, 3));
-                if c.passed {
-                    let _ = write!(s, "            {}: ok, {compared} compared, {errors}", o.name);
-                } else if let Some((e, a)) = c.length_mismatch {
-                    let _ = write!(s, "            {}: MISMATCH: expected {e} elements, got {a}", o.name);
-                } else {
-                    let _ = write!(
-                        s,
-                        "            {}: MISMATCH in {} of {compared} compared, {errors} (tolerance: rtol {} + atol {} x rms {})",
-                        o.name,
-                        c.mismatches,
-                        sig(c.tolerance.rtol, 2),
-                        sig(c.tolerance.atol, 2),
-                        sig(c.scale, 3)
-                    );
-                }
-                s.push('\n');
-                if let Some((index, expected, actual)) = &o.first_mismatch {
-                    let _ = writeln!(
-                        s,
-                        "            first mismatch at {}: expected {expected}, got {actual}",
-                        index_text(&o.name, index)
-                    );
-                }
-            }
-        }
-    }
+    verdict::check_lines(&mut s, check, "check");
     let t = &outcome.timing;
     let _ = writeln!(
         s,
@@ -493,17 +443,8 @@ pub(crate) fn report_text(
         _ => "no time to divide by".to_string(),
     };
     let _ = writeln!(s, "  work      {work}");
-    let verdict = match check.passed() {
-        Some(true) => "correct",
-        Some(false) => "WRONG: the outputs differ from the reference interpreter",
-        None => "not checked",
-    };
-    let _ = writeln!(s, "  result    {verdict}");
+    let _ = writeln!(s, "  result    {}", verdict::verdict_text(check, &outcome.nonfinite));
     s
-}
-
-fn num(x: f64) -> Value {
-    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
 }
 
 pub(crate) fn report_json(
@@ -527,25 +468,7 @@ pub(crate) fn report_json(
         })
         .collect();
     let check = &outcome.check;
-    let outputs: Vec<Value> = check
-        .outputs
-        .iter()
-        .map(|o| {
-            let c = &o.comparison;
-            json!({
-                "name": o.name,
-                "dtype": o.dtype.to_string(),
-                "dims": o.dims,
-                "compared": o.compared,
-                "mismatches": c.mismatches,
-                "max_abs_err": num(c.max_abs),
-                "max_rel_err": num(c.max_rel),
-                "rtol": num(c.tolerance.rtol),
-                "atol": num(c.tolerance.atol * c.scale),
-                "first_mismatch": o.first_mismatch.as_ref().map(|(i, e, a)| json!({"index": i, "expected": num(*e), "actual": num(*a)})),
-            })
-        })
-        .collect();
+    let outputs = verdict::outputs_json(check);
     let t = &outcome.timing;
     let w = &outcome.work;
     let mut v = json!({
@@ -577,6 +500,7 @@ pub(crate) fn report_json(
     if let ScheduleSource::Cached(path) = source {
         obj.insert("schedule_cache".into(), json!(path.display().to_string()));
     }
+    verdict::insert_verdict_json(obj, check, &outcome.nonfinite);
     if let CheckKind::Sampled { programs, total } = &check.kind {
         obj.insert("checked_programs".into(), json!({"sampled": programs, "total": total}));
     }

@@ -180,7 +180,7 @@ fn tolerance(d: DType, kernels: usize) -> Tolerance {
         return base;
     }
     let k = (kernels.max(1)) as f64;
-    Tolerance { rtol: base.rtol * k, atol: base.atol * k, scale: None }
+    Tolerance { rtol: base.rtol * k, atol: base.atol * k, ..base }
 }
 
 pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, Failure> {

@@ -44,6 +44,7 @@ use tessera_passes::{graph_ir, sched, tile_ir, Config, LowerError, Target, DEFAU
 use crate::interp::compare::{compare_with, Comparison, Tolerance};
 use crate::interp::inputs::{self, Rng};
 use crate::interp::{self, param_access, Access};
+use crate::semantics;
 use crate::tensor::{round_to, Arg, HostTensor};
 
 /// The value a shape symbol gets when the user gives none (tile shape symbols such as
@@ -813,9 +814,14 @@ pub struct Plan {
     /// The device's Tile IR.
     pub tile: Arc<Func>,
     pub code: Option<Arc<TargetCode>>,
-    /// The CPU Tile IR the reference interpreter runs (the same `Arc` when the target is
-    /// the CPU).
+    /// The CPU Tile IR the same-schedule interpreter check (`--check lowering`) runs (the
+    /// same `Arc` when the target is the CPU).
     pub reference: Arc<Func>,
+    /// The kernel's Graph IR: the f64 reference ([`crate::semantics`]) interprets it.
+    pub graph: Arc<Func>,
+    /// `@verify.numerics(allow_nonfinite=True)`: NaN/Inf outputs that the reference also
+    /// produces are accepted.
+    pub allow_nonfinite: bool,
     pub abi: KernelAbi,
     pub access: Vec<Access>,
     pub dims: BTreeMap<String, i64>,
@@ -878,6 +884,8 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
             .clone()
             .map_err(|e| LaunchError::lowering(&name, "Tile IR (the reference)", Some(Target::Cpu), &e))?
     };
+    let graph =
+        graph_ir(db, key).clone().map_err(|e| LaunchError::lowering(&name, "Graph IR (the reference)", None, &e))?;
     let code = if req.code {
         Some(
             target_code(db, key, req.config.clone(), req.target)
@@ -963,6 +971,8 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         tile,
         code,
         reference,
+        graph,
+        allow_nonfinite: allows_nonfinite(db, key),
         abi,
         access,
         dims: req.dims.clone(),
@@ -972,6 +982,21 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         registers_estimate,
         smem_bytes,
         seed: req.seed,
+    })
+}
+
+/// Whether the kernel's `@verify.numerics(...)` says `allow_nonfinite=True`.
+fn allows_nonfinite(db: &dyn Db, key: FnKey<'_>) -> bool {
+    let Some(decorators) = tessera_frontend::db::function_decorators(db, key) else { return false };
+    let arena = &decorators.arena;
+    decorators.exprs.iter().any(|&d| {
+        let Expr::Call { func, args } = arena.expr(d) else { return false };
+        let Expr::Attribute { name, .. } = arena.expr(*func) else { return false };
+        name.as_str() == "numerics"
+            && args.iter().any(|a| {
+                a.name.as_ref().is_some_and(|(n, _)| n.as_str() == "allow_nonfinite")
+                    && matches!(arena.expr(a.value), Expr::Bool(true))
+            })
     })
 }
 
@@ -1084,6 +1109,10 @@ pub enum CheckMode {
     Sampled,
     /// No reference run.
     None,
+    /// `auto` against the f64 reference, plus the same-schedule Tile IR interpreter: it
+    /// shares the schedule and the Tile IR passes with the device, so it pinpoints
+    /// whether a difference comes from the lowering or from the backend.
+    Lowering,
 }
 
 impl FromStr for CheckMode {
@@ -1095,7 +1124,8 @@ impl FromStr for CheckMode {
             "full" => CheckMode::Full,
             "sampled" => CheckMode::Sampled,
             "none" => CheckMode::None,
-            other => return Err(format!("unknown check `{other}` (expected full, sampled, none or auto)")),
+            "lowering" => CheckMode::Lowering,
+            other => return Err(format!("unknown check `{other}` (expected auto, full, sampled, lowering or none)")),
         })
     }
 }
@@ -1131,6 +1161,9 @@ pub struct OutputCheck {
     pub comparison: Comparison,
     /// The first element out of tolerance: its index in the tensor, expected, actual.
     pub first_mismatch: Option<(Vec<usize>, f64, f64)>,
+    /// The first NaN/Inf of the reference and of the result: index and value.
+    pub first_expected_nonfinite: Option<(Vec<usize>, f64)>,
+    pub first_actual_nonfinite: Option<(Vec<usize>, f64)>,
 }
 
 /// How the run was checked.
@@ -1155,6 +1188,44 @@ impl CheckKind {
     }
 }
 
+/// What a run was checked against.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum ReferenceSource {
+    /// The kernel's Graph IR interpreted in f64 ([`crate::semantics`]).
+    GraphF64,
+    /// The Tile IR of the same schedule on the interpreter (`--check lowering`).
+    TileInterpreter,
+}
+
+impl ReferenceSource {
+    /// The name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReferenceSource::GraphF64 => "graph-f64",
+            ReferenceSource::TileInterpreter => "tile-interpreter",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            ReferenceSource::GraphF64 => "the f64 reference (the kernel's Graph IR, before any schedule, in f64)",
+            ReferenceSource::TileInterpreter => "the same-schedule Tile IR on the interpreter",
+        }
+    }
+}
+
+/// The outcome of a check.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Verdict {
+    Correct,
+    /// Some element is out of tolerance, or non-finite where the reference is finite.
+    Wrong,
+    /// The outputs match where the reference is finite, but the reference itself has
+    /// NaN or Inf (and the kernel does not allow it).
+    NonFinite,
+    Unchecked,
+}
+
 #[derive(Clone, PartialEq, Debug)]
 pub struct CheckReport {
     pub kind: CheckKind,
@@ -1162,14 +1233,34 @@ pub struct CheckReport {
     pub reason: Option<String>,
     pub outputs: Vec<OutputCheck>,
     pub elapsed: Duration,
+    pub source: ReferenceSource,
+    /// `--check lowering`: the same-schedule Tile IR interpreter's check as well.
+    pub lowering: Option<Box<CheckReport>>,
 }
 
 impl CheckReport {
     /// `None` when nothing was checked.
     pub fn passed(&self) -> Option<bool> {
-        match self.kind {
-            CheckKind::Skipped(_) => None,
-            _ => Some(self.outputs.iter().all(|o| o.comparison.passed)),
+        match self.verdict() {
+            Verdict::Correct => Some(true),
+            Verdict::Unchecked => None,
+            Verdict::Wrong | Verdict::NonFinite => Some(false),
+        }
+    }
+
+    /// This check's verdict, and the lowering check's when it is worse.
+    pub fn verdict(&self) -> Verdict {
+        let own = match self.kind {
+            CheckKind::Skipped(_) => Verdict::Unchecked,
+            _ if self.outputs.iter().any(|o| o.comparison.mismatches > 0 || o.comparison.length_mismatch.is_some()) => {
+                Verdict::Wrong
+            }
+            _ if self.outputs.iter().all(|o| o.comparison.passed) => Verdict::Correct,
+            _ => Verdict::NonFinite,
+        };
+        match (own, self.lowering.as_ref().map(|l| l.verdict())) {
+            (Verdict::Correct, Some(v @ (Verdict::Wrong | Verdict::NonFinite))) => v,
+            (v, _) => v,
         }
     }
 
@@ -1241,6 +1332,50 @@ pub struct Outcome {
     pub registers: Option<u32>,
     /// The arguments after the correctness launch (outputs included).
     pub outputs: Vec<Arg>,
+    /// NaN/Inf in each output the device wrote, whether or not it was checked.
+    pub nonfinite: Vec<NonFiniteCount>,
+}
+
+/// The NaN and infinite elements of one output.
+#[derive(Clone, PartialEq, Debug)]
+pub struct NonFiniteCount {
+    pub name: String,
+    pub nan: usize,
+    pub inf: usize,
+    /// The first of them: its index and value.
+    pub first: Option<(Vec<usize>, f64)>,
+}
+
+impl NonFiniteCount {
+    pub fn total(&self) -> usize {
+        self.nan + self.inf
+    }
+}
+
+/// Scans every output of a run for NaN and infinities.
+pub fn scan_nonfinite(plan: &Plan, args: &[Arg]) -> Vec<NonFiniteCount> {
+    let mut out = Vec::new();
+    for (i, (p, a)) in plan.abi.params.iter().zip(args).enumerate() {
+        let Arg::Tensor(t) = a else { continue };
+        if !plan.is_output(i) {
+            continue;
+        }
+        let mut c = NonFiniteCount { name: p.name().to_string(), nan: 0, inf: 0, first: None };
+        for j in 0..t.numel() {
+            let v = t.get(j);
+            if v.is_finite() {
+                continue;
+            }
+            if v.is_nan() {
+                c.nan += 1;
+            } else {
+                c.inf += 1;
+            }
+            c.first.get_or_insert_with(|| (unravel(j, &t.dims), v));
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Launches the plan once, checks it, and times it (see the module doc).
@@ -1263,24 +1398,9 @@ pub fn execute_loaded(
     let timing = time_launches(loaded, options)?;
     let check = match reference {
         Some(r) => r.compare(plan, &outputs),
-        None => {
-            let same_ir = backend.device() == Device::Interpreter && plan.target == Target::Cpu;
-            if same_ir && options.check != CheckMode::None {
-                CheckReport {
-                    kind: CheckKind::Skipped(
-                        "the device is the reference interpreter on the same CPU Tile IR (--target sm_90 checks the \
-                         GPU lowering against it)"
-                            .into(),
-                    ),
-                    reason: None,
-                    outputs: Vec::new(),
-                    elapsed: Duration::ZERO,
-                }
-            } else {
-                Reference::compute(plan, options.check)?.compare(plan, &outputs)
-            }
-        }
+        None => Reference::compute(plan, options.check)?.compare(plan, &outputs),
     };
+    let nonfinite = scan_nonfinite(plan, &outputs);
     Ok(Outcome {
         device: backend.device(),
         device_name: backend.description(),
@@ -1289,6 +1409,7 @@ pub fn execute_loaded(
         work: work(plan),
         registers: loaded.registers(),
         outputs,
+        nonfinite,
     })
 }
 
@@ -1310,19 +1431,22 @@ fn time_launches(loaded: &mut dyn Loaded, options: &RunOptions) -> Result<Timing
     Ok(Timing::of(&times, options.warmup))
 }
 
-/// The reference interpreter's outputs for a plan's inputs: whole, or for a sample of
-/// tile programs with the elements they wrote.
+/// The reference's outputs for a plan's inputs: whole, or for a sample of tile programs
+/// with the elements they wrote.
 #[derive(Clone, Debug)]
 pub struct Reference {
     pub kind: CheckKind,
     pub reason: Option<String>,
+    pub source: ReferenceSource,
     /// The arguments after the reference run (`None` when nothing was run).
     args: Option<Vec<Arg>>,
     /// Per parameter: the elements to compare (`None`: all of them).
     masks: Vec<Option<Vec<bool>>>,
     pub elapsed: Duration,
-    /// FLOPs of dots the interpreter executed (whole runs only).
+    /// FLOPs of dots the interpreter executed (whole Tile IR runs only).
     pub dot_flops: Option<u64>,
+    /// `--check lowering`: the same-schedule Tile IR interpreter's run as well.
+    pub lowering: Option<Box<Reference>>,
 }
 
 /// Interpreter work of a run: multiply-adds of the dots plus 16 per tensor element.
@@ -1332,55 +1456,105 @@ pub fn interp_cost(plan: &Plan) -> u64 {
     flops / 2 + elements * 16
 }
 
+/// Whether `auto` checks in full or samples, and why.
+fn choose_mode(plan: &Plan, mode: CheckMode, scatters: bool) -> (CheckMode, Option<String>) {
+    let total = plan.grid.iter().product::<u64>();
+    match mode {
+        CheckMode::Auto | CheckMode::Lowering => {
+            let cost = interp_cost(plan);
+            if cost <= FULL_CHECK_LIMIT || total <= 16 {
+                (CheckMode::Full, None)
+            } else if scatters {
+                (CheckMode::Full, Some("the kernel scatters, so every program is interpreted".to_string()))
+            } else {
+                (
+                    CheckMode::Sampled,
+                    Some(format!(
+                        "the problem is large (about {:.1e} interpreter operations; --check full interprets it all)",
+                        cost as f64
+                    )),
+                )
+            }
+        }
+        CheckMode::Sampled if scatters => {
+            (CheckMode::Full, Some("the kernel scatters: sampled checking cannot track its writes".to_string()))
+        }
+        m => (m, None),
+    }
+}
+
 impl Reference {
-    /// Runs the reference interpreter on the plan's CPU Tile IR.
+    /// Runs the f64 reference (the kernel's Graph IR) on the plan's inputs, and with
+    /// `--check lowering` the same-schedule Tile IR interpreter too.
     pub fn compute(plan: &Plan, mode: CheckMode) -> Result<Reference, LaunchError> {
+        let start = Instant::now();
+        let (chosen, reason) = choose_mode(plan, mode, false);
+        let mut args = plan.inputs.clone();
+        let programs = match chosen {
+            CheckMode::None => {
+                return Ok(Reference {
+                    kind: CheckKind::Skipped("--check none".into()),
+                    reason,
+                    source: ReferenceSource::GraphF64,
+                    args: None,
+                    masks: Vec::new(),
+                    elapsed: Duration::ZERO,
+                    dot_flops: None,
+                    lowering: None,
+                })
+            }
+            CheckMode::Sampled => {
+                let cost = interp_cost(plan).max(1);
+                semantics::Programs::Sample { fraction: FULL_CHECK_LIMIT as f64 / cost as f64, seed: plan.seed }
+            }
+            _ => semantics::Programs::All,
+        };
+        let stats = semantics::run(&plan.graph, &plan.config, plan.grid, &mut args, &programs)
+            .map_err(|e| LaunchError::interp(e))?;
+        let (kind, masks) = match programs {
+            semantics::Programs::All => (CheckKind::Full, vec![None; plan.abi.params.len()]),
+            semantics::Programs::Sample { .. } => (
+                CheckKind::Sampled { programs: stats.programs, total: stats.total_programs },
+                stats.stored.into_iter().map(|m| m.or(Some(Vec::new()))).collect(),
+            ),
+        };
+        let lowering = if mode == CheckMode::Lowering {
+            Some(Box::new(Self::tile_interpreter(plan, CheckMode::Auto)?))
+        } else {
+            None
+        };
+        Ok(Reference {
+            kind,
+            reason,
+            source: ReferenceSource::GraphF64,
+            args: Some(args),
+            masks,
+            elapsed: start.elapsed(),
+            dot_flops: None,
+            lowering,
+        })
+    }
+
+    /// Runs the interpreter on the plan's CPU Tile IR: the same schedule and the same
+    /// Tile IR passes as the device.
+    pub fn tile_interpreter(plan: &Plan, mode: CheckMode) -> Result<Reference, LaunchError> {
         let start = Instant::now();
         let kernel = interp::Kernel::new(&plan.reference).map_err(LaunchError::interp)?;
         let total = plan.grid.iter().product::<u64>();
-        let (mode, reason) = match mode {
-            CheckMode::Auto => {
-                let cost = interp_cost(plan);
-                if cost <= FULL_CHECK_LIMIT || total <= 16 {
-                    (CheckMode::Full, None)
-                } else if kernel.scatters() {
-                    (CheckMode::Full, Some("the kernel scatters, so every program is interpreted".to_string()))
-                } else {
-                    (
-                        CheckMode::Sampled,
-                        Some(format!(
-                            "the problem is large (about {:.1e} interpreter operations; --check full interprets it all)",
-                            cost as f64
-                        )),
-                    )
-                }
-            }
-            CheckMode::Sampled if kernel.scatters() => {
-                (CheckMode::Full, Some("the kernel scatters: sampled checking cannot track its writes".to_string()))
-            }
-            m => (m, None),
-        };
+        let (mode, reason) = choose_mode(plan, mode, kernel.scatters());
         let mut args = plan.inputs.clone();
+        let source = ReferenceSource::TileInterpreter;
         match mode {
             CheckMode::None => Ok(Reference {
                 kind: CheckKind::Skipped("--check none".into()),
                 reason,
+                source,
                 args: None,
                 masks: Vec::new(),
                 elapsed: Duration::ZERO,
                 dot_flops: None,
+                lowering: None,
             }),
-            CheckMode::Full | CheckMode::Auto => {
-                let stats = kernel.run(&mut args, &interp::Options::default()).map_err(LaunchError::interp)?;
-                Ok(Reference {
-                    kind: CheckKind::Full,
-                    reason,
-                    args: Some(args),
-                    masks: vec![None; plan.abi.params.len()],
-                    elapsed: start.elapsed(),
-                    dot_flops: Some(stats.dot_flops),
-                })
-            }
             CheckMode::Sampled => {
                 let programs = sample_programs(plan, interp_cost(plan), plan.seed);
                 let (stats, masks) = kernel
@@ -1389,10 +1563,25 @@ impl Reference {
                 Ok(Reference {
                     kind: CheckKind::Sampled { programs: stats.programs, total },
                     reason,
+                    source,
                     args: Some(args),
                     masks: masks.into_iter().map(|m| m.or(Some(Vec::new()))).collect(),
                     elapsed: start.elapsed(),
                     dot_flops: None,
+                    lowering: None,
+                })
+            }
+            _ => {
+                let stats = kernel.run(&mut args, &interp::Options::default()).map_err(LaunchError::interp)?;
+                Ok(Reference {
+                    kind: CheckKind::Full,
+                    reason,
+                    source,
+                    args: Some(args),
+                    masks: vec![None; plan.abi.params.len()],
+                    elapsed: start.elapsed(),
+                    dot_flops: Some(stats.dot_flops),
+                    lowering: None,
                 })
             }
         }
@@ -1400,12 +1589,15 @@ impl Reference {
 
     /// Compares a device's arguments after its run with the reference.
     pub fn compare(&self, plan: &Plan, actual: &[Arg]) -> CheckReport {
+        let lowering = self.lowering.as_ref().map(|l| Box::new(l.compare(plan, actual)));
         let Some(expected) = &self.args else {
             return CheckReport {
                 kind: self.kind.clone(),
                 reason: self.reason.clone(),
                 outputs: Vec::new(),
                 elapsed: self.elapsed,
+                source: self.source,
+                lowering,
             };
         };
         // Outputs that sum: the tolerance widens with the longest tensor dim (an upper
@@ -1428,10 +1620,14 @@ impl Reference {
             } else {
                 Vec::new()
             };
-            let tol = Tolerance::for_dtype(e.dtype).with_reduction(longest);
+            let tol = Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allow_nonfinite);
             let comparison = compare_with(&ev, &av, &tol);
             let first_mismatch =
                 comparison.first_mismatch.map(|m| (unravel(chosen[m.index], &e.dims), m.expected, m.actual));
+            let first_expected_nonfinite =
+                comparison.first_expected_nonfinite.map(|j| (unravel(chosen[j], &e.dims), ev[j]));
+            let first_actual_nonfinite =
+                comparison.first_actual_nonfinite.map(|j| (unravel(chosen[j], &e.dims), av[j]));
             outputs.push(OutputCheck {
                 name: p.name().to_string(),
                 dtype: e.dtype,
@@ -1439,9 +1635,18 @@ impl Reference {
                 compared: chosen.len(),
                 comparison,
                 first_mismatch,
+                first_expected_nonfinite,
+                first_actual_nonfinite,
             });
         }
-        CheckReport { kind: self.kind.clone(), reason: self.reason.clone(), outputs, elapsed: self.elapsed }
+        CheckReport {
+            kind: self.kind.clone(),
+            reason: self.reason.clone(),
+            outputs,
+            elapsed: self.elapsed,
+            source: self.source,
+            lowering,
+        }
     }
 }
 
@@ -1787,7 +1992,7 @@ mod tests {
     use tessera_frontend::{Database, SourceFile};
 
     fn corpus(name: &str) -> String {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/valid");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/valid");
         std::fs::read_to_string(root.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 

@@ -7,6 +7,7 @@ pub mod interp;
 pub mod launch;
 pub mod npy;
 pub mod reference;
+pub mod semantics;
 pub mod tensor;
 
 #[cfg(feature = "llvm")]

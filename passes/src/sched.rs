@@ -28,6 +28,15 @@ impl Config {
         self.schedule.int(key).or_else(|| self.shapes.get(key).copied())
     }
 
+    /// The value of `sched.param {key}`: `BLOCK` defaults to [`Config::block`].
+    pub fn key(&self, key: &str) -> Option<i64> {
+        if key == "BLOCK" {
+            Some(self.block())
+        } else {
+            self.int(key)
+        }
+    }
+
     pub fn warps(&self) -> u32 {
         self.schedule.warps().clamp(1, 32) as u32
     }
@@ -150,7 +159,7 @@ pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Resul
             continue;
         }
         let key = op.str_attr("key").unwrap_or("").to_string();
-        let value = if key == "BLOCK" { Some(config.block()) } else { config.int(&key) };
+        let value = config.key(&key);
         let Some(value) = value else {
             return Err(LowerError {
                 message: format!("the configuration gives no value for `{key}`"),

@@ -3,7 +3,13 @@
 //!
 //! # Tolerance policy
 //!
-//! An element passes when both are NaN, both are the same infinity, or
+//! Non-finite values are never silently equal. Where the expected value is finite, a NaN
+//! or an infinity in the result is a mismatch. Where the expected value itself is NaN or
+//! infinite, the element is counted in [`Comparison::expected_nonfinite`] and the
+//! comparison does not pass, whatever the result holds: the verdict is "non-finite", not
+//! "correct". Only a tolerance that allows non-finite values (`@verify.numerics(
+//! allow_nonfinite=True)`, [`Tolerance::allowing_nonfinite`]) accepts a NaN where NaN is
+//! expected, or the same infinity. Every other element passes when
 //!
 //! ```text
 //! |actual - expected| <= rtol * |expected| + atol * scale
@@ -49,21 +55,23 @@ pub struct Tolerance {
     pub atol: f64,
     /// What `atol` is relative to; `None`: the RMS of the expected values.
     pub scale: Option<f64>,
+    /// Whether a non-finite expected value matched by the same non-finite result passes.
+    pub allow_nonfinite: bool,
 }
 
 impl Tolerance {
-    pub const EXACT: Tolerance = Tolerance { rtol: 0.0, atol: 0.0, scale: None };
+    pub const EXACT: Tolerance = Tolerance { rtol: 0.0, atol: 0.0, scale: None, allow_nonfinite: false };
 
     /// The policy of the module doc for outputs of `dtype`.
     pub fn for_dtype(dtype: DType) -> Tolerance {
         let p = |e: i32| 2f64.powi(e);
         match dtype {
-            DType::F64 => Tolerance { rtol: 1e-9, atol: 1e-9, scale: None },
-            DType::F32 => Tolerance { rtol: 1e-4, atol: 1e-5, scale: None },
-            DType::TF32 | DType::F16 => Tolerance { rtol: p(-9), atol: p(-10), scale: None },
-            DType::BF16 => Tolerance { rtol: p(-7), atol: p(-8), scale: None },
-            DType::Fp8E4m3 => Tolerance { rtol: p(-3), atol: p(-4), scale: None },
-            DType::Fp8E5m2 => Tolerance { rtol: p(-2), atol: p(-3), scale: None },
+            DType::F64 => Tolerance { rtol: 1e-9, atol: 1e-9, scale: None, allow_nonfinite: false },
+            DType::F32 => Tolerance { rtol: 1e-4, atol: 1e-5, scale: None, allow_nonfinite: false },
+            DType::TF32 | DType::F16 => Tolerance { rtol: p(-9), atol: p(-10), scale: None, allow_nonfinite: false },
+            DType::BF16 => Tolerance { rtol: p(-7), atol: p(-8), scale: None, allow_nonfinite: false },
+            DType::Fp8E4m3 => Tolerance { rtol: p(-3), atol: p(-4), scale: None, allow_nonfinite: false },
+            DType::Fp8E5m2 => Tolerance { rtol: p(-2), atol: p(-3), scale: None, allow_nonfinite: false },
             DType::Int8 | DType::Int4 | DType::I32 | DType::I64 | DType::Bool => Tolerance::EXACT,
         }
     }
@@ -74,6 +82,11 @@ impl Tolerance {
             return self;
         }
         Tolerance { atol: self.atol + (k.max(1) as f64).sqrt() * 2f64.powi(-20), ..self }
+    }
+
+    /// Accepting NaN where NaN is expected and the same infinity where one is expected.
+    pub fn allowing_nonfinite(self, allow: bool) -> Tolerance {
+        Tolerance { allow_nonfinite: allow, ..self }
     }
 
     /// `atol` relative to `scale` instead of the expected values' RMS.
@@ -98,6 +111,12 @@ pub struct Comparison {
     pub max_rel: f64,
     pub mismatches: usize,
     pub first_mismatch: Option<Mismatch>,
+    /// NaN or infinite expected values, and the first of them.
+    pub expected_nonfinite: usize,
+    pub first_expected_nonfinite: Option<usize>,
+    /// NaN or infinite results, and the first of them.
+    pub actual_nonfinite: usize,
+    pub first_actual_nonfinite: Option<usize>,
     /// The RMS of the expected values that `atol` is relative to.
     pub scale: f64,
     pub tolerance: Tolerance,
@@ -118,6 +137,12 @@ impl fmt::Display for Comparison {
         )?;
         if let Some(m) = self.first_mismatch {
             write!(f, "; first at [{}]: expected {}, got {}", m.index, m.expected, m.actual)?;
+        }
+        if self.expected_nonfinite > 0 {
+            write!(f, "; {} expected values are NaN or infinite", self.expected_nonfinite)?;
+        }
+        if self.actual_nonfinite > 0 {
+            write!(f, "; {} results are NaN or infinite", self.actual_nonfinite)?;
         }
         Ok(())
     }
@@ -191,6 +216,10 @@ pub fn compare_with(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Compar
         max_rel: 0.0,
         mismatches: 0,
         first_mismatch: None,
+        expected_nonfinite: 0,
+        first_expected_nonfinite: None,
+        actual_nonfinite: 0,
+        first_actual_nonfinite: None,
         scale,
         tolerance: *tol,
         passed: false,
@@ -201,10 +230,20 @@ pub fn compare_with(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Compar
         return c;
     }
     for (i, (&e, &a)) in expected.iter().zip(actual).enumerate() {
-        let ok = if e.is_nan() || a.is_nan() {
-            e.is_nan() && a.is_nan()
-        } else if e.is_infinite() || a.is_infinite() {
-            e == a
+        if !e.is_finite() {
+            c.expected_nonfinite += 1;
+            c.first_expected_nonfinite.get_or_insert(i);
+        }
+        if !a.is_finite() {
+            c.actual_nonfinite += 1;
+            c.first_actual_nonfinite.get_or_insert(i);
+        }
+        let ok = if !e.is_finite() {
+            // Counted above; it fails the comparison unless non-finite values are allowed,
+            // and then only the same kind of value matches.
+            !tol.allow_nonfinite || (e.is_nan() && a.is_nan()) || e == a
+        } else if !a.is_finite() {
+            false
         } else {
             let d = (a - e).abs();
             c.max_abs = c.max_abs.max(d);
@@ -218,7 +257,7 @@ pub fn compare_with(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Compar
             c.first_mismatch.get_or_insert(Mismatch { index: i, expected: e, actual: a });
         }
     }
-    c.passed = c.mismatches == 0;
+    c.passed = c.mismatches == 0 && (c.expected_nonfinite == 0 || tol.allow_nonfinite);
     c
 }
 
@@ -268,8 +307,18 @@ mod tests {
         // Integers are exact.
         assert!(!compare(&[1.0, 2.0], &[1.0, 3.0], DType::I32).passed);
         assert!(compare(&[1.0, 2.0], &[1.0, 2.0], DType::I32).passed);
-        // NaN only matches NaN, infinities only themselves, lengths must agree.
-        assert!(compare(&[f64::NAN, f64::INFINITY], &[f64::NAN, f64::INFINITY], DType::F32).passed);
+        // A NaN is never silently equal to a NaN: a non-finite expected value fails the
+        // comparison (the verdict "non-finite") unless non-finite values are allowed, and
+        // then NaN only matches NaN and infinities only themselves.
+        let c = compare(&[f64::NAN, f64::INFINITY, 1.0], &[f64::NAN, f64::INFINITY, 1.0], DType::F32);
+        assert!(!c.passed && c.mismatches == 0 && c.expected_nonfinite == 2 && c.actual_nonfinite == 2, "{c}");
+        let allow = Tolerance::for_dtype(DType::F32).allowing_nonfinite(true);
+        assert!(compare_with(&[f64::NAN, f64::INFINITY], &[f64::NAN, f64::INFINITY], &allow).passed);
+        assert!(!compare_with(&[f64::NAN], &[0.0], &allow).passed);
+        assert!(!compare_with(&[f64::INFINITY], &[f64::NEG_INFINITY], &allow).passed);
+        // A finite expected value and a non-finite result is a mismatch.
+        let c = compare(&[1.0, 2.0], &[f64::NAN, 2.0], DType::F32);
+        assert!(!c.passed && c.mismatches == 1 && c.first_actual_nonfinite == Some(0), "{c}");
         assert!(!compare(&[f64::NAN], &[0.0], DType::F32).passed);
         assert!(!compare(&[f64::INFINITY], &[f64::MAX], DType::F32).passed);
         assert!(!compare(&[1.0], &[1.0, 2.0], DType::F32).passed);

@@ -687,7 +687,7 @@ struct Machine<'f> {
     seed: i64,
 }
 
-fn bin_op(kind: OpKind) -> Option<BinOp> {
+pub(crate) fn bin_op(kind: OpKind) -> Option<BinOp> {
     Some(match kind {
         OpKind::Add => BinOp::Add,
         OpKind::Sub => BinOp::Sub,

@@ -24,8 +24,8 @@ pub mod compare;
 mod exec;
 pub mod graph;
 pub mod inputs;
-mod memory;
-mod numerics;
+pub(crate) mod memory;
+pub(crate) mod numerics;
 mod program;
 
 use std::fmt;
