@@ -1986,18 +1986,18 @@ impl FlopCounter<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tessera_frontend::db::item_index;
     use tessera_frontend::{Database, SourceFile};
 
-    fn corpus(name: &str) -> String {
+    pub(crate) fn corpus(name: &str) -> String {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/valid");
         std::fs::read_to_string(root.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 
     /// Plans `kernel` of `text` at `dims` for `target` with its first configuration.
-    fn plan_of(text: &str, kernel: &str, dims: &[(&str, i64)], target: Target, args: &[(&str, &str)]) -> Plan {
+    pub(crate) fn plan_of(text: &str, kernel: &str, dims: &[(&str, i64)], target: Target, args: &[(&str, &str)]) -> Plan {
         let db = Database::default();
         let file = SourceFile::new(&db, "t.tsr".into(), text.to_string(), None);
         let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;

@@ -15,6 +15,8 @@
 //! large problems), `scf.for`/`scf.if`/`scf.while` are executed as written, shared
 //! buffers are plain arrays (`tile.cp_async` copies at once, barriers do nothing).
 
+#[cfg(test)]
+mod tests;
 mod value;
 
 use std::collections::BTreeMap;
