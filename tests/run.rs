@@ -1,7 +1,8 @@
-//! End-to-end tests of `tessera run` (TOOLS.md §3) through the real binary: every kernel
-//! of the contract corpus and the examples at two shapes (one not a multiple of the tile
-//! sizes) on the interpreter and on the CPU backend, the JSON contract, `--save` files
-//! against NumPy, and the exit status and message of every kind of bad input.
+//! End-to-end tests of `tessera run` (`docs/run.md`) through the real binary: every
+//! kernel of the test corpus (`tests/corpus`) and the examples at two shapes (one not a
+//! multiple of the tile sizes) on the interpreter and on the CPU backend, the JSON
+//! contract, `--save` files against NumPy, and the exit status and message of every kind
+//! of bad input.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -21,7 +22,7 @@ fn root() -> PathBuf {
 }
 
 fn corpus() -> PathBuf {
-    root().join("../shared/corpus/valid")
+    root().join("tests/corpus/valid")
 }
 
 fn run_in(args: &[&str], dir: &Path) -> Output {

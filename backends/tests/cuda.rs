@@ -22,11 +22,7 @@ const SEED: u64 = 20240611;
 
 fn sources() -> Vec<(String, PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let mut dirs = vec![root.join("examples")];
-    let corpus = root.join("../shared/corpus/valid");
-    if corpus.is_dir() {
-        dirs.push(corpus);
-    }
+    let dirs = [root.join("examples"), root.join("tests/corpus/valid")];
     let mut out = Vec::new();
     for dir in dirs {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)

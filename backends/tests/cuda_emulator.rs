@@ -1188,11 +1188,7 @@ def shared_roundtrip(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32]):
 fn sources() -> Vec<(String, PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let mut out = Vec::new();
-    let mut dirs = vec![root.join("examples")];
-    let corpus = root.join("../shared/corpus/valid");
-    if corpus.is_dir() {
-        dirs.push(corpus);
-    }
+    let dirs = [root.join("examples"), root.join("tests/corpus/valid")];
     out.push(("ops.tsr".to_string(), PathBuf::from("ops.tsr"), OPS.to_string()));
     for dir in dirs {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)

@@ -33,7 +33,7 @@ struct Source {
 fn sources() -> Vec<Source> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let mut out = Vec::new();
-    for dir in [root.join("../shared/corpus/valid"), root.join("examples")] {
+    for dir in [root.join("tests/corpus/valid"), root.join("examples")] {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .map(|e| e.unwrap().path())

@@ -443,7 +443,7 @@ fn overwriting_a_slot_being_read_is_reported() {
 // ----- real kernels with one synchronization step removed ---------------------------------
 
 fn gemm_tile_ir(target: Target) -> Func {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/valid/gemm.tsr");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/valid/gemm.tsr");
     let text = std::fs::read_to_string(&path).unwrap();
     let db = Database::default();
     let file = SourceFile::new(&db, path, text, None);

@@ -843,13 +843,7 @@ mod tests {
     #[test]
     fn corpus_is_idempotent_and_ast_preserving() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let shared = root.join("../../shared/corpus");
-        let mut dirs = vec![root.join("../examples"), root.join("stdlib")];
-        assert!(
-            shared.join("valid").is_dir(),
-            "../shared/corpus is missing: the contract corpus lives beside the checkout"
-        );
-        dirs.push(shared.join("valid"));
+        let dirs = [root.join("../examples"), root.join("stdlib"), root.join("../tests/corpus/valid")];
         let mut count = 0;
         for dir in &dirs {
             for path in tsr_files(dir) {
@@ -879,7 +873,7 @@ mod tests {
     #[test]
     fn invalid_corpus_never_unsafe() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let dir = root.join("../../shared/corpus/invalid");
+        let dir = root.join("../tests/corpus/invalid");
         for path in tsr_files(&dir) {
             let src = std::fs::read_to_string(&path).unwrap();
             match format_source(&src) {

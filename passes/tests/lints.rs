@@ -17,9 +17,10 @@ fn lint(text: &str, target: Target) -> Vec<String> {
         .collect()
 }
 
-fn shared(name: &str) -> Option<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus").join(name);
-    std::fs::read_to_string(path).ok()
+/// A file of the repository's test corpus (`tests/corpus`).
+fn corpus(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Applies the fix of the first diagnostic with `code` and returns the new text.
@@ -46,7 +47,7 @@ const HEADER: &str = "from tessera import *\n\n";
 
 #[test]
 fn a_read_right_after_async_copies_is_one_race_and_the_fix_removes_it() {
-    let Some(text) = shared("invalid/e0501_race.tsr") else { return };
+    let text = corpus("invalid/e0501_race.tsr");
     let lints = lint(&text, Target::Sm90);
     assert_eq!(lints.iter().filter(|l| l.starts_with("E0501")).count(), 1, "{lints:#?}");
     assert!(lints.iter().any(|l| l.starts_with("E0501@14:") && l.contains("`a_s` and `b_s`")), "{lints:#?}");
@@ -80,7 +81,7 @@ def copy(A: Tensor[\"M\", \"K\", f32], C: Tensor[\"M\", \"K\", f32]):
 
 #[test]
 fn shared_memory_over_the_budget_points_at_the_largest_buffer() {
-    let Some(text) = shared("invalid/e0500_smem.tsr") else { return };
+    let text = corpus("invalid/e0500_smem.tsr");
     let lints = lint(&text, Target::Sm90);
     assert!(
         lints.iter().any(|l| l.starts_with("E0500@7:") && l.contains("256 KiB") && l.contains("227 KiB")),
@@ -98,7 +99,7 @@ fn shared_memory_over_the_budget_points_at_the_largest_buffer() {
 
 #[test]
 fn a_huge_accumulator_is_register_pressure_at_the_kernel_name() {
-    let Some(text) = shared("invalid/w0600_registers.tsr") else { return };
+    let text = corpus("invalid/w0600_registers.tsr");
     let lints = lint(&text, Target::Sm90);
     let w: Vec<&String> = lints.iter().filter(|l| l.starts_with("W0600")).collect();
     assert_eq!(w.len(), 1, "{lints:#?}");
@@ -109,7 +110,7 @@ fn a_huge_accumulator_is_register_pressure_at_the_kernel_name() {
 
 #[test]
 fn ldmatrix_on_unswizzled_half_rows_is_8_way_and_the_fix_swizzles() {
-    let Some(text) = shared("invalid/w0601_bank.tsr") else { return };
+    let text = corpus("invalid/w0601_bank.tsr");
     let lints = lint(&text, Target::Sm90);
     assert!(
         lints.iter().any(|l| l.starts_with("W0601@9:") && l.contains("8-way") && l.contains("`a_s`")),
@@ -125,7 +126,7 @@ fn ldmatrix_on_unswizzled_half_rows_is_8_way_and_the_fix_swizzles() {
 
 #[test]
 fn an_autotune_space_with_no_fitting_configuration_is_e0703() {
-    let Some(text) = shared("invalid/e0703_space.tsr") else { return };
+    let text = corpus("invalid/e0703_space.tsr");
     let lints = lint(&text, Target::Sm90);
     assert!(lints.iter().any(|l| l.starts_with("E0703@3:") && l.contains("all 1")), "{lints:#?}");
     // Adding a small candidate: it survives and the big one is pruned with a note.
@@ -188,8 +189,8 @@ def row_sums(X: Tensor[\"M\", \"N\", f32], Y: Tensor[\"M\", f32]):
 #[test]
 fn valid_examples_have_no_target_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for dir in [root.join("examples"), root.join("../shared/corpus/valid")] {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+    for dir in [root.join("examples"), root.join("tests/corpus/valid")] {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         for f in entries.map(|e| e.unwrap().path()) {
             let text = std::fs::read_to_string(&f).unwrap();
             for t in [Target::Sm90, Target::Sm80, Target::Cpu] {

@@ -1,4 +1,4 @@
-//! Every function of the examples and of the contract corpus lowers through the
+//! Every function of the examples and of the test corpus (`tests/corpus`) lowers through the
 //! pipeline; each stage's output is pinned by snapshots and printing is deterministic.
 
 use std::collections::BTreeMap;
@@ -32,13 +32,7 @@ fn sources(dir: &Path, shown_prefix: &str) -> Vec<(String, String)> {
 }
 
 fn corpus_sources() -> Vec<(String, String)> {
-    let dir = repo().join("../shared/corpus/valid");
-    if !dir.is_dir() {
-        assert!(std::env::var_os("CI").is_none(), "the shared corpus is missing at {}", dir.display());
-        eprintln!("skipping the corpus: {} is absent", dir.display());
-        return Vec::new();
-    }
-    sources(&dir, "corpus/valid")
+    sources(&repo().join("tests/corpus/valid"), "corpus/valid")
 }
 
 /// Lowers every function of a file to every stage on `target`; returns the printed

@@ -20,7 +20,7 @@ fn estimates_are_within_a_quarter_of_ptxas() {
         eprintln!("skipping: ptxas not found");
         return;
     };
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/valid");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/valid");
     let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let mut rows = Vec::new();

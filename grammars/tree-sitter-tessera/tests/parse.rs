@@ -1,4 +1,4 @@
-//! Parses the shared example corpus, compiles the queries, checks the node contract of
+//! Parses the repository's test corpus (`tests/corpus`), compiles the queries, checks the node contract of
 //! NODES.md, and feeds mutated programs to the parser (this mostly exercises the
 //! external scanner in src/scanner.c: layout, brackets, serialization).
 
@@ -17,14 +17,11 @@ fn parser() -> Parser {
     parser
 }
 
-fn corpus_dir(kind: &str) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(kind);
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} is absent", dir.display());
-        None
-    }
+/// `tests/corpus/{valid,invalid}` of the repository.
+fn corpus_dir(kind: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus").join(kind);
+    assert!(dir.is_dir(), "the test corpus is missing at {}", dir.display());
+    dir
 }
 
 fn tsr_files(dir: &Path) -> Vec<PathBuf> {
@@ -81,9 +78,7 @@ fn check_tree(tree: &Tree, len: usize) {
 
 #[test]
 fn valid_corpus_parses_without_errors() {
-    let Some(dir) = corpus_dir("valid") else {
-        return;
-    };
+    let dir = corpus_dir("valid");
     let mut parser = parser();
     let files = tsr_files(&dir);
     assert!(!files.is_empty(), "no .tsr files in {}", dir.display());
@@ -105,9 +100,7 @@ fn valid_corpus_parses_without_errors() {
 
 #[test]
 fn invalid_corpus_parses_without_panicking() {
-    let Some(dir) = corpus_dir("invalid") else {
-        return;
-    };
+    let dir = corpus_dir("invalid");
     let mut parser = parser();
     for path in tsr_files(&dir) {
         let text = std::fs::read(&path).unwrap();
@@ -464,10 +457,8 @@ fn point_at(text: &[u8], byte: usize) -> Point {
 fn mutated_programs_never_crash_the_parser() {
     let mut seeds: Vec<Vec<u8>> = SEEDS.iter().map(|s| s.as_bytes().to_vec()).collect();
     for kind in ["valid", "invalid"] {
-        if let Some(dir) = corpus_dir(kind) {
-            for path in tsr_files(&dir) {
-                seeds.push(std::fs::read(path).unwrap());
-            }
+        for path in tsr_files(&corpus_dir(kind)) {
+            seeds.push(std::fs::read(path).unwrap());
         }
     }
     // TESSERA_FUZZ_ITERATIONS / TESSERA_FUZZ_SEED run a longer or different campaign.
