@@ -1,15 +1,122 @@
 //! `cargo xtask test`: every test suite of the repository, in the order a failure is
-//! cheapest to see. A suite whose tool is missing fails (CI must not go green by
-//! skipping); only the tree-sitter CLI is optional outside CI.
+//! cheapest to see, after installing what the suites need where it is missing.
+//! `cargo xtask install`: only the installation.
+//!
+//! Each tool or library a suite needs is looked for the way the suite itself finds it and,
+//! when missing, installed by package name: `apt-get` (as root), `pip`, `cargo install`.
+//! One line per need says what was found, installed, or what to run by hand. A suite
+//! whose need is still missing fails (CI must not go green by skipping); only the
+//! tree-sitter CLI is optional outside CI.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Output, Stdio};
 use std::time::Instant;
+
+/// How a missing need is installed.
+#[derive(Clone, Copy)]
+enum Source {
+    /// A Debian package, with `apt-get install` as root.
+    Apt(&'static str),
+    /// A Python package, with `python3 -m pip install`.
+    Pip(&'static str),
+    /// A crate's binaries, with `cargo install --locked CRATE --version V`.
+    Cargo(&'static str, &'static str),
+}
+
+impl Source {
+    fn package(self) -> &'static str {
+        match self {
+            Source::Apt(p) | Source::Pip(p) | Source::Cargo(p, _) => p,
+        }
+    }
+
+    /// The command that installs it, as a user would type it.
+    fn command(self) -> String {
+        match self {
+            Source::Apt(p) => format!("apt-get install {p}"),
+            Source::Pip(p) => format!("python3 -m pip install {p}"),
+            Source::Cargo(c, v) => format!("cargo install --locked {c} --version {v}"),
+        }
+    }
+}
+
+/// How to tell that a need is there.
+#[derive(Clone, Copy)]
+enum Probe {
+    /// The Debian package of its `Source` is installed.
+    Dpkg,
+    /// A command on PATH, or the one the variable names (as the suites read it).
+    Tool(&'static str, Option<&'static str>),
+    /// A module `python3` imports.
+    Module(&'static str),
+    /// `python3 -m pip` runs.
+    Pip,
+    /// `ptxas`, as the PTX tests look for it.
+    Ptxas,
+}
+
+/// Something a suite needs: how to tell it is there, and the package that provides it.
+struct Need {
+    id: &'static str,
+    probe: Probe,
+    source: Source,
+}
+
+impl Need {
+    /// Where it was found, or `None` when it is missing.
+    fn find(&self) -> Option<String> {
+        match self.probe {
+            Probe::Dpkg => dpkg(self.source.package()),
+            Probe::Tool(name, var) => {
+                tool(&var.and_then(|v| std::env::var(v).ok()).filter(|v| !v.is_empty()).unwrap_or(name.to_string()))
+            }
+            Probe::Module(name) => module(name),
+            Probe::Pip => pip(),
+            Probe::Ptxas => ptxas(),
+        }
+    }
+}
+
+const fn apt(package: &'static str) -> Need {
+    Need { id: package, probe: Probe::Dpkg, source: Source::Apt(package) }
+}
+
+const NEEDS: &[Need] = &[
+    // LLVM 14 for the CPU backend (inkwell links it).
+    apt("llvm-14-dev"),
+    apt("libclang-common-14-dev"),
+    apt("zlib1g-dev"),
+    apt("libzstd-dev"),
+    // passes/tests/llvm.rs verifies with `TESSERA_OPT`, else `opt-14` (package llvm-14, a
+    // dependency of llvm-14-dev).
+    Need { id: "opt-14", probe: Probe::Tool("opt-14", Some("TESSERA_OPT")), source: Source::Apt("llvm-14") },
+    // The editor and explorer end-to-end suites.
+    Need { id: "neovim", probe: Probe::Tool("nvim", Some("NVIM")), source: Source::Apt("neovim") },
+    Need { id: "tmux", probe: Probe::Tool("tmux", None), source: Source::Apt("tmux") },
+    // NodeSource's nodejs bundles npm and conflicts with Debian's npm package: each is
+    // installed only where its command is missing.
+    Need { id: "node", probe: Probe::Tool("node", None), source: Source::Apt("nodejs") },
+    Need { id: "npm", probe: Probe::Tool("npm", None), source: Source::Apt("npm") },
+    Need { id: "pip", probe: Probe::Pip, source: Source::Apt("python3-pip") },
+    // Python modules, imported by python3 as the tests run it.
+    Need { id: "numpy", probe: Probe::Module("numpy"), source: Source::Pip("numpy") },
+    Need { id: "pytest", probe: Probe::Module("pytest"), source: Source::Pip("pytest") },
+    Need { id: "pytest-lsp", probe: Probe::Module("pytest_lsp"), source: Source::Pip("pytest-lsp") },
+    Need { id: "ptxas", probe: Probe::Ptxas, source: Source::Pip("nvidia-cuda-nvcc-cu12") },
+    // Its npm package downloads the binary from GitHub; crates.io builds it (~3 minutes).
+    Need {
+        id: "tree-sitter",
+        probe: Probe::Tool("tree-sitter", None),
+        source: Source::Cargo("tree-sitter-cli", "0.27.1"),
+    },
+];
+
+const LLVM: &[&str] = &["llvm-14-dev", "libclang-common-14-dev", "zlib1g-dev", "libzstd-dev"];
 
 struct Suite {
     name: &'static str,
-    /// The tool that must be on PATH, with the package that provides it.
-    needs: Option<(&'static str, &'static str)>,
+    /// The ids of the `NEEDS` it cannot run without.
+    needs: &'static [&'static str],
     optional: bool,
     dir: &'static str,
     program: &'static str,
@@ -19,7 +126,7 @@ struct Suite {
 const SUITES: &[Suite] = &[
     Suite {
         name: "rustfmt",
-        needs: None,
+        needs: &[],
         optional: false,
         dir: ".",
         program: "cargo",
@@ -27,7 +134,7 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "clippy",
-        needs: None,
+        needs: LLVM,
         optional: false,
         dir: ".",
         program: "cargo",
@@ -36,7 +143,7 @@ const SUITES: &[Suite] = &[
     // The binaries first: the pytest, Neovim and tmux suites drive them.
     Suite {
         name: "build binaries",
-        needs: None,
+        needs: LLVM,
         optional: false,
         dir: ".",
         program: "cargo",
@@ -44,7 +151,7 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "cargo test",
-        needs: None,
+        needs: &["llvm-14-dev", "libclang-common-14-dev", "zlib1g-dev", "libzstd-dev", "opt-14", "numpy", "ptxas"],
         optional: false,
         dir: ".",
         program: "cargo",
@@ -52,7 +159,7 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "tree-sitter test",
-        needs: Some(("tree-sitter", "cargo install --locked tree-sitter-cli")),
+        needs: &["tree-sitter"],
         optional: true,
         dir: "grammars/tree-sitter-tessera",
         program: "tree-sitter",
@@ -60,7 +167,7 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "VS Code extension (npm test, vsce package)",
-        needs: Some(("npm", "apt-get install nodejs npm")),
+        needs: &["node", "npm"],
         optional: false,
         dir: "editors",
         program: "bash",
@@ -68,7 +175,7 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "Neovim plugin",
-        needs: Some(("nvim", "apt-get install neovim")),
+        needs: &["neovim", "node"],
         optional: false,
         dir: "editors",
         program: "bash",
@@ -76,44 +183,224 @@ const SUITES: &[Suite] = &[
     },
 ];
 
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
+/// End-to-end suites driven by a script against the built binaries; each exists once its
+/// directory does.
+struct ScriptSuite {
+    name: &'static str,
+    needs: &'static [&'static str],
+    marker: &'static str,
+    argv: &'static [&'static str],
 }
+
+const SCRIPT_SUITES: &[ScriptSuite] = &[
+    ScriptSuite {
+        name: "language server through pytest-lsp",
+        needs: &["pytest", "pytest-lsp"],
+        marker: "tests/lsp_pytest",
+        argv: &["python3", "-m", "pytest", "-q", "tests/lsp_pytest"],
+    },
+    ScriptSuite {
+        name: "language server in headless Neovim",
+        needs: &["neovim"],
+        marker: "tests/nvim/run.sh",
+        argv: &["bash", "tests/nvim/run.sh"],
+    },
+    ScriptSuite {
+        name: "explorer in tmux",
+        needs: &["tmux"],
+        marker: "tests/tmux/run.sh",
+        argv: &["bash", "tests/tmux/run.sh"],
+    },
+];
+
+// ----- finding what is installed -----------------------------------------------------------
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A command as a shell finds it: a path, or a name looked up on PATH.
+fn tool(name: &str) -> Option<String> {
+    if name.contains('/') {
+        return is_executable(Path::new(name)).then(|| name.to_string());
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| is_executable(p)).map(|p| p.display().to_string())
+}
+
+fn output(program: &str, args: &[&str]) -> Option<Output> {
+    Command::new(program).args(args).stdin(Stdio::null()).output().ok()
+}
+
+/// An installed Debian package. Where there is no dpkg (not Debian), it cannot be
+/// checked or installed by name: the build says what is missing.
+fn dpkg(package: &str) -> Option<String> {
+    if tool("dpkg-query").is_none() {
+        return Some("not checked: no dpkg on this system".to_string());
+    }
+    let out = output("dpkg-query", &["-W", "-f=${Status} ${Version}", package])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let version = text.strip_prefix("install ok installed ")?;
+    Some(format!("package {package} {version}"))
+}
+
+fn pip() -> Option<String> {
+    let out = output("python3", &["-m", "pip", "--version"]).filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&out.stdout).split(" from ").next().unwrap_or_default().trim().to_string())
+}
+
+/// A Python module that `python3` imports, with the file it was imported from.
+fn module(name: &str) -> Option<String> {
+    let script = format!("import {name} as m; print(m.__file__)");
+    let out = output("python3", &["-c", &script]).filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `ptxas` in the order `tessera_passes::ptx::ptxas::locate` looks for it (and the
+/// tests with it): `TESSERA_PTXAS`, `PATH`, `CUDA_HOME`/`CUDA_PATH`/`/usr/local/cuda`,
+/// then the `nvidia-cuda-nvcc-cu12` wheel of `python3` or `python`.
+fn ptxas() -> Option<String> {
+    if let Some(p) = std::env::var_os("TESSERA_PTXAS") {
+        return is_executable(Path::new(&p)).then(|| PathBuf::from(p).display().to_string());
+    }
+    if let Some(p) = tool("ptxas") {
+        return Some(p);
+    }
+    let homes = ["CUDA_HOME", "CUDA_PATH"].into_iter().filter_map(std::env::var_os).map(PathBuf::from);
+    for home in homes.chain([PathBuf::from("/usr/local/cuda")]) {
+        let p = home.join("bin/ptxas");
+        if is_executable(&p) {
+            return Some(p.display().to_string());
+        }
+    }
+    for python in ["python3", "python"] {
+        let script = "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])";
+        let Some(out) = output(python, &["-c", script]).filter(|o| o.status.success()) else { continue };
+        let p = Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("bin/ptxas");
+        if is_executable(&p) {
+            return Some(p.display().to_string());
+        }
+    }
+    None
+}
+
+// ----- installing what is missing -------------------------------------------------------------
+
+fn is_root() -> bool {
+    output("id", &["-u"]).is_some_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Runs an installer quietly; on failure, what it printed.
+fn install_run(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout))
+}
+
+/// Says that an installer failed, with the end of what it printed.
+fn say_failed(program: &str, args: &[&str], output: &str) {
+    println!("failed: {program} {}", args.join(" "));
+    let tail: Vec<&str> = output.lines().rev().take(15).collect();
+    for line in tail.into_iter().rev() {
+        println!("    {line}");
+    }
+}
+
+/// `install_run`, saying so when it fails.
+fn install_or_say(program: &str, args: &[&str]) -> bool {
+    let result = install_run(program, args);
+    if let Err(output) = &result {
+        say_failed(program, args, output);
+    }
+    result.is_ok()
+}
+
+/// Installs every missing need; prints one line per need (found, installed, or the
+/// command to run by hand). Returns the ids still missing.
+fn install() -> Vec<&'static str> {
+    let missing: Vec<&Need> = NEEDS
+        .iter()
+        .filter(|n| match n.find() {
+            Some(at) => {
+                println!("found: {} ({at})", n.id);
+                false
+            }
+            None => true,
+        })
+        .collect();
+    let apt: Vec<&str> =
+        missing.iter().filter(|n| matches!(n.source, Source::Apt(_))).map(|n| n.source.package()).collect();
+    let mut apt_done = false;
+    if !apt.is_empty() && tool("apt-get").is_some() && is_root() {
+        println!("installing with apt-get: {}", apt.join(" "));
+        let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+        args.extend(&apt);
+        apt_done = install_or_say("apt-get", &["update", "-qq"]) && install_or_say("apt-get", &args);
+    }
+    // pip after apt: python3-pip may just have been installed.
+    let pip_pkgs: Vec<&str> =
+        missing.iter().filter(|n| matches!(n.source, Source::Pip(_))).map(|n| n.source.package()).collect();
+    let mut pip_flags = String::new();
+    if !pip_pkgs.is_empty() && pip().is_some() {
+        println!("installing with pip: {}", pip_pkgs.join(" "));
+        let mut args = vec!["-m", "pip", "install", "--quiet", "--disable-pip-version-check"];
+        args.extend(&pip_pkgs);
+        match install_run("python3", &args) {
+            Ok(()) => {}
+            // Debian's own Python refuses installs outside a virtual environment (PEP 668).
+            Err(output) if output.contains("externally-managed-environment") => {
+                args.push("--break-system-packages");
+                if install_or_say("python3", &args) {
+                    pip_flags = " --break-system-packages".to_string();
+                }
+            }
+            Err(output) => say_failed("python3", &args, &output),
+        }
+    }
+    for need in missing.iter().filter(|n| matches!(n.source, Source::Cargo(..))) {
+        if let Source::Cargo(krate, version) = need.source {
+            println!("installing with cargo: {krate} {version} (a few minutes)");
+            install_or_say("cargo", &["install", "--locked", "--quiet", krate, "--version", version]);
+        }
+    }
+    let mut still = Vec::new();
+    for need in missing {
+        let how = need.source.command();
+        if need.find().is_some() {
+            let how = if matches!(need.source, Source::Pip(_)) { how + &pip_flags } else { how };
+            println!("installed: {} ({how})", need.id);
+            continue;
+        }
+        still.push(need.id);
+        let advice = match need.source {
+            Source::Apt(p) if tool("apt-get").is_none() => {
+                format!("install the Debian package `{p}` or its equivalent")
+            }
+            Source::Apt(p) if !is_root() => format!("run `sudo apt-get update && sudo apt-get install -y {p}`"),
+            Source::Apt(p) if apt_done => format!("`apt-get install {p}` ran but {} is still not found", need.id),
+            Source::Pip(p) if pip().is_none() => format!("install pip, then run `python3 -m pip install {p}`"),
+            _ => format!("run `{how}`"),
+        };
+        println!("missing: {}: {advice}", need.id);
+    }
+    still
+}
+
+// ----- running the suites -------------------------------------------------------------------
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
-/// An end-to-end suite driven by a script against the built binaries.
-struct ScriptSuite {
-    name: String,
-    argv: Vec<String>,
-    /// The tool it needs and the package that provides it.
-    tool: (&'static str, &'static str),
-}
-
-/// Suites that exist once their directory does.
-fn script_suites(root: &Path) -> Vec<ScriptSuite> {
-    let mut out = Vec::new();
-    if root.join("tests/lsp_pytest").is_dir() {
-        out.push(ScriptSuite {
-            name: "language server through pytest-lsp".to_string(),
-            argv: vec!["python3".into(), "-m".into(), "pytest".into(), "-q".into(), "tests/lsp_pytest".into()],
-            tool: ("python3", "pip install pytest-lsp"),
-        });
-    }
-    for (dir, what, tool) in [
-        ("tests/nvim", "language server in headless Neovim", ("nvim", "apt-get install neovim")),
-        ("tests/tmux", "explorer in tmux", ("tmux", "apt-get install tmux")),
-    ] {
-        if root.join(dir).join("run.sh").is_file() {
-            out.push(ScriptSuite { name: what.to_string(), argv: vec!["bash".into(), format!("{dir}/run.sh")], tool });
-        }
-    }
-    out
-}
-
-fn run(name: &str, dir: &Path, program: &str, args: &[String]) -> bool {
+fn run(name: &str, dir: &Path, program: &str, args: &[&str]) -> bool {
     println!("\n==> {name}: {program} {}", args.join(" "));
     let start = Instant::now();
     let status = Command::new(program).args(args).current_dir(dir).status();
@@ -124,24 +411,26 @@ fn run(name: &str, dir: &Path, program: &str, args: &[String]) -> bool {
 
 fn test() -> ExitCode {
     let root = root();
+    let ci = std::env::var_os("CI").is_some();
+    println!("==> set-up: what the suites need");
+    let missing = install();
+    let lacks = |needs: &[&'static str]| needs.iter().copied().filter(|n| missing.contains(n)).collect::<Vec<_>>();
     let mut failed: Vec<String> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
     let mut passed = 0;
     for suite in SUITES {
-        if let Some((tool, package)) = suite.needs {
-            if !on_path(tool) {
-                // In CI every suite runs: `.ci/run` installs every tool.
-                if suite.optional && std::env::var_os("CI").is_none() {
-                    skipped.push(format!("{} (`{tool}` not installed: {package})", suite.name));
-                } else {
-                    println!("\n==> {}: `{tool}` is not installed ({package})", suite.name);
-                    failed.push(suite.name.to_string());
-                }
-                continue;
+        let lacking = lacks(suite.needs);
+        if !lacking.is_empty() {
+            let why = format!("{} missing (see the set-up lines above)", lacking.join(", "));
+            if suite.optional && !ci {
+                skipped.push(format!("{} ({why})", suite.name));
+            } else {
+                println!("\n==> {}: not run: {why}", suite.name);
+                failed.push(suite.name.to_string());
             }
+            continue;
         }
-        let args: Vec<String> = suite.args.iter().map(|s| s.to_string()).collect();
-        if run(suite.name, &root.join(suite.dir), suite.program, &args) {
+        if run(suite.name, &root.join(suite.dir), suite.program, suite.args) {
             passed += 1;
         } else {
             failed.push(suite.name.to_string());
@@ -154,22 +443,18 @@ fn test() -> ExitCode {
     // The end-to-end suites drive the built binaries: they are meaningful whenever the
     // build succeeded, whatever else failed.
     let built = !failed.iter().any(|f| f == "rustfmt" || f == "build binaries");
-    let mut not_run: Vec<String> = Vec::new();
-    if !built {
-        not_run.extend(script_suites(&root).into_iter().map(|s| s.name));
-    } else {
-        for suite in script_suites(&root) {
-            let (tool, package) = suite.tool;
-            if !on_path(tool) {
-                println!("\n==> {}: `{tool}` is not installed ({package})", suite.name);
-                failed.push(suite.name);
-                continue;
-            }
-            if run(&suite.name, &root, &suite.argv[0], &suite.argv[1..]) {
-                passed += 1;
-            } else {
-                failed.push(suite.name);
-            }
+    let mut not_run: Vec<&str> = Vec::new();
+    for suite in SCRIPT_SUITES.iter().filter(|s| root.join(s.marker).exists()) {
+        let lacking = lacks(suite.needs);
+        if !built {
+            not_run.push(suite.name);
+        } else if !lacking.is_empty() {
+            println!("\n==> {}: not run: {} missing (see the set-up lines above)", suite.name, lacking.join(", "));
+            failed.push(suite.name.to_string());
+        } else if run(suite.name, &root, suite.argv[0], &suite.argv[1..]) {
+            passed += 1;
+        } else {
+            failed.push(suite.name.to_string());
         }
     }
     println!();
@@ -189,10 +474,31 @@ fn test() -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // `cargo install` puts the tree-sitter CLI in cargo's bin directory, which a fresh
+    // shell may not have on PATH yet: the suites find it there too.
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|h| h.join("bin"));
+    if let Some(bin) = cargo_bin {
+        let mut paths: Vec<PathBuf> =
+            std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+        if !paths.contains(&bin) {
+            paths.push(bin);
+            std::env::set_var("PATH", std::env::join_paths(paths).expect("PATH entries without separators"));
+        }
+    }
     match std::env::args().nth(1).as_deref() {
         Some("test") => test(),
+        Some("install") => {
+            if install().is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         _ => {
-            eprintln!("usage: cargo xtask test");
+            eprintln!("usage: cargo xtask test | cargo xtask install");
             ExitCode::from(2)
         }
     }
