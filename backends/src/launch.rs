@@ -1504,8 +1504,12 @@ impl Reference {
                 })
             }
             CheckMode::Sampled => {
-                let cost = interp_cost(plan).max(1);
-                semantics::Programs::Sample { fraction: FULL_CHECK_LIMIT as f64 / cost as f64, seed: plan.seed }
+                // The budget of `sample_programs`: about SAMPLE_BUDGET operations, at most
+                // 4096 programs, besides the edges.
+                let total = plan.grid.iter().product::<u64>().max(1) as f64;
+                let cost = interp_cost(plan).max(1) as f64;
+                let fraction = (SAMPLE_BUDGET as f64 / cost).min(4096.0 / total);
+                semantics::Programs::Sample { fraction, seed: plan.seed }
             }
             _ => semantics::Programs::All,
         };
