@@ -519,29 +519,17 @@ pub(crate) fn report_json(
 
 /// `--save DIR`: inputs as NAME.npy, outputs as NAME.out.npy, the report as run.json.
 fn save(dir: &std::path::Path, plan: &Plan, outcome: &Outcome, report: &Value) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("--save {}: {e}", dir.display()))?;
-    let write = |name: String, t: &tessera_backends::tensor::HostTensor| -> Result<(), String> {
-        let path = dir.join(&name);
-        let note = tessera_backends::npy::write(&path, t).map_err(|e| format!("--save: {}: {e}", path.display()))?;
-        if let Some(note) = note {
-            eprintln!("note: {}: {note}", path.display());
-        }
-        Ok(())
-    };
+    let mut save = crate::save::Save::open(dir)?;
     // Every tensor as it was before the launch (outputs start as zeros).
     for (p, a) in plan.abi.params.iter().zip(&plan.inputs) {
         if let Arg::Tensor(t) = a {
-            write(format!("{}.npy", p.name()), t)?;
+            save.tensor(&format!("{}.npy", p.name()), t)?;
         }
     }
     for (i, (p, a)) in plan.abi.params.iter().zip(&outcome.outputs).enumerate() {
         if let (Arg::Tensor(t), true) = (a, plan.is_output(i)) {
-            write(format!("{}.out.npy", p.name()), t)?;
+            save.tensor(&format!("{}.out.npy", p.name()), t)?;
         }
     }
-    let path = dir.join("run.json");
-    let mut text = serde_json::to_string_pretty(report).unwrap_or_default();
-    text.push('\n');
-    std::fs::write(&path, text).map_err(|e| format!("--save: {}: {e}", path.display()))?;
-    Ok(())
+    save.json("run.json", report)
 }

@@ -1,15 +1,16 @@
 //! `tessera run` of a graph function (`@jit`): its launch plan — the generated kernels in
 //! order, with their buffers and views — runs on the device, and every returned value is
-//! checked against the Graph IR interpreter, which evaluates the function op by op on
-//! whole tensors (an independent path: it shares no kernel code with the plan).
+//! checked against the f64 reference: the Graph IR interpreter evaluating the function op
+//! by op on whole tensors in f64, rounding each value to its declared dtype (an
+//! independent path: it shares no kernel code with the plan).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tessera_backends::interp::compare::{compare_with, Comparison, Tolerance};
-use tessera_backends::interp::graph::{run_graph, run_plan, InterpExecutor, KernelExecutor};
-use tessera_backends::launch::{Device, DeviceRequest};
+use tessera_backends::interp::graph::{run_graph_f64, run_plan, InterpExecutor, KernelExecutor};
+use tessera_backends::launch::{self, Device, DeviceRequest};
 use tessera_backends::tensor::{round_to, Arg, HostTensor};
 use tessera_frontend::check::{DType, Dim};
 use tessera_frontend::FnKey;
@@ -211,8 +212,9 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
     let target = args.target.unwrap_or(if device == Device::Cpu { Target::Cpu } else { Target::Sm90 });
     let repeat = args.repeat.unwrap_or(if device == Device::Cpu { 5 } else { 1 }).max(1);
 
-    let reference =
-        run_graph(&graph, &input.args, seed).map_err(|e| Failure::usage(format!("the Graph IR interpreter: {e}")))?;
+    let reference = run_graph_f64(&graph, &input.args, seed)
+        .map_err(|e| Failure::usage(format!("the f64 reference (the Graph IR in f64): {e}")))?;
+    let allow_nonfinite = launch::allows_nonfinite(db, key);
     let mut times = Vec::new();
     let mut kernels = Vec::new();
     let mut outputs = Vec::new();
@@ -242,30 +244,43 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         .zip(&outputs)
         .map(|(want, got)| {
             let d = dtype(want);
-            (compare_with(&values(want), &values(got), &tolerance(d, plan.kernels.len())), d)
+            let tol = tolerance(d, plan.kernels.len()).allowing_nonfinite(allow_nonfinite);
+            (compare_with(&values(want), &values(got), &tol), d)
         })
         .collect();
     let correct = checks.iter().all(|(c, _)| c.passed) && reference.len() == outputs.len();
+    let wrong = checks.iter().any(|(c, _)| c.mismatches > 0) || reference.len() != outputs.len();
+    let verdict = if correct {
+        "correct"
+    } else if wrong {
+        "wrong"
+    } else {
+        "non-finite"
+    };
+    let names = return_names(outputs.len());
     times.sort();
     let median = times[times.len() / 2].as_secs_f64() * 1e3;
     let min = times[0].as_secs_f64() * 1e3;
+    let report = json!({
+        "kernel": args.kernel,
+        "kind": "graph",
+        "device": if device == Device::Cpu { "cpu" } else { "interp" },
+        "target": target.name(),
+        "dims": input.symbols,
+        "args": input.scalars.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        "schedule": {},
+        "kernels": plan.kernels.iter().map(|k| json!({"name": k.name, "summary": k.summary})).collect::<Vec<_>>(),
+        "correct": correct,
+        "verdict": verdict,
+        "reference": "graph-f64",
+        "nonfinite": names.iter().zip(&checks).map(|(n, (c, _))| (n.clone(), json!(c.actual_nonfinite))).collect::<serde_json::Map<_, _>>(),
+        "max_abs_err": checks.iter().map(|(c, _)| c.max_abs).fold(0.0, f64::max),
+        "max_rel_err": checks.iter().map(|(c, _)| c.max_rel).fold(0.0, f64::max),
+        "time_ms": {"median": median, "min": min},
+        "tflops": Value::Null,
+        "gbps": Value::Null,
+    });
     if args.json {
-        let report = json!({
-            "kernel": args.kernel,
-            "kind": "graph",
-            "device": if device == Device::Cpu { "cpu" } else { "interp" },
-            "target": target.name(),
-            "dims": input.symbols,
-            "args": input.scalars.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-            "schedule": {},
-            "kernels": plan.kernels.iter().map(|k| json!({"name": k.name, "summary": k.summary})).collect::<Vec<_>>(),
-            "correct": correct,
-            "max_abs_err": checks.iter().map(|(c, _)| c.max_abs).fold(0.0, f64::max),
-            "max_rel_err": checks.iter().map(|(c, _)| c.max_rel).fold(0.0, f64::max),
-            "time_ms": {"median": median, "min": min},
-            "tflops": Value::Null,
-            "gbps": Value::Null,
-        });
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         let device_text = match device {
@@ -290,20 +305,93 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
             let _ = name;
             println!("            {:<42} {:>9.3} ms  {}", k.name, t.as_secs_f64() * 1e3, k.summary);
         }
-        for (i, (c, d)) in checks.iter().enumerate() {
+        for ((name, (c, d)), want) in names.iter().zip(&checks).zip(&reference) {
+            let state = if c.mismatches > 0 {
+                format!("{} MISMATCHES", c.mismatches)
+            } else if c.passed {
+                "ok".to_string()
+            } else {
+                format!("the reference itself is non-finite in {} elements", c.expected_nonfinite)
+            };
             println!(
-                "  check     output {i} ({d}): {} elements against the Graph IR interpreter, max abs err {:.3e}, max rel err {:.3e}: {}",
-                c.len,
-                c.max_abs,
-                c.max_rel,
-                if c.passed { "ok".to_string() } else { format!("{} MISMATCHES", c.mismatches) }
+                "  check     {name} ({d}): {} elements against the f64 reference (the Graph IR in f64), max abs err {:.3e}, max rel err {:.3e}: {state}",
+                c.len, c.max_abs, c.max_rel,
             );
+            let dims = arg_dims(want);
             if let Some(m) = &c.first_mismatch {
-                println!("            first mismatch: {m:?}");
+                println!(
+                    "            first mismatch at {}: expected {}, got {}",
+                    crate::verdict::index_text(name, &launch::unravel(m.index, &dims)),
+                    m.expected,
+                    m.actual
+                );
+            }
+            if let Some(i) = c.first_actual_nonfinite {
+                println!(
+                    "            result: {} non-finite, first at {}",
+                    c.actual_nonfinite,
+                    crate::verdict::index_text(name, &launch::unravel(i, &dims))
+                );
             }
         }
         println!("  time      median {median:.3} ms, min {min:.3} ms over {repeat} runs of the whole plan");
-        println!("  result    {}", if correct { "correct" } else { "WRONG" });
+        println!(
+            "  result    {}",
+            match verdict {
+                "correct" => "correct",
+                "wrong" => "WRONG: the results differ from the f64 reference",
+                _ => "non-finite: the reference itself has NaN or Inf",
+            }
+        );
+    }
+    if let Some(dir) = &args.save {
+        save(dir, &graph, &input.args, &names, &outputs, &report).map_err(Failure::usage)?;
     }
     Ok(if correct { 0 } else { 1 })
+}
+
+/// `return.out.npy` for one returned value, `return0.out.npy`, `return1.out.npy`, ... for
+/// a tuple (without the `.out.npy`).
+fn return_names(n: usize) -> Vec<String> {
+    if n == 1 {
+        vec!["return".to_string()]
+    } else {
+        (0..n).map(|i| format!("return{i}")).collect()
+    }
+}
+
+fn arg_dims(a: &Arg) -> Vec<usize> {
+    match a {
+        Arg::Tensor(t) => t.dims.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// `--save DIR` of a graph function: every tensor argument as `NAME.npy`, the returned
+/// values as `return.out.npy` (tuples: `return0.out.npy`, ...), the report as `run.json`.
+fn save(
+    dir: &std::path::Path,
+    graph: &Func,
+    inputs: &[Arg],
+    names: &[String],
+    outputs: &[Arg],
+    report: &Value,
+) -> Result<(), String> {
+    let mut save = crate::save::Save::open(dir)?;
+    for (&p, a) in graph.params.iter().zip(inputs) {
+        if let Arg::Tensor(t) = a {
+            let name =
+                graph.values[p.0 as usize].name.as_ref().map_or_else(|| format!("arg{}", p.0), |n| n.to_string());
+            save.tensor(&format!("{name}.npy"), t)?;
+        }
+    }
+    for (name, a) in names.iter().zip(outputs) {
+        let t = match a {
+            Arg::Tensor(t) => t.clone(),
+            Arg::Scalar(d, v) => HostTensor::from_f64(*d, &[], &[*v]),
+            Arg::Index(v) => HostTensor::from_f64(DType::I64, &[], &[*v as f64]),
+        };
+        save.tensor(&format!("{name}.out.npy"), &t)?;
+    }
+    save.json("run.json", report)
 }

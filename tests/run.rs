@@ -358,6 +358,47 @@ print("numpy agrees", flush=True)
     assert!(stdout(&o).contains("numpy agrees"));
 }
 
+/// `--save` of graph functions: every tensor argument, the returned value as
+/// `return.out.npy` (tuples as `return0.out.npy`, `return1.out.npy`), recomputed by NumPy.
+#[test]
+fn saved_graph_results_match_a_numpy_recomputation() {
+    let Some(python) = numpy() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let file = "tests/fixtures/run/graph_oracle.tsr";
+    for (kernel, dims) in [("mlp", "B=33,D=40,F=24"), ("softmax_and_total", "R=7,C=50")] {
+        let out = dir.path().join(kernel);
+        let o = run(&["run", file, "--kernel", kernel, "--dims", dims, "--device", "auto", "--save", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+        assert_eq!(report["reference"], "graph-f64");
+        assert_eq!(report["verdict"], "correct");
+    }
+    assert!(!dir.path().join("mlp/return0.out.npy").exists());
+    let script = r#"
+import sys, numpy as np
+m, s = sys.argv[1], sys.argv[2]
+x = np.load(m + "/x.npy").astype(np.float64); W = np.load(m + "/W.npy").astype(np.float64)
+b = np.load(m + "/b.npy").astype(np.float64); y = np.load(m + "/return.out.npy")
+assert x.shape == (33, 40) and W.shape == (40, 24) and b.shape == (24,) and y.shape == (33, 24), (x.shape, y.shape)
+h = x @ W + b
+ref = 0.5 * h * (1 + np.tanh(0.7978845608 * (h + 0.044715 * h ** 3)))
+err = np.abs(y - ref)
+# bf16 output: a few ulp (2^-8 relative) of the value, on top of the rounded intermediates.
+assert np.all(err <= 2.0 ** -6 * np.abs(ref) + 2.0 ** -7 * np.sqrt((ref ** 2).mean())), err.max()
+X = np.load(s + "/x.npy").astype(np.float64)
+P = np.load(s + "/return0.out.npy"); T = np.load(s + "/return1.out.npy")
+e = np.exp(X - X.max(axis=1, keepdims=True))
+assert np.abs(P - e / e.sum(axis=1, keepdims=True)).max() <= 1e-6, np.abs(P - e / e.sum(axis=1, keepdims=True)).max()
+assert np.abs(T - X.sum(axis=1)).max() <= 1e-4, np.abs(T - X.sum(axis=1)).max()
+print("numpy agrees", flush=True)
+"#;
+    let (m, s) = (dir.path().join("mlp"), dir.path().join("softmax_and_total"));
+    let o = Command::new(python).args(["-c", script, m.to_str().unwrap(), s.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("numpy agrees"));
+}
+
 /// Every mistake a user can make on the command line: exit 2 and a message naming the
 /// value (one snapshot for all of them).
 #[test]

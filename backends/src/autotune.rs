@@ -15,7 +15,6 @@
 //! GPU's schedule.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -227,18 +226,9 @@ pub fn lookup(dir: &Path, key: &CacheKey) -> Result<Option<(PathBuf, CacheEntry)
 pub fn store(dir: &Path, entry: &CacheEntry) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join(entry.key.file_name());
-    let tmp = dir.join(format!(".{}.{}.tmp", entry.key.file_name(), std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        let mut text = serde_json::to_string_pretty(&entry.to_json()).map_err(std::io::Error::other)?;
-        text.push('\n');
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let mut text = serde_json::to_string_pretty(&entry.to_json()).map_err(std::io::Error::other)?;
+    text.push('\n');
+    let result = crate::files::write_atomic(&path, text.as_bytes());
     result.map(|_| path)
 }
 

@@ -985,8 +985,8 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
     })
 }
 
-/// Whether the kernel's `@verify.numerics(...)` says `allow_nonfinite=True`.
-fn allows_nonfinite(db: &dyn Db, key: FnKey<'_>) -> bool {
+/// Whether the function's `@verify.numerics(...)` says `allow_nonfinite=True`.
+pub fn allows_nonfinite(db: &dyn Db, key: FnKey<'_>) -> bool {
     let Some(decorators) = tessera_frontend::db::function_decorators(db, key) else { return false };
     let arena = &decorators.arena;
     decorators.exprs.iter().any(|&d| {

@@ -3,6 +3,7 @@
 //! backend (PTX through the CUDA driver, feature `cuda`).
 
 pub mod autotune;
+pub mod files;
 pub mod interp;
 pub mod launch;
 pub mod npy;

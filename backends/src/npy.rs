@@ -3,7 +3,7 @@
 //! type for are widened, and [`write`] says so: bf16, tf32 and both fp8 formats are
 //! saved as float32 (exactly: every such value is an f32), int4 as int8.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::Path;
 
 use tessera_frontend::check::DType;
@@ -78,8 +78,7 @@ pub fn to_bytes(t: &HostTensor) -> (Vec<u8>, Option<String>) {
 /// Writes `t` to `path` as `.npy`; returns a note when the dtype was widened.
 pub fn write(path: &Path, t: &HostTensor) -> io::Result<Option<String>> {
     let (bytes, note) = to_bytes(t);
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(&bytes)?;
+    crate::files::write_atomic(path, &bytes)?;
     Ok(note)
 }
 

@@ -298,11 +298,6 @@ impl Real for f64 {
     }
 }
 
-/// Whether composite ops on these dtypes compute in f64 (any operand is f64).
-fn wide(dtypes: &[DType]) -> bool {
-    dtypes.contains(&DType::F64)
-}
-
 // ----- composite ops -------------------------------------------------------------------
 
 /// `[m, k] x [k, n]` for one batch element, appended to `out` rounded into `dom`.
@@ -649,10 +644,26 @@ pub fn run_graph(func: &Func, args: &[GraphArg], seed: i64) -> Result<Vec<GraphA
     run_graph_traced(func, args, seed).map(|(out, _)| out)
 }
 
+/// The f64 reference of a graph function: every op computes in f64 and rounds once to
+/// its result's dtype (each graph value is a tensor of its declared dtype), where
+/// [`run_graph`] computes 16- and 8-bit floats in f32 as the kernels do.
+pub fn run_graph_f64(func: &Func, args: &[GraphArg], seed: i64) -> Result<Vec<GraphArg>, InterpError> {
+    run_graph_with(func, args, seed, true).map(|(out, _)| out)
+}
+
 /// [`run_graph`], also returning every intermediate value.
 pub fn run_graph_traced(func: &Func, args: &[GraphArg], seed: i64) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
+    run_graph_with(func, args, seed, false)
+}
+
+fn run_graph_with(
+    func: &Func,
+    args: &[GraphArg],
+    seed: i64,
+    exact: bool,
+) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
     let (params, symbols) = bind_params(func, args)?;
-    let mut m = Machine { func, vals: vec![None; func.values.len()], symbols, seed };
+    let mut m = Machine { func, vals: vec![None; func.values.len()], symbols, seed, exact };
     for (&p, v) in func.params.iter().zip(params) {
         m.vals[p.0 as usize] = Some(v);
     }
@@ -685,6 +696,8 @@ struct Machine<'f> {
     vals: Vec<Option<Val>>,
     symbols: BTreeMap<String, i64>,
     seed: i64,
+    /// Compute in f64 ([`run_graph_f64`]).
+    exact: bool,
 }
 
 pub(crate) fn bin_op(kind: OpKind) -> Option<BinOp> {
@@ -895,6 +908,21 @@ impl Machine<'_> {
 
     /// A tensor result of `data` with computed `dims` and the result type's dtype; the
     /// values are rounded to the dtype.
+    /// Whether composite ops on these dtypes compute in f64: any operand is f64, or the
+    /// run is the f64 reference.
+    fn wide(&self, dtypes: &[DType]) -> bool {
+        self.exact || dtypes.contains(&DType::F64)
+    }
+
+    /// The arithmetic of an elementwise op whose result is in `dom`: f64 in the f64
+    /// reference (the result is rounded to its dtype afterwards).
+    fn compute_domain(&self, dom: Domain) -> Domain {
+        match dom {
+            Domain::F32(_) if self.exact => Domain::F64,
+            d => d,
+        }
+    }
+
     fn make(&self, id: OpId, r: ValueId, dims: Vec<usize>, data: Vec<f64>) -> R<Val> {
         if data.len() != numel(&dims) {
             return Err(self.err(id, format!("internal error: {} values for a {dims:?} tensor", data.len())));
@@ -1017,12 +1045,14 @@ impl Machine<'_> {
         match op.kind {
             k if k.is_binary() => {
                 let bop = bin_op(k).ok_or_else(|| err("not a binary op"))?;
-                let f = BinFn::new(bop, dom).ok_or_else(|| err(&format!("{name} is not defined on {dtype}")))?;
+                let f = BinFn::new(bop, self.compute_domain(dom))
+                    .ok_or_else(|| err(&format!("{name} is not defined on {dtype}")))?;
                 f.tile(&xs[0].data, &xs[1].data, &mut out).map_err(err)?;
             }
             k if k.is_unary_math() => {
                 let uop = UnOp::of(k).ok_or_else(|| err("not a unary op"))?;
-                let f = UnFn::new(uop, dom).ok_or_else(|| err(&format!("{name} is not defined on {dtype}")))?;
+                let f = UnFn::new(uop, self.compute_domain(dom))
+                    .ok_or_else(|| err(&format!("{name} is not defined on {dtype}")))?;
                 f.tile(&xs[0].data, &mut out);
             }
             OpKind::Cmp => {
@@ -1118,7 +1148,7 @@ impl Machine<'_> {
             let bm = &b.data[bo * k * n..(bo + 1) * k * n];
             if int {
                 matmul_int(am, bm, (m, k, n), dom, &mut out);
-            } else if wide(&[a.dtype, b.dtype]) {
+            } else if self.wide(&[a.dtype, b.dtype]) {
                 matmul_float::<f64>(am, bm, (m, k, n), dom, &mut out);
             } else {
                 matmul_float::<f32>(am, bm, (m, k, n), dom, &mut out);
@@ -1172,7 +1202,7 @@ impl Machine<'_> {
         let out_len = numel(&kept);
         let data = if x.dtype.is_int() || x.dtype == DType::Bool {
             reduce_int(&x.data, &targets, out_len, count, kind)
-        } else if wide(&[x.dtype]) {
+        } else if self.wide(&[x.dtype]) {
             reduce_float::<f64>(&x.data, &targets, out_len, count, kind)
         } else {
             reduce_float::<f32>(&x.data, &targets, out_len, count, kind)
@@ -1205,7 +1235,7 @@ impl Machine<'_> {
         let axis = self.axis(id, op, x.dims.len())?;
         let shape = (numel(&x.dims[..axis]), x.dims[axis], numel(&x.dims[axis + 1..]));
         let lse = op.kind == OpKind::LogSumExp;
-        let data = if wide(&[x.dtype]) {
+        let data = if self.wide(&[x.dtype]) {
             softmax_lines::<f64>(&x.data, shape, lse)
         } else {
             softmax_lines::<f32>(&x.data, shape, lse)
@@ -1255,7 +1285,7 @@ impl Machine<'_> {
             }
         }
         let eps = float_attr(op, "eps").unwrap_or(if layer { 1e-5 } else { 1e-6 });
-        let data = if wide(&dtypes) {
+        let data = if self.wide(&dtypes) {
             norm_rows::<f64>(&x.data, (rows, cols), layer, eps, weight, bias)
         } else {
             norm_rows::<f32>(&x.data, (rows, cols), layer, eps, weight, bias)
@@ -1344,7 +1374,7 @@ impl Machine<'_> {
         let seed = stream_seed(self.seed, self.stream(id, op)?);
         let cols = x.dims.last().copied().unwrap_or(1).max(1);
         let mut data = Vec::with_capacity(x.data.len());
-        let f64_math = wide(&[x.dtype]);
+        let f64_math = self.wide(&[x.dtype]);
         let keep_scale = 1.0f32 - p;
         for (e, &v) in x.data.iter().enumerate() {
             let keep = uniform(seed, &[(e / cols) as i64, (e % cols) as i64]) >= p;
@@ -1396,7 +1426,7 @@ impl Machine<'_> {
         let causal = bool_attr(op, "causal");
         let scale = match float_attr(op, "scale") {
             Some(s) => s,
-            None if wide(&[q.dtype, k.dtype, v.dtype]) => 1.0 / (shape.d as f64).sqrt(),
+            None if self.wide(&[q.dtype, k.dtype, v.dtype]) => 1.0 / (shape.d as f64).sqrt(),
             // The stdlib kernel's `1.0 / sqrt(float(D))` in f32.
             None => (1.0f32 / (shape.d as f32).sqrt()) as f64,
         };
@@ -1404,7 +1434,7 @@ impl Machine<'_> {
             Some(&pv) => Some((stream_seed(self.seed, self.stream(id, op)?), self.probability(id, pv)?)),
             None => None,
         };
-        let data = if wide(&[q.dtype, k.dtype, v.dtype]) {
+        let data = if self.wide(&[q.dtype, k.dtype, v.dtype]) {
             attention::<f64>((&q.data, &k.data, &v.data), shape, causal, scale, dropout)
         } else {
             attention::<f32>((&q.data, &k.data, &v.data), shape, causal, scale, dropout)
