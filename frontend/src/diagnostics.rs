@@ -65,6 +65,7 @@ codes! {
     W0602 Warning "low occupancy";
     W0603 Warning "uncoalesced global access";
     W0604 Warning "independent sequential loop";
+    W0605 Warning "softmax over a row that may be fully masked";
     E0700 Error "unknown schedule key";
     E0701 Error "invalid schedule value";
     W0702 Warning "autotune candidates pruned";
@@ -88,7 +89,7 @@ impl Code {
     /// Codes whose check needs a target (LANGUAGE.md §6.4, §7 pruning).
     pub fn is_target_lint(self) -> bool {
         use Code::*;
-        matches!(self, E0500 | E0501 | W0600 | W0601 | W0602 | W0603 | W0604 | W0702 | E0703)
+        matches!(self, E0500 | E0501 | W0600 | W0601 | W0602 | W0603 | W0604 | W0605 | W0702 | E0703)
     }
 }
 

@@ -186,6 +186,34 @@ def row_sums(X: Tensor[\"M\", \"N\", f32], Y: Tensor[\"M\", f32]):
     );
 }
 
+/// A flash-attention body with the softmax step `STEP` and the key loop from `START`.
+fn attention(start: &str, step: &str) -> String {
+    format!(
+        "{HEADER}@kernel.schedule(block(64, 64))\ndef attn(Q: Tensor[\"S\", \"D\", bf16], K: Tensor[\"S\", \"D\", bf16], V: Tensor[\"S\", \"D\", bf16], O: Tensor[\"S\", \"D\", bf16]):\n    ctx = tile.context()\n    for q0 in tile.parallel(0, S, ctx.BM):\n        q = tile.load(Q[q0:q0 + ctx.BM, :])\n        acc = tile.zeros((ctx.BM, D), f32)\n        m = tile.full((ctx.BM,), -INF, f32)\n        l = tile.zeros((ctx.BM,), f32)\n        for k0 in tile.range({start}, S, ctx.BN):\n            k = tile.load(K[k0:k0 + ctx.BN, :])\n            v = tile.load(V[k0:k0 + ctx.BN, :])\n            s = tile.causal_mask(tile.dot(q, k.T), q0, k0)\n{step}\n        O[q0:q0 + ctx.BM, :] = tile.cast(acc / l[:, None], bf16)\n"
+    )
+}
+
+const BLOCK_MAX: &str = "            p, m_c, l_c = tile.softmax_online(s)\n            acc, m, l = tile.softmax_accumulate(acc, m, l, tile.cast(p, bf16), v, m_c, l_c)";
+const RUNNING_MAX: &str = "            m_new = tile.maximum(m, tile.row_max(s))\n            p = tile.exp(s - m_new[:, None])\n            alpha = tile.exp(m - m_new)\n            l = alpha * l + tile.row_sum(p)\n            acc = alpha[:, None] * acc + tile.dot(tile.cast(p, bf16), v)\n            m = m_new";
+
+#[test]
+fn a_softmax_that_can_see_a_fully_masked_row_is_w0605() {
+    // The seeds' online softmax takes each block's own maximum: a block above the
+    // diagonal gives exp(-inf - -inf).
+    let lints = lint(&attention("0", BLOCK_MAX), Target::Sm90);
+    let w: Vec<&String> = lints.iter().filter(|l| l.starts_with("W0605")).collect();
+    assert_eq!(w.len(), 1, "{lints:#?}");
+    assert!(w[0].starts_with("W0605@15:") && w[0].contains("exp(-inf - -inf) is NaN"), "{lints:#?}");
+    // A running maximum from key 0 has seen key 0 in every row: no warning.
+    let lints = lint(&attention("0", RUNNING_MAX), Target::Sm90);
+    assert!(lints.iter().all(|l| !l.starts_with("W0605")), "{lints:#?}");
+    // A running maximum whose key loop starts past key 0 can start on a masked block.
+    let lints = lint(&attention("q0 + ctx.BM", RUNNING_MAX), Target::Sm90);
+    assert!(lints.iter().any(|l| l.starts_with("W0605@16:") && l.contains("does not start at key 0")), "{lints:#?}");
+    // Every target: the rule reads Graph IR, before any schedule.
+    assert!(lint(&attention("0", BLOCK_MAX), Target::Cpu).iter().any(|l| l.starts_with("W0605@15:")));
+}
+
 #[test]
 fn valid_examples_have_no_target_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -11,6 +11,7 @@
 
 pub mod banks;
 pub mod limits;
+pub mod masked_rows;
 pub mod patterns;
 pub mod races;
 pub mod registers;
@@ -545,6 +546,23 @@ fn pattern_lints(graph: &Func, name: &str, out: &mut KernelLints) {
             "keep dim {} (the contiguous one) in the tile, e.g. access a `[.., 1]` column tile and transpose it in registers",
             u.rank - 1
         ));
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+    for m in masked_rows::masked_softmax_rows(graph) {
+        let Some(at) = range_in(&m.at, name) else { continue };
+        let mut d = Diagnostic::new(
+            Code::W0605,
+            at,
+            if m.running {
+                "this softmax's running maximum starts at -inf in a key loop that does not start at key 0: a first key block above the diagonal masks whole rows, and exp(-inf - -inf) is NaN".to_string()
+            } else {
+                "this softmax subtracts each row's maximum over a causally masked key block: a block wholly above the diagonal masks whole rows, their maximum is -inf, and exp(-inf - -inf) is NaN".to_string()
+            },
+        )
+        .with_note("subtract a running maximum that has seen key 0 (start the key loop at 0), or skip the key blocks above the diagonal: `tile.range(0, q0 + ctx.BM, ctx.BN)`");
+        if let Some(mask_at) = range_in(&m.mask, name) {
+            d = d.with_label(mask_at, "the causal mask");
+        }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
     for l in patterns::independent_loops(graph) {
