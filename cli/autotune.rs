@@ -381,7 +381,7 @@ fn tuned_text(
             CheckKind::Sampled { programs, total } => format!("sampled ({programs} of {total} programs)"),
             CheckKind::Skipped(why) => format!("none ({why})"),
         };
-        let _ = writeln!(s, "  check     {how}, against one reference interpreter run");
+        let _ = writeln!(s, "  check     {how}, against one run of {}", r.source.describe());
     } else {
         let _ = writeln!(s, "  check     none");
     }
