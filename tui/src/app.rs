@@ -1559,6 +1559,9 @@ impl App {
                             Correctness::Checked { passed: true, max_abs, .. } => {
                                 format!("matches the reference (max abs err {max_abs:.2e})")
                             }
+                            Correctness::Checked { passed: false, nonfinite: true, .. } => {
+                                "NON-FINITE: the reference itself has NaN or Inf".to_string()
+                            }
                             Correctness::Checked { passed: false, max_abs, .. } => {
                                 format!("WRONG: differs from the reference (max abs err {max_abs:.2e})")
                             }

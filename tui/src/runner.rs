@@ -44,6 +44,8 @@ pub enum Correctness {
         max_abs: f64,
         max_rel: f64,
         sampled: bool,
+        /// The reference itself is NaN/Inf somewhere: the run is "non-finite", not wrong.
+        nonfinite: bool,
     },
     /// Not checked, and why (the interpreter on the CPU target is the reference itself).
     Unchecked(String),
@@ -102,10 +104,7 @@ impl Runner for LaunchRunner {
         let device = self.0.device();
         let options = RunOptions::for_device(device);
         let mut loaded = self.0.load(&job.plan).map_err(|e| e.message)?;
-        // The interpreter on CPU Tile IR *is* the reference: `execute_loaded` says so
-        // when given none.
-        let is_reference = device == Device::Interpreter && job.target == Target::Cpu;
-        if reference.is_none() && !is_reference {
+        if reference.is_none() {
             *reference = Some(Reference::compute(&job.plan, CheckMode::Auto).map_err(|e| e.message)?);
         }
         let out = launch::execute_loaded(&job.plan, &*self.0, loaded.as_mut(), &options, reference.as_ref())
@@ -117,6 +116,7 @@ impl Runner for LaunchRunner {
                 max_abs: out.check.max_abs().unwrap_or(0.0),
                 max_rel: out.check.max_rel().unwrap_or(0.0),
                 sampled: matches!(kind, CheckKind::Sampled { .. }),
+                nonfinite: out.check.verdict() == launch::Verdict::NonFinite,
             },
         };
         let median = out.timing.median_ms;

@@ -130,6 +130,7 @@ fn correctness_text(c: &Correctness) -> String {
             let err = if *max_abs == 0.0 { "exact".to_string() } else { format!("{max_abs:.0e}") };
             format!("ok {err}{}", if *sampled { " ~" } else { "" })
         }
+        Correctness::Checked { passed: false, nonfinite: true, .. } => "NON-FINITE".into(),
         Correctness::Checked { passed: false, .. } => "WRONG".into(),
     }
 }
