@@ -1514,7 +1514,7 @@ impl Reference {
             _ => semantics::Programs::All,
         };
         let stats = semantics::run(&plan.graph, &plan.config, plan.grid, &mut args, &programs)
-            .map_err(|e| LaunchError::interp(e))?;
+            .map_err(LaunchError::interp)?;
         let (kind, masks) = match programs {
             semantics::Programs::All => (CheckKind::Full, vec![None; plan.abi.params.len()]),
             semantics::Programs::Sample { .. } => (

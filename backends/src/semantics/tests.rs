@@ -103,7 +103,8 @@ fn a_lowering_bug_both_sides_share_is_caught_by_the_f64_reference_only() {
 /// run of its CPU Tile IR (the reference does not reject correct code).
 #[test]
 fn corpus_kernels_match_the_f64_reference() {
-    let cases: &[(&str, &str, &[(&str, i64)])] = &[
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, i64)]);
+    let cases: &[Case] = &[
         ("gemm.tsr", "gemm", &[("M", 100), ("N", 76), ("K", 90)]),
         ("fp8_gemm.tsr", "fp8_gemm", &[("M", 130), ("N", 64), ("K", 64)]),
         ("linear_gelu.tsr", "linear_gelu", &[("M", 64), ("N", 200), ("K", 40)]),
