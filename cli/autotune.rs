@@ -78,6 +78,8 @@ struct Row {
 }
 
 fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
+    let key = src.function(&args.kernel).map_err(Failure::usage)?;
+    run::refuse_errors(src, key, "tune")?;
     let setup = run::setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
     let info = &setup.info;
     if !info.schedule.is_autotuned() {

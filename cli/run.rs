@@ -203,8 +203,30 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
     }
 }
 
+/// Code with errors never runs: the first error of the function, or of a function it
+/// calls, refuses it (exit 1).
+pub(crate) fn refuse_errors(src: &Source, key: FnKey<'_>, verb: &str) -> Result<(), Failure> {
+    let Some((function, e)) = tessera_passes::errors::reachable_error(&src.db, key) else { return Ok(()) };
+    let name = key.name(&src.db);
+    let at = src.position(Some(&tessera_passes::ir::Loc::new(&function, e.range)));
+    let why = if function == *name {
+        "it has errors".to_string()
+    } else {
+        format!("it calls `{function}`, which has errors")
+    };
+    Err(Failure {
+        code: 1,
+        kind: Some("compile"),
+        message: format!(
+            "{at}cannot {verb} `{name}`: {why}; the first: {} {} (`tessera check` shows them all)",
+            e.code, e.message
+        ),
+    })
+}
+
 fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     let key = src.function(&args.kernel).map_err(Failure::usage)?;
+    refuse_errors(src, key, "run")?;
     if tessera_frontend::check::fn_signature(&src.db, key).kind == tessera_frontend::check::FunctionKind::Graph {
         return crate::run_graph::run(src, args, key);
     }

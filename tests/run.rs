@@ -367,7 +367,18 @@ fn saved_graph_results_match_a_numpy_recomputation() {
     let file = "tests/fixtures/run/graph_oracle.tsr";
     for (kernel, dims) in [("mlp", "B=33,D=40,F=24"), ("softmax_and_total", "R=7,C=50")] {
         let out = dir.path().join(kernel);
-        let o = run(&["run", file, "--kernel", kernel, "--dims", dims, "--device", "auto", "--save", out.to_str().unwrap()]);
+        let o = run(&[
+            "run",
+            file,
+            "--kernel",
+            kernel,
+            "--dims",
+            dims,
+            "--device",
+            "auto",
+            "--save",
+            out.to_str().unwrap(),
+        ]);
         assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
@@ -397,6 +408,56 @@ print("numpy agrees", flush=True)
     let o = Command::new(python).args(["-c", script, m.to_str().unwrap(), s.to_str().unwrap()]).output().unwrap();
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("numpy agrees"));
+}
+
+/// Code with errors never reaches a backend: `run`, `autotune` and `lower` refuse a
+/// function with an error — a syntax error the parser recovered from included — or one
+/// that calls a function with an error, and name the first error (exit 1).
+#[test]
+fn code_with_errors_is_never_run_or_lowered() {
+    let dir = tempfile::tempdir().unwrap();
+    // `a + * b` parses, with recovery, as `a * b`: it used to run and print "correct".
+    let text = std::fs::read_to_string("examples/vector_add.tsr").unwrap().replace("a + b", "a + * b");
+    assert!(text.contains("a + * b"));
+    std::fs::write(dir.path().join("bad.tsr"), &text).unwrap();
+    let helper = "from tessera import *\n\ndef twice(t):\n    return t + * t\n\n@kernel\ndef k(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32]):\n    for i0 in tile.parallel(0, N, 128):\n        y[i0:i0 + 128] = twice(tile.load(x[i0:i0 + 128]))\n";
+    std::fs::write(dir.path().join("callee.tsr"), helper).unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "bad.tsr", "--kernel", "vector_add", "--device", "cpu"],
+            "bad.tsr:12:36: cannot run `vector_add`: it has errors; the first: E0100",
+        ),
+        (
+            &["run", "bad.tsr", "--kernel", "vector_add", "--device", "interp"],
+            "cannot run `vector_add`: it has errors; the first: E0100",
+        ),
+        (
+            &["autotune", "bad.tsr", "--kernel", "vector_add", "--device", "interp"],
+            "cannot tune `vector_add`: it has errors; the first: E0100",
+        ),
+        (
+            &["lower", "bad.tsr", "--kernel", "vector_add", "--stage", "graph"],
+            "cannot lower `vector_add`: it has errors; the first: E0100",
+        ),
+        (
+            &["run", "callee.tsr", "--kernel", "k", "--device", "interp"],
+            "cannot run `k`: it calls `twice`, which has errors; the first: E0100",
+        ),
+    ];
+    for (argv, want) in cases {
+        let o = run_in(argv, dir.path());
+        assert_eq!(o.status.code(), Some(1), "{argv:?}: {}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains(want), "{argv:?}: {}", stderr(&o));
+        assert!(!stdout(&o).contains("correct"), "{argv:?}: {}", stdout(&o));
+    }
+    // The contract corpus' syntax-error file: a graph function, refused the same way.
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/invalid/e0100_syntax.tsr");
+    let o = run(&["run", corpus.to_str().unwrap(), "--kernel", "f", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["correct"], false);
+    assert_eq!(v["error"]["kind"], "compile");
+    assert!(v["error"]["message"].as_str().unwrap().contains("e0100_syntax.tsr:5:11: cannot run `f`"), "{v}");
 }
 
 /// Every mistake a user can make on the command line: exit 2 and a message naming the

@@ -9,6 +9,7 @@ pub mod abi;
 pub mod analysis;
 pub mod autodiff;
 pub mod codegen;
+pub mod errors;
 pub mod graph_plan;
 pub mod ir;
 pub mod llvm;
@@ -140,12 +141,16 @@ fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
         return Err(LowerError { message: "no such function".into(), range: TextRange::default() });
     };
     let signature = fn_signature(db, key);
-    let inference = infer_function(db, key);
-    if signature.diagnostics.iter().chain(&inference.diagnostics).any(Diagnostic::is_error) {
-        return Err(LowerError {
-            message: format!("`{}` has errors; `tessera check` shows them", ast.name),
-            range: ast.name_range,
-        });
+    if let Some((function, e)) = errors::reachable_error(db, key) {
+        let (message, range) = if function == ast.name.as_str() {
+            (format!("`{}` has errors; the first: {} {}", ast.name, e.code, e.message), e.range)
+        } else {
+            (
+                format!("`{}` calls `{function}`, which has errors; the first: {} {}", ast.name, e.code, e.message),
+                ast.name_range,
+            )
+        };
+        return Err(LowerError { message, range });
     }
     if signature.kind == FunctionKind::Helper {
         return Err(LowerError {

@@ -1,0 +1,75 @@
+//! Code with errors never reaches a backend. Before a function is lowered, its own
+//! errors (syntax errors inside its text, signature and body errors) and those of every
+//! user function it calls are looked up; the first one stops the lowering and is named.
+//!
+//! Ranges are item-relative, so the answer stays equal when code elsewhere in the file
+//! moves, and salsa does not lower the function again after such an edit.
+
+use tessera_frontend::check::{fn_signature, infer_function, Resolution};
+use tessera_frontend::db::{item_index, parse};
+use tessera_frontend::diagnostics::{Code, Diagnostic};
+use tessera_frontend::text::TextRange;
+use tessera_frontend::{Db, FnKey};
+
+/// The first error of a function.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct FirstError {
+    pub code: Code,
+    pub message: String,
+    /// Relative to the function's anchor (its first byte).
+    pub range: TextRange,
+}
+
+/// The first error inside one function: a syntax or lexical error in its text, else the
+/// first error of its signature or body.
+#[salsa::tracked(returns(ref))]
+pub fn own_first_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<FirstError> {
+    let file = key.file(db);
+    if let Some(entry) = item_index(db, file).functions.iter().find(|f| f.key == key) {
+        let syntax = parse(db, file).diagnostics.iter().find(|d| {
+            d.is_error()
+                && d.range.start >= entry.range.start
+                && d.range.start < entry.range.end.max(entry.range.start + 1)
+        });
+        if let Some(d) = syntax {
+            let start = d.range.start - entry.anchor;
+            let end = d.range.end.max(d.range.start) - entry.anchor;
+            return Some(FirstError { code: d.code, message: d.message.clone(), range: TextRange::new(start, end) });
+        }
+    }
+    let signature = fn_signature(db, key);
+    let inference = infer_function(db, key);
+    signature.diagnostics.iter().chain(&inference.diagnostics).find(|d| d.is_error()).map(|d: &Diagnostic| FirstError {
+        code: d.code,
+        message: d.message.clone(),
+        range: d.range,
+    })
+}
+
+/// The first error of `key` or of a user function it reaches through calls (depth
+/// first, in the order of the calls), with the name of the function that has it.
+pub fn reachable_error(db: &dyn Db, key: FnKey<'_>) -> Option<(String, FirstError)> {
+    let file = key.file(db);
+    let mut stack = vec![key];
+    let mut seen = vec![key];
+    while let Some(k) = stack.pop() {
+        if let Some(e) = own_first_error(db, k) {
+            return Some((k.name(db).to_string(), e.clone()));
+        }
+        let inference = infer_function(db, k);
+        let mut callees = Vec::new();
+        for r in inference.resolutions.iter().flatten() {
+            let Resolution::Function(name) = r else { continue };
+            let Some(entry) = item_index(db, file).functions.iter().find(|f| f.key.name(db) == name.as_str()) else {
+                continue;
+            };
+            if !seen.contains(&entry.key) {
+                seen.push(entry.key);
+                callees.push(entry.key);
+            }
+        }
+        // Depth first, in call order.
+        stack.extend(callees.into_iter().rev());
+    }
+    None
+}
