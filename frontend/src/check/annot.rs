@@ -7,7 +7,7 @@ use super::infer::{Infer, Mode};
 use super::schedule::{self, KernelSchedule, KeyValue, SpaceKey};
 use super::scope::{Member, ScopeEntry};
 use super::types::*;
-use super::{DecoratorInfo, FunctionKind, ParamInfo, Signature};
+use super::{DecoratorInfo, FunctionKind, NumericsCheck, ParamInfo, Signature};
 use crate::db::{Db, SourceFile};
 use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
 use crate::syntax::ast::*;
@@ -24,6 +24,7 @@ pub(crate) fn decorator_info(db: &dyn Db, file: SourceFile, name: &str, decos: &
     let mut decorators = Vec::new();
     let (mut kernel, mut jit, mut autodiff) = (false, false, false);
     let mut schedule = KernelSchedule::default();
+    let mut numerics = None;
     for &d in &decos.exprs {
         let (func, args) = match decos.arena.expr(d) {
             Expr::Call { func, args } => (*func, Some(args.clone())),
@@ -80,19 +81,7 @@ pub(crate) fn decorator_info(db: &dyn Db, file: SourceFile, name: &str, decos: &
             }
             "jit" => jit = true,
             "autodiff" => autodiff = true,
-            "verify.numerics" => {
-                for a in args.as_deref().unwrap_or(&[]) {
-                    let ty = cx.expr(a.value);
-                    if a.name.as_ref().is_some_and(|(n, _)| n == "bounded") {
-                        if let Ty::List(items) | Ty::Tuple(items) = &ty {
-                            let nums: Vec<Option<f64>> = items.iter().map(number).collect();
-                            if nums.len() != 2 || nums.iter().any(Option::is_none) || nums[0] >= nums[1] {
-                                cx.error(Code::E0802, cx.range(a.value), "bounded must be [lo, hi] with lo < hi");
-                            }
-                        }
-                    }
-                }
-            }
+            "verify.numerics" => numerics = Some(verify_numerics(&mut cx, args.as_deref().unwrap_or(&[]))),
             _ => {}
         }
     }
@@ -115,6 +104,7 @@ pub(crate) fn decorator_info(db: &dyn Db, file: SourceFile, name: &str, decos: &
         jit,
         kernel_and_graph: kernel && (jit || autodiff),
         schedule: kernel.then_some(schedule),
+        numerics,
         diagnostics: inference.diagnostics,
         unimported_alias_uses,
     }
@@ -251,11 +241,74 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionDef, info: 
         autodiff: info.autodiff,
         jit: info.jit,
         schedule: info.schedule.as_ref().map(KernelSchedule::keys),
+        numerics: info.numerics.clone(),
         params,
         ret,
         symbols,
         diagnostics: inference.diagnostics,
     }
+}
+
+/// The keywords of `@verify.numerics`.
+const NUMERICS_KEYWORDS: &[&str] = &["stable", "bounded", "allow_nonfinite"];
+
+/// `@verify.numerics(stable=True, bounded=[lo, hi], allow_nonfinite=True)`: every argument
+/// is a keyword; `bounded` is two numbers with lo < hi, the flags are bools (E0802);
+/// another keyword is E0804.
+fn verify_numerics(cx: &mut Infer, args: &[Arg]) -> NumericsCheck {
+    let mut out = NumericsCheck::default();
+    for a in args {
+        let ty = cx.expr(a.value);
+        let Some((name, name_range)) = a.name.clone() else {
+            cx.error(
+                Code::E0802,
+                cx.range(a.value),
+                "@verify.numerics takes keyword arguments: stable=, bounded=, allow_nonfinite=",
+            );
+            continue;
+        };
+        match name.as_str() {
+            "bounded" => match &ty {
+                Ty::List(items) | Ty::Tuple(items) => {
+                    let nums: Vec<Option<f64>> = items.iter().map(number).collect();
+                    match nums.as_slice() {
+                        [Some(lo), Some(hi)] if lo < hi => out.bounded_bits = Some((lo.to_bits(), hi.to_bits())),
+                        _ => cx.error(Code::E0802, cx.range(a.value), "bounded must be [lo, hi] with lo < hi"),
+                    }
+                }
+                Ty::Unknown => {}
+                _ => cx.error(Code::E0802, cx.range(a.value), "bounded must be [lo, hi] with lo < hi"),
+            },
+            "stable" | "allow_nonfinite" => {
+                let flag = match ty {
+                    Ty::Bool(Some(b)) => b,
+                    Ty::Unknown => false,
+                    _ => {
+                        cx.error(Code::E0802, cx.range(a.value), format!("`{name}` must be True or False"));
+                        false
+                    }
+                };
+                if name == "stable" {
+                    out.stable = flag;
+                } else {
+                    out.allow_nonfinite = flag;
+                }
+            }
+            other => {
+                let mut diag =
+                    Diagnostic::new(Code::E0804, name_range, format!("@verify.numerics has no argument `{other}`"))
+                        .with_note(format!("its arguments: {}", NUMERICS_KEYWORDS.join(", ")));
+                if let Some(s) = suggest(other, NUMERICS_KEYWORDS.iter().copied()) {
+                    diag = diag.with_fix(
+                        format!("did you mean `{s}`?"),
+                        vec![Edit { range: name_range, text: s.to_string() }],
+                    );
+                }
+                cx.push(diag);
+            }
+        }
+    }
+    out
 }
 
 /// `ts`/`tessera` names under `roots` that no import binds.

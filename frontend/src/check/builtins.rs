@@ -185,7 +185,7 @@ builtins! {
     "kernel.auto" - Decorator "decorator" "A kernel with the target's default search space.";
     "jit" - Decorator "decorator" "A graph function, compiled as a whole (fusion, memory planning).";
     "autodiff" - Decorator "decorator" "A differentiable graph function: grad(f) is defined for it.";
-    "verify.numerics" "(stable=False, bounded=None)" Decorator "decorator" "Runtime numerics checks (NaN/Inf, bounds); static warnings where provable.";
+    "verify.numerics" "(stable=False, bounded=None, allow_nonfinite=False)" Decorator "decorator" "Runtime numerics checks (NaN/Inf, bounds; allow_nonfinite=True expects NaN/Inf); static warnings where provable (W0407).";
     // ---- schedules and distribution ----
     "Schedule" "(block=None, k=None, warps=None, stages=None, vector=None, swizzle=None, d=None)" Any "Schedule" "A schedule value: block=(BM, BN), k=BK, warps, stages, vector, swizzle=\"xor\"|\"none\". Methods with_block/with_k/with_warps/with_stages/with_vector/with_swizzle return a new schedule.";
     "block" "(m, n)" Any "Schedule" "Starts a Halide-style schedule chain: block(128, 128).k(64).warps(8).stages(3).";

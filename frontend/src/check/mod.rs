@@ -8,6 +8,7 @@ pub mod types;
 
 mod annot;
 mod infer;
+mod numerics;
 mod ops;
 mod scope;
 mod shapes;
@@ -22,6 +23,7 @@ use crate::text::TextRange;
 
 pub use dims::{Dim, Obligation};
 pub use dtype::{DType, ElemType, Policy};
+pub use numerics::numerics_lints;
 pub use schedule::{KernelSchedule, KeyValue, ScheduleKeys, ScheduleValue};
 pub use scope::{module_scope, ModuleScope, ScopeEntry};
 pub use types::{LoopKind, Namespace, SharedType, Swizzle, TensorKind, TensorType, TileType, Ty};
@@ -59,6 +61,26 @@ pub struct ParamInfo {
     pub name_range: TextRange,
 }
 
+/// The arguments of `@verify.numerics(stable=..., bounded=[lo, hi], allow_nonfinite=...)`,
+/// for the static check (W0407) and for `tessera run`, which checks the outputs. Floats
+/// are kept by their bits so that signatures stay `Eq`.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct NumericsCheck {
+    /// `stable=True`: no overflow to inf/NaN from an unguarded `exp` (W0407).
+    pub stable: bool,
+    /// `bounded=[lo, hi]` by the bits of `lo` and `hi` (see [`NumericsCheck::bounded`]).
+    pub bounded_bits: Option<(u64, u64)>,
+    /// `allow_nonfinite=True`: NaN and Inf in the outputs are expected, not a failure.
+    pub allow_nonfinite: bool,
+}
+
+impl NumericsCheck {
+    /// `bounded=[lo, hi]`: every output element must lie in `[lo, hi]`.
+    pub fn bounded(&self) -> Option<(f64, f64)> {
+        self.bounded_bits.map(|(lo, hi)| (f64::from_bits(lo), f64::from_bits(hi)))
+    }
+}
+
 /// What a function's decorators say; diagnostics and ranges are relative to the item's
 /// first byte (its first decorator).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -72,6 +94,8 @@ pub struct DecoratorInfo {
     pub kernel_and_graph: bool,
     /// Set for kernels: the fixed schedule and the autotune space with every candidate.
     pub schedule: Option<KernelSchedule>,
+    /// `@verify.numerics(...)`, when present.
+    pub numerics: Option<NumericsCheck>,
     pub diagnostics: Vec<Diagnostic>,
     pub unimported_alias_uses: Vec<TextRange>,
 }
@@ -87,6 +111,8 @@ pub struct Signature {
     pub jit: bool,
     /// Set for kernels: the schedule's key names.
     pub schedule: Option<ScheduleKeys>,
+    /// `@verify.numerics(...)`, when present: what `tessera run` checks in the outputs.
+    pub numerics: Option<NumericsCheck>,
     pub params: Vec<ParamInfo>,
     pub ret: Option<Ty>,
     /// Dim symbols bound by the parameters (including `int` parameters).
@@ -209,6 +235,7 @@ fn decorators_cycle(db: &dyn Db, _id: salsa::Id, key: FnKey<'_>) -> Arc<Decorato
         jit: false,
         kernel_and_graph: false,
         schedule: None,
+        numerics: None,
         diagnostics,
         unimported_alias_uses: Vec::new(),
     })
@@ -242,6 +269,7 @@ fn untyped_helper(params: Vec<ParamInfo>, diagnostics: Vec<Diagnostic>) -> Signa
         autodiff: false,
         jit: false,
         schedule: None,
+        numerics: None,
         params,
         ret: None,
         symbols: Vec::new(),
@@ -349,7 +377,8 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
                 .chain(&inference.unimported_alias_uses)
                 .map(|r| r.shift(entry.anchor)),
         );
-        for d in signature.diagnostics.iter().chain(&inference.diagnostics).chain(&checks.body) {
+        let numerics = numerics_lints(db, entry.key);
+        for d in signature.diagnostics.iter().chain(&inference.diagnostics).chain(&checks.body).chain(numerics) {
             out.push(d.clone().shift(entry.anchor));
         }
     }

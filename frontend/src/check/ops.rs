@@ -1000,6 +1000,10 @@ impl<'a> Infer<'a> {
             self.merge_elems(id, lhs, &a.elem, rhs, &b.elem);
             return Ty::Unknown;
         }
+        // Conflicting `@accum`s are E0403 (the merge reports them).
+        let Some(merged) = self.merge_elems(id, lhs, &a.elem, rhs, &b.elem) else {
+            return Ty::Unknown;
+        };
         let dtype = a.elem.dtype;
         if let Some(multiple) = dtype.mma_multiple() {
             let dims = [("M", &m), ("N", &n), ("K", &k1)];
@@ -1034,7 +1038,9 @@ impl<'a> Infer<'a> {
                 });
             }
         }
-        let out_dtype = if dtype.is_int() { DType::I32 } else { DType::F32 };
+        // `@accum(T)` on the operands: the products are summed in T and the result is a
+        // T tile; without a policy, f32 (i32 for integer operands).
+        let out_dtype = merged.accum().unwrap_or(if dtype.is_int() { DType::I32 } else { DType::F32 });
         let result = TileType { dims: vec![m, n], elem: ElemType::plain(out_dtype) };
         if let Some(acc) = acc {
             match self.operand(acc.ty.clone()) {
