@@ -6,13 +6,18 @@
 //! scalars are passed as `f32` (`f64` for `f64`), integer and index scalars as `i64`,
 //! `bool` as `i32` (0 or 1). The grid is the `grid` attribute of Tile IR evaluated with
 //! the symbols bound by the tensors' runtime dims.
+//!
+//! A kernel that rounds stochastically (`@stochastic_round`) takes one more parameter,
+//! last: the run's seed, an index named `__seed` ([`KernelAbi::seed_slot`] gives its
+//! position). Whoever launches the kernel passes the run's seed there (as
+//! `Arg::Index(seed)`); the interpreter's seeded inputs already do.
 
 use std::collections::BTreeMap;
 
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim};
 
-use crate::ir::{Attr, Func, Type};
+use crate::ir::{policy, Attr, Func, Type};
 
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum AbiParam {
@@ -48,6 +53,9 @@ pub struct KernelAbi {
     pub grid: [Dim; 3],
     /// Threads per tile program on GPUs (1 on the CPU).
     pub threads: u32,
+    /// The position in `params` of the hidden run-seed parameter (an `Index`), for
+    /// kernels with stochastic rounding.
+    pub seed: Option<usize>,
 }
 
 /// Values for a kernel's dim symbols and the grid they give.
@@ -74,7 +82,20 @@ impl KernelAbi {
             _ => return Err(format!("`{}` has no grid: it is not Tile IR", func.name)),
         };
         let threads = func.attr("threads").and_then(Attr::as_int).unwrap_or(1).max(1) as u32;
-        Ok(KernelAbi { name: func.name.clone(), params, grid, threads })
+        let seed = func.attr(policy::SEED_ATTR).and_then(Attr::as_int).map(|i| i as usize);
+        if let Some(i) = seed {
+            if !matches!(params.get(i), Some(AbiParam::Index { .. })) {
+                return Err(format!("`{}`: the seed parameter {i} is not an index parameter", func.name));
+            }
+        }
+        Ok(KernelAbi { name: func.name.clone(), params, grid, threads, seed })
+    }
+
+    /// The position among `params` (and among the launch's arguments) of the hidden
+    /// run-seed parameter, `None` when the kernel draws no random numbers for rounding.
+    /// The launcher passes the run's seed there as `Arg::Index(seed)`.
+    pub fn seed_slot(&self) -> Option<usize> {
+        self.seed
     }
 
     /// The slots of every parameter, flattened in call order.

@@ -4,6 +4,11 @@
 //! value, and appends the backward graph with the same builder: the Graph IR of a
 //! function that calls `grad(f)` shows `f`'s forward graph followed by its backward
 //! graph. Adjoints have their primal value's type (a bf16 weight gets a bf16 gradient).
+//!
+//! `@loss_scale(k)` on a tensor of the differentiated graph (a parameter, the loss): the
+//! backward pass starts from `k` instead of 1 (`graph.full {value = k, loss_scale = k}`),
+//! so small adjoints stay representable in low precision, and each returned gradient is
+//! divided by `k` (`arith.div {loss_scale = k}`), rounded once to its dtype.
 
 use std::collections::HashMap;
 
@@ -143,7 +148,11 @@ impl Ad<'_, '_> {
             OpKind::GReduce,
             vec![g],
             Type::Tensor(TensorType { dims: kept, dtype: gt.dtype, policies: gt.policies.clone() }),
-            vec![("kind", Attr::Str("sum".into())), ("axes", Attr::Ints(axes)), ("keepdim", Attr::Bool(false))],
+            [
+                vec![("kind", Attr::Str("sum".into())), ("axes", Attr::Ints(axes)), ("keepdim", Attr::Bool(false))],
+                policy::acc_attrs(&[&Type::Tensor(gt.clone())]),
+            ]
+            .concat(),
         );
         self.reshape(summed, to.dims.clone())
     }
@@ -374,10 +383,12 @@ impl Ad<'_, '_> {
                 let at = tensor_type(&self.ty(a)).cloned().expect("a tensor");
                 let bt = tensor_type(&self.ty(b)).cloned().expect("a tensor");
                 let gt = tensor_type(&self.ty(g)).cloned().expect("a tensor");
+                // The backward matmuls accumulate as the forward one does (`@accum`).
+                let acc = policy::acc_attrs(&[&self.ty(a), &self.ty(b), &self.ty(g)]);
                 if diff(a, self) {
                     // dA = g @ Bᵀ
                     let b_t = self.transpose_last2(b);
-                    let d = self.op(OpKind::MatMul, vec![g, b_t], Type::Tensor(at.clone()), vec![]);
+                    let d = self.op(OpKind::MatMul, vec![g, b_t], Type::Tensor(at.clone()), acc.clone());
                     self.accumulate(a, d);
                 }
                 if diff(b, self) {
@@ -388,10 +399,10 @@ impl Ad<'_, '_> {
                         let a2 = self.reshape(a, vec![m.clone(), at.dims[at.dims.len() - 1].clone()]);
                         let g2 = self.reshape(g, vec![m, gt.dims[gt.dims.len() - 1].clone()]);
                         let a2t = self.transpose_last2(a2);
-                        self.op(OpKind::MatMul, vec![a2t, g2], Type::Tensor(bt.clone()), vec![])
+                        self.op(OpKind::MatMul, vec![a2t, g2], Type::Tensor(bt.clone()), acc.clone())
                     } else if bt.dims.len() == at.dims.len() {
                         let a_t = self.transpose_last2(a);
-                        self.op(OpKind::MatMul, vec![a_t, g], Type::Tensor(bt.clone()), vec![])
+                        self.op(OpKind::MatMul, vec![a_t, g], Type::Tensor(bt.clone()), acc.clone())
                     } else {
                         return self.err("grad of a matmul with a batched right operand and a 2-D left one".into());
                     };
@@ -461,7 +472,22 @@ pub fn backward(
     if !matches!(&lt, Type::Tensor(t) if t.dims.is_empty() && t.dtype.is_float()) {
         return ad.err(format!("grad needs a rank-0 float result, the function returns {lt}"));
     }
-    let seed = ad.filled(1.0, &lt);
+    // `@loss_scale(k)` anywhere in the differentiated graph scales the loss.
+    let mut types: Vec<Type> = vec![lt.clone()];
+    types.extend(wrt.iter().map(|&w| ad.ty(w)));
+    for &id in forward {
+        let op = ad.b.func.op(id);
+        types.extend(op.operands.iter().chain(&op.results).map(|&v| ad.b.func.ty(v).clone()));
+    }
+    let scale = policy::loss_scale(&types.iter().collect::<Vec<_>>()).filter(|k| *k != 1.0);
+    let seed = match scale {
+        Some(k) => {
+            let loc = ad.loc.clone();
+            let attrs = vec![("value", Attr::float(k)), (policy::LOSS_SCALE, Attr::float(k))];
+            ad.b.op1(OpKind::Fill, vec![], lt.clone(), attrs, &loc)
+        }
+        None => ad.filled(1.0, &lt),
+    };
     ad.adjoint.insert(loss, seed);
     for &id in forward.iter().rev() {
         let op = ad.b.func.op(id).clone();
@@ -470,7 +496,15 @@ pub fn backward(
     let mut out = Vec::new();
     for &w in wrt {
         let g = match ad.adjoint.get(&w) {
-            Some(&g) => g,
+            Some(&g) => match scale {
+                // Unscale: one division by k, rounded once to the gradient's dtype.
+                Some(k) => {
+                    let t = ad.ty(g);
+                    let kc = ad.constant(k, &t);
+                    ad.op(OpKind::Div, vec![g, kc], t, vec![(policy::LOSS_SCALE, Attr::float(k))])
+                }
+                None => g,
+            },
             None => {
                 let t = ad.ty(w);
                 ad.filled(0.0, &t)

@@ -650,6 +650,12 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                     } else if let Some(l) = layout[a.0 as usize].clone() {
                         set(r, l, &mut layout);
                     }
+                    // A stochastic rounding's uniform tile lives where its operand does.
+                    if let (Some(&u), Some(l)) = (op.operands.get(1), layout[a.0 as usize].clone()) {
+                        if is_tile(f, u) && !matches!(l, Layout::DotOperand { .. }) {
+                            set(u, l, &mut layout);
+                        }
+                    }
                 }
                 OpKind::Reduce => {
                     let axis = op.int_attr("axis").unwrap_or(0) as u32;
@@ -796,6 +802,11 @@ pub(crate) fn insert_conversions(f: &mut Func) {
                     }
                     w.push(data);
                     w
+                }
+                // A stochastic rounding's uniform tile: in the layout of the value it rounds.
+                OpKind::Cast if op.operands.len() == 2 => {
+                    let x = f.ty(op.operands[0]).as_tile().and_then(|t| t.layout.clone());
+                    vec![None, x]
                 }
                 OpKind::Yield => Vec::new(),
                 _ => Vec::new(),

@@ -148,6 +148,7 @@ mod tests {
             ],
             grid: [Dim::constant(1), Dim::constant(1), Dim::constant(1)],
             threads: 128,
+            seed: None,
         }
     }
 

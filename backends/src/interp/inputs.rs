@@ -5,7 +5,8 @@
 //! in [-8, 8] (int4: [-8, 7]), bool tensors fair coin flips; write-only tensors (the
 //! outputs) are zero. Float scalars are uniform in [0.5, 1.5), integer and index scalars
 //! in [1, 8], bool scalars `true`. Each parameter draws from its own stream (the seed and
-//! its position), so one parameter's shape does not change another's values.
+//! its position), so one parameter's shape does not change another's values. The hidden
+//! seed parameter of stochastic rounding (`KernelAbi::seed_slot`) is the seed itself.
 
 use std::collections::BTreeMap;
 
@@ -126,6 +127,8 @@ pub fn seeded_for(
                     d if d.is_int() => Arg::Scalar(*d, rng.int(1, 8) as f64),
                     d => Arg::Scalar(*d, crate::tensor::round_to(*d, 0.5 + rng.uniform())),
                 },
+                // The hidden parameter of stochastic rounding gets the run's seed.
+                AbiParam::Index { .. } if abi.seed_slot() == Some(i) => Arg::Index(seed as i64),
                 AbiParam::Index { .. } => Arg::Index(rng.int(1, 8)),
             }
         })

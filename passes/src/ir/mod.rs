@@ -5,6 +5,7 @@
 //! `verify` checks which ops and types a level allows.
 
 pub mod layout;
+pub mod policy;
 pub mod print;
 pub mod rand;
 pub mod types;

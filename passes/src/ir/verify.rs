@@ -164,6 +164,21 @@ impl Verifier<'_> {
                 n_ops(3)?;
                 n_results(1)?;
             }
+            OpKind::Cast => {
+                n_results(1)?;
+                if super::policy::stochastic(op) {
+                    // The second operand is the uniform f32 tile of the stochastic rounding.
+                    let (x, u) = (self.ty(op.operands[0]), self.ty(op.operands[1]));
+                    if !matches!(u, Type::Tile(t) if t.dtype == DType::F32) || x.dims() != u.dims() {
+                        return Err(err(
+                            id,
+                            format!("arith.cast: the stochastic operand {u} must be an f32 tile like {x}"),
+                        ));
+                    }
+                } else {
+                    n_ops(1)?;
+                }
+            }
             OpKind::Constant => {
                 n_ops(0)?;
                 n_results(1)?;

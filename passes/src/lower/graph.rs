@@ -394,7 +394,8 @@ impl Body<'_, '_, '_> {
         if ta.dims.len() < 2 || tb.dims.len() < 2 {
             return unsupported("`@` needs tensors of rank 2 or more", loc.range);
         }
-        Ok(self.op1(OpKind::MatMul, vec![a, b], t, vec![], loc))
+        let attrs = crate::ir::policy::acc_attrs(&[&Type::Tensor(ta), &Type::Tensor(tb)]);
+        Ok(self.op1(OpKind::MatMul, vec![a, b], t, attrs, loc))
     }
 
     fn effect(
@@ -493,11 +494,14 @@ impl Body<'_, '_, '_> {
                 };
                 let keepdim = arg("keepdim", 2).is_some_and(|k| matches!(self.ty_of(k), Ty::Bool(Some(true))));
                 let t = result.clone()?;
-                let attrs = vec![
+                let mut attrs = vec![
                     ("kind", Attr::Str(SmolStr::new(name))),
                     ("axes", Attr::Ints(axes)),
                     ("keepdim", Attr::Bool(keepdim)),
                 ];
+                if matches!(name, "sum" | "mean") {
+                    attrs.extend(crate::ir::policy::acc_attrs(&[&self.vty(x)]));
+                }
                 Ok(Val::One(self.op1(OpKind::GReduce, vec![x], t, attrs, &loc)))
             }
             "softmax_safe" | "logsumexp_safe" => {

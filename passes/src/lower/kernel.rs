@@ -13,7 +13,12 @@ use tessera_frontend::check::{DType, Dim, Inference, Resolution, Signature, Ty};
 use tessera_frontend::syntax::ast::*;
 use tessera_frontend::text::TextRange;
 
+use crate::ir::policy;
 use crate::ir::*;
+
+mod calls;
+mod policies;
+mod values;
 
 /// A construct the lowering does not handle (the checker accepted it).
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -74,6 +79,9 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionDef, sig: &Signature, inf: &Inf
         symbols: HashMap::new(),
         mask: None,
         linear_extent: None,
+        seed: None,
+        sites: 0,
+        ivs: Vec::new(),
     };
     lw.bind_symbols(ast)?;
     lw.stmts(&ast.body)?;
@@ -83,9 +91,15 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionDef, sig: &Signature, inf: &Inf
         lw.b.op(OpKind::Return, vec![], vec![], vec![], &loc);
     }
     let extent = lw.linear_extent.take();
+    let seed = lw.seed.take();
     lw.b.finish();
     if let Some(extent) = extent {
         func.set_attr("linear_extent", Attr::Dims(vec![extent]));
+    }
+    // The run's seed, for stochastic rounding: a hidden last parameter (docs/ir.md).
+    if let Some(seed) = seed {
+        func.set_attr(policy::SEED_ATTR, Attr::Int(func.params.len() as i64));
+        func.params.push(seed);
     }
     Ok(func)
 }
@@ -130,6 +144,12 @@ struct Lower<'a, 'f> {
     mask: Option<ValueId>,
     /// The extent a `tile.linear_id()` grid covers (the gathered tensor's length).
     linear_extent: Option<Dim>,
+    /// The hidden run-seed parameter, once a stochastic conversion needs it.
+    seed: Option<ValueId>,
+    /// Stochastic conversions so far: each draws from its own stream (`site`).
+    sites: i64,
+    /// Induction variables of the enclosing loops, outermost first.
+    ivs: Vec<ValueId>,
 }
 
 fn unsupported<T>(what: impl Into<String>, range: TextRange) -> R<T> {
@@ -398,7 +418,10 @@ impl Lower<'_, '_> {
             let saved = self.env.clone();
             self.b.open_region(vec![iv]);
             self.env.insert(var, Val::One(iv));
-            self.stmts(body)?;
+            self.ivs.push(iv);
+            let lowered = self.stmts(body);
+            self.ivs.pop();
+            lowered?;
             self.b.op(OpKind::Yield, vec![], vec![], vec![], &loc);
             let region = self.b.close_region();
             self.b.op_with_regions(OpKind::GridParallel, vec![lo, hi, step], vec![], vec![], vec![region], &loc);
@@ -428,7 +451,10 @@ impl Lower<'_, '_> {
         for (n, &a) in carried.iter().zip(&region_args[1..]) {
             self.env.insert(n.clone(), Val::One(a));
         }
-        self.stmts(body)?;
+        self.ivs.push(iv);
+        let lowered = self.stmts(body);
+        self.ivs.pop();
+        lowered?;
         let mut yields = Vec::new();
         for (n, &init) in carried.iter().zip(&inits) {
             let Some(Val::One(v)) = self.env.get(n).cloned() else {
@@ -638,6 +664,10 @@ impl Lower<'_, '_> {
         let want = Type::tile(vt.dims.clone(), vt.dtype);
         let v = self.operand(value, value_expr)?;
         let v = self.coerce(v, &want, &loc)?;
+        let v = match policy::elem_of(self.ty_of(base)).cloned() {
+            Some(elem) => self.store_conversion(v, view, &elem, &loc),
+            None => v,
+        };
         let mut operands = vec![view, v];
         if let Some(m) = self.mask {
             let m = self.coerce(m, &Type::tile(vt.dims.clone(), DType::Bool), &loc)?;
@@ -702,9 +732,12 @@ impl Lower<'_, '_> {
                 let (l, r) = (self.value(lhs)?, self.value(rhs)?);
                 if op == BinOp::MatMul {
                     let (l, r) = (self.operand(l, lhs)?, self.operand(r, rhs)?);
-                    return Ok(Val::One(self.dot(e, l, r, None)?));
+                    let acc = self.accum_policy(&[lhs, rhs]);
+                    return Ok(Val::One(self.dot(e, l, r, None, acc)?));
                 }
-                Ok(Val::One(self.binary(op, l, r, e, range)?))
+                let v = self.binary(op, l, r, e, range)?;
+                self.mark_saturating(e, v);
+                Ok(Val::One(v))
             }
             Expr::Unary { op, operand } => {
                 let v = self.value(operand)?;
@@ -812,193 +845,6 @@ impl Lower<'_, '_> {
         }
     }
 
-    fn subscript(&mut self, e: ExprId, base: ExprId, indices: &[ExprId]) -> R<Val> {
-        let loc = self.eloc(e);
-        let base_ty = self.ty_of(base).clone();
-        match base_ty {
-            Ty::Tensor(t) | Ty::View(t) => {
-                let tensor = self.value(base)?;
-                // A gather by an index tile (1-D tensors).
-                if let [idx] = indices {
-                    if let Ty::Tile(_) = self.ty_of(*idx) {
-                        let i = self.value(*idx)?;
-                        let result = self.result_type(e)?;
-                        let Type::View(v) = result else {
-                            return unsupported("a gather result", loc.range);
-                        };
-                        if self.linear_extent.is_none() {
-                            self.linear_extent = t.dims.first().cloned();
-                        }
-                        let tile_ty = Type::tile(v.dims.clone(), v.dtype);
-                        let mut operands = vec![tensor, i];
-                        if let Some(m) = self.mask {
-                            operands.push(m);
-                        }
-                        return Ok(Val::One(self.b.op1(OpKind::Gather, operands, tile_ty, vec![], &loc)));
-                    }
-                }
-                let mut offsets = Vec::new();
-                let mut sizes = Vec::new();
-                let mut squeeze = Vec::new();
-                let mut d = 0usize;
-                for &idx in indices {
-                    match self.body.expr(idx).clone() {
-                        Expr::Slice { start, stop: _, step } => {
-                            if step.is_some() {
-                                return unsupported("a strided slice", self.body.expr_range(idx));
-                            }
-                            let off = match start {
-                                Some(s) => self.value(s)?,
-                                None => self.const_index(0, &loc),
-                            };
-                            offsets.push(off);
-                            d += 1;
-                        }
-                        Expr::NoneLit => {
-                            return unsupported(
-                                "`None` in a tensor index (load first, then index the tile)",
-                                self.body.expr_range(idx),
-                            )
-                        }
-                        _ => {
-                            let off = self.value(idx)?;
-                            if self.vty(off) != Type::Index {
-                                return unsupported("a non-integer index", self.body.expr_range(idx));
-                            }
-                            offsets.push(off);
-                            squeeze.push(d as i64);
-                            d += 1;
-                        }
-                    }
-                }
-                while offsets.len() < t.dims.len() {
-                    offsets.push(self.const_index(0, &loc));
-                }
-                let result = self.result_type(e)?;
-                let Type::View(view) = result else {
-                    return unsupported("a slice of this tensor", loc.range);
-                };
-                // Sizes per tensor dim: 1 for integer indices, the view's dims otherwise.
-                let mut vd = view.dims.iter();
-                for k in 0..t.dims.len() {
-                    if squeeze.contains(&(k as i64)) {
-                        sizes.push(Dim::constant(1));
-                    } else {
-                        sizes.push(vd.next().cloned().unwrap_or_else(|| t.dims[k].clone()));
-                    }
-                }
-                let mut operands = vec![tensor];
-                operands.extend(offsets);
-                let mut attrs = vec![("sizes", Attr::Dims(sizes))];
-                if !squeeze.is_empty() {
-                    attrs.push(("squeeze", Attr::Ints(squeeze)));
-                }
-                Ok(Val::One(self.b.op1(OpKind::View, operands, Type::View(view), attrs, &loc)))
-            }
-            Ty::Tile(_) | Ty::Shared(_) => {
-                let v = self.value(base)?;
-                let mut v = self.operand(v, base)?;
-                // Only `None` (new axes) and full slices are supported on tiles.
-                for (axis, &idx) in indices.iter().enumerate() {
-                    match self.body.expr(idx) {
-                        Expr::NoneLit => {
-                            let mut dims = self.vty(v).dims().to_vec();
-                            dims.insert(axis, Dim::constant(1));
-                            let dtype = self.vty(v).dtype().unwrap();
-                            v = self.b.op1(
-                                OpKind::ExpandDims,
-                                vec![v],
-                                Type::tile(dims, dtype),
-                                vec![("axis", Attr::Int(axis as i64))],
-                                &loc,
-                            );
-                        }
-                        Expr::Slice { start: None, stop: None, step: None } => {}
-                        _ => {
-                            return unsupported(
-                                "indexing a tile (only `:` and `None` are supported)",
-                                self.body.expr_range(idx),
-                            )
-                        }
-                    }
-                }
-                Ok(Val::One(v))
-            }
-            Ty::Tuple(_) => match (self.expr(base)?, self.body.expr(indices[0])) {
-                (Val::Many(vs), Expr::Int(i)) => vs
-                    .get(*i as usize)
-                    .map(|v| Val::One(*v))
-                    .ok_or_else(|| LowerError { message: "tuple index".into(), range: loc.range }),
-                _ => unsupported("indexing a tuple by a non-constant", loc.range),
-            },
-            other => unsupported(format!("indexing {other}"), loc.range),
-        }
-    }
-
-    /// Broadcasting, dtype adoption and loads so that `v` has type `want`.
-    fn coerce(&mut self, v: ValueId, want: &Type, loc: &Loc) -> R<ValueId> {
-        let have = self.vty(v);
-        if &have == want {
-            return Ok(v);
-        }
-        match (have.clone(), want) {
-            (Type::View(_) | Type::Smem(_), _) => {
-                let loaded = match have {
-                    Type::View(view) => {
-                        let mut operands = vec![v];
-                        if let Some(m) = self.mask {
-                            let m = self.coerce(m, &Type::tile(view.dims.clone(), DType::Bool), loc)?;
-                            operands.push(m);
-                        }
-                        self.b.op1(OpKind::Load, operands, Type::tile(view.dims, view.dtype), vec![], loc)
-                    }
-                    Type::Smem(s) => self.b.op1(OpKind::LoadShared, vec![v], Type::tile(s.dims, s.dtype), vec![], loc),
-                    _ => unreachable!(),
-                };
-                self.coerce(loaded, want, loc)
-            }
-            (Type::Index, Type::Index) => Ok(v),
-            (Type::Index | Type::Scalar(_), Type::Scalar(d)) => {
-                Ok(self.b.op1(OpKind::Cast, vec![v], Type::Scalar(*d), vec![], loc))
-            }
-            (Type::Scalar(_), Type::Index) => Ok(self.b.op1(OpKind::Cast, vec![v], Type::Index, vec![], loc)),
-            (Type::Index | Type::Scalar(_), Type::Tile(t)) => {
-                let s = self.coerce(v, &Type::Scalar(t.dtype), loc)?;
-                Ok(self.b.op1(OpKind::Splat, vec![s], want.clone(), vec![], loc))
-            }
-            (Type::Tile(h), Type::Tile(t)) => {
-                let mut cur = v;
-                let mut dims = h.dims.clone();
-                if h.dtype != t.dtype {
-                    cur = self.b.op1(OpKind::Cast, vec![cur], Type::tile(dims.clone(), t.dtype), vec![], loc);
-                }
-                if dims.len() > t.dims.len() {
-                    return unsupported(format!("a {} where a {} is expected", have, want), loc.range);
-                }
-                while dims.len() < t.dims.len() {
-                    dims.insert(0, Dim::constant(1));
-                    cur = self.b.op1(
-                        OpKind::ExpandDims,
-                        vec![cur],
-                        Type::tile(dims.clone(), t.dtype),
-                        vec![("axis", Attr::Int(0))],
-                        loc,
-                    );
-                }
-                if dims != t.dims {
-                    for (a, b) in dims.iter().zip(&t.dims) {
-                        if a != b && a.as_const() != Some(1) {
-                            return unsupported(format!("broadcasting {} to {}", have, want), loc.range);
-                        }
-                    }
-                    cur = self.b.op1(OpKind::Broadcast, vec![cur], Type::tile(t.dims.clone(), t.dtype), vec![], loc);
-                }
-                Ok(cur)
-            }
-            _ => unsupported(format!("a {have} where a {want} is expected"), loc.range),
-        }
-    }
-
     fn binary(&mut self, op: BinOp, l: ValueId, r: ValueId, e: ExprId, range: TextRange) -> R<ValueId> {
         let loc = self.loc(range);
         let (l, r) = (self.operand(l, e)?, self.operand(r, e)?);
@@ -1072,349 +918,16 @@ impl Lower<'_, '_> {
         Ok(self.b.op1(OpKind::Cmp, vec![l, r], result_ty, vec![("pred", Attr::Str(SmolStr::new(pred)))], &loc))
     }
 
-    fn dot(&mut self, e: ExprId, a: ValueId, b: ValueId, acc: Option<ValueId>) -> R<ValueId> {
+    /// `acc + a @ b`; `policy` is the operands' `@accum(T)` (the `acc = T` attribute).
+    fn dot(&mut self, e: ExprId, a: ValueId, b: ValueId, acc: Option<ValueId>, policy: Option<DType>) -> R<ValueId> {
         let loc = self.eloc(e);
         let result = self.result_type(e)?;
         let acc = match acc {
             Some(c) => self.coerce(c, &result, &loc)?,
             None => self.b.op1(OpKind::Full, vec![], result.clone(), vec![("value", Attr::float(0.0))], &loc),
         };
-        Ok(self.b.op1(OpKind::Dot, vec![a, b, acc], result, vec![], &loc))
-    }
-
-    fn call(&mut self, e: ExprId, func: ExprId, args: &[Arg]) -> R<Val> {
-        let loc = self.eloc(e);
-        let path = match self.ty_of(func) {
-            Ty::Builtin(p) => *p,
-            other => return unsupported(format!("calling {other} in a kernel"), loc.range),
-        };
-        let positional: Vec<ExprId> = args.iter().filter(|a| a.name.is_none()).map(|a| a.value).collect();
-        let kw = |name: &str| args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == name)).map(|a| a.value);
-        let arg = |name: &str, pos: usize| kw(name).or_else(|| positional.get(pos).copied());
-        let name = path.strip_prefix("tile.").unwrap_or(path);
-        let unary = |k: &str| -> Option<OpKind> {
-            Some(match k {
-                "exp" => OpKind::Exp,
-                "log" => OpKind::Log,
-                "sqrt" => OpKind::Sqrt,
-                "rsqrt" => OpKind::Rsqrt,
-                "tanh" => OpKind::Tanh,
-                "sigmoid" => OpKind::Sigmoid,
-                "relu" => OpKind::Relu,
-                "gelu" => OpKind::Gelu,
-                "silu" => OpKind::Silu,
-                "abs" => OpKind::Abs,
-                "neg" => OpKind::Neg,
-                _ => return None,
-            })
-        };
-        if let Some(kind) = unary(name) {
-            let x = arg("x", 0).ok_or_else(|| LowerError { message: "missing operand".into(), range: loc.range })?;
-            let v = self.value(x)?;
-            let v = self.operand(v, x)?;
-            let t = self.result_type(e)?;
-            let v = self.coerce(v, &t, &loc)?;
-            return Ok(Val::One(self.b.op1(kind, vec![v], t, vec![], &loc)));
-        }
-        match name {
-            "context" => Ok(Val::Many(vec![])),
-            "load" => {
-                let src = arg("src", 0).unwrap();
-                if kw("rows").is_some() {
-                    return unsupported("tile.load(t, rows=, cols=)", loc.range);
-                }
-                let v = self.value(src)?;
-                let t = self.result_type(e)?;
-                match self.vty(v) {
-                    Type::View(_) => {
-                        let mut operands = vec![v];
-                        let user_mask = match kw("mask") {
-                            Some(m) => Some(self.value(m)?),
-                            None => None,
-                        };
-                        if let Some(m) = user_mask.or(self.mask) {
-                            let m = self.coerce(m, &Type::tile(t.dims().to_vec(), DType::Bool), &loc)?;
-                            operands.push(m);
-                        }
-                        let mut attrs = vec![];
-                        if let Some(o) = kw("other") {
-                            let value = match self.ty_of(o) {
-                                Ty::Float(Some(f)) => f.get(),
-                                Ty::Int(Some(d)) => d.as_const().unwrap_or(0) as f64,
-                                _ => 0.0,
-                            };
-                            attrs.push(("other", Attr::float(value)));
-                        }
-                        Ok(Val::One(self.b.op1(OpKind::Load, operands, t, attrs, &loc)))
-                    }
-                    Type::Smem(_) => Ok(Val::One(self.b.op1(OpKind::LoadShared, vec![v], t, vec![], &loc))),
-                    _ => Ok(Val::One(v)),
-                }
-            }
-            "store" => {
-                let dst = arg("dst", 0).unwrap();
-                let val = arg("value", 1).unwrap();
-                let v = self.value(val)?;
-                // `mask=` narrows the enclosing masked region, if any, for this store.
-                let saved = self.mask;
-                if let Some(m) = kw("mask") {
-                    let m = self.value(m)?;
-                    let dims = match self.vty(v) {
-                        Type::Tile(t) => t.dims,
-                        _ => self.vty(m).dims().to_vec(),
-                    };
-                    let mt = Type::tile(dims, DType::Bool);
-                    let m = self.coerce(m, &mt, &loc)?;
-                    self.mask = Some(match saved {
-                        Some(outer) => {
-                            let outer = self.coerce(outer, &mt, &loc)?;
-                            self.b.op1(OpKind::And, vec![outer, m], mt, vec![], &loc)
-                        }
-                        None => m,
-                    });
-                }
-                let stored = self.store_to(dst, v, val);
-                self.mask = saved;
-                stored?;
-                Ok(Val::Many(vec![]))
-            }
-            "zeros" | "full" => {
-                let t = self.result_type(e)?;
-                let value = if name == "zeros" {
-                    0.0
-                } else {
-                    match self.ty_of(arg("value", 1).unwrap()) {
-                        Ty::Float(Some(f)) => f.get(),
-                        Ty::Int(Some(d)) if d.is_const() => d.as_const().unwrap() as f64,
-                        _ => {
-                            let v = self.value(arg("value", 1).unwrap())?;
-                            return Ok(Val::One(self.coerce(v, &t, &loc)?));
-                        }
-                    }
-                };
-                Ok(Val::One(self.b.op1(OpKind::Full, vec![], t, vec![("value", Attr::float(value))], &loc)))
-            }
-            "rand" => {
-                let t = self.result_type(e)?;
-                let seed = self.value(arg("seed", 1).unwrap())?;
-                let seed = self.coerce(seed, &Type::Index, &loc)?;
-                let mut operands = vec![seed];
-                let offsets = match self.expr(arg("offsets", 2).unwrap())? {
-                    Val::One(v) => vec![v],
-                    Val::Many(vs) => vs,
-                };
-                for o in offsets {
-                    operands.push(self.coerce(o, &Type::Index, &loc)?);
-                }
-                Ok(Val::One(self.b.op1(OpKind::Rand, operands, t, vec![], &loc)))
-            }
-            "arange" => {
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(OpKind::Arange, vec![], t, vec![], &loc)))
-            }
-            "dot" | "mma" => {
-                let (ae, be) = (arg("a", 0).unwrap(), arg("b", 1).unwrap());
-                let a = self.value(ae)?;
-                let a = self.operand(a, ae)?;
-                let b = self.value(be)?;
-                let b = self.operand(b, be)?;
-                let acc = match kw("accumulator") {
-                    Some(c) if matches!(self.ty_of(c), Ty::Tile(_)) => Some(self.value(c)?),
-                    _ => None,
-                };
-                Ok(Val::One(self.dot(e, a, b, acc)?))
-            }
-            "cast" => {
-                let x = arg("t", 0).unwrap();
-                let v = self.value(x)?;
-                let v = self.operand(v, x)?;
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(OpKind::Cast, vec![v], t, vec![], &loc)))
-            }
-            "transpose" => {
-                let x = arg("t", 0).unwrap();
-                let v = self.value(x)?;
-                let v = self.operand(v, x)?;
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(OpKind::Transpose, vec![v], t, vec![], &loc)))
-            }
-            "broadcast" => {
-                let x = arg("t", 0).unwrap();
-                let v = self.value(x)?;
-                let v = self.operand(v, x)?;
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.coerce(v, &t, &loc)?))
-            }
-            "maximum" | "minimum" | "pow" => {
-                let (a, b) = (self.value(arg("a", 0).unwrap())?, self.value(arg("b", 1).unwrap())?);
-                let (a, b) = (self.operand(a, e)?, self.operand(b, e)?);
-                let t = self.result_type(e)?;
-                let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
-                let k = match name {
-                    "maximum" => OpKind::Max,
-                    "minimum" => OpKind::Min,
-                    _ => OpKind::Pow,
-                };
-                Ok(Val::One(self.b.op1(k, vec![a, b], t, vec![], &loc)))
-            }
-            "max" | "min" if positional.len() == 2 && path == name => {
-                let (a, b) = (self.value(positional[0])?, self.value(positional[1])?);
-                let t = self.result_type(e)?;
-                let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
-                let k = if name == "max" { OpKind::Max } else { OpKind::Min };
-                Ok(Val::One(self.b.op1(k, vec![a, b], t, vec![], &loc)))
-            }
-            "where" => {
-                let c = self.value(arg("cond", 0).unwrap())?;
-                let (a, b) = (self.value(arg("a", 1).unwrap())?, self.value(arg("b", 2).unwrap())?);
-                let t = self.result_type(e)?;
-                let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
-                let c = self.coerce(c, &Type::tile(t.dims().to_vec(), DType::Bool), &loc)?;
-                Ok(Val::One(self.b.op1(OpKind::Select, vec![c, a, b], t, vec![], &loc)))
-            }
-            "row_max" | "row_sum" | "sum" | "max" | "min" => {
-                let x = arg("t", 0).unwrap();
-                let v = self.value(x)?;
-                let v = self.operand(v, x)?;
-                let rank = self.vty(v).dims().len() as i64;
-                let axis = if name.starts_with("row_") {
-                    rank - 1
-                } else {
-                    match kw("axis").or_else(|| positional.get(1).copied()).map(|a| self.body.expr(a).clone()) {
-                        Some(Expr::Int(a)) => a.rem_euclid(rank),
-                        Some(Expr::Unary { op: UnaryOp::Neg, operand }) => match self.body.expr(operand) {
-                            Expr::Int(a) => (-a).rem_euclid(rank),
-                            _ => rank - 1,
-                        },
-                        _ => rank - 1,
-                    }
-                };
-                let kind = if name.ends_with("sum") {
-                    "sum"
-                } else if name.ends_with("max") {
-                    "max"
-                } else {
-                    "min"
-                };
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(
-                    OpKind::Reduce,
-                    vec![v],
-                    t,
-                    vec![("kind", Attr::Str(kind.into())), ("axis", Attr::Int(axis))],
-                    &loc,
-                )))
-            }
-            "causal_mask" | "mask_causal" => {
-                let s = self.value(arg("s", 0).unwrap())?;
-                let q = self.value(arg("q_off", 1).unwrap())?;
-                let k = self.value(arg("k_off", 2).unwrap())?;
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(OpKind::CausalMask, vec![s, q, k], t, vec![], &loc)))
-            }
-            "softmax_online" => {
-                let s = self.value(arg("s", 0).unwrap())?;
-                let st = self.vty(s);
-                let rows = st.dims()[0].clone();
-                let row_ty = Type::tile(vec![rows], DType::F32);
-                let m = self.b.op1(
-                    OpKind::Reduce,
-                    vec![s],
-                    row_ty.clone(),
-                    vec![("kind", Attr::Str("max".into())), ("axis", Attr::Int(1))],
-                    &loc,
-                );
-                let mb = self.coerce_row(m, &st, &loc)?;
-                let diff = self.b.op1(OpKind::Sub, vec![s, mb], st.clone(), vec![], &loc);
-                let p = self.b.op1(OpKind::Exp, vec![diff], st.clone(), vec![], &loc);
-                let l = self.b.op1(
-                    OpKind::Reduce,
-                    vec![p],
-                    row_ty,
-                    vec![("kind", Attr::Str("sum".into())), ("axis", Attr::Int(1))],
-                    &loc,
-                );
-                Ok(Val::Many(vec![p, m, l]))
-            }
-            "softmax_accumulate" => {
-                let get = |this: &mut Self, n: &str, i: usize| -> R<ValueId> { this.value(arg(n, i).unwrap()) };
-                let (acc, m, l, p, v, mc, lc) = (
-                    get(self, "acc", 0)?,
-                    get(self, "m", 1)?,
-                    get(self, "l", 2)?,
-                    get(self, "p", 3)?,
-                    get(self, "v", 4)?,
-                    get(self, "m_c", 5)?,
-                    get(self, "l_c", 6)?,
-                );
-                let v = self.operand(v, arg("v", 4).unwrap())?;
-                let row = self.vty(m);
-                let m_new = self.b.op1(OpKind::Max, vec![m, mc], row.clone(), vec![], &loc);
-                let d1 = self.b.op1(OpKind::Sub, vec![m, m_new], row.clone(), vec![], &loc);
-                let alpha = self.b.op1(OpKind::Exp, vec![d1], row.clone(), vec![], &loc);
-                let d2 = self.b.op1(OpKind::Sub, vec![mc, m_new], row.clone(), vec![], &loc);
-                let beta = self.b.op1(OpKind::Exp, vec![d2], row.clone(), vec![], &loc);
-                let al = self.b.op1(OpKind::Mul, vec![alpha, l], row.clone(), vec![], &loc);
-                let bl = self.b.op1(OpKind::Mul, vec![beta, lc], row.clone(), vec![], &loc);
-                let l_new = self.b.op1(OpKind::Add, vec![al, bl], row, vec![], &loc);
-                let acc_ty = self.vty(acc);
-                let vdt = self.vty(v).dtype().unwrap();
-                let pt = self.vty(p);
-                let pc = self.b.op1(OpKind::Cast, vec![p], Type::tile(pt.dims().to_vec(), vdt), vec![], &loc);
-                let zero = self.b.op1(OpKind::Full, vec![], acc_ty.clone(), vec![("value", Attr::float(0.0))], &loc);
-                let pv = self.b.op1(OpKind::Dot, vec![pc, v, zero], acc_ty.clone(), vec![], &loc);
-                let ab = self.coerce_row(alpha, &acc_ty, &loc)?;
-                let bb = self.coerce_row(beta, &acc_ty, &loc)?;
-                let scaled = self.b.op1(OpKind::Mul, vec![ab, acc], acc_ty.clone(), vec![], &loc);
-                let pvs = self.b.op1(OpKind::Mul, vec![bb, pv], acc_ty.clone(), vec![], &loc);
-                let acc_new = self.b.op1(OpKind::Add, vec![scaled, pvs], acc_ty, vec![], &loc);
-                Ok(Val::Many(vec![acc_new, m_new, l_new]))
-            }
-            "alloc_shared" => {
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.b.op1(OpKind::AllocShared, vec![], t, vec![], &loc)))
-            }
-            "cp_async" => {
-                let dst = self.value(arg("dst", 0).unwrap())?;
-                let src = self.value(arg("src", 1).unwrap())?;
-                self.b.op(OpKind::CpAsync, vec![dst, src], vec![], vec![], &loc);
-                Ok(Val::Many(vec![]))
-            }
-            "barrier" => {
-                self.b.op(OpKind::Barrier, vec![], vec![], vec![], &loc);
-                Ok(Val::Many(vec![]))
-            }
-            "program_id" | "num_programs" => {
-                let axis = match kw("axis").or_else(|| positional.first().copied()).map(|a| self.body.expr(a).clone()) {
-                    Some(Expr::Int(a)) => a,
-                    _ => 0,
-                };
-                let k = if name == "program_id" { OpKind::ProgramId } else { OpKind::NumPrograms };
-                Ok(Val::One(self.b.op1(k, vec![], Type::Index, vec![("axis", Attr::Int(axis))], &loc)))
-            }
-            "linear_id" => {
-                let t = self.result_type(e)?;
-                let block = self.dim_value(&Dim::sym("BLOCK"), &loc)?;
-                let pid = self.b.op1(OpKind::ProgramId, vec![], Type::Index, vec![("axis", Attr::Int(0))], &loc);
-                let base = self.b.op1(OpKind::Mul, vec![pid, block], Type::Index, vec![], &loc);
-                let base_t = self.coerce(base, &t, &loc)?;
-                let ar = self.b.op1(OpKind::Arange, vec![], t.clone(), vec![], &loc);
-                Ok(Val::One(self.b.op1(OpKind::Add, vec![base_t, ar], t, vec![], &loc)))
-            }
-            "float" | "int" => {
-                let x = self.value(positional[0])?;
-                let t = self.result_type(e)?;
-                Ok(Val::One(self.coerce(x, &t, &loc)?))
-            }
-            "cdiv" => {
-                let (a, b) = (self.value(positional[0])?, self.value(positional[1])?);
-                let one = self.const_index(1, &loc);
-                let s = self.b.op1(OpKind::Add, vec![a, b], Type::Index, vec![], &loc);
-                let s = self.b.op1(OpKind::Sub, vec![s, one], Type::Index, vec![], &loc);
-                Ok(Val::One(self.b.op1(OpKind::FloorDiv, vec![s, b], Type::Index, vec![], &loc)))
-            }
-            _ => unsupported(format!("`{path}` in a kernel"), loc.range),
-        }
+        let attrs = policy.map(|t| vec![(policy::ACC, Attr::DType(t))]).unwrap_or_default();
+        Ok(self.b.op1(OpKind::Dot, vec![a, b, acc], result, attrs, &loc))
     }
 
     /// Broadcasts a row vector `[M]` against `[M, N]` (as `v[:, None]`).
