@@ -1,6 +1,10 @@
 //! Host tensors and the exact element conversions every backend and the interpreter
-//! share (docs/ir.md, "Numerics"): values are stored in their dtype's bits and read
-//! as f64; rounding is to nearest even, casts to fp8 saturate to the largest finite.
+//! share (docs/ir.md, "Numerics" and "Numerics policies"): values are stored in their
+//! dtype's bits and read as f64. Rounding is to nearest even; a conversion that
+//! overflows gives Inf (f16, bf16, fp8 e5m2) or NaN (fp8 e4m3, which has no Inf) and a
+//! float → integer conversion wraps — unless the destination is `@saturate`
+//! ([`round_to_saturating`]), which clamps to the largest finite value.
+//! [`round_stochastic`] is `@stochastic_round`.
 
 use tessera_frontend::check::DType;
 
@@ -70,26 +74,68 @@ impl HostTensor {
     }
 }
 
-/// Rounds `x` to the nearest value of `dtype` (what storing it and reading it back gives):
-/// round to nearest even directly from the f64 value (no double rounding through f32),
-/// IEEE overflow to infinity for f32/tf32/bf16/f16, `satfinite` for fp8 (infinities and
-/// overflow become the largest finite value, NaN stays NaN), truncation toward zero with
-/// saturation for integers (NaN becomes 0), and `x != 0` for bool.
+/// Rounds `x` to the nearest value of `dtype` (what storing it and reading it back gives),
+/// the default conversion rule:
+///
+/// - floats: round to nearest even directly from the f64 value (no double rounding
+///   through f32); a result beyond the largest finite value (after rounding: e4m3's 464
+///   still rounds to 448) is ±Inf for tf32/bf16/f16/fp8 e5m2 and NaN for fp8 e4m3
+///   (OCP `e4m3fn` has no Inf, as in PyTorch); Inf stays Inf (NaN for e4m3), NaN stays NaN;
+/// - int8, int4, i32: truncate toward zero to an i64 (saturating at the i64 range; NaN
+///   → 0), then wrap to the width (two's complement): 300 → 44 in int8; i64 saturates;
+/// - bool: `x != 0`.
 pub fn round_to(dtype: DType, x: f64) -> f64 {
-    match dtype {
-        DType::F64 => x,
-        DType::F32 => x as f32 as f64,
-        DType::TF32 => round_float(x, FloatFormat::TF32),
-        DType::BF16 => round_float(x, FloatFormat::BF16),
-        DType::F16 => round_float(x, FloatFormat::F16),
-        DType::Fp8E4m3 => round_float(x, FloatFormat::E4M3),
-        DType::Fp8E5m2 => round_float(x, FloatFormat::E5M2),
-        DType::Int8 => saturate_int(x, -128.0, 127.0),
-        DType::Int4 => saturate_int(x, -8.0, 7.0),
-        DType::I32 => saturate_int(x, i32::MIN as f64, i32::MAX as f64),
-        DType::I64 => saturate_int(x, i64::MIN as f64, i64::MAX as f64),
-        DType::Bool => f64::from(u8::from(x != 0.0)),
+    round_with(dtype, x, false)
+}
+
+/// The `@saturate` conversion rule: as [`round_to`], but overflow (and Inf) clamps to the
+/// largest finite value (e4m3 ±448, e5m2 ±57344) and integers clamp to their range
+/// (int8 [-128, 127], int4 [-8, 7]); NaN stays NaN (→ 0 for integers).
+pub fn round_to_saturating(dtype: DType, x: f64) -> f64 {
+    round_with(dtype, x, true)
+}
+
+/// [`round_to`], or [`round_to_saturating`] when `saturate`.
+pub fn round_with(dtype: DType, x: f64, saturate: bool) -> f64 {
+    match (dtype, FloatFormat::of(dtype)) {
+        (_, Some(fmt)) => round_float(x, fmt, saturate),
+        (DType::F64, _) => x,
+        (DType::F32, _) => x as f32 as f64,
+        (DType::Bool, _) => f64::from(u8::from(x != 0.0)),
+        (d, _) => convert_int(d, x, saturate),
     }
+}
+
+/// `@stochastic_round` of `x` to `dtype` (bf16, f16, fp8; other dtypes round to nearest)
+/// with `u` uniform in [0, 1): with `a = |x|`, `e = max(exponent(a), emin)` and the
+/// quantum `q = 2^(e - mantissa bits)`, `t = a / q`, the result is
+/// `sign(x) · (floor(t) + (u < t - floor(t) ? 1 : 0)) · q` — rounded up with probability
+/// equal to the fractional distance — then overflow as [`round_with`] says.
+pub fn round_stochastic(dtype: DType, x: f64, u: f64, saturate: bool) -> f64 {
+    let Some(fmt) = FloatFormat::of(dtype).filter(|_| dtype != DType::TF32) else {
+        return round_with(dtype, x, saturate);
+    };
+    if x.is_nan() {
+        return x;
+    }
+    if x.is_infinite() {
+        return fmt.overflow(x, saturate);
+    }
+    let a = x.abs();
+    let e = exponent(a).max(fmt.emin);
+    let t = a / pow2(e - fmt.mbits);
+    let n = t.floor();
+    let r = (n + f64::from(u8::from(u < t - n))) * pow2(e - fmt.mbits);
+    if r > fmt.max {
+        fmt.overflow(x, saturate)
+    } else {
+        r.copysign(x)
+    }
+}
+
+/// The unbiased binary exponent of a finite f64 (-1023 for zero and subnormals).
+fn exponent(a: f64) -> i32 {
+    ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023
 }
 
 /// A binary float format narrower than f64, for exact rounding.
@@ -101,16 +147,38 @@ struct FloatFormat {
     emin: i32,
     /// The largest finite value.
     max: f64,
-    /// Overflow gives the largest finite value (fp8 `satfinite`) instead of infinity.
-    saturate: bool,
+    /// The format has infinities (e4m3 does not: its overflow is NaN).
+    has_inf: bool,
 }
 
 impl FloatFormat {
-    const TF32: FloatFormat = FloatFormat { mbits: 10, emin: -126, max: 3.4011621342146535e38, saturate: false };
-    const BF16: FloatFormat = FloatFormat { mbits: 7, emin: -126, max: 3.3895313892515355e38, saturate: false };
-    const F16: FloatFormat = FloatFormat { mbits: 10, emin: -14, max: 65504.0, saturate: false };
-    const E4M3: FloatFormat = FloatFormat { mbits: 3, emin: -6, max: 448.0, saturate: true };
-    const E5M2: FloatFormat = FloatFormat { mbits: 2, emin: -14, max: 57344.0, saturate: true };
+    const TF32: FloatFormat = FloatFormat { mbits: 10, emin: -126, max: 3.4011621342146535e38, has_inf: true };
+    const BF16: FloatFormat = FloatFormat { mbits: 7, emin: -126, max: 3.3895313892515355e38, has_inf: true };
+    const F16: FloatFormat = FloatFormat { mbits: 10, emin: -14, max: 65504.0, has_inf: true };
+    const E4M3: FloatFormat = FloatFormat { mbits: 3, emin: -6, max: 448.0, has_inf: false };
+    const E5M2: FloatFormat = FloatFormat { mbits: 2, emin: -14, max: 57344.0, has_inf: true };
+
+    fn of(dtype: DType) -> Option<FloatFormat> {
+        Some(match dtype {
+            DType::TF32 => FloatFormat::TF32,
+            DType::BF16 => FloatFormat::BF16,
+            DType::F16 => FloatFormat::F16,
+            DType::Fp8E4m3 => FloatFormat::E4M3,
+            DType::Fp8E5m2 => FloatFormat::E5M2,
+            _ => return None,
+        })
+    }
+
+    /// What a value of `x`'s sign beyond the largest finite becomes.
+    fn overflow(self, x: f64, saturate: bool) -> f64 {
+        if saturate {
+            self.max.copysign(x)
+        } else if self.has_inf {
+            f64::INFINITY.copysign(x)
+        } else {
+            f64::NAN
+        }
+    }
 }
 
 /// 2^n for n in the normal f64 range.
@@ -121,13 +189,13 @@ fn pow2(n: i32) -> f64 {
 /// Round to nearest even into `fmt`, exactly: the quantum of `x`'s binade (or of the
 /// subnormal range) is a power of two, so `x / q` is exact and one `round_ties_even`
 /// is the whole rounding.
-fn round_float(x: f64, fmt: FloatFormat) -> f64 {
+fn round_float(x: f64, fmt: FloatFormat, saturate: bool) -> f64 {
     if x.is_nan() {
         return x;
     }
     let a = x.abs();
     if a.is_infinite() {
-        return if fmt.saturate { fmt.max.copysign(x) } else { x };
+        return fmt.overflow(x, saturate);
     }
     // Far below every format's smallest subnormal (and below the normal f64 range,
     // where the exponent field would not give the binade).
@@ -137,16 +205,11 @@ fn round_float(x: f64, fmt: FloatFormat) -> f64 {
     let e = (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(fmt.emin);
     let q = pow2(e - fmt.mbits);
     let r = (a / q).round_ties_even() * q;
-    let r = if r > fmt.max {
-        if fmt.saturate {
-            fmt.max
-        } else {
-            f64::INFINITY
-        }
+    if r > fmt.max {
+        fmt.overflow(x, saturate)
     } else {
-        r
-    };
-    r.copysign(x)
+        r.copysign(x)
+    }
 }
 
 fn decode(dtype: DType, bytes: &[u8]) -> f64 {
@@ -183,13 +246,24 @@ fn encode(dtype: DType, x: f64, out: &mut [u8]) {
     }
 }
 
-/// Float → int: truncate toward zero, saturate; NaN → 0.
-fn saturate_int(x: f64, lo: f64, hi: f64) -> f64 {
+/// Float (or integer) → an integer dtype: truncate toward zero (NaN → 0), then clamp to
+/// the dtype's range when `saturate`, else saturate to i64 and wrap to the width.
+fn convert_int(dtype: DType, x: f64, saturate: bool) -> f64 {
     if x.is_nan() {
-        0.0
-    } else {
-        x.trunc().clamp(lo, hi)
+        return 0.0;
     }
+    let (bits, lo, hi) = match dtype {
+        DType::Int4 => (4, -8.0, 7.0),
+        DType::Int8 => (8, -128.0, 127.0),
+        DType::I32 => (32, i32::MIN as f64, i32::MAX as f64),
+        _ => (64, i64::MIN as f64, i64::MAX as f64),
+    };
+    if saturate || bits == 64 {
+        return x.trunc().clamp(lo, hi);
+    }
+    // `as` truncates toward zero and saturates at the i64 range.
+    let v = x as i64;
+    ((v << (64 - bits)) >> (64 - bits)) as f64
 }
 
 #[derive(Copy, Clone)]
@@ -237,6 +311,10 @@ fn fp8_bits(r: f64, kind: Fp8) -> u8 {
     }
     let (bias, mbits) = kind.params();
     let sign: u8 = if r.is_sign_negative() { 0x80 } else { 0 };
+    if r.is_infinite() {
+        // Only e5m2 has infinities (`round_to` never gives e4m3 one).
+        return sign | 0x7c;
+    }
     let a = r.abs();
     if a == 0.0 {
         return sign;
@@ -260,17 +338,28 @@ mod tests {
         assert_eq!(round_to(DType::BF16, 1.0 + 1.0 / 256.0), 1.0); // tie to even
         assert_eq!(round_to(DType::BF16, 1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
         assert_eq!(round_to(DType::F16, 65520.0), f64::INFINITY);
-        assert_eq!(round_to(DType::Fp8E4m3, 1000.0), 448.0);
+        assert!(round_to(DType::Fp8E4m3, 1000.0).is_nan()); // no Inf in e4m3
+        assert_eq!(round_to_saturating(DType::Fp8E4m3, 1000.0), 448.0);
+        assert_eq!(round_to_saturating(DType::Fp8E4m3, -1000.0), -448.0);
         assert_eq!(round_to(DType::Fp8E4m3, -0.3), -0.3125);
-        assert_eq!(round_to(DType::Fp8E5m2, 100000.0), 57344.0);
+        assert_eq!(round_to(DType::Fp8E5m2, 100000.0), f64::INFINITY);
+        assert_eq!(round_to(DType::Fp8E5m2, -100000.0), f64::NEG_INFINITY);
+        assert_eq!(round_to_saturating(DType::Fp8E5m2, 100000.0), 57344.0);
         assert_eq!(round_to(DType::Fp8E4m3, 2f64.powi(-9)), 2f64.powi(-9)); // smallest subnormal
-        assert_eq!(round_to(DType::Int8, 300.0), 127.0);
+        assert_eq!(round_to(DType::Int8, 300.0), 44.0); // wraps
+        assert_eq!(round_to(DType::Int8, -129.5), 127.0);
+        assert_eq!(round_to_saturating(DType::Int8, 300.0), 127.0);
+        assert_eq!(round_to_saturating(DType::Int4, -9.0), -8.0);
+        assert_eq!(round_to(DType::Int4, 9.0), -7.0);
+        assert_eq!(round_to(DType::I32, 2f64.powi(31)), i32::MIN as f64);
+        assert_eq!(round_to(DType::Int8, f64::NAN), 0.0);
         assert_eq!(round_to(DType::Int8, -3.7), -3.0);
         assert_eq!(round_to(DType::TF32, 1.0 + 2f64.powi(-11)), 1.0);
         assert!(round_to(DType::Fp8E4m3, f64::NAN).is_nan());
     }
 
-    /// The exhaustive definition: the nearest finite code, ties to the even code.
+    /// The exhaustive definition of the saturating rule: the nearest finite code, ties
+    /// to the even code.
     fn fp8_nearest_by_scan(x: f64, kind: DType) -> f64 {
         let max = if kind == DType::Fp8E4m3 { 448.0 } else { 57344.0 };
         let a = x.abs().min(max);
@@ -302,14 +391,29 @@ mod tests {
                 probes.extend([w[0], mid, mid * (1.0 + 1e-12), mid * (1.0 - 1e-12), w[1]]);
             }
             probes.extend([1e-30, 1e6, 470.0, 60000.0, 61440.0, 2f64.powi(-20)]);
+            // Round to nearest beyond the top (halfway to the next binade step and up).
+            let overflow = if kind == DType::Fp8E4m3 { 464.0 } else { 61440.0 };
             for &p in &probes {
                 for x in [p, -p] {
                     let want = fp8_nearest_by_scan(x, kind);
-                    let got = round_to(kind, x);
+                    let got = round_to_saturating(kind, x);
                     assert_eq!(got.to_bits(), want.to_bits(), "{kind} {x:e}: {got:e} != {want:e}");
+                    // The default rule agrees below the overflow point (e4m3's tie at 464
+                    // goes to the even 448; e5m2's tie at 61440 to the even 65536 = Inf).
+                    let plain = round_to(kind, x);
+                    let overflows = if kind == DType::Fp8E4m3 { x.abs() > overflow } else { x.abs() >= overflow };
+                    if overflows {
+                        assert!(if kind == DType::Fp8E4m3 {
+                            plain.is_nan()
+                        } else {
+                            plain == f64::INFINITY.copysign(x)
+                        });
+                    } else {
+                        assert_eq!(plain.to_bits(), want.to_bits(), "{kind} {x:e}");
+                    }
                     let mut b = [0u8];
                     encode(kind, x, &mut b);
-                    assert_eq!(decode(kind, &b).to_bits(), want.to_bits(), "{kind} encode {x:e}");
+                    assert_eq!(decode(kind, &b).to_bits(), plain.to_bits(), "{kind} encode {x:e}");
                 }
             }
         }
@@ -329,7 +433,12 @@ mod tests {
         assert_eq!(round_to(DType::F16, 2f64.powi(-26)), 0.0);
         assert_eq!(round_to(DType::BF16, 3.39e38), 3.3895313892515355e38);
         assert_eq!(round_to(DType::BF16, 3.4e38), f64::INFINITY); // past the midpoint to 2^128
-        assert_eq!(round_to(DType::Fp8E4m3, f64::NEG_INFINITY), -448.0);
+        assert!(round_to(DType::Fp8E4m3, f64::NEG_INFINITY).is_nan());
+        assert_eq!(round_to_saturating(DType::Fp8E4m3, f64::NEG_INFINITY), -448.0);
+        assert_eq!(round_to(DType::Fp8E4m3, 464.0), 448.0);
+        assert!(round_to(DType::Fp8E4m3, 464.5).is_nan());
+        assert_eq!(round_to(DType::Fp8E5m2, 61439.0), 57344.0);
+        assert_eq!(round_to(DType::Fp8E5m2, 61440.0), f64::INFINITY);
         assert!(round_to(DType::BF16, f64::NAN).is_nan());
         for v in [1.5f64, -2.75, 1e-3, 12345.678] {
             assert_eq!(round_to(DType::BF16, v), half::bf16::from_f32(v as f32).to_f64());
@@ -347,5 +456,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn stochastic_rounding_picks_a_neighbour_by_the_fraction() {
+        // 1 + 3/4 of a bf16 ulp (2^-7): rounds up when u < 0.75.
+        let x = 1.0 + 0.75 * 2f64.powi(-7);
+        assert_eq!(round_stochastic(DType::BF16, x, 0.0, false), 1.0 + 2f64.powi(-7));
+        assert_eq!(round_stochastic(DType::BF16, x, 0.7499, false), 1.0 + 2f64.powi(-7));
+        assert_eq!(round_stochastic(DType::BF16, x, 0.75, false), 1.0);
+        assert_eq!(round_stochastic(DType::BF16, -x, 0.2, false), -(1.0 + 2f64.powi(-7)));
+        // Representable values never move; NaN stays NaN.
+        assert_eq!(round_stochastic(DType::F16, 1.5, 0.0, false), 1.5);
+        assert!(round_stochastic(DType::F16, f64::NAN, 0.3, false).is_nan());
+        // Subnormals round at the subnormal quantum; the top overflows by the policy.
+        assert_eq!(round_stochastic(DType::F16, 1.5 * 2f64.powi(-24), 0.6, false), 2f64.powi(-24));
+        assert!(round_stochastic(DType::Fp8E4m3, 447.0 + 20.0, 0.0, false).is_nan());
+        assert_eq!(round_stochastic(DType::Fp8E4m3, 460.0, 0.0, true), 448.0);
+        assert_eq!(round_stochastic(DType::Fp8E4m3, 460.0, 0.99, false), 448.0);
+        assert_eq!(round_stochastic(DType::Fp8E5m2, 1e6, 0.5, false), f64::INFINITY);
+        // Unbiased: the mean over u of the rounded value is the value.
+        let n = 4096;
+        let mean: f64 =
+            (0..n).map(|i| round_stochastic(DType::BF16, x, (i as f64 + 0.5) / n as f64, false)).sum::<f64>()
+                / n as f64;
+        assert!((mean - x).abs() < 1e-12, "{mean} vs {x}");
     }
 }

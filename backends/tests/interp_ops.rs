@@ -217,13 +217,19 @@ fn casts_round_and_saturate() {
     let x = tensor(&mut f, "x", &["6"], DType::F32);
     let e4 = tensor(&mut f, "e4", &["6"], DType::Fp8E4m3);
     let i8t = tensor(&mut f, "i8", &["6"], DType::Int8);
+    let e4s = tensor(&mut f, "e4s", &["6"], DType::Fp8E4m3);
+    let i8s = tensor(&mut f, "i8s", &["6"], DType::Int8);
     let bf = tensor(&mut f, "bf", &["6"], DType::BF16);
     let mut b = Builder::new(&mut f);
     let c0 = index(&mut b, 0);
     let vx = b.op1(OpKind::View, vec![x, c0], view(&[6], DType::F32), sizes(&[6]), &l());
     let xv = b.op1(OpKind::Load, vec![vx], tile(&[6], DType::F32), vec![], &l());
-    for (dst, dt) in [(e4, DType::Fp8E4m3), (i8t, DType::Int8)] {
-        let c = b.op1(OpKind::Cast, vec![xv], tile(&[6], dt), vec![], &l());
+    // Without a policy fp8 overflow is NaN and integers wrap; `saturate = true` clamps.
+    for (dst, dt, saturate) in
+        [(e4, DType::Fp8E4m3, false), (i8t, DType::Int8, false), (e4s, DType::Fp8E4m3, true), (i8s, DType::Int8, true)]
+    {
+        let attrs = if saturate { vec![("saturate", Attr::Bool(true))] } else { vec![] };
+        let c = b.op1(OpKind::Cast, vec![xv], tile(&[6], dt), attrs, &l());
         let v = b.op1(OpKind::View, vec![dst, c0], view(&[6], dt), sizes(&[6]), &l());
         b.op(OpKind::Store, vec![v, c], vec![], vec![], &l());
     }
@@ -241,15 +247,22 @@ fn casts_round_and_saturate() {
         t(DType::F32, &[6], &xs),
         t(DType::Fp8E4m3, &[6], &[0.0; 6]),
         t(DType::Int8, &[6], &[0.0; 6]),
+        t(DType::Fp8E4m3, &[6], &[0.0; 6]),
+        t(DType::Int8, &[6], &[0.0; 6]),
         t(DType::BF16, &[6], &[0.0; 6]),
     ];
     run_kernel(&f, &mut args).unwrap();
     let e4 = out(&args, 1);
-    assert_eq!(&e4[..2], &[448.0, -448.0]);
-    assert!(e4[2].is_nan());
+    assert!(e4[..3].iter().all(|v| v.is_nan()), "{e4:?}"); // e4m3 has no Inf
     assert_eq!(&e4[3..], &[0.3125, 3.75, -3.75]);
-    assert_eq!(out(&args, 2), vec![127.0, -128.0, 0.0, 0.0, 3.0, -3.0]);
-    let bf = out(&args, 3);
+    // 1000 = 0x3e8 wraps to 0xe8 = -24; NaN → 0.
+    assert_eq!(out(&args, 2), vec![-24.0, 24.0, 0.0, 0.0, 3.0, -3.0]);
+    let e4s = out(&args, 3);
+    assert_eq!(&e4s[..2], &[448.0, -448.0]);
+    assert!(e4s[2].is_nan());
+    assert_eq!(&e4s[3..], &[0.3125, 3.75, -3.75]);
+    assert_eq!(out(&args, 4), vec![127.0, -128.0, 0.0, 0.0, 3.0, -3.0]);
+    let bf = out(&args, 5);
     // 1000 = 1111101000b is a bf16; 1000 * (1 + 2^-8) = 1003.9 rounds to 1004.
     assert_eq!(bf[0], 1004.0);
     assert_eq!(bf[4], round_to(DType::BF16, round_to(DType::BF16, 3.7) * (1.0 + 1.0 / 256.0)));

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
+use tessera_frontend::check::DType;
 use tessera_passes::ir::{Func, OpId};
 
 use super::memory::{AsyncGroups, GlobalTensor, SlotState, SmemBuf, Window};
@@ -356,15 +357,23 @@ impl<'a> Runner<'a> {
                 };
                 self.set(*dst, v);
             }
-            I::Cast { dst, src, to, tile } => {
+            I::Cast { dst, src, to, tile, saturate, u } => {
                 let v = if *tile {
                     let mut out = self.out_buf(*dst);
-                    out.extend(self.tile(*src)?.iter().map(|&x| to.convert(x)));
+                    match u {
+                        Some(u) => {
+                            let us = self.tile(*u)?;
+                            out.extend(
+                                self.tile(*src)?.iter().zip(us).map(|(&x, &r)| to.convert_stochastic(x, r, *saturate)),
+                            )
+                        }
+                        None => out.extend(self.tile(*src)?.iter().map(|&x| to.convert_with(x, *saturate))),
+                    }
                     Value::Tile(out)
                 } else if *to == Domain::Index {
                     Value::Index(self.index(*src)?)
                 } else {
-                    Value::Scalar(to.convert(self.number(*src)?))
+                    Value::Scalar(to.convert_with(self.number(*src)?, *saturate))
                 };
                 self.set(*dst, v);
             }
@@ -411,14 +420,15 @@ impl<'a> Runner<'a> {
                 rearrange(self.tile(*src)?, plan, &mut out);
                 self.set(*dst, Value::Tile(out));
             }
-            I::Reduce { dst, src, kind, outer, len, inner, dom } => {
+            I::Reduce { dst, src, kind, outer, len, inner, dom, step } => {
                 let mut out = self.out_buf(*dst);
-                reduce(self.tile(*src)?, *kind, *outer, *len, *inner, *dom, &mut out);
+                reduce(self.tile(*src)?, *kind, (*outer, *len, *inner), *dom, *step, &mut out);
                 self.set(*dst, Value::Tile(out));
             }
-            I::Dot { dst, a, b, acc, m, n, k, mode, dom } => {
+            I::Dot { dst, a, b, acc, m, n, k, mode, dom, step } => {
                 let mut out = self.out_buf(*dst);
-                dot(self.tile(*a)?, self.tile(*b)?, self.tile(*acc)?, (*m, *n, *k), *mode, *dom, &mut out);
+                let how = (*mode, *dom, *step);
+                dot(self.tile(*a)?, self.tile(*b)?, self.tile(*acc)?, (*m, *n, *k), how, &mut out);
                 self.counters.dot_flops += 2 * (*m * *n * *k) as u64;
                 self.set(*dst, Value::Tile(out));
             }
@@ -830,16 +840,30 @@ fn rearrange(src: &[f64], plan: &Strided, out: &mut Vec<f64>) {
 }
 
 /// `sum` accumulates in f32 (f64 for f64 tiles, exact integers for integer tiles) in
-/// element order and rounds once to the dtype; `max`/`min` ignore NaN unless every
-/// element is NaN (PTX `max.f32`).
-fn reduce(src: &[f64], kind: ReduceKind, outer: usize, len: usize, inner: usize, dom: Domain, out: &mut Vec<f64>) {
+/// element order and rounds once to the dtype — with `step` (`@accum(T)`, T narrower
+/// than f32) the running sum is rounded to T after every addition; `max`/`min` ignore
+/// NaN unless every element is NaN (PTX `max.f32`).
+fn reduce(
+    src: &[f64],
+    kind: ReduceKind,
+    (outer, len, inner): (usize, usize, usize),
+    dom: Domain,
+    step: Option<DType>,
+    out: &mut Vec<f64>,
+) {
     out.reserve(outer * inner);
     for o in 0..outer {
         for i in 0..inner {
             let base = o * len * inner + i;
             let elems = (0..len).map(|l| src[base + l * inner]);
             let v = match (kind, dom) {
-                (ReduceKind::Sum, Domain::F32(d)) => Rounder::new(d).round(elems.fold(0f32, |s, x| s + x as f32)),
+                (ReduceKind::Sum, Domain::F32(d)) => match step {
+                    Some(t) => {
+                        let r = Rounder::new(t);
+                        Rounder::new(d).round(elems.fold(0f32, |s, x| r.round(s + x as f32) as f32))
+                    }
+                    None => Rounder::new(d).round(elems.fold(0f32, |s, x| s + x as f32)),
+                },
                 (ReduceKind::Sum, Domain::Int(d)) => {
                     super::numerics::wrap_int(d, elems.fold(0i64, |s, x| s.wrapping_add(x as i64))) as f64
                 }
@@ -862,13 +886,15 @@ fn reduce(src: &[f64], kind: ReduceKind, outer: usize, len: usize, inner: usize,
 
 /// `acc + a @ b`: products exact, accumulation in f32 (f64, or wrapping i32 for integer
 /// operands) over `k` in order, starting from the accumulator, then rounded to its dtype.
+/// With `step` (`@accum(T)`, T narrower than f32) the running sum starts from the
+/// accumulator rounded to T and each `s + a·b` (one f32 fused multiply-add) is rounded
+/// to T.
 fn dot(
     a: &[f64],
     b: &[f64],
     acc: &[f64],
     (m, n, k): (usize, usize, usize),
-    mode: DotMode,
-    dom: Domain,
+    (mode, dom, step): (DotMode, Domain, Option<DType>),
     out: &mut Vec<f64>,
 ) {
     out.reserve(m * n);
@@ -891,7 +917,13 @@ fn dot(
                 for j in 0..n {
                     let bc = &bt[j * k..(j + 1) * k];
                     let mut s = acc[i * n + j] as f32;
-                    if mode == DotMode::F32Exact {
+                    if let Some(t) = step {
+                        let r = Rounder::new(t);
+                        s = r.round(s) as f32;
+                        for (x, y) in ar.iter().zip(bc) {
+                            s = r.round(x.mul_add(*y, s)) as f32;
+                        }
+                    } else if mode == DotMode::F32Exact {
                         for (x, y) in ar.iter().zip(bc) {
                             s += x * y;
                         }

@@ -5,7 +5,7 @@
 use tessera_frontend::check::DType;
 use tessera_passes::ir::OpKind;
 
-use crate::tensor::round_to;
+use crate::tensor::{round_stochastic, round_to, round_with};
 
 /// The arithmetic a result type computes in.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -33,11 +33,24 @@ impl Domain {
 
     /// Rounds an exact value into this domain (a cast's rounding).
     pub(crate) fn convert(self, x: f64) -> f64 {
+        self.convert_with(x, false)
+    }
+
+    /// A cast's rounding under `@saturate` when `saturate` (docs/ir.md, "Numerics policies").
+    pub(crate) fn convert_with(self, x: f64, saturate: bool) -> f64 {
         match self {
             Domain::Index => saturate_index(x) as f64,
             Domain::F64 => x,
-            Domain::F32(d) | Domain::Int(d) => round_to(d, x),
+            Domain::F32(d) | Domain::Int(d) => round_with(d, x, saturate),
             Domain::Bool => f64::from(u8::from(x != 0.0)),
+        }
+    }
+
+    /// A cast's `@stochastic_round` with the uniform number `u` of the element.
+    pub(crate) fn convert_stochastic(self, x: f64, u: f64, saturate: bool) -> f64 {
+        match self {
+            Domain::F32(d) => round_stochastic(d, x, u, saturate),
+            _ => self.convert_with(x, saturate),
         }
     }
 }
@@ -68,6 +81,8 @@ pub(crate) enum Rounder {
     BF16,
     F16,
     Other(DType),
+    /// fp8 under `@saturate`: overflow clamps to the largest finite value.
+    Saturating(DType),
 }
 
 impl Rounder {
@@ -88,6 +103,15 @@ impl Rounder {
             Rounder::BF16 => half::bf16::from_f32(x).to_f64(),
             Rounder::F16 => half::f16::from_f32(x).to_f64(),
             Rounder::Other(d) => round_to(d, x as f64),
+            Rounder::Saturating(d) => round_with(d, x as f64, true),
+        }
+    }
+
+    /// The same rounding under `@saturate` (only fp8 results change).
+    pub(crate) fn saturating(self) -> Rounder {
+        match self {
+            Rounder::Other(d) if d.is_fp8() => Rounder::Saturating(d),
+            r => r,
         }
     }
 }
@@ -244,6 +268,14 @@ impl BinFn {
                 _ => return None,
             }),
         })
+    }
+
+    /// The op under `@saturate` (fp8 results clamp on overflow).
+    pub(crate) fn saturating(self) -> BinFn {
+        match self {
+            BinFn::F32(f, r) => BinFn::F32(f, r.saturating()),
+            other => other,
+        }
     }
 
     #[inline]
@@ -409,6 +441,14 @@ impl UnFn {
         })
     }
 
+    /// The op under `@saturate` (fp8 results clamp on overflow).
+    pub(crate) fn saturating(self) -> UnFn {
+        match self {
+            UnFn::F32(f, r) => UnFn::F32(f, r.saturating()),
+            other => other,
+        }
+    }
+
     #[inline]
     pub(crate) fn eval(&self, x: f64) -> f64 {
         match *self {
@@ -464,7 +504,8 @@ mod tests {
         assert_eq!(add.eval(1.0, 2f64.powi(-8)).unwrap(), 1.0);
         assert_eq!(add.eval(1.0 + 2f64.powi(-7), 2f64.powi(-8) + 2f64.powi(-9)).unwrap(), 1.0 + 2f64.powi(-6));
         let mul = BinFn::new(BinOp::Mul, Domain::F32(DType::Fp8E4m3)).unwrap();
-        assert_eq!(mul.eval(300.0, 300.0).unwrap(), 448.0); // satfinite
+        assert!(mul.eval(300.0, 300.0).unwrap().is_nan()); // e4m3 overflow: NaN
+        assert_eq!(mul.saturating().eval(300.0, 300.0).unwrap(), 448.0); // @saturate
         let i8add = BinFn::new(BinOp::Add, Domain::Int(DType::Int8)).unwrap();
         assert_eq!(i8add.eval(127.0, 1.0).unwrap(), -128.0); // integer arithmetic wraps
         let gelu_f32 = UnFn::new(UnOp::Gelu, Domain::F32(DType::F32)).unwrap();

@@ -3,7 +3,7 @@
 //! decided up front, so that the executor never looks at attributes or types again.
 
 use tessera_frontend::check::DType;
-use tessera_passes::ir::{Attr, Func, Op, OpId, OpKind, Region, Type, ValueId};
+use tessera_passes::ir::{policy, Attr, Func, Op, OpId, OpKind, Region, Type, ValueId};
 
 use super::numerics::{BinFn, BinOp, Domain, Pred, UnFn, UnOp};
 use super::InterpError;
@@ -134,12 +134,15 @@ pub(crate) enum I {
         b: Reg,
         n: usize,
     },
-    /// `to` of `Domain::Index` makes an index; `tile` casts elementwise.
+    /// `to` of `Domain::Index` makes an index; `tile` casts elementwise. `saturate`:
+    /// `@saturate`; `u`: the uniform tile of `@stochastic_round`.
     Cast {
         dst: Reg,
         src: Reg,
         to: Domain,
         tile: bool,
+        saturate: bool,
+        u: Option<Reg>,
     },
     Splat {
         dst: Reg,
@@ -173,6 +176,8 @@ pub(crate) enum I {
         src: Reg,
         plan: Strided,
     },
+    /// `step`: `@accum(T)` of T narrower than f32 rounds the running sum to T after
+    /// every addition.
     Reduce {
         dst: Reg,
         src: Reg,
@@ -181,6 +186,7 @@ pub(crate) enum I {
         len: usize,
         inner: usize,
         dom: Domain,
+        step: Option<DType>,
     },
     Dot {
         dst: Reg,
@@ -192,6 +198,7 @@ pub(crate) enum I {
         k: usize,
         mode: DotMode,
         dom: Domain,
+        step: Option<DType>,
     },
     CausalMask {
         dst: Reg,
@@ -521,6 +528,7 @@ impl Compiler<'_> {
                 let dom = self.domain(id, op.results[0])?;
                 let f = BinFn::new(bop, dom)
                     .ok_or_else(|| self.err(id, format!("{name} is not defined on {}", self.ty(op.results[0]))))?;
+                let f = if policy::saturates(op) { f.saturating() } else { f };
                 if self.is_tile(op.results[0]) {
                     if !self.is_tile(a) || !self.is_tile(b) || self.numel(id, a)? != self.numel(id, b)? {
                         return Err(self.err(id, format!("{name} on {} and {}", self.ty(a), self.ty(b))));
@@ -537,6 +545,7 @@ impl Compiler<'_> {
                 let dom = self.domain(id, op.results[0])?;
                 let f = UnFn::new(uop, dom)
                     .ok_or_else(|| self.err(id, format!("{name} is not defined on {}", self.ty(op.results[0]))))?;
+                let f = if policy::saturates(op) { f.saturating() } else { f };
                 if self.is_tile(op.results[0]) {
                     I::UnaryTile { dst, src: src.0, f }
                 } else {
@@ -564,7 +573,15 @@ impl Compiler<'_> {
             OpKind::Cast => {
                 let dst = self.result(id, op)?;
                 let to = self.domain(id, op.results[0])?;
-                I::Cast { dst, src: self.reg(id, op, 0)?, to, tile: self.is_tile(op.results[0]) }
+                let u = if policy::stochastic(op) { Some(self.reg(id, op, 1)?) } else { None };
+                I::Cast {
+                    dst,
+                    src: self.reg(id, op, 0)?,
+                    to,
+                    tile: self.is_tile(op.results[0]),
+                    saturate: policy::saturates(op),
+                    u,
+                }
             }
             OpKind::Splat => {
                 let dst = self.result(id, op)?;
@@ -644,6 +661,7 @@ impl Compiler<'_> {
                     len: dims[a],
                     inner: dims[a + 1..].iter().product(),
                     dom,
+                    step: policy::acc(op).filter(|&t| policy::rounds_each_step(t)),
                 }
             }
             OpKind::Dot => {
@@ -666,7 +684,8 @@ impl Compiler<'_> {
                     DotMode::F32Fma
                 };
                 let dom = self.domain(id, acc)?;
-                I::Dot { dst, a: a.0, b: b.0, acc: acc.0, m: ad[0], n: bd[1], k: ad[1], mode, dom }
+                let step = policy::acc(op).filter(|&t| policy::rounds_each_step(t));
+                I::Dot { dst, a: a.0, b: b.0, acc: acc.0, m: ad[0], n: bd[1], k: ad[1], mode, dom, step }
             }
             OpKind::Rand => {
                 let dst = self.result(id, op)?;
