@@ -26,7 +26,19 @@ const NV: usize = 2;
 type BlockBody<'a, 'f> = dyn FnMut(&mut Lowerer<'f>, &str, &[u32]) -> R<()> + 'a;
 
 impl<'f> Lowerer<'f> {
-    pub(super) fn dot(&mut self, id: OpId, a: &Tile, b: &Tile, acc: &Tile, acc_v: ValueId, out: DType) -> R<Tile> {
+    /// `step`: the `@accum(T)` of a T narrower than f32 — the running sum is rounded to T
+    /// after every fused multiply-add (and the accumulator before the first).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dot(
+        &mut self,
+        id: OpId,
+        a: &Tile,
+        b: &Tile,
+        acc: &Tile,
+        acc_v: ValueId,
+        out: DType,
+        step: Option<DType>,
+    ) -> R<Tile> {
         if a.shape.len() != 2 || b.shape.len() != 2 || acc.shape.len() != 2 || a.rank0 || b.rank0 {
             return Err(self.err("tile.dot multiplies 2-D tiles"));
         }
@@ -81,7 +93,8 @@ impl<'f> Lowerer<'f> {
         let pack = PackCtx { src: bsrc, bp: bp.clone(), k, compute };
         self.for_column_blocks(full_cols, nb, &[vl; NV], &tail, &mut |l, j0, widths| l.pack_panel(&pack, j0, widths))?;
         self.b.emit(format!("; tile.dot {m}x{k} @ {k}x{n}: {MR}x{NV}-vector register blocks, K innermost"));
-        let ctx = DotCtx { a: am, bp, acc, dst, k, m, out, compute, ce };
+        let step = step.filter(|_| compute == DType::F32);
+        let ctx = DotCtx { a: am, bp, acc, dst, k, m, out, compute, ce, step };
         self.for_column_blocks(full_cols, nb, &[vl; NV], &tail, &mut |l, j0, widths| l.column_block(&ctx, j0, widths))?;
         Ok(Tile::new(&[m, n], out, Node::Mem(ctx.dst)))
     }
@@ -153,7 +166,7 @@ impl<'f> Lowerer<'f> {
             return Ok(m);
         }
         let src = t.with_node(Node::Mem(m));
-        let conv = Tile::new(&t.shape, compute, Node::Cast { a: src });
+        let conv = Tile::new(&t.shape, compute, Node::Cast { a: src, saturate: false, u: None });
         self.materialize_fresh(&conv)
     }
 
@@ -223,6 +236,10 @@ impl<'f> Lowerer<'f> {
             for (ci, &w) in cols_idx.iter().zip(widths) {
                 let v = self.eval(&c.acc, &[ri.clone(), ci.clone()], w, true)?;
                 let v = numerics::cast(&mut self.b, Some(c.acc.dtype), Some(c.compute), w, &v);
+                let v = match c.step {
+                    Some(t) => numerics::round_f32(&mut self.b, t, VTy::new(ce, w), &v),
+                    None => v,
+                };
                 carried.push((VTy::new(ce, w).ir(), v));
             }
         }
@@ -265,7 +282,11 @@ impl<'f> Lowerer<'f> {
                 };
                 let acc = lp.carried[r * widths.len() + ci].clone();
                 let vt = VTy::new(ce, w);
-                let r = if ce.is_float() {
+                let r = if let Some(t) = c.step {
+                    // `@accum(T)`: one fused multiply-add in f32, rounded to T.
+                    let r = numerics::intr(&mut self.b, "fma", vt, &[&av, &bv[ci], &acc]);
+                    numerics::round_f32(&mut self.b, t, vt, &r)
+                } else if ce.is_float() {
                     numerics::intr(&mut self.b, "fmuladd", vt, &[&av, &bv[ci], &acc])
                 } else {
                     let p = self.b.val("p", format!("mul {} {av}, {}", vt.ir(), bv[ci]));
@@ -306,4 +327,6 @@ struct DotCtx {
     out: DType,
     compute: DType,
     ce: Elem,
+    /// `@accum(T)` rounding after every step (T narrower than f32).
+    step: Option<DType>,
 }

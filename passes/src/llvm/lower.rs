@@ -10,7 +10,7 @@ use super::builder::{iota, lit, Elem, FnBuilder, VTy};
 use super::numerics::{self, ErrSink, Storage};
 use super::plan::{Plan, Root};
 use super::tiles::{contiguous, Mem, Node, SmemV, Stride, TensorV, Tile, ViewV};
-use crate::ir::{Attr, Func, Loc, OpId, OpKind, Region, Type, ValueId};
+use crate::ir::{policy, Attr, Func, Loc, OpId, OpKind, Region, Type, ValueId};
 use crate::LowerError;
 
 pub(super) type R<T> = Result<T, LowerError>;
@@ -325,14 +325,17 @@ impl<'f> Lowerer<'f> {
             }
             OpKind::Cast => {
                 let r = op.results[0];
+                let saturate = policy::saturates(op);
                 if is_tile {
                     let a = self.tile(op.operands[0])?;
-                    let t = Tile::new(&self.tile_shape(r)?, f.ty(r).dtype().unwrap_or(DType::F32), Node::Cast { a });
+                    let u = if policy::stochastic(op) { Some(self.tile(op.operands[1])?) } else { None };
+                    let node = Node::Cast { a, saturate, u };
+                    let t = Tile::new(&self.tile_shape(r)?, f.ty(r).dtype().unwrap_or(DType::F32), node);
                     self.bind(id, r, t)?;
                 } else {
                     let a = self.scalar(op.operands[0])?;
                     let (from, to) = (self.dtype_of(op.operands[0]), self.dtype_of(r));
-                    let v = numerics::cast(&mut self.b, from, to, 0, &a);
+                    let v = numerics::cast_with(&mut self.b, from, to, 0, &a, saturate);
                     self.set(r, Val::Scalar(v));
                 }
             }
@@ -430,14 +433,16 @@ impl<'f> Lowerer<'f> {
                 let axis = op.int_attr("axis").unwrap_or(0).max(0) as usize;
                 let kind = op.str_attr("kind").unwrap_or("").to_string();
                 let shape = self.tile_shape(r)?;
-                let t = self.reduce(&a, &kind, axis, &shape, f.ty(r).dtype().unwrap_or(a.dtype))?;
+                let step = policy::acc(op).filter(|&t| policy::rounds_each_step(t) && kind == "sum");
+                let t = self.reduce(&a, &kind, axis, &shape, f.ty(r).dtype().unwrap_or(a.dtype), step)?;
                 self.set(r, Val::Tile(t));
             }
             OpKind::Dot => {
                 let r = op.results[0];
                 let (a, b, acc) = (self.tile(op.operands[0])?, self.tile(op.operands[1])?, self.tile(op.operands[2])?);
                 let out = f.ty(r).dtype().unwrap_or(DType::F32);
-                let t = self.dot(id, &a, &b, &acc, op.operands[2], out)?;
+                let step = policy::acc(op).filter(|&t| policy::rounds_each_step(t));
+                let t = self.dot(id, &a, &b, &acc, op.operands[2], out, step)?;
                 self.set(r, Val::Tile(t));
             }
             OpKind::TensorDim => {
@@ -1182,9 +1187,19 @@ impl<'f> Lowerer<'f> {
                 let y = self.eval(b, idx, w, fast)?;
                 numerics::select_vals(&mut self.b, ty, &cv, &x, &y)
             }
-            Node::Cast { a } => {
+            Node::Cast { a, saturate, u } => {
                 let x = self.eval(a, idx, w, fast)?;
-                numerics::cast(&mut self.b, Some(a.dtype), Some(t.dtype), w, &x)
+                let stochastic = match u {
+                    Some(u) => {
+                        let uv = self.eval(u, idx, w, fast)?;
+                        super::policy::stochastic(&mut self.b, a.dtype, t.dtype, w, &x, &uv, *saturate)
+                    }
+                    None => None,
+                };
+                match stochastic {
+                    Some(v) => v,
+                    None => numerics::cast_with(&mut self.b, Some(a.dtype), Some(t.dtype), w, &x, *saturate),
+                }
             }
             Node::Broadcast { a } => {
                 let n = t.shape.len();
@@ -1608,7 +1623,15 @@ impl<'f> Lowerer<'f> {
 
     // ----- reductions ------------------------------------------------------------------
 
-    fn reduce(&mut self, a: &Tile, kind: &str, axis: usize, out_shape: &[i64], out_dtype: DType) -> R<Tile> {
+    fn reduce(
+        &mut self,
+        a: &Tile,
+        kind: &str,
+        axis: usize,
+        out_shape: &[i64],
+        out_dtype: DType,
+        step: Option<DType>,
+    ) -> R<Tile> {
         let rank = a.shape.len();
         if axis >= rank || a.rank0 {
             return Err(self.err(format!("tile.reduce axis {axis} of a rank-{} tile", if a.rank0 { 0 } else { rank })));
@@ -1630,14 +1653,18 @@ impl<'f> Lowerer<'f> {
         let inbs = a.inbounds_flags();
         let a = a.clone();
         let dstc = dst.clone();
-        let ctx = RedCtx { comb, identity, e, a_dtype: a.dtype, out_dtype };
+        let step = step.filter(|_| e == Elem::F32);
+        let ctx = RedCtx { comb, identity, e, a_dtype: a.dtype, out_dtype, step };
         if axis == rank - 1 {
             // Along the last dim: one vector accumulator chain per output element.
             let outer: Vec<i64> = if rank == 1 { vec![1] } else { a.shape[..rank - 1].to_vec() };
             let n = a.shape[rank - 1];
             self.fused_lanes(&outer, &inbs, 1, &mut |l, oidx, _w, fast| {
                 let idx: Vec<String> = if rank == 1 { Vec::new() } else { oidx.to_vec() };
-                let s = l.reduce_row(&a, &idx, n, &ctx, fast)?;
+                let s = match ctx.step {
+                    Some(t) => l.reduce_row_stepped(&a, &idx, n, &ctx, t, fast)?,
+                    None => l.reduce_row(&a, &idx, n, &ctx, fast)?,
+                };
                 let s = numerics::finish(&mut l.b, Some(ctx.out_dtype), VTy::scalar(ctx.e), &s);
                 let sv = l.b.splat(VTy::new(ctx.e, 1), &s);
                 let oi: Vec<String> = if rank == 1 { vec!["0".into()] } else { idx };
@@ -1661,6 +1688,10 @@ impl<'f> Lowerer<'f> {
                 let x = l.eval(&a, &idx, w, fast)?;
                 let acc = lp.carried[0].clone();
                 let next = l.combine(&ctx, vt, &acc, &x)?;
+                let next = match ctx.step {
+                    Some(t) => numerics::round_f32(&mut l.b, t, vt, &next),
+                    None => next,
+                };
                 let r = l.b.end_loop(lp, &[next]);
                 let v = numerics::finish(&mut l.b, Some(ctx.out_dtype), vt, &r[0]);
                 l.store_mem(&dstc, ctx.out_dtype, oidx, w, &v);
@@ -1727,6 +1758,31 @@ impl<'f> Lowerer<'f> {
             });
         }
         partial.ok_or_else(|| self.err("tile.reduce over an empty dim"))
+    }
+
+    /// A row sum in element order, rounded to `t` after every addition (`@accum(t)`).
+    fn reduce_row_stepped(
+        &mut self,
+        a: &Tile,
+        idx: &[String],
+        n: i64,
+        ctx: &RedCtx,
+        t: DType,
+        fast: bool,
+    ) -> R<String> {
+        let vt = VTy::new(ctx.e, 1);
+        let zero = lit(vt, 0.0);
+        let Some(lp) = self.b.begin_loop("rs", "0", &n.to_string(), "1", &[(vt.ir(), zero.clone())]) else {
+            return Ok(lit(VTy::scalar(ctx.e), 0.0));
+        };
+        let mut i = idx.to_vec();
+        i.push(lp.iv.clone());
+        let x = self.eval(a, &i, 1, fast)?;
+        let acc = lp.carried[0].clone();
+        let s = self.combine(ctx, vt, &acc, &x)?;
+        let s = numerics::round_f32(&mut self.b, t, vt, &s);
+        let r = self.b.end_loop(lp, &[s]);
+        Ok(self.b.val("rsum", format!("extractelement {} {}, i32 0", vt.ir(), r[0])))
     }
 
     fn combine(&mut self, ctx: &RedCtx, ty: VTy, a: &str, b: &str) -> R<String> {
@@ -1984,6 +2040,9 @@ pub(super) struct RedCtx {
     pub e: Elem,
     pub a_dtype: DType,
     pub out_dtype: DType,
+    /// `@accum(T)` of a T narrower than f32: the sum runs in element order and is
+    /// rounded to T after every addition.
+    pub step: Option<DType>,
 }
 
 fn int_min(e: Elem) -> f64 {

@@ -44,6 +44,7 @@ mod dot;
 mod lower;
 mod numerics;
 mod plan;
+mod policy;
 mod tiles;
 
 use std::rc::Rc;

@@ -78,27 +78,27 @@ pub(super) fn reg_of(dtype: Option<DType>) -> Elem {
     dtype.map_or(Elem::I64, reg)
 }
 
-fn bitcast(b: &mut FnBuilder, from: VTy, v: &str, to: VTy) -> String {
+pub(super) fn bitcast(b: &mut FnBuilder, from: VTy, v: &str, to: VTy) -> String {
     b.val("bc", format!("bitcast {} {v} to {}", from.ir(), to.ir()))
 }
 
-fn ins(b: &mut FnBuilder, op: &str, ty: VTy, x: &str, y: &str) -> String {
+pub(super) fn ins(b: &mut FnBuilder, op: &str, ty: VTy, x: &str, y: &str) -> String {
     b.val(op, format!("{op} {} {x}, {y}", ty.ir()))
 }
 
-fn icmp(b: &mut FnBuilder, pred: &str, ty: VTy, x: &str, y: &str) -> String {
+pub(super) fn icmp(b: &mut FnBuilder, pred: &str, ty: VTy, x: &str, y: &str) -> String {
     b.val("c", format!("icmp {pred} {} {x}, {y}", ty.ir()))
 }
 
-fn fcmp(b: &mut FnBuilder, pred: &str, ty: VTy, x: &str, y: &str) -> String {
+pub(super) fn fcmp(b: &mut FnBuilder, pred: &str, ty: VTy, x: &str, y: &str) -> String {
     b.val("c", format!("fcmp {pred} {} {x}, {y}", ty.ir()))
 }
 
-fn select(b: &mut FnBuilder, ty: VTy, c: &str, x: &str, y: &str) -> String {
+pub(super) fn select(b: &mut FnBuilder, ty: VTy, c: &str, x: &str, y: &str) -> String {
     b.val("sel", format!("select {} {c}, {} {x}, {} {y}", ty.with(Elem::I1).ir(), ty.ir(), ty.ir()))
 }
 
-fn conv(b: &mut FnBuilder, op: &str, from: VTy, v: &str, to: VTy) -> String {
+pub(super) fn conv(b: &mut FnBuilder, op: &str, from: VTy, v: &str, to: VTy) -> String {
     b.val("cv", format!("{op} {} {v} to {}", from.ir(), to.ir()))
 }
 
@@ -140,8 +140,9 @@ pub(super) fn to_storage(b: &mut FnBuilder, st: Storage, ty: VTy, v: &str) -> St
         Storage::Bool8 => conv(b, "zext", ty.with(Elem::I1), v, ty.with(Elem::I8)),
         Storage::Bf16 => f32_to_bf16(b, ty, v),
         Storage::F16 => f32_to_f16(b, ty, v),
-        Storage::Fp8E4m3 => f32_to_fp8(b, ty, v, Fp8::E4M3),
-        Storage::Fp8E5m2 => f32_to_fp8(b, ty, v, Fp8::E5M2),
+        // Registers hold exact fp8 values: the encoding never overflows.
+        Storage::Fp8E4m3 => f32_to_fp8(b, ty, v, Fp8::E4M3, false),
+        Storage::Fp8E5m2 => f32_to_fp8(b, ty, v, Fp8::E5M2, false),
     }
 }
 
@@ -258,15 +259,13 @@ fn fp8_to_f32(b: &mut FnBuilder, ty: VTy, v: &str, m: u32, bias: i32) -> String 
     bitcast(b, i32t, &bits, f32t)
 }
 
-/// f32 → fp8, round to nearest even, saturating to the largest finite; NaN → 0x7f.
-fn f32_to_fp8(b: &mut FnBuilder, ty: VTy, v: &str, kind: Fp8) -> String {
-    let (m, bias, max_code): (u32, i64, u32) = match kind {
-        Fp8::E4M3 => (3, 7, 0x7e),
-        Fp8::E5M2 => (2, 15, 0x7b),
-    };
-    let max_value = match kind {
-        Fp8::E4M3 => 448.0f32,
-        Fp8::E5M2 => 57344.0f32,
+/// f32 → fp8, round to nearest even; NaN → 0x7f. A result beyond the largest finite
+/// (Inf included) is NaN for e4m3 and Inf for e5m2, or the largest finite when
+/// `saturate` (`@saturate`).
+fn f32_to_fp8(b: &mut FnBuilder, ty: VTy, v: &str, kind: Fp8, saturate: bool) -> String {
+    let (m, bias, max_code, overflow_code): (u32, i64, u32, u32) = match kind {
+        Fp8::E4M3 => (3, 7, 0x7e, 0x7f),
+        Fp8::E5M2 => (2, 15, 0x7b, 0x7c),
     };
     let i32t = ty.with(Elem::I32);
     let f32t = ty.with(Elem::F32);
@@ -291,8 +290,10 @@ fn f32_to_fp8(b: &mut FnBuilder, ty: VTy, v: &str, kind: Fp8) -> String {
     let min_normal = 2f32.powi(1 - bias as i32).to_bits();
     let is_sub = icmp(b, "ult", i32t, &a, &lit(i32t, f64::from(min_normal)));
     let code = select(b, i32t, &is_sub, &sub, &normal);
-    let is_big = icmp(b, "uge", i32t, &a, &lit(i32t, f64::from(max_value.to_bits())));
-    let code = select(b, i32t, &is_big, &lit(i32t, f64::from(max_code)), &code);
+    // Rounded past the largest finite code (Inf lands there too).
+    let is_big = icmp(b, "ugt", i32t, &code, &lit(i32t, f64::from(max_code)));
+    let over = if saturate { max_code } else { overflow_code };
+    let code = select(b, i32t, &is_big, &lit(i32t, f64::from(over)), &code);
     let code = ins(b, "or", i32t, &code, &sign);
     let nan = fcmp(b, "uno", f32t, v, v);
     let code = select(b, i32t, &nan, &lit(i32t, 127.0), &code);
@@ -301,6 +302,11 @@ fn f32_to_fp8(b: &mut FnBuilder, ty: VTy, v: &str, kind: Fp8) -> String {
 
 /// Rounds f32 registers to the values of `dtype` (identity for f32).
 pub(super) fn round_f32(b: &mut FnBuilder, dtype: DType, ty: VTy, v: &str) -> String {
+    round_f32_with(b, dtype, ty, v, false)
+}
+
+/// [`round_f32`]; fp8 overflow clamps when `saturate` (`@saturate`).
+pub(super) fn round_f32_with(b: &mut FnBuilder, dtype: DType, ty: VTy, v: &str, saturate: bool) -> String {
     match dtype {
         DType::BF16 => {
             let s = f32_to_bf16(b, ty, v);
@@ -311,11 +317,11 @@ pub(super) fn round_f32(b: &mut FnBuilder, dtype: DType, ty: VTy, v: &str) -> St
             from_storage(b, Storage::F16, ty.with(Elem::I16), &s)
         }
         DType::Fp8E4m3 => {
-            let s = f32_to_fp8(b, ty, v, Fp8::E4M3);
+            let s = f32_to_fp8(b, ty, v, Fp8::E4M3, saturate);
             from_storage(b, Storage::Fp8E4m3, ty.with(Elem::I8), &s)
         }
         DType::Fp8E5m2 => {
-            let s = f32_to_fp8(b, ty, v, Fp8::E5M2);
+            let s = f32_to_fp8(b, ty, v, Fp8::E5M2, saturate);
             from_storage(b, Storage::Fp8E5m2, ty.with(Elem::I8), &s)
         }
         DType::TF32 => {
@@ -338,7 +344,7 @@ pub(super) fn round_f32(b: &mut FnBuilder, dtype: DType, ty: VTy, v: &str) -> St
 }
 
 /// Wraps integer registers to their dtype's width (int4 in an i8).
-fn wrap(b: &mut FnBuilder, dtype: Option<DType>, ty: VTy, v: &str) -> String {
+pub(super) fn wrap(b: &mut FnBuilder, dtype: Option<DType>, ty: VTy, v: &str) -> String {
     if dtype == Some(DType::Int4) {
         let s = ins(b, "shl", ty, v, &lit(ty, 4.0));
         ins(b, "ashr", ty, &s, &lit(ty, 4.0))
@@ -384,8 +390,23 @@ fn int_range(dtype: Option<DType>) -> (f64, f64) {
 }
 
 /// Converts registers of `from` (a dtype, or index for `None`) to `to`: rounding to
-/// nearest even, saturating float → int (NaN → 0) and int → int, `x != 0` for bool.
+/// nearest even (fp8 overflow: NaN for e4m3, Inf for e5m2), float → int truncating
+/// toward zero to an i64 (saturating, NaN → 0) and wrapping to the width, int → int
+/// wrapping, `x != 0` for bool. Index results saturate.
 pub(super) fn cast(b: &mut FnBuilder, from: Option<DType>, to: Option<DType>, w: u32, v: &str) -> String {
+    cast_with(b, from, to, w, v, false)
+}
+
+/// [`cast`]; under `@saturate` (`saturate`) fp8 overflow clamps to the largest finite
+/// value and integer results clamp to their range.
+pub(super) fn cast_with(
+    b: &mut FnBuilder,
+    from: Option<DType>,
+    to: Option<DType>,
+    w: u32,
+    v: &str,
+    saturate: bool,
+) -> String {
     let fe = reg_of(from);
     let te = reg_of(to);
     let ft = VTy::new(fe, w);
@@ -399,13 +420,13 @@ pub(super) fn cast(b: &mut FnBuilder, from: Option<DType>, to: Option<DType>, w:
         (Elem::I1, _) => conv(b, "zext", ft, v, tt),
         (e, Elem::I1) if e.is_float() => fcmp(b, "une", ft, v, &lit(ft, 0.0)),
         (_, Elem::I1) => icmp(b, "ne", ft, v, &lit(ft, 0.0)),
-        (Elem::F32, Elem::F32) => round_f32(b, to.unwrap_or(DType::F32), tt, v),
+        (Elem::F32, Elem::F32) => round_f32_with(b, to.unwrap_or(DType::F32), tt, v, saturate),
         (Elem::F32, Elem::F64) => conv(b, "fpext", ft, v, tt),
         (Elem::F64, Elem::F32) => {
             let t = conv(b, "fptrunc", ft, v, tt);
-            round_f32(b, to.unwrap_or(DType::F32), tt, &t)
+            round_f32_with(b, to.unwrap_or(DType::F32), tt, &t, saturate)
         }
-        (fe, te) if fe.is_float() => {
+        (fe, te) if fe.is_float() && (saturate || to.is_none()) => {
             // Saturating float → int: through i32/i64, then clamped to int8/int4.
             let wide = if te == Elem::I64 { Elem::I64 } else { Elem::I32 };
             let wt = VTy::new(wide, w);
@@ -418,10 +439,18 @@ pub(super) fn cast(b: &mut FnBuilder, from: Option<DType>, to: Option<DType>, w:
                 int_resize(b, wt, &r, te, lo, hi)
             }
         }
+        (fe, te) if fe.is_float() => {
+            // Wrapping float → int: truncate to an i64 (saturating), keep the low bits.
+            let wt = VTy::new(Elem::I64, w);
+            let name = format!("llvm.fptosi.sat.{}.{}", wt.mangle(), ft.mangle());
+            let r = b.call("sat", &name, &wt.ir(), &[(ft.ir(), v.to_string())]);
+            let r = if te == Elem::I64 { r } else { conv(b, "trunc", wt, &r, tt) };
+            wrap(b, to, tt, &r)
+        }
         (_, te) if te.is_float() => {
             let r = conv(b, "sitofp", ft, v, tt);
             if te == Elem::F32 {
-                round_f32(b, to.unwrap_or(DType::F32), tt, &r)
+                round_f32_with(b, to.unwrap_or(DType::F32), tt, &r, saturate)
             } else {
                 r
             }
@@ -430,8 +459,12 @@ pub(super) fn cast(b: &mut FnBuilder, from: Option<DType>, to: Option<DType>, w:
             let (lo, hi) = int_range(to);
             if fe.bits() < te.bits() {
                 conv(b, "sext", ft, v, tt)
-            } else {
+            } else if saturate || to.is_none() {
                 int_resize(b, ft, v, te, lo, hi)
+            } else {
+                // Wrapping: keep the low bits (int4: the low nibble, sign-extended).
+                let r = if fe.bits() == te.bits() { v.to_string() } else { conv(b, "trunc", ft, v, tt) };
+                wrap(b, to, tt, &r)
             }
         }
     }

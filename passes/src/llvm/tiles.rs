@@ -139,8 +139,11 @@ pub(super) enum Node {
         a: Tile,
         b: Tile,
     },
+    /// `saturate`: `@saturate`; `u`: the uniform numbers of `@stochastic_round`.
     Cast {
         a: Tile,
+        saturate: bool,
+        u: Option<Tile>,
     },
     Broadcast {
         a: Tile,
@@ -195,7 +198,8 @@ impl Tile {
             Node::Mem(_) | Node::Const(_) | Node::Splat(_) | Node::Arange | Node::Rand { .. } => Vec::new(),
             Node::Load { mask, .. } => mask.iter().collect(),
             Node::Gather { idx, mask, .. } => std::iter::once(idx).chain(mask.iter()).collect(),
-            Node::Unary { a, .. } | Node::Cast { a } | Node::Broadcast { a } | Node::Expand { a, .. } => vec![a],
+            Node::Cast { a, u: Some(u), .. } => vec![a, u],
+            Node::Unary { a, .. } | Node::Cast { a, .. } | Node::Broadcast { a } | Node::Expand { a, .. } => vec![a],
             Node::Binary { a, b, .. } | Node::Cmp { a, b, .. } => vec![a, b],
             Node::Select { c, a, b } => vec![c, a, b],
             Node::Causal { s, .. } => vec![s],
