@@ -34,7 +34,7 @@ use super::threadmap::{memo, Memo, ThreadMap};
 use std::rc::Rc;
 
 use super::{Emitter, LazyLoad, Repr, SmemVal, TileVal, Val, R};
-use crate::ir::{Layout, Op};
+use crate::ir::{policy as ir_policy, Layout, Op};
 use crate::target::Target;
 
 const WARP: u32 = 32;
@@ -459,8 +459,16 @@ impl Emitter<'_> {
         // Tensor cores take 16- and 8-bit operands; wider ones (f32 products must be
         // exact) take the FMA path whatever instruction the schedule picked.
         let tensor_core_types = a.dtype.bits() <= 16 && b.dtype.bits() <= 16;
-        if op.str_attr("instr") == Some("fma") || !matches!(c.layout, Layout::Mma { .. }) || !tensor_core_types {
-            return self.fma_dot(op, &a, &b, &c);
+        // `@accum(T)` with T narrower than f32: tensor cores accumulate in f16 (16-bit
+        // f16 or fp8 operands); any other T takes the FMA path, rounding every step.
+        let step = ir_policy::acc(op).filter(|&t| ir_policy::rounds_each_step(t));
+        let f16_acc = step == Some(DType::F16) && (a.dtype == DType::F16 || a.dtype.is_fp8()) && a.dtype == b.dtype;
+        if op.str_attr("instr") == Some("fma")
+            || !matches!(c.layout, Layout::Mma { .. })
+            || !tensor_core_types
+            || (step.is_some() && !f16_acc)
+        {
+            return self.fma_dot(op, &a, &b, &c, step);
         }
         let (ad, bd) = (a.dtype, b.dtype);
         let cmap = self.map(op, &c.layout, &c.shape)?;
@@ -477,7 +485,8 @@ impl Emitter<'_> {
             (DType::BF16, DType::BF16) => Kind::Half("bf16"),
             (DType::F16, DType::F16) => Kind::Half("f16"),
             (x, y) if x.is_fp8() && y.is_fp8() => {
-                if self.target == Target::Sm90 {
+                // An f16 accumulator: fp8 → f16 pairs and the f16 `mma` (sm_80 and sm_90).
+                if self.target == Target::Sm90 && !f16_acc {
                     Kind::Fp8Native(fp8(x), fp8(y))
                 } else {
                     Kind::Fp8Soft
@@ -549,6 +558,10 @@ impl Emitter<'_> {
                 let al = a_regs.map(|r| r.to_string()).join(", ");
                 let bl = b_regs.map(|r| r.to_string()).join(", ");
                 match kind {
+                    Kind::Half(_) if f16_acc => {
+                        let (dr, cr) = (acc[fi], cin.clone());
+                        mma_f16_acc(&mut self.b, dr, &cr, &al, &bl);
+                    }
                     Kind::Half(ty) => {
                         self.b.ins(format!(
                             "mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{{d}}}, {{{al}}}, {{{bl}}}, {{{cs}}}"
@@ -584,6 +597,11 @@ impl Emitter<'_> {
                         for (s, (al, bl)) in steps.iter().enumerate() {
                             let al = al.map(|r| r.to_string()).join(", ");
                             let bl = bl.map(|r| r.to_string()).join(", ");
+                            if f16_acc {
+                                let cr = if s == 0 { cin.clone() } else { acc[fi].map(|r| r.to_string()) };
+                                mma_f16_acc(&mut self.b, acc[fi], &cr, &al, &bl);
+                                continue;
+                            }
                             let cs = if s == 0 { cs.clone() } else { d.clone() };
                             self.b.ins(format!(
                                 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d}}}, {{{al}}}, {{{bl}}}, {{{cs}}}"
@@ -613,8 +631,9 @@ impl Emitter<'_> {
     }
 
     /// `acc + a @ b` with FMAs: both operands go through shared scratch; each thread
-    /// walks k for the accumulator elements it owns.
-    fn fma_dot(&mut self, op: &Op, a: &TileVal, b: &TileVal, c: &TileVal) -> R<()> {
+    /// walks k for the accumulator elements it owns. `step` (`@accum(T)`, T narrower
+    /// than f32): the accumulator is rounded to T first and after every FMA.
+    fn fma_dot(&mut self, op: &Op, a: &TileVal, b: &TileVal, c: &TileVal, step: Option<DType>) -> R<()> {
         let (m, k, n) = (a.shape[0], a.shape[1], b.shape[1]);
         let amap = self.map(op, &a.layout, &a.shape)?;
         let bmap = self.map(op, &b.layout, &b.shape)?;
@@ -656,10 +675,16 @@ impl Emitter<'_> {
         }
         self.b.ins("bar.sync 0");
         let cw = self.wide(c);
+        let target = self.target;
+        let step = step.filter(|_| float);
         let acc: Vec<Reg> = cw
             .iter()
             .map(|&x| {
                 let r = self.b.reg(if float { Class::F32 } else { Class::B32 });
+                let x = match step {
+                    Some(t) => round_wide(&mut self.b, target, t, x),
+                    None => x,
+                };
                 super::mov(&mut self.b, r, x);
                 r
             })
@@ -694,7 +719,11 @@ impl Emitter<'_> {
                 self.b.ins(format!("ld.shared.{ty} {v}, [{addr}+{}]", cols[i].1));
                 v
             });
-            if float {
+            if let (true, Some(t)) = (float, step) {
+                self.b.ins(format!("fma.rn.f32 {r}, {av}, {bv}, {r}"));
+                let x = round_wide(&mut self.b, target, t, Operand::Reg(r));
+                super::mov(&mut self.b, r, x);
+            } else if float {
                 self.b.ins(format!("fma.rn.f32 {r}, {av}, {bv}, {r}"));
             } else {
                 self.b.ins(format!("mad.lo.s32 {r}, {av}, {bv}, {r}"));
@@ -704,12 +733,29 @@ impl Emitter<'_> {
         self.b.ins(format!("add.u32 {kk}, {kk}, 1"));
         self.b.ins(format!("setp.lt.u32 {p}, {kk}, {k}"));
         self.b.ins_if(p, false, format!("bra.uni {head}"));
-        let target = self.target;
         let out: Vec<Operand> =
             acc.iter().map(|&r| round_wide(&mut self.b, target, c.dtype, Operand::Reg(r))).collect();
         let (dtype, shape, layout) = self.tile_type(op, op.results[0])?;
         self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr: Repr::Wide(out) }));
         Ok(())
+    }
+}
+
+/// One `m16n8k16` with f16 accumulators (`@accum(f16)`): the four f32 accumulator
+/// registers `c` (exact f16 values) are packed in two `f16x2` words, the `mma` sums in
+/// f16 and `d` receives the unpacked results.
+fn mma_f16_acc(b: &mut super::builder::Builder, d: [Reg; 4], c: &[String; 4], a: &str, bl: &str) {
+    let (c01, c23, d01, d23) = (b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::B32));
+    b.ins(format!("cvt.rn.f16x2.f32 {c01}, {}, {}", c[1], c[0]));
+    b.ins(format!("cvt.rn.f16x2.f32 {c23}, {}, {}", c[3], c[2]));
+    b.ins(format!(
+        "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {{{d01}, {d23}}}, {{{a}}}, {{{bl}}}, {{{c01}, {c23}}}"
+    ));
+    for (word, pair) in [(d01, [d[0], d[1]]), (d23, [d[2], d[3]])] {
+        let (lo, hi) = (b.reg(Class::B16), b.reg(Class::B16));
+        b.ins(format!("mov.b32 {{{lo}, {hi}}}, {word}"));
+        b.ins(format!("cvt.f32.f16 {}, {lo}", pair[0]));
+        b.ins(format!("cvt.f32.f16 {}, {hi}", pair[1]));
     }
 }
 

@@ -32,6 +32,7 @@ mod expr;
 mod memory;
 mod movement;
 mod numerics;
+mod policy;
 pub mod ptxas;
 mod threadmap;
 
@@ -44,12 +45,12 @@ use tessera_frontend::check::DType;
 
 use crate::abi::{scalar_slot, AbiParam, KernelAbi, Slot};
 use crate::codegen::TargetCode;
-use crate::ir::{Attr, Func, Layout, Op, OpId, OpKind, Region, SmemType, Type, ValueId};
+use crate::ir::{policy as ir_policy, Attr, Func, Layout, Op, OpId, OpKind, Region, SmemType, Type, ValueId};
 use crate::{LowerError, Target};
 
 use builder::{Builder, Class, Operand, Reg};
 use expr::ExprCache;
-use numerics::{arith_type, float_imm, materialize, round_wide, wide_class};
+use numerics::{arith_type, float_imm, materialize, round_wide, round_wide_with, wide_class};
 pub use threadmap::ThreadMap;
 
 /// The symbol of the dynamic shared-memory array.
@@ -856,7 +857,15 @@ impl<'f> Emitter<'f> {
     fn element(&mut self, op: &Op, dtype: DType, out: DType, args: &[Operand]) -> R<Operand> {
         let target = self.target;
         match op.kind {
-            OpKind::Cast => self.cast(dtype, out, args[0]),
+            OpKind::Cast => {
+                let saturate = ir_policy::saturates(op);
+                if ir_policy::stochastic(op) && dtype.is_float() {
+                    if let Some(r) = policy::stochastic(&mut self.b, args[0], args[1], out, saturate) {
+                        return Ok(r);
+                    }
+                }
+                self.cast(dtype, out, args[0], saturate)
+            }
             OpKind::Select => {
                 let c = materialize(&mut self.b, Class::Pred, args[0]);
                 Ok(self.select(out, c, args[1], args[2]))
@@ -904,11 +913,13 @@ impl<'f> Emitter<'f> {
             }
             k if k.is_binary() => {
                 let r = self.binary(op, dtype, args[0], args[1])?;
-                Ok(if dtype.is_float() { round_wide(&mut self.b, target, dtype, r) } else { r })
+                let saturate = ir_policy::saturates(op);
+                Ok(if dtype.is_float() { round_wide_with(&mut self.b, target, dtype, r, saturate) } else { r })
             }
             _ => {
                 let r = self.unary(op, dtype, args[0])?;
-                Ok(if dtype.is_float() { round_wide(&mut self.b, target, dtype, r) } else { r })
+                let saturate = ir_policy::saturates(op);
+                Ok(if dtype.is_float() { round_wide_with(&mut self.b, target, dtype, r, saturate) } else { r })
             }
         }
     }
@@ -1097,93 +1108,6 @@ impl<'f> Emitter<'f> {
             _ => return Err(self.unsupported(op, "")),
         }
         Ok(Operand::Reg(r))
-    }
-
-    fn cast(&mut self, from: DType, to: DType, x: Operand) -> R<Operand> {
-        let target = self.target;
-        let (fc, tc) = (wide_class(from), wide_class(to));
-        if from == to {
-            return Ok(x);
-        }
-        // Constants fold.
-        match x {
-            Operand::Int(v) if !from.is_float() && fc != Class::Pred => {
-                return Ok(if to.is_float() {
-                    const_operand(to, v as f64)
-                } else if tc == Class::Pred {
-                    Operand::Int((v != 0) as i64)
-                } else {
-                    Operand::Int(wrap_int(to, v))
-                });
-            }
-            Operand::F32(bits) if to.is_float() && to != DType::F64 => {
-                return Ok(const_operand(to, f32::from_bits(bits) as f64));
-            }
-            _ => {}
-        }
-        let b = &mut self.b;
-        if tc == Class::Pred {
-            let r = b.reg(Class::Pred);
-            let x = materialize(b, fc, x);
-            match fc {
-                Class::F32 => b.ins(format!("setp.neu.f32 {r}, {x}, 0f00000000")),
-                Class::F64 => b.ins(format!("setp.neu.f64 {r}, {x}, 0d0000000000000000")),
-                Class::Pred => return Ok(Operand::Reg(x)),
-                _ => b.ins(format!("setp.ne.{} {r}, {x}, 0", arith_type(from))),
-            }
-            return Ok(Operand::Reg(r));
-        }
-        if fc == Class::Pred {
-            let p = materialize(b, Class::Pred, x);
-            let r = b.reg(tc);
-            match tc {
-                Class::F32 => b.ins(format!("selp.f32 {r}, 0f3F800000, 0f00000000, {p}")),
-                Class::F64 => b.ins(format!("selp.f64 {r}, 0d3FF0000000000000, 0d0000000000000000, {p}")),
-                Class::B64 => b.ins(format!("selp.b64 {r}, 1, 0, {p}")),
-                _ => b.ins(format!("selp.b32 {r}, 1, 0, {p}")),
-            }
-            return Ok(Operand::Reg(r));
-        }
-        let x = materialize(b, fc, x);
-        let r = b.reg(tc);
-        let (fs, ts) = (cvt_type(from), cvt_type(to));
-        match (from.is_float(), to.is_float()) {
-            (true, true) => {
-                if fc == tc {
-                    // Both wide f32: round the value to the narrower type.
-                    return Ok(round_wide(b, target, to, Operand::Reg(x)));
-                }
-                b.ins(format!("cvt.rn.{ts}.{fs} {r}, {x}"));
-                Ok(round_wide(b, target, to, Operand::Reg(r)))
-            }
-            (false, true) => {
-                b.ins(format!("cvt.rn.{ts}.{fs} {r}, {x}"));
-                Ok(round_wide(b, target, to, Operand::Reg(r)))
-            }
-            (true, false) => {
-                // Truncates toward zero, saturates, NaN → 0.
-                b.ins(format!("cvt.rzi.{ts}.{fs} {r}, {x}"));
-                if to == DType::Int8 || to == DType::Int4 {
-                    let (lo, hi) = if to == DType::Int8 { (-128, 127) } else { (-8, 7) };
-                    b.ins(format!("max.s32 {r}, {r}, {lo}"));
-                    b.ins(format!("min.s32 {r}, {r}, {hi}"));
-                }
-                Ok(Operand::Reg(r))
-            }
-            (false, false) => {
-                match (fc, tc) {
-                    (Class::B64, Class::B32) => b.ins(format!("cvt.u32.u64 {r}, {x}")),
-                    (Class::B32, Class::B64) => b.ins(format!("cvt.s64.s32 {r}, {x}")),
-                    _ => mov(b, r, Operand::Reg(x)),
-                }
-                match to {
-                    DType::Int8 => b.ins(format!("cvt.s32.s8 {r}, {r}")),
-                    DType::Int4 => b.ins(format!("bfe.s32 {r}, {r}, 0, 4")),
-                    _ => {}
-                }
-                Ok(Operand::Reg(r))
-            }
-        }
     }
 
     // ----- views and shared slots ------------------------------------------------------

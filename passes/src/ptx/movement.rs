@@ -14,7 +14,7 @@ use super::expr::{share_bases, Expr};
 use super::numerics::{materialize, round_wide, wide_class};
 use super::threadmap::{local_map, ThreadMap};
 use super::{Emitter, Repr, TileVal, Val, R};
-use crate::ir::{Op, OpKind, Type};
+use crate::ir::{policy as ir_policy, Op, OpKind, Type};
 
 /// How a result coordinate picks its source coordinate.
 #[derive(Clone, Debug)]
@@ -201,6 +201,19 @@ impl Emitter<'_> {
         out
     }
 
+    /// [`Self::combine`] of a sum under `@accum(T)` (`step`, T narrower than f32): the
+    /// partial sum is rounded to T after every addition.
+    fn combine_step(&mut self, how: Combine, dtype: DType, step: Option<DType>, a: Operand, b: Operand) -> Operand {
+        let r = self.combine(how, dtype, a, b);
+        match step {
+            Some(t) if how == Combine::Sum => {
+                let target = self.target;
+                round_wide(&mut self.b, target, t, r)
+            }
+            _ => r,
+        }
+    }
+
     fn combine(&mut self, how: Combine, dtype: DType, a: Operand, b: Operand) -> Operand {
         let class = wide_class(dtype);
         let ty = super::numerics::arith_type(dtype);
@@ -248,6 +261,9 @@ impl Emitter<'_> {
         if dtype == DType::Bool {
             return Err(self.unsupported(op, "on booleans"));
         }
+        // `@accum(T)`, T narrower than f32: partial sums are rounded to T at every step
+        // (the order — per thread, then across lanes and warps — is not the interpreter's).
+        let step = ir_policy::acc(op).filter(|&t| ir_policy::rounds_each_step(t) && wide_class(dtype) == Class::F32);
         if axis >= src.shape.len() {
             return Err(self.fail(op, format!("axis {axis} of a rank-{} tile", src.shape.len())));
         }
@@ -261,7 +277,7 @@ impl Emitter<'_> {
         for (_, regs) in &groups {
             let mut acc = values[regs[0]];
             for &r in &regs[1..] {
-                acc = self.combine(how, dtype, acc, values[r]);
+                acc = self.combine_step(how, dtype, step, acc, values[r]);
             }
             partial.push(acc);
         }
@@ -269,7 +285,7 @@ impl Emitter<'_> {
         for &bit in along.iter().filter(|&&b| b < 5) {
             for p in partial.iter_mut() {
                 let other = self.shuffle_xor(*p, class, 1 << bit);
-                *p = self.combine(how, dtype, *p, other);
+                *p = self.combine_step(how, dtype, step, *p, other);
             }
         }
         let warp_bits: Vec<u32> = along.iter().copied().filter(|&b| b >= 5).collect();
@@ -339,7 +355,7 @@ impl Emitter<'_> {
             for chunk in loaded.chunks(slots as usize) {
                 let mut acc = chunk[0];
                 for &x in &chunk[1..] {
-                    acc = self.combine(how, dtype, acc, x);
+                    acc = self.combine_step(how, dtype, step, acc, x);
                 }
                 results.push(acc);
             }

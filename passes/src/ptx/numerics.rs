@@ -1,6 +1,7 @@
 //! Element types in registers and the conversions between them (docs/ir.md,
 //! "Numerics"): 16- and 8-bit floats compute in `f32` and round to nearest even after
-//! every op; casts to fp8 saturate to the largest finite value and keep NaN.
+//! every op; a conversion to fp8 that overflows is NaN (e4m3) or Inf (e5m2), or the
+//! largest finite value under `@saturate`; NaN stays NaN.
 //!
 //! In registers an element is *wide*: floats up to 32 bits as `f32` holding a value
 //! exactly representable in the element type, integers up to 32 bits as `b32`, 64-bit
@@ -70,16 +71,48 @@ pub fn float_imm(dtype: DType, v: f64) -> Operand {
     }
 }
 
-/// What the device computes for a constant of `dtype` (round to nearest even, fp8
-/// saturating), so constants fold exactly as the runtime would round them.
+/// What the device computes for a constant of `dtype` (round to nearest even; fp8
+/// overflow NaN for e4m3 and Inf for e5m2), so constants fold exactly as the runtime
+/// would round them.
 pub fn round_host(dtype: DType, v: f64) -> f64 {
     let f = v as f32;
     match dtype {
         DType::BF16 => round_f32_bits(f, 16),
         DType::F16 => half_round(f),
-        DType::Fp8E4m3 | DType::Fp8E5m2 => fp8_round(dtype, f as f64),
+        DType::Fp8E4m3 | DType::Fp8E5m2 => {
+            let r = fp8_round(dtype, f as f64);
+            let (max, overflow) = fp8_limits(dtype);
+            let rounded_past = if dtype == DType::Fp8E4m3 { f.abs() > 464.0 } else { f.abs() >= 61440.0 };
+            if rounded_past && r.abs() == max {
+                if dtype == DType::Fp8E4m3 {
+                    f64::NAN
+                } else {
+                    overflow.copysign(f as f64)
+                }
+            } else {
+                r
+            }
+        }
         DType::TF32 => round_f32_bits(f, 13),
         _ => f as f64,
+    }
+}
+
+/// [`round_host`] under `@saturate`: fp8 overflow clamps to the largest finite value.
+pub fn round_host_saturating(dtype: DType, v: f64) -> f64 {
+    if dtype.is_fp8() {
+        fp8_round(dtype, v as f32 as f64)
+    } else {
+        round_host(dtype, v)
+    }
+}
+
+/// The largest finite value of an fp8 type and what overflow gives without `@saturate`.
+fn fp8_limits(dtype: DType) -> (f64, f64) {
+    if dtype == DType::Fp8E4m3 {
+        (448.0, f64::NAN)
+    } else {
+        (57344.0, f64::INFINITY)
     }
 }
 
@@ -128,6 +161,11 @@ fn fp8_round(dtype: DType, x: f64) -> f64 {
 
 /// Rounds a wide `f32` to `dtype` (no-op for `f32`); returns the wide result.
 pub fn round_wide(b: &mut Builder, target: Target, dtype: DType, x: Operand) -> Operand {
+    round_wide_with(b, target, dtype, x, false)
+}
+
+/// [`round_wide`]; fp8 overflow clamps when `saturate` (`@saturate`).
+pub fn round_wide_with(b: &mut Builder, target: Target, dtype: DType, x: Operand, saturate: bool) -> Operand {
     match dtype {
         DType::BF16 | DType::F16 => {
             let ty = if dtype == DType::BF16 { "bf16" } else { "f16" };
@@ -139,7 +177,7 @@ pub fn round_wide(b: &mut Builder, target: Target, dtype: DType, x: Operand) -> 
             Operand::Reg(r)
         }
         DType::Fp8E4m3 | DType::Fp8E5m2 => {
-            let byte = f32_to_fp8(b, target, dtype, x);
+            let byte = f32_to_fp8_with(b, target, dtype, x, saturate);
             fp8_to_f32(b, target, dtype, Operand::Reg(byte))
         }
         DType::TF32 => {
@@ -273,10 +311,21 @@ pub fn from_storage(b: &mut Builder, target: Target, dtype: DType, bits: Reg) ->
 }
 
 /// `f32` → fp8 (round to nearest even, saturating to the largest finite, NaN kept) in
-/// the low byte of a `b32`.
+/// the low byte of a `b32`: the encoding of values that are exact (stores), where the
+/// rules agree.
 pub fn f32_to_fp8(b: &mut Builder, target: Target, dtype: DType, x: Operand) -> Reg {
+    f32_to_fp8_with(b, target, dtype, x, true)
+}
+
+/// `f32` → fp8 in the low byte of a `b32`, round to nearest even, NaN kept; a result
+/// past the largest finite value (Inf included) is the largest finite when `saturate`,
+/// else NaN (e4m3) or Inf (e5m2). sm_90's only conversion is `satfinite`: the overflow
+/// is a compare of the magnitude with the rounding threshold (e4m3: above 464; e5m2:
+/// 61440 and above) and a `selp`.
+pub fn f32_to_fp8_with(b: &mut Builder, target: Target, dtype: DType, x: Operand, saturate: bool) -> Reg {
     let x = materialize(b, Class::F32, x);
     let kind = if dtype == DType::Fp8E4m3 { "e4m3x2" } else { "e5m2x2" };
+    let overflow_code = if dtype == DType::Fp8E4m3 { 0x7f } else { 0x7c };
     if target == Target::Sm90 {
         let h = b.reg(Class::B16);
         let zero = b.reg(Class::F32);
@@ -284,6 +333,20 @@ pub fn f32_to_fp8(b: &mut Builder, target: Target, dtype: DType, x: Operand) -> 
         b.ins(format!("cvt.rn.satfinite.{kind}.f32 {h}, {zero}, {x}"));
         let r = b.reg(Class::B32);
         b.ins(format!("cvt.u32.u16 {r}, {h}"));
+        if !saturate {
+            let ax = b.reg(Class::F32);
+            b.ins(format!("abs.f32 {ax}, {x}"));
+            let over = b.reg(Class::Pred);
+            if dtype == DType::Fp8E4m3 {
+                b.ins(format!("setp.gt.f32 {over}, {ax}, {}", Operand::f32(464.0)));
+            } else {
+                b.ins(format!("setp.ge.f32 {over}, {ax}, {}", Operand::f32(61440.0)));
+            }
+            let code = b.reg(Class::B32);
+            b.ins(format!("and.b32 {code}, {r}, 128"));
+            b.ins(format!("or.b32 {code}, {code}, {overflow_code}"));
+            b.ins(format!("selp.b32 {r}, {code}, {r}, {over}"));
+        }
         return r;
     }
     // sm_80 has no fp8 conversions: round the magnitude's bits by hand.
@@ -318,13 +381,20 @@ pub fn f32_to_fp8(b: &mut Builder, target: Target, dtype: DType, x: Operand) -> 
     b.ins(format!("setp.lt.f32 {is_sub}, {absf}, {}", Operand::f32(min_normal)));
     let code = b.reg(Class::B32);
     b.ins(format!("selp.b32 {code}, {sub}, {normal}, {is_sub}"));
-    // Saturate (also catches infinities: their rebias lands past the top).
-    let big = b.reg(Class::Pred);
-    b.ins(format!("setp.gt.u32 {big}, {mag}, 2139095039"));
-    b.ins(format!("min.u32 {code}, {code}, {max_code}"));
     let nan = b.reg(Class::Pred);
     b.ins(format!("setp.gt.u32 {nan}, {mag}, 2139095040"));
-    b.ins(format!("selp.b32 {code}, {max_code}, {code}, {big}"));
+    if saturate {
+        // Saturate (also catches infinities: their rebias lands past the top).
+        let big = b.reg(Class::Pred);
+        b.ins(format!("setp.gt.u32 {big}, {mag}, 2139095039"));
+        b.ins(format!("min.u32 {code}, {code}, {max_code}"));
+        b.ins(format!("selp.b32 {code}, {max_code}, {code}, {big}"));
+    } else {
+        // Rounded past the largest finite code (infinities land there too).
+        let over = b.reg(Class::Pred);
+        b.ins(format!("setp.gt.u32 {over}, {code}, {max_code}"));
+        b.ins(format!("selp.b32 {code}, {overflow_code}, {code}, {over}"));
+    }
     b.ins(format!("selp.b32 {code}, 127, {code}, {nan}"));
     b.ins(format!("or.b32 {code}, {code}, {sign}"));
     code
@@ -402,7 +472,11 @@ mod tests {
         assert_eq!(round_host(DType::BF16, 1.0 + 1.0 / 256.0), 1.0);
         assert_eq!(round_host(DType::BF16, 1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
         assert_eq!(round_host(DType::F16, 1.0 + 1.0 / 2048.0), 1.0);
-        assert_eq!(round_host(DType::Fp8E4m3, 1000.0), 448.0);
+        assert!(round_host(DType::Fp8E4m3, 1000.0).is_nan());
+        assert_eq!(round_host_saturating(DType::Fp8E4m3, 1000.0), 448.0);
+        assert_eq!(round_host(DType::Fp8E4m3, 464.0), 448.0);
+        assert_eq!(round_host(DType::Fp8E5m2, -1e6), f64::NEG_INFINITY);
+        assert_eq!(round_host_saturating(DType::Fp8E5m2, -1e6), -57344.0);
         assert_eq!(round_host(DType::Fp8E4m3, -0.3), -0.3125);
         assert_eq!(f16_bits(1.0), 0x3c00);
         assert_eq!(f16_bits(-2.5), 0xc100);
