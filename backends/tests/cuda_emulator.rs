@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use tessera_backends::cuda::args::{check_args, pack};
 use tessera_backends::interp::inputs::{seeded, set_scalar};
 use tessera_backends::interp::{compare_outputs, run_kernel};
-use tessera_backends::tensor::{Arg, HostTensor};
+use tessera_backends::tensor::{round_to_saturating, Arg, HostTensor};
 use tessera_frontend::check::{fn_signature, DType, FunctionKind};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
@@ -263,10 +263,12 @@ fn fp8_to_f32(byte: u64, e4m3: bool) -> f32 {
     let dtype = if e4m3 { DType::Fp8E4m3 } else { DType::Fp8E5m2 };
     HostTensor { dtype, dims: vec![1], data: vec![byte as u8] }.get(0) as f32
 }
+/// `cvt.rn.satfinite.{e4m3,e5m2}x2.f32`: round to nearest even, clamped to the largest
+/// finite value (Inf too), NaN kept.
 fn f32_to_fp8(x: f32, e4m3: bool) -> u64 {
     let dtype = if e4m3 { DType::Fp8E4m3 } else { DType::Fp8E5m2 };
     let mut t = HostTensor::zeros(dtype, &[1]);
-    t.set(0, x as f64);
+    t.set(0, round_to_saturating(dtype, x as f64));
     t.data[0] as u64
 }
 
@@ -813,6 +815,8 @@ impl Cta<'_> {
                     "neg" => -a,
                     "abs" => a.abs(),
                     "sqrt" => a.sqrt(),
+                    // `copysign d, a, b`: b with the sign of a.
+                    "copysign" => b.copysign(a),
                     _ => return Err(self.err(pc, "f64 op")),
                 }
                 .to_bits()
@@ -936,6 +940,9 @@ impl Cta<'_> {
         let shape = op[3];
         let (atype, btype) = (op[op.len() - 3], op[op.len() - 2]);
         let int = atype == "s8";
+        // `.f16` accumulators: two f16x2 words (c0, c1) and (c2, c3), summed exactly and
+        // rounded once to f16.
+        let f16_acc = op[6] == "f16";
         let k = if shape == "m16n8k16" { 16 } else { 32 };
         let per = if k == 16 { 2 } else { 4 };
         let args = self.m.code[pc].args.clone();
@@ -981,10 +988,33 @@ impl Cta<'_> {
                     bm[row][g] = elem((word >> (width * e)) & ((1 << width) - 1), btype);
                 }
             }
-            for (i, s) in c.iter().enumerate() {
-                let v = self.read(t, s, pc)?;
-                cm[g + 8 * (i / 2)][2 * tg + (i & 1)] = if int { v as u32 as i32 as f64 } else { f32of(v) as f64 };
+            if f16_acc {
+                for i in 0..4 {
+                    let v = self.read(t, &c[i / 2], pc)?;
+                    cm[g + 8 * (i / 2)][2 * tg + (i & 1)] = f16_to_f32((v >> (16 * (i & 1))) & 0xffff) as f64;
+                }
+            } else {
+                for (i, s) in c.iter().enumerate() {
+                    let v = self.read(t, s, pc)?;
+                    cm[g + 8 * (i / 2)][2 * tg + (i & 1)] = if int { v as u32 as i32 as f64 } else { f32of(v) as f64 };
+                }
             }
+        }
+        if f16_acc {
+            for (l, &t) in lanes.iter().enumerate() {
+                let (g, tg) = (l / 4, l % 4);
+                for (w, s) in d.iter().enumerate() {
+                    let mut word = 0u64;
+                    for h in 0..2 {
+                        let (row, col) = (g + 8 * w, 2 * tg + h);
+                        let acc = cm[row][col] + (0..k).map(|kk| am[row][kk] * bm[kk][col]).sum::<f64>();
+                        word |= (half::f16::from_f64(acc).to_bits() as u64) << (16 * h);
+                    }
+                    let Src::Reg(r) = s else { return Err(self.err(pc, "mma destination")) };
+                    self.set(t, *r, word);
+                }
+            }
+            return Ok(());
         }
         for (l, &t) in lanes.iter().enumerate() {
             let (g, tg) = (l / 4, l % 4);
@@ -1331,5 +1361,139 @@ fn generated_ptx_computes_what_the_interpreter_computes() {
         }
     }
     assert!(covered > 0);
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+// ----- numerics policies -------------------------------------------------------------------
+
+/// Kernels of every numerics policy (docs/ir.md, "Numerics policies"): conversions with
+/// and without `@saturate` (overflow: NaN for e4m3, Inf for e5m2, wrapping integers),
+/// stochastic rounding from the run's seed, and f16 accumulation in tensor-core and FMA
+/// dots and in reductions.
+const POLICIES: &str = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def policy_casts(X: Tensor["R", "C", f32], S: Tensor["R", "C", fp8_e4m3 @saturate], P: Tensor["R", "C", fp8_e4m3],
+                 Q: Tensor["R", "C", fp8_e5m2], T: Tensor["R", "C", fp8_e5m2 @saturate], I: Tensor["R", "C", int8],
+                 J: Tensor["R", "C", int8 @saturate], Z: Tensor["R", "C", bf16 @stochastic_round],
+                 E: Tensor["R", "C", fp8_e4m3 @stochastic_round]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        for c0 in tile.parallel(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            big = x * 300.0
+            huge = x * 40000.0
+            S[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(big, fp8_e4m3)
+            P[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(big, fp8_e4m3)
+            Q[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(huge, fp8_e5m2)
+            T[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(huge, fp8_e5m2)
+            I[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(big, int8)
+            J[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(big, int8)
+            Z[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(x, bf16)
+            E[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(x * 8.0, fp8_e4m3)
+
+@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))
+def f16_acc_gemm(A: Tensor["M", "K", f16 @accum(f16)], B: Tensor["K", "N", f16 @accum(f16)], C: Tensor["M", "N", f16]):
+    ctx = tile.context()
+    for m0 in tile.parallel(0, M, ctx.BM):
+        for n0 in tile.parallel(0, N, ctx.BN):
+            c = tile.zeros((ctx.BM, ctx.BN), f16)
+            for k0 in tile.range(0, K, ctx.BK):
+                a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])
+                b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])
+                c = tile.mma(a, b, accumulator=c)
+            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = c
+
+@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))
+def bf16_acc_gemm(A: Tensor["M", "K", bf16 @accum(bf16)], B: Tensor["K", "N", bf16 @accum(bf16)], C: Tensor["M", "N", bf16]):
+    ctx = tile.context()
+    for m0 in tile.parallel(0, M, ctx.BM):
+        for n0 in tile.parallel(0, N, ctx.BN):
+            c = tile.zeros((ctx.BM, ctx.BN), bf16)
+            for k0 in tile.range(0, K, ctx.BK):
+                a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])
+                b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])
+                c = tile.mma(a, b, accumulator=c)
+            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = c
+
+@kernel.schedule(Schedule(block=(4, 128), warps=4))
+def f16_acc_rows(X: Tensor["R", "C", f16 @accum(f16)], Y: Tensor["R", f16]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        s = tile.zeros((ctx.BM,), f16)
+        for c0 in tile.range(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            s = s + tile.row_sum(x)
+        Y[r0:r0 + ctx.BM] = s
+"#;
+
+fn same_bits(a: f64, b: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits()
+}
+
+/// The PTX of every policy computes what the interpreter computes: conversions and
+/// stochastic rounding bit for bit (NaN = NaN), f16 and bf16 accumulation within a few
+/// ulp of the accumulator (the order of the additions differs: `mma` rounds once per k16
+/// step, reductions combine per thread, then across lanes and warps).
+#[test]
+fn policies_in_ptx_compute_what_the_interpreter_computes() {
+    let db = Database::default();
+    let file = SourceFile::new(&db, PathBuf::from("policies.tsr"), POLICIES.to_string(), None);
+    let mut failures = Vec::new();
+    for entry in &item_index(&db, file).functions {
+        let kernel = entry.key.name(&db).to_string();
+        let (config, _) = default_config(&db, entry.key, &BTreeMap::new()).unwrap();
+        for target in [Target::Sm80, Target::Sm90] {
+            let func =
+                tile_ir(&db, entry.key, config.clone(), target).clone().unwrap_or_else(|e| panic!("{}", e.message));
+            let code = tessera_passes::ptx::emit(&func, target).unwrap_or_else(|e| panic!("{kernel}: {}", e.message));
+            let specs: &[&str] = match kernel.as_str() {
+                "policy_casts" => &["R=64,C=128", "R=33,C=70"],
+                "f16_acc_rows" => &["R=8,C=512"],
+                _ => &["M=64,N=64,K=128"],
+            };
+            for spec in specs {
+                let symbols: BTreeMap<String, i64> = spec
+                    .split(',')
+                    .map(|p| {
+                        let (k, v) = p.split_once('=').unwrap();
+                        (k.to_string(), v.parse().unwrap())
+                    })
+                    .collect();
+                let inputs = seeded(&func, &symbols, SEED).unwrap();
+                if let Some(slot) = code.abi.seed_slot() {
+                    assert_eq!(inputs[slot], Arg::Index(SEED as i64), "the run's seed in the hidden parameter");
+                }
+                let mut expected = inputs.clone();
+                run_kernel(&func, &mut expected).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                let mut actual = inputs.clone();
+                if let Err(e) = emulate(&code, &mut actual) {
+                    failures.push(format!("{kernel} {target} [{spec}]: {e}"));
+                    continue;
+                }
+                for (i, (e, a)) in expected.iter().zip(&actual).enumerate() {
+                    let (Arg::Tensor(e), Arg::Tensor(a)) = (e, a) else { continue };
+                    let (ev, av) = (e.to_f64(), a.to_f64());
+                    let exact = kernel == "policy_casts";
+                    // Rounding every step in a different order: within 2·√n ulp of the
+                    // f16/bf16 accumulator (n additions) at the results' magnitude.
+                    let n = symbols.get("K").or(symbols.get("C")).copied().unwrap_or(1) as f64;
+                    let mbits = if e.dtype == DType::BF16 { 7 } else { 10 };
+                    let top = ev.iter().fold(1e-3f64, |m, x| m.max(x.abs()));
+                    let tol = 2.0 * n.sqrt() * 2f64.powi(top.log2().floor() as i32 - mbits);
+                    let bad = ev
+                        .iter()
+                        .zip(&av)
+                        .position(|(&x, &y)| if exact { !same_bits(x, y) } else { (x - y).abs() > tol });
+                    if let Some(at) = bad {
+                        failures.push(format!(
+                            "{kernel} {target} [{spec}] parameter {i}: element {at}: interpreter {:e}, PTX {:e}",
+                            ev[at], av[at]
+                        ));
+                    }
+                }
+            }
+        }
+    }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }

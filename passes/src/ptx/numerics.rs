@@ -252,7 +252,10 @@ pub fn to_storage(b: &mut Builder, target: Target, dtype: DType, x: Operand) -> 
             b.ins(format!("cvt.rn.{ty}.f32 {h}, {x}"));
             Operand::Reg(h)
         }
-        DType::Fp8E4m3 | DType::Fp8E5m2 => Operand::Reg(f32_to_fp8(b, target, dtype, x)),
+        // Registers hold fp8 values: e4m3's `satfinite` encoding is exact (NaN stays NaN),
+        // e5m2 needs the overflow check to keep its infinities.
+        DType::Fp8E4m3 => Operand::Reg(f32_to_fp8(b, target, dtype, x)),
+        DType::Fp8E5m2 => Operand::Reg(f32_to_fp8_with(b, target, dtype, x, false)),
         DType::Bool => {
             let r = b.reg(Class::B32);
             let p = materialize(b, Class::Pred, x);
