@@ -56,6 +56,10 @@ pub struct AutotuneArgs {
     /// Search again even when the cache has a winner for this key.
     #[arg(long)]
     pub force: bool,
+    /// The host memory the arguments may take (`8G`, `512M`, bytes); default: what is
+    /// available.
+    #[arg(long, value_name = "SIZE", value_parser = crate::options::parse_size)]
+    pub max_memory: Option<u64>,
 }
 
 pub fn run(args: AutotuneArgs) -> Result<i32, String> {
@@ -157,6 +161,7 @@ fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
         dims: dims.clone(),
         args: setup.args.clone(),
         seed: args.seed,
+        max_memory: args.max_memory,
     };
     let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(space.candidates.len() as u64);

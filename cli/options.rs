@@ -9,6 +9,27 @@ use tessera_frontend::check::{KernelSchedule, KeyValue, ScheduleValue};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, FnKey, SourceFile};
 
+/// Parses a size: bytes, or a number with `K`, `M`, `G` or `T` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("`{t}` is not a size (bytes, or a number with K, M, G or T)")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 =
+        digits.trim().parse().map_err(|_| format!("`{t}` is not a size (bytes, or a number with K, M, G or T)"))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("`{t}` is too large"))
+}
+
 /// Parses `KEY=VALUE` pairs (empty items are skipped: `--dims M=1,,N=2`).
 pub fn parse_pairs(pairs: &[String], what: &str) -> Result<Vec<(String, String)>, String> {
     pairs

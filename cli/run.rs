@@ -68,6 +68,10 @@ pub struct RunArgs {
     /// report to DIR/run.json.
     #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
+    /// The host memory the arguments may take (`8G`, `512M`, bytes); default: what is
+    /// available.
+    #[arg(long, value_name = "SIZE", value_parser = crate::options::parse_size)]
+    pub max_memory: Option<u64>,
 }
 
 pub fn parse_device(s: &str) -> Result<DeviceRequest, String> {
@@ -257,6 +261,7 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
         args: setup.args.clone(),
         seed: args.seed,
         code: backend.needs_code(),
+        max_memory: args.max_memory,
     };
     let plan = launch::plan(&src.db, setup.key, info, &request).map_err(|e| Failure::launch(src, e))?;
     let device = backend.device();
@@ -305,8 +310,15 @@ pub(crate) fn cache_key(
     dims: &std::collections::BTreeMap<String, i64>,
 ) -> Option<CacheKey> {
     let config = launch::config_for(&src.db, setup.key, setup.info.base_schedule.clone(), dims).ok()?;
-    let request =
-        PlanRequest { target: setup.target, config, dims: dims.clone(), args: Vec::new(), seed: 0, code: false };
+    let request = PlanRequest {
+        target: setup.target,
+        config,
+        dims: dims.clone(),
+        args: Vec::new(),
+        seed: 0,
+        code: false,
+        max_memory: None,
+    };
     let plan = launch::plan(&src.db, setup.key, &setup.info, &request).ok()?;
     Some(CacheKey::of(&src.db, setup.key, &plan, &setup.dims.values, setup.target, setup.opened.backend.device()))
 }

@@ -358,6 +358,8 @@ pub struct TuneOptions {
     pub dims: BTreeMap<String, i64>,
     pub args: Vec<(String, String)>,
     pub seed: u64,
+    /// `--max-memory` (see `PlanRequest::max_memory`).
+    pub max_memory: Option<u64>,
 }
 
 /// Everything a search found.
@@ -397,6 +399,7 @@ pub fn tune(
             args: options.args.clone(),
             seed: options.seed,
             code: backend.needs_code(),
+            max_memory: options.max_memory,
         };
         let outcome: Result<Outcome, LaunchError> = (|| {
             let plan = launch::plan(db, key, info, &request)?;

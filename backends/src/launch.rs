@@ -60,6 +60,10 @@ pub const FULL_CHECK_LIMIT: u64 = 1 << 27;
 /// Interpreter work a sampled check aims for.
 pub const SAMPLE_BUDGET: u64 = 1 << 25;
 
+/// The most interpreter work (see [`interp_cost`]) one launch on `--device interp` may
+/// take: about 1.7e10 operations, tens of minutes.
+pub const INTERP_WORK_LIMIT: u64 = 1 << 34;
+
 // ----- errors ------------------------------------------------------------------------
 
 /// What kind of failure a [`LaunchError`] is (the CLI maps it to an exit status).
@@ -519,6 +523,18 @@ impl Backend for Interpreter {
     }
 
     fn load(&self, plan: &Plan) -> Result<Box<dyn Loaded>, LaunchError> {
+        // A launch the interpreter would take hours over is refused, not started.
+        let cost = interp_cost(plan);
+        if cost > INTERP_WORK_LIMIT {
+            return Err(LaunchError::new(
+                ErrorKind::Resources,
+                format!(
+                    "the interpreter would execute about {:.1e} operations, beyond its budget of {:.1e} (hours of \
+                     interpretation): choose smaller --dims, or --device cpu",
+                    cost as f64, INTERP_WORK_LIMIT as f64
+                ),
+            ));
+        }
         // Compiles the program once here so that errors surface at load time.
         interp::Kernel::new(&plan.tile).map_err(LaunchError::interp)?;
         Ok(Box::new(InterpLoaded { func: plan.tile.clone(), last: None }))
@@ -802,6 +818,9 @@ pub struct PlanRequest {
     pub seed: u64,
     /// Generate target code (the device compiles it).
     pub code: bool,
+    /// The host memory the arguments may take (`--max-memory`); `None`: what is
+    /// available.
+    pub max_memory: Option<u64>,
 }
 
 /// A kernel lowered, bound and given arguments: everything a device needs, owned (no
@@ -927,7 +946,7 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
     let shapes = inputs::tensor_shapes(&abi, &req.dims).map_err(LaunchError::input)?;
     let tensor_shapes: Vec<Vec<i64>> = shapes.iter().flatten().map(|d| d.iter().map(|&x| x as i64).collect()).collect();
     let binding = abi.bind(&tensor_shapes).map_err(LaunchError::input)?;
-    check_memory(&abi, &shapes)?;
+    check_memory(&abi, &shapes, req.max_memory)?;
     let mut args = inputs::seeded_for(&abi, &access, &req.dims, req.seed).map_err(LaunchError::input)?;
     let mut scalars = Vec::new();
     for (i, p) in abi.params.iter().enumerate() {
@@ -1037,13 +1056,14 @@ fn parse_scalar(p: &AbiParam, text: &str) -> Result<f64, String> {
 }
 
 /// Refuses problems whose arguments would not fit in memory (inputs, the device's copy
-/// and the reference's copy), with the numbers.
-fn check_memory(abi: &KernelAbi, shapes: &[Option<Vec<usize>>]) -> Result<(), LaunchError> {
+/// and the reference's copy), with the numbers. The budget is `max_memory` when given
+/// (`--max-memory`), else the memory available.
+fn check_memory(abi: &KernelAbi, shapes: &[Option<Vec<usize>>], max_memory: Option<u64>) -> Result<(), LaunchError> {
     let mut bytes: u128 = 0;
     for (p, s) in abi.params.iter().zip(shapes) {
         if let (AbiParam::Tensor { dtype, .. }, Some(dims)) = (p, s) {
-            let n: u128 = dims.iter().map(|&d| d as u128).product();
-            bytes += n * crate::tensor::elem_bytes(*dtype) as u128;
+            let n: u128 = dims.iter().fold(1u128, |n, &d| n.saturating_mul(d as u128));
+            bytes = bytes.saturating_add(n.saturating_mul(crate::tensor::elem_bytes(*dtype) as u128));
         }
     }
     // The interpreter holds each tensor as f64 atomics (8 bytes per element) besides the
@@ -1052,16 +1072,20 @@ fn check_memory(abi: &KernelAbi, shapes: &[Option<Vec<usize>>]) -> Result<(), La
         .params
         .iter()
         .zip(shapes)
-        .filter_map(|(_, s)| s.as_ref().map(|d| d.iter().map(|&x| x as u128).product::<u128>()))
-        .sum();
-    let need = bytes * 3 + elements * 8;
-    if let Some(avail) = available_memory() {
+        .filter_map(|(_, s)| s.as_ref().map(|d| d.iter().fold(1u128, |n, &x| n.saturating_mul(x as u128))))
+        .fold(0u128, u128::saturating_add);
+    let need = bytes.saturating_mul(3).saturating_add(elements.saturating_mul(8));
+    let (budget, what) = match max_memory {
+        Some(m) => (Some(m), "the --max-memory budget"),
+        None => (available_memory(), "available (--max-memory sets another budget)"),
+    };
+    if let Some(avail) = budget {
         if need > avail as u128 {
             return Err(LaunchError::new(
                 ErrorKind::Resources,
                 format!(
                     "the arguments need about {} of host memory (tensors of {} in three copies, plus the \
-                     interpreter's), and {} is available: choose smaller --dims",
+                     interpreter's), and {} is {what}: choose smaller --dims",
                     human_bytes(need as f64),
                     human_bytes(bytes as f64),
                     human_bytes(avail as f64)
@@ -1513,8 +1537,8 @@ impl Reference {
             }
             _ => semantics::Programs::All,
         };
-        let stats = semantics::run(&plan.graph, &plan.config, plan.grid, &mut args, &programs)
-            .map_err(LaunchError::interp)?;
+        let stats =
+            semantics::run(&plan.graph, &plan.config, plan.grid, &mut args, &programs).map_err(LaunchError::interp)?;
         let (kind, masks) = match programs {
             semantics::Programs::All => (CheckKind::Full, vec![None; plan.abi.params.len()]),
             semantics::Programs::Sample { .. } => (
@@ -2001,7 +2025,13 @@ pub(crate) mod tests {
     }
 
     /// Plans `kernel` of `text` at `dims` for `target` with its first configuration.
-    pub(crate) fn plan_of(text: &str, kernel: &str, dims: &[(&str, i64)], target: Target, args: &[(&str, &str)]) -> Plan {
+    pub(crate) fn plan_of(
+        text: &str,
+        kernel: &str,
+        dims: &[(&str, i64)],
+        target: Target,
+        args: &[(&str, &str)],
+    ) -> Plan {
         let db = Database::default();
         let file = SourceFile::new(&db, "t.tsr".into(), text.to_string(), None);
         let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
@@ -2016,6 +2046,7 @@ pub(crate) mod tests {
             args: args.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             seed: 7,
             code: false,
+            max_memory: None,
         };
         plan(&db, key, &info, &req).unwrap()
     }
@@ -2171,7 +2202,8 @@ pub(crate) mod tests {
         let compiled_for: BTreeMap<String, i64> = [("D".to_string(), 64)].into();
         let config = config_for(&db, key, info.base_schedule.clone(), &compiled_for).unwrap();
         let dims = resolve_dims(&db, key, &info, &[("D".into(), 128), ("S".into(), 128)]).unwrap().map();
-        let req = PlanRequest { target: Target::Cpu, config, dims, args: Vec::new(), seed: 7, code: false };
+        let req =
+            PlanRequest { target: Target::Cpu, config, dims, args: Vec::new(), seed: 7, code: false, max_memory: None };
         let e = plan(&db, key, &info, &req).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Input);
         assert!(e.message.contains("compiled for D = 64") && e.message.contains("D = 128"), "{}", e.message);

@@ -32,9 +32,10 @@ pub fn own_first_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<FirstErr
                 && d.range.start < entry.range.end.max(entry.range.start + 1)
         });
         if let Some(d) = syntax {
-            let start = d.range.start - entry.anchor;
-            let end = d.range.end.max(d.range.start) - entry.anchor;
-            return Some(FirstError { code: d.code, message: d.message.clone(), range: TextRange::new(start, end) });
+            // An error in the decorators lies before the `def` anchor: point at the name.
+            let at = if d.range.start >= entry.anchor { d.range } else { entry.name_range };
+            let range = TextRange::new(at.start - entry.anchor, at.end.max(at.start) - entry.anchor);
+            return Some(FirstError { code: d.code, message: d.message.clone(), range });
         }
     }
     let signature = fn_signature(db, key);

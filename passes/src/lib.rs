@@ -8,6 +8,7 @@
 pub mod abi;
 pub mod analysis;
 pub mod autodiff;
+pub mod bounds;
 pub mod codegen;
 pub mod errors;
 pub mod graph_plan;

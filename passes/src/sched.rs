@@ -136,6 +136,8 @@ pub fn schedule_kernel(graph: &Func, config: &Config, target: Target) -> Result<
 
 /// Types, view sizes and schedule keys take the configuration's values.
 pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Result<(), LowerError> {
+    // Before anything is built per tile element.
+    crate::bounds::check_tiles(f, config, target)?;
     for v in &mut f.values {
         v.ty = specialize_type(&v.ty, config);
     }

@@ -349,6 +349,7 @@ impl Workspace {
                 args: Vec::new(),
                 seed: launch::DEFAULT_SEED,
                 code,
+                max_memory: None,
             };
             launch::plan(db, key, &info, &request).map_err(|e| e.message)
         })?

@@ -424,7 +424,15 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
             None => return out,
         }
     } else {
-        config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()))
+        let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
+        // A tile the target cannot hold is this schedule's error, named before anything
+        // is built per element.
+        if let Err(e) = crate::bounds::check_tiles(&graph, &config, target) {
+            let at = if e.range == graph.loc.range { def.name_range } else { e.range };
+            out.body.push(Lint { diagnostic: Diagnostic::new(Code::E0701, at, e.message), fix: None });
+            return out;
+        }
+        config
     };
     let Ok(resources) = kernel_resources(db, key, chosen.clone(), target).clone() else { return out };
     let conflicts = kernel_bank_conflicts(db, key, chosen.clone(), target).clone().unwrap_or_default();
