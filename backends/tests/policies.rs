@@ -389,3 +389,71 @@ fn loss_scaling_keeps_bf16_gradients_from_underflowing() {
         }
     }
 }
+
+// ----- @accum in graph functions -----------------------------------------------------------
+
+fn graph_accum_source(elem: &str) -> String {
+    format!(
+        r#"from tessera import *
+
+@jit
+def rows(x: Tensor["R", "C", {elem}]) -> Tensor["R", {elem}]:
+    return sum(x, axis=1)
+
+
+@jit
+def mm(a: Tensor["M", "K", {elem}], b: Tensor["K", "N", {elem}]) -> Tensor["M", "N", {elem}]:
+    return a @ b
+"#
+    )
+}
+
+/// The launch plan of a graph function with `@accum(T)` sums in T like the Graph IR
+/// interpreter, on the interpreter and on the CPU backend; T = f16 (bf16 for the matmul,
+/// whose stdlib kernel takes bf16) differs from T = f32.
+#[test]
+fn graph_functions_accumulate_as_their_policy_says() {
+    let (r, c) = (4usize, 4096usize);
+    let (m, k, n) = (8usize, 1024usize, 8usize);
+    let mut sums = Vec::new();
+    for (row_elem, mm_elem) in [("f16 @accum(f16)", "bf16 @accum(bf16)"), ("f16 @accum(f32)", "bf16 @accum(f32)")] {
+        let mut got = Vec::new();
+        for (name, elem, args) in [
+            ("rows", row_elem, vec![Arg::Tensor(HostTensor::from_f64(DType::F16, &[r, c], &uniform_f16(r * c, 4)))]),
+            (
+                "mm",
+                mm_elem,
+                vec![
+                    Arg::Tensor(HostTensor::from_f64(DType::BF16, &[m, k], &uniform_f16(m * k, 5))),
+                    Arg::Tensor(HostTensor::from_f64(DType::BF16, &[k, n], &uniform_f16(k * n, 6))),
+                ],
+            ),
+        ] {
+            let db = Database::default();
+            let src = graph_accum_source(elem);
+            let file = SourceFile::new(&db, "g.tsr".into(), src, None);
+            let key = key(&db, file, name);
+            let graph = tessera_passes::graph_ir(&db, key).clone().unwrap_or_else(|e| panic!("{}", e.message));
+            let want = tensor(&run_graph(&graph, &args, 1).unwrap()[0]);
+            let mut plans =
+                vec![tensor(&run_plan(&db, key, Target::Cpu, &args, 1, &mut InterpExecutor::default()).unwrap()[0])];
+            #[cfg(feature = "llvm")]
+            plans.push(tensor(&run_plan(&db, key, Target::Cpu, &args, 1, &mut CpuExecutor).unwrap()[0]));
+            // The kernels sum per block of columns, then the blocks: the same rounding at
+            // every step in another grouping, so the results agree to the accumulator's
+            // error (about √n ulp of T relative), which for f16 is far above f32's.
+            let rtol = if elem.contains("accum(f32)") { 1e-3 } else { 0.03 };
+            for plan in &plans {
+                for (p, w) in plan.iter().zip(&want) {
+                    assert!((p - w).abs() <= rtol * w.abs(), "`{name}` with {elem}: plan {p} vs graph {w}");
+                }
+            }
+            got.push(want);
+        }
+        sums.push(got);
+    }
+    for (i, what) in ["row sums", "matmul"].iter().enumerate() {
+        let differ = sums[0][i].iter().zip(&sums[1][i]).filter(|(a, b)| a != b).count();
+        assert!(differ > 0, "{what}: the narrow accumulator changes nothing");
+    }
+}

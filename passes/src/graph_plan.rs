@@ -768,12 +768,29 @@ impl Planner<'_> {
         let mut sig = Signature::default();
         let a_view = self.view(self.host[&a], vec![m.clone(), k.clone()], &loc);
         let b_stored = self.host[&b];
-        sig.push("A: Tensor[\"M\", \"K\", bf16]".into(), a_view);
-        sig.push("B: Tensor[\"K\", \"N\", bf16]".into(), b_stored);
-        let template = stdlib_kernel("matmul.tsr", "matmul").ok_or_else(|| internal("no stdlib matmul".into()))?;
+        // `@accum(T)` narrower than f32: a kernel that sums in T (the stdlib one sums in f32).
+        let narrow = match crate::ir::policy::acc_attrs(&[&at, &bt]).first() {
+            Some((_, Attr::DType(t))) if crate::ir::policy::rounds_each_step(*t) => Some(*t),
+            _ => None,
+        };
+        let operand = narrow.map_or("bf16".to_string(), |t| format!("bf16 @accum({t})"));
+        sig.push(format!("A: Tensor[\"M\", \"K\", {operand}]"), a_view);
+        sig.push(format!("B: Tensor[\"K\", \"N\", {operand}]"), b_stored);
+        let template = match narrow {
+            Some(t) => format!(
+                "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))\ndef matmul(A, B):\n    \
+                 ctx = tile.context()\n    for m0 in tile.parallel(0, M, ctx.BM):\n        \
+                 for n0 in tile.parallel(0, N, ctx.BN):\n            acc = tile.zeros((ctx.BM, ctx.BN), {t})\n            \
+                 for k0 in tile.range(0, K, ctx.BK):\n                a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])\n                \
+                 b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])\n                \
+                 acc = tile.mma(a, b, accumulator=acc)\n            C = acc"
+            ),
+            None => stdlib_kernel("matmul.tsr", "matmul").ok_or_else(|| internal("no stdlib matmul".into()))?,
+        };
+        let acc_dtype = narrow.unwrap_or(DType::F32);
         let rdt = self.ty(result).dtype().unwrap_or(DType::F32);
         let mut vars = HashMap::new();
-        vars.insert(result, if rdt == DType::F32 { "acc".to_string() } else { format!("tile.cast(acc, {rdt})") });
+        vars.insert(result, if rdt == acc_dtype { "acc".to_string() } else { format!("tile.cast(acc, {rdt})") });
         let w = Window { row: "m0", col: "n0", rows: "M", cols: "N", indent: "            " };
         let _ = n;
         let epilogue = self.fused_body(g, &w, &mut sig, &mut vars)?;
@@ -1057,15 +1074,26 @@ impl Planner<'_> {
                 let ov = self.view(o, vec![rows], &loc);
                 sig.push(format!("X: Tensor[\"R\", \"C\", {dt}]"), xv);
                 sig.push(format!("Y: Tensor[\"R\", {rdt}]"), ov);
+                // `@accum(T)` narrower than f32: the elements are read as `T @accum(T)`, so
+                // the row sums and the running sum are rounded to T at every step.
+                let acc_t = match crate::ir::policy::acc(&op) {
+                    Some(t) if crate::ir::policy::rounds_each_step(t) => t,
+                    _ => DType::F32,
+                };
+                let (zeros, read) = if acc_t == DType::F32 {
+                    ("tile.zeros((ctx.BM,), f32)".to_string(), "f32".to_string())
+                } else {
+                    (format!("tile.zeros((ctx.BM,), {acc_t})"), format!("\"{acc_t} @accum({acc_t})\""))
+                };
                 let (init, other, step, finish) = match kind.as_str() {
-                    "sum" => ("tile.zeros((ctx.BM,), f32)", "", "acc + tile.row_sum(x)", "acc"),
-                    "mean" => ("tile.zeros((ctx.BM,), f32)", "", "acc + tile.row_sum(x)", "acc / C"),
+                    "sum" => (zeros.as_str(), "", "acc + tile.row_sum(x)", "acc"),
+                    "mean" => (zeros.as_str(), "", "acc + tile.row_sum(x)", "acc / C"),
                     "max" => ("tile.full((ctx.BM,), -INF, f32)", ", other=-INF", "tile.maximum(acc, tile.row_max(x))", "acc"),
                     "min" => ("tile.full((ctx.BM,), INF, f32)", ", other=INF", "tile.minimum(acc, tile.row_min(x))", "acc"),
                     other => return unsupported(format!("a `{other}` reduction"), &loc),
                 };
                 let text = format!(
-                    "@kernel.schedule(Schedule(block=(4, 1024), warps=4))\ndef {name}({}):\n    \"\"\"Y[r] = {kind}(X[r, :]), accumulated in f32.\"\"\"\n    ctx = tile.context()\n    for r0 in tile.parallel(0, R, ctx.BM):\n        acc = {init}\n        for c0 in tile.range(0, C, ctx.BN):\n            x = tile.cast(tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]{other}), f32)\n            acc = {step}\n        Y[r0:r0 + ctx.BM] = tile.cast({finish}, {rdt})\n",
+                    "@kernel.schedule(Schedule(block=(4, 1024), warps=4))\ndef {name}({}):\n    \"\"\"Y[r] = {kind}(X[r, :]), accumulated in {acc_t}.\"\"\"\n    ctx = tile.context()\n    for r0 in tile.parallel(0, R, ctx.BM):\n        acc = {init}\n        for c0 in tile.range(0, C, ctx.BN):\n            x = tile.cast(tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]{other}), {read})\n            acc = {step}\n        Y[r0:r0 + ctx.BM] = tile.cast({finish}, {rdt})\n",
                     sig.params.join(", ")
                 );
                 Ok((text, sig.args, format!("{kind} over the last {} dims", axes.len())))

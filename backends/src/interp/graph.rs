@@ -44,10 +44,10 @@ use std::sync::Arc;
 use tessera_frontend::check::{DType, Dim};
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::ir::rand::uniform;
-use tessera_passes::ir::{Attr, Func, Op, OpId, OpKind, Type, ValueId};
+use tessera_passes::ir::{policy, Attr, Func, Op, OpId, OpKind, Type, ValueId};
 use tessera_passes::Target;
 
-use super::numerics::{saturate_index, wrap_int, BinFn, BinOp, Domain, Pred, UnFn, UnOp};
+use super::numerics::{saturate_index, wrap_int, BinFn, BinOp, Domain, Pred, Rounder, UnFn, UnOp};
 use super::{param_access, InterpError, Options};
 use crate::tensor::{elem_bytes, Arg, HostTensor};
 
@@ -313,6 +313,25 @@ fn matmul_float<T: Real>(a: &[f64], b: &[f64], (m, k, n): (usize, usize, usize),
             }
         }
         out.extend(row.iter().map(|r| dom.convert(r.get())));
+    }
+}
+
+/// [`matmul_float`] in f32 with the running sums rounded by `step` after every fused
+/// multiply-add (`@accum(T)`, T narrower than f32), over `k` in order.
+fn matmul_stepped(
+    a: &[f64],
+    b: &[f64],
+    (m, k, n): (usize, usize, usize),
+    dom: Domain,
+    step: Rounder,
+    out: &mut Vec<f64>,
+) {
+    for i in 0..m {
+        for j in 0..n {
+            let s =
+                (0..k).fold(0f32, |s, kk| step.round((a[i * k + kk] as f32).mul_add(b[kk * n + j] as f32, s)) as f32);
+            out.push(dom.convert(s as f64));
+        }
     }
 }
 
@@ -1148,6 +1167,8 @@ impl Machine<'_> {
             let bm = &b.data[bo * k * n..(bo + 1) * k * n];
             if int {
                 matmul_int(am, bm, (m, k, n), dom, &mut out);
+            } else if let Some(step) = self.step(op) {
+                matmul_stepped(am, bm, (m, k, n), dom, step, &mut out);
             } else if self.wide(&[a.dtype, b.dtype]) {
                 matmul_float::<f64>(am, bm, (m, k, n), dom, &mut out);
             } else {
@@ -1202,6 +1223,14 @@ impl Machine<'_> {
         let out_len = numel(&kept);
         let data = if x.dtype.is_int() || x.dtype == DType::Bool {
             reduce_int(&x.data, &targets, out_len, count, kind)
+        } else if let Some(step) = self.step(op).filter(|_| matches!(kind, ReduceKind::Sum | ReduceKind::Mean)) {
+            // `@accum(T)`: the sums in element order, rounded to T at every step.
+            let mut acc = vec![0f32; out_len];
+            for (&v, &o) in x.data.iter().zip(&targets) {
+                acc[o] = step.round(acc[o] + v as f32) as f32;
+            }
+            let mean = kind == ReduceKind::Mean;
+            acc.into_iter().map(|s| if mean { (s / count as f32) as f64 } else { s as f64 }).collect()
         } else if self.wide(&[x.dtype]) {
             reduce_float::<f64>(&x.data, &targets, out_len, count, kind)
         } else {
@@ -1210,6 +1239,12 @@ impl Machine<'_> {
         let dims =
             if keepdim { (0..rank).map(|a| if axes.contains(&a) { 1 } else { x.dims[a] }).collect() } else { kept };
         self.make(id, r, dims, data)
+    }
+
+    /// The rounding after every accumulation step of `@accum(T)` (`acc = T`, T narrower
+    /// than f32) in the kernels' arithmetic; none in the f64 reference.
+    fn step(&self, op: &Op) -> Option<Rounder> {
+        policy::acc(op).filter(|&t| !self.exact && policy::rounds_each_step(t)).map(Rounder::new)
     }
 
     fn axis(&self, id: OpId, op: &Op, rank: usize) -> R<usize> {
