@@ -283,7 +283,7 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     } else {
         print!("{}", report_text(src, &setup, &plan, &outcome, &source));
     }
-    Ok(if outcome.check.passed() == Some(false) { 1 } else { 0 })
+    Ok(if outcome.check.passed() == Some(false) || !outcome.numerics.is_empty() { 1 } else { 0 })
 }
 
 /// The autotune cache's winner for this run's key, if any (a bad file is a warning).
@@ -477,7 +477,12 @@ pub(crate) fn report_text(
         _ => "no time to divide by".to_string(),
     };
     let _ = writeln!(s, "  work      {work}");
-    let _ = writeln!(s, "  result    {}", verdict::verdict_text(check, &outcome.nonfinite));
+    verdict::numerics_lines(&mut s, &outcome.numerics);
+    let mut result = verdict::verdict_text(check, &outcome.nonfinite);
+    if !outcome.numerics.is_empty() {
+        result.push_str("; @verify.numerics VIOLATED");
+    }
+    let _ = writeln!(s, "  result    {result}");
     s
 }
 
@@ -535,6 +540,7 @@ pub(crate) fn report_json(
         obj.insert("schedule_cache".into(), json!(path.display().to_string()));
     }
     verdict::insert_verdict_json(obj, check, &outcome.nonfinite);
+    obj.insert("numerics".into(), verdict::numerics_json(&outcome.numerics));
     if let CheckKind::Sampled { programs, total } = &check.kind {
         obj.insert("checked_programs".into(), json!({"sampled": programs, "total": total}));
     }

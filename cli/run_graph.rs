@@ -258,6 +258,15 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         "non-finite"
     };
     let names = return_names(outputs.len());
+    let returned: Vec<(String, HostTensor)> =
+        names.iter().zip(&outputs).map(|(n, a)| (n.clone(), as_tensor(a))).collect();
+    let numerics = match &tessera_frontend::check::fn_signature(db, key).numerics {
+        Some(spec) => {
+            let refs: Vec<(String, &HostTensor)> = returned.iter().map(|(n, t)| (n.clone(), t)).collect();
+            launch::numerics_violations(spec, &refs)
+        }
+        None => Vec::new(),
+    };
     times.sort();
     let median = times[times.len() / 2].as_secs_f64() * 1e3;
     let min = times[0].as_secs_f64() * 1e3;
@@ -272,6 +281,7 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         "kernels": plan.kernels.iter().map(|k| json!({"name": k.name, "summary": k.summary})).collect::<Vec<_>>(),
         "correct": correct,
         "verdict": verdict,
+        "numerics": crate::verdict::numerics_json(&numerics),
         "reference": "graph-f64",
         "nonfinite": names.iter().zip(&checks).map(|(n, (c, _))| (n.clone(), json!(c.actual_nonfinite))).collect::<serde_json::Map<_, _>>(),
         "max_abs_err": checks.iter().map(|(c, _)| c.max_abs).fold(0.0, f64::max),
@@ -335,19 +345,23 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
             }
         }
         println!("  time      median {median:.3} ms, min {min:.3} ms over {repeat} runs of the whole plan");
+        let mut lines = String::new();
+        crate::verdict::numerics_lines(&mut lines, &numerics);
+        print!("{lines}");
         println!(
-            "  result    {}",
+            "  result    {}{}",
             match verdict {
                 "correct" => "correct",
                 "wrong" => "WRONG: the results differ from the f64 reference",
                 _ => "non-finite: the reference itself has NaN or Inf",
-            }
+            },
+            if numerics.is_empty() { "" } else { "; @verify.numerics VIOLATED" }
         );
     }
     if let Some(dir) = &args.save {
         save(dir, &graph, &input.args, &names, &outputs, &report).map_err(Failure::usage)?;
     }
-    Ok(if correct { 0 } else { 1 })
+    Ok(if correct && numerics.is_empty() { 0 } else { 1 })
 }
 
 /// `return.out.npy` for one returned value, `return0.out.npy`, `return1.out.npy`, ... for
@@ -357,6 +371,15 @@ fn return_names(n: usize) -> Vec<String> {
         vec!["return".to_string()]
     } else {
         (0..n).map(|i| format!("return{i}")).collect()
+    }
+}
+
+/// A returned value as a tensor (a scalar as a 0-d one).
+fn as_tensor(a: &Arg) -> HostTensor {
+    match a {
+        Arg::Tensor(t) => t.clone(),
+        Arg::Scalar(d, v) => HostTensor::from_f64(*d, &[], &[*v]),
+        Arg::Index(v) => HostTensor::from_f64(DType::I64, &[], &[*v as f64]),
     }
 }
 
@@ -386,12 +409,7 @@ fn save(
         }
     }
     for (name, a) in names.iter().zip(outputs) {
-        let t = match a {
-            Arg::Tensor(t) => t.clone(),
-            Arg::Scalar(d, v) => HostTensor::from_f64(*d, &[], &[*v]),
-            Arg::Index(v) => HostTensor::from_f64(DType::I64, &[], &[*v as f64]),
-        };
-        save.tensor(&format!("{name}.out.npy"), &t)?;
+        save.tensor(&format!("{name}.out.npy"), &as_tensor(a))?;
     }
     save.json("run.json", report)
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use serde_json::{json, Map, Value};
-use tessera_backends::launch::{CheckKind, CheckReport, NonFiniteCount, OutputCheck, Verdict};
+use tessera_backends::launch::{CheckKind, CheckReport, NonFiniteCount, NumericsViolation, OutputCheck, Verdict};
 
 use crate::run::sig;
 
@@ -96,6 +96,42 @@ fn output_lines(s: &mut String, o: &OutputCheck) {
             index_text(&o.name, index)
         );
     }
+}
+
+/// The `numerics` lines: each output that breaks `@verify.numerics(...)`.
+pub(crate) fn numerics_lines(s: &mut String, violations: &[NumericsViolation]) {
+    for (i, v) in violations.iter().enumerate() {
+        let label = if i == 0 { "numerics" } else { "" };
+        let (index, value) = &v.first;
+        let what = match (v.check, v.bounds) {
+            ("bounded", Some((lo, hi))) => format!("{} elements outside bounded=[{lo}, {hi}]", v.count),
+            _ => format!("{} NaN/Inf elements under stable=True", v.count),
+        };
+        let _ = writeln!(
+            s,
+            "  {label:<9} VIOLATED: {}: {what}, first at {} = {value}",
+            v.output,
+            index_text(&v.output, index)
+        );
+    }
+}
+
+/// `"numerics"` of the JSON report: the violations, empty when there are none.
+pub(crate) fn numerics_json(violations: &[NumericsViolation]) -> Value {
+    Value::Array(
+        violations
+            .iter()
+            .map(|v| {
+                json!({
+                    "output": v.output,
+                    "check": v.check,
+                    "count": v.count,
+                    "bounds": v.bounds.map(|(lo, hi)| json!([num(lo), num(hi)])),
+                    "first": {"index": v.first.0, "value": num_or_text(v.first.1)},
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The `result` line's text.

@@ -460,6 +460,47 @@ fn code_with_errors_is_never_run_or_lowered() {
     assert!(v["error"]["message"].as_str().unwrap().contains("e0100_syntax.tsr:5:11: cannot run `f`"), "{v}");
 }
 
+/// `@verify.numerics` is checked on every run: `bounded=[lo, hi]` and `stable=True`
+/// violations are reported with their count and first index, and fail the run (exit 1).
+#[test]
+fn verify_numerics_is_checked_at_run_time() {
+    let file = "tests/fixtures/run/numerics.tsr";
+    let base = |kernel: &str, dims: &str| -> Vec<String> {
+        ["run", file, "--kernel", kernel, "--dims", dims, "--device", "auto", "--repeat", "1", "--json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let go = |argv: Vec<String>| run(&argv.iter().map(String::as_str).collect::<Vec<_>>());
+    // A softmax stays in [0, 1] and finite.
+    let o = go(base("softmax_rows", "R=4,C=512"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json(&o)["numerics"], serde_json::json!([]));
+    // A matmul of normal inputs leaves [-1, 1]: correct, but the declared bound is broken.
+    let o = go(base("matmul", "M=64,N=64,K=64"));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["correct"], true, "{v}");
+    let n = &v["numerics"][0];
+    assert_eq!((n["output"].as_str(), n["check"].as_str()), (Some("C"), Some("bounded")), "{v}");
+    assert!(n["count"].as_u64().unwrap() > 64 * 64 / 2, "{v}");
+    let first = n["first"]["value"].as_f64().unwrap();
+    assert!(!(-1.0..=1.0).contains(&first), "{v}");
+    // exp(100 x) overflows: stable=True is violated (W0407 said so statically).
+    let o = go(base("exp_all", "N=1000"));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["numerics"][0]["check"], "stable", "{v}");
+    assert_eq!(v["numerics"][0]["count"], v["nonfinite"]["y"], "{v}");
+    // The text report says it on its own line and in the result.
+    let mut argv = base("matmul", "M=64,N=64,K=64");
+    argv.pop();
+    let o = go(argv);
+    let out = stdout(&o);
+    assert!(out.contains("numerics  VIOLATED: C: ") && out.contains("outside bounded=[-1, 1], first at C["), "{out}");
+    assert!(out.contains("result    correct; @verify.numerics VIOLATED"), "{out}");
+}
+
 /// Every mistake a user can make on the command line: exit 2 and a message naming the
 /// value (one snapshot for all of them).
 #[test]

@@ -32,7 +32,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, DType, FunctionKind, ScheduleValue, Ty};
+use tessera_frontend::check::{
+    fn_decorators, fn_signature, infer_function, DType, FunctionKind, NumericsCheck, ScheduleValue, Ty,
+};
 use tessera_frontend::db::function_def;
 use tessera_frontend::syntax::ast::{Expr, UnaryOp};
 use tessera_frontend::{Db, FnKey};
@@ -841,6 +843,8 @@ pub struct Plan {
     /// `@verify.numerics(allow_nonfinite=True)`: NaN/Inf outputs that the reference also
     /// produces are accepted.
     pub allow_nonfinite: bool,
+    /// `@verify.numerics(...)`: what every run checks in the outputs.
+    pub numerics: Option<NumericsCheck>,
     pub abi: KernelAbi,
     pub access: Vec<Access>,
     pub dims: BTreeMap<String, i64>,
@@ -992,6 +996,7 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         reference,
         graph,
         allow_nonfinite: allows_nonfinite(db, key),
+        numerics: fn_signature(db, key).numerics.clone(),
         abi,
         access,
         dims: req.dims.clone(),
@@ -1006,17 +1011,49 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
 
 /// Whether the function's `@verify.numerics(...)` says `allow_nonfinite=True`.
 pub fn allows_nonfinite(db: &dyn Db, key: FnKey<'_>) -> bool {
-    let Some(decorators) = tessera_frontend::db::function_decorators(db, key) else { return false };
-    let arena = &decorators.arena;
-    decorators.exprs.iter().any(|&d| {
-        let Expr::Call { func, args } = arena.expr(d) else { return false };
-        let Expr::Attribute { name, .. } = arena.expr(*func) else { return false };
-        name.as_str() == "numerics"
-            && args.iter().any(|a| {
-                a.name.as_ref().is_some_and(|(n, _)| n.as_str() == "allow_nonfinite")
-                    && matches!(arena.expr(a.value), Expr::Bool(true))
-            })
-    })
+    fn_signature(db, key).numerics.as_ref().is_some_and(|n| n.allow_nonfinite)
+}
+
+/// One output that breaks its function's `@verify.numerics(...)`.
+#[derive(Clone, PartialEq, Debug)]
+pub struct NumericsViolation {
+    pub output: String,
+    /// `stable` (a NaN or Inf) or `bounded` (outside `[lo, hi]`).
+    pub check: &'static str,
+    pub count: usize,
+    /// The first violating element: its index and value.
+    pub first: (Vec<usize>, f64),
+    /// `[lo, hi]` for `bounded`.
+    pub bounds: Option<(f64, f64)>,
+}
+
+/// The runtime checks of `@verify.numerics`: with `stable=True` every output element is
+/// finite, with `bounded=[lo, hi]` every one lies in `[lo, hi]` (a NaN does not).
+pub fn numerics_violations(spec: &NumericsCheck, outputs: &[(String, &HostTensor)]) -> Vec<NumericsViolation> {
+    let mut out = Vec::new();
+    for (name, t) in outputs {
+        let values = t.to_f64();
+        let mut scan = |check: &'static str, bad: &dyn Fn(f64) -> bool, bounds: Option<(f64, f64)>| {
+            let mut count = 0;
+            let mut first = None;
+            for (i, &v) in values.iter().enumerate() {
+                if bad(v) {
+                    count += 1;
+                    first.get_or_insert((unravel(i, &t.dims), v));
+                }
+            }
+            if let Some(first) = first {
+                out.push(NumericsViolation { output: name.clone(), check, count, first, bounds });
+            }
+        };
+        if spec.stable {
+            scan("stable", &|v: f64| !v.is_finite(), None);
+        }
+        if let Some((lo, hi)) = spec.bounded() {
+            scan("bounded", &|v: f64| !(lo..=hi).contains(&v), Some((lo, hi)));
+        }
+    }
+    out
 }
 
 fn arg_value(a: &Arg) -> f64 {
@@ -1358,6 +1395,8 @@ pub struct Outcome {
     pub outputs: Vec<Arg>,
     /// NaN/Inf in each output the device wrote, whether or not it was checked.
     pub nonfinite: Vec<NonFiniteCount>,
+    /// What the outputs break of the kernel's `@verify.numerics(...)`.
+    pub numerics: Vec<NumericsViolation>,
 }
 
 /// The NaN and infinite elements of one output.
@@ -1425,6 +1464,23 @@ pub fn execute_loaded(
         None => Reference::compute(plan, options.check)?.compare(plan, &outputs),
     };
     let nonfinite = scan_nonfinite(plan, &outputs);
+    let numerics = match &plan.numerics {
+        Some(spec) => {
+            let written: Vec<(String, &HostTensor)> = plan
+                .abi
+                .params
+                .iter()
+                .zip(&outputs)
+                .enumerate()
+                .filter_map(|(i, (p, a))| match a {
+                    Arg::Tensor(t) if plan.is_output(i) => Some((p.name().to_string(), t)),
+                    _ => None,
+                })
+                .collect();
+            numerics_violations(spec, &written)
+        }
+        None => Vec::new(),
+    };
     Ok(Outcome {
         device: backend.device(),
         device_name: backend.description(),
@@ -1434,6 +1490,7 @@ pub fn execute_loaded(
         registers: loaded.registers(),
         outputs,
         nonfinite,
+        numerics,
     })
 }
 
