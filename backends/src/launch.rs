@@ -1705,7 +1705,10 @@ impl Reference {
             } else {
                 Vec::new()
             };
-            let tol = Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allow_nonfinite);
+            let mut tol = Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allow_nonfinite);
+            if let Some(acc) = narrowest_accumulator(&plan.graph) {
+                tol = tol.with_accumulator(acc, longest);
+            }
             let comparison = compare_with(&ev, &av, &tol);
             let first_mismatch =
                 comparison.first_mismatch.map(|m| (unravel(chosen[m.index], &e.dims), m.expected, m.actual));
@@ -1733,6 +1736,24 @@ impl Reference {
             lowering,
         }
     }
+}
+
+/// The least precise accumulator a kernel's `@accum(T)` policies ask for (the `acc`
+/// attribute on its dots and sums), when one is narrower than f32.
+pub fn narrowest_accumulator(graph: &Func) -> Option<DType> {
+    let unit = |d: DType| match d {
+        DType::Fp8E5m2 => 5,
+        DType::Fp8E4m3 => 4,
+        DType::BF16 => 3,
+        DType::F16 | DType::TF32 => 2,
+        _ => 0,
+    };
+    graph
+        .walk()
+        .into_iter()
+        .filter_map(|o| tessera_passes::ir::policy::acc(graph.op(o)))
+        .filter(|&d| tessera_passes::ir::policy::rounds_each_step(d))
+        .max_by_key(|&d| unit(d))
 }
 
 /// The multi-dimensional index of a row-major flat index.

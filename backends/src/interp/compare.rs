@@ -89,6 +89,24 @@ impl Tolerance {
         Tolerance { allow_nonfinite: allow, ..self }
     }
 
+    /// Widened for a kernel that accumulates `k` terms in `acc` narrower than f32
+    /// (`@accum(f16)`): each addition rounds the running sum to `acc`, a relative error of
+    /// its unit roundoff `u` (f16 2^-11, bf16 2^-8) that grows like `sqrt(k)`; the budget
+    /// is `4 sqrt(k) u` of the output's RMS. Wider accumulators change nothing.
+    pub fn with_accumulator(self, acc: DType, k: usize) -> Tolerance {
+        let u = match acc {
+            DType::F16 | DType::TF32 => 2f64.powi(-11),
+            DType::BF16 => 2f64.powi(-8),
+            DType::Fp8E4m3 => 2f64.powi(-4),
+            DType::Fp8E5m2 => 2f64.powi(-3),
+            _ => return self,
+        };
+        if self.rtol == 0.0 && self.atol == 0.0 {
+            return self;
+        }
+        Tolerance { atol: self.atol + 4.0 * (k.max(1) as f64).sqrt() * u, ..self }
+    }
+
     /// `atol` relative to `scale` instead of the expected values' RMS.
     pub fn relative_to(self, scale: f64) -> Tolerance {
         Tolerance { scale: Some(scale), ..self }

@@ -24,14 +24,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use tessera_frontend::check::{DType, Policy};
-use tessera_passes::ir::{Func, OpId, OpKind, Region, Type, ValueId};
+use tessera_passes::ir::{policy, Func, OpId, OpKind, Region, Type, ValueId};
 use tessera_passes::sched::Config;
 
 use crate::interp::graph::bin_op;
 use crate::interp::memory::GlobalTensor;
 use crate::interp::numerics::{BinFn, Domain, Pred, UnFn, UnOp};
 use crate::interp::InterpError;
-use crate::tensor::{round_to, Arg};
+use crate::tensor::{round_with, Arg};
 use value::{Tile, Value, View};
 
 /// Which tile programs to run.
@@ -402,17 +402,19 @@ impl Machine<'_> {
             }
             OpKind::Cast => {
                 let r = result.expect("casts have a result");
+                let saturate = policy::saturates(op);
+                let d = self.elem_dtype(r).unwrap_or(DType::F64);
                 match (self.get(env, arg(0)?)?, self.func.ty(r)) {
                     (Value::Index(i), Type::Index) => Value::Index(i),
-                    (Value::Index(i), _) => {
-                        let d = self.elem_dtype(r).unwrap_or(DType::F64);
-                        Value::Scalar(value::convert_exact(d, i as f64))
-                    }
+                    (Value::Index(i), _) => Value::Scalar(value::convert_exact(d, i as f64, saturate)),
                     (Value::Scalar(x), Type::Index) => Value::Index(if x.is_nan() { 0 } else { x.trunc() as i64 }),
-                    (v, _) => {
-                        let d = self.elem_dtype(r).unwrap_or(DType::F64);
-                        map_value(&v, |x| value::convert_exact(d, x))?
+                    // `@stochastic_round`: the program's own random tile decides, so the
+                    // reference rounds the f64 value the same way.
+                    (v, _) if policy::stochastic(op) => {
+                        let u = self.get(env, arg(1)?)?;
+                        zip(&v, &u, |x, u| Ok(crate::tensor::round_stochastic(d, x, u, saturate)))?
                     }
+                    (v, _) => map_value(&v, |x| value::convert_exact(d, x, saturate))?,
                 }
             }
             OpKind::Splat => {
@@ -615,7 +617,7 @@ impl Machine<'_> {
             Type::View(v) => (v.dtype, self.view_saturates(view_or_tensor)),
             _ => (DType::F64, false),
         };
-        move |x| store_rounding(dtype, saturate, x)
+        move |x| round_with(dtype, x, saturate)
     }
 
     /// Whether the tensor a view was taken of declares `@saturate`.
@@ -828,25 +830,6 @@ impl Machine<'_> {
                 Flow::Next => {}
             }
         }
-    }
-}
-
-/// The rounding of a value written to a tensor of `dtype`: round to nearest even, and
-/// with `@saturate` a clamp to the largest finite value first (NaN stays NaN).
-pub fn store_rounding(dtype: DType, saturate: bool, x: f64) -> f64 {
-    let limit = match dtype {
-        DType::Fp8E4m3 => Some(448.0),
-        DType::Fp8E5m2 => Some(57344.0),
-        DType::Int8 => Some(127.0),
-        DType::Int4 => Some(7.0),
-        _ => None,
-    };
-    match limit {
-        Some(hi) if saturate && !x.is_nan() => {
-            let lo = if dtype.is_int() { -hi - 1.0 } else { -hi };
-            round_to(dtype, x.clamp(lo, hi))
-        }
-        _ => round_to(dtype, x),
     }
 }
 

@@ -68,27 +68,18 @@ impl Value {
     }
 }
 
-/// An explicit conversion (`arith.cast`, `tile.cast(x, dtype)`) in the reference.
-/// Integers truncate toward zero and wrap to their width, bools test for nonzero. A
-/// conversion to a float type narrower than f32 (bf16, f16, tf32, fp8) rounds: the
-/// program asks for those numbers (`tile.cast(p, bf16)` decides what the next dot sees).
-/// Conversions to f32 and f64 keep the f64 value: the working precision of tiles is not
-/// part of the program's meaning, so the reference computes it exactly.
-pub(crate) fn convert_exact(dtype: DType, x: f64) -> f64 {
+/// An explicit conversion (`arith.cast`, `tile.cast(x, dtype)`) in the reference, with
+/// the conversion's `saturate` policy. Integers truncate toward zero and wrap to their
+/// width (clamp with `saturate`), bools test for nonzero. A conversion to a float type
+/// narrower than f32 (bf16, f16, tf32, fp8) rounds by the conversion rules of docs/ir.md
+/// (fp8 overflow is NaN/Inf unless `saturate`): the program asks for those numbers
+/// (`tile.cast(p, bf16)` decides what the next dot sees). Conversions to f32 and f64 keep
+/// the f64 value: the working precision of tiles is not part of the program's meaning,
+/// so the reference computes it exactly.
+pub(crate) fn convert_exact(dtype: DType, x: f64, saturate: bool) -> f64 {
     match dtype {
-        DType::Bool => f64::from(u8::from(x != 0.0)),
-        DType::BF16 | DType::F16 | DType::TF32 | DType::Fp8E4m3 | DType::Fp8E5m2 => crate::tensor::round_to(dtype, x),
-        d if d.is_int() => {
-            if x.is_nan() {
-                0.0
-            } else {
-                let t = x.trunc();
-                // Beyond i64 the value wraps as its low bits would; i64 saturates in Rust's
-                // cast, which only matters for values no seeded input produces.
-                crate::interp::numerics::wrap_int(d, t as i64) as f64
-            }
-        }
-        _ => x,
+        DType::F32 | DType::F64 => x,
+        d => crate::tensor::round_with(d, x, saturate),
     }
 }
 
@@ -248,10 +239,13 @@ mod tests {
 
     #[test]
     fn integer_conversion_truncates_and_wraps() {
-        assert_eq!(convert_exact(DType::Int8, 130.7), -126.0);
-        assert_eq!(convert_exact(DType::I32, -2.9), -2.0);
-        assert_eq!(convert_exact(DType::F32, 0.1), 0.1);
-        assert_eq!(convert_exact(DType::BF16, 1.0 + 1.0 / 512.0), 1.0);
-        assert_eq!(convert_exact(DType::Bool, -3.0), 1.0);
+        assert_eq!(convert_exact(DType::Int8, 130.7, false), -126.0);
+        assert_eq!(convert_exact(DType::Int8, 130.7, true), 127.0);
+        assert_eq!(convert_exact(DType::I32, -2.9, false), -2.0);
+        assert_eq!(convert_exact(DType::F32, 0.1, false), 0.1);
+        assert_eq!(convert_exact(DType::BF16, 1.0 + 1.0 / 512.0, false), 1.0);
+        assert!(convert_exact(DType::Fp8E4m3, 1000.0, false).is_nan());
+        assert_eq!(convert_exact(DType::Fp8E4m3, -1000.0, true), -448.0);
+        assert_eq!(convert_exact(DType::Bool, -3.0, false), 1.0);
     }
 }
