@@ -457,3 +457,33 @@ fn graph_functions_accumulate_as_their_policy_says() {
         assert!(differ > 0, "{what}: the narrow accumulator changes nothing");
     }
 }
+
+/// Elementwise fp8 arithmetic whose type is `@saturate` clamps too (30 · 30 = 900).
+#[test]
+fn saturating_fp8_arithmetic() {
+    let src = r#"from tessera import *
+
+@kernel.autotune(space=dict(BLOCK=[64]))
+def sq(X: Tensor["N", f32], S: Tensor["N", fp8_e4m3 @saturate], P: Tensor["N", fp8_e4m3]):
+    ctx = tile.context()
+    for i0 in tile.parallel(0, N, ctx.BLOCK):
+        x = tile.load(X[i0:i0 + ctx.BLOCK])
+        s = tile.cast(x, "fp8_e4m3 @saturate")
+        p = tile.cast(x, fp8_e4m3)
+        S[i0:i0 + ctx.BLOCK] = s * s + 1.0
+        P[i0:i0 + ctx.BLOCK] = p * p + 1.0
+"#;
+    let func = compile(src, "sq");
+    let xs = [30.0, -30.0, 2.0, 0.5];
+    let args = vec![
+        Arg::Tensor(HostTensor::from_f64(DType::F32, &[4], &xs)),
+        Arg::Tensor(HostTensor::zeros(DType::Fp8E4m3, &[4])),
+        Arg::Tensor(HostTensor::zeros(DType::Fp8E4m3, &[4])),
+    ];
+    for (backend, out) in ["interpreter", "cpu"].iter().zip(both(&func, &args)) {
+        assert_eq!(tensor(&out[1]), vec![448.0, 448.0, 5.0, 1.25], "{backend}");
+        let p = tensor(&out[2]);
+        assert!(p[0].is_nan() && p[1].is_nan(), "{backend}: {p:?}");
+        assert_eq!(&p[2..], &[5.0, 1.25]);
+    }
+}

@@ -252,7 +252,7 @@ impl<'f> Lowerer<'f> {
                     };
                     let t = Tile::new(&self.tile_shape(r)?, dtype, Node::Binary { op: opname, a, b, code });
                     self.check_numeric(&t)?;
-                    self.bind(id, r, t)?;
+                    self.bind(id, r, saturating(op, t))?;
                 } else {
                     let (a, b) = (self.scalar(op.operands[0])?, self.scalar(op.operands[1])?);
                     let dt = self.dtype_of(r);
@@ -267,7 +267,11 @@ impl<'f> Lowerer<'f> {
                         (self.err_slot.clone(), 0)
                     };
                     let sink = ErrSink { slot: &slot, code };
-                    let v = numerics::binary(&mut self.b, opname, dt, 0, &a, &b, &sink).map_err(|m| self.err(m))?;
+                    let sat = policy::saturates(op) && dt.is_some_and(DType::is_fp8);
+                    let compute = if sat { Some(DType::F32) } else { dt };
+                    let v =
+                        numerics::binary(&mut self.b, opname, compute, 0, &a, &b, &sink).map_err(|m| self.err(m))?;
+                    let v = if sat { numerics::cast_with(&mut self.b, compute, dt, 0, &v, true) } else { v };
                     self.set(r, Val::Scalar(v));
                 }
             }
@@ -283,11 +287,14 @@ impl<'f> Lowerer<'f> {
                         Node::Unary { op: opname, a },
                     );
                     self.check_numeric(&t)?;
-                    self.bind(id, r, t)?;
+                    self.bind(id, r, saturating(op, t))?;
                 } else {
                     let a = self.scalar(op.operands[0])?;
                     let dt = self.dtype_of(r);
-                    let v = numerics::unary(&mut self.b, opname, dt, 0, &a).map_err(|m| self.err(m))?;
+                    let sat = policy::saturates(op) && dt.is_some_and(DType::is_fp8);
+                    let compute = if sat { Some(DType::F32) } else { dt };
+                    let v = numerics::unary(&mut self.b, opname, compute, 0, &a).map_err(|m| self.err(m))?;
+                    let v = if sat { numerics::cast_with(&mut self.b, compute, dt, 0, &v, true) } else { v };
                     self.set(r, Val::Scalar(v));
                 }
             }
@@ -2032,6 +2039,19 @@ impl<'f> Lowerer<'f> {
         }
         Ok(())
     }
+}
+
+/// Elementwise fp8 arithmetic under `saturate = true`: the op computed as f32, then
+/// converted to fp8 with the clamp (the same single rounding as without the policy).
+fn saturating(op: &crate::ir::Op, t: Tile) -> Tile {
+    if !(policy::saturates(op) && t.dtype.is_fp8()) {
+        return t;
+    }
+    let dtype = t.dtype;
+    let inner = Tile { dtype: DType::F32, ..t };
+    let mut outer = inner.with_node(Node::Cast { a: inner.clone(), saturate: true, u: None });
+    outer.dtype = dtype;
+    outer
 }
 
 pub(super) struct RedCtx {
