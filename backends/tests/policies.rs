@@ -487,3 +487,41 @@ def sq(X: Tensor["N", f32], S: Tensor["N", fp8_e4m3 @saturate], P: Tensor["N", f
         assert_eq!(&p[2..], &[5.0, 1.25]);
     }
 }
+
+/// `cast(x, "fp8_e4m3 @saturate")` in a graph function clamps in the Graph IR
+/// interpreter and in the planned kernel (interpreter and CPU backend); plain `cast` to
+/// e4m3 overflows to NaN.
+#[test]
+fn graph_function_casts_saturate() {
+    let src = r#"from tessera import *
+
+@jit
+def sat(x: Tensor["N", f32]) -> Tensor["N", fp8_e4m3 @saturate]:
+    return cast(x * 2.0, "fp8_e4m3 @saturate")
+
+
+@jit
+def plain(x: Tensor["N", f32]) -> Tensor["N", fp8_e4m3]:
+    return cast(x * 2.0, fp8_e4m3)
+"#;
+    let xs = [500.0, -500.0, 1.0, 300.0];
+    let args = vec![Arg::Tensor(HostTensor::from_f64(DType::F32, &[4], &xs))];
+    let db = Database::default();
+    let file = SourceFile::new(&db, "g.tsr".into(), src.to_string(), None);
+    for name in ["sat", "plain"] {
+        let k = key(&db, file, name);
+        let graph = tessera_passes::graph_ir(&db, k).clone().unwrap_or_else(|e| panic!("{}", e.message));
+        let mut outs = vec![tensor(&run_graph(&graph, &args, 1).unwrap()[0])];
+        outs.push(tensor(&run_plan(&db, k, Target::Cpu, &args, 1, &mut InterpExecutor::default()).unwrap()[0]));
+        #[cfg(feature = "llvm")]
+        outs.push(tensor(&run_plan(&db, k, Target::Cpu, &args, 1, &mut CpuExecutor).unwrap()[0]));
+        for out in outs {
+            if name == "sat" {
+                assert_eq!(out, vec![448.0, -448.0, 2.0, 448.0]);
+            } else {
+                assert!(out[0].is_nan() && out[1].is_nan() && out[3].is_nan(), "{out:?}");
+                assert_eq!(out[2], 2.0);
+            }
+        }
+    }
+}

@@ -659,6 +659,7 @@ impl Planner<'_> {
                 OpKind::Max => format!("tile.maximum({}, {})", a(0), a(1)),
                 OpKind::Min => format!("tile.minimum({}, {})", a(0), a(1)),
                 OpKind::Neg => format!("-{}", a(0)),
+                OpKind::Cast if crate::ir::policy::saturates(&op) => format!("tile.cast({}, \"{dt} @saturate\")", a(0)),
                 OpKind::Cast => format!("tile.cast({}, {dt})", a(0)),
                 OpKind::Select => format!("tile.where({}, {}, {})", a(0), a(1), a(2)),
                 OpKind::Cmp => {

@@ -1086,7 +1086,10 @@ impl Machine<'_> {
                     (0..xs[0].data.len()).map(|e| if xs[0].data[e] != 0.0 { xs[1].data[e] } else { xs[2].data[e] }),
                 );
             }
-            OpKind::Cast => out.extend(xs[0].data.iter().map(|&x| dom.convert(x))),
+            OpKind::Cast => {
+                let saturate = policy::saturates(op);
+                out.extend(xs[0].data.iter().map(|&x| dom.convert_with(x, saturate)))
+            }
             other => return Err(err(&format!("`{}` is not elementwise", other.name()))),
         }
         self.make(id, r, dims, out)

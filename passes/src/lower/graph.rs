@@ -465,7 +465,16 @@ impl Body<'_, '_, '_> {
                 if self.vty(x) == t {
                     return Ok(Val::One(x));
                 }
-                Ok(Val::One(self.op1(OpKind::Cast, vec![x], t, vec![], &loc)))
+                // `cast(x, "fp8_e4m3 @saturate")`: the conversion clamps (docs/ir.md).
+                let saturate = match &t {
+                    Type::Tensor(tt) => crate::ir::policy::wants_saturate(&tessera_frontend::check::ElemType {
+                        dtype: tt.dtype,
+                        policies: tt.policies.clone(),
+                    }),
+                    _ => false,
+                };
+                let attrs = if saturate { vec![(crate::ir::policy::SATURATE, Attr::Bool(true))] } else { vec![] };
+                Ok(Val::One(self.op1(OpKind::Cast, vec![x], t, attrs, &loc)))
             }
             "matmul" | "gemm" => {
                 let a = self.value(need(arg("a", 0), "a")?)?;
