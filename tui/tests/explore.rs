@@ -521,3 +521,25 @@ fn broken_source_never_panics() {
         ui.app.apply(tessera_tui::keymap::Action::ToggleDiff);
     }
 }
+
+/// A schedule value that makes a tile no block can hold (BM = 2^36 is a valid power of
+/// two) is an error on screen, not an abort: nothing is built per tile element.
+#[test]
+fn a_huge_block_is_an_error_not_an_abort() {
+    let mut ui = Ui::new(Some("gemm"), 120, 36);
+    ui.keys(&["4"]);
+    let rows = ui.app.schedule_rows();
+    let bm = rows.iter().position(|r| r.key == "BM").expect("a BM row");
+    for _ in 0..bm {
+        ui.keys(&["j"]);
+    }
+    ui.keys(&["e", "Bksp", "Bksp", "Bksp"]);
+    ui.type_text("68719476736");
+    ui.keys(&["Enter"]);
+    let s = ui.screen();
+    assert!(s.contains("BM=68719476736") && s.contains("Sched ✗ Tile ✗ Target ✗"), "{s}");
+    // The Schedule stage says why.
+    ui.keys(&["1", "]"]);
+    let s = ui.screen();
+    assert!(s.contains("would be [68719476736"), "the tile and the limit are named:\n{s}");
+}
