@@ -4,6 +4,8 @@ use std::fmt;
 
 use crate::text::TextRange;
 
+pub mod name_index;
+
 macro_rules! codes {
     ($($code:ident $sev:ident $title:literal;)*) => {
         /// Stable diagnostic codes (LANGUAGE.md §8). Users and tests match on them.
@@ -199,12 +201,14 @@ impl Diagnostic {
 #[derive(Default, Clone, PartialEq, Eq, Debug)]
 pub struct DiagnosticSink {
     diagnostics: Vec<Diagnostic>,
+    /// (code, range) of every diagnostic pushed: a second one at the same place with the
+    /// same code is dropped in O(1), so a body with n errors costs O(n), not O(n²).
+    seen: std::collections::HashSet<(Code, TextRange)>,
 }
 
 impl DiagnosticSink {
     pub fn push(&mut self, diagnostic: Diagnostic) {
-        let duplicate = self.diagnostics.iter().any(|d| d.code == diagnostic.code && d.range == diagnostic.range);
-        if !duplicate {
+        if self.seen.insert((diagnostic.code, diagnostic.range)) {
             self.diagnostics.push(diagnostic);
         }
     }
@@ -250,18 +254,23 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 
 /// The closest candidate within a distance that scales with the name's length.
 pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = match name.chars().count() {
-        // Any two short names are close: `a` → `i` is noise, not a suggestion.
-        0..=2 => 0,
-        3..=5 => 2,
-        _ => 3,
-    };
+    let limit = suggestion_limit(name);
     candidates
         .into_iter()
         .map(|c| (edit_distance(&name.to_ascii_lowercase(), &c.to_ascii_lowercase()), c))
         .filter(|(d, c)| *d <= limit.max(usize::from(name.eq_ignore_ascii_case(c))) && *c != name)
         .min_by_key(|(d, c)| (*d, !is_subsequence(name, c), !same_first_char(name, c), c.len()))
         .map(|(_, c)| c)
+}
+
+/// How many edits away a suggestion for `name` may be.
+fn suggestion_limit(name: &str) -> usize {
+    match name.chars().count() {
+        // Any two short names are close: `a` → `i` is noise, not a suggestion.
+        0..=2 => 0,
+        3..=5 => 2,
+        _ => 3,
+    }
 }
 
 /// Typos usually drop letters: `lod` is a subsequence of `load`, not of `log`.

@@ -7,12 +7,13 @@ use super::builtins;
 use super::dims::Dim;
 use super::dtype::{DType, ElemType};
 use super::schedule::{self, canonical_key};
-use super::scope::{tessera_member, Member, ModuleScope, ScopeEntry};
+use super::scope::{module_name_index, tessera_member, Member, ModuleScope, ScopeEntry};
 use super::types::*;
 use super::{
     const_value, fn_signature, infer_function, BindingInfo, FunctionKind, Inference, LocalInfo, Resolution, Signature,
 };
 use crate::db::{ConstKey, Db, FnKey, SourceFile};
+use crate::diagnostics::name_index::{Best, NameIndex, Query};
 use crate::diagnostics::{suggest, Code, Diagnostic, DiagnosticSink, Edit};
 use crate::syntax::ast::*;
 use crate::syntax::render::render;
@@ -58,6 +59,12 @@ pub(crate) struct Infer<'a> {
     /// (one report per name per statement).
     current_stmt: Option<StmtId>,
     reported_undefined: BTreeSet<(Option<StmtId>, String)>,
+    /// "Did you mean" candidates: the locals (indexed up to `locals_indexed`, as they
+    /// are bound) and the signature's parameters and symbols, built on the first
+    /// undefined name; the module's names are the file's `module_name_index`.
+    local_names: NameIndex,
+    locals_indexed: usize,
+    signature_names: Option<NameIndex>,
 }
 
 impl<'a> Infer<'a> {
@@ -82,6 +89,9 @@ impl<'a> Infer<'a> {
             last_substitution: None,
             current_stmt: None,
             reported_undefined: BTreeSet::new(),
+            local_names: NameIndex::default(),
+            locals_indexed: 0,
+            signature_names: None,
         }
     }
 
@@ -183,14 +193,8 @@ impl<'a> Infer<'a> {
         if !self.reported_undefined.insert((self.current_stmt, name.to_string())) {
             return;
         }
-        let mut candidates: Vec<String> = self.locals_by_name.keys().cloned().collect();
-        if let Some(sig) = self.sig {
-            candidates.extend(sig.params.iter().map(|p| p.name.clone()));
-            candidates.extend(sig.symbols.iter().cloned());
-        }
-        candidates.extend(self.scope.entries.keys().cloned());
         let mut d = Diagnostic::new(Code::E0200, self.range(id), format!("undefined name `{name}`"));
-        if let Some(s) = suggest(name, candidates.iter().map(String::as_str)) {
+        if let Some(s) = self.closest_name(name) {
             d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: self.range(id), text: s.to_string() }]);
         } else if name == "ts" || name == "tessera" {
             d = d.with_fix(
@@ -203,6 +207,27 @@ impl<'a> Infer<'a> {
             );
         }
         self.push(d);
+    }
+
+    /// The local, parameter, symbol or module name closest to `name` (locals win ties,
+    /// then parameters, then module names), looked up in indexes so that many undefined
+    /// names cost linear time.
+    fn closest_name(&mut self, name: &str) -> Option<String> {
+        for local in &self.out.locals[self.locals_indexed..] {
+            self.local_names.insert(&local.name);
+        }
+        self.locals_indexed = self.out.locals.len();
+        let sig = self.sig;
+        let signature_names = self.signature_names.get_or_insert_with(|| {
+            let params = sig.into_iter().flat_map(|s| s.params.iter().map(|p| p.name.as_str()));
+            NameIndex::from_names(params.chain(sig.into_iter().flat_map(|s| s.symbols.iter().map(String::as_str))))
+        });
+        let query = Query::new(name);
+        let mut best = Best::default();
+        self.local_names.offer(&query, 0, &mut best);
+        signature_names.offer(&query, 1, &mut best);
+        module_name_index(self.db, self.file).offer(&query, 2, &mut best);
+        best.name().map(str::to_string)
     }
 
     pub fn bind_local(&mut self, name: &str, range: TextRange, ty: Ty, id: Option<ExprId>) -> u32 {

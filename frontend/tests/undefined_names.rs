@@ -1,0 +1,86 @@
+//! Many undefined names (issue 10): each is reported once, with the "did you mean" a
+//! full scan of the names in scope would give, and checking stays linear in their
+//! number. 20 000 undefined module constants used to take minutes: every one compared
+//! itself with every module name, and a function's diagnostics were deduplicated by a
+//! scan of the ones before. `cargo bench --bench check` prints the times.
+
+use std::time::{Duration, Instant};
+
+use tessera_frontend::check::file_diagnostics;
+use tessera_frontend::diagnostics::{Code, Diagnostic};
+use tessera_frontend::{Database, SourceFile};
+
+const N: usize = 20_000;
+
+/// Far above the seconds a debug build needs for N, far below the minutes the quadratic
+/// path took: a regression to n² fails here, machine noise does not.
+const BOUND: Duration = Duration::from_secs(60);
+
+fn undefined(src: String) -> (Vec<Diagnostic>, Duration) {
+    let db = Database::default();
+    let file = SourceFile::new(&db, "many.tsr".into(), src, None);
+    let t = Instant::now();
+    let diagnostics = file_diagnostics(&db, file).clone();
+    let elapsed = t.elapsed();
+    (diagnostics.into_iter().filter(|d| d.code == Code::E0200).collect(), elapsed)
+}
+
+fn fix_message(d: &Diagnostic) -> Option<&str> {
+    d.fix.as_ref().map(|f| f.message.as_str())
+}
+
+#[test]
+fn twenty_thousand_undefined_module_constants() {
+    // `c{i} = u{i}`: every constant reads an undefined name one letter away from its own.
+    let src: String = (0..N).map(|i| format!("c{i} = u{i}\n")).collect();
+    let (diagnostics, elapsed) = undefined(src);
+    assert_eq!(diagnostics.len(), N);
+    for (i, d) in diagnostics.iter().enumerate() {
+        assert_eq!(d.message, format!("undefined name `u{i}`"));
+        // Two-character names get no suggestion (any two are close).
+        let expected = if i < 10 { None } else { Some(format!("did you mean `c{i}`?")) };
+        assert_eq!(fix_message(d), expected.as_deref(), "{i}");
+    }
+    assert!(elapsed < BOUND, "{N} undefined module constants took {elapsed:?}");
+}
+
+#[test]
+fn twenty_thousand_undefined_names_in_one_function() {
+    // `v{i} = u{i}`: the function's locals grow with its undefined names.
+    let src: String =
+        std::iter::once("def f():\n".to_string()).chain((0..N).map(|i| format!("    v{i} = u{i}\n"))).collect();
+    let (diagnostics, elapsed) = undefined(src);
+    assert_eq!(diagnostics.len(), N);
+    for (i, d) in diagnostics.iter().enumerate() {
+        assert_eq!(d.message, format!("undefined name `u{i}`"));
+    }
+    // `v1234` is bound after `u1234` is read, so nothing is one edit away; locals two
+    // edits away (`v123`, `v1233`, ...) are.
+    let d = &diagnostics[1234];
+    let suggestion = fix_message(d).expect("a suggestion for u1234");
+    assert!(suggestion.starts_with("did you mean `v"), "{suggestion}");
+    assert!(elapsed < BOUND, "{N} undefined names in one function took {elapsed:?}");
+}
+
+#[test]
+fn twenty_thousand_undefined_names_and_one_local() {
+    // `x = u{i}`: nothing to suggest; every name still reported once per statement.
+    let src: String =
+        std::iter::once("def f():\n".to_string()).chain((0..N).map(|i| format!("    x = u{i}\n"))).collect();
+    let (diagnostics, elapsed) = undefined(src);
+    assert_eq!(diagnostics.len(), N);
+    assert!(diagnostics.iter().all(|d| d.fix.is_none()));
+    assert!(elapsed < BOUND, "{N} undefined names took {elapsed:?}");
+}
+
+#[test]
+fn the_closest_local_parameter_or_module_name_is_suggested() {
+    let src = "from tessera import *\n\naccumulate = 1\n\ndef f(total_rows: int):\n    counter = 0\n    a = countr + total_row + acumulate\n";
+    let (diagnostics, _) = undefined(src.to_string());
+    let fixes: Vec<_> = diagnostics.iter().map(|d| fix_message(d).unwrap_or("-")).collect();
+    assert_eq!(
+        fixes,
+        ["did you mean `counter`?", "did you mean `total_rows`?", "did you mean `accumulate`?"],
+        "{diagnostics:?}"
+    );
+}
