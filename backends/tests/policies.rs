@@ -435,6 +435,7 @@ fn graph_functions_accumulate_as_their_policy_says() {
             let key = key(&db, file, name);
             let graph = tessera_passes::graph_ir(&db, key).clone().unwrap_or_else(|e| panic!("{}", e.message));
             let want = tensor(&run_graph(&graph, &args, 1).unwrap()[0]);
+            #[allow(unused_mut)]
             let mut plans =
                 vec![tensor(&run_plan(&db, key, Target::Cpu, &args, 1, &mut InterpExecutor::default()).unwrap()[0])];
             #[cfg(feature = "llvm")]
