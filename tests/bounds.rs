@@ -168,6 +168,18 @@ fn the_reported_extremes_are_diagnostics() {
         .unwrap();
     let out = String::from_utf8_lossy(&r.stdout);
     assert!(out.contains("E0703") && out.contains("no configuration of the autotune space fits sm_90"), "{out}");
+    // A candidate beyond 64 bits is one error, not an error plus "unknown schedule key"
+    // at every `ctx.BLOCK`.
+    let text = VECTOR_ADD.replace("BLOCK=[512, 1024, 4096]", "BLOCK=[18446744073709551615]");
+    std::fs::write(dir.path().join("u.tsr"), text).unwrap();
+    let r = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check", "u.tsr", "--format", "concise"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("error[E0100] integer literal does not fit in 64 bits"), "{out}");
     // A fixed schedule whose tile no block can hold: E0701 at the tile, naming the limit.
     let fixed = "from tessera import *\n\n@kernel.schedule(Schedule(vector=4))\ndef k(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32]):\n    for i0 in tile.parallel(0, N, 1099511627776):\n        y[i0:i0 + 1099511627776] = tile.load(x[i0:i0 + 1099511627776])\n";
     std::fs::write(dir.path().join("f.tsr"), fixed).unwrap();

@@ -442,23 +442,31 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
             }
         };
         let mut candidates = Vec::new();
+        let mut reported = false;
         for item in items {
             let value = match cx.expr(item) {
                 Ty::Int(Some(d)) if d.is_const() => KeyValue::Int(d.as_const().unwrap()),
                 Ty::Str(Some(s)) => KeyValue::Str(s),
-                Ty::Unknown => continue,
+                Ty::Unknown => {
+                    reported = true;
+                    continue;
+                }
                 other => {
                     cx.wrong_kind(item, &key, "a constant int or string", &other);
+                    reported = true;
                     continue;
                 }
             };
             if let Some(problem) = schedule::validate(&key, &value) {
                 cx.error(Code::E0701, cx.range(item), format!("invalid schedule: {problem}"));
+                reported = true;
                 continue;
             }
             candidates.push((value, cx.range(item)));
         }
-        if candidates.is_empty() {
+        // A key whose every candidate is in error is still a key: `ctx.KEY` in the body
+        // must not add an "unknown schedule key" to the one root cause.
+        if candidates.is_empty() && !reported {
             continue;
         }
         schedule.space.push(SpaceKey { key, key_range, candidates });
