@@ -83,10 +83,15 @@ fn file_target(args: &CheckArgs, config: &ProjectConfig) -> Result<Target, Strin
     }
 }
 
+/// Exit status: 2 when the tool failed (an internal error, or not one file could be
+/// checked because every path was unreadable); else 1 when there are errors, including
+/// paths that could not be read, or warnings under `--deny warnings`; else 0. Unreadable
+/// paths never hide the others' results: everything readable is checked and reported.
 pub fn run(args: CheckArgs) -> Result<i32, String> {
     let db = Database::default();
     // (display path, path for config lookup, text, utf8 error)
     let mut inputs: Vec<(String, PathBuf, String, Option<u32>)> = Vec::new();
+    let mut unreadable = Vec::new();
     if let Some(name) = &args.stdin_filename {
         let mut bytes = Vec::new();
         std::io::stdin().read_to_end(&mut bytes).map_err(|e| format!("cannot read standard input: {e}"))?;
@@ -94,10 +99,15 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
         inputs.push((name.to_string_lossy().into_owned(), name.clone(), loaded.text, loaded.utf8_error));
     } else {
         let paths = if args.paths.is_empty() { vec![PathBuf::from(".")] } else { args.paths.clone() };
-        for path in crate::files::collect(&paths)? {
-            let loaded = crate::files::read(&path)?;
-            inputs.push((crate::files::display_path(&path), path, loaded.text, loaded.utf8_error));
+        let collected = crate::files::collect(&paths)?;
+        unreadable = collected.errors;
+        for path in collected.files {
+            match crate::files::load(&path) {
+                Ok(loaded) => inputs.push((crate::files::display_path(&path), path, loaded.text, loaded.utf8_error)),
+                Err(e) => unreadable.push(e),
+            }
         }
+        unreadable.sort_by(|a, b| a.path.cmp(&b.path));
     }
     let files: Vec<(String, PathBuf, SourceFile)> = inputs
         .into_iter()
@@ -165,13 +175,14 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
         args.format == Format::Human && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    emit::emit(args.format, &reports, color, &mut out).map_err(|e| format!("cannot write output: {e}"))?;
+    let report = emit::Run { reports: &reports, unreadable: &unreadable };
+    emit::emit(args.format, &report, color, &mut out).map_err(|e| format!("cannot write output: {e}"))?;
     out.flush().ok();
     let summary = emit::summarize(&reports);
     let deny_warnings = args.deny == Some(DenyWhat::Warnings);
-    Ok(if internal_errors > 0 {
+    Ok(if internal_errors > 0 || (reports.is_empty() && !unreadable.is_empty()) {
         2
-    } else if summary.errors > 0 || (deny_warnings && summary.warnings > 0) {
+    } else if summary.errors > 0 || !unreadable.is_empty() || (deny_warnings && summary.warnings > 0) {
         1
     } else {
         0

@@ -1,4 +1,9 @@
 //! Emitters: one diagnostic model, five output formats (TOOLS.md §1).
+//!
+//! Paths that could not be read ([`PathError`]) are part of every format's output, after
+//! the diagnostics: human and concise print `PATH: error: MESSAGE`, JSON lists them under
+//! `"errors"` (and counts them in `summary.unreadable`), SARIF as error notifications of
+//! the run's invocation (`executionSuccessful: false`), GitHub as `::error file=PATH::`.
 
 use std::io::{self, Write};
 
@@ -6,6 +11,8 @@ use ariadne::{Color, Config, IndexType, Label, Report, ReportKind, Source};
 use serde_json::{json, Value};
 use tessera_frontend::diagnostics::{Code, Diagnostic, Severity};
 use tessera_frontend::text::{LineIndex, TextRange};
+
+use crate::files::PathError;
 
 /// A checked file with its diagnostics (absolute ranges).
 pub struct FileReport {
@@ -44,6 +51,12 @@ pub struct Summary {
     pub warnings: usize,
 }
 
+/// What one run reports: the checked files and the paths it could not read.
+pub struct Run<'a> {
+    pub reports: &'a [FileReport],
+    pub unreadable: &'a [PathError],
+}
+
 pub fn summarize(reports: &[FileReport]) -> Summary {
     let mut s = Summary { files: reports.len(), errors: 0, warnings: 0 };
     for d in reports.iter().flat_map(|r| &r.diagnostics) {
@@ -55,23 +68,34 @@ pub fn summarize(reports: &[FileReport]) -> Summary {
     s
 }
 
-pub fn emit(format: Format, reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result<()> {
+pub fn emit(format: Format, run: &Run, color: bool, out: &mut dyn Write) -> io::Result<()> {
     match format {
-        Format::Human => human(reports, color, out),
-        Format::Concise => concise(reports, out),
+        Format::Human => human(run, color, out),
+        Format::Concise => {
+            concise(run.reports, out)?;
+            unreadable_lines(run.unreadable, out)
+        }
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &json_report(reports))?;
+            serde_json::to_writer_pretty(&mut *out, &json_report(run))?;
             writeln!(out)
         }
         Format::Sarif => {
-            serde_json::to_writer_pretty(&mut *out, &sarif(reports))?;
+            serde_json::to_writer_pretty(&mut *out, &sarif(run))?;
             writeln!(out)
         }
-        Format::Github => github(reports, out),
+        Format::Github => github(run, out),
     }
 }
 
-fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result<()> {
+fn unreadable_lines(unreadable: &[PathError], out: &mut dyn Write) -> io::Result<()> {
+    for e in unreadable {
+        writeln!(out, "{}: error: {}", e.path, e.message)?;
+    }
+    Ok(())
+}
+
+fn human(run: &Run, color: bool, out: &mut dyn Write) -> io::Result<()> {
+    let reports = run.reports;
     let config = Config::default().with_index_type(IndexType::Byte).with_color(color);
     for report in reports {
         let source = Source::from(report.text.as_str());
@@ -103,13 +127,20 @@ fn human(reports: &[FileReport], color: bool, out: &mut dyn Write) -> io::Result
             builder.finish().write((report.path.as_str(), source.clone()), &mut *out)?;
         }
     }
+    unreadable_lines(run.unreadable, out)?;
     let s = summarize(reports);
-    if s.errors + s.warnings == 0 {
+    let unreadable = match run.unreadable.len() {
+        0 => String::new(),
+        n => format!(" {n} path{} could not be read.", plural(n)),
+    };
+    if s.errors + s.warnings == 0 && run.unreadable.is_empty() {
         writeln!(out, "All checks passed ({} file{}).", s.files, plural(s.files))
+    } else if s.errors + s.warnings == 0 {
+        writeln!(out, "No problems in {} file{}.{unreadable}", s.files, plural(s.files))
     } else {
         writeln!(
             out,
-            "Found {} error{} and {} warning{} in {} file{}.",
+            "Found {} error{} and {} warning{} in {} file{}.{unreadable}",
             s.errors,
             plural(s.errors),
             s.warnings,
@@ -154,7 +185,8 @@ fn concise(reports: &[FileReport], out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-pub fn json_report(reports: &[FileReport]) -> Value {
+pub fn json_report(run: &Run) -> Value {
+    let reports = run.reports;
     let mut diagnostics = Vec::new();
     for r in reports {
         for d in &r.diagnostics {
@@ -186,14 +218,17 @@ pub fn json_report(reports: &[FileReport]) -> Value {
         }
     }
     let s = summarize(reports);
+    let errors: Vec<Value> = run.unreadable.iter().map(|e| json!({"path": e.path, "message": e.message})).collect();
     json!({
         "version": 1,
         "diagnostics": diagnostics,
-        "summary": {"files": s.files, "errors": s.errors, "warnings": s.warnings},
+        "errors": errors,
+        "summary": {"files": s.files, "errors": s.errors, "warnings": s.warnings, "unreadable": errors.len()},
     })
 }
 
-fn sarif(reports: &[FileReport]) -> Value {
+fn sarif(run: &Run) -> Value {
+    let reports = run.reports;
     let rules: Vec<Value> = Code::ALL
         .iter()
         .map(|c| {
@@ -258,11 +293,20 @@ fn sarif(reports: &[FileReport]) -> Value {
                 "rules": rules,
             }},
             "results": results,
+            "invocations": [{
+                "executionSuccessful": run.unreadable.is_empty(),
+                "toolExecutionNotifications": run.unreadable.iter().map(|e| json!({
+                    "level": "error",
+                    "message": {"text": e.message},
+                    "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.path}}}],
+                })).collect::<Vec<_>>(),
+            }],
         }],
     })
 }
 
-fn github(reports: &[FileReport], out: &mut dyn Write) -> io::Result<()> {
+fn github(run: &Run, out: &mut dyn Write) -> io::Result<()> {
+    let reports = run.reports;
     // GitHub workflow commands: values escape %, CR, LF; properties also `:` and `,`.
     let esc = |s: &str| s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A");
     let prop = |s: &str| esc(s).replace(':', "%3A").replace(',', "%2C");
@@ -282,6 +326,9 @@ fn github(reports: &[FileReport], out: &mut dyn Write) -> io::Result<()> {
                 esc(&format!("{} {}", d.code, d.message))
             )?;
         }
+    }
+    for e in run.unreadable {
+        writeln!(out, "::error title=unreadable path,file={}::{}", prop(&e.path), esc(&e.message))?;
     }
     Ok(())
 }
