@@ -72,6 +72,23 @@ fn extreme() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// `tessera check FILE --format concise` in `dir`: its stdout.
+fn check_concise(file: &str, dir: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["check", file, "--format", "concise"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `tessera run` of an example on `device` with one timed launch, bounded.
+fn run_example(file: &str, kernel: &str, device: &str, more: &[&str]) -> Ran {
+    let mut args = vec!["run", file, "--kernel", kernel, "--device", device, "--repeat", "1"];
+    args.extend_from_slice(more);
+    run_bounded(&args, std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+}
+
 const VECTOR_ADD: &str = include_str!("../examples/vector_add.tsr");
 const GEMM: &str = include_str!("../examples/gemm.tsr");
 
@@ -81,14 +98,13 @@ fn extreme_schedules_and_dims_stay_bounded() {
     let mut runner = TestRunner::new(Config { cases: 32, failure_persistence: None, ..Config::default() });
     runner
         .run(&(extreme(), extreme(), 0usize..5), |(a, b, route)| {
-            let what = match route {
+            match route {
                 // A schedule value in the source: every lint, every candidate.
                 0 => {
                     let text = VECTOR_ADD.replace("BLOCK=[512, 1024, 4096]", &format!("BLOCK=[{a}, {b}]"));
                     std::fs::write(dir.path().join("v.tsr"), text).unwrap();
                     let r = run_bounded(&["check", "v.tsr", "--format", "json"], dir.path());
                     assert_bounded(&r, &format!("check with BLOCK=[{a}, {b}]"));
-                    "check"
                 }
                 1 => {
                     let text =
@@ -98,56 +114,27 @@ fn extreme_schedules_and_dims_stay_bounded() {
                         let r = run_bounded(&["check", "g.tsr", "--target", target], dir.path());
                         assert_bounded(&r, &format!("check --target {target} with BM={a}, BK={b}"));
                     }
-                    "check gemm"
                 }
                 // A schedule on the command line, on the CPU backend and the interpreter.
                 2 | 3 => {
                     let device = if route == 2 { "cpu" } else { "interp" };
                     let schedule = format!("BLOCK={a}");
                     let dims = format!("N={}", b % 100_000 + 1);
-                    let r = run_bounded(
-                        &[
-                            "run",
-                            "examples/vector_add.tsr",
-                            "--kernel",
-                            "vector_add",
-                            "--device",
-                            device,
-                            "--repeat",
-                            "1",
-                            "--schedule",
-                            &schedule,
-                            "--dims",
-                            &dims,
-                        ],
-                        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+                    let r = run_example(
+                        "examples/vector_add.tsr",
+                        "vector_add",
+                        device,
+                        &["--schedule", &schedule, "--dims", &dims],
                     );
                     assert_bounded(&r, &format!("run --device {device} --schedule {schedule} --dims {dims}"));
-                    "run"
                 }
                 // Dims from the command line.
                 _ => {
                     let dims = format!("M={a},N={b},K=64");
-                    let r = run_bounded(
-                        &[
-                            "run",
-                            "examples/gemm.tsr",
-                            "--kernel",
-                            "gemm",
-                            "--device",
-                            "cpu",
-                            "--repeat",
-                            "1",
-                            "--dims",
-                            &dims,
-                        ],
-                        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
-                    );
+                    let r = run_example("examples/gemm.tsr", "gemm", "cpu", &["--dims", &dims]);
                     assert_bounded(&r, &format!("run --dims {dims}"));
-                    "dims"
                 }
-            };
-            let _ = what;
+            }
             Ok(())
         })
         .unwrap();
@@ -161,49 +148,22 @@ fn the_reported_extremes_are_diagnostics() {
     std::fs::write(dir.path().join("v.tsr"), text).unwrap();
     let r = run_bounded(&["check", "v.tsr", "--format", "concise"], dir.path());
     assert_eq!(r.code, Some(1), "{}", r.stderr);
-    let r = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check", "v.tsr", "--format", "concise"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&r.stdout);
+    let out = check_concise("v.tsr", dir.path());
     assert!(out.contains("E0703") && out.contains("no configuration of the autotune space fits sm_90"), "{out}");
     // A candidate beyond 64 bits is one error, not an error plus "unknown schedule key"
     // at every `ctx.BLOCK`.
     let text = VECTOR_ADD.replace("BLOCK=[512, 1024, 4096]", "BLOCK=[18446744073709551615]");
     std::fs::write(dir.path().join("u.tsr"), text).unwrap();
-    let r = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check", "u.tsr", "--format", "concise"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&r.stdout);
+    let out = check_concise("u.tsr", dir.path());
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.contains("error[E0100] integer literal does not fit in 64 bits"), "{out}");
     // A fixed schedule whose tile no block can hold: E0701 at the tile, naming the limit.
     let fixed = "from tessera import *\n\n@kernel.schedule(Schedule(vector=4))\ndef k(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32]):\n    for i0 in tile.parallel(0, N, 1099511627776):\n        y[i0:i0 + 1099511627776] = tile.load(x[i0:i0 + 1099511627776])\n";
     std::fs::write(dir.path().join("f.tsr"), fixed).unwrap();
-    let r = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["check", "f.tsr", "--format", "concise"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&r.stdout);
+    let out = check_concise("f.tsr", dir.path());
     assert!(out.contains("error[E0701]") && out.contains("1044480 bytes of tiles in registers"), "{out}");
     // The CPU backend refuses a tile beyond its budget instead of running for minutes.
-    let r = run_bounded(
-        &[
-            "run",
-            "examples/vector_add.tsr",
-            "--kernel",
-            "vector_add",
-            "--device",
-            "cpu",
-            "--schedule",
-            "BLOCK=1073741824",
-        ],
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
-    );
+    let r = run_example("examples/vector_add.tsr", "vector_add", "cpu", &["--schedule", "BLOCK=1073741824"]);
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("a tile program on the CPU holds at most 64 MiB per tile"), "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(30), "{:?}", r.elapsed);

@@ -1565,6 +1565,20 @@ fn choose_mode(plan: &Plan, mode: CheckMode, scatters: bool) -> (CheckMode, Opti
 }
 
 impl Reference {
+    /// `--check none`: nothing was run.
+    fn unchecked(reason: Option<String>, source: ReferenceSource) -> Reference {
+        Reference {
+            kind: CheckKind::Skipped("--check none".into()),
+            reason,
+            source,
+            args: None,
+            masks: Vec::new(),
+            elapsed: Duration::ZERO,
+            dot_flops: None,
+            lowering: None,
+        }
+    }
+
     /// Runs the f64 reference (the kernel's Graph IR) on the plan's inputs, and with
     /// `--check lowering` the same-schedule Tile IR interpreter too.
     pub fn compute(plan: &Plan, mode: CheckMode) -> Result<Reference, LaunchError> {
@@ -1572,18 +1586,7 @@ impl Reference {
         let (chosen, reason) = choose_mode(plan, mode, false);
         let mut args = plan.inputs.clone();
         let programs = match chosen {
-            CheckMode::None => {
-                return Ok(Reference {
-                    kind: CheckKind::Skipped("--check none".into()),
-                    reason,
-                    source: ReferenceSource::GraphF64,
-                    args: None,
-                    masks: Vec::new(),
-                    elapsed: Duration::ZERO,
-                    dot_flops: None,
-                    lowering: None,
-                })
-            }
+            CheckMode::None => return Ok(Reference::unchecked(reason, ReferenceSource::GraphF64)),
             CheckMode::Sampled => {
                 // The budget of `sample_programs`: about SAMPLE_BUDGET operations, at most
                 // 4096 programs, besides the edges.
@@ -1630,16 +1633,7 @@ impl Reference {
         let mut args = plan.inputs.clone();
         let source = ReferenceSource::TileInterpreter;
         match mode {
-            CheckMode::None => Ok(Reference {
-                kind: CheckKind::Skipped("--check none".into()),
-                reason,
-                source,
-                args: None,
-                masks: Vec::new(),
-                elapsed: Duration::ZERO,
-                dot_flops: None,
-                lowering: None,
-            }),
+            CheckMode::None => Ok(Reference::unchecked(reason, source)),
             CheckMode::Sampled => {
                 let programs = sample_programs(plan, interp_cost(plan), plan.seed);
                 let (stats, masks) = kernel
@@ -1705,7 +1699,8 @@ impl Reference {
             } else {
                 Vec::new()
             };
-            let mut tol = Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allow_nonfinite);
+            let mut tol =
+                Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allow_nonfinite);
             if let Some(acc) = narrowest_accumulator(&plan.graph) {
                 tol = tol.with_accumulator(acc, longest);
             }

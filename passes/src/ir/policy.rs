@@ -39,6 +39,18 @@ pub fn acc(op: &Op) -> Option<DType> {
     }
 }
 
+/// The binary format a stochastic conversion rounds to, for the generators: (stored
+/// mantissa bits, exponent of the smallest normal, largest finite, has Inf).
+pub fn float_format(dtype: DType) -> Option<(i64, i64, f64, bool)> {
+    Some(match dtype {
+        DType::BF16 => (7, -126, 3.3895313892515355e38, true),
+        DType::F16 => (10, -14, 65504.0, true),
+        DType::Fp8E4m3 => (3, -6, 448.0, false),
+        DType::Fp8E5m2 => (2, -14, 57344.0, true),
+        _ => return None,
+    })
+}
+
 /// Whether a conversion (or fp8 arithmetic) clamps on overflow.
 pub fn saturates(op: &Op) -> bool {
     matches!(op.attr(SATURATE), Some(Attr::Bool(true)))

@@ -6,17 +6,6 @@ use tessera_frontend::check::DType;
 use super::builder::{lit, Elem, FnBuilder, VTy};
 use super::numerics::{bitcast, conv, fcmp, ins, intr, reg, select};
 
-/// (stored mantissa bits, exponent of the smallest normal, largest finite, has Inf).
-fn format(dtype: DType) -> Option<(i64, i64, f64, bool)> {
-    Some(match dtype {
-        DType::BF16 => (7, -126, 3.3895313892515355e38, true),
-        DType::F16 => (10, -14, 65504.0, true),
-        DType::Fp8E4m3 => (3, -6, 448.0, false),
-        DType::Fp8E5m2 => (2, -14, 57344.0, true),
-        _ => return None,
-    })
-}
-
 /// Registers `x` (of `from`) rounded stochastically to `to` with the uniform numbers
 /// `u` (f32 registers in [0, 1)): with `a = |x|`, `e = max(exponent(a), emin)`,
 /// `t = a · 2^(m - e)`, the result is `sign(x) · (floor(t) + (u < t - floor(t))) · 2^(e - m)`,
@@ -32,7 +21,7 @@ pub(super) fn stochastic(
     u: &str,
     saturate: bool,
 ) -> Option<String> {
-    let (m, emin, max, has_inf) = format(to)?;
+    let (m, emin, max, has_inf) = crate::ir::policy::float_format(to)?;
     let f64t = VTy::new(Elem::F64, w);
     let i64t = VTy::new(Elem::I64, w);
     let rt = VTy::new(reg(from), w);

@@ -149,17 +149,6 @@ fn clamp_int(dtype: DType, v: i64) -> i64 {
     }
 }
 
-/// (stored mantissa bits, exponent of the smallest normal, largest finite, has Inf).
-fn format(dtype: DType) -> Option<(i64, i64, f64, bool)> {
-    Some(match dtype {
-        DType::BF16 => (7, -126, 3.3895313892515355e38, true),
-        DType::F16 => (10, -14, 65504.0, true),
-        DType::Fp8E4m3 => (3, -6, 448.0, false),
-        DType::Fp8E5m2 => (2, -14, 57344.0, true),
-        _ => return None,
-    })
-}
-
 /// The wide `f32` (or `f64`) `x` rounded stochastically to `to` with the uniform `u` in
 /// [0, 1): with `a = |x|`, `e = max(exponent(a), emin)`, `t = a · 2^(m - e)`, the result is
 /// `sign(x) · (floor(t) + (u < t - floor(t))) · 2^(e - m)`; past the largest finite value
@@ -167,7 +156,7 @@ fn format(dtype: DType) -> Option<(i64, i64, f64, bool)> {
 /// result is a wide `f32` holding a value of `to`; `None` when `to` does not round
 /// stochastically.
 pub(super) fn stochastic(b: &mut Builder, x: Operand, u: Operand, to: DType, saturate: bool) -> Option<Operand> {
-    let (m, emin, max, has_inf) = format(to)?;
+    let (m, emin, max, has_inf) = crate::ir::policy::float_format(to)?;
     let x64 = match x {
         Operand::Reg(r) if r.class == Class::F64 => r,
         x => {
