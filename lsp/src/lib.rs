@@ -8,10 +8,12 @@
 mod convert;
 mod framing;
 pub mod hooks;
+pub mod launch;
+mod memory;
 mod server;
 mod state;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,9 +23,21 @@ use tower_lsp::{LspService, Server};
 /// Serves the Language Server Protocol on standard input/output; returns the exit code
 /// (0 after `shutdown` + `exit`, 1 when the input ends without a `shutdown`).
 pub fn run_stdio() -> i32 {
+    run_stdio_for(None)
+}
+
+/// `tessera-lsp ARGS` and `tessera lsp ARGS` (the arguments after those): `--stdio`,
+/// `--clientProcessId N`, `--help`, `--version`. Returns the exit code.
+pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> i32 {
+    launch::main(args)
+}
+
+/// Like `run_stdio`, and ends when process `client_pid` (the editor) is gone.
+pub fn run_stdio_for(client_pid: Option<u32>) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("tessera-lsp")
+        .thread_keep_alive(memory::BLOCKING_KEEP_ALIVE)
         .enable_all()
         .build()
     {
@@ -33,32 +47,82 @@ pub fn run_stdio() -> i32 {
             return 2;
         }
     };
-    let code = runtime.block_on(serve(tokio::io::stdin(), tokio::io::stdout()));
+    let code = runtime.block_on(serve_for(tokio::io::stdin(), tokio::io::stdout(), client_pid));
     // Blocking reads of stdin and in-flight analyses must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_millis(200));
     code
 }
 
-/// Serves the protocol on `input`/`output` until `exit` or the end of the input.
+/// After the input ends (`exit` or end of file), how long tower-lsp may take to finish
+/// (answer what it still can, flush): then the server stops regardless, so that a
+/// handler that does not return or a client that stopped reading cannot keep it alive.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// How often the editor's process is checked for.
+const CLIENT_POLL: Duration = Duration::from_secs(2);
+
+/// Serves the protocol on `input`/`output` until `exit` or the end of the input; returns
+/// the exit code (0 when a `shutdown` was received, else 1).
 pub async fn serve<I, O>(input: I, output: O) -> i32
 where
     I: AsyncRead + Unpin + Send + 'static,
     O: AsyncWrite + Unpin,
 {
+    serve_for(input, output, None).await
+}
+
+/// `serve`, which also ends when process `client_pid` is gone (or the one `initialize`
+/// names; a process that does not exist when it is named, as from another PID
+/// namespace, is not watched).
+pub async fn serve_for<I, O>(input: I, output: O, client_pid: Option<u32>) -> i32
+where
+    I: AsyncRead + Unpin + Send + 'static,
+    O: AsyncWrite + Unpin,
+{
     let shutdown = Arc::new(AtomicBool::new(false));
-    let flag = shutdown.clone();
-    let (service, socket) = LspService::build(move |client| server::Backend::new(client, flag))
+    let client = Arc::new(AtomicU32::new(0));
+    if let Some(pid) = client_pid {
+        if launch::process_alive(pid) {
+            client.store(pid, Ordering::SeqCst);
+        } else {
+            eprintln!("tessera-lsp: process {pid} (--clientProcessId) does not exist here; not watching it");
+        }
+    }
+    let texts = Arc::new(framing::Texts::default());
+    let (flag, watched, kept) = (shutdown.clone(), client.clone(), texts.clone());
+    let (service, socket) = LspService::build(move |c| server::Backend::new(c, flag, watched, kept))
         .custom_method("tessera/kernels", server::Backend::kernels)
         .custom_method("tessera/lowering", server::Backend::lowering)
-        .custom_method(framing::INVALID_MESSAGE_METHOD, server::Backend::invalid_message)
         .finish();
-    let (guarded_in, guard_out) = tokio::io::duplex(1 << 20);
-    let pump = tokio::spawn(framing::pump(input, guard_out));
+    let (to_server, server_in) = tokio::io::duplex(1 << 20);
+    let (server_out, from_server) = tokio::io::duplex(1 << 20);
+    let (answers, answers_rx) = tokio::sync::mpsc::channel(64);
+    let pump = tokio::spawn(framing::pump(input, to_server, answers, shutdown.clone(), texts));
+    let pump_abort = pump.abort_handle();
     // Requests wait on blocking threads; a generous limit keeps notifications (edits)
     // flowing while slow requests compute (they stay in order: tower-lsp starts handlers
     // in arrival order, and ours apply edits before their first await).
-    Server::new(guarded_in, output, socket).concurrency_level(64).serve(service).await;
-    pump.abort();
+    let server = Server::new(server_in, server_out, socket).concurrency_level(64).serve(service);
+    let served = async { tokio::join!(server, framing::write_output(from_server, answers_rx, output)) };
+    let input_ended = async {
+        let _ = pump.await;
+        tokio::time::sleep(GRACE).await;
+    };
+    let client_gone = async {
+        loop {
+            tokio::time::sleep(CLIENT_POLL).await;
+            let pid = client.load(Ordering::SeqCst);
+            if pid != 0 && !launch::process_alive(pid) {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = served => {}
+        _ = input_ended => {}
+        _ = client_gone => {}
+    }
+    pump_abort.abort();
     if shutdown.load(Ordering::SeqCst) {
         0
     } else {

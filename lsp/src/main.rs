@@ -14,7 +14,7 @@ fn main() -> std::process::ExitCode {
         }
     }));
     use_mimalloc_for_tree_sitter();
-    std::process::ExitCode::from(tessera_lsp::run_stdio() as u8)
+    std::process::ExitCode::from(tessera_lsp::main(std::env::args_os().skip(1)) as u8)
 }
 
 /// Routes tree-sitter's C allocations to mimalloc too (as the CLI binaries do).

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -72,6 +72,11 @@ pub struct Backend {
     /// and sent before any later one.
     publish: Arc<tokio::sync::Mutex<()>>,
     shutdown: Arc<AtomicBool>,
+    /// The editor's process id to watch (0: none), from `--clientProcessId` or
+    /// `initialize`.
+    client_pid: Arc<AtomicU32>,
+    /// Document texts, which reach the handlers as references (see `framing`).
+    texts: Arc<crate::framing::Texts>,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -129,13 +134,20 @@ fn target_lints_setting(value: &Value) -> Option<bool> {
 }
 
 impl Backend {
-    pub fn new(client: Client, shutdown: Arc<AtomicBool>) -> Backend {
+    pub fn new(
+        client: Client,
+        shutdown: Arc<AtomicBool>,
+        client_pid: Arc<AtomicU32>,
+        texts: Arc<crate::framing::Texts>,
+    ) -> Backend {
         Backend {
             client,
             caps: std::sync::OnceLock::new(),
             state: Arc::new(Mutex::new(State::default())),
             publish: Arc::new(tokio::sync::Mutex::new(())),
             shutdown,
+            client_pid,
+            texts,
         }
     }
 
@@ -207,9 +219,13 @@ impl Backend {
     }
 
     fn republish_all(&self) {
+        self.republish_all_after(Duration::ZERO);
+    }
+
+    fn republish_all_after(&self, delay: Duration) {
         let docs: Vec<(Url, i32)> = lock(&self.state).docs.iter().map(|(u, d)| (u.clone(), d.version)).collect();
         for (uri, version) in docs {
-            self.schedule_diagnostics(uri, version, Duration::ZERO);
+            self.schedule_diagnostics(uri, version, delay);
         }
     }
 
@@ -272,10 +288,6 @@ impl Backend {
             .await?;
         result.map_err(request_failed)
     }
-
-    pub async fn invalid_message(&self, params: InvalidMessage) -> Result<Value> {
-        Err(Error { code: ErrorCode::from(params.code), message: params.message.into(), data: None })
-    }
 }
 
 #[derive(Deserialize)]
@@ -319,12 +331,6 @@ pub struct LoweringResult {
     pub target: String,
     pub text: String,
     pub source_map: Vec<SourceMapEntry>,
-}
-
-#[derive(Deserialize)]
-pub struct InvalidMessage {
-    pub code: i64,
-    pub message: String,
 }
 
 async fn diagnostics_task(
@@ -406,6 +412,11 @@ async fn diagnostics_task(
 #[tower_lsp::async_trait]
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        // LSP: "If the parent process is not alive then the server should exit." Only a
+        // process that exists now (the client may live in another PID namespace).
+        if let Some(pid) = params.process_id.filter(|&p| p != 0 && crate::launch::process_alive(p)) {
+            let _ = self.client_pid.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst);
+        }
         if let Some(options) = &params.initialization_options {
             let mut st = lock(&self.state);
             if let Some(t) = target_setting(options) {
@@ -498,8 +509,9 @@ impl LanguageServer for Backend {
         let doc = params.text_document;
         let uri = doc.uri.clone();
         let version = doc.version;
+        let text = self.texts.take(doc.text);
         let opened = self.mutate("didOpen", move |st| {
-            st.open(doc.uri, doc.version, doc.text);
+            st.open(doc.uri, doc.version, text);
             if let Some(d) = st.docs.get_mut(&uri) {
                 d.diagnostics_pending = true;
             }
@@ -514,8 +526,12 @@ impl LanguageServer for Backend {
         let uri = params.text_document.uri;
         let version = params.text_document.version;
         let u = uri.clone();
+        let mut changes = params.content_changes;
+        for change in &mut changes {
+            change.text = self.texts.take(std::mem::take(&mut change.text));
+        }
         let burst = self.mutate("didChange", move |st| {
-            if !st.change(&u, version, params.content_changes) {
+            if !st.change(&u, version, changes) {
                 return None;
             }
             let d = st.docs.get_mut(&u)?;
@@ -555,7 +571,22 @@ impl LanguageServer for Backend {
     async fn did_close(&self, params: DidCloseTextDocumentParams) {
         let uri = params.text_document.uri;
         let u = uri.clone();
-        self.mutate("didClose", move |st| st.close(&u));
+        let rebuilt = self.mutate("didClose", move |st| st.close(&u)) == Some(true);
+        crate::memory::release();
+        if rebuilt {
+            // The fresh database knows nothing yet: recompute the open documents'
+            // diagnostics so that their next edit is incremental again, once the
+            // threads that held the old database are gone.
+            self.republish_all_after(crate::memory::SETTLE);
+        }
+        tokio::spawn(async {
+            // Hand back the pages of those threads, then what the arenas still hold
+            // after mimalloc's purge delay (it purges only when asked or allocating).
+            for _ in 0..2 {
+                tokio::time::sleep(crate::memory::SETTLE).await;
+                crate::memory::release();
+            }
+        });
         let _serial = self.publish.lock().await;
         self.client.publish_diagnostics(uri, Vec::new(), None).await;
     }

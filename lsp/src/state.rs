@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use salsa::Setter;
+use salsa::{Database as _, Setter};
 use tessera_frontend::diagnostics::Code;
 use tessera_frontend::{Database, LineIndex, SourceFile};
 use tessera_passes::Target;
@@ -88,8 +88,10 @@ pub struct Document {
 pub struct State {
     pub db: Database,
     pub docs: HashMap<Url, Document>,
-    /// Every file ever opened (closed ones keep their input, emptied).
-    pub files: HashMap<Url, SourceFile>,
+    /// Bytes of the documents closed since the database was last rebuilt: their inputs
+    /// are emptied, but salsa keeps what was memoized for them (per-function results are
+    /// keyed by interned names that are never collected) until the database is rebuilt.
+    closed_bytes: usize,
     /// The target from the editor settings.
     pub settings_target: Option<Target>,
     /// Whether diagnostics include the target lints (setting `targetLints`, default on).
@@ -101,7 +103,7 @@ impl Default for State {
         State {
             db: Database::default(),
             docs: HashMap::new(),
-            files: HashMap::new(),
+            closed_bytes: 0,
             settings_target: None,
             target_lints: true,
         }
@@ -145,16 +147,14 @@ impl State {
 
     pub fn open(&mut self, uri: Url, version: i32, text: String) {
         let path = path_of(&uri);
-        let file = match self.files.get(&uri) {
-            Some(&file) => {
+        let file = match self.docs.get(&uri) {
+            // Opened again without a close: the same input, new text.
+            Some(doc) => {
+                let file = doc.file;
                 file.set_text(&mut self.db).to(text.clone());
                 file
             }
-            None => {
-                let file = SourceFile::new(&self.db, path.clone(), text.clone(), None);
-                self.files.insert(uri.clone(), file);
-                file
-            }
+            None => SourceFile::new(&self.db, path.clone(), text.clone(), None),
         };
         let index = Arc::new(LineIndex::new(&text));
         let project = if uri.scheme() == "file" { project_config(&path) } else { ProjectConfig::default() };
@@ -202,11 +202,45 @@ impl State {
         true
     }
 
-    pub fn close(&mut self, uri: &Url) {
-        if let Some(doc) = self.docs.remove(uri) {
-            // Release the memoized analyses of the file.
-            doc.file.set_text(&mut self.db).to(String::new());
+    /// Forgets a document and releases what was computed for it. Returns true when the
+    /// database was rebuilt (the other open documents' analyses are then recomputed on
+    /// their next request: the caller may warm them).
+    ///
+    /// Emptying the input is not enough: salsa keeps the memoized results of queries
+    /// nobody asks again, and the per-function ones are keyed by interned names that
+    /// live as long as the database. So the database is rebuilt from the open documents
+    /// once the text closed since the last rebuild is at least as large as the open
+    /// text: memory returns after a large document is closed, and the recomputation a
+    /// rebuild costs is paid for by the closed text (amortized, closing small files
+    /// beside a large one does not re-analyze the large one each time).
+    pub fn close(&mut self, uri: &Url) -> bool {
+        let Some(doc) = self.docs.remove(uri) else {
+            return false;
+        };
+        self.closed_bytes = self.closed_bytes.saturating_add(doc.text.len().max(1));
+        let open_bytes: usize = self.docs.values().map(|d| d.text.len()).sum();
+        if self.closed_bytes >= open_bytes {
+            self.rebuild_database();
+            return true;
         }
+        // Its analyses become small when asked again, and nothing depends on it.
+        doc.file.set_text(&mut self.db).to(String::new());
+        false
+    }
+
+    /// A fresh database holding only the open documents.
+    pub fn rebuild_database(&mut self) {
+        // Cancels the queries running on snapshots and waits until they let go of the
+        // old database (a snapshot holder never takes the state lock), so that it is
+        // freed here rather than whenever the slowest of them would have finished.
+        self.db.trigger_cancellation();
+        let db = Database::default();
+        for (uri, doc) in self.docs.iter_mut() {
+            let utf8_error = doc.file.utf8_error(&self.db);
+            doc.file = SourceFile::new(&db, path_of(uri), doc.text.as_str().to_owned(), utf8_error);
+        }
+        drop(std::mem::replace(&mut self.db, db));
+        self.closed_bytes = 0;
     }
 
     /// Re-reads every open document's `tessera.toml`.
