@@ -58,7 +58,22 @@ impl Server {
 
     /// Starts the server binary at `path`.
     pub fn start_at(path: &str, env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(path)
+        Server::start_with_args(path, &[], env)
+    }
+
+    /// Starts the server binary at `path` with command-line arguments.
+    ///
+    /// `TESSERA_LSP_CMD` (a command line, e.g. `target/debug/tessera lsp --stdio`)
+    /// replaces the crate's own binary, to run a suite against the installed commands.
+    pub fn start_with_args(path: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let replacement = std::env::var("TESSERA_LSP_CMD").ok().filter(|_| path == server_path());
+        let mut words: Vec<String> = match &replacement {
+            Some(cmd) => cmd.split_whitespace().map(String::from).collect(),
+            None => vec![path.to_string()],
+        };
+        words.extend(args.iter().map(|a| a.to_string()));
+        let mut child = Command::new(&words[0])
+            .args(&words[1..])
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -113,6 +128,38 @@ impl Server {
             assert!(Instant::now() < deadline, "the server did not exit");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Waits up to `timeout` for the process to exit, its input left open.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Messages that arrive within `wait` (kept for later `response`s too).
+    pub fn messages_within(&mut self, wait: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + wait;
+        while let Some(msg) = self.recv(deadline) {
+            self.backlog.push_back(msg);
+        }
+        self.backlog.iter().cloned().collect()
+    }
+
+    /// Removes and returns every response to `id` received so far (or within `wait`).
+    pub fn take_responses_to(&mut self, id: &Value, wait: Duration) -> Vec<Value> {
+        self.messages_within(wait);
+        let (hit, keep): (Vec<Value>, Vec<Value>) =
+            self.backlog.drain(..).partition(|m| m.get("id") == Some(id) && m.get("method").is_none());
+        self.backlog = keep.into();
+        hit
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
