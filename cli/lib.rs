@@ -48,7 +48,12 @@ enum Command {
     /// Search a kernel's autotune space on a device and cache the fastest configuration.
     Autotune(autotune::AutotuneArgs),
     /// Run the language server on standard input/output (same as `tessera-lsp`).
-    Lsp,
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Lsp {
+        /// What editors pass: `--stdio`, `--clientProcessId <PID>`; also `--help`, `--version`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Open the terminal explorer (same as `tessera-explore`).
     Explore(explore::ExploreArgs),
 }
@@ -116,7 +121,7 @@ pub fn main() -> ExitCode {
         Command::Lower(args) => lower::run(args),
         Command::Run(args) => run::run(args),
         Command::Autotune(args) => autotune::run(args),
-        Command::Lsp => Ok(tessera_lsp::run_stdio()),
+        Command::Lsp { args } => Ok(tessera_lsp::main(args)),
         Command::Explore(args) => return explore::run(args),
     };
     match result {
