@@ -14,10 +14,16 @@
 //!   at top level and one inside bodies, none at the start of a block;
 //! - no trailing whitespace (outside string literals), one newline at the end.
 //!
-//! It never changes meaning: the result is parsed again and its item AST compared with
-//! the input's modulo positions, and its token sequence (comments included) with the
-//! input's; any difference is an error, not an output. Files with syntax errors are
-//! refused.
+//! It never changes meaning: each printed top-level statement is parsed again and its
+//! item AST compared with the input's modulo positions, and its token sequence (comments
+//! included) with the input's; any difference is an error, not an output. Files with
+//! syntax errors are refused.
+//!
+//! It works one top-level statement at a time (the chunks of `syntax::chunks`, which the
+//! compiler parses the same way), keeping only the previous statement's tokens for the
+//! blank-line rules: time and memory are linear in the file's size, and memory beyond
+//! the input and the output is bounded by the largest statement (a 50 MB file used to
+//! take minutes and gigabytes with one tree for the whole file).
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,8 +31,8 @@ use std::sync::Arc;
 use tree_sitter::{Node, Parser, Tree};
 
 use crate::check::dtype::{DType, Policy};
-use crate::diagnostics::Code;
-use crate::syntax::{self, ast};
+use crate::diagnostics::{Code, Diagnostic};
+use crate::syntax::{ast, chunks, lexical, lower};
 use crate::text::{LineIndex, TextRange};
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -52,26 +58,20 @@ impl std::error::Error for FormatError {}
 
 /// Formats a whole file (see the module documentation for the rules).
 pub fn format_source(text: &str) -> Result<String, FormatError> {
-    let before = syntax::parse(text, None);
-    if let Some(d) = before.diagnostics.iter().find(|d| is_syntax_code(d.code)) {
-        let index = LineIndex::new(text);
-        let lc = index.line_col(text, d.range.start);
-        return Err(FormatError::Syntax(format!(
-            "{}:{}: {}[{}] {}",
-            lc.line + 1,
-            lc.col + 1,
-            d.severity.as_str(),
-            d.code,
-            d.message
-        )));
+    let mut printer = Printer::new(text);
+    let mut pieces = 0usize;
+    for range in chunks::split(text) {
+        if printer.chunk(range)? {
+            pieces += 1;
+        }
     }
-    let tree = parse_tree(text).ok_or_else(|| FormatError::Syntax("the parser gave up".into()))?;
-    if tree.root_node().has_error() {
-        return Err(FormatError::Syntax("the file does not parse".into()));
+    let out = printer.finish();
+    // Each statement was verified on its own; the output must also cut into the same
+    // statements, so that together they are the same program.
+    let out_pieces = chunks::split(&out).iter().filter(|r| !r.slice(&out).trim().is_empty()).count();
+    if out_pieces != pieces {
+        return Err(FormatError::Unsafe(format!("{pieces} top-level statements became {out_pieces}")));
     }
-    let leaves = collect_leaves(&tree, text);
-    let out = Printer::new(text, &leaves).print()?;
-    verify(text, &before, &leaves, &out)?;
     Ok(out)
 }
 
@@ -79,45 +79,93 @@ fn is_syntax_code(code: Code) -> bool {
     matches!(code, Code::E0100 | Code::E0101 | Code::E0102 | Code::E0104)
 }
 
-fn parse_tree(text: &str) -> Option<Tree> {
-    let mut parser = Parser::new();
-    parser.set_language(&syntax::lower::language()).ok()?;
-    parser.parse(text, None)
+/// One chunk parsed: its tree, its item AST (chunk-relative) and its diagnostics.
+struct ParsedChunk {
+    tree: Tree,
+    items: Vec<ast::Item>,
+    diagnostics: Vec<Diagnostic>,
 }
 
-/// A token of the concrete tree.
+/// Parses a chunk once for both the token stream and the item AST (what
+/// `syntax::parse_chunk` does, keeping the tree).
+fn parse_chunk(parser: &mut Parser, text: &str) -> Option<ParsedChunk> {
+    let lexical = lexical::scan(text, None);
+    let tree = parser.parse(text, None)?;
+    let lowered = lower::lower(text, &tree, &lexical);
+    let mut diagnostics = lexical.diagnostics;
+    diagnostics.extend(lowered.diagnostics);
+    Some(ParsedChunk { tree, items: lowered.module.items, diagnostics })
+}
+
+/// A token of the concrete tree, with what the printer needs of its ancestors (so that
+/// no tree is kept, and no `Node::parent` walk from the root is ever made).
 #[derive(Clone, Copy)]
-struct Leaf<'t> {
-    node: Node<'t>,
+struct Leaf {
+    /// Absolute byte offsets.
     start: usize,
     end: usize,
-    /// 0-based rows of its first and last character.
+    /// 0-based absolute rows of its first and last character.
     row: usize,
     end_row: usize,
-    kind: &'t str,
-    parent: &'t str,
+    kind: &'static str,
+    parent: &'static str,
+    /// The top-level statement it belongs to (a counter over the file), and whether
+    /// that statement is a definition.
+    top: u32,
+    top_is_def: bool,
+    /// An `@` that attaches a policy to a type (`bf16 @accum(f32)`).
+    policy_at: bool,
 }
 
-fn collect_leaves<'t>(tree: &'t Tree, text: &str) -> Vec<Leaf<'t>> {
-    let mut out = Vec::new();
+/// The grammar's node kinds by id, as `'static` strings (a leaf outlives its tree).
+fn kind_name(n: Node<'_>) -> &'static str {
+    static KINDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let kinds = KINDS.get_or_init(|| {
+        let language = lower::language();
+        (0..language.node_kind_count() as u16)
+            .map(|id| &*Box::leak(language.node_kind_for_id(id).unwrap_or("").to_string().into_boxed_str()))
+            .collect()
+    });
+    kinds.get(n.kind_id() as usize).copied().unwrap_or("")
+}
+
+/// The tokens of a chunk's tree; `offset` and `row` are where the chunk starts, `tops`
+/// numbers the top-level statements.
+fn collect_leaves(tree: &Tree, text: &str, offset: usize, row: usize, tops: &mut u32, out: &mut Vec<Leaf>) {
     let mut cursor = tree.walk();
+    // The ancestors of the cursor's node (the root first).
+    let mut ancestors: Vec<Node<'_>> = Vec::new();
+    let (mut top, mut top_is_def) = (0u32, false);
     loop {
         let n = cursor.node();
+        if ancestors.len() == 1 {
+            *tops += 1;
+            top = *tops;
+            top_is_def = is_def(n);
+        }
         if n.child_count() == 0 && n.end_byte() > n.start_byte() {
             let slice = &text[n.start_byte()..n.end_byte()];
             if !slice.trim().is_empty() {
+                let policy_at = n.kind() == "@"
+                    && ancestors.last().is_some_and(|&bin| {
+                        bin.kind() == "binary_operator" && policy_binary(bin, text, in_annotation(&ancestors))
+                    });
+                debug_assert_eq!(kind_name(n), n.kind());
                 out.push(Leaf {
-                    node: n,
-                    start: n.start_byte(),
-                    end: n.end_byte(),
-                    row: n.start_position().row,
-                    end_row: n.end_position().row,
-                    kind: n.kind(),
-                    parent: n.parent().map_or("", |p| p.kind()),
+                    start: offset + n.start_byte(),
+                    end: offset + n.end_byte(),
+                    row: row + n.start_position().row,
+                    end_row: row + n.end_position().row,
+                    kind: kind_name(n),
+                    parent: ancestors.last().map_or("", |&p| kind_name(p)),
+                    top,
+                    top_is_def,
+                    policy_at,
                 });
             }
         }
         if cursor.goto_first_child() {
+            ancestors.push(n);
             continue;
         }
         loop {
@@ -125,13 +173,14 @@ fn collect_leaves<'t>(tree: &'t Tree, text: &str) -> Vec<Leaf<'t>> {
                 break;
             }
             if !cursor.goto_parent() {
-                return out;
+                return;
             }
+            ancestors.pop();
         }
     }
 }
 
-fn leaf_text<'a>(text: &'a str, l: &Leaf<'_>) -> &'a str {
+fn leaf_text<'a>(text: &'a str, l: &Leaf) -> &'a str {
     let s = &text[l.start..l.end];
     if l.kind == "comment" {
         s.trim_end()
@@ -162,10 +211,26 @@ struct LineInfo {
     blank_before: usize,
 }
 
-struct Printer<'a, 't> {
+/// Prints chunk after chunk. `leaves` and `lines` hold the previous chunk's tokens
+/// followed by the current one's (from `current`): the blank-line rules look back one
+/// statement, never further.
+struct Printer<'a> {
     text: &'a str,
-    leaves: &'a [Leaf<'t>],
     nl: &'static str,
+    parser: Parser,
+    leaves: Vec<Leaf>,
+    lines: Vec<Option<LineInfo>>,
+    current: usize,
+    /// Rows before the next chunk, and top-level statements numbered so far.
+    row: usize,
+    tops: u32,
+    /// The block indentation columns open after the last statement line.
+    stack: Vec<usize>,
+    out: String,
+    col: usize,
+    line_indent: usize,
+    frames: Vec<Frame>,
+    statement_level: usize,
 }
 
 struct Frame {
@@ -173,36 +238,116 @@ struct Frame {
     line_indent: usize,
 }
 
-impl<'a, 't> Printer<'a, 't> {
-    fn new(text: &'a str, leaves: &'a [Leaf<'t>]) -> Printer<'a, 't> {
+impl<'a> Printer<'a> {
+    fn new(text: &'a str) -> Printer<'a> {
         let crlf = text.matches("\r\n").count();
         let lf = text.matches('\n').count();
-        Printer { text, leaves, nl: if crlf * 2 > lf { "\r\n" } else { "\n" } }
+        let mut parser = Parser::new();
+        parser.set_language(&lower::language()).expect("the bundled grammar matches the tree-sitter runtime");
+        Printer {
+            text,
+            nl: if crlf * 2 > lf { "\r\n" } else { "\n" },
+            parser,
+            leaves: Vec::new(),
+            lines: Vec::new(),
+            current: 0,
+            row: 0,
+            tops: 0,
+            stack: vec![0],
+            out: String::with_capacity(text.len() + text.len() / 8),
+            col: 0,
+            line_indent: 0,
+            frames: Vec::new(),
+            statement_level: 0,
+        }
     }
 
-    fn col_of(&self, offset: usize) -> usize {
-        let line_start = self.text[..offset].rfind('\n').map_or(0, |p| p + 1);
-        self.text[line_start..offset].chars().count()
+    fn finish(mut self) -> String {
+        if !self.out.is_empty() {
+            self.out.push_str(self.nl);
+        }
+        self.out
     }
 
-    /// Line kinds, levels and blank counts, for every leaf that starts a line.
-    fn lines(&self) -> Result<Vec<Option<LineInfo>>, FormatError> {
-        let leaves = self.leaves;
-        let mut info: Vec<Option<LineInfo>> = vec![None; leaves.len()];
+    /// Formats one chunk and verifies what it printed; false when it has no tokens.
+    fn chunk(&mut self, range: TextRange) -> Result<bool, FormatError> {
+        let src = range.slice(self.text);
+        let parsed =
+            parse_chunk(&mut self.parser, src).ok_or_else(|| FormatError::Syntax("the parser gave up".into()))?;
+        if let Some(d) = parsed.diagnostics.iter().filter(|d| is_syntax_code(d.code)).min_by_key(|d| d.range.start) {
+            let index = LineIndex::new(self.text);
+            let lc = index.line_col(self.text, range.start + d.range.start);
+            return Err(FormatError::Syntax(format!(
+                "{}:{}: {}[{}] {}",
+                lc.line + 1,
+                lc.col + 1,
+                d.severity.as_str(),
+                d.code,
+                d.message
+            )));
+        }
+        if parsed.tree.root_node().has_error() {
+            return Err(FormatError::Syntax("the file does not parse".into()));
+        }
+        // Keep the previous chunk's tokens only.
+        self.leaves.drain(..self.current);
+        self.lines.drain(..self.current);
+        self.current = self.leaves.len();
+        let (offset, row) = (range.start as usize, self.row);
+        collect_leaves(&parsed.tree, src, offset, row, &mut self.tops, &mut self.leaves);
+        self.row += src.matches('\n').count();
+        drop(parsed.tree);
+        if self.leaves.len() == self.current {
+            // Nothing but blank lines: the previous chunk stays the one to look back at.
+            self.current = 0;
+            return Ok(false);
+        }
+        self.adopt_leading_comments();
+        self.line_structure()?;
+        let piece_start = self.print();
+        self.verify(&parsed.items, piece_start)?;
+        Ok(true)
+    }
+
+    /// Comment lines that open a chunk but, in the whole file, end the previous
+    /// statement's block: the grammar's scanner keeps a comment in a block while it is
+    /// indented at least as deep as the block (`scanner.c`), while chunk by chunk it
+    /// starts the next statement's tree. They count as part of the previous statement,
+    /// as they would in one tree of the whole file.
+    fn adopt_leading_comments(&mut self) {
+        let Some(prev) = self.current.checked_sub(1).map(|p| self.leaves[p]) else {
+            return;
+        };
+        let mut open = self.stack.clone();
+        for i in self.current..self.leaves.len() {
+            if self.leaves[i].kind != "comment" {
+                break;
+            }
+            let col = col_of(self.text, self.leaves[i].start);
+            while open.len() > 1 && open.last().is_some_and(|&c| c > col) {
+                open.pop();
+            }
+            if open.len() == 1 {
+                break;
+            }
+            self.leaves[i].top = prev.top;
+            self.leaves[i].top_is_def = prev.top_is_def;
+        }
+    }
+
+    /// Line kinds, levels and blank counts of the current chunk's leaves that start a
+    /// line (a bracket never stays open across chunks).
+    fn line_structure(&mut self) -> Result<(), FormatError> {
+        let leaves = &self.leaves;
         let mut depth = 0i32;
-        let mut stack: Vec<usize> = vec![0];
         let mut pending_comments: Vec<usize> = Vec::new();
-        for i in 0..leaves.len() {
+        self.lines.resize(leaves.len(), None);
+        for i in self.current..leaves.len() {
             let l = &leaves[i];
             let starts_line = i == 0 || l.row > leaves[i - 1].end_row;
             if starts_line {
-                let blank_before = if i == 0 {
-                    0
-                } else {
-                    let gap = &self.text[leaves[i - 1].end..l.start];
-                    blank_lines(gap)
-                };
                 let gap = if i == 0 { "" } else { &self.text[leaves[i - 1].end..l.start] };
+                let blank_before = if i == 0 { 0 } else { blank_lines(gap) };
                 let kind = if depth > 0 {
                     LineKind::Bracket
                 } else if has_backslash(gap) {
@@ -214,16 +359,17 @@ impl<'a, 't> Printer<'a, 't> {
                 };
                 let mut level = 0;
                 if kind == LineKind::Statement {
-                    let col = self.col_of(l.start);
-                    let candidates = with_indent(&stack, col);
+                    let col = col_of(self.text, l.start);
+                    let candidates = with_indent(&self.stack, col);
                     for &c in &pending_comments {
-                        let ccol = self.col_of(leaves[c].start);
+                        let ccol = col_of(self.text, leaves[c].start);
                         let lvl = candidates.iter().rposition(|&x| x <= ccol).unwrap_or(0);
-                        if let Some(Some(inf)) = info.get_mut(c) {
+                        if let Some(Some(inf)) = self.lines.get_mut(c) {
                             inf.level = lvl;
                         }
                     }
                     pending_comments.clear();
+                    let stack = &mut self.stack;
                     if col > *stack.last().unwrap_or(&0) {
                         stack.push(col);
                     } else {
@@ -241,107 +387,103 @@ impl<'a, 't> Printer<'a, 't> {
                 } else if kind == LineKind::Comment {
                     pending_comments.push(i);
                 }
-                info[i] = Some(LineInfo { kind, level, blank_before });
+                self.lines[i] = Some(LineInfo { kind, level, blank_before });
             }
-            match l.kind {
-                "(" | "[" | "{" => depth += 1,
-                ")" | "]" | "}" => depth -= 1,
-                _ => {}
-            }
+            depth += bracket_delta(l.kind);
         }
+        // Comments after the last statement of the file.
         for &c in &pending_comments {
-            let ccol = self.col_of(leaves[c].start);
-            let lvl = stack.iter().rposition(|&x| x <= ccol).unwrap_or(0);
-            if let Some(Some(inf)) = info.get_mut(c) {
+            let ccol = col_of(self.text, leaves[c].start);
+            let lvl = self.stack.iter().rposition(|&x| x <= ccol).unwrap_or(0);
+            if let Some(Some(inf)) = self.lines.get_mut(c) {
                 inf.level = lvl;
             }
         }
-        Ok(info)
+        Ok(())
     }
 
-    fn print(&self) -> Result<String, FormatError> {
-        let leaves = self.leaves;
-        let lines = self.lines()?;
+    /// Prints the current chunk; returns where in the output its first line starts.
+    fn print(&mut self) -> usize {
         let statement_lines: Vec<usize> =
-            (0..leaves.len()).filter(|&i| lines[i].is_some_and(|l| l.kind == LineKind::Statement)).collect();
-        let mut out = String::with_capacity(self.text.len() + self.text.len() / 8);
-        let mut col = 0usize;
-        let mut line_indent = 0usize;
-        let mut frames: Vec<Frame> = Vec::new();
-        let mut statement_level = 0usize;
-        for i in 0..leaves.len() {
-            let l = &leaves[i];
-            let text = leaf_text(self.text, l);
-            if let Some(info) = lines[i] {
-                if i > 0 {
-                    let blanks = self.blank_lines_before(i, info, &lines, &statement_lines);
+            (0..self.leaves.len()).filter(|&i| self.lines[i].is_some_and(|l| l.kind == LineKind::Statement)).collect();
+        let mut piece_start = self.out.len();
+        for i in self.current..self.leaves.len() {
+            let l = self.leaves[i];
+            let text = leaf_text(self.text, &l);
+            if let Some(info) = self.lines[i] {
+                if !self.out.is_empty() {
+                    let blanks = self.blank_lines_before(i, info, &statement_lines);
                     if info.kind == LineKind::Backslash
-                        || (info.kind == LineKind::Bracket && has_backslash(&self.text[leaves[i - 1].end..l.start]))
+                        || (info.kind == LineKind::Bracket
+                            && has_backslash(&self.text[self.leaves[i - 1].end..l.start]))
                     {
-                        out.push_str(" \\");
+                        self.out.push_str(" \\");
                     }
-                    out.push_str(self.nl);
+                    self.out.push_str(self.nl);
                     for _ in 0..blanks {
-                        out.push_str(self.nl);
+                        self.out.push_str(self.nl);
                     }
+                }
+                if i == self.current {
+                    piece_start = self.out.len();
                 }
                 let indent = match info.kind {
                     LineKind::Statement => {
-                        statement_level = info.level;
+                        self.statement_level = info.level;
                         4 * info.level
                     }
                     LineKind::Comment => 4 * info.level,
-                    LineKind::Backslash => 4 * statement_level + 4,
-                    LineKind::Bracket => match frames.last() {
+                    LineKind::Backslash => 4 * self.statement_level + 4,
+                    LineKind::Bracket => match self.frames.last() {
                         Some(f) if matches!(l.kind, ")" | "]" | "}") => f.line_indent,
                         Some(f) => f.cont_col,
-                        None => 4 * statement_level + 4,
+                        None => 4 * self.statement_level + 4,
                     },
                 };
                 for _ in 0..indent {
-                    out.push(' ');
+                    self.out.push(' ');
                 }
-                col = indent;
-                line_indent = indent;
+                self.col = indent;
+                self.line_indent = indent;
             } else {
-                let sep = self.space_between(&leaves[i - 1], l);
-                out.push_str(sep);
-                col += sep.len();
+                let sep = self.space_between(&self.leaves[i - 1], &l);
+                self.out.push_str(sep);
+                self.col += sep.len();
             }
-            out.push_str(text);
+            self.out.push_str(text);
             match text.rfind('\n') {
-                Some(p) => col = text[p + 1..].chars().count(),
-                None => col += text.chars().count(),
+                Some(p) => self.col = text[p + 1..].chars().count(),
+                None => self.col += text.chars().count(),
             }
             match l.kind {
                 "(" | "[" | "{" => {
-                    let hanging = match leaves.get(i + 1) {
+                    let hanging = match self.leaves.get(i + 1) {
                         Some(next) => next.row > l.end_row || next.kind == "comment",
                         None => true,
                     };
-                    frames.push(Frame { cont_col: if hanging { line_indent + 4 } else { col }, line_indent });
+                    let cont_col = if hanging { self.line_indent + 4 } else { self.col };
+                    self.frames.push(Frame { cont_col, line_indent: self.line_indent });
                 }
                 ")" | "]" | "}" => {
-                    frames.pop();
+                    self.frames.pop();
                 }
                 _ => {}
             }
         }
-        if !out.is_empty() {
-            out.push_str(self.nl);
-        }
-        Ok(out)
+        piece_start
     }
 
-    fn blank_lines_before(&self, i: usize, info: LineInfo, lines: &[Option<LineInfo>], statements: &[usize]) -> usize {
+    fn blank_lines_before(&self, i: usize, info: LineInfo, statements: &[usize]) -> usize {
+        let lines = &self.lines;
         let orig = info.blank_before;
         match info.kind {
             LineKind::Bracket | LineKind::Backslash => return 0,
             LineKind::Statement | LineKind::Comment => {}
         }
         // The next statement line at or after this one, and the previous one.
-        let next = statements.iter().copied().find(|&s| s >= i);
-        let prev = statements.iter().copied().rev().find(|&s| s < i);
+        let at = statements.partition_point(|&s| s < i);
+        let next = statements.get(at).copied();
+        let prev = at.checked_sub(1).map(|p| statements[p]);
         let next_level = next.and_then(|n| lines[n]).map(|l| l.level);
         let top_level = next_level.is_none_or(|lvl| lvl == 0) && info.level == 0;
         if !top_level {
@@ -356,12 +498,12 @@ impl<'a, 't> Printer<'a, 't> {
         let Some(p) = prev else {
             return orig.min(2);
         };
-        let prev_top = top_node(self.leaves[p].node);
-        let prev_is_def = is_def(prev_top);
+        let prev_top = self.leaves[p].top;
+        let prev_is_def = self.leaves[p].top_is_def;
         // The first line after the previous top-level statement.
         let prev_line = (0..i).rev().find(|&k| lines[k].is_some()).unwrap_or(p);
-        let first_after_prev = top_node(self.leaves[prev_line].node) == prev_top;
-        let same_statement = top_node(self.leaves[i].node) == prev_top;
+        let first_after_prev = self.leaves[prev_line].top == prev_top;
+        let same_statement = self.leaves[i].top == prev_top;
         if same_statement {
             return orig.min(1);
         }
@@ -369,13 +511,13 @@ impl<'a, 't> Printer<'a, 't> {
             return 2;
         }
         if let Some(n) = next {
-            let next_top = top_node(self.leaves[n].node);
+            let next_top = self.leaves[n].top;
             if next_top == prev_top {
                 return orig.min(2);
             }
             // First line of the group (comments then the statement) with no blank line inside.
-            let group_start = self.group_start(n, lines);
-            if group_start == i && (is_def(next_top) || prev_is_def) {
+            let group_start = self.group_start(n);
+            if group_start == i && (self.leaves[n].top_is_def || prev_is_def) {
                 return 2;
             }
         }
@@ -383,7 +525,8 @@ impl<'a, 't> Printer<'a, 't> {
     }
 
     /// The first line of the run of comment lines directly above statement line `n`.
-    fn group_start(&self, n: usize, lines: &[Option<LineInfo>]) -> usize {
+    fn group_start(&self, n: usize) -> usize {
+        let lines = &self.lines;
         let mut start = n;
         loop {
             if lines[start].is_some_and(|l| l.blank_before > 0) {
@@ -400,6 +543,8 @@ impl<'a, 't> Printer<'a, 't> {
     /// The last leaf of the logical line that starts at `start` (before leaf `limit`).
     fn statement_last_leaf(&self, start: usize, limit: usize) -> usize {
         let mut last = start;
+        // Bracket depth of the leaves start..k (comments are never brackets).
+        let mut depth = 0i32;
         for k in start..limit {
             if self.leaves[k].kind == "comment" && k > start {
                 // A comment line after the statement ends it.
@@ -411,25 +556,14 @@ impl<'a, 't> Printer<'a, 't> {
             if k > start && self.leaves[k].row > self.leaves[last].end_row {
                 // A new physical line: part of the statement only inside brackets or after `\`.
                 let gap = &self.text[self.leaves[last].end..self.leaves[k].start];
-                if !has_backslash(gap) && self.depth_before(start, k) == 0 {
+                if !has_backslash(gap) && depth == 0 {
                     break;
                 }
             }
             last = k;
+            depth += bracket_delta(self.leaves[k].kind);
         }
         last
-    }
-
-    fn depth_before(&self, from: usize, to: usize) -> i32 {
-        let mut d = 0;
-        for l in &self.leaves[from..to] {
-            match l.kind {
-                "(" | "[" | "{" => d += 1,
-                ")" | "]" | "}" => d -= 1,
-                _ => {}
-            }
-        }
-        d
     }
 
     fn opens_block(&self, leaf: usize) -> bool {
@@ -452,7 +586,7 @@ impl<'a, 't> Printer<'a, 't> {
     }
 
     /// The separator between two tokens on one line.
-    fn space_between(&self, a: &Leaf<'_>, b: &Leaf<'_>) -> &'static str {
+    fn space_between(&self, a: &Leaf, b: &Leaf) -> &'static str {
         let (at, bt) = (a.kind, b.kind);
         if bt == "comment" {
             return "  ";
@@ -485,10 +619,10 @@ impl<'a, 't> Printer<'a, 't> {
         if is_open(bt) {
             return if matches!(at, "identifier" | "string") || is_close(at) { "" } else { " " };
         }
-        if bt == "@" && is_policy_at(b.node, self.text) {
+        if bt == "@" && b.policy_at {
             return " ";
         }
-        if at == "@" && is_policy_at(a.node, self.text) {
+        if at == "@" && a.policy_at {
             return "";
         }
         if is_operator(at) || is_operator(bt) {
@@ -503,6 +637,48 @@ impl<'a, 't> Printer<'a, 't> {
             ""
         }
     }
+
+    /// Parses what the current chunk printed (from `piece_start`) and compares it with
+    /// the input chunk: the same items modulo positions and the same tokens.
+    fn verify(&mut self, items: &[ast::Item], piece_start: usize) -> Result<(), FormatError> {
+        let mut piece = self.out[piece_start..].to_string();
+        piece.push_str(self.nl);
+        let parsed = parse_chunk(&mut self.parser, &piece)
+            .ok_or_else(|| FormatError::Unsafe("the output does not parse".into()))?;
+        if let Some(d) = parsed.diagnostics.iter().find(|d| is_syntax_code(d.code)) {
+            return Err(FormatError::Unsafe(format!("the output does not parse: {}", d.message)));
+        }
+        let strip = |items: &[ast::Item]| items.iter().map(strip_item).collect::<Vec<_>>();
+        if strip(items) != strip(&parsed.items) {
+            return Err(FormatError::Unsafe("the syntax tree changed".into()));
+        }
+        let mut out_leaves = Vec::new();
+        collect_leaves(&parsed.tree, &piece, 0, 0, &mut 0, &mut out_leaves);
+        let leaves = &self.leaves[self.current..];
+        let same_tokens = leaves.len() == out_leaves.len()
+            && leaves
+                .iter()
+                .zip(&out_leaves)
+                .all(|(a, b)| a.kind == b.kind && leaf_text(self.text, a) == leaf_text(&piece, b));
+        if !same_tokens {
+            return Err(FormatError::Unsafe("the tokens or comments changed".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The column (in characters) of byte `offset` in its line.
+fn col_of(text: &str, offset: usize) -> usize {
+    let line_start = text[..offset].rfind('\n').map_or(0, |p| p + 1);
+    text[line_start..offset].chars().count()
+}
+
+fn bracket_delta(kind: &str) -> i32 {
+    match kind {
+        "(" | "[" | "{" => 1,
+        ")" | "]" | "}" => -1,
+        _ => 0,
+    }
 }
 
 fn is_open(kind: &str) -> bool {
@@ -513,7 +689,7 @@ fn is_close(kind: &str) -> bool {
     matches!(kind, ")" | "]" | "}")
 }
 
-fn is_unary(l: &Leaf<'_>) -> bool {
+fn is_unary(l: &Leaf) -> bool {
     l.parent == "unary_operator" && matches!(l.kind, "-" | "+" | "~")
 }
 
@@ -545,30 +721,13 @@ fn with_indent(stack: &[usize], col: usize) -> Vec<usize> {
     c
 }
 
-/// The child of `module` that contains `node`.
-fn top_node(node: Node<'_>) -> Node<'_> {
-    let mut n = node;
-    while let Some(p) = n.parent() {
-        if p.kind() == "module" {
-            return n;
-        }
-        n = p;
-    }
-    n
-}
-
 fn is_def(node: Node<'_>) -> bool {
     matches!(node.kind(), "function_definition" | "decorated_definition")
 }
 
-/// `@` of a policy in a type: `bf16 @accum(f32)`, `KVCache[...] @paged`.
-fn is_policy_at(at: Node<'_>, text: &str) -> bool {
-    let Some(bin) = at.parent() else {
-        return false;
-    };
-    if bin.kind() != "binary_operator" {
-        return false;
-    }
+/// Whether the binary operator `bin` (`left @ right`) attaches a policy to a type:
+/// `bf16 @accum(f32)`, `KVCache[...] @paged`. `annotated`: `bin` is inside an annotation.
+fn policy_binary(bin: Node<'_>, text: &str, annotated: bool) -> bool {
     let src = |n: Node<'_>| &text[n.start_byte()..n.end_byte()];
     let is_policy_name = |n: Node<'_>| match n.kind() {
         "identifier" => Policy::NAMES.contains(&src(n)),
@@ -583,10 +742,10 @@ fn is_policy_at(at: Node<'_>, text: &str) -> bool {
     if !is_policy_name(right) {
         return false;
     }
-    in_annotation(bin) || bin.child_by_field_name("left").is_some_and(|l| typeish(l, text))
+    annotated || bin.child_by_field_name("left").is_some_and(|l| typeish(l, text, annotated))
 }
 
-fn typeish(n: Node<'_>, text: &str) -> bool {
+fn typeish(n: Node<'_>, text: &str, annotated: bool) -> bool {
     let src = &text[n.start_byte()..n.end_byte()];
     match n.kind() {
         "identifier" => DType::from_name(src).is_some(),
@@ -594,16 +753,18 @@ fn typeish(n: Node<'_>, text: &str) -> bool {
             .child_by_field_name("attribute")
             .is_some_and(|a| DType::from_name(&text[a.start_byte()..a.end_byte()]).is_some()),
         "subscript" => true,
+        // A left operand is inside an annotation exactly when its operator is.
         "binary_operator" => {
-            n.child_by_field_name("operator").is_some_and(|op| op.kind() == "@" && is_policy_at(op, text))
+            n.child_by_field_name("operator").is_some_and(|op| op.kind() == "@" && policy_binary(n, text, annotated))
         }
         _ => false,
     }
 }
 
-fn in_annotation(node: Node<'_>) -> bool {
-    let mut child = node;
-    while let Some(parent) = child.parent() {
+/// Whether the last of `ancestors` (root first) is inside a type annotation.
+fn in_annotation(ancestors: &[Node<'_>]) -> bool {
+    for k in (1..ancestors.len()).rev() {
+        let (parent, child) = (ancestors[k - 1], ancestors[k]);
         match parent.kind() {
             "typed_parameter" | "typed_default_parameter" | "assignment" => {
                 return parent.child_by_field_name("type") == Some(child);
@@ -612,31 +773,13 @@ fn in_annotation(node: Node<'_>) -> bool {
                 return parent.child_by_field_name("return_type") == Some(child);
             }
             "module" | "block" => return false,
-            _ => child = parent,
+            _ => {}
         }
     }
     false
 }
 
 // ----- verification ------------------------------------------------------------------------
-
-fn verify(text: &str, before: &syntax::Parse, leaves: &[Leaf<'_>], out: &str) -> Result<(), FormatError> {
-    let after = syntax::parse(out, None);
-    if let Some(d) = after.diagnostics.iter().find(|d| is_syntax_code(d.code)) {
-        return Err(FormatError::Unsafe(format!("the output does not parse: {}", d.message)));
-    }
-    if strip_module(&before.module) != strip_module(&after.module) {
-        return Err(FormatError::Unsafe("the syntax tree changed".into()));
-    }
-    let tree = parse_tree(out).ok_or_else(|| FormatError::Unsafe("the output does not parse".into()))?;
-    let out_leaves = collect_leaves(&tree, out);
-    let same_tokens = leaves.len() == out_leaves.len()
-        && leaves.iter().zip(&out_leaves).all(|(a, b)| a.kind == b.kind && leaf_text(text, a) == leaf_text(out, b));
-    if !same_tokens {
-        return Err(FormatError::Unsafe("the tokens or comments changed".into()));
-    }
-    Ok(())
-}
 
 /// The module with every position zeroed, for comparisons "modulo ranges".
 pub fn strip_module(m: &ast::ModuleAst) -> ast::ModuleAst {
@@ -741,6 +884,7 @@ fn strip_body(body: &ast::Body) -> ast::Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::syntax;
 
     fn fmt(src: &str) -> String {
         match format_source(src) {
