@@ -245,19 +245,22 @@ fn classify(body: &[u8], texts: &Texts) -> Action {
     let jsonrpc_ok = map.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
     let params = map.remove("params");
     let Some(method) = method else {
-        // A response to one of our requests, or nothing: never answered.
+        let (result, error) = (map.remove("result"), map.remove("error"));
+        if result.is_none() && error.is_none() {
+            // Neither a request nor a response.
+            let id = id.filter(|_| id_ok).unwrap_or(Value::Null);
+            return Action::Answer(error_response(id, INVALID_REQUEST, "invalid request: no `method`"));
+        }
+        // A response to one of our requests: never answered, dropped when malformed.
         let Some(id) = id.filter(|_| id_ok && jsonrpc_ok) else {
             return Action::Drop;
         };
         let mut out = Map::new();
         out.insert("jsonrpc".into(), "2.0".into());
-        out.insert("id".into(), id.clone());
-        match (map.remove("result"), map.remove("error")) {
+        out.insert("id".into(), id);
+        match (result, error) {
             (Some(result), None) => out.insert("result".into(), result),
             (None, Some(error)) if valid_error(&error) => out.insert("error".into(), error),
-            (None, None) => {
-                return Action::Answer(error_response(id, INVALID_REQUEST, "invalid request: no `method`"));
-            }
             _ => return Action::Drop,
         };
         return Action::Forward(to_bytes(out));
@@ -526,6 +529,8 @@ mod tests {
         assert_eq!(classify_str(r#"{"jsonrpc":"2.0","method":"shutdown"}"#), Action::Drop);
         assert_eq!(classify_str(r#"{"jsonrpc":"2.0","id":1.5,"result":1}"#), Action::Drop);
         assert_eq!(classify_str(r#"{"jsonrpc":"2.0","id":1,"error":"no"}"#), Action::Drop);
+        assert_eq!(answer_code(&classify_str(r#"{"jsonrpc":"2.0","id":1.5}"#)), (Value::Null, INVALID_REQUEST));
+        assert_eq!(answer_code(&classify_str(r#"{"jsonrpc":"2.0","id":"x"}"#)), (json!("x"), INVALID_REQUEST));
     }
 
     #[test]
