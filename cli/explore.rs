@@ -30,5 +30,9 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // `tessera` keeps panic messages quiet for its other commands (they report internal
+    // errors themselves); the explorer's hook restores the terminal and then lets the
+    // standard hook print, so that a crash says why.
+    drop(std::panic::take_hook());
     tessera_tui::run(tessera_tui::Options { file: args.file, kernel: args.kernel, target: args.target, schedule, dims })
 }

@@ -103,4 +103,59 @@ send "stty -a | tr ' ' '\n' | grep -xE -- '-?icanon|-?echo' | tr '\n' ' '; echo"
 wait_for "^icanon echo|^echo icanon|icanon.*echo" 5
 capture | grep -qE -- "-icanon|-echo " && fail "the terminal is still in raw mode after q"
 check "q restores the terminal (main screen, no mouse reporting, canonical mode with echo)"
+
+# Every other way out restores the terminal too: an uncaught panic, an allocation
+# failure (abort), std::process::exit, SIGTERM and SIGINT. The faults are injected by
+# the debug-only TESSERA_EXPLORE_FAULT (the key `!` triggers them).
+# start ROUTE [ENV...]: clear the pane and run the explorer there.
+start() {
+  local route="$1"
+  shift
+  send "clear" Enter
+  sleep 0.2
+  # In a subshell: an interactive bash whose child dies of SIGINT abandons the rest
+  # of the line (it takes it for Ctrl-C), so the status would never be printed.
+  send "(env $* '$bin' examples/gemm.tsr; echo EXIT-$route=\$?)" Enter
+  wait_for "tessera-explore .* 1 Explore" 30
+  wait_for "Graph IR"
+  [ "$(t display-message -p -t e2e '#{alternate_on}')" = 1 ] || fail "$route: not on the alternate screen"
+}
+# restored ROUTE STATUS: the explorer exited with STATUS and the terminal is back:
+# main screen, cursor shown, no mouse reporting, canonical mode with echo.
+restored() {
+  local route="$1" status="$2"
+  wait_for "EXIT-$route=$status" 20
+  [ "$(t display-message -p -t e2e '#{alternate_on}')" = 0 ] || fail "$route left the alternate screen on"
+  [ "$(t display-message -p -t e2e '#{cursor_flag}')" = 1 ] || fail "$route left the cursor hidden"
+  [ "$(t display-message -p -t e2e '#{mouse_any_flag}')" = 0 ] || fail "$route left mouse reporting on"
+  capture | grep -q "1 Explore" && fail "$route: the explorer's screen is still visible"
+  send "stty -a | tr ' ' '\n' | grep -xE -- '-?icanon|-?echo' | tr '\n' ' '; echo STTY-$route" Enter
+  wait_for "STTY-$route\$" 5
+  capture | grep -qE -- "-icanon|-echo " && fail "$route: the terminal is still in raw mode"
+  check "$route restores the terminal (exit status $status)"
+}
+# The explorer's process: the child of the subshell the pane's shell started.
+explorer_pid() { pgrep -P "$(pgrep -P "$(t display-message -p -t e2e '#{pane_pid}')" | head -n 1)" | head -n 1; }
+
+start panic TESSERA_EXPLORE_FAULT=panic
+send "!"
+restored panic 101
+capture | grep -q "injected panic" || fail "the panic message is not on the main screen"
+
+start alloc TESSERA_EXPLORE_FAULT=alloc
+send "!"
+restored alloc 134
+capture | grep -q "tessera-explore: aborted; the terminal was restored" || fail "the abort is not reported"
+
+start exit TESSERA_EXPLORE_FAULT=exit
+send "!"
+restored exit 3
+
+start sigterm
+kill -TERM "$(explorer_pid)"
+restored sigterm 143
+
+start sigint
+kill -INT "$(explorer_pid)"
+restored sigint 130
 echo "tmux e2e: all checks passed"
