@@ -49,6 +49,63 @@ fn main() {
     measure("tessera check, sm_90 (frontend + target lints, the default)", &text, lines, |db, file| {
         tessera_passes::file_diagnostics(db, file, tessera_passes::Target::Sm90)
     });
+    scale();
+}
+
+/// Issue 10's scale cases: undefined names and the formatter on a large file. Linear
+/// work shows as a 5k -> 20k (4x the input) ratio near 4; quadratic work as near 16.
+fn scale() {
+    println!("-- scale: undefined names (frontend diagnostics, cold)");
+    let shapes: [(&str, fn(usize) -> String); 3] = [
+        ("module constants `cI = uI`", |n| (0..n).map(|i| format!("c{i} = u{i}\n")).collect()),
+        ("one function, `vI = uI`", |n| {
+            std::iter::once("def f():\n".to_string()).chain((0..n).map(|i| format!("    v{i} = u{i}\n"))).collect()
+        }),
+        ("one function, `x = uI`", |n| {
+            std::iter::once("def f():\n".to_string()).chain((0..n).map(|i| format!("    x = u{i}\n"))).collect()
+        }),
+    ];
+    for (label, make) in shapes {
+        let time = |n: usize| {
+            let db = Database::default();
+            let file = SourceFile::new(&db, "names.tsr".into(), make(n), None);
+            let t = Instant::now();
+            let errors = tessera_frontend::check::file_diagnostics(&db, file).len();
+            assert_eq!(errors, n, "{label}: one diagnostic per undefined name");
+            t.elapsed()
+        };
+        let (small, large) = (time(5_000), time(20_000));
+        println!(
+            "{label:28} 5 000: {:8.1} ms  20 000: {:8.1} ms  ratio {:4.1}",
+            ms(small),
+            ms(large),
+            large.as_secs_f64() / small.as_secs_f64()
+        );
+    }
+    println!("-- scale: tessera fmt's formatter (the examples repeated)");
+    let unit = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tsr"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut last = None;
+    for mb in [4usize, 16] {
+        let text = unit.repeat((mb << 20) / unit.len() + 1);
+        let t = Instant::now();
+        tessera_frontend::format::format_source(&text).expect("the examples format");
+        let elapsed = t.elapsed();
+        let ratio = last.map_or(String::new(), |(m, d): (usize, Duration)| {
+            format!("  ratio to {m} MB {:4.1} for {:.0}x the input", elapsed.as_secs_f64() / d.as_secs_f64(), mb / m)
+        });
+        println!(
+            "{mb:3} MB: {:8.1} ms  -> {:6.1} MB/s{ratio}",
+            ms(elapsed),
+            text.len() as f64 / 1e6 / elapsed.as_secs_f64()
+        );
+        last = Some((mb, elapsed));
+    }
 }
 
 fn measure(label: &str, text: &str, lines: usize, check: impl Fn(&Database, SourceFile) -> Vec<Diagnostic>) {
