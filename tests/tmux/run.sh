@@ -17,6 +17,10 @@ if ! command -v tmux >/dev/null 2>&1; then
   echo "error: tmux is not installed (Debian: apt-get install -y tmux)" >&2
   exit 2
 fi
+if ! command -v pgrep >/dev/null 2>&1; then
+  echo "error: pgrep is not installed (Debian: apt-get install -y procps)" >&2
+  exit 2
+fi
 bin="${1:-${TESSERA_EXPLORE:-${CARGO_TARGET_DIR:-$repo/target}/debug/tessera-explore}}"
 if [ ! -x "$bin" ]; then
   echo "error: $bin not found: build it first (cargo build --bin tessera-explore)" >&2
