@@ -252,3 +252,29 @@ fn end_of_input_without_shutdown_exits_with_1() {
     let status = s.close_input();
     assert_eq!(status.code(), Some(1));
 }
+
+/// Typing zeros after `512` in an autotune space (`BLOCK=[512000...]`): every keystroke's
+/// lints stay bounded by the target's limits — the server names the tile it cannot hold
+/// instead of allocating one element at a time until it aborts.
+#[test]
+fn typing_zeros_into_a_block_size_is_survived() {
+    let mut s = Server::initialized(json!({}));
+    let text = example("vector_add.tsr");
+    let at = text.find("BLOCK=[512").expect("the example's space") + "BLOCK=[512".len();
+    let before = &text[..at];
+    let line = before.matches('\n').count() as u32;
+    let col = (at - before.rfind('\n').map_or(0, |i| i + 1)) as u32;
+    s.open_and_wait(URI, &text);
+    for i in 0..16u32 {
+        s.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": URI, "version": 2 + i}, "contentChanges": [{"range": {"start": {"line": line, "character": col + i}, "end": {"line": line, "character": col + i}}, "text": "0"}]}),
+        );
+    }
+    // 512 followed by 16 zeros: 5.12e18 elements in one tile.
+    let d = s.diagnostics_for(URI, 17);
+    let all = d["diagnostics"].to_string();
+    assert!(all.contains("W0702") && all.contains("1044480 bytes of tiles in registers"), "{all}");
+    alive_and_answering(&mut s);
+    assert!(s.shutdown().success());
+}

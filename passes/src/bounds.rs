@@ -66,9 +66,8 @@ pub fn check_tiles(f: &Func, config: &Config, target: Target) -> Result<(), Lowe
             let shape: Vec<String> =
                 dims.iter().map(|d| d.eval(&|s| config.key(s)).map_or(d.to_string(), |n| n.to_string())).collect();
             let message = format!(
-                "the {what}{name} would be [{}] x {dtype}: {elements} elements, {bytes} bytes (schedule {}); {why}",
+                "the {what}{name} would be [{}] x {dtype}: {elements} elements, {bytes} bytes; {why}",
                 shape.join(", "),
-                config.schedule,
             );
             return Err(limit_error(f, &defs, i, message));
         }
