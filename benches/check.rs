@@ -56,7 +56,8 @@ fn main() {
 /// work shows as a 5k -> 20k (4x the input) ratio near 4; quadratic work as near 16.
 fn scale() {
     println!("-- scale: undefined names (frontend diagnostics, cold)");
-    let shapes: [(&str, fn(usize) -> String); 3] = [
+    type Shape = (&'static str, fn(usize) -> String);
+    let shapes: [Shape; 3] = [
         ("module constants `cI = uI`", |n| (0..n).map(|i| format!("c{i} = u{i}\n")).collect()),
         ("one function, `vI = uI`", |n| {
             std::iter::once("def f():\n".to_string()).chain((0..n).map(|i| format!("    v{i} = u{i}\n"))).collect()
