@@ -5,7 +5,7 @@
 //! unreadable, a symlink loop, a FIFO or device named on the command line), and the
 //! commands report those after doing everything else.
 
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// A path that could not be read, as shown to the user.
@@ -194,36 +194,10 @@ pub fn load(path: &Path) -> Result<Loaded, PathError> {
 /// renamed over the original, and the directory is synced. A full disk, an error or a
 /// kill at any moment leaves either the old text or the new one, never a mix; on an
 /// error the temporary file is removed. A symlink is followed: the file it points to is
-/// replaced and the link stays a link.
-///
-/// This is `tessera_backends::files::write_atomic` plus the original's permissions
-/// (the helper creates the new file with default ones).
+/// replaced and the link stays a link (`tessera_backends::files::write_atomic`, which
+/// every file the tools write goes through).
 pub fn replace_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let target = std::fs::canonicalize(path)?;
-    let permissions = std::fs::metadata(&target)?.permissions();
-    let dir = target.parent().unwrap_or(Path::new("."));
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.set_permissions(permissions)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, &target)?;
-        // The rename itself is durable once the directory is synced (best effort: not
-        // every platform can open a directory).
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    tessera_backends::files::write_atomic(path, bytes)
 }
 
 /// How a path is shown in output: relative to the current directory when possible.

@@ -5,16 +5,35 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// Writes `bytes` to `path` atomically (see the module doc).
+/// Writes `bytes` to `path` atomically (see the module doc). An existing file keeps its
+/// permissions; a symlink is followed (the file it points to is replaced and the link
+/// stays a link); the directory is synced so that the rename itself is durable.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let target = match std::fs::canonicalize(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => path.to_path_buf(),
+        Err(e) => return Err(e),
+    };
+    let permissions = std::fs::metadata(&target).ok().map(|m| m.permissions());
+    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(bytes)?;
+        if let Some(p) = permissions {
+            f.set_permissions(p)?;
+        }
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        drop(f);
+        std::fs::rename(&tmp, &target)?;
+        // Best effort: not every platform can open a directory.
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
