@@ -501,6 +501,28 @@ fn verify_numerics_is_checked_at_run_time() {
     assert!(out.contains("result    correct; @verify.numerics VIOLATED"), "{out}");
 }
 
+/// `--save` on a full disk: the file that does not fit fails (a file-size limit makes
+/// the write fail with EFBIG, as a full disk does with ENOSPC), the files this run had
+/// already written are removed again, no temporary file is left, and the error says so.
+#[test]
+fn a_failed_save_leaves_no_partial_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("saved");
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 256; exec {} run examples/gemm.tsr --kernel gemm --dims M=16,K=1024,N=256 --device interp --repeat 1 --save {}",
+        env!("CARGO_BIN_EXE_tessera"),
+        out.display()
+    );
+    // A is 16x1024 f32 (64 KiB, fits the 128 KiB limit); B is 1024x256 (1 MiB, does not).
+    let o = Command::new("bash").args(["-c", &script]).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("B.npy") && err.contains("removed the 1 files this run had written"), "{err}");
+    let left: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(left, Vec::<String>::new(), "nothing is left behind");
+}
+
 /// Every mistake a user can make on the command line: exit 2 and a message naming the
 /// value (one snapshot for all of them).
 #[test]
