@@ -51,6 +51,18 @@ pub fn float_format(dtype: DType) -> Option<(i64, i64, f64, bool)> {
     })
 }
 
+/// What a stochastically rounded value beyond the largest finite `max` becomes: `max`
+/// under `@saturate`, else Inf where the format has one and NaN where it has none (e4m3).
+pub fn overflow_value(max: f64, has_inf: bool, saturate: bool) -> f64 {
+    if saturate {
+        max
+    } else if has_inf {
+        f64::INFINITY
+    } else {
+        f64::NAN
+    }
+}
+
 /// Whether a conversion (or fp8 arithmetic) clamps on overflow.
 pub fn saturates(op: &Op) -> bool {
     matches!(op.attr(SATURATE), Some(Attr::Bool(true)))

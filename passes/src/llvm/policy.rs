@@ -45,13 +45,7 @@ pub(super) fn stochastic(
     let one = conv(b, "uitofp", VTy::new(Elem::I1, w), &up, f64t);
     let n = ins(b, "fadd", f64t, &n, &one);
     let r = ins(b, "fmul", f64t, &n, &q);
-    let over = if saturate {
-        max
-    } else if has_inf {
-        f64::INFINITY
-    } else {
-        f64::NAN
-    };
+    let over = crate::ir::policy::overflow_value(max, has_inf, saturate);
     let big = fcmp(b, "ogt", f64t, &r, &lit(f64t, max));
     let r = select(b, f64t, &big, &lit(f64t, over), &r);
     let r = intr(b, "copysign", f64t, &[&r, &x64]);

@@ -195,13 +195,7 @@ pub(super) fn stochastic(b: &mut Builder, x: Operand, u: Operand, to: DType, sat
     b.ins(format!("add.rn.f64 {n}, {n}, {one}"));
     let r = b.reg(Class::F64);
     b.ins(format!("mul.rn.f64 {r}, {n}, {q}"));
-    let over = if saturate {
-        max
-    } else if has_inf {
-        f64::INFINITY
-    } else {
-        f64::NAN
-    };
+    let over = crate::ir::policy::overflow_value(max, has_inf, saturate);
     let big = b.reg(Class::Pred);
     b.ins(format!("setp.gt.f64 {big}, {r}, {}", Operand::F64(max.to_bits())));
     b.ins(format!("selp.f64 {r}, {}, {r}, {big}", Operand::F64(over.to_bits())));
