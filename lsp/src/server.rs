@@ -581,8 +581,10 @@ impl LanguageServer for Backend {
         }
         tokio::spawn(async {
             // Hand back the pages of those threads, then what the arenas still hold
-            // after mimalloc's purge delay (it purges only when asked or allocating).
-            for _ in 0..2 {
+            // after mimalloc's purge delay (it purges only when asked or allocating),
+            // and once more after the re-analysis of the open documents, which a busy
+            // machine may finish after the first rounds.
+            for _ in 0..4 {
                 tokio::time::sleep(crate::memory::SETTLE).await;
                 crate::memory::release();
             }

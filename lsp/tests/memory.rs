@@ -78,7 +78,14 @@ fn memory_returns_after_did_close() {
     // The server hands memory back when the threads that held the document have exited
     // and again after the allocator's purge delay (`memory::SETTLE`, twice).
     std::thread::sleep(Duration::from_secs(4).saturating_sub(closed.elapsed()));
-    let after = settled_rss_mb(pid);
+    let mut after = settled_rss_mb(pid);
+    // On a busy machine the re-analysis may end after the first release rounds; the
+    // server releases again, so wait for the last round (6 s after the close) before
+    // judging.
+    if after > before * 1.5 {
+        std::thread::sleep(Duration::from_secs(7).saturating_sub(closed.elapsed()));
+        after = settled_rss_mb(pid);
+    }
     let heap_after = status_mb(pid, "RssAnon:");
     eprintln!(
         "{binary}: {} lines ({} KiB): RSS before open {before:.1} MB, after open {opened:.1} MB \

@@ -1,6 +1,7 @@
 """The Tessera language server through a third-party client (pytest-lsp / pygls).
 
-Starts the real server (``$TESSERA_LSP``, default ``target/debug/tessera-lsp``) and checks
+Starts the real server (``$TESSERA_LSP``, default ``$CARGO_TARGET_DIR/debug/tessera-lsp``
+with ``target`` as the target directory when none is set) and checks
 diagnostics, hover, completion and formatting. pytest-lsp also checks every response
 against the LSP specification and the client capabilities declared below.
 """
@@ -17,7 +18,8 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SERVER = os.environ.get("TESSERA_LSP", str(ROOT / "target" / "debug" / "tessera-lsp"))
+TARGET_DIR = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+SERVER = os.environ.get("TESSERA_LSP", str(TARGET_DIR / "debug" / "tessera-lsp"))
 GEMM = (ROOT / "examples" / "gemm.tsr").read_text()
 URI = "file:///tmp/tessera-pytest/gemm.tsr"
 TIMEOUT = 30  # seconds to wait for a notification
