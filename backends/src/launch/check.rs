@@ -438,7 +438,7 @@ impl Reference {
                 Vec::new()
             };
             let mut tol =
-                Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allow_nonfinite);
+                Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allows_nonfinite());
             if let Some(acc) = narrowest_accumulator(&plan.graph) {
                 tol = tol.with_accumulator(acc, longest);
             }

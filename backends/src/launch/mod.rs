@@ -843,9 +843,6 @@ pub struct Plan {
     pub reference: Arc<Func>,
     /// The kernel's Graph IR: the f64 reference ([`crate::semantics`]) interprets it.
     pub graph: Arc<Func>,
-    /// `@verify.numerics(allow_nonfinite=True)`: NaN/Inf outputs that the reference also
-    /// produces are accepted.
-    pub allow_nonfinite: bool,
     /// `@verify.numerics(...)`: what every run checks in the outputs.
     pub numerics: Option<NumericsCheck>,
     pub abi: KernelAbi,
@@ -875,6 +872,12 @@ impl Plan {
                 _ => None,
             })
             .collect()
+    }
+
+    /// `@verify.numerics(allow_nonfinite=True)`: NaN/Inf outputs that the reference also
+    /// produces are accepted.
+    pub fn allows_nonfinite(&self) -> bool {
+        self.numerics.as_ref().is_some_and(|n| n.allow_nonfinite)
     }
 
     /// Whether parameter `i` is an output (the kernel writes it).
@@ -998,7 +1001,6 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         code,
         reference,
         graph,
-        allow_nonfinite: allows_nonfinite(db, key),
         numerics: fn_signature(db, key).numerics.clone(),
         abi,
         access,

@@ -94,6 +94,7 @@ pub fn run(
         func,
         config,
         shapes,
+        defs: func.definitions(),
         tensors: &tensors,
         grid,
         programs,
@@ -188,6 +189,8 @@ struct Machine<'a> {
     config: &'a Config,
     /// Shape symbols bound by the tensor arguments.
     shapes: BTreeMap<String, i64>,
+    /// The op defining each value (`Func::definitions`, computed once per run).
+    defs: Vec<Option<OpId>>,
     tensors: &'a [Option<GlobalTensor>],
     grid: [u64; 3],
     programs: &'a Programs,
@@ -252,7 +255,7 @@ impl Machine<'_> {
     }
 
     /// A dim of a type, from the shape symbols and the schedule keys.
-    fn dims(&self, _env: &Env, ty: &Type) -> R<Vec<usize>> {
+    fn dims(&self, ty: &Type) -> R<Vec<usize>> {
         let dims = match ty {
             Type::Tile(t) => &t.dims,
             Type::Tensor(t) => &t.dims,
@@ -419,7 +422,7 @@ impl Machine<'_> {
             }
             OpKind::Splat => {
                 let r = result.expect("splat has a result");
-                let dims = self.dims(env, self.func.ty(r))?;
+                let dims = self.dims(self.func.ty(r))?;
                 let x = match self.get(env, arg(0)?)? {
                     Value::Scalar(x) => x,
                     Value::Index(i) => i as f64,
@@ -429,13 +432,13 @@ impl Machine<'_> {
             }
             OpKind::Full => {
                 let r = result.expect("full has a result");
-                let dims = self.dims(env, self.func.ty(r))?;
+                let dims = self.dims(self.func.ty(r))?;
                 let x = op.attr("value").and_then(|a| a.as_float()).unwrap_or(0.0);
                 Value::Tile(Tile::filled(dims, x).map_err(msg)?)
             }
             OpKind::Arange => {
                 let r = result.expect("arange has a result");
-                let dims = self.dims(env, self.func.ty(r))?;
+                let dims = self.dims(self.func.ty(r))?;
                 let n = dims.first().copied().unwrap_or(0);
                 value::numel(&dims).map_err(msg)?;
                 Value::Tile(Tile { dims, data: (0..n).map(|i| i as f64).collect() })
@@ -448,7 +451,7 @@ impl Machine<'_> {
             }
             OpKind::Broadcast => {
                 let r = result.expect("broadcast has a result");
-                let dims = self.dims(env, self.func.ty(r))?;
+                let dims = self.dims(self.func.ty(r))?;
                 Value::Tile(value::broadcast(&self.tile(env, arg(0)?)?, &dims).map_err(msg)?)
             }
             OpKind::Transpose => Value::Tile(value::transpose(&self.tile(env, arg(0)?)?).map_err(msg)?),
@@ -468,7 +471,7 @@ impl Machine<'_> {
             }
             OpKind::Rand => {
                 let r = result.expect("rand has a result");
-                let dims = self.dims(env, self.func.ty(r))?;
+                let dims = self.dims(self.func.ty(r))?;
                 let seed = self.index(env, arg(0)?)?;
                 let offsets: Vec<i64> = op.operands[1..].iter().map(|&v| self.index(env, v)).collect::<R<_>>()?;
                 let n = value::numel(&dims).map_err(msg)?;
@@ -570,7 +573,7 @@ impl Machine<'_> {
             }
             OpKind::AllocShared => {
                 let r = result.expect("alloc_shared has a result");
-                let dims = self.dims(env, self.func.ty(r))?;
+                let dims = self.dims(self.func.ty(r))?;
                 env.smem.push(Tile::filled(dims, 0.0).map_err(msg)?);
                 Value::Smem(env.smem.len() - 1)
             }
@@ -622,8 +625,7 @@ impl Machine<'_> {
 
     /// Whether the tensor a view was taken of declares `@saturate`.
     fn view_saturates(&self, view: ValueId) -> bool {
-        let defs = self.func.definitions();
-        defs[view.0 as usize]
+        self.defs[view.0 as usize]
             .map(|op| self.func.op(op))
             .and_then(|op| op.operands.first())
             .is_some_and(|&t| matches!(self.func.ty(t), Type::Tensor(tt) if tt.policies.contains(&Policy::Saturate)))

@@ -58,7 +58,7 @@ fn allow_nonfinite_accepts_matching_nans() {
     let text = fixture("flash_attention_seed.tsr")
         .replace("@ts.kernel.schedule(", "@ts.verify.numerics(allow_nonfinite=True)\n@ts.kernel.schedule(");
     let plan = plan_of(&text, "flash_attention_seed", &[("BH", 1), ("S", 128), ("D", 64)], Target::Cpu, &[]);
-    assert!(plan.allow_nonfinite);
+    assert!(plan.allows_nonfinite());
     let out = execute(&plan, &Interpreter, &options(CheckMode::Auto)).unwrap();
     assert_eq!(out.check.verdict(), Verdict::Correct);
     assert_eq!(out.nonfinite[0].nan, 64 * 64);
