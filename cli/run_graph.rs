@@ -359,7 +359,7 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         );
     }
     if let Some(dir) = &args.save {
-        save(dir, &graph, &input.args, &names, &outputs, &report).map_err(Failure::usage)?;
+        save(dir, &graph, &input.args, &returned, &report).map_err(Failure::usage)?;
     }
     Ok(if correct && numerics.is_empty() { 0 } else { 1 })
 }
@@ -396,8 +396,7 @@ fn save(
     dir: &std::path::Path,
     graph: &Func,
     inputs: &[Arg],
-    names: &[String],
-    outputs: &[Arg],
+    returned: &[(String, HostTensor)],
     report: &Value,
 ) -> Result<(), String> {
     let mut save = crate::save::Save::open(dir)?;
@@ -408,8 +407,8 @@ fn save(
             save.tensor(&format!("{name}.npy"), t)?;
         }
     }
-    for (name, a) in names.iter().zip(outputs) {
-        save.tensor(&format!("{name}.out.npy"), &as_tensor(a))?;
+    for (name, t) in returned {
+        save.tensor(&format!("{name}.out.npy"), t)?;
     }
     save.json("run.json", report)
 }
