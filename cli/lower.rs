@@ -55,22 +55,8 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
         ));
     };
     // Code with errors is never lowered: the first error of the function or a callee.
-    if let Some((function, e)) = tessera_passes::errors::reachable_error(&db, entry.key) {
-        use tessera_passes::ir::print::LocResolver;
-        let loc = tessera_passes::ir::Loc::new(&function, e.range);
-        let at = tessera_passes::FileLocs::new(&db, file)
-            .resolve(&loc)
-            .map(|(path, line, col)| format!("{path}:{line}:{col}: "))
-            .unwrap_or_default();
-        let why = if function == args.kernel {
-            "it has errors".to_string()
-        } else {
-            format!("it calls `{function}`, which has errors")
-        };
-        eprintln!(
-            "error: {at}cannot lower `{}`: {why}; the first: {} {} (`tessera check` shows them all)",
-            args.kernel, e.code, e.message
-        );
+    if let Some(message) = crate::run::refusal(&db, file, entry.key, "lower") {
+        eprintln!("error: {message}");
         return Ok(1);
     }
     let stages: Vec<Stage> = match args.stage.as_str() {

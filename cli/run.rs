@@ -210,22 +210,36 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
 /// Code with errors never runs: the first error of the function, or of a function it
 /// calls, refuses it (exit 1).
 pub(crate) fn refuse_errors(src: &Source, key: FnKey<'_>, verb: &str) -> Result<(), Failure> {
-    let Some((function, e)) = tessera_passes::errors::reachable_error(&src.db, key) else { return Ok(()) };
-    let name = key.name(&src.db);
-    let at = src.position(Some(&tessera_passes::ir::Loc::new(&function, e.range)));
+    match refusal(&src.db, src.file, key, verb) {
+        Some(message) => Err(Failure { code: 1, kind: Some("compile"), message }),
+        None => Ok(()),
+    }
+}
+
+/// `FILE:LINE:COL: cannot VERB `k`: ...` naming the first error of `key` or of a function
+/// it calls (the one message of `run`, `autotune` and `lower`), `None` without errors.
+pub(crate) fn refusal(
+    db: &tessera_frontend::Database,
+    file: tessera_frontend::SourceFile,
+    key: FnKey<'_>,
+    verb: &str,
+) -> Option<String> {
+    use tessera_passes::ir::print::LocResolver;
+    let (function, e) = tessera_passes::errors::reachable_error(db, key)?;
+    let name = key.name(db);
+    let at = tessera_passes::FileLocs::new(db, file)
+        .resolve(&tessera_passes::ir::Loc::new(&function, e.range))
+        .map(|(path, line, col)| format!("{path}:{line}:{col}: "))
+        .unwrap_or_default();
     let why = if function == *name {
         "it has errors".to_string()
     } else {
         format!("it calls `{function}`, which has errors")
     };
-    Err(Failure {
-        code: 1,
-        kind: Some("compile"),
-        message: format!(
-            "{at}cannot {verb} `{name}`: {why}; the first: {} {} (`tessera check` shows them all)",
-            e.code, e.message
-        ),
-    })
+    Some(format!(
+        "{at}cannot {verb} `{name}`: {why}; the first: {} {} (`tessera check` shows them all)",
+        e.code, e.message
+    ))
 }
 
 fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
