@@ -7,10 +7,36 @@
 // source map. Every message it receives is appended, one JSON object a line, to the file
 // named by $FAKE_LSP_LOG (when set), so tests can check what the client sent.
 //
+// Its command line is checked as strictly as the real server's (lsp/src/launch.rs): the
+// flags LSP clients append (`--stdio`, `--clientProcessId N` / `--clientProcessId=N`) are
+// accepted, anything else ends it with exit status 2, so a client that launches the server
+// with arguments the real one refuses fails against this stand-in too.
+//
 // No dependencies: plain Node (>= 16).
 'use strict';
 
 const fs = require('fs');
+
+/** The error for a command line the real server would refuse, or undefined when it is fine. */
+function badArgument(args) {
+    for (let i = 0; i < args.length; i++) {
+        const a = args[i];
+        if (a === '--stdio') continue;
+        if (a === '--clientProcessId' && /^\d+$/.test(args[i + 1] || '')) {
+            i++;
+            continue;
+        }
+        if (/^--clientProcessId=\d+$/.test(a)) continue;
+        return `unexpected argument \`${a}\``;
+    }
+    return undefined;
+}
+
+const refused = badArgument(process.argv.slice(2));
+if (refused !== undefined) {
+    process.stderr.write(`fake-lsp: ${refused}\nUsage: fake-lsp.js [--stdio] [--clientProcessId <PID>]\n`);
+    process.exit(2);
+}
 
 const logFile = process.env.FAKE_LSP_LOG;
 const docs = new Map(); // uri -> text
