@@ -1,4 +1,4 @@
-; Tessera folds (Neovim `@fold`).
+; Tessera folds (`@fold`, the only fold capture; Neovim and nvim-treesitter).
 
 [
   (function_definition)
@@ -18,3 +18,9 @@
   (subscript)
   (string)
 ] @fold
+
+; A run of import statements.
+[
+  (import_statement)
+  (import_from_statement)
+]+ @fold

@@ -1,54 +1,88 @@
-; Tessera highlights.
+; Tessera highlights, in nvim-treesitter's capture names (Neovim 0.10+; also what the
+; `tree-sitter` CLI reads). Helix uses its own names: helix/highlights.scm has the same
+; patterns in the same order, keep the two files in step.
 ;
-; Capture names are the ones Neovim (0.9+, nvim-treesitter) and Helix share, or
-; dotted names that fall back to a shared parent (`@keyword.conditional` -> `@keyword`,
-; `@constant.numeric.integer` -> `@constant`). Patterns are written so that a node is
-; captured once: Neovim lets the last matching pattern win and Helix the first, so
-; where two patterns can match the same node the general one comes first (Helix keeps
-; the general capture, Neovim the specific one).
+; Where several patterns capture the same text, Neovim shows the one that comes last in
+; this file (it also wins over a capture of an enclosing node). So general patterns come
+; first and the special cases after them, and every capture is on a leaf (an identifier or
+; a token), never on a node that contains other captured nodes.
+; ------------------------------------------------------------------ identifiers
 
-; ------------------------------------------------------------------ literals
+(identifier) @variable
 
-(comment) @comment
+; The prefixes of built-in namespaces: `tile.load`, `ts.f32`, `dist.mesh`. Before the
+; member pattern, so that a field that happens to be called `tile` stays a field.
+((identifier) @module.builtin
+  (#any-of? @module.builtin "tile" "ts" "dist"))
 
-(string) @string
+; `ctx.BM`, `k.T`
+(attribute
+  attribute: (identifier) @variable.member)
 
-; A docstring: the first statement of a function body (Neovim only, see above).
+; ------------------------------------------------------------------ parameters
+
+(parameters
+  (identifier) @variable.parameter)
+
+(typed_parameter
+  name: (identifier) @variable.parameter)
+
+(default_parameter
+  name: (identifier) @variable.parameter)
+
+(typed_default_parameter
+  name: (identifier) @variable.parameter)
+
+(keyword_argument
+  name: (identifier) @variable.parameter)
+
+; ------------------------------------------------------------------ modules
+
+(import_statement
+  name: (dotted_name
+    (identifier) @module))
+
+(import_statement
+  name: (aliased_import
+    name: (dotted_name
+      (identifier) @module)))
+
+(aliased_import
+  alias: (identifier) @module)
+
+(import_from_statement
+  module_name: (dotted_name
+    (identifier) @module))
+
+; ------------------------------------------------------------------ functions
+
 (function_definition
-  body: (block
-    .
-    (expression_statement
-      (string) @string.documentation)))
+  name: (identifier) @function)
 
-(integer) @constant.numeric.integer
+(call
+  function: (identifier) @function.call)
 
-(float) @constant.numeric.float
+(call
+  function: (attribute
+    attribute: (identifier) @function.method.call))
 
-[
-  (true)
-  (false)
-] @constant.builtin.boolean
+((call
+  function: (identifier) @function.builtin)
+  (#any-of? @function.builtin
+    "float" "int" "min" "max" "cdiv" "len" "range" "dict" "grad" "exp" "log" "tanh" "sqrt"
+    "rsqrt" "sigmoid" "relu" "gelu" "silu" "abs" "neg" "maximum" "minimum" "pow" "matmul"
+    "gemm" "sum" "mean" "softmax_safe" "logsumexp_safe" "layernorm_safe" "rmsnorm_safe"
+    "transpose" "reshape" "concat" "split" "split_qkv" "merge_heads" "flash_attention"
+    "dropout" "residual" "cast" "cast_like" "zeros" "ones" "full" "randn" "arange" "block"
+    "prefetch"))
 
-[
-  (none)
-  (ellipsis)
-] @constant.builtin
+; ------------------------------------------------------------------ types and constants
 
-((identifier) @constant.builtin
-  (#any-of? @constant.builtin "INF" "NAN"))
-
-; ------------------------------------------------------------------ built-in names
-
-; The prefixes of built-in namespaces: `tile.load`, `ts.f32`, `dist.mesh`.
-((identifier) @variable.builtin
-  (#any-of? @variable.builtin "tile" "ts" "dist"))
-
-; Element types (dtypes and their aliases).
+; Element types (dtypes and their aliases), wherever they appear: `f32`, `ts.bf16`.
 ((identifier) @type.builtin
   (#any-of? @type.builtin
-    "f64" "f32" "tf32" "bf16" "f16" "fp8_e4m3" "fp8_e5m2" "int8" "int4" "i32" "i64"
-    "fp64" "fp32" "fp16" "float64" "float32" "float16" "bfloat16" "int32" "int64"
-    "e4m3" "e5m2"))
+    "f64" "f32" "tf32" "bf16" "f16" "fp8_e4m3" "fp8_e5m2" "int8" "int4" "i32" "i64" "fp64"
+    "fp32" "fp16" "float64" "float32" "float16" "bfloat16" "int32" "int64" "e4m3" "e5m2"))
 
 ; Scalar types where a type is expected.
 (typed_parameter
@@ -69,30 +103,15 @@
 
 ; Tensor and value types.
 ((identifier) @type
-  (#any-of? @type
-    "Tensor" "KTile" "KVCache" "OptimizerState" "Tile" "Schedule" "ShardSpec"))
+  (#any-of? @type "Tensor" "KTile" "KVCache" "OptimizerState" "Tile" "Schedule" "ShardSpec"))
 
-; Numeric policies: `bf16 @accum(f32)`, `fp8_e4m3 @saturate`.
-(binary_operator
-  operator: "@"
-  right: (identifier) @attribute
-  (#any-of? @attribute
-    "accum" "stochastic_round" "loss_scale" "saturate" "fp32_master" "paged"
-    "checkpointable" "rolling_window" "device"))
+((identifier) @constant.builtin
+  (#any-of? @constant.builtin "INF" "NAN"))
 
-(binary_operator
-  operator: "@"
-  right: (call
-    function: (identifier) @attribute
-    (#any-of? @attribute
-      "accum" "stochastic_round" "loss_scale" "saturate" "fp32_master" "paged"
-      "checkpointable" "rolling_window" "device")))
+; ------------------------------------------------------------------ decorators
 
-; ------------------------------------------------------------------ functions
-
-(function_definition
-  name: (identifier) @function)
-
+; `@jit`, `@kernel.autotune(...)`, `@ts.kernel.autotune(...)`, `@verify.numerics(...)`:
+; every part of the name is an attribute (not a call, a module or a field).
 (decorator
   "@" @attribute)
 
@@ -100,75 +119,89 @@
   (identifier) @attribute)
 
 (decorator
-  (attribute
-    attribute: (identifier) @attribute))
+  (call
+    function: (identifier) @attribute))
 
-((call
-  function: (identifier) @function.builtin)
-  (#any-of? @function.builtin
-    "float" "int" "min" "max" "cdiv" "len" "range" "dict" "grad" "exp" "log" "tanh"
-    "sqrt" "rsqrt" "sigmoid" "relu" "gelu" "silu" "abs" "neg" "maximum" "minimum" "pow"
-    "matmul" "gemm" "sum" "mean" "softmax_safe" "logsumexp_safe" "layernorm_safe"
-    "rmsnorm_safe" "transpose" "reshape" "concat" "split" "split_qkv" "merge_heads"
-    "flash_attention" "dropout" "residual" "cast" "cast_like" "zeros" "ones" "full"
-    "randn" "arange" "block" "prefetch"))
+(decorator
+  [
+    (attribute
+      object: (identifier) @attribute
+      attribute: (identifier) @attribute)
+    (call
+      function: (attribute
+        object: (identifier) @attribute
+        attribute: (identifier) @attribute))
+  ])
 
-((call
-  function: (identifier) @function.call)
-  (#not-any-of? @function.call
-    "float" "int" "min" "max" "cdiv" "len" "range" "dict" "grad" "exp" "log" "tanh"
-    "sqrt" "rsqrt" "sigmoid" "relu" "gelu" "silu" "abs" "neg" "maximum" "minimum" "pow"
-    "matmul" "gemm" "sum" "mean" "softmax_safe" "logsumexp_safe" "layernorm_safe"
-    "rmsnorm_safe" "transpose" "reshape" "concat" "split" "split_qkv" "merge_heads"
-    "flash_attention" "dropout" "residual" "cast" "cast_like" "zeros" "ones" "full"
-    "randn" "arange" "block" "prefetch"
-    "accum" "stochastic_round" "loss_scale" "saturate" "fp32_master" "paged"
-    "checkpointable" "rolling_window" "device"
-    "Tensor" "KTile" "KVCache" "OptimizerState" "Tile" "Schedule" "ShardSpec"
-    "tile" "ts" "dist" "INF" "NAN"))
+(decorator
+  [
+    (attribute
+      object: (attribute
+        object: (identifier) @attribute
+        attribute: (identifier) @attribute)
+      attribute: (identifier) @attribute)
+    (call
+      function: (attribute
+        object: (attribute
+          object: (identifier) @attribute
+          attribute: (identifier) @attribute)
+        attribute: (identifier) @attribute))
+  ])
 
-((call
-  function: (attribute
-    attribute: (identifier) @function.method.call))
-  (#not-any-of? @function.method.call
-    "Tensor" "KTile" "KVCache" "OptimizerState" "Tile" "Schedule" "ShardSpec"
-    "f64" "f32" "tf32" "bf16" "f16" "fp8_e4m3" "fp8_e5m2" "int8" "int4" "i32" "i64"))
+(decorator
+  [
+    (attribute
+      object: (attribute
+        object: (attribute
+          object: (identifier) @attribute
+          attribute: (identifier) @attribute)
+        attribute: (identifier) @attribute)
+      attribute: (identifier) @attribute)
+    (call
+      function: (attribute
+        object: (attribute
+          object: (attribute
+            object: (identifier) @attribute
+            attribute: (identifier) @attribute)
+          attribute: (identifier) @attribute)
+        attribute: (identifier) @attribute))
+  ])
 
-; ------------------------------------------------------------------ parameters
+; ------------------------------------------------------------------ literals
 
-(parameters
-  (identifier) @variable.parameter)
+(comment) @spell @comment
 
-(typed_parameter
-  name: (identifier) @variable.parameter)
+(string) @string
 
-(default_parameter
-  name: (identifier) @variable.parameter)
+; A docstring: the first statement of a function body or of the module.
+(function_definition
+  (block
+    .
+    (comment)*
+    .
+    (expression_statement
+      (string) @spell @string.documentation)))
 
-(typed_default_parameter
-  name: (identifier) @variable.parameter)
+(module
+  .
+  (comment)*
+  .
+  (expression_statement
+    (string) @spell @string.documentation))
 
-(keyword_argument
-  name: (identifier) @variable.parameter)
+(integer) @number
 
-(keyword_separator) @operator
+(float) @number.float
 
-; ------------------------------------------------------------------ modules
+[
+  (true)
+  (false)
+] @boolean
 
-(import_statement
-  name: (dotted_name
-    (identifier) @module))
-
-(import_statement
-  name: (aliased_import
-    name: (dotted_name
-      (identifier) @module)))
-
-(import_from_statement
-  module_name: (dotted_name
-    (identifier) @module))
-
-(wildcard_import) @operator
+[
+  (none)
+  (ellipsis)
+] @constant.builtin
 
 ; ------------------------------------------------------------------ keywords
 
@@ -181,6 +214,12 @@
   "elif"
   "else"
 ] @keyword.conditional
+
+(conditional_expression
+  [
+    "if"
+    "else"
+  ] @keyword.conditional.ternary)
 
 [
   "for"
@@ -200,13 +239,8 @@
   "from"
 ] @keyword.import
 
-(import_statement
-  (aliased_import
-    "as" @keyword.import))
-
-(import_from_statement
-  (aliased_import
-    "as" @keyword.import))
+(aliased_import
+  "as" @keyword.import)
 
 (with_item
   "as" @keyword)
@@ -270,6 +304,10 @@
 (binary_operator
   operator: "@" @operator)
 
+
+(wildcard_import
+  "*" @character.special)
+
 ; ------------------------------------------------------------------ punctuation
 
 [
@@ -287,3 +325,29 @@
   ":"
   ";"
 ] @punctuation.delimiter
+
+; ------------------------------------------------------------------ numeric policies
+
+; `bf16 @accum(f32)`, `fp8_e4m3 @saturate`: the `@` and the policy are an attribute of the
+; element type, not a matrix product and a call. After the operators, which they override.
+(binary_operator
+  operator: "@" @attribute
+  right: [
+    (identifier) @_policy
+    (call
+      function: (identifier) @_policy)
+  ]
+  (#any-of? @_policy
+    "accum" "stochastic_round" "loss_scale" "saturate" "fp32_master" "paged" "checkpointable"
+    "rolling_window" "device"))
+
+(binary_operator
+  operator: "@"
+  right: [
+    (identifier) @attribute
+    (call
+      function: (identifier) @attribute)
+  ]
+  (#any-of? @attribute
+    "accum" "stochastic_round" "loss_scale" "saturate" "fp32_master" "paged" "checkpointable"
+    "rolling_window" "device"))

@@ -1,5 +1,6 @@
-; Tessera locals: scopes, definitions and references (Neovim and Helix).
-
+; Tessera locals, in nvim-treesitter's capture names: scopes, definitions and references
+; (used by plugins that resolve names, e.g. nvim-treesitter-refactor; Neovim itself does
+; not highlight with them). Helix's version is helix/locals.scm.
 ; ------------------------------------------------------------------ scopes
 
 (module) @local.scope
@@ -12,41 +13,41 @@
   name: (identifier) @local.definition.function)
 
 (parameters
-  (identifier) @local.definition.variable.parameter)
+  (identifier) @local.definition.parameter)
 
 (typed_parameter
-  name: (identifier) @local.definition.variable.parameter)
+  name: (identifier) @local.definition.parameter)
 
 (default_parameter
-  name: (identifier) @local.definition.variable.parameter)
+  name: (identifier) @local.definition.parameter)
 
 (typed_default_parameter
-  name: (identifier) @local.definition.variable.parameter)
+  name: (identifier) @local.definition.parameter)
 
 (assignment
-  left: (identifier) @local.definition.variable)
+  left: (identifier) @local.definition.var)
 
 (assignment
   left: (pattern_list
-    (identifier) @local.definition.variable))
+    (identifier) @local.definition.var))
 
 (assignment
   left: (tuple
-    (identifier) @local.definition.variable))
+    (identifier) @local.definition.var))
 
 (for_statement
-  left: (identifier) @local.definition.variable)
+  left: (identifier) @local.definition.var)
 
 (for_statement
   left: (pattern_list
-    (identifier) @local.definition.variable))
+    (identifier) @local.definition.var))
 
 (for_statement
   left: (tuple
-    (identifier) @local.definition.variable))
+    (identifier) @local.definition.var))
 
 (with_item
-  alias: (identifier) @local.definition.variable)
+  alias: (identifier) @local.definition.var)
 
 (aliased_import
   alias: (identifier) @local.definition.namespace)
