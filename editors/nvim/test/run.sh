@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Headless Neovim tests of the Tessera plugin. Usage: editors/nvim/test/run.sh
 #   NVIM=/path/to/nvim   the Neovim to test (default: nvim on PATH; 0.7.2 and later)
+#   TESSERA_LSP=/path/to/tessera-lsp   the server for the :checkhealth test (default:
+#                        ${CARGO_TARGET_DIR:-target}/debug/tessera-lsp when built, else the fake)
 # Needs node for the LSP test (a fake server, editors/test/fake-lsp.js), and a C compiler to
 # test the real tree-sitter grammar (Neovim 0.10+; else a stand-in parser is used).
 set -euo pipefail
@@ -27,6 +29,25 @@ trap 'rm -rf "$tmp"' EXIT
 printf '@kernel\ndef k(x: Tensor["n", f32]):\n    pass\n' > "$tmp/arg.tsr"
 TESSERA_AUTOSETUP=1 timeout 300 "$nvim" --headless -u test/minimal_init.lua "$tmp/arg.tsr" \
   -c "luafile test/autosetup_test.lua" </dev/null || status=1
+
+# :checkhealth tessera against the real server when one is built (it is not built here).
+repo="$(cd "$here/../.." && pwd)"
+if [ -n "${TESSERA_LSP:-}" ]; then
+  TESSERA_HEALTH_SERVER="$TESSERA_LSP"
+  if [ ! -x "$TESSERA_HEALTH_SERVER" ]; then
+    echo "error: TESSERA_LSP=$TESSERA_LSP is not an executable file" >&2
+    status=1
+  fi
+else
+  target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+  case "$target_dir" in /*) ;; *) target_dir="$repo/$target_dir" ;; esac
+  TESSERA_HEALTH_SERVER="$target_dir/debug/tessera-lsp"
+  if [ ! -x "$TESSERA_HEALTH_SERVER" ]; then
+    echo "note: $TESSERA_HEALTH_SERVER is not built; the health test uses the fake server"
+    TESSERA_HEALTH_SERVER=""
+  fi
+fi
+TESSERA_HEALTH_SERVER="$TESSERA_HEALTH_SERVER" run test/health_test.lua || status=1
 
 if command -v node >/dev/null 2>&1; then
   run test/lsp_test.lua || status=1
