@@ -9,8 +9,8 @@
 //
 // Its command line is checked as strictly as the real server's (lsp/src/launch.rs): the
 // flags LSP clients append (`--stdio`, `--clientProcessId N` / `--clientProcessId=N`) are
-// accepted, anything else ends it with exit status 2, so a client that launches the server
-// with arguments the real one refuses fails against this stand-in too.
+// accepted, `--version` prints a version, anything else ends it with exit status 2, so a
+// client that launches the server with arguments the real one refuses fails here too.
 //
 // No dependencies: plain Node (>= 16).
 'use strict';
@@ -32,6 +32,11 @@ function badArgument(args) {
     return undefined;
 }
 
+if (process.argv.slice(2).some((a) => a === '--version' || a === '-V')) {
+    // As `tessera-lsp --version` answers, for the clients' "show version" commands.
+    process.stdout.write('fake-tessera-lsp 0.0.0\n');
+    process.exit(0);
+}
 const refused = badArgument(process.argv.slice(2));
 if (refused !== undefined) {
     process.stderr.write(`fake-lsp: ${refused}\nUsage: fake-lsp.js [--stdio] [--clientProcessId <PID>]\n`);
@@ -140,7 +145,7 @@ function handle(msg) {
                     // Lists the client-side commands too: a client must still handle them itself.
                     executeCommandProvider: { commands: ['tessera.explore', 'tessera.run'] },
                 },
-                serverInfo: { name: 'fake-tessera-lsp', version: '0' },
+                serverInfo: { name: 'fake-tessera-lsp', version: '0.0.0' },
             });
         case 'initialized':
         case '$/setTrace':

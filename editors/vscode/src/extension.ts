@@ -1,12 +1,18 @@
-// The Tessera VS Code extension: starts `tessera lsp`, handles the code-lens commands
-// (`tessera.explore`, `tessera.run`), and shows lowered IR in read-only virtual documents.
-// Everything that can be decided without VS Code lives in ./logic.ts (unit-tested).
+// The Tessera VS Code extension: starts `tessera lsp`, shows its state in the status bar,
+// handles the code-lens commands (`tessera.explore`, `tessera.run`), and shows lowered IR in
+// read-only virtual documents. Everything that can be decided without VS Code lives in
+// ./logic.ts (unit-tested).
 
+import { execFile } from 'child_process';
 import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
 import {
+    CloseAction,
+    ErrorAction,
+    ErrorHandler,
     FeatureState,
+    InitializeResult,
     LanguageClient,
     LanguageClientOptions,
     RequestType,
@@ -54,14 +60,61 @@ class TesseraClient extends LanguageClient {
         this.registerFeature(clientCommandsFilter);
         super.registerBuiltinFeatures();
     }
+
+    /**
+     * When the server exits during `initialize`, vscode-languageclient 9 forgets its own start
+     * promise (its close handler clears it) and rejects it with nobody listening: start()
+     * resolves instead (startServer checks the state), and the rejection would be reported
+     * as unhandled. It is marked handled here; startServer reports the failure.
+     */
+    override start(): Promise<void> {
+        const started = super.start();
+        const pending = (this as unknown as { _onStart?: Promise<void> })._onStart;
+        pending?.catch(() => undefined);
+        return started;
+    }
+
+    /**
+     * The same failure makes vscode-languageclient call `void this.stop()` while the client
+     * is still starting, which rejects ("can't be stopped"): there is nothing to stop yet.
+     */
+    override stop(timeout?: number): Promise<void> {
+        const whileStarting = this.state === State.Starting;
+        return super.stop(timeout).catch((e: unknown) => {
+            if (whileStarting) {
+                return;
+            }
+            throw e;
+        });
+    }
+}
+
+/**
+ * What `activate` returns (`vscode.extensions.getExtension('tessera-lang.tessera').exports`):
+ * the language server's state as the status bar shows it. The real-client test reads it;
+ * other extensions may too.
+ */
+export interface TesseraApi {
+    readonly status: logic.ServerStatus;
+    readonly onDidChangeStatus: vscode.Event<logic.ServerStatus>;
+    /** The server's answer to `initialize`, while it runs. */
+    readonly initializeResult: InitializeResult | undefined;
 }
 
 let client: LanguageClient | undefined;
 let output: vscode.OutputChannel | undefined;
+let traceOutput: vscode.OutputChannel | undefined;
+let statusItem: ServerStatusItem | undefined;
+/** Start, stop and restart run one after another, never interleaved. */
+let lifecycle: Promise<void> = Promise.resolve();
 
-export async function activate(context: vscode.ExtensionContext): Promise<void> {
+export async function activate(context: vscode.ExtensionContext): Promise<TesseraApi> {
     output = vscode.window.createOutputChannel('Tessera Language Server');
-    context.subscriptions.push(output);
+    // The LSP traffic (`tessera.trace.server`) gets its own channel, so that the server's
+    // log stays readable while tracing.
+    traceOutput = vscode.window.createOutputChannel('Tessera Language Server Trace');
+    statusItem = new ServerStatusItem();
+    context.subscriptions.push(output, traceOutput, statusItem);
 
     const lowering = new LoweringProvider();
     const terminals = new TerminalPool();
@@ -85,23 +138,39 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         vscode.commands.registerCommand('tessera.run', (uri?: unknown, kernel?: unknown) =>
             guard(() => exploreOrRun('run', terminals, uri, kernel)),
         ),
-        vscode.commands.registerCommand('tessera.restartServer', () => guard(() => restartServer())),
+        vscode.commands.registerCommand('tessera.startServer', () => guard(() => serially(startServerCommand))),
+        vscode.commands.registerCommand('tessera.stopServer', () => guard(() => serially(stopServer))),
+        vscode.commands.registerCommand('tessera.restartServer', () => guard(() => serially(restartServer))),
+        // Returns the message too, for scripts and tests (`executeCommand` hands it back).
+        vscode.commands.registerCommand('tessera.showServerVersion', () => guardValue(() => showServerVersion())),
+        vscode.commands.registerCommand('tessera.showOutput', () => output?.show(true)),
         vscode.workspace.onDidSaveTextDocument((doc) => {
             if (doc.languageId === LANGUAGE_ID) {
                 void lowering.refreshSource(doc.uri);
             }
         }),
         vscode.workspace.onDidChangeConfiguration((e) => {
+            // A server the user stopped stays stopped; "Tessera: Start Server" uses the new settings.
             if (
-                e.affectsConfiguration('tessera.server.path') ||
-                e.affectsConfiguration('tessera.server.args')
+                (e.affectsConfiguration('tessera.server.path') || e.affectsConfiguration('tessera.server.args')) &&
+                statusItem?.status.state !== 'stopped'
             ) {
-                void guard(() => restartServer());
+                void guard(() => serially(restartServer));
             }
         }),
     );
 
-    await startServer();
+    await serially(startServer);
+    const item = statusItem;
+    return {
+        get status() {
+            return item.status;
+        },
+        onDidChangeStatus: item.onDidChange,
+        get initializeResult() {
+            return client?.state === State.Running ? client.initializeResult : undefined;
+        },
+    };
 }
 
 export async function deactivate(): Promise<void> {
@@ -132,9 +201,147 @@ function serverArgs(): string[] {
     return Array.isArray(args) ? args.filter((a): a is string => typeof a === 'string') : ['lsp'];
 }
 
+/** Runs `op` after every start/stop/restart queued before it has finished. */
+function serially(op: () => Promise<void>): Promise<void> {
+    const next = lifecycle.then(op, op);
+    // The queue itself never rejects: the caller sees `op`'s error through `next`.
+    lifecycle = next.catch(() => undefined);
+    return next;
+}
+
+/**
+ * The status bar item: the server's state (starting, ready, failed, stopped) at a glance;
+ * a click shows the server log.
+ */
+class ServerStatusItem implements vscode.Disposable {
+    private readonly item = vscode.window.createStatusBarItem('tessera.server', vscode.StatusBarAlignment.Left, 0);
+    private readonly changed = new vscode.EventEmitter<logic.ServerStatus>();
+    readonly onDidChange = this.changed.event;
+    private current: logic.ServerStatus = { state: 'stopped' };
+
+    constructor() {
+        this.item.name = 'Tessera Language Server';
+        this.item.command = 'tessera.showOutput';
+        this.set({ state: 'starting' });
+        this.item.show();
+    }
+
+    get status(): logic.ServerStatus {
+        return this.current;
+    }
+
+    set(status: logic.ServerStatus): void {
+        // The client's own state changes and this extension's may say the same thing twice.
+        if (JSON.stringify(status) === JSON.stringify(this.current)) {
+            return;
+        }
+        this.current = status;
+        const look = logic.statusPresentation(status);
+        this.item.text = look.text;
+        this.item.tooltip = look.tooltip;
+        this.item.backgroundColor =
+            look.background === undefined ? undefined : new vscode.ThemeColor(`statusBarItem.${look.background}Background`);
+        this.changed.fire(status);
+    }
+
+    dispose(): void {
+        this.item.dispose();
+        this.changed.dispose();
+    }
+}
+
+/**
+ * When the server's connection breaks: a server that never got through `initialize` is not
+ * restarted (startServer reports why it failed: restarting a server that refuses its
+ * command line only repeats the failure); one that ran is restarted unless it keeps
+ * crashing (logic.shouldRestart).
+ */
+class ServerErrorHandler implements ErrorHandler {
+    private readonly crashes: number[] = [];
+
+    error(_error: Error, _message: unknown, count: number | undefined): ReturnType<ErrorHandler['error']> {
+        // A few unreadable or unwritable messages in a row mean the connection is gone.
+        return { action: count !== undefined && count <= 3 ? ErrorAction.Continue : ErrorAction.Shutdown };
+    }
+
+    closed(): ReturnType<ErrorHandler['closed']> {
+        if (statusItem?.status.state !== 'ready') {
+            return { action: CloseAction.DoNotRestart, handled: true };
+        }
+        this.crashes.push(Date.now());
+        if (logic.shouldRestart(this.crashes, Date.now())) {
+            return { action: CloseAction.Restart, handled: true };
+        }
+        setStatus({ ...(statusItem?.status ?? {}), state: 'error', detail: logic.CRASH_LOOP_MESSAGE });
+        return { action: CloseAction.DoNotRestart, message: `Tessera: ${logic.CRASH_LOOP_MESSAGE}` };
+    }
+}
+
+/**
+ * The server's log channel as vscode-languageclient writes to it, keeping the last few
+ * kilobytes of the server's stderr since this start: the client passes stderr on with
+ * `append` and writes its own messages with `appendLine`, which are not kept.
+ */
+class TailedOutputChannel implements vscode.OutputChannel {
+    private text = '';
+
+    constructor(private readonly channel: vscode.OutputChannel) {}
+
+    get name(): string {
+        return this.channel.name;
+    }
+
+    tail(): string {
+        return this.text;
+    }
+
+    append(value: string): void {
+        this.text = (this.text + value).slice(-4096);
+        this.channel.append(value);
+    }
+
+    appendLine(value: string): void {
+        this.channel.appendLine(value);
+    }
+
+    replace(value: string): void {
+        this.text = value.slice(-4096);
+        this.channel.replace(value);
+    }
+
+    clear(): void {
+        this.text = '';
+        this.channel.clear();
+    }
+
+    show(columnOrPreserveFocus?: vscode.ViewColumn | boolean, preserveFocus?: boolean): void {
+        if (typeof columnOrPreserveFocus === 'boolean' || columnOrPreserveFocus === undefined) {
+            this.channel.show(columnOrPreserveFocus);
+        } else {
+            this.channel.show(columnOrPreserveFocus, preserveFocus);
+        }
+    }
+
+    hide(): void {
+        this.channel.hide();
+    }
+
+    dispose(): void {
+        // The channel outlives one start of the server: the extension disposes of it.
+    }
+}
+
+function setStatus(status: logic.ServerStatus): void {
+    statusItem?.set(status);
+}
+
 async function startServer(): Promise<void> {
     const command = serverPath();
     const args = serverArgs();
+    const commandLine = [command, ...args].join(' ');
+    // What the server writes to stderr goes to the log; its last line says why a start
+    // failed better than vscode-languageclient's "connection got disposed".
+    const serverLog = new TailedOutputChannel(output!);
     const serverOptions: ServerOptions = {
         run: { command, args, transport: TransportKind.stdio },
         debug: { command, args, transport: TransportKind.stdio },
@@ -149,28 +356,84 @@ async function startServer(): Promise<void> {
             fileEvents: vscode.workspace.createFileSystemWatcher('**/tessera.toml'),
         },
         initializationOptions: { target: config().get<string>('target', 'sm_90') },
-        outputChannel: output,
-        traceOutputChannel: output,
+        outputChannel: serverLog,
+        traceOutputChannel: traceOutput,
+        errorHandler: new ServerErrorHandler(),
+        // No `initializationFailedHandler`: with one, vscode-languageclient 9 swallows the
+        // failure (start() resolves) instead of rejecting.
     };
     // The client id `tessera` makes vscode-languageclient read `tessera.trace.server`.
     const c = new TesseraClient('tessera', 'Tessera Language Server', serverOptions, clientOptions);
     client = c;
+    setStatus({ state: 'starting', command: commandLine });
+    // Later state changes: vscode-languageclient restarts a crashed server by itself (and
+    // gives up after a few crashes); a stop that this extension did not ask for is an error.
+    // The first start's failure is startServer's to report (below), with the reason.
+    let firstStartOver = false;
+    c.onDidChangeState((e) => {
+        if (client !== c || statusItem?.status.state === 'stopped') {
+            return;
+        }
+        if (e.newState === State.Running) {
+            setStatus({ state: 'ready', command: commandLine, serverInfo: c.initializeResult?.serverInfo });
+        } else if (e.newState === State.Starting) {
+            setStatus({ state: 'starting', command: commandLine });
+        } else if (firstStartOver && statusItem?.status.state !== 'error') {
+            setStatus({ state: 'error', command: commandLine, detail: 'The server stopped unexpectedly.' });
+        }
+    });
     try {
         await c.start();
-    } catch (e) {
+        // vscode-languageclient 9 can resolve start() for a server that exited during
+        // `initialize` (its close handler settles the start first): that is a failure too.
+        if (c.state !== State.Running) {
+            throw new Error('the server exited while starting');
+        }
+        firstStartOver = true;
         if (client === c) {
-            client = undefined;
+            setStatus({ state: 'ready', command: commandLine, serverInfo: c.initializeResult?.serverInfo });
         }
-        const choice = await vscode.window.showErrorMessage(
-            `Tessera: could not start the language server (\`${[command, ...args].join(' ')}\`): ${errorMessage(e)}`,
-            'Open Settings',
-            'Show Log',
-        );
-        if (choice === 'Open Settings') {
-            await vscode.commands.executeCommand('workbench.action.openSettings', 'tessera.server');
-        } else if (choice === 'Show Log') {
-            output?.show(true);
+    } catch (e) {
+        if (client !== c) {
+            return;
         }
+        client = undefined;
+        // A server that refuses its command line exits at once; the client's write to it
+        // can fail before its stderr has been read. Give the pipe a moment to drain.
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const message = logic.startFailure(errorMessage(e), serverLog.tail());
+        setStatus({ state: 'error', command: commandLine, detail: `Could not start: ${message}` });
+        // Not awaited: the start is over (a queued stop or restart must not wait for the user).
+        void vscode.window
+            .showErrorMessage(
+                `Tessera: could not start the language server (\`${commandLine}\`): ${message}`,
+                'Open Settings',
+                'Show Log',
+            )
+            .then(async (choice) => {
+                if (choice === 'Open Settings') {
+                    await vscode.commands.executeCommand('workbench.action.openSettings', 'tessera.server');
+                } else if (choice === 'Show Log') {
+                    output?.show(true);
+                }
+            });
+    }
+}
+
+async function startServerCommand(): Promise<void> {
+    if (client && client.state !== State.Stopped) {
+        vscode.window.setStatusBarMessage('Tessera: the language server is already running', 3000);
+        return;
+    }
+    await startServer();
+}
+
+async function stopServer(): Promise<void> {
+    const old = client;
+    client = undefined;
+    setStatus({ state: 'stopped', detail: 'Stopped by "Tessera: Stop Server".' });
+    if (old && old.state !== State.Stopped) {
+        await old.stop().catch(() => undefined);
     }
 }
 
@@ -186,9 +449,37 @@ async function restartServer(): Promise<void> {
     }
 }
 
+/** Runs the configured server program with `--version`; resolves to what it printed. */
+function runVersion(argv: readonly string[]): Promise<{ stdout: string; stderr: string }> {
+    return new Promise((resolve, reject) => {
+        execFile(argv[0], argv.slice(1), { timeout: 10_000, windowsHide: true }, (error, stdout, stderr) => {
+            if (error) {
+                const code = (error as NodeJS.ErrnoException).code;
+                const why =
+                    code === 'ENOENT'
+                        ? 'not found (set tessera.server.path)'
+                        : stderr.trim().split(/\r?\n/)[0] || error.message;
+                reject(new UserError(`\`${argv.join(' ')}\` failed: ${why}`));
+            } else {
+                resolve({ stdout, stderr });
+            }
+        });
+    });
+}
+
+async function showServerVersion(): Promise<string> {
+    const argv = logic.versionArgv(serverPath(), serverArgs());
+    const { stdout } = await runVersion(argv);
+    const running = client?.state === State.Running ? client.initializeResult?.serverInfo : undefined;
+    const message = logic.versionMessage(argv.join(' '), logic.parseVersionOutput(stdout), stdout, running);
+    output?.appendLine(`version: ${message}`);
+    void vscode.window.showInformationMessage(`Tessera: ${message}`);
+    return message;
+}
+
 function runningClient(): LanguageClient {
     if (!client || client.state !== State.Running) {
-        throw new UserError('the Tessera language server is not running (see "Tessera: Restart Server").');
+        throw new UserError('the Tessera language server is not running (see "Tessera: Start Server").');
     }
     return client;
 }
@@ -521,6 +812,15 @@ function errorMessage(e: unknown): string {
         return (e as { message: string }).message;
     }
     return String(e);
+}
+
+/** `guard` for a command that hands back a value: `undefined` after an error (shown). */
+async function guardValue<T>(f: () => Promise<T>): Promise<T | undefined> {
+    let value: T | undefined;
+    await guard(async () => {
+        value = await f();
+    });
+    return value;
 }
 
 async function guard(f: () => Promise<void>): Promise<void> {

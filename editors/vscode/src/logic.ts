@@ -426,3 +426,140 @@ export function expandPath(p: string, vars: { home?: string; workspaceFolder?: s
     });
     return out;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The language server's status (the status bar item) and version
+
+/** What the status bar says about the language server. */
+export type ServerState = 'starting' | 'ready' | 'error' | 'stopped';
+
+export interface ServerStatus {
+    state: ServerState;
+    /** The command line that starts the server (`tessera lsp`). */
+    command?: string;
+    /** Why it is in `error` or `stopped`, when known. */
+    detail?: string;
+    /** The running server's name and version, from its `initialize` answer. */
+    serverInfo?: { name: string; version?: string };
+}
+
+export interface StatusPresentation {
+    text: string;
+    tooltip: string;
+    /** The status bar item's background: VS Code's `statusBarItem.errorBackground` and the like. */
+    background?: 'error' | 'warning';
+}
+
+const STATUS_LOOK: Record<ServerState, { icon: string; words: string; background?: 'error' | 'warning' }> = {
+    starting: { icon: '$(loading~spin)', words: 'starting' },
+    ready: { icon: '$(check)', words: 'ready' },
+    error: { icon: '$(error)', words: 'failed', background: 'error' },
+    stopped: { icon: '$(debug-stop)', words: 'stopped', background: 'warning' },
+};
+
+/** The status bar item for a server status; the tooltip ends with what a click does. */
+export function statusPresentation(status: ServerStatus): StatusPresentation {
+    const look = STATUS_LOOK[status.state];
+    const lines = [`Tessera language server: ${look.words}`];
+    if (status.serverInfo) {
+        lines[0] += ` (${[status.serverInfo.name, status.serverInfo.version].filter(Boolean).join(' ')})`;
+    }
+    if (status.detail) {
+        lines.push(status.detail);
+    }
+    if (status.command) {
+        lines.push(`Command: ${status.command}`);
+    }
+    if (status.state === 'stopped') {
+        lines.push('Run "Tessera: Start Server" to start it again.');
+    } else if (status.state === 'error') {
+        lines.push('Run "Tessera: Restart Server" after fixing the cause (see the log).');
+    }
+    lines.push('Click to show the server log.');
+    return { text: `${look.icon} Tessera`, tooltip: lines.join('\n'), background: look.background };
+}
+
+/** The argv that asks the configured server for its version: its arguments plus `--version`. */
+export function versionArgv(command: string, args: readonly string[]): string[] {
+    return [command, ...args, '--version'];
+}
+
+export interface ProgramVersion {
+    /** The program's name as it prints it (`tessera-lsp`). */
+    name: string;
+    /** `0.1.0`, or whatever followed the name (`0.2.0-dev (abc1234 2026-11-25)`). */
+    version: string;
+}
+
+/**
+ * Reads `--version` output: the first non-blank line, `NAME VERSION...` (`tessera-lsp 0.1.0`;
+ * a leading `v` on the version is dropped). `undefined` when the line does not look like a
+ * version, such as a usage message from a program that does not know `--version`.
+ */
+export function parseVersionOutput(stdout: string): ProgramVersion | undefined {
+    const line = stdout.split(/\r?\n/).find((l) => l.trim() !== '');
+    if (line === undefined) {
+        return undefined;
+    }
+    const m = /^\s*(\S+)\s+v?(\d+(?:\.\d+)*(?:[-+.][0-9A-Za-z.+-]*)?(?:\s.*)?)$/.exec(line.trimEnd());
+    if (!m) {
+        return undefined;
+    }
+    return { name: m[1], version: m[2].trim() };
+}
+
+/**
+ * What "Tessera: Show Server Version" says: the version the configured binary prints, and
+ * the running server's when it differs (the binary was replaced since the server started).
+ */
+export function versionMessage(
+    commandLine: string,
+    binary: ProgramVersion | undefined,
+    rawOutput: string,
+    running: { name: string; version?: string } | undefined,
+): string {
+    if (!binary) {
+        const shown = rawOutput.trim().split(/\r?\n/)[0] ?? '';
+        return shown === ''
+            ? `\`${commandLine}\` printed no version.`
+            : `\`${commandLine}\` printed no version: "${shown}".`;
+    }
+    let message = `${binary.name} ${binary.version} (\`${commandLine}\`)`;
+    if (running?.version && running.version !== binary.version) {
+        message += `; the running server is ${running.name} ${running.version}: restart it to use the new binary.`;
+    }
+    return message;
+}
+
+/**
+ * Why the server did not start, for the user: the last line it wrote to stderr (often its
+ * own reason, such as `tessera-lsp: unexpected argument ...`) followed by the client's error,
+ * or the client's error alone when the server wrote nothing.
+ */
+export function startFailure(clientError: string, serverOutput: string): string {
+    const lines = serverOutput
+        .split(/\r?\n/)
+        .map((l) => l.trim())
+        .filter((l) => l !== '' && !/^Usage:/i.test(l));
+    const last = lines[lines.length - 1];
+    if (last === undefined || clientError.includes(last)) {
+        return clientError;
+    }
+    return `${last} (${clientError})`;
+}
+
+/** How many crashes, within `CRASH_WINDOW_MS`, the server is restarted after. */
+export const MAX_RESTARTS = 4;
+export const CRASH_WINDOW_MS = 3 * 60_000;
+export const CRASH_LOOP_MESSAGE = `the language server crashed ${MAX_RESTARTS + 1} times in ${CRASH_WINDOW_MS / 60_000} minutes and was not restarted: see the log, then run "Tessera: Restart Server".`;
+
+/**
+ * Whether to restart a server that has just crashed. `crashes` holds the times of its
+ * crashes, the last one included; those older than the window are dropped from it.
+ */
+export function shouldRestart(crashes: number[], now: number): boolean {
+    while (crashes.length > 0 && now - crashes[0] > CRASH_WINDOW_MS) {
+        crashes.shift();
+    }
+    return crashes.length <= MAX_RESTARTS;
+}

@@ -310,3 +310,108 @@ describe('stages and targets', () => {
         assert.ok(!logic.isTarget('sm_100'));
     });
 });
+
+describe('statusPresentation', () => {
+    it('shows each state with its icon, words and background', () => {
+        const cases: Array<[logic.ServerState, string, RegExp, 'error' | 'warning' | undefined]> = [
+            ['starting', '$(loading~spin) Tessera', /^Tessera language server: starting$/m, undefined],
+            ['ready', '$(check) Tessera', /^Tessera language server: ready$/m, undefined],
+            ['error', '$(error) Tessera', /^Tessera language server: failed$/m, 'error'],
+            ['stopped', '$(debug-stop) Tessera', /^Tessera language server: stopped$/m, 'warning'],
+        ];
+        for (const [state, text, first, background] of cases) {
+            const look = logic.statusPresentation({ state });
+            assert.equal(look.text, text, state);
+            assert.match(look.tooltip, first, state);
+            assert.equal(look.background, background, state);
+            assert.match(look.tooltip, /Click to show the server log\.$/, state);
+        }
+    });
+
+    it('names the running server, the command and the reason', () => {
+        const ready = logic.statusPresentation({
+            state: 'ready',
+            command: 'tessera lsp',
+            serverInfo: { name: 'tessera-lsp', version: '0.1.0' },
+        });
+        assert.equal(
+            ready.tooltip,
+            'Tessera language server: ready (tessera-lsp 0.1.0)\nCommand: tessera lsp\nClick to show the server log.',
+        );
+        const noVersion = logic.statusPresentation({ state: 'ready', serverInfo: { name: 'tessera-lsp' } });
+        assert.match(noVersion.tooltip, /^Tessera language server: ready \(tessera-lsp\)$/m);
+        const failed = logic.statusPresentation({
+            state: 'error',
+            command: 'tessera lsp',
+            detail: 'Could not start: tessera-lsp: unexpected argument `--stdio`',
+        });
+        assert.deepEqual(failed.tooltip.split('\n'), [
+            'Tessera language server: failed',
+            'Could not start: tessera-lsp: unexpected argument `--stdio`',
+            'Command: tessera lsp',
+            'Run "Tessera: Restart Server" after fixing the cause (see the log).',
+            'Click to show the server log.',
+        ]);
+        assert.match(logic.statusPresentation({ state: 'stopped' }).tooltip, /"Tessera: Start Server"/);
+    });
+});
+
+describe('server version', () => {
+    it('asks the configured program, with its arguments, for --version', () => {
+        assert.deepEqual(logic.versionArgv('tessera', ['lsp']), ['tessera', 'lsp', '--version']);
+        assert.deepEqual(logic.versionArgv('/opt/bin/tessera-lsp', []), ['/opt/bin/tessera-lsp', '--version']);
+    });
+
+    it('reads NAME VERSION from the first non-blank line', () => {
+        assert.deepEqual(logic.parseVersionOutput('tessera-lsp 0.1.0\n'), { name: 'tessera-lsp', version: '0.1.0' });
+        assert.deepEqual(logic.parseVersionOutput('\r\n  tessera v0.2.0-dev\r\n'), { name: 'tessera', version: '0.2.0-dev' });
+        assert.deepEqual(logic.parseVersionOutput('tessera 1.2.3 (abc1234 2026-11-25)\nmore'), {
+            name: 'tessera',
+            version: '1.2.3 (abc1234 2026-11-25)',
+        });
+        assert.deepEqual(logic.parseVersionOutput('tessera-lsp 1.0.0+build.5'), { name: 'tessera-lsp', version: '1.0.0+build.5' });
+    });
+
+    it('finds no version in a usage message, an error or nothing', () => {
+        for (const out of ['', '\n\n', 'Usage: tessera [COMMAND]', 'error: unexpected argument', 'tessera-lsp', 'tessera-lsp dev']) {
+            assert.equal(logic.parseVersionOutput(out), undefined, JSON.stringify(out));
+        }
+    });
+
+    it('says what the binary printed, and when the running server is older', () => {
+        const v = { name: 'tessera-lsp', version: '0.2.0' };
+        assert.equal(
+            logic.versionMessage('tessera lsp --version', v, '', undefined),
+            'tessera-lsp 0.2.0 (`tessera lsp --version`)',
+        );
+        assert.equal(
+            logic.versionMessage('tessera lsp --version', v, '', { name: 'tessera-lsp', version: '0.2.0' }),
+            'tessera-lsp 0.2.0 (`tessera lsp --version`)',
+        );
+        assert.equal(
+            logic.versionMessage('tessera lsp --version', v, '', { name: 'tessera-lsp', version: '0.1.0' }),
+            'tessera-lsp 0.2.0 (`tessera lsp --version`); the running server is tessera-lsp 0.1.0: restart it to use the new binary.',
+        );
+        assert.equal(
+            logic.versionMessage('x --version', undefined, 'Usage: x\nmore', undefined),
+            '`x --version` printed no version: "Usage: x".',
+        );
+        assert.equal(logic.versionMessage('x --version', undefined, '  \n', undefined), '`x --version` printed no version.');
+    });
+});
+
+describe('startFailure', () => {
+    it("puts the server's last stderr line before the client's error", () => {
+        const stderr = 'tessera-lsp: unexpected argument `--stdio`\nUsage: tessera-lsp [--stdio] [--clientProcessId <PID>] (--help for more)\n';
+        assert.equal(
+            logic.startFailure('Pending response rejected since connection got disposed', stderr),
+            'tessera-lsp: unexpected argument `--stdio` (Pending response rejected since connection got disposed)',
+        );
+    });
+
+    it("is the client's error when the server said nothing new", () => {
+        assert.equal(logic.startFailure('spawn tessera ENOENT', ''), 'spawn tessera ENOENT');
+        assert.equal(logic.startFailure('spawn tessera ENOENT', '\n  \n'), 'spawn tessera ENOENT');
+        assert.equal(logic.startFailure('server said: boom', 'boom'), 'server said: boom');
+    });
+});

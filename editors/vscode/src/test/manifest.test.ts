@@ -51,6 +51,63 @@ describe('package.json', () => {
         assert.equal(titles['tessera.showLowering'], 'Tessera: Show Lowering');
         assert.equal(titles['tessera.exploreKernel'], 'Tessera: Explore Kernel');
         assert.equal(titles['tessera.restartServer'], 'Tessera: Restart Server');
+        assert.equal(titles['tessera.startServer'], 'Tessera: Start Server');
+        assert.equal(titles['tessera.stopServer'], 'Tessera: Stop Server');
+        assert.equal(titles['tessera.showServerVersion'], 'Tessera: Show Server Version');
+        assert.equal(titles['tessera.showOutput'], 'Tessera: Show Server Log');
+    });
+
+    it('runs in untrusted workspaces without letting them choose the programs', () => {
+        const trust = pkg.capabilities.untrustedWorkspaces;
+        assert.equal(trust.supported, 'limited');
+        assert.ok(trust.description.length > 20);
+        const props = pkg.contributes.configuration.properties;
+        // Every setting that names a program or its arguments is restricted.
+        const programSettings = Object.keys(props).filter((k) => /\.(path|args)$/.test(k)).sort();
+        assert.deepEqual([...trust.restrictedConfigurations].sort(), programSettings);
+        assert.ok(programSettings.includes('tessera.server.path'));
+        assert.equal(pkg.capabilities.virtualWorkspaces.supported, false);
+    });
+
+    it('has an icon: a 128×128 PNG shipped in the .vsix', () => {
+        const png = fs.readFileSync(path.join(extRoot, pkg.icon));
+        assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+        assert.equal(png.toString('ascii', 12, 16), 'IHDR');
+        assert.equal(png.readUInt32BE(16), 128);
+        assert.equal(png.readUInt32BE(20), 128);
+        const ignore = fs.readFileSync(path.join(extRoot, '.vscodeignore'), 'utf8').split(/\r?\n/);
+        assert.ok(!ignore.some((l) => l.startsWith('images')), 'images/ is packaged');
+    });
+
+    it('names its repository', () => {
+        assert.deepEqual(pkg.repository, {
+            type: 'git',
+            url: 'https://github.com/tessera-lang/tessera',
+            directory: 'editors/vscode',
+        });
+        assert.ok(!/--allow-missing-repository/.test(pkg.scripts.package));
+    });
+
+    it("contributes every custom modifier of the server's semantic tokens legend", () => {
+        // The legend is built in lsp/src/convert.rs: the standard modifiers are LSP's
+        // constants, the custom ones `SemanticTokenModifier::new("...")`.
+        const convert = fs.readFileSync(path.join(extRoot, '..', '..', 'lsp', 'src', 'convert.rs'), 'utf8');
+        const custom = [...convert.matchAll(/SemanticTokenModifier::new\("([^"]+)"\)/g)].map((m) => m[1]).sort();
+        assert.ok(custom.includes('policy'), 'the server sends `policy`');
+        const contributed = pkg.contributes.semanticTokenModifiers;
+        assert.deepEqual(contributed.map((m: { id: string }) => m.id).sort(), custom);
+        for (const m of contributed) {
+            assert.ok(m.description.length > 10, m.id);
+        }
+        // Without a theme rule for it, a policy looks as the TextMate grammar colours it.
+        const scopes = pkg.contributes.semanticTokenScopes.find((s: { language: string }) => s.language === 'tessera');
+        const grammar = fs.readFileSync(path.join(extRoot, 'syntaxes', 'tessera.tmLanguage.json'), 'utf8');
+        for (const [selector, names] of Object.entries(scopes.scopes as Record<string, string[]>)) {
+            assert.match(selector, /^decorator\.policy$/);
+            for (const name of names) {
+                assert.ok(grammar.includes(`"${name}`), `${name} is a scope of the grammar`);
+            }
+        }
     });
 
     it('declares every setting the code reads, with the documented defaults', () => {
@@ -70,7 +127,7 @@ describe('package.json', () => {
 
     it('keeps sources and tests out of the .vsix', () => {
         const ignore = fs.readFileSync(path.join(extRoot, '.vscodeignore'), 'utf8');
-        for (const entry of ['src/**', 'test/**', 'out/**', 'tsconfig.json', 'node_modules/**']) {
+        for (const entry of ['src/**', 'test/**', 'out/**', 'tsconfig.json', 'node_modules/**', 'scripts/**']) {
             assert.ok(ignore.split(/\r?\n/).includes(entry), entry);
         }
     });

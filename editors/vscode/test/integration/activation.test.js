@@ -37,6 +37,7 @@ stub.textDocuments.push(doc);
 
 const context = { subscriptions: [], extensionPath: extRoot, asAbsolutePath: (p) => path.join(extRoot, p) };
 let ext;
+let api;
 
 before(async () => {
     stub.settings.set('tessera.server.path', process.execPath);
@@ -45,7 +46,7 @@ before(async () => {
     stub.settings.set('tessera.cli.path', '/opt/tessera tools/tessera');
     stub.settings.set('tessera.run.args', ['--dims', 'M=64,K=64']);
     ext = require(path.join(extRoot, 'out', 'extension.js'));
-    await ext.activate(context);
+    api = await ext.activate(context);
 });
 
 after(async () => {
@@ -60,9 +61,26 @@ describe('extension under a stub VS Code', () => {
     it('activates, starts the client and registers every command', () => {
         const errors = stub.calls.filter((c) => c[0] === 'showErrorMessage');
         assert.deepEqual(errors, [], 'no error shown at start');
-        for (const id of ['tessera.showLowering', 'tessera.exploreKernel', 'tessera.runKernel', 'tessera.restartServer', 'tessera.explore', 'tessera.run']) {
+        for (const id of ['tessera.showLowering', 'tessera.exploreKernel', 'tessera.runKernel', 'tessera.startServer', 'tessera.stopServer', 'tessera.restartServer', 'tessera.showServerVersion', 'tessera.showOutput', 'tessera.explore', 'tessera.run']) {
             assert.ok(stub.commands.has(id), id);
         }
+    });
+
+    it('shows the server state in the status bar; a click shows the log', () => {
+        assert.equal(stub.statusBarItems.length, 1);
+        const item = stub.statusBarItems[0];
+        assert.ok(item.visible);
+        assert.equal(item.text, '$(check) Tessera');
+        assert.equal(item.command, 'tessera.showOutput');
+        assert.equal(item.backgroundColor, undefined);
+        assert.match(item.tooltip, /^Tessera language server: ready \(fake-tessera-lsp 0\.0\.0\)$/m);
+        assert.equal(ext.status, undefined, 'the API is what activate returned, not a module export');
+        assert.equal(api.status.state, 'ready');
+        assert.equal(api.initializeResult.serverInfo.name, 'fake-tessera-lsp');
+    });
+
+    it('traces the protocol in its own output channel', () => {
+        assert.deepEqual([...stub.outputChannels].sort(), ['Tessera Language Server', 'Tessera Language Server Trace']);
     });
 
     it('Show Lowering: the IR of the chosen stage in a tessera-ir: document beside the source', async () => {
@@ -156,6 +174,49 @@ describe('extension under a stub VS Code', () => {
         vscode.window.activeTextEditor = undefined;
         assert.equal(stub.calls.filter((c) => c[0] === 'showQuickPick').length, before, 'no quick pick');
         assert.match(stub.terminals.pop().sent[0], /--kernel gemm$/);
+    });
+
+    it('Stop Server and Start Server, with the status bar following', async () => {
+        const item = stub.statusBarItems[0];
+        const seen = [];
+        const sub = api.onDidChangeStatus((s) => seen.push(s.state));
+        await vscode.commands.executeCommand('tessera.stopServer');
+        assert.equal(item.text, '$(debug-stop) Tessera');
+        assert.equal(item.backgroundColor.id, 'statusBarItem.warningBackground');
+        await vscode.commands.executeCommand('tessera.showLowering', doc.uri.toString(), 'gemm');
+        const err = stub.calls.filter((c) => c[0] === 'showErrorMessage').pop();
+        assert.match(err[1], /not running \(see "Tessera: Start Server"\)/);
+        await vscode.commands.executeCommand('tessera.startServer');
+        sub.dispose();
+        assert.equal(item.text, '$(check) Tessera');
+        assert.deepEqual(seen, ['stopped', 'starting', 'ready']);
+    });
+
+    it('Show Server Version runs the configured server with --version', async () => {
+        const message = await vscode.commands.executeCommand('tessera.showServerVersion');
+        assert.equal(message, `fake-tessera-lsp 0.0.0 (\`${process.execPath} ${fakeServer} --version\`)`);
+        const info = stub.calls.filter((c) => c[0] === 'showInformationMessage').pop();
+        assert.equal(info[1], `Tessera: ${message}`);
+    });
+
+    it('a server that refuses its command line: its own reason is shown, the status bar turns red', async () => {
+        stub.settings.set('tessera.server.args', [fakeServer, '--socket=5000']);
+        const before = stub.calls.length;
+        await vscode.commands.executeCommand('tessera.restartServer');
+        const errors = stub.calls.slice(before).filter((c) => c[0] === 'showErrorMessage').map((c) => c[1]);
+        assert.ok(
+            errors.some((e) => /could not start the language server .*: fake-lsp: unexpected argument `--socket=5000`/.test(e)),
+            errors.join('\n'),
+        );
+        // Not restarted: a server that refuses its command line would only refuse it again.
+        assert.ok(!errors.some((e) => /crashed|Restarting server failed/.test(e)), errors.join('\n'));
+        const item = stub.statusBarItems[0];
+        assert.equal(item.text, '$(error) Tessera');
+        assert.equal(item.backgroundColor.id, 'statusBarItem.errorBackground');
+        assert.equal(api.status.state, 'error');
+        stub.settings.set('tessera.server.args', [fakeServer]);
+        await vscode.commands.executeCommand('tessera.restartServer');
+        assert.equal(api.status.state, 'ready');
     });
 
     it('a server that cannot start is reported, and commands still fail gracefully', async () => {

@@ -15,6 +15,7 @@ const contentProviders = new Map();
 const settings = new Map(); // 'tessera.server.path' -> value
 const textDocuments = [];
 const terminals = [];
+const statusBarItems = [];
 
 class Disposable {
     constructor(fn) {
@@ -174,7 +175,9 @@ function namespace(name, members) {
 }
 
 const outputLines = [];
+const outputChannels = [];
 function outputChannel(name) {
+    outputChannels.push(name);
     return {
         name,
         append: (s) => outputLines.push(s),
@@ -192,6 +195,29 @@ const window = namespace('window', {
     visibleTextEditors: [],
     createOutputChannel: outputChannel,
     createTextEditorDecorationType: () => new Disposable(),
+    createStatusBarItem: (id, alignment, priority) => {
+        const item = {
+            id,
+            alignment,
+            priority,
+            text: '',
+            tooltip: undefined,
+            command: undefined,
+            backgroundColor: undefined,
+            visible: false,
+            show() {
+                this.visible = true;
+            },
+            hide() {
+                this.visible = false;
+            },
+            dispose() {
+                this.visible = false;
+            },
+        };
+        statusBarItems.push(item);
+        return item;
+    },
     showErrorMessage: async (...args) => {
         calls.push(['showErrorMessage', ...args]);
         return undefined;
@@ -374,5 +400,5 @@ function install() {
 module.exports = {
     install,
     vscode,
-    stub: { calls, answers, commands, settings, textDocuments, terminals, outputLines, makeDocument, contentProviders },
+    stub: { calls, answers, commands, settings, textDocuments, terminals, statusBarItems, outputLines, outputChannels, makeDocument, contentProviders },
 };
