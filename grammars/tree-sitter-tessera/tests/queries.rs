@@ -227,8 +227,8 @@ fn shown_at(captures: &[Capture], byte: usize) -> Option<&Capture> {
 /// One assertion of a highlight fixture.
 #[derive(Debug)]
 struct Assertion {
-    line: usize,   // 0-based line of the asserted text
-    column: usize, // byte column in that line
+    line: usize,           // 0-based line of the asserted text
+    column: usize,         // byte column in that line
     expected: [String; 2], // for Neovim, for Helix
     fixture_line: usize,
 }
@@ -399,7 +399,11 @@ fn no_capture_contains_another() {
         }
     }
     errors.dedup();
-    assert!(errors.is_empty(), "nested highlight captures:\n{}", errors.iter().take(20).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        errors.is_empty(),
+        "nested highlight captures:\n{}",
+        errors.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 // ------------------------------------------------------------------------------ other queries
@@ -447,7 +451,10 @@ fn assert_has(caps: &[(String, String, String)], name: &str, kind: &str, text_st
     assert!(
         has(caps, name, kind, text_start),
         "no @{name} on a {kind} starting with {text_start:?}; captures:\n{}",
-        caps.iter().map(|(n, k, t)| format!("  @{n} {k} {:?}", t.chars().take(30).collect::<String>())).collect::<Vec<_>>().join("\n")
+        caps.iter()
+            .map(|(n, k, t)| format!("  @{n} {k} {:?}", t.chars().take(30).collect::<String>()))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -527,7 +534,9 @@ fn comments_are_injected_with_the_comment_language() {
         let caps = captured(&query, SAMPLE);
         assert_has(&caps, "injection.content", "comment", "# double it");
         let settings: Vec<String> = (0..query.pattern_count())
-            .flat_map(|i| query.property_settings(i).iter().map(|p| format!("{}={}", p.key, p.value.as_deref().unwrap_or(""))))
+            .flat_map(|i| {
+                query.property_settings(i).iter().map(|p| format!("{}={}", p.key, p.value.as_deref().unwrap_or("")))
+            })
             .collect();
         assert!(settings.iter().any(|s| s == "injection.language=comment"), "{editor}: {settings:?}");
     }
