@@ -53,7 +53,7 @@ function onPath(name) {
 
 function findChromium() {
     if (process.env.CHROMIUM) {
-        return process.env.CHROMIUM;
+        return fs.existsSync(process.env.CHROMIUM) ? process.env.CHROMIUM : onPath(process.env.CHROMIUM);
     }
     return ['chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable'].map(onPath).find(Boolean);
 }
