@@ -30,6 +30,18 @@ printf '@kernel\ndef k(x: Tensor["n", f32]):\n    pass\n' > "$tmp/arg.tsr"
 TESSERA_AUTOSETUP=1 timeout 300 "$nvim" --headless -u test/minimal_init.lua "$tmp/arg.tsr" \
   -c "luafile test/autosetup_test.lua" </dev/null || status=1
 
+grammar="$here/../../grammars/tree-sitter-tessera/src"
+export TESSERA_TS_PARSER=""
+if [ -f "$grammar/parser.c" ] && command -v cc >/dev/null 2>&1; then
+  srcs=("$grammar/parser.c")
+  [ -f "$grammar/scanner.c" ] && srcs+=("$grammar/scanner.c")
+  if cc -O1 -shared -fPIC -I"$grammar" "${srcs[@]}" -o "$tmp/tessera.so" 2>"$tmp/cc.log"; then
+    export TESSERA_TS_PARSER="$tmp/tessera.so"
+  else
+    echo "note: could not compile the tree-sitter grammar; using a stand-in parser"
+  fi
+fi
+
 # :checkhealth tessera against the real server when one is built (it is not built here).
 repo="$(cd "$here/../.." && pwd)"
 if [ -n "${TESSERA_LSP:-}" ]; then
@@ -55,17 +67,6 @@ else
   echo "skipped: test/lsp_test.lua (node not found)"
 fi
 
-grammar="$here/../../grammars/tree-sitter-tessera/src"
-export TESSERA_TS_PARSER=""
-if [ -f "$grammar/parser.c" ] && command -v cc >/dev/null 2>&1; then
-  srcs=("$grammar/parser.c")
-  [ -f "$grammar/scanner.c" ] && srcs+=("$grammar/scanner.c")
-  if cc -O1 -shared -fPIC -I"$grammar" "${srcs[@]}" -o "$tmp/tessera.so" 2>"$tmp/cc.log"; then
-    export TESSERA_TS_PARSER="$tmp/tessera.so"
-  else
-    echo "note: could not compile the tree-sitter grammar; using a stand-in parser"
-  fi
-fi
 run test/treesitter_test.lua || status=1
 
 exit $status

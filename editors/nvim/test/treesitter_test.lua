@@ -80,4 +80,75 @@ else
   end)
 end
 
+--- Assertions of a grammar highlight fixture (grammars/tree-sitter-tessera/test/highlight):
+--- `# ^^^ @neovim-name [@helix-name]` under a code line, `# <- @name` at the column of `#`.
+local function fixture_assertions(lines)
+  local out, target = {}, nil
+  for i, line in ipairs(lines) do
+    local indent, body = line:match('^(%s*)#%s*(.*)$')
+    local parsed = false
+    if body then
+      local col0 = #indent
+      local carets, name = body:match('^(%^+)%s+@([%w%._]+)')
+      local arrow_name = body:match('^<%-%s+@([%w%._]+)')
+      if carets and target then
+        local first = line:find('^', 1, true) - 1
+        for c = first, first + #carets - 1 do
+          table.insert(out, { row = target - 1, col = c, expected = name, line = i })
+        end
+        parsed = true
+      elseif arrow_name and target then
+        table.insert(out, { row = target - 1, col = col0, expected = arrow_name, line = i })
+        parsed = true
+      end
+    end
+    if not parsed then
+      target = i
+    end
+  end
+  return out
+end
+
+if real then
+  T.test('the highlight fixtures of the grammar, in this Neovim (the last pattern wins)', function()
+    local probe = vim.treesitter.get_captures_at_pos
+    local dir = vim.fn.fnamemodify(t.default_queries_dir() .. '/../test/highlight', ':p')
+    local files = vim.fn.glob(dir .. '*.tsr', false, true)
+    T.ok(#files > 0, 'fixtures in ' .. dir)
+    t.setup({ autostart = false, parser = real })
+    T.eq(t.setup_treesitter(), true, 'parser loaded')
+    for _, name in ipairs({ 'highlights', 'locals', 'folds', 'indents', 'injections', 'textobjects' }) do
+      local ok, q = pcall(vim.treesitter.query.get, 'tessera', name)
+      T.ok(ok and q ~= nil, name .. '.scm parses in this Neovim: ' .. tostring(q))
+    end
+    local failures, checked = {}, 0
+    for _, file in ipairs(files) do
+      vim.cmd('edit ' .. vim.fn.fnameescape(file))
+      local buf = vim.api.nvim_get_current_buf()
+      T.ok(vim.treesitter.highlighter.active[buf] ~= nil, 'highlighting on for ' .. file)
+      vim.treesitter.get_parser(buf, 'tessera'):parse()
+      for _, a in ipairs(fixture_assertions(vim.api.nvim_buf_get_lines(buf, 0, -1, false))) do
+        local best
+        for _, c in ipairs(probe(buf, a.row, a.col)) do
+          local shown = c.capture:sub(1, 1) ~= '_' and not vim.tbl_contains({ 'spell', 'nospell', 'conceal' }, c.capture)
+          if shown and c.pattern_id == nil then
+            io.stdout:write('skipped: this Neovim does not report pattern ids\n')
+            return
+          end
+          if shown and (not best or c.pattern_id >= best.pattern_id) then
+            best = c
+          end
+        end
+        checked = checked + 1
+        local got = best and best.capture or 'none'
+        if got ~= a.expected then
+          table.insert(failures, string.format('%s:%d: row %d col %d: expected @%s, shown @%s', file, a.line, a.row + 1, a.col + 1, a.expected, got))
+        end
+      end
+    end
+    T.ok(checked > 50, 'assertions checked: ' .. checked)
+    T.ok(#failures == 0, table.concat(failures, '\n'))
+  end)
+end
+
 T.finish('nvim-treesitter')
