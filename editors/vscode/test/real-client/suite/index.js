@@ -128,6 +128,11 @@ async function checks() {
         const init = api.initializeResult;
         check(init && init.capabilities, 'no initialize result');
         const legend = init.capabilities.semanticTokensProvider && init.capabilities.semanticTokensProvider.legend;
+        // Every modifier the server sends beyond LSP's own is one the extension declares.
+        const standard = ['declaration', 'definition', 'readonly', 'static', 'deprecated', 'abstract', 'async', 'modification', 'documentation', 'defaultLibrary'];
+        const declared = (ext.packageJSON.contributes.semanticTokenModifiers || []).map((m) => m.id);
+        const undeclared = ((legend && legend.tokenModifiers) || []).filter((m) => !standard.includes(m) && !declared.includes(m));
+        check(undeclared.length === 0, `semantic token modifiers the manifest does not declare: ${undeclared}`);
         return { status: s, serverInfo: init.serverInfo, tokenModifiers: legend && legend.tokenModifiers };
     });
 
