@@ -73,3 +73,19 @@
 
 ; Inside a multi-line string, keep whatever the user typed.
 (string) @indent.auto
+
+; While typing: an unclosed bracket at the end of a line is an ERROR; the next line is
+; indented one level (`x = f(` + Enter).
+(ERROR
+  [
+    "("
+    "["
+    "{"
+  ] @indent.begin
+  .)
+
+; `elif`/`else` typed on a body line parses as an identifier until the clause is complete;
+; it goes back to the level of its `if`.
+((expression_statement
+  (identifier) @_keyword) @indent.branch
+  (#any-of? @_keyword "elif" "else"))
