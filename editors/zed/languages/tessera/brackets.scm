@@ -1,0 +1,4 @@
+; Matching brackets for Zed.
+("(" @open ")" @close)
+("[" @open "]" @close)
+("{" @open "}" @close)
