@@ -667,8 +667,9 @@ and lsp-mode, see `tessera-lsp-server-command'.
 
 ;;;; Language server
 
-(defun tessera--eglot-contact (&optional _interactive)
-  "The Eglot contact of the Tessera language server."
+(defun tessera--eglot-contact (&rest _)
+  "The Eglot contact of the Tessera language server.
+Eglot calls it with INTERACTIVE (and, in newer versions, the project)."
   tessera-lsp-server-command)
 
 (defvar eglot-server-programs)

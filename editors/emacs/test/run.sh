@@ -61,6 +61,4 @@ for suite in tessera-mode-test tessera-eglot-test tessera-lsp-mode-test; do
     status=1
   fi
 done
-# The byte-compilation test compiles a copy elsewhere; never leave .elc files here.
-rm -f editors/emacs/*.elc editors/emacs/test/*.elc
 exit $status
