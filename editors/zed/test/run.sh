@@ -42,11 +42,11 @@ else
   echo "skip: rustfmt not installed"
 fi
 if cargo clippy --version >/dev/null 2>&1; then
-  cargo clippy --quiet --all-targets -- -D warnings || status=1
+  cargo clippy --quiet --locked --all-targets -- -D warnings || status=1
 else
   echo "skip: clippy not installed"
 fi
-cargo test --quiet || status=1
+cargo test --quiet --locked || status=1
 
 echo "== cargo build --target $wasm_target"
 have_target=0
@@ -58,7 +58,7 @@ elif command -v rustup >/dev/null 2>&1; then
   if rustup target add "$wasm_target"; then have_target=1; fi
 fi
 if [ "$have_target" -eq 1 ]; then
-  if cargo build --quiet --target "$wasm_target"; then
+  if cargo build --quiet --locked --target "$wasm_target"; then
     wasm="$CARGO_TARGET_DIR/$wasm_target/debug/zed_tessera.wasm"
     # A component (what Zed loads) starts with "\0asm" and the component layer 0d 00 01 00.
     header="$(head -c 8 "$wasm" | od -An -tx1 | tr -d ' \n')"
