@@ -1,5 +1,6 @@
 ; Tessera highlights, in Helix's capture names (Helix 25.07+). The same patterns as
-; ../highlights.scm (Neovim's names), in the same order: keep the two files in step.
+; ../highlights.scm (Neovim's names), in the same order, less the docstrings: keep the two
+; files in step (test/highlight/*.tsr checks both).
 ;
 ; Helix 25.07+ lets the last of several patterns that capture the same node win, and an
 ; inner node win over an enclosing one; every capture is on a leaf, so the order alone
