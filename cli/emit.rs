@@ -4,12 +4,13 @@
 //! the diagnostics: human and concise print `PATH: error: MESSAGE`, JSON lists them under
 //! `"errors"` (and counts them in `summary.unreadable`), SARIF as error notifications of
 //! the run's invocation (`executionSuccessful: false`), GitHub as `::error file=PATH::`.
+//! SARIF lives in [`crate::sarif`]; `docs/json.md` documents the JSON and SARIF contracts.
 
 use std::io::{self, Write};
 
 use ariadne::{Color, Config, IndexType, Label, Report, ReportKind, Source};
 use serde_json::{json, Value};
-use tessera_frontend::diagnostics::{Code, Diagnostic, Severity};
+use tessera_frontend::diagnostics::{Diagnostic, Severity};
 use tessera_frontend::text::{LineIndex, TextRange};
 
 use crate::files::PathError;
@@ -80,7 +81,7 @@ pub fn emit(format: Format, run: &Run, color: bool, out: &mut dyn Write) -> io::
             writeln!(out)
         }
         Format::Sarif => {
-            serde_json::to_writer_pretty(&mut *out, &sarif(run))?;
+            serde_json::to_writer_pretty(&mut *out, &crate::sarif::sarif(run))?;
             writeln!(out)
         }
         Format::Github => github(run, out),
@@ -224,84 +225,6 @@ pub fn json_report(run: &Run) -> Value {
         "diagnostics": diagnostics,
         "errors": errors,
         "summary": {"files": s.files, "errors": s.errors, "warnings": s.warnings, "unreadable": errors.len()},
-    })
-}
-
-fn sarif(run: &Run) -> Value {
-    let reports = run.reports;
-    let rules: Vec<Value> = Code::ALL
-        .iter()
-        .map(|c| {
-            json!({
-                "id": c.as_str(),
-                "name": c.title().replace(' ', "-"),
-                "shortDescription": {"text": c.title()},
-                "defaultConfiguration": {"level": match c.default_severity() { Severity::Error => "error", Severity::Warning => "warning" }},
-            })
-        })
-        .collect();
-    let mut results = Vec::new();
-    for r in reports {
-        for d in &r.diagnostics {
-            let region = |range: TextRange| {
-                let (sl, sc) = r.position(range.start);
-                let (el, ec) = r.position(range.end);
-                json!({"startLine": sl, "startColumn": sc, "endLine": el, "endColumn": ec})
-            };
-            let mut result = json!({
-                "ruleId": d.code.as_str(),
-                "ruleIndex": Code::ALL.iter().position(|c| *c == d.code).unwrap_or(0),
-                "level": match d.severity { Severity::Error => "error", Severity::Warning => "warning" },
-                "message": {"text": d.message},
-                "locations": [{"physicalLocation": {"artifactLocation": {"uri": r.path}, "region": region(d.range)}}],
-            });
-            if !d.labels.is_empty() {
-                result["relatedLocations"] = Value::Array(
-                    d.labels
-                        .iter()
-                        .enumerate()
-                        .map(|(i, l)| {
-                            json!({"id": i, "message": {"text": l.message},
-                                   "physicalLocation": {"artifactLocation": {"uri": r.path}, "region": region(l.range)}})
-                        })
-                        .collect(),
-                );
-            }
-            if let Some(fix) = &d.fix {
-                result["fixes"] = json!([{
-                    "description": {"text": fix.message},
-                    "artifactChanges": [{
-                        "artifactLocation": {"uri": r.path},
-                        "replacements": fix.edits.iter().map(|e| json!({
-                            "deletedRegion": region(e.range),
-                            "insertedContent": {"text": e.text},
-                        })).collect::<Vec<_>>(),
-                    }],
-                }]);
-            }
-            results.push(result);
-        }
-    }
-    json!({
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "tessera",
-                "informationUri": "https://github.com/tessera-lang/tessera",
-                "version": env!("CARGO_PKG_VERSION"),
-                "rules": rules,
-            }},
-            "results": results,
-            "invocations": [{
-                "executionSuccessful": run.unreadable.is_empty(),
-                "toolExecutionNotifications": run.unreadable.iter().map(|e| json!({
-                    "level": "error",
-                    "message": {"text": e.message},
-                    "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.path}}}],
-                })).collect::<Vec<_>>(),
-            }],
-        }],
     })
 }
 

@@ -14,6 +14,7 @@ pub mod lower;
 pub mod options;
 pub mod run;
 mod run_graph;
+mod sarif;
 mod save;
 mod verdict;
 
