@@ -96,15 +96,39 @@ pub fn run_passes(
     f.level = level;
     for pass in passes.iter().filter(|p| p.applies_to(target)) {
         (pass.run)(&mut f, config, target)?;
-        if let Err(e) = crate::ir::verify::verify(&f) {
-            return Err(LowerError {
-                message: format!("internal error: the IR after the `{}` pass does not verify: {e}", pass.name),
-                range: f.loc.range,
-            });
-        }
+        verified(&f, pass.name)?;
         after(pass, &f);
     }
     Ok(f)
+}
+
+/// Like [`run_passes`] over the Schedule and then the Tile passes, for analyses that
+/// only read the resulting Tile IR (lints, autotune pruning: every candidate of every
+/// kernel of a file). Release builds verify once, after the last pass, instead of after
+/// each: the IR is the same, a verifier failure is still an internal error, it only
+/// names the whole pipeline instead of the pass. Debug builds (the tests) verify after
+/// every pass as [`run_passes`] does.
+pub fn graph_to_tile(graph: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
+    if cfg!(debug_assertions) {
+        let sched = run_passes(graph, Level::Schedule, SCHEDULE_PASSES, config, target, &mut |_, _| {})?;
+        return run_passes(&sched, Level::Tile, TILE_PASSES, config, target, &mut |_, _| {});
+    }
+    let mut f = graph.clone();
+    for (level, passes) in [(Level::Schedule, SCHEDULE_PASSES), (Level::Tile, TILE_PASSES)] {
+        f.level = level;
+        for pass in passes.iter().filter(|p| p.applies_to(target)) {
+            (pass.run)(&mut f, config, target)?;
+        }
+    }
+    verified(&f, "lowering to Tile IR")?;
+    Ok(f)
+}
+
+fn verified(f: &Func, after: &str) -> Result<(), LowerError> {
+    crate::ir::verify::verify(f).map_err(|e| LowerError {
+        message: format!("internal error: the IR after the `{after}` pass does not verify: {e}"),
+        range: f.loc.range,
+    })
 }
 
 /// The IR after one pass.

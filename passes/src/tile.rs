@@ -11,7 +11,7 @@
 //!    (MMA accumulators and operands) through elementwise ops, reductions (slices),
 //!    loop-carried values and broadcasts; mismatches get `tile.convert_layout`.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim};
@@ -365,7 +365,7 @@ fn pipeline_loop(
     }
     // This iteration's slot of each buffer, read by the loads (and the ops that read
     // explicit buffers).
-    let mut slot_of_buffer: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut slot_of_buffer: HashMap<ValueId, ValueId> = HashMap::default();
     for st in &staged {
         let (so, slot) = slot_of(f, st.buffer, slot_idx, &loc);
         new_body.push(so);
@@ -426,7 +426,7 @@ fn clone_chain(
     iv: ValueId,
     replacement: ValueId,
 ) -> (Vec<OpId>, ValueId) {
-    let mut map: HashMap<ValueId, ValueId> = HashMap::from([(iv, replacement)]);
+    let mut map: HashMap<ValueId, ValueId> = std::iter::once((iv, replacement)).collect();
     let mut out = Vec::new();
     fn visit(
         f: &mut Func,
@@ -503,7 +503,7 @@ pub(crate) fn fold_transposed_loads(f: &mut Func) {
         }
     }
     for id in f.walk() {
-        let op = f.op(id).clone();
+        let op = f.op(id);
         if op.kind != OpKind::Transpose {
             continue;
         }

@@ -89,8 +89,7 @@ pub fn kernel_resources<'db>(
 /// of a 50 000-line file would need hundreds of megabytes.
 fn transient_tile_ir(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Result<Func, LowerError> {
     let graph = graph_ir(db, key).clone()?;
-    let sched = sched::schedule_kernel(&graph, config, target)?;
-    crate::tile::tile_kernel(&sched, config, target)
+    crate::pipeline::graph_to_tile(&graph, config, target)
 }
 
 /// Resource figures of GPU Tile IR.
@@ -131,8 +130,25 @@ pub fn kernel_bank_conflicts<'db>(
         return Ok(Arc::new(Vec::new()));
     }
     let tile = transient_tile_ir(db, key, &config, target)?;
+    Ok(Arc::new(bank_conflicts_of(&tile)))
+}
+
+fn bank_conflicts_of(tile: &Func) -> Vec<BankConflict> {
     let threads = tile.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
-    Ok(Arc::new(bank_conflicts(&tile, threads)))
+    bank_conflicts(tile, threads)
+}
+
+/// [`kernel_resources`] and [`kernel_bank_conflicts`] of a configuration not yet
+/// lowered, from one lowering instead of two.
+fn resources_and_conflicts(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    config: &Config,
+    target: Target,
+) -> Result<(Arc<Resources>, Arc<Vec<BankConflict>>), LowerError> {
+    let tile = transient_tile_ir(db, key, config, target)?;
+    let conflicts = if target.is_gpu() { bank_conflicts_of(&tile) } else { Vec::new() };
+    Ok((Arc::new(resources_of(&tile, target)), Arc::new(conflicts)))
 }
 
 fn value_name(f: &Func, v: ValueId) -> String {
@@ -434,8 +450,15 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         }
         config
     };
-    let Ok(resources) = kernel_resources(db, key, chosen.clone(), target).clone() else { return out };
-    let conflicts = kernel_bank_conflicts(db, key, chosen.clone(), target).clone().unwrap_or_default();
+    let figures = if schedule.is_autotuned() {
+        // Pruning already memoized the chosen candidate's resources.
+        kernel_resources(db, key, chosen.clone(), target).clone().map(|resources| {
+            (resources, kernel_bank_conflicts(db, key, chosen.clone(), target).clone().unwrap_or_default())
+        })
+    } else {
+        resources_and_conflicts(db, key, &chosen, target)
+    };
+    let Ok((resources, conflicts)) = figures else { return out };
     resource_lints(&resources, &conflicts, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
     out
 }

@@ -7,7 +7,7 @@
 //! `ceil(bits × elements per thread / 32)` registers, plus a fixed overhead for the
 //! thread's own indices and the kernel parameters.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use smol_str::SmolStr;
 use tessera_frontend::check::DType;
@@ -110,10 +110,10 @@ struct Numbering {
 fn number(f: &Func) -> Numbering {
     let mut n = Numbering {
         order: Vec::new(),
-        index: HashMap::new(),
-        end: HashMap::new(),
-        parent: HashMap::new(),
-        owner: HashMap::new(),
+        index: HashMap::default(),
+        end: HashMap::default(),
+        parent: HashMap::default(),
+        owner: HashMap::default(),
     };
     for &p in &f.params {
         n.owner.insert(p, None);
@@ -155,7 +155,7 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
     }
     // A broadcast or an inserted unit dim holds no values of its own: codegen reads the
     // source's registers, so a use of the result is a use of the source.
-    let mut alias: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut alias: HashMap<ValueId, ValueId> = HashMap::default();
     for &id in &n.order {
         let op = f.op(id);
         if matches!(op.kind, OpKind::Broadcast | OpKind::ExpandDims) {
@@ -165,7 +165,7 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
         }
     }
     // Live interval of every value: [definition, last use], loops extended.
-    let mut last_use: HashMap<ValueId, usize> = HashMap::new();
+    let mut last_use: HashMap<ValueId, usize> = HashMap::default();
     for (i, &id) in n.order.iter().enumerate() {
         for &v in &f.op(id).operands {
             let v = *alias.get(&v).unwrap_or(&v);
@@ -213,7 +213,7 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
     // Dot operands read from shared memory are loaded fragment by fragment as the mma
     // loop reaches them (the PTX backend's lazy ldmatrix): one k step of fragments is
     // live at a time, not the whole tile.
-    let mut streamed: HashMap<ValueId, u32> = HashMap::new();
+    let mut streamed: HashMap<ValueId, u32> = HashMap::default();
     for &id in &n.order {
         let op = f.op(id);
         if op.kind != OpKind::LoadShared {
@@ -254,7 +254,7 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
         intervals.push((v, def, last, regs as u32));
     }
     let mut per_loc: Vec<(Loc, u32)> = Vec::new();
-    let mut slot_of: HashMap<&Loc, usize> = HashMap::new();
+    let mut slot_of: HashMap<&Loc, usize> = HashMap::default();
     let (mut into, mut out_of) = (live_in[0], live_out[0]);
     let (mut peak, mut peak_at) = (0u32, 0usize);
     for (i, &id) in n.order.iter().enumerate() {
