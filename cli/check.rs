@@ -9,6 +9,7 @@ use tessera_frontend::diagnostics::{Code, Diagnostic};
 use tessera_frontend::text::LineIndex;
 use tessera_frontend::{Database, SourceFile};
 
+use crate::check_cache::CheckCache;
 use crate::config::ProjectConfig;
 use crate::emit::{self, FileReport, Format};
 use crate::{internal_error_message, Target};
@@ -35,6 +36,13 @@ pub struct CheckArgs {
     /// Read the source from standard input and report it under this name.
     #[arg(long)]
     pub stdin_filename: Option<PathBuf>,
+    /// Check every file again instead of reusing the answers cached for unchanged files.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Where the cache lives (default: `$TESSERA_CACHE_DIR`, else `.tessera_cache` beside
+    /// the nearest tessera.toml, else in the working directory).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_cache")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug, clap::ValueEnum)]
@@ -83,6 +91,19 @@ fn file_target(args: &CheckArgs, config: &ProjectConfig) -> Result<Target, Strin
     }
 }
 
+/// The cache `args` ask for, if any.
+fn cache(args: &CheckArgs) -> Option<CheckCache> {
+    if args.no_cache {
+        return None;
+    }
+    let dir = match (&args.cache_dir, std::env::var_os("TESSERA_CACHE_DIR")) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(dir)) if !dir.is_empty() => PathBuf::from(dir),
+        _ => CheckCache::default_dir(&std::env::current_dir().ok()?),
+    };
+    Some(CheckCache::new(dir))
+}
+
 /// Exit status: 2 when the tool failed (an internal error, or not one file could be
 /// checked because every path was unreadable); else 1 when there are errors, including
 /// paths that could not be read, or warnings under `--deny warnings`; else 0. Unreadable
@@ -117,6 +138,7 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
         })
         .collect();
     let cli_filter = CodeFilter::new(&args.select, &args.ignore)?;
+    let cache = cache(&args);
     let mut internal_errors = 0usize;
     // With fewer files than cores, one worker per file would leave cores idle: each
     // file's target lints are then first computed per function on every core.
@@ -144,8 +166,17 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                     {
                         panic!("injected failure for {shown}");
                     }
+                    let text = file.text(db);
+                    let key = cache.as_ref().map(|c| c.key(target, text, file.utf8_error(db)));
+                    if let Some(hit) = cache.as_ref().zip(key.as_ref()).and_then(|(c, k)| c.get(k, text.len())) {
+                        return hit;
+                    }
                     tessera_passes::prefetch_lints(db, *file, target, lint_threads);
-                    tessera_passes::file_diagnostics(db, *file, target)
+                    let diagnostics = tessera_passes::file_diagnostics(db, *file, target);
+                    if let Some((c, k)) = cache.as_ref().zip(key) {
+                        c.put(&k, &diagnostics);
+                    }
+                    diagnostics
                 }))
                 .map_err(|payload| {
                     format!("internal error while checking {shown}: {}", internal_error_message(payload))

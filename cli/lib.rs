@@ -5,6 +5,7 @@
 
 pub mod autotune;
 pub mod check;
+pub mod check_cache;
 pub mod config;
 pub mod emit;
 pub mod explore;
