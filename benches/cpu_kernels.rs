@@ -11,6 +11,9 @@
 //! `cargo bench --bench cpu_kernels`; `TESSERA_BENCH_THREADS` sets the threads (default:
 //! all cores), `TESSERA_BENCH_QUICK=1` shortens every measurement. The machine's load
 //! average is printed: on a shared machine timings of both sides move with it.
+//!
+//! A bench of the `tessera-backends` package (whose `llvm` feature it needs), kept with
+//! the other benches at the repository's root.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,8 +29,13 @@ fn main() {
     eprintln!("cpu_kernels: the CPU backend is not compiled in (enable the `llvm` feature)");
 }
 
+/// The repository's `benches/` (this file's directory).
+fn benches_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches")
+}
+
 fn kernels_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/kernels")
+    benches_dir().join("kernels")
 }
 
 fn load_average() -> String {
@@ -38,7 +46,7 @@ fn load_average() -> String {
 
 /// Runs `benches/numpy_peer.py` with `threads` OpenBLAS threads; its JSON, or why not.
 fn numpy_peer(threads: usize, quick: bool) -> Result<serde_json::Value, String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/numpy_peer.py");
+    let script = benches_dir().join("numpy_peer.py");
     let mut cmd = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()));
     cmd.arg(&script).env("OPENBLAS_NUM_THREADS", threads.to_string()).env("OMP_NUM_THREADS", threads.to_string());
     if quick {

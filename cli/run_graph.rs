@@ -39,21 +39,6 @@ impl<E: KernelExecutor> KernelExecutor for Timed<E> {
     }
 }
 
-/// The CPU backend as a plan executor: each kernel's Tile IR is compiled (and cached by
-/// its IR) and launched across every core.
-#[cfg(feature = "llvm")]
-struct CpuExecutor {
-    threads: usize,
-}
-
-#[cfg(feature = "llvm")]
-impl KernelExecutor for CpuExecutor {
-    fn launch(&mut self, tile_ir: &Func, args: &mut [Arg]) -> Result<(), String> {
-        let kernel = tessera_backends::cpu::CpuKernel::new(tile_ir).map_err(|e| e.to_string())?;
-        kernel.launch(args, self.threads).map(|_| ()).map_err(|e| e.to_string())
-    }
-}
-
 /// Seeded normal(0, 1) numbers (splitmix64 and Box-Muller), one stream per parameter.
 fn normals(seed: u64, stream: u64, n: usize) -> Vec<f64> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03);
@@ -206,7 +191,7 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
                 "--device gpu for a graph function: its launch plan runs on the CPU backend or the interpreter (--device cpu|interp)",
             ))
         }
-        _ if cfg!(feature = "llvm") => Device::Cpu,
+        _ if tessera_backends::HAS_CPU_BACKEND => Device::Cpu,
         _ => Device::Interpreter,
     };
     let target = args.target.unwrap_or(if device == Device::Cpu { Target::Cpu } else { Target::Sm90 });
@@ -221,10 +206,11 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
     for _ in 0..repeat {
         let t = Instant::now();
         let (got, per_kernel) = match device {
-            #[cfg(feature = "llvm")]
             Device::Cpu => {
                 let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-                let mut exec = Timed { inner: CpuExecutor { threads }, kernels: Vec::new() };
+                let cpu = tessera_backends::cpu_plan_executor(threads)
+                    .ok_or_else(|| Failure::usage("this build has no CPU backend (the `llvm` feature)"))?;
+                let mut exec = Timed { inner: cpu, kernels: Vec::new() };
                 let got = run_plan(db, key, target, &input.args, seed, &mut exec);
                 (got, exec.kernels)
             }

@@ -17,3 +17,23 @@ pub mod cpu;
 pub mod cuda;
 
 pub use tensor::{Arg, HostTensor};
+
+/// Whether this build has the CPU backend (the `llvm` feature). Crates that depend on
+/// this one ask here instead of testing a feature of their own, so that the answer is
+/// the one this crate was built with.
+pub const HAS_CPU_BACKEND: bool = cfg!(feature = "llvm");
+
+/// The CPU backend as a launch-plan executor using `threads` threads, when this build
+/// has it: each kernel's Tile IR is compiled (and cached by its IR) and launched across
+/// the threads.
+pub fn cpu_plan_executor(threads: usize) -> Option<Box<dyn interp::graph::KernelExecutor>> {
+    #[cfg(feature = "llvm")]
+    {
+        Some(Box::new(cpu::PlanExecutor { threads }))
+    }
+    #[cfg(not(feature = "llvm"))]
+    {
+        let _ = threads;
+        None
+    }
+}

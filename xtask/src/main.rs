@@ -93,6 +93,12 @@ const NEEDS: &[Need] = &[
     // The editor and explorer end-to-end suites.
     Need { id: "neovim", probe: Probe::Tool("nvim", Some("NVIM")), source: Source::Apt("neovim") },
     Need { id: "tmux", probe: Probe::Tool("tmux", None), source: Source::Apt("tmux") },
+    // The VS Code real-client test runs VS Code's web build in headless Chromium.
+    apt("chromium"),
+    // The Emacs package's batch test attaches eglot and lsp-mode to the real server.
+    apt("emacs-nox"),
+    apt("elpa-eglot"),
+    apt("elpa-lsp-mode"),
     // NodeSource's nodejs bundles npm and conflicts with Debian's npm package: each is
     // installed only where its command is missing.
     Need { id: "node", probe: Probe::Tool("node", None), source: Source::Apt("nodejs") },
@@ -102,6 +108,7 @@ const NEEDS: &[Need] = &[
     Need { id: "numpy", probe: Probe::Module("numpy"), source: Source::Pip("numpy") },
     Need { id: "pytest", probe: Probe::Module("pytest"), source: Source::Pip("pytest") },
     Need { id: "pytest-lsp", probe: Probe::Module("pytest_lsp"), source: Source::Pip("pytest-lsp") },
+    Need { id: "pre-commit", probe: Probe::Module("pre_commit"), source: Source::Pip("pre-commit") },
     Need { id: "ptxas", probe: Probe::Ptxas, source: Source::Pip("nvidia-cuda-nvcc-cu12") },
     // Its npm package downloads the binary from GitHub; crates.io builds it (~3 minutes).
     Need {
@@ -166,8 +173,8 @@ const SUITES: &[Suite] = &[
         args: &["test"],
     },
     Suite {
-        name: "VS Code extension (npm test, vsce package)",
-        needs: &["node", "npm"],
+        name: "VS Code extension (npm test, real-client test, vsce package)",
+        needs: &["node", "npm", "chromium"],
         optional: false,
         dir: "editors",
         program: "bash",
@@ -204,6 +211,30 @@ const SCRIPT_SUITES: &[ScriptSuite] = &[
         needs: &["neovim"],
         marker: "tests/nvim/run.sh",
         argv: &["bash", "tests/nvim/run.sh"],
+    },
+    ScriptSuite {
+        name: "Emacs package (batch ERT, eglot and lsp-mode on the real server)",
+        needs: &["emacs-nox", "elpa-eglot", "elpa-lsp-mode"],
+        marker: "editors/emacs/test/run.sh",
+        argv: &["bash", "editors/emacs/test/run.sh"],
+    },
+    ScriptSuite {
+        name: "Zed extension (wasm build, manifests, queries)",
+        needs: &["tree-sitter"],
+        marker: "editors/zed/test/run.sh",
+        argv: &["bash", "editors/zed/test/run.sh"],
+    },
+    ScriptSuite {
+        name: "pre-commit hooks (language: system and language: rust)",
+        needs: &["pre-commit"],
+        marker: "tests/precommit/run.sh",
+        argv: &["bash", "tests/precommit/run.sh"],
+    },
+    ScriptSuite {
+        name: "the tessera package without LLVM and CUDA",
+        needs: &[],
+        marker: "tests/no_backends/run.sh",
+        argv: &["bash", "tests/no_backends/run.sh"],
     },
     ScriptSuite {
         name: "explorer in tmux",

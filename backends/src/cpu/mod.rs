@@ -546,3 +546,16 @@ fn compile(code: &TargetCode) -> Result<Compiled, CpuError> {
     let stack_bytes = unsafe { stack() }.max(0) as u64;
     Ok(Compiled { launcher, error, stack_bytes, _engine: EngineHolder(engine) })
 }
+
+/// The CPU backend as a [`crate::interp::graph::KernelExecutor`] (see
+/// [`crate::cpu_plan_executor`]).
+pub(crate) struct PlanExecutor {
+    pub threads: usize,
+}
+
+impl crate::interp::graph::KernelExecutor for PlanExecutor {
+    fn launch(&mut self, tile_ir: &tessera_passes::ir::Func, args: &mut [crate::Arg]) -> Result<(), String> {
+        let kernel = CpuKernel::new(tile_ir).map_err(|e| e.to_string())?;
+        kernel.launch(args, self.threads).map(|_| ()).map_err(|e| e.to_string())
+    }
+}

@@ -1494,6 +1494,12 @@ pub trait KernelExecutor {
     fn launch(&mut self, tile_ir: &Func, args: &mut [Arg]) -> Result<(), String>;
 }
 
+impl KernelExecutor for Box<dyn KernelExecutor> {
+    fn launch(&mut self, tile_ir: &Func, args: &mut [Arg]) -> Result<(), String> {
+        (**self).launch(tile_ir, args)
+    }
+}
+
 /// The Tile IR interpreter as a [`KernelExecutor`].
 #[derive(Clone, Debug, Default)]
 pub struct InterpExecutor {

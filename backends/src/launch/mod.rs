@@ -302,7 +302,10 @@ fn open_cpu() -> Result<Arc<dyn Backend>, String> {
     }
     #[cfg(not(feature = "llvm"))]
     {
-        Err("this build has no CPU backend (the `llvm` feature is off)".into())
+        Err("this build has no CPU backend: it was built without the `llvm` feature (LLVM 14). \
+             Install with `cargo install --path . --locked --features llvm`, or run with \
+             `--device interp` (the reference interpreter)"
+            .into())
     }
 }
 
