@@ -38,6 +38,12 @@ pub const FOLDS_QUERY: &str = include_str!("../../queries/folds.scm");
 /// Indentation (nvim-treesitter `@indent.*` captures).
 pub const INDENTS_QUERY: &str = include_str!("../../queries/indents.scm");
 
+/// Injections (nvim-treesitter capture names).
+pub const INJECTIONS_QUERY: &str = include_str!("../../queries/injections.scm");
+
+/// Text objects (nvim-treesitter-textobjects capture names).
+pub const TEXTOBJECTS_QUERY: &str = include_str!("../../queries/textobjects.scm");
+
 #[cfg(test)]
 mod tests {
     #[test]
