@@ -68,6 +68,7 @@ pub const INTERP_WORK_LIMIT: u64 = 1 << 34;
 
 mod check;
 pub use check::*;
+pub mod graph;
 
 // ----- errors ------------------------------------------------------------------------
 
