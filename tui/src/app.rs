@@ -18,10 +18,10 @@ use crate::diff::Diff;
 use crate::highlight::SourceHighlight;
 use crate::irdoc::IrDoc;
 use crate::keymap::{self, Action, Context};
+use crate::options::Options;
 use crate::pipeline::{self, PassList, RegisterGutter};
 use crate::runner::{self, Backend, Batch, Correctness, Device, Report, RunJob, RunOutcome};
 use crate::workspace::{stage_index, ConfigInfo, FunctionInfo, Lowering, Overrides, StageError, TuneSpace, Workspace};
-use crate::Options;
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Tab {

@@ -10,29 +10,8 @@ use tessera_frontend::ide::HlRange;
 use tessera_frontend::text::LineIndex;
 
 use crate::irdoc::Dialect;
-
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Class {
-    Plain,
-    /// Compute ops: `tile.dot`, `arith.add`, `mma.sync...`.
-    Op,
-    /// Structure: `scf.for`, `grid.parallel`, `func.func`, `bra`, `ret`.
-    ControlOp,
-    /// Data movement: loads, stores, async copies, barriers.
-    MemoryOp,
-    Value,
-    Symbol,
-    Type,
-    Layout,
-    Number,
-    String,
-    AttrKey,
-    Keyword,
-    Loc,
-    Comment,
-    Directive,
-    Label,
-}
+/// The classes of IR tokens; the palette that colours them is in [`crate::theme`].
+pub use crate::theme::Class;
 
 const MLIR_TYPES: &[&str] =
     &["index", "f64", "f32", "tf32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "i32", "i64", "bool", "i1"];

@@ -11,6 +11,8 @@ pub mod diff;
 pub mod highlight;
 pub mod irdoc;
 pub mod keymap;
+pub mod options;
+pub mod panics;
 pub mod pipeline;
 pub mod runner;
 pub mod term;
@@ -18,26 +20,13 @@ pub mod theme;
 pub mod ui;
 pub mod workspace;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub use app::App;
+pub use options::Options;
 /// The ratatui the explorer draws with (benchmarks and tests draw on its TestBackend).
 pub use ratatui;
 pub use tessera_passes::{Stage, Target};
-
-/// What the command line asked for.
-#[derive(Clone, Debug, Default)]
-pub struct Options {
-    pub file: PathBuf,
-    /// The kernel or graph function to open; the first kernel of the file when absent.
-    pub kernel: Option<String>,
-    pub target: Target,
-    /// `KEY=VALUE` schedule overrides, as `tessera lower --schedule` takes them.
-    pub schedule: Vec<(String, String)>,
-    /// Values of shape symbols (`D=128`), as `tessera lower --dims` takes them.
-    pub dims: Vec<(String, String)>,
-}
 
 /// Runs the explorer until the user quits. Exit status 2 when the file cannot be read or
 /// the terminal cannot be set up (TOOLS.md: 2 is "the tool could not do its job").

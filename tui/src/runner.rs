@@ -208,7 +208,7 @@ impl Batch {
                     }
                     let t = Instant::now();
                     let outcome =
-                        crate::term::catching(|| catch_unwind(AssertUnwindSafe(|| runner.run(job, &mut reference))))
+                        crate::panics::catching(|| catch_unwind(AssertUnwindSafe(|| runner.run(job, &mut reference))))
                             .unwrap_or_else(|p| Err(format!("internal error in the runner: {}", panic_text(&*p))));
                     if tx.send(Report::Finished { index, outcome, wall: t.elapsed() }).is_err() {
                         break;

@@ -12,7 +12,6 @@
 //!   and restores the saved terminal attributes with async-signal-safe calls only, then
 //!   lets the signal take its default action (the exit status still says which).
 
-use std::cell::Cell;
 use std::io::{self, Stdout, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
@@ -27,12 +26,9 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
 use crate::app::App;
-
-thread_local! {
-    /// Set while a caller catches panics itself (compiler queries, runs): the hook then
-    /// leaves the terminal alone and the explorer shows the error.
-    static CATCHING: Cell<bool> = const { Cell::new(false) };
-}
+use crate::panics::caller_catches;
+/// Runs a closure with panics reported by the caller (it lives in [`crate::panics`]).
+pub use crate::panics::catching;
 
 /// Whether the terminal is in the explorer's mode (so the hooks know to restore).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -41,21 +37,13 @@ static HOOK: Once = Once::new();
 /// it) must not pull the screen from under a running explorer.
 static UI_THREAD: OnceLock<ThreadId> = OnceLock::new();
 
-/// Runs `f` with panics reported by the caller rather than by the hook.
-pub fn catching<T>(f: impl FnOnce() -> T) -> T {
-    let before = CATCHING.with(|c| c.replace(true));
-    let out = f();
-    CATCHING.with(|c| c.set(before));
-    out
-}
-
 /// Restores the terminal before the default hook prints an uncaught panic, so the
 /// message lands on a usable shell and not inside the alternate screen.
 pub fn install_panic_hook() {
     HOOK.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if CATCHING.with(Cell::get) {
+            if caller_catches() {
                 return;
             }
             if UI_THREAD.get().is_none_or(|&ui| ui == std::thread::current().id()) {

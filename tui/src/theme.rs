@@ -5,8 +5,6 @@
 use ratatui::style::{Color, Modifier, Style};
 use tessera_frontend::ide::{HlMods, HlTag};
 
-use crate::highlight::Class;
-
 pub const CURSOR_BG: Color = Color::Indexed(237);
 /// Lines linked to the other pane's cursor (the source behind an op, the ops of a line).
 pub const LINKED_BG: Color = Color::Indexed(17);
@@ -65,6 +63,30 @@ pub fn line_number(mapped: bool) -> Style {
     } else {
         Style::new().fg(Color::DarkGray)
     }
+}
+
+/// The class of an IR token (the highlighter in [`crate::highlight`] classifies).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Class {
+    Plain,
+    /// Compute ops: `tile.dot`, `arith.add`, `mma.sync...`.
+    Op,
+    /// Structure: `scf.for`, `grid.parallel`, `func.func`, `bra`, `ret`.
+    ControlOp,
+    /// Data movement: loads, stores, async copies, barriers.
+    MemoryOp,
+    Value,
+    Symbol,
+    Type,
+    Layout,
+    Number,
+    String,
+    AttrKey,
+    Keyword,
+    Loc,
+    Comment,
+    Directive,
+    Label,
 }
 
 pub fn ir(class: Class) -> Style {

@@ -10,7 +10,7 @@ use ratatui::Frame;
 use tessera_frontend::diagnostics::Severity;
 use tessera_passes::Stage;
 
-use super::{pane_block, put_row, stage_title};
+use super::widgets::{pane_block, put_row, stage_title};
 use crate::app::{App, Pane};
 use crate::diff::Tag;
 use crate::highlight::{clip, ir_parts};

@@ -8,7 +8,8 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 use tessera_frontend::diagnostics::{Diagnostic, Severity};
 
-use super::{draw_source_pane, pane_block, put_row, truncate};
+use super::explore::draw_source_pane;
+use super::widgets::{pane_block, put_row, truncate};
 use crate::app::{App, Pane};
 use crate::theme;
 

@@ -8,6 +8,7 @@ mod lints;
 mod passes;
 mod run;
 mod schedule;
+mod widgets;
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -21,6 +22,7 @@ use crate::keymap::{self, Context};
 use crate::theme;
 
 pub use explore::{draw_ir_pane, draw_source_pane};
+use widgets::{centered, put_row, short_config, stage_title, truncate};
 
 pub fn draw(f: &mut Frame, app: &mut App) {
     let area = f.area();
@@ -51,27 +53,6 @@ pub fn draw(f: &mut Frame, app: &mut App) {
         Overlay::Picker { filter, cursor } => draw_picker(f, area, app, &filter, cursor),
         Overlay::Edit { row, input, error } => schedule::draw_edit(f, area, app, row, &input, error.as_deref()),
     }
-}
-
-/// A bordered pane; its inner area is recorded for mouse hits.
-pub(crate) fn pane_block<'a>(app: &mut App, pane: Option<Pane>, area: Rect, title: Line<'a>) -> (Block<'a>, Rect) {
-    let focused = pane.is_some_and(|p| p == app.focus);
-    let block = Block::bordered().border_style(theme::border(focused)).title(title.style(theme::title(focused)));
-    let inner = block.inner(area);
-    if let Some(p) = pane {
-        app.geometry.panes.push((p, inner));
-    }
-    (block, inner)
-}
-
-/// Writes one row: `row_style` across the whole width, then the spans over it.
-pub(crate) fn put_row(buf: &mut Buffer, area: Rect, row: u16, spans: Vec<Span<'_>>, row_style: Style) {
-    if row >= area.height {
-        return;
-    }
-    let y = area.y + row;
-    buf.set_style(Rect::new(area.x, y, area.width, 1), row_style);
-    buf.set_line(area.x, y, &Line::from(spans), area.width);
 }
 
 fn draw_tab_bar(buf: &mut Buffer, area: Rect, app: &mut App) {
@@ -151,57 +132,6 @@ fn draw_status(buf: &mut Buffer, area: Rect, app: &App) {
     buf.set_line(area.x, area.y, &Line::from(spans), area.width);
 }
 
-pub(crate) fn stage_title(stage: tessera_passes::Stage) -> &'static str {
-    match stage {
-        tessera_passes::Stage::Graph => "Graph",
-        tessera_passes::Stage::Sched => "Schedule",
-        tessera_passes::Stage::Tile => "Tile",
-        tessera_passes::Stage::Target => "Target",
-    }
-}
-
-/// `BM=64 BN=64 BK=32 w4 s2 xor D=64`: the keys a kernel engineer scans for, compactly.
-pub(crate) fn short_config(config: &tessera_passes::Config) -> String {
-    use tessera_frontend::check::KeyValue;
-    let mut parts = Vec::new();
-    for k in ["BM", "BN", "BK", "BD"] {
-        if let Some(v) = config.schedule.int(k) {
-            parts.push(format!("{k}={v}"));
-        }
-    }
-    parts.push(format!("warps={}", config.schedule.warps()));
-    parts.push(format!("stages={}", config.schedule.stages()));
-    for (k, v) in &config.schedule.values {
-        if ["BM", "BN", "BK", "BD", "warps", "stages", "vector"].contains(&k.as_str()) {
-            continue;
-        }
-        match v {
-            KeyValue::Str(s) if k == "swizzle" => {
-                if s != "none" {
-                    parts.push(format!("swizzle={s}"));
-                }
-            }
-            v => parts.push(format!("{k}={}", v.to_string().trim_matches('"'))),
-        }
-    }
-    for (k, v) in &config.shapes {
-        parts.push(format!("{k}={v}"));
-    }
-    parts.join(" ")
-}
-
-pub(crate) fn truncate(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
-        return s.to_string();
-    }
-    if width == 0 {
-        return String::new();
-    }
-    let mut out: String = s.chars().take(width - 1).collect();
-    out.push('…');
-    out
-}
-
 fn draw_hints(buf: &mut Buffer, area: Rect, app: &App) {
     if let Some(m) = &app.message {
         let style = match m.level {
@@ -240,12 +170,6 @@ fn draw_hints(buf: &mut Buffer, area: Rect, app: &App) {
         spans.push(Span::styled(format!(" {what}  "), theme::dim()));
     }
     buf.set_line(area.x, area.y, &Line::from(spans), area.width);
-}
-
-pub(crate) fn centered(area: Rect, width: u16, height: u16) -> Rect {
-    let w = width.min(area.width.saturating_sub(2));
-    let h = height.min(area.height.saturating_sub(2));
-    Rect::new(area.x + (area.width - w) / 2, area.y + (area.height - h) / 2, w, h)
 }
 
 fn draw_help(f: &mut Frame, area: Rect, _app: &App, scroll: usize) {

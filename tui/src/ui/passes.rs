@@ -6,7 +6,7 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::Frame;
 
-use super::{pane_block, put_row, truncate};
+use super::widgets::{pane_block, put_row, truncate};
 use crate::app::{App, Pane};
 use crate::diff::Tag;
 use crate::highlight::{clip, ir_parts};

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Gauge;
 use ratatui::Frame;
 
-use super::{pane_block, put_row, short_config, truncate};
+use super::widgets::{pane_block, put_row, short_config, truncate};
 use crate::app::{fmt_ms, App, Pane, RunRecord};
 use crate::runner::Correctness;
 use crate::theme;

@@ -8,7 +8,8 @@ use ratatui::widgets::{Block, Clear};
 use ratatui::Frame;
 use tessera_passes::Stage;
 
-use super::{centered, draw_ir_pane, pane_block, put_row, stage_title, truncate};
+use super::explore::draw_ir_pane;
+use super::widgets::{centered, pane_block, put_row, stage_title, truncate};
 use crate::app::{App, Pane};
 use crate::theme;
 use crate::workspace::stage_index;
