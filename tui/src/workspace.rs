@@ -130,7 +130,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 /// Runs a compiler query, turning a panic (a compiler bug) into an error message: the
 /// explorer shows it and keeps going.
 pub fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, String> {
-    crate::term::catching(|| catch_unwind(AssertUnwindSafe(f))).map_err(|payload| {
+    crate::panics::catching(|| catch_unwind(AssertUnwindSafe(f))).map_err(|payload| {
         let text = if let Some(s) = payload.downcast_ref::<&str>() {
             s.to_string()
         } else if let Some(s) = payload.downcast_ref::<String>() {
