@@ -1,238 +1,32 @@
-//! The explorer's state and how actions change it. Drawing lives in [`crate::ui`] and
-//! reads this state; nothing here draws.
+//! The explorer's app: the state every tab shares (the file, the kernel on screen, the
+//! stage, the source and IR cursors, focus, overlays, messages) and the tabs' components
+//! ([`crate::components`]), and how actions change them. Drawing lives in [`crate::ui`]
+//! and reads this state; nothing here draws.
 
-use std::cell::{OnceCell, RefCell};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
-use ratatui::layout::{Position, Rect};
-use tessera_frontend::check::schedule::{canonical_key, validate, STANDARD_KEYS};
+use ratatui::layout::Position;
+use tessera_frontend::check::schedule::{canonical_key, validate};
 use tessera_frontend::check::{FunctionKind, KeyValue};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::TextRange;
-use tessera_passes::{Config, Stage, Target, DEFAULT_SHAPE};
+use tessera_passes::{Stage, Target, DEFAULT_SHAPE};
 
+pub use crate::components::passes::PassesTab;
+pub use crate::components::run::{RunRecord, RunTab};
+pub use crate::components::schedule::ScheduleRow;
+use crate::components::schedule::{self, edit_problem, parse_value, show_value, step_value};
 use crate::diff::Diff;
 use crate::highlight::SourceHighlight;
-use crate::irdoc::IrDoc;
+pub use crate::kernel::KernelView;
 use crate::keymap::{self, Action, Context};
 use crate::options::Options;
-use crate::pipeline::{self, PassList, RegisterGutter};
-use crate::runner::{self, Backend, Batch, Correctness, Device, Report, RunJob, RunOutcome};
-use crate::workspace::{stage_index, ConfigInfo, FunctionInfo, Lowering, Overrides, StageError, TuneSpace, Workspace};
-
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Tab {
-    Explore,
-    Passes,
-    Lints,
-    Schedule,
-    Run,
-}
-
-impl Tab {
-    pub const ALL: [Tab; 5] = [Tab::Explore, Tab::Passes, Tab::Lints, Tab::Schedule, Tab::Run];
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Tab::Explore => "Explore",
-            Tab::Passes => "Passes",
-            Tab::Lints => "Lints",
-            Tab::Schedule => "Schedule",
-            Tab::Run => "Run",
-        }
-    }
-
-    /// The panes of the tab, in focus order.
-    pub fn panes(self) -> &'static [Pane] {
-        match self {
-            Tab::Explore => &[Pane::Source, Pane::Ir],
-            Tab::Passes => &[Pane::PassList, Pane::PassDiff],
-            Tab::Lints => &[Pane::Lints],
-            Tab::Schedule => &[Pane::Schedule, Pane::Ir],
-            Tab::Run => &[Pane::Results],
-        }
-    }
-}
-
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum Pane {
-    Source,
-    Ir,
-    PassList,
-    PassDiff,
-    Lints,
-    Schedule,
-    Results,
-}
-
-impl Pane {
-    fn context(self) -> Context {
-        match self {
-            Pane::Source => Context::Source,
-            Pane::Ir => Context::Ir,
-            Pane::PassList | Pane::PassDiff => Context::Passes,
-            Pane::Lints => Context::Lints,
-            Pane::Schedule => Context::Schedule,
-            Pane::Results => Context::Run,
-        }
-    }
-}
-
-/// Cursor and scroll position of a list or text pane.
-#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
-pub struct Scroll {
-    pub cursor: usize,
-    pub top: usize,
-    pub left: usize,
-}
-
-impl Scroll {
-    /// Keeps the cursor inside `len` lines and visible in `height` rows.
-    pub fn clamp(&mut self, len: usize, height: usize) {
-        self.cursor = self.cursor.min(len.saturating_sub(1));
-        let height = height.max(1);
-        if self.cursor < self.top {
-            self.top = self.cursor;
-        } else if self.cursor >= self.top + height {
-            self.top = self.cursor + 1 - height;
-        }
-        self.top = self.top.min(len.saturating_sub(height));
-    }
-
-    /// Moves the cursor to `line` and puts it a third of the way down the pane when it
-    /// was off screen (so the context above a jump target shows).
-    pub fn jump(&mut self, line: usize, len: usize, height: usize) {
-        let height = height.max(1);
-        self.cursor = line.min(len.saturating_sub(1));
-        if self.cursor < self.top || self.cursor >= self.top + height {
-            self.top = self.cursor.saturating_sub(height / 3);
-        }
-        self.clamp(len, height);
-    }
-}
-
-/// Where each pane was drawn last: mouse clicks and page sizes use it.
-#[derive(Clone, Debug, Default)]
-pub struct Geometry {
-    pub panes: Vec<(Pane, Rect)>,
-    pub tabs: Vec<(Tab, Rect)>,
-    pub stages: Vec<(Stage, Rect)>,
-}
-
-impl Geometry {
-    pub fn rect(&self, pane: Pane) -> Option<Rect> {
-        self.panes.iter().find(|(p, _)| *p == pane).map(|(_, r)| *r)
-    }
-
-    /// Rows of text a pane shows (its inner height).
-    pub fn height(&self, pane: Pane) -> usize {
-        self.rect(pane).map_or(20, |r| r.height as usize)
-    }
-}
-
-#[derive(Clone, Debug)]
-pub enum Overlay {
-    None,
-    Help { scroll: usize },
-    Picker { filter: String, cursor: usize },
-    Edit { row: usize, input: String, error: Option<String> },
-}
-
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Level {
-    Info,
-    Warning,
-    Error,
-}
-
-#[derive(Clone, Debug)]
-pub struct Message {
-    pub level: Level,
-    pub text: String,
-}
-
-/// Everything derived for the kernel on screen; rebuilt when the kernel, the target,
-/// the overrides or the source change.
-pub struct KernelView {
-    pub name: String,
-    pub kind: Option<FunctionKind>,
-    pub config: Result<ConfigInfo, StageError>,
-    pub lowering: Option<Lowering>,
-    /// The pass pipeline, computed when a view first asks (`App::passes`): it runs every
-    /// pass again and prints each one's IR, which a schedule change need not wait for.
-    passes: OnceCell<PassList>,
-    /// The register profile, computed when first drawn (`App::registers`).
-    registers: OnceCell<Option<Result<RegisterGutter, StageError>>>,
-    /// Stage `i` against stage `i - 1`, computed when first shown.
-    stage_diffs: [OnceCell<Option<Arc<Diff>>>; 4],
-    pass_diffs: RefCell<HashMap<usize, Arc<Diff>>>,
-    /// Time to choose the configuration and lower every stage.
-    pub relower: Duration,
-}
-
-impl KernelView {
-    pub fn stage(&self, stage: Stage) -> Option<&Result<Arc<IrDoc>, StageError>> {
-        self.lowering.as_ref().map(|l| l.stage(stage))
-    }
-
-    pub fn doc(&self, stage: Stage) -> Option<&Arc<IrDoc>> {
-        self.stage(stage).and_then(|s| s.as_ref().ok())
-    }
-
-    /// The diff of `stage` against the stage before it (None for Graph, or when either
-    /// side failed to lower).
-    pub fn stage_diff(&self, stage: Stage) -> Option<Arc<Diff>> {
-        let i = stage_index(stage);
-        self.stage_diffs[i]
-            .get_or_init(|| {
-                let prev = Stage::ALL.get(i.checked_sub(1)?)?;
-                Some(Arc::new(Diff::new(Some(self.doc(*prev)?.clone()), self.doc(stage)?.clone())))
-            })
-            .clone()
-    }
-}
-
-/// One row of the schedule panel.
-#[derive(Clone, PartialEq, Debug)]
-pub struct ScheduleRow {
-    pub key: String,
-    pub is_dim: bool,
-    /// The value in effect.
-    pub value: String,
-    /// What the user typed, when it differs from what is in effect (an invalid value).
-    pub typed: Option<String>,
-    pub origin: &'static str,
-    pub candidates: Vec<KeyValue>,
-    pub error: Option<String>,
-}
-
-/// One result of the run panel.
-#[derive(Clone, Debug)]
-pub struct RunRecord {
-    pub kernel: String,
-    pub device: Device,
-    pub target: Target,
-    pub config: Config,
-    pub dims: BTreeMap<String, i64>,
-    pub revision: u64,
-    pub autotune: bool,
-    /// None while it waits or runs.
-    pub outcome: Option<Result<RunOutcome, String>>,
-    pub wall: Duration,
-}
-
-impl RunRecord {
-    fn same_launch(&self, other: &RunRecord) -> bool {
-        self.kernel == other.kernel
-            && self.device == other.device
-            && self.target == other.target
-            && self.config == other.config
-            && self.dims == other.dims
-    }
-}
+use crate::pipeline::{PassList, RegisterGutter};
+pub use crate::state::{fmt_ms, ms, Geometry, Level, Message, Overlay, Pane, Scroll, Tab};
+use crate::workspace::{stage_index, FunctionInfo, Overrides, StageError, Workspace};
+use std::sync::Arc;
 
 pub struct App {
     pub ws: Workspace,
@@ -252,88 +46,22 @@ pub struct App {
     pub source_hl: SourceHighlight,
     pub src: Scroll,
     pub ir: Scroll,
-    pub pass_list: Scroll,
-    pub pass_diff: Scroll,
     pub lints: Scroll,
     pub sched: Scroll,
-    pub results_scroll: Scroll,
     pub show_loc: bool,
     pub diff_mode: bool,
-    pub hide_unchanged: bool,
     /// IR lines generated from the source cursor's line (when the source pane leads).
     pub linked_ir: Vec<usize>,
-    pub backends: Vec<Backend>,
-    pub device: usize,
-    pub batch: Option<Batch>,
-    /// Which record each job of the running batch fills.
-    batch_records: Vec<usize>,
-    pub results: Vec<RunRecord>,
+    /// The passes tab's component.
+    pub passes_tab: PassesTab,
+    /// The run tab's component: devices, the running batch, the results.
+    pub run: RunTab,
     pub message: Option<Message>,
     pub geometry: Geometry,
     pub quit: bool,
     pub reload_time: Option<Duration>,
     last_poll: Instant,
     pub ticks: u64,
-}
-
-fn parse_value(s: &str) -> KeyValue {
-    let s = s.trim();
-    match s.parse::<i64>() {
-        Ok(i) => KeyValue::Int(i),
-        Err(_) => KeyValue::Str(s.trim_matches('"').trim_matches('\'').to_string()),
-    }
-}
-
-fn show_value(v: &KeyValue) -> String {
-    match v {
-        KeyValue::Int(i) => i.to_string(),
-        KeyValue::Str(s) => s.clone(),
-    }
-}
-
-/// The values stepped through for a key outside the autotune space.
-fn standard_candidates(key: &str) -> Vec<KeyValue> {
-    let ints = |v: &[i64]| v.iter().map(|&i| KeyValue::Int(i)).collect();
-    match canonical_key(key) {
-        "BM" | "BN" | "BK" | "BD" => ints(&[16, 32, 64, 128, 256]),
-        "warps" | "vector" => ints(&[1, 2, 4, 8, 16]),
-        "stages" => ints(&[1, 2, 3, 4, 5, 6, 7, 8]),
-        "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
-        _ => Vec::new(),
-    }
-}
-
-/// The next value after `current` among `candidates` (doubling/halving for integers with
-/// no list), or None at either end.
-fn step_value(current: &KeyValue, candidates: &[KeyValue], forward: bool) -> Option<KeyValue> {
-    if candidates.is_empty() {
-        let v = current.as_int()?;
-        let next = if forward { v.checked_mul(2)? } else { v / 2 };
-        return (next >= 1 && next != v).then_some(KeyValue::Int(next));
-    }
-    match candidates.iter().position(|c| c == current) {
-        Some(i) if forward => candidates.get(i + 1).cloned(),
-        Some(i) => i.checked_sub(1).map(|j| candidates[j].clone()),
-        None => {
-            // Not a candidate (typed or fixed): the nearest one in that direction.
-            let v = current.as_int();
-            let pick = |c: &&KeyValue| match (c.as_int(), v) {
-                (Some(c), Some(v)) => {
-                    if forward {
-                        c > v
-                    } else {
-                        c < v
-                    }
-                }
-                _ => true,
-            };
-            if forward {
-                candidates.iter().find(pick).cloned()
-            } else {
-                candidates.iter().rev().find(pick).cloned()
-            }
-        }
-    }
 }
 
 impl App {
@@ -373,17 +101,6 @@ impl App {
                 .or(functions.first())
                 .map(|f| f.name.clone()),
         };
-        let empty = KernelView {
-            name: String::new(),
-            kind: None,
-            config: Err(StageError { message: "no function".into(), range: None }),
-            lowering: None,
-            passes: OnceCell::new(),
-            registers: OnceCell::new(),
-            stage_diffs: Default::default(),
-            pass_diffs: RefCell::default(),
-            relower: Duration::ZERO,
-        };
         let mut app = App {
             ws,
             functions,
@@ -395,25 +112,18 @@ impl App {
             overlay: Overlay::None,
             overrides,
             rejected_edits: BTreeMap::new(),
-            view: empty,
+            view: KernelView::empty(),
             diagnostics: Ok(Vec::new()),
             source_hl: SourceHighlight::default(),
             src: Scroll::default(),
             ir: Scroll::default(),
-            pass_list: Scroll::default(),
-            pass_diff: Scroll::default(),
             lints: Scroll::default(),
             sched: Scroll::default(),
-            results_scroll: Scroll::default(),
             show_loc: false,
             diff_mode: false,
-            hide_unchanged: false,
             linked_ir: Vec::new(),
-            backends: runner::backends(),
-            device: 0,
-            batch: None,
-            batch_records: Vec::new(),
-            results: Vec::new(),
+            passes_tab: PassesTab::default(),
+            run: RunTab::new(),
             message: None,
             geometry: Geometry::default(),
             quit: false,
@@ -469,20 +179,10 @@ impl App {
             Ok(info) => Some(self.ws.lower_all(&name, &info.config, self.target)),
             Err(_) => None,
         };
-        self.view = KernelView {
-            name,
-            kind,
-            config,
-            lowering,
-            passes: OnceCell::new(),
-            registers: OnceCell::new(),
-            stage_diffs: Default::default(),
-            pass_diffs: RefCell::default(),
-            relower: start.elapsed(),
-        };
+        self.view = KernelView::new(name, kind, config, lowering, start.elapsed());
         if self.tab == Tab::Passes {
             let rows = self.visible_passes().len() + self.passes().failure.is_some() as usize;
-            self.pass_list.clamp(rows, self.geometry.height(Pane::PassList));
+            self.passes_tab.list.clamp(rows, self.geometry.height(Pane::PassList));
         }
     }
 
@@ -515,9 +215,9 @@ impl App {
         match self.focus {
             Pane::Ir => self.ir_source(self.ir.cursor).or_else(|| self.stage_error_range()),
             Pane::PassDiff => {
-                let i = *self.visible_passes().get(self.pass_list.cursor)?;
+                let i = *self.visible_passes().get(self.passes_tab.list.cursor)?;
                 let d = self.pass_diff(i)?;
-                let (doc, line) = d.doc_line(self.pass_diff.cursor)?;
+                let (doc, line) = d.doc_line(self.passes_tab.diff.cursor)?;
                 doc.source(line)
             }
             Pane::Lints => self.selected_diagnostic().map(|d| d.range),
@@ -536,142 +236,44 @@ impl App {
 
     /// The pass pipeline of the kernel on screen (computed on first use).
     pub fn passes(&self) -> &PassList {
-        self.view.passes.get_or_init(|| match (&self.view.config, &self.view.lowering) {
-            (Ok(info), Some(l)) => pipeline::passes(&self.ws, &self.view.name, &info.config, l, self.target),
-            _ => PassList::default(),
-        })
+        self.view.passes(&self.ws, self.target)
     }
 
     /// Pass `i`'s IR against the IR before it (computed when first shown).
     pub fn pass_diff(&self, i: usize) -> Option<Arc<Diff>> {
-        if let Some(d) = self.view.pass_diffs.borrow().get(&i) {
-            return Some(d.clone());
-        }
-        let passes = self.passes();
-        let entry = passes.passes.get(i)?;
-        let d = Arc::new(Diff::new(passes.before(i), entry.doc.clone()));
-        self.view.pass_diffs.borrow_mut().insert(i, d.clone());
-        Some(d)
+        self.view.pass_diff(&self.ws, self.target, i)
     }
 
     /// The register gutter of the kernel on screen (GPU targets; computed when drawn).
     pub fn registers(&self) -> Option<&Result<RegisterGutter, StageError>> {
-        self.view
-            .registers
-            .get_or_init(|| {
-                let info = self.view.config.as_ref().ok()?;
-                pipeline::register_profile(&self.ws, &self.view.name, &info.config, self.target)
-                    .map(|r| r.map(|p| RegisterGutter::new(&p)))
-            })
-            .as_ref()
+        self.view.registers(&self.ws, self.target)
     }
 
     pub fn visible_passes(&self) -> Vec<usize> {
-        self.passes().visible(self.hide_unchanged)
+        self.passes_tab.visible(self.passes())
     }
 
     pub fn selected_diagnostic(&self) -> Option<&Diagnostic> {
         self.diagnostics.as_ref().ok()?.get(self.lints.cursor)
     }
 
-    pub fn backend(&self) -> &Backend {
-        &self.backends[self.device.min(self.backends.len() - 1)]
-    }
-
     /// The values a launch binds: every dim symbol of the signature, from the dims
     /// overrides, the configuration's shapes, or the default shape.
     pub fn run_dims(&self) -> BTreeMap<String, i64> {
-        let Ok(info) = &self.view.config else { return BTreeMap::new() };
-        info.symbols
-            .iter()
-            .map(|s| {
-                let v = self.overrides.dims.get(s).or(info.config.shapes.get(s)).copied().unwrap_or(DEFAULT_SHAPE);
-                (s.clone(), v)
-            })
-            .collect()
+        schedule::run_dims(&self.view.config, &self.overrides)
     }
 
     /// The schedule panel's rows: the autotune space's keys first, then the other
     /// schedule keys, then the shape symbols (those tiles use, then launch-only ones).
     pub fn schedule_rows(&self) -> Vec<ScheduleRow> {
-        let Ok(info) = &self.view.config else { return Vec::new() };
-        let mut rows = Vec::new();
-        let mut seen: Vec<String> = Vec::new();
-        let mut push_key = |rows: &mut Vec<ScheduleRow>, key: &str, candidates: Vec<KeyValue>, in_space: bool| {
-            let key = canonical_key(key).to_string();
-            if seen.contains(&key) {
-                return;
-            }
-            seen.push(key.clone());
-            let value = info.config.schedule.get(&key).map(show_value).unwrap_or_else(|| "—".into());
-            // A rejected edit, or a rejected `--schedule` value from the command line.
-            let rejected = self.rejected_edits.get(&key).map(|(v, e)| (show_value(v), e.clone())).or_else(|| {
-                let e = info.rejected.iter().find(|(k, _)| canonical_key(k) == key)?.1.clone();
-                Some((self.overrides.schedule.get(&key).map(show_value)?, e))
-            });
-            let origin = match (&rejected, self.overrides.schedule.contains_key(&key), in_space) {
-                (Some(_), _, _) => "invalid",
-                (None, true, _) => "edited",
-                (None, false, true) => "space",
-                (None, false, false) => "schedule",
-            };
-            let (typed, error) = match rejected {
-                Some((t, e)) => (Some(t), Some(e)),
-                None => (None, None),
-            };
-            rows.push(ScheduleRow { key, is_dim: false, value, typed, origin, candidates, error });
-        };
-        for k in &info.space {
-            let candidates = k.candidates.iter().map(|(v, _)| v.clone()).collect();
-            push_key(&mut rows, &k.key, candidates, true);
-        }
-        for k in STANDARD_KEYS {
-            if info.config.schedule.get(k).is_some() {
-                push_key(&mut rows, k, standard_candidates(k), false);
-            }
-        }
-        for k in info.config.schedule.values.keys() {
-            push_key(&mut rows, k, standard_candidates(k), false);
-        }
-        for k in self.overrides.schedule.keys() {
-            push_key(&mut rows, k, standard_candidates(k), false);
-        }
-        let dims = self.run_dims();
-        let mut dim_names: Vec<&String> = info.config.shapes.keys().collect();
-        for s in &info.symbols {
-            if !dim_names.contains(&s) {
-                dim_names.push(s);
-            }
-        }
-        for s in dim_names {
-            let tiles_use = info.config.shapes.contains_key(s);
-            let origin = if self.overrides.dims.contains_key(s) {
-                "edited"
-            } else if info.assumed.contains(s) {
-                "assumed"
-            } else if tiles_use {
-                "tile dim"
-            } else {
-                "launch dim"
-            };
-            rows.push(ScheduleRow {
-                key: s.clone(),
-                is_dim: true,
-                value: dims.get(s).copied().unwrap_or(DEFAULT_SHAPE).to_string(),
-                typed: None,
-                origin,
-                candidates: Vec::new(),
-                error: None,
-            });
-        }
-        rows
+        schedule::rows(&self.view.config, &self.overrides, &self.rejected_edits)
     }
 
     // ----- events -----
 
     /// How long the event loop may wait for input before it must tick again.
     pub fn poll_interval(&self) -> Duration {
-        if self.batch.is_some() {
+        if self.run.batch.is_some() {
             Duration::from_millis(80)
         } else {
             Duration::from_millis(250)
@@ -792,13 +394,7 @@ impl App {
             },
             Action::Run => self.start_run(false),
             Action::Autotune => self.start_run(true),
-            Action::Cancel => match &self.batch {
-                Some(b) => {
-                    b.cancel();
-                    self.info("cancelling after the configuration running now".into());
-                }
-                None => self.info("nothing is running".into()),
-            },
+            Action::Cancel => self.message = Some(self.run.cancel()),
             _ => self.apply_in_pane(action),
         }
     }
@@ -966,14 +562,14 @@ impl App {
     fn passes_action(&mut self, action: Action) {
         let visible = self.visible_passes();
         if action == Action::HideUnchanged {
-            let current = visible.get(self.pass_list.cursor).copied();
-            self.hide_unchanged = !self.hide_unchanged;
+            let current = visible.get(self.passes_tab.list.cursor).copied();
+            self.passes_tab.hide_unchanged = !self.passes_tab.hide_unchanged;
             let now = self.visible_passes();
-            self.pass_list.cursor = current.and_then(|c| now.iter().position(|&i| i >= c)).unwrap_or(0);
-            self.pass_list.clamp(now.len(), self.geometry.height(Pane::PassList));
-            self.pass_diff = Scroll::default();
+            self.passes_tab.list.cursor = current.and_then(|c| now.iter().position(|&i| i >= c)).unwrap_or(0);
+            self.passes_tab.list.clamp(now.len(), self.geometry.height(Pane::PassList));
+            self.passes_tab.diff = Scroll::default();
             let hidden = self.passes().passes.len() - now.len();
-            self.info(if self.hide_unchanged {
+            self.info(if self.passes_tab.hide_unchanged {
                 format!("hiding {hidden} pass(es) that change nothing")
             } else {
                 "showing every pass".into()
@@ -981,13 +577,13 @@ impl App {
             return;
         }
         if self.focus == Pane::PassList {
-            let before = self.pass_list.cursor;
+            let before = self.passes_tab.list.cursor;
             let h = self.geometry.height(Pane::PassList);
             // A failed pass is the last row: selecting it shows why it failed.
             let rows = visible.len() + self.passes().failure.is_some() as usize;
-            if Self::nav(&mut self.pass_list, action, rows, h) {
-                if self.pass_list.cursor != before {
-                    self.pass_diff = Scroll::default();
+            if Self::nav(&mut self.passes_tab.list, action, rows, h) {
+                if self.passes_tab.list.cursor != before {
+                    self.passes_tab.diff = Scroll::default();
                 }
                 return;
             }
@@ -995,18 +591,18 @@ impl App {
                 self.set_focus(Pane::PassDiff);
             }
         }
-        let Some(&pass) = visible.get(self.pass_list.cursor) else { return };
+        let Some(&pass) = visible.get(self.passes_tab.list.cursor) else { return };
         let Some(diff) = self.pass_diff(pass) else { return };
         let h = self.geometry.height(Pane::PassDiff);
         match action {
             Action::NextMatch | Action::PrevMatch => {
-                match diff.next_hunk(self.pass_diff.cursor, action == Action::NextMatch) {
-                    Some(line) => self.pass_diff.jump(line, diff.len(), h),
+                match diff.next_hunk(self.passes_tab.diff.cursor, action == Action::NextMatch) {
+                    Some(line) => self.passes_tab.diff.jump(line, diff.len(), h),
                     None => self.info("this pass changes nothing".into()),
                 }
             }
             a if self.focus == Pane::PassDiff => {
-                Self::nav(&mut self.pass_diff, a, diff.len(), h);
+                Self::nav(&mut self.passes_tab.diff, a, diff.len(), h);
             }
             _ => {}
         }
@@ -1077,22 +673,16 @@ impl App {
 
     fn results_action(&mut self, action: Action) {
         let h = self.geometry.height(Pane::Results);
-        let len = self.results.len();
-        if Self::nav(&mut self.results_scroll, action, len, h) {
+        let len = self.run.results.len();
+        if Self::nav(&mut self.run.scroll, action, len, h) {
             return;
         }
         match action {
             Action::CycleDevice => {
-                self.device = (self.device + 1) % self.backends.len();
-                let b = self.backend();
-                let text = match &b.runner {
-                    Ok(_) => format!("device: {}", b.label),
-                    Err(why) => format!("device: {} — not available: {why}", b.label),
-                };
-                self.info(text);
+                self.message = Some(self.run.cycle_device());
             }
             Action::Enter => {
-                let Some(r) = self.results.get(self.results_scroll.cursor).cloned() else { return };
+                let Some(r) = self.run.results.get(self.run.scroll.cursor).cloned() else { return };
                 if Some(&r.kernel) != self.kernel.as_ref() {
                     self.select_kernel(&r.kernel);
                 }
@@ -1118,11 +708,8 @@ impl App {
                 self.info(format!("using {}", r.config));
             }
             Action::ClearResults => {
-                if self.batch.is_some() {
-                    self.info("a run is in progress (x cancels it)".into());
-                } else {
-                    self.results.clear();
-                    self.results_scroll = Scroll::default();
+                if let Some(m) = self.run.clear() {
+                    self.message = Some(m);
                 }
             }
             _ => {}
@@ -1272,8 +859,8 @@ impl App {
         self.diff_mode = false;
         self.relower();
         self.ir = Scroll::default();
-        self.pass_list = Scroll::default();
-        self.pass_diff = Scroll::default();
+        self.passes_tab.list = Scroll::default();
+        self.passes_tab.diff = Scroll::default();
         self.sched = Scroll::default();
         if let Some(f) = self.current_function() {
             let line = f.line as usize;
@@ -1383,7 +970,9 @@ impl App {
     /// Periodic work: the worker's reports and the file's modification time.
     pub fn tick(&mut self) {
         self.ticks += 1;
-        self.drain_batch();
+        if let Some(m) = self.run.drain() {
+            self.message = Some(m);
+        }
         if self.last_poll.elapsed() >= Duration::from_millis(400) {
             self.last_poll = Instant::now();
             match self.ws.poll_disk() {
@@ -1397,182 +986,10 @@ impl App {
     // ----- runs -----
 
     fn start_run(&mut self, autotune: bool) {
-        if self.batch.is_some() {
-            self.info("a run is in progress (x cancels it)".into());
-            return;
-        }
-        let backend = self.backend().clone();
-        let runner = match &backend.runner {
-            Ok(r) => r.clone(),
-            Err(why) => {
-                self.error(format!("{} is not available: {why}", backend.label));
-                return;
-            }
-        };
-        let Some(name) = self.kernel.clone() else { return };
-        let info = match &self.view.config {
-            Ok(info) => info.clone(),
-            Err(e) => {
-                self.error(format!("cannot run `{name}`: {}", e.message));
-                return;
-            }
-        };
-        let target = runner.target_for(self.target);
         let dims = self.run_dims();
-        // Configurations to measure, and those the tuner prunes (shown with the reason).
-        let TuneSpace { candidates: configs, pruned } = if autotune {
-            if info.space.is_empty() {
-                self.warn(format!("`{name}` has no autotune space (@kernel.autotune(space=...)); r runs it once"));
-                return;
-            }
-            match self.ws.tune_space(&name, &dims, target) {
-                Ok(space) => space,
-                Err(e) => {
-                    self.error(format!("cannot autotune `{name}`: {e}"));
-                    return;
-                }
-            }
-        } else {
-            TuneSpace { candidates: vec![info.config.clone()], pruned: Vec::new() }
-        };
-        let mut jobs = Vec::new();
-        let mut records = Vec::new();
-        for config in configs {
-            let record = RunRecord {
-                kernel: name.clone(),
-                device: backend.device,
-                target,
-                config: config.clone(),
-                dims: dims.clone(),
-                revision: self.ws.revision(),
-                autotune,
-                outcome: None,
-                wall: Duration::ZERO,
-            };
-            match self.ws.plan(&name, &config, target, &dims, runner.needs_code()) {
-                Ok(plan) => {
-                    jobs.push(RunJob {
-                        kernel: name.clone(),
-                        config,
-                        target,
-                        dims: dims.clone(),
-                        plan: Arc::new(plan),
-                        revision: record.revision,
-                    });
-                    records.push(self.upsert(record));
-                }
-                Err(e) => {
-                    // A configuration that cannot be planned (it does not lower, say) is
-                    // a result too: the table says why.
-                    let i = self.upsert(record);
-                    self.results[i].outcome = Some(Err(e));
-                }
-            }
-        }
-        for (config, why) in pruned {
-            let record = RunRecord {
-                kernel: name.clone(),
-                device: backend.device,
-                target,
-                config,
-                dims: dims.clone(),
-                revision: self.ws.revision(),
-                autotune,
-                outcome: Some(Err(why)),
-                wall: Duration::ZERO,
-            };
-            self.upsert(record);
-        }
-        if jobs.is_empty() {
-            self.error("no configuration could be planned; the results table says why".into());
-            return;
-        }
-        let n = jobs.len();
-        self.batch_records = records;
-        self.batch = Some(Batch::start(runner, jobs, autotune));
-        self.info(if autotune {
-            format!("autotuning `{name}`: {n} configurations on the {}", backend.label)
-        } else {
-            format!("running `{name}` on the {}", backend.label)
-        });
-    }
-
-    /// Adds a record, replacing the earlier result of the same launch.
-    fn upsert(&mut self, record: RunRecord) -> usize {
-        match self.results.iter().position(|r| r.same_launch(&record)) {
-            Some(i) => {
-                self.results[i] = record;
-                i
-            }
-            None => {
-                self.results.push(record);
-                self.results.len() - 1
-            }
-        }
-    }
-
-    fn drain_batch(&mut self) {
-        let Some(batch) = &mut self.batch else { return };
-        let (reports, finished) = batch.drain();
-        let cancelled = batch.cancelled();
-        let total = batch.jobs.len();
-        let done = batch.done;
-        let autotune = batch.autotune;
-        for r in reports {
-            if let Report::Finished { index, outcome, wall } = r {
-                if let Some(&rec) = self.batch_records.get(index) {
-                    if let Some(record) = self.results.get_mut(rec) {
-                        record.outcome = Some(outcome);
-                        record.wall = wall;
-                    }
-                }
-            }
-        }
-        if finished {
-            self.batch = None;
-            let recs: Vec<&RunRecord> = self.batch_records.iter().filter_map(|&i| self.results.get(i)).collect();
-            let ok: Vec<&RunRecord> = recs.iter().copied().filter(|r| matches!(r.outcome, Some(Ok(_)))).collect();
-            let failed = recs.iter().filter(|r| matches!(r.outcome, Some(Err(_)))).count();
-            let text = if autotune {
-                // Only a correct configuration can win.
-                let best = ok
-                    .iter()
-                    .filter(|r| !matches!(&r.outcome, Some(Ok(o)) if matches!(o.correctness, Correctness::Checked { passed: false, .. })))
-                    .min_by(|a, b| median(a).total_cmp(&median(b)));
-                let head = if cancelled {
-                    format!("autotune cancelled after {done} of {total} configurations")
-                } else {
-                    format!("autotune done: {total} configurations")
-                };
-                let failed = if failed > 0 { format!(" · {failed} failed") } else { String::new() };
-                match best {
-                    Some(b) => format!("{head}; best {} at {}{failed}", b.config, fmt_ms(median(b)).trim_start()),
-                    None => format!("{head}; none ran correctly{failed}"),
-                }
-            } else {
-                match recs.first().and_then(|r| r.outcome.as_ref()) {
-                    Some(Ok(o)) => format!(
-                        "ran in {} · {}",
-                        fmt_ms(o.median_ms),
-                        match &o.correctness {
-                            Correctness::Unchecked(why) => format!("not checked: {why}"),
-                            Correctness::Checked { passed: true, max_abs, .. } => {
-                                format!("matches the reference (max abs err {max_abs:.2e})")
-                            }
-                            Correctness::Checked { passed: false, nonfinite: true, .. } => {
-                                "NON-FINITE: the reference itself has NaN or Inf".to_string()
-                            }
-                            Correctness::Checked { passed: false, max_abs, .. } => {
-                                format!("WRONG: differs from the reference (max abs err {max_abs:.2e})")
-                            }
-                        }
-                    ),
-                    Some(Err(e)) => format!("run failed: {e}"),
-                    None => "run cancelled".to_string(),
-                }
-            };
-            let level = if failed > 0 || ok.is_empty() { Level::Error } else { Level::Info };
-            self.message = Some(Message { level, text });
+        let message = self.run.start(&self.ws, &self.view, self.kernel.as_deref(), self.target, dims, autotune);
+        if let Some(m) = message {
+            self.message = Some(m);
         }
     }
 
@@ -1614,15 +1031,15 @@ impl App {
                         self.sync_from_ir();
                     }
                     Pane::PassList => {
-                        let before = self.pass_list.cursor;
-                        self.pass_list.cursor = self.pass_list.top + row;
+                        let before = self.passes_tab.list.cursor;
+                        self.passes_tab.list.cursor = self.passes_tab.list.top + row;
                         let rows = self.visible_passes().len() + self.passes().failure.is_some() as usize;
-                        self.pass_list.clamp(rows, rect.height as usize);
-                        if before != self.pass_list.cursor {
-                            self.pass_diff = Scroll::default();
+                        self.passes_tab.list.clamp(rows, rect.height as usize);
+                        if before != self.passes_tab.list.cursor {
+                            self.passes_tab.diff = Scroll::default();
                         }
                     }
-                    Pane::PassDiff => self.pass_diff.cursor = self.pass_diff.top + row,
+                    Pane::PassDiff => self.passes_tab.diff.cursor = self.passes_tab.diff.top + row,
                     Pane::Lints => {
                         self.lints.cursor = self.lints.top + row;
                         let len = self.diagnostics.as_ref().map_or(0, Vec::len);
@@ -1634,8 +1051,8 @@ impl App {
                     }
                     Pane::Results => {
                         // The first row of the results pane is the table header.
-                        self.results_scroll.cursor = (self.results_scroll.top + row).saturating_sub(1);
-                        self.results_scroll.clamp(self.results.len(), rect.height as usize);
+                        self.run.scroll.cursor = (self.run.scroll.top + row).saturating_sub(1);
+                        self.run.scroll.clamp(self.run.results.len(), rect.height as usize);
                     }
                 }
             }
@@ -1670,89 +1087,5 @@ impl App {
 
     pub fn error(&mut self, text: String) {
         self.message = Some(Message { level: Level::Error, text });
-    }
-}
-
-fn median(r: &RunRecord) -> f64 {
-    match &r.outcome {
-        Some(Ok(o)) => o.median_ms,
-        _ => f64::INFINITY,
-    }
-}
-
-/// Why typed text is not a valid value for a schedule row (checked as it is typed).
-fn edit_problem(row: &ScheduleRow, input: &str) -> Option<String> {
-    if row.is_dim {
-        return match input.trim().parse::<i64>() {
-            Ok(v) if v > 0 => None,
-            _ => Some(format!("{} must be a positive integer", row.key)),
-        };
-    }
-    if input.trim().is_empty() {
-        return Some("type a value".into());
-    }
-    validate(&row.key, &parse_value(input)).map(|p| format!("E0701: {p}"))
-}
-
-pub fn ms(d: Duration) -> String {
-    fmt_ms(d.as_secs_f64() * 1e3)
-}
-
-/// A duration in 7 columns (`0.59 ms`, `12.3 ms`, ` 123 ms`, `1.234 s`), so that
-/// tables and titles keep their layout as numbers change.
-pub fn fmt_ms(ms: f64) -> String {
-    if !ms.is_finite() {
-        "      —".to_string()
-    } else if ms < 9.995 {
-        // Thresholds sit where rounding would add a digit (9.996 prints as 10.00).
-        format!("{ms:.2} ms")
-    } else if ms < 99.95 {
-        format!("{ms:.1} ms")
-    } else if ms < 999.5 {
-        format!("{ms:>4.0} ms")
-    } else if ms < 9_999.5 {
-        format!("{:.3} s", ms / 1e3)
-    } else if ms < 99_995.0 {
-        format!("{:.2} s", ms / 1e3)
-    } else {
-        format!("{:>5.0} s", ms / 1e3)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_step_through_candidates_then_stop() {
-        let c = standard_candidates("BM");
-        assert_eq!(step_value(&KeyValue::Int(64), &c, true), Some(KeyValue::Int(128)));
-        assert_eq!(step_value(&KeyValue::Int(256), &c, true), None);
-        assert_eq!(step_value(&KeyValue::Int(96), &c, false), Some(KeyValue::Int(64)));
-        assert_eq!(step_value(&KeyValue::Int(96), &c, true), Some(KeyValue::Int(128)));
-        assert_eq!(step_value(&KeyValue::Int(8), &[], true), Some(KeyValue::Int(16)));
-        assert_eq!(step_value(&KeyValue::Int(1), &[], false), None);
-        let s = standard_candidates("swizzle");
-        assert_eq!(step_value(&KeyValue::Str("none".into()), &s, true), Some(KeyValue::Str("xor".into())));
-    }
-
-    #[test]
-    fn durations_take_seven_columns() {
-        for ms in [0.0, 0.591, 9.996, 12.34, 99.96, 123.0, 999.7, 1234.0, 9_999.7, 12_345.0, 99_996.0, 123_456.0] {
-            assert_eq!(fmt_ms(ms).chars().count(), 7, "{ms} -> {:?}", fmt_ms(ms));
-        }
-    }
-
-    #[test]
-    fn scroll_keeps_the_cursor_visible() {
-        let mut s = Scroll::default();
-        s.jump(50, 100, 10);
-        assert!(s.top <= 50 && 50 < s.top + 10);
-        assert_eq!(s.top, 47);
-        s.cursor = 99;
-        s.clamp(100, 10);
-        assert_eq!(s.top, 90);
-        s.clamp(5, 10);
-        assert_eq!((s.cursor, s.top), (4, 0));
     }
 }

@@ -7,14 +7,17 @@
 //! salsa database and asks it the same queries as `tessera lower` and the language server.
 
 pub mod app;
+pub mod components;
 pub mod diff;
 pub mod highlight;
 pub mod irdoc;
+pub mod kernel;
 pub mod keymap;
 pub mod options;
 pub mod panics;
 pub mod pipeline;
 pub mod runner;
+pub mod state;
 pub mod term;
 pub mod theme;
 pub mod ui;

@@ -105,7 +105,7 @@ impl Ui {
     fn wait_for_run(&mut self) {
         for _ in 0..6000 {
             self.app.tick();
-            if self.app.batch.is_none() {
+            if self.app.run.batch.is_none() {
                 self.draw();
                 return;
             }
@@ -263,15 +263,15 @@ fn pick_kernel_step_stages_diff_change_bm_and_run() {
     // Run on the reference interpreter: a progress indicator, then the result.
     ui.keys(&["5", "r"]);
     let s = ui.screen();
-    assert!(s.contains("running") || ui.app.batch.is_none(), "{s}");
+    assert!(s.contains("running") || ui.app.run.batch.is_none(), "{s}");
     ui.wait_for_run();
     let s = ui.screen();
     // The interpreter on sm_90 runs the GPU lowering and checks it against the CPU
     // lowering (the reference).
     assert!(s.contains("matches the reference"), "{s}");
     assert!(s.contains(" ms") || s.contains(" s "), "a time is shown:\n{s}");
-    assert_eq!(ui.app.results.len(), 1);
-    match &ui.app.results[0].outcome {
+    assert_eq!(ui.app.run.results.len(), 1);
+    match &ui.app.run.results[0].outcome {
         Some(Ok(o)) => assert!(matches!(o.correctness, Correctness::Checked { passed: true, .. }), "{o:?}"),
         other => panic!("{other:?}"),
     }
@@ -281,9 +281,9 @@ fn pick_kernel_step_stages_diff_change_bm_and_run() {
 fn autotune_runs_every_configuration_and_charts_them() {
     let mut ui = Ui::new(Some("vector_add"), 100, 30);
     ui.keys(&["5", "a"]);
-    assert!(ui.app.batch.is_some());
+    assert!(ui.app.run.batch.is_some());
     ui.wait_for_run();
-    assert_eq!(ui.app.results.len(), 2, "BLOCK=[512, 1024] gives two configurations");
+    assert_eq!(ui.app.run.results.len(), 2, "BLOCK=[512, 1024] gives two configurations");
     let s = ui.screen();
     assert!(s.contains("BLOCK512") && s.contains("BLOCK1024"), "the chart labels both:\n{s}");
     assert!(s.contains('★'), "the best is starred:\n{s}");
@@ -301,6 +301,7 @@ fn autotune_shows_pruned_configurations() {
     ui.keys(&["5", "a"]);
     let pruned: Vec<String> = ui
         .app
+        .run
         .results
         .iter()
         .filter_map(|r| match &r.outcome {
@@ -310,7 +311,7 @@ fn autotune_shows_pruned_configurations() {
         .collect();
     assert_eq!(pruned.len(), 1, "{pruned:?}");
     assert!(pruned[0].contains("tensor-core shape") && pruned[0].contains("multiple of 16"), "{pruned:?}");
-    assert_eq!(ui.app.batch.as_ref().expect("the survivor runs").jobs.len(), 1);
+    assert_eq!(ui.app.run.batch.as_ref().expect("the survivor runs").jobs.len(), 1);
     ui.wait_for_run();
     let s = ui.screen();
     assert!(s.contains("✗ pruned"), "the pruned configuration has a row:\n{s}");
@@ -321,11 +322,11 @@ fn autotune_shows_pruned_configurations() {
 fn autotune_can_be_cancelled() {
     let mut ui = Ui::new(Some("gemm"), 120, 40);
     ui.keys(&["5", "a"]);
-    let total = ui.app.batch.as_ref().expect("the survivors run").jobs.len();
+    let total = ui.app.run.batch.as_ref().expect("the survivors run").jobs.len();
     assert!(total > 2, "gemm's space has 32 configurations");
     ui.keys(&["x"]);
     ui.wait_for_run();
-    let ran = ui.app.results.iter().filter(|r| matches!(r.outcome, Some(Ok(_)))).count();
+    let ran = ui.app.run.results.iter().filter(|r| matches!(r.outcome, Some(Ok(_)))).count();
     assert!(ran < total, "cancelling stops before every survivor ran ({ran} of {total})");
     assert!(ui.screen().contains("autotune cancelled"), "{}", ui.screen());
 }

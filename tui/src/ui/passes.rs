@@ -25,7 +25,11 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
     let title = Line::from(vec![
         Span::raw(" Passes "),
         Span::styled(
-            if app.hide_unchanged { format!("{}/{total} changed ", visible.len()) } else { format!("{total} ") },
+            if app.passes_tab.hide_unchanged {
+                format!("{}/{total} changed ", visible.len())
+            } else {
+                format!("{total} ")
+            },
             theme::dim(),
         ),
     ]);
@@ -33,17 +37,17 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
     let block = block.title_bottom(
         Line::from(vec![
             Span::styled(" H ", theme::key()),
-            Span::styled(if app.hide_unchanged { "show all " } else { "hide unchanged " }, theme::dim()),
+            Span::styled(if app.passes_tab.hide_unchanged { "show all " } else { "hide unchanged " }, theme::dim()),
         ])
         .right_aligned(),
     );
     f.render_widget(block, area);
     let rows = visible.len() + app.passes().failure.is_some() as usize;
-    app.pass_list.clamp(rows, inner.height as usize);
+    app.passes_tab.list.clamp(rows, inner.height as usize);
     let focused = app.focus == Pane::PassList;
     let width = inner.width as usize;
     let mut row = 0u16;
-    for (pos, &i) in visible.iter().enumerate().skip(app.pass_list.top) {
+    for (pos, &i) in visible.iter().enumerate().skip(app.passes_tab.list.top) {
         if row >= inner.height {
             break;
         }
@@ -57,7 +61,7 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
             Span::raw(" "),
             Span::styled(stats, theme::dim()),
         ];
-        let style = if pos == app.pass_list.cursor {
+        let style = if pos == app.passes_tab.list.cursor {
             Style::new().bg(if focused { theme::CURSOR_BG } else { theme::LINKED_BG })
         } else {
             Style::new()
@@ -66,8 +70,8 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
         row += 1;
     }
     if let Some((pass, _)) = &app.passes().failure {
-        if row < inner.height && visible.len() >= app.pass_list.top {
-            let style = if app.pass_list.cursor == visible.len() {
+        if row < inner.height && visible.len() >= app.passes_tab.list.top {
+            let style = if app.passes_tab.list.cursor == visible.len() {
                 Style::new().bg(if focused { theme::CURSOR_BG } else { theme::LINKED_BG })
             } else {
                 Style::new()
@@ -84,7 +88,7 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
 
 fn draw_diff(f: &mut Frame, area: Rect, app: &mut App) {
     let visible = app.visible_passes();
-    let selected = visible.get(app.pass_list.cursor).copied();
+    let selected = visible.get(app.passes_tab.list.cursor).copied();
     let diff = selected.and_then(|i| app.pass_diff(i));
     let title = match (selected, &diff) {
         (Some(i), Some(d)) => {
@@ -114,7 +118,7 @@ fn draw_diff(f: &mut Frame, area: Rect, app: &mut App) {
                 });
                 (format!("✗ {pass} failed: {}{}", e.message, at.unwrap_or_default()), theme::error())
             }
-            _ if app.hide_unchanged && !app.passes().passes.is_empty() => {
+            _ if app.passes_tab.hide_unchanged && !app.passes().passes.is_empty() => {
                 ("every pass is hidden: none changed the IR (H shows them)".into(), theme::dim())
             }
             _ => ("nothing to show".into(), theme::dim()),
@@ -129,13 +133,13 @@ fn draw_diff(f: &mut Frame, area: Rect, app: &mut App) {
         return;
     }
     let height = inner.height as usize;
-    app.pass_diff.clamp(diff.len(), height);
+    app.passes_tab.diff.clamp(diff.len(), height);
     let focused = app.focus == Pane::PassDiff;
     let width = (inner.width as usize).saturating_sub(2);
     let show_loc = app.show_loc;
     let buf = f.buffer_mut();
     for row in 0..height {
-        let i = app.pass_diff.top + row;
+        let i = app.passes_tab.diff.top + row;
         let Some((doc, line)) = diff.doc_line(i) else { break };
         let tag = diff.lines[i].tag;
         let text = if show_loc { doc.line(line) } else { doc.code(line) };
@@ -145,8 +149,8 @@ fn draw_diff(f: &mut Frame, area: Rect, app: &mut App) {
             Tag::Equal => ("  ", Style::new()),
         };
         let mut spans = vec![Span::styled(sign, base)];
-        spans.extend(clip(text, &ir_parts(text, doc.dialect, base), app.pass_diff.left, width));
-        let style = if focused && i == app.pass_diff.cursor {
+        spans.extend(clip(text, &ir_parts(text, doc.dialect, base), app.passes_tab.diff.left, width));
+        let style = if focused && i == app.passes_tab.diff.cursor {
             Style::new().bg(theme::CURSOR_BG)
         } else {
             match tag {

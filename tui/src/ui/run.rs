@@ -35,8 +35,8 @@ fn draw_devices(f: &mut Frame, area: Rect, app: &mut App) {
     );
     f.render_widget(block, area);
     let width = inner.width as usize;
-    for (i, b) in app.backends.iter().enumerate() {
-        let chosen = i == app.device;
+    for (i, b) in app.run.backends.iter().enumerate() {
+        let chosen = i == app.run.device;
         let (state, style) = match &b.runner {
             Ok(_) => ("ready".to_string(), theme::ok()),
             Err(why) => (format!("✗ {why}"), theme::dim()),
@@ -54,7 +54,7 @@ fn draw_devices(f: &mut Frame, area: Rect, app: &mut App) {
     put_row(
         f.buffer_mut(),
         inner,
-        app.backends.len() as u16,
+        app.run.backends.len() as u16,
         vec![Span::styled(truncate(&line, width), theme::dim())],
         Style::new(),
     );
@@ -63,8 +63,8 @@ fn draw_devices(f: &mut Frame, area: Rect, app: &mut App) {
 fn draw_progress(f: &mut Frame, area: Rect, app: &mut App) {
     let (block, inner) = pane_block(app, None, area, Line::raw(" Progress "));
     f.render_widget(block, area);
-    let Some(batch) = &app.batch else {
-        let last = app.results.iter().rev().find(|r| r.outcome.is_some());
+    let Some(batch) = &app.run.batch else {
+        let last = app.run.results.iter().rev().find(|r| r.outcome.is_some());
         let text = match last {
             Some(r) => format!("last: {} on {}", outcome_text(r), r.device.name()),
             None => "r runs the kernel · a autotunes its space".to_string(),
@@ -136,7 +136,8 @@ fn correctness_text(c: &Correctness) -> String {
 }
 
 fn draw_results(f: &mut Frame, area: Rect, app: &mut App) {
-    let title = Line::from(vec![Span::raw(" Results "), Span::styled(format!("{} ", app.results.len()), theme::dim())]);
+    let title =
+        Line::from(vec![Span::raw(" Results "), Span::styled(format!("{} ", app.run.results.len()), theme::dim())]);
     let (block, inner) = pane_block(app, Some(Pane::Results), area, title);
     let block = block.title_bottom(
         Line::from(vec![
@@ -155,16 +156,16 @@ fn draw_results(f: &mut Frame, area: Rect, app: &mut App) {
         vec![Span::styled(truncate(&header, width), theme::dim().add_modifier(Modifier::UNDERLINED))],
         Style::new(),
     );
-    if app.results.is_empty() {
+    if app.run.results.is_empty() {
         put_row(f.buffer_mut(), inner, 1, vec![Span::styled("no runs yet", theme::dim())], Style::new());
         return;
     }
     let rows = inner.height.saturating_sub(1) as usize;
-    app.results_scroll.clamp(app.results.len(), rows);
-    let best = best_index(&app.results);
+    app.run.scroll.clamp(app.run.results.len(), rows);
+    let best = best_index(&app.run.results);
     let focused = app.focus == Pane::Results;
     let revision = app.ws.revision();
-    for (row, (i, r)) in app.results.iter().enumerate().skip(app.results_scroll.top).take(rows).enumerate() {
+    for (row, (i, r)) in app.run.results.iter().enumerate().skip(app.run.scroll.top).take(rows).enumerate() {
         let (median, min, result, style) = match &r.outcome {
             None => ("…".to_string(), "…".to_string(), "waiting".to_string(), theme::dim()),
             Some(Err(e)) => ("—".into(), "—".into(), truncate(&format!("✗ {e}"), 13), theme::error()),
@@ -191,8 +192,7 @@ fn draw_results(f: &mut Frame, area: Rect, app: &mut App) {
             Span::styled(format!("{result:<13} "), style),
             Span::raw(truncate(&config, width.saturating_sub(used))),
         ];
-        let bg =
-            if i == app.results_scroll.cursor && focused { Style::new().bg(theme::CURSOR_BG) } else { Style::new() };
+        let bg = if i == app.run.scroll.cursor && focused { Style::new().bg(theme::CURSOR_BG) } else { Style::new() };
         put_row(f.buffer_mut(), inner, row as u16 + 1, spans, bg);
     }
 }
@@ -215,14 +215,14 @@ fn best_index(results: &[RunRecord]) -> Option<usize> {
 /// bar chart reads better than points when the x axis is a list of configurations.
 fn draw_chart(f: &mut Frame, area: Rect, app: &mut App) {
     let kernel = app.kernel.clone().unwrap_or_default();
-    let device = app.backend().device;
+    let device = app.run.backend().device;
     let title = Line::from(vec![
         Span::raw(" Configurations vs time "),
         Span::styled(format!("{} ", device.name()), theme::dim()),
     ]);
     let (block, inner) = pane_block(app, None, area, title);
     f.render_widget(block, area);
-    let rows: Vec<&RunRecord> = app.results.iter().filter(|r| r.kernel == kernel && r.device == device).collect();
+    let rows: Vec<&RunRecord> = app.run.results.iter().filter(|r| r.kernel == kernel && r.device == device).collect();
     let timed: Vec<(&RunRecord, f64)> = rows
         .iter()
         .filter_map(|r| match &r.outcome {

@@ -1,0 +1,7 @@
+//! The tabs' components: each owns the state of its tab and the transitions that need
+//! nothing but that state and the model below it (the workspace, the kernel on screen).
+//! They know nothing of the app that holds them or of the views that draw them.
+
+pub mod passes;
+pub mod run;
+pub mod schedule;
