@@ -3,6 +3,19 @@
 //! output, non-finite values on both sides, the verdicts, and the runtime checks of
 //! `@verify.numerics`.
 
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use tessera_frontend::check::{fn_signature, DType, NumericsCheck};
+use tessera_frontend::{Db, FnKey};
+use tessera_passes::ir::Func;
+
+use crate::interp::compare::{compare_with, Comparison, Tolerance};
+use crate::interp::inputs::Rng;
+use crate::interp::{self};
+use crate::semantics;
+use crate::tensor::{Arg, HostTensor};
+
 use super::*;
 
 /// Whether the function's `@verify.numerics(...)` says `allow_nonfinite=True`.
