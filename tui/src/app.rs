@@ -186,6 +186,71 @@ impl App {
         }
     }
 
+    // ----- a frame -----
+
+    /// Takes a frame's layout ([`crate::ui::layout`]): records it for mouse hits and page
+    /// sizes, keeps each pane's cursor on screen, and computes what the panes on screen
+    /// show, so that drawing ([`crate::ui::view`]) only reads.
+    pub fn frame(&mut self, geometry: Geometry) {
+        self.geometry = geometry;
+        let height = |app: &App, pane| app.geometry.rect(pane).map(|r| r.height as usize);
+        let lines = self.ws.line_index().line_count();
+        if let Some(h) = height(self, Pane::Source) {
+            self.src.clamp(lines, h);
+        }
+        if let Some(h) = height(self, Pane::Ir) {
+            if self.diff_mode {
+                self.view.stage_diff(self.stage);
+            }
+            if matches!(self.view.stage(self.stage), Some(Ok(_))) {
+                self.ir.clamp(self.ir_len(), h);
+            }
+        }
+        if let Some(h) = height(self, Pane::PassList) {
+            let rows = self.passes_tab.rows(self.passes());
+            self.passes_tab.list.clamp(rows, h);
+            // The list shows each visible pass's counts, the diff pane the selected one.
+            let visible = self.visible_passes();
+            for &i in visible.iter().skip(self.passes_tab.list.top).take(h) {
+                self.pass_diff(i);
+            }
+        }
+        if let Some(h) = height(self, Pane::PassDiff) {
+            let selected = self.visible_passes().get(self.passes_tab.list.cursor).copied();
+            if let Some(diff) = selected.and_then(|i| self.pass_diff(i)) {
+                if diff.changed() {
+                    self.passes_tab.diff.clamp(diff.len(), h);
+                }
+            }
+        }
+        if let Some(h) = height(self, Pane::Lints) {
+            let len = self.diagnostics.as_ref().map_or(0, Vec::len);
+            if len > 0 {
+                self.lints.clamp(len, h);
+            }
+        }
+        if let Some(r) = self.geometry.source_preview {
+            self.src.clamp(lines, r.height as usize);
+        }
+        if matches!(self.tab, Tab::Explore | Tab::Lints) {
+            self.registers();
+        }
+        if let Some(h) = height(self, Pane::Schedule) {
+            let rows = self.schedule_rows();
+            if !rows.is_empty() {
+                // The selected row's problem takes the pane's last two lines.
+                let error = rows.get(self.sched.cursor).is_some_and(|r| r.error.is_some());
+                self.sched.clamp(rows.len(), h.saturating_sub(error as usize * 2));
+            }
+        }
+        if let Some(h) = height(self, Pane::Results) {
+            // The first row of the results pane is the table header.
+            if !self.run.results.is_empty() {
+                self.run.scroll.clamp(self.run.results.len(), h.saturating_sub(1));
+            }
+        }
+    }
+
     // ----- derived values the views read -----
 
     /// Lines of the IR pane: the stage's IR, or its diff in diff mode.

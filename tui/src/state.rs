@@ -107,6 +107,8 @@ pub struct Geometry {
     pub panes: Vec<(Pane, Rect)>,
     pub tabs: Vec<(Tab, Rect)>,
     pub stages: Vec<(Stage, Rect)>,
+    /// The lints tab's source preview (it shows the source's lines but takes no focus).
+    pub source_preview: Option<Rect>,
 }
 
 impl Geometry {

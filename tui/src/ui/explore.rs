@@ -18,8 +18,13 @@ use crate::pipeline::RegisterGutter;
 use crate::theme;
 use crate::workspace::{stage_index, StageError};
 
-pub fn draw(f: &mut Frame, area: Rect, app: &mut App) {
-    let [left, right] = Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)]).areas(area);
+/// The source pane's area and the IR pane's.
+pub(super) fn areas(area: Rect) -> [Rect; 2] {
+    Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)]).areas(area)
+}
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App) {
+    let [left, right] = areas(area);
     draw_source_pane(f, left, app, Some(Pane::Source));
     draw_ir_pane(f, right, app, Pane::Ir);
 }
@@ -56,7 +61,7 @@ fn digits(n: usize) -> usize {
 
 /// The source with line numbers, lint markers, the register gutter (when the analysis
 /// exists) and the lines behind the selected op highlighted.
-pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &mut App, pane: Option<Pane>) {
+pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &App, pane: Option<Pane>) {
     let file = app.ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let title = vec![Span::raw(" Source "), Span::styled(format!("{file} "), theme::dim())];
     let (block, inner) = pane_block(app, pane, area, Line::from(title));
@@ -79,7 +84,6 @@ pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &mut App, pane: Option<P
     let text = app.ws.text();
     let len = index.line_count();
     let height = inner.height as usize;
-    app.src.clamp(len, height);
     let linked = app.linked_source();
     let linked_lines = linked.map(|r| (index.line_of(r.start), index.line_of(r.end.saturating_sub(1).max(r.start))));
     let mapped = app.view.doc(app.stage).map(|d| d.mapped_source_lines(&index)).unwrap_or_default();
@@ -142,9 +146,10 @@ pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &mut App, pane: Option<P
 }
 
 /// The stage strip of the IR pane's title: every stage, the current one marked, failed
-/// ones crossed; each label's cells are recorded for mouse clicks.
-fn stage_strip(app: &mut App, area: Rect) -> Line<'static> {
+/// ones crossed; with each label's cells (the layout records them for mouse clicks).
+pub(super) fn stage_strip(app: &App, area: Rect) -> (Line<'static>, Vec<(Stage, Rect)>) {
     let mut spans = vec![Span::raw(" ")];
+    let mut rects = Vec::new();
     let mut x = area.x + 2;
     for stage in Stage::ALL {
         let failed = matches!(app.view.stage(stage), Some(Err(_)) | None);
@@ -157,16 +162,16 @@ fn stage_strip(app: &mut App, area: Rect) -> Line<'static> {
             Style::new()
         };
         let w = label.chars().count() as u16;
-        app.geometry.stages.push((stage, Rect::new(x, area.y, w, 1)));
+        rects.push((stage, Rect::new(x, area.y, w, 1)));
         x += w + 1;
         spans.push(Span::styled(label, style));
         spans.push(Span::raw(if stage == Stage::Target { " " } else { "→" }));
     }
-    Line::from(spans)
+    (Line::from(spans), rects)
 }
 
-pub fn draw_ir_pane(f: &mut Frame, area: Rect, app: &mut App, pane: Pane) {
-    let strip = stage_strip(app, area);
+pub fn draw_ir_pane(f: &mut Frame, area: Rect, app: &App, pane: Pane) {
+    let (strip, _) = stage_strip(app, area);
     let (block, inner) = pane_block(app, Some(pane), area, strip);
     let info = ir_info(app);
     let block = block.title_bottom(Line::from(info).right_aligned().style(theme::dim()));
@@ -186,7 +191,6 @@ pub fn draw_ir_pane(f: &mut Frame, area: Rect, app: &mut App, pane: Pane) {
     };
     let height = inner.height as usize;
     let len = app.ir_len();
-    app.ir.clamp(len, height);
     let focused = app.focus == pane;
     let source_leads = app.focus == Pane::Source;
     let diff = if app.diff_mode { app.view.stage_diff(stage) } else { None };

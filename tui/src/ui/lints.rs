@@ -13,29 +13,45 @@ use super::widgets::{pane_block, put_row, truncate};
 use crate::app::{App, Pane};
 use crate::theme;
 
-pub fn draw(f: &mut Frame, area: Rect, app: &mut App) {
+/// The list's area, the detail's, and (with a diagnostic selected) the detail's split
+/// into its text and the source preview.
+pub(super) struct Areas {
+    pub list: Rect,
+    pub detail: Rect,
+    pub text_and_source: Option<(Rect, Rect)>,
+}
+
+/// Where the tab's panes go; `selected` is the diagnostic the detail shows.
+pub(super) fn areas(area: Rect, app: &App, selected: Option<&Diagnostic>) -> Areas {
     let [list, detail] = if area.width >= 120 {
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area)
     } else {
         Layout::vertical([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area)
     };
-    draw_list(f, list, app);
+    let text_and_source = selected.map(|d| {
+        let rows = detail_lines(app, d).len();
+        let [text, source] =
+            Layout::vertical([Constraint::Length((rows as u16 + 2).min(detail.height / 2)), Constraint::Min(3)])
+                .areas(detail);
+        (text, source)
+    });
+    Areas { list, detail, text_and_source }
+}
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     let selected = app.selected_diagnostic().cloned();
-    match selected {
-        Some(d) => {
+    let Areas { list, detail, text_and_source } = areas(area, app, selected.as_ref());
+    draw_list(f, list, app);
+    match (selected, text_and_source) {
+        (Some(d), Some((text, source))) => {
             let rows = detail_lines(app, &d);
-            let [text, source] = Layout::vertical([
-                Constraint::Length((rows.len() as u16 + 2).min(detail.height / 2)),
-                Constraint::Min(3),
-            ])
-            .areas(detail);
             let (block, _) = pane_block(app, None, text, Line::raw(format!(" {} ", d.code.as_str())));
             f.render_widget(Paragraph::new(rows).block(block).wrap(Wrap { trim: false }), text);
             // The source pane highlights the selected diagnostic's range (focus is on
             // the list, whose linked range is the diagnostic's).
             draw_source_pane(f, source, app, None);
         }
-        None => {
+        _ => {
             let (block, inner) = pane_block(app, None, detail, Line::raw(" Source "));
             f.render_widget(block, detail);
             draw_source_preview_hint(f, inner, app);
@@ -59,7 +75,7 @@ fn severity_style(s: Severity) -> Style {
     }
 }
 
-fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_list(f: &mut Frame, area: Rect, app: &App) {
     let (errors, warnings) = match &app.diagnostics {
         Ok(d) => (d.iter().filter(|d| d.is_error()).count(), d.iter().filter(|d| !d.is_error()).count()),
         Err(_) => (0, 0),
@@ -98,7 +114,6 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
         );
         return;
     }
-    app.lints.clamp(diags.len(), inner.height as usize);
     let focused = app.focus == Pane::Lints;
     let index = app.ws.line_index().clone();
     let text = app.ws.text();

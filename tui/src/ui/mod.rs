@@ -1,5 +1,7 @@
-//! Drawing: every function reads [`App`] and writes cells; none changes what the app
-//! knows (the last layout is recorded in `app.geometry` for mouse hits and page sizes).
+//! Drawing, in three steps: [`layout`] says where every pane goes (a pure function of
+//! the screen's size and the state), [`App::frame`] takes that layout into the state
+//! (mouse hits, page sizes, scroll positions kept on screen, what the panes show computed
+//! and cached), and [`view`] draws from `&App` alone: it changes nothing.
 //! Text panes draw only their visible lines, so a 5 000-line listing costs what a
 //! screenful does.
 
@@ -22,21 +24,81 @@ use crate::keymap::{self, Context};
 use crate::theme;
 
 pub use explore::{draw_ir_pane, draw_source_pane};
-use widgets::{centered, put_row, short_config, stage_title, truncate};
+use widgets::{centered, inner, put_row, short_config, stage_title, truncate};
 
+/// One frame: the layout, taken into the state, then the view of that state.
 pub fn draw(f: &mut Frame, app: &mut App) {
+    let geometry = layout(f.area(), app);
+    app.frame(geometry);
+    view(f, app);
+}
+
+fn too_small(area: Rect) -> bool {
+    area.width < 40 || area.height < 10
+}
+
+/// The tab bar, the tab's panes, the status line and the key hints.
+fn screen(area: Rect) -> [Rect; 4] {
+    Layout::vertical([Constraint::Length(1), Constraint::Min(1), Constraint::Length(1), Constraint::Length(1)])
+        .areas(area)
+}
+
+/// Where every pane goes on a screen of `area`: the inner area of each pane that takes
+/// the focus, each tab label's and stage label's cells, the lints tab's source preview.
+pub fn layout(area: Rect, app: &App) -> Geometry {
+    let mut g = Geometry::default();
+    if too_small(area) {
+        return g;
+    }
+    let [top, main, _, _] = screen(area);
+    g.tabs = tab_labels(top, app).into_iter().map(|(tab, _, rect)| (tab, rect)).collect();
+    let ir_pane = |g: &mut Geometry, area: Rect| {
+        g.stages = explore::stage_strip(app, area).1;
+        g.panes.push((Pane::Ir, inner(area)));
+    };
+    match app.tab {
+        Tab::Explore => {
+            let [source, ir] = explore::areas(main);
+            g.panes.push((Pane::Source, inner(source)));
+            ir_pane(&mut g, ir);
+        }
+        Tab::Passes => {
+            let [list, diff] = passes::areas(main);
+            g.panes.push((Pane::PassList, inner(list)));
+            g.panes.push((Pane::PassDiff, inner(diff)));
+        }
+        Tab::Lints => {
+            // The detail shows the diagnostic under the cursor once it is kept in the list.
+            let selected =
+                app.diagnostics.as_ref().ok().and_then(|d| d.get(app.lints.cursor.min(d.len().saturating_sub(1))));
+            let a = lints::areas(main, app, selected);
+            g.panes.push((Pane::Lints, inner(a.list)));
+            g.source_preview = a.text_and_source.map(|(_, source)| inner(source));
+        }
+        Tab::Schedule => {
+            let [table, _, ir] = schedule::areas(main);
+            g.panes.push((Pane::Schedule, inner(table)));
+            ir_pane(&mut g, ir);
+        }
+        Tab::Run => {
+            let [_, _, results, _] = run::areas(main);
+            g.panes.push((Pane::Results, inner(results)));
+        }
+    }
+    g
+}
+
+/// Draws the state: reads `app`, writes cells, and changes nothing.
+pub fn view(f: &mut Frame, app: &App) {
     let area = f.area();
-    app.geometry = Geometry::default();
-    if area.width < 40 || area.height < 10 {
+    if too_small(area) {
         let p = Paragraph::new("tessera-explore needs at least 40×10 cells")
             .style(theme::warning())
             .wrap(Wrap { trim: true });
         f.render_widget(p, area);
         return;
     }
-    let [top, main, status, hints] =
-        Layout::vertical([Constraint::Length(1), Constraint::Min(1), Constraint::Length(1), Constraint::Length(1)])
-            .areas(area);
+    let [top, main, status, hints] = screen(area);
     draw_tab_bar(f.buffer_mut(), top, app);
     match app.tab {
         Tab::Explore => explore::draw(f, main, app),
@@ -55,27 +117,37 @@ pub fn draw(f: &mut Frame, app: &mut App) {
     }
 }
 
-fn draw_tab_bar(buf: &mut Buffer, area: Rect, app: &mut App) {
-    buf.set_style(area, theme::status_bar());
-    let mut x = area.x;
-    let name = Span::styled(" tessera-explore ", theme::status_bar().add_modifier(Modifier::BOLD));
-    let w = name.width() as u16;
-    buf.set_span(x, area.y, &name, w);
-    x += w;
+/// Each tab's label and cells in the tab bar (after the explorer's name).
+fn tab_labels(area: Rect, app: &App) -> Vec<(Tab, String, Rect)> {
+    let mut x = area.x + NAME.chars().count() as u16;
     let lints = app.diagnostics.as_ref().map_or(0, Vec::len);
+    let mut labels = Vec::new();
     for (i, tab) in Tab::ALL.iter().enumerate() {
         let label = match tab {
             Tab::Lints if lints > 0 => format!(" {} {} ({lints}) ", i + 1, tab.title()),
             _ => format!(" {} {} ", i + 1, tab.title()),
         };
-        let style = if *tab == app.tab { theme::selected_tab() } else { theme::status_bar() };
         let w = (label.chars().count() as u16).min(area.right().saturating_sub(x));
         if w == 0 {
             break;
         }
-        buf.set_span(x, area.y, &Span::styled(label, style), w);
-        app.geometry.tabs.push((*tab, Rect::new(x, area.y, w, 1)));
+        labels.push((*tab, label, Rect::new(x, area.y, w, 1)));
         x += w;
+    }
+    labels
+}
+
+const NAME: &str = " tessera-explore ";
+
+fn draw_tab_bar(buf: &mut Buffer, area: Rect, app: &App) {
+    buf.set_style(area, theme::status_bar());
+    let name = Span::styled(NAME, theme::status_bar().add_modifier(Modifier::BOLD));
+    buf.set_span(area.x, area.y, &name, name.width() as u16);
+    let mut x = area.x + name.width() as u16;
+    for (tab, label, rect) in tab_labels(area, app) {
+        let style = if tab == app.tab { theme::selected_tab() } else { theme::status_bar() };
+        buf.set_span(rect.x, rect.y, &Span::styled(label, style), rect.width);
+        x = rect.right();
     }
     // The kernel and target on the right, when they fit.
     let right = format!(" {} · {} ", app.kernel.as_deref().unwrap_or("no kernel"), app.target);

@@ -12,14 +12,19 @@ use crate::diff::Tag;
 use crate::highlight::{clip, ir_parts};
 use crate::theme;
 
-pub fn draw(f: &mut Frame, area: Rect, app: &mut App) {
+/// The pass list's area and the diff's.
+pub(super) fn areas(area: Rect) -> [Rect; 2] {
     let list_w = if area.width >= 120 { 36 } else { 28 };
-    let [left, right] = Layout::horizontal([Constraint::Length(list_w), Constraint::Min(20)]).areas(area);
+    Layout::horizontal([Constraint::Length(list_w), Constraint::Min(20)]).areas(area)
+}
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App) {
+    let [left, right] = areas(area);
     draw_list(f, left, app);
     draw_diff(f, right, app);
 }
 
-fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_list(f: &mut Frame, area: Rect, app: &App) {
     let visible = app.visible_passes();
     let total = app.passes().passes.len();
     let title = Line::from(vec![
@@ -42,8 +47,6 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
         .right_aligned(),
     );
     f.render_widget(block, area);
-    let rows = visible.len() + app.passes().failure.is_some() as usize;
-    app.passes_tab.list.clamp(rows, inner.height as usize);
     let focused = app.focus == Pane::PassList;
     let width = inner.width as usize;
     let mut row = 0u16;
@@ -86,7 +89,7 @@ fn draw_list(f: &mut Frame, area: Rect, app: &mut App) {
     }
 }
 
-fn draw_diff(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_diff(f: &mut Frame, area: Rect, app: &App) {
     let visible = app.visible_passes();
     let selected = visible.get(app.passes_tab.list.cursor).copied();
     let diff = selected.and_then(|i| app.pass_diff(i));
@@ -133,7 +136,6 @@ fn draw_diff(f: &mut Frame, area: Rect, app: &mut App) {
         return;
     }
     let height = inner.height as usize;
-    app.passes_tab.diff.clamp(diff.len(), height);
     let focused = app.focus == Pane::PassDiff;
     let width = (inner.width as usize).saturating_sub(2);
     let show_loc = app.show_loc;

@@ -14,21 +14,27 @@ use crate::theme;
 
 const SPINNER: [&str; 8] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧"];
 
-pub fn draw(f: &mut Frame, area: Rect, app: &mut App) {
+/// The devices', progress's, results' and chart's areas.
+pub(super) fn areas(area: Rect) -> [Rect; 4] {
     let [top, bottom] = Layout::vertical([Constraint::Length(6), Constraint::Min(4)]).areas(area);
     let [devices, progress] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(top);
-    draw_devices(f, devices, app);
-    draw_progress(f, progress, app);
     let [results, chart] = if bottom.width >= 120 {
         Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(bottom)
     } else {
         Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(bottom)
     };
+    [devices, progress, results, chart]
+}
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App) {
+    let [devices, progress, results, chart] = areas(area);
+    draw_devices(f, devices, app);
+    draw_progress(f, progress, app);
     draw_results(f, results, app);
     draw_chart(f, chart, app);
 }
 
-fn draw_devices(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_devices(f: &mut Frame, area: Rect, app: &App) {
     let (block, inner) = pane_block(app, None, area, Line::raw(" Devices "));
     let block = block.title_bottom(
         Line::from(vec![Span::styled(" b ", theme::key()), Span::styled("cycles ", theme::dim())]).right_aligned(),
@@ -60,7 +66,7 @@ fn draw_devices(f: &mut Frame, area: Rect, app: &mut App) {
     );
 }
 
-fn draw_progress(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_progress(f: &mut Frame, area: Rect, app: &App) {
     let (block, inner) = pane_block(app, None, area, Line::raw(" Progress "));
     f.render_widget(block, area);
     let Some(batch) = &app.run.batch else {
@@ -135,7 +141,7 @@ fn correctness_text(c: &Correctness) -> String {
     }
 }
 
-fn draw_results(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_results(f: &mut Frame, area: Rect, app: &App) {
     let title =
         Line::from(vec![Span::raw(" Results "), Span::styled(format!("{} ", app.run.results.len()), theme::dim())]);
     let (block, inner) = pane_block(app, Some(Pane::Results), area, title);
@@ -161,7 +167,6 @@ fn draw_results(f: &mut Frame, area: Rect, app: &mut App) {
         return;
     }
     let rows = inner.height.saturating_sub(1) as usize;
-    app.run.scroll.clamp(app.run.results.len(), rows);
     let best = best_index(&app.run.results);
     let focused = app.focus == Pane::Results;
     let revision = app.ws.revision();
@@ -213,7 +218,7 @@ fn best_index(results: &[RunRecord]) -> Option<usize> {
 
 /// Configurations against time as horizontal bars (longer is slower), best starred: a
 /// bar chart reads better than points when the x axis is a list of configurations.
-fn draw_chart(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_chart(f: &mut Frame, area: Rect, app: &App) {
     let kernel = app.kernel.clone().unwrap_or_default();
     let device = app.run.backend().device;
     let title = Line::from(vec![

@@ -14,10 +14,16 @@ use crate::app::{App, Pane};
 use crate::theme;
 use crate::workspace::stage_index;
 
-pub fn draw(f: &mut Frame, area: Rect, app: &mut App) {
+/// The table's, the stage summary's and the IR pane's areas.
+pub(super) fn areas(area: Rect) -> [Rect; 3] {
     let table_w = if area.width >= 120 { 52 } else { (area.width * 9 / 20).max(34) };
     let [left, right] = Layout::horizontal([Constraint::Length(table_w), Constraint::Min(20)]).areas(area);
     let [table, summary] = Layout::vertical([Constraint::Min(5), Constraint::Length(4)]).areas(left);
+    [table, summary, right]
+}
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App) {
+    let [table, summary, right] = areas(area);
     draw_table(f, table, app);
     draw_summary(f, summary, app);
     draw_ir_pane(f, right, app, Pane::Ir);
@@ -28,7 +34,7 @@ fn candidates_text(c: &[tessera_frontend::check::KeyValue]) -> String {
     format!("[{}]", parts.join(","))
 }
 
-fn draw_table(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_table(f: &mut Frame, area: Rect, app: &App) {
     let title = Line::from(vec![Span::raw(" Schedule "), Span::styled(format!("{} ", app.target), theme::dim())]);
     let (block, inner) = pane_block(app, Some(Pane::Schedule), area, title);
     f.render_widget(block, area);
@@ -44,7 +50,6 @@ fn draw_table(f: &mut Frame, area: Rect, app: &mut App) {
     // The selected row's problem takes the last line, when there is one.
     let selected_error = rows.get(app.sched.cursor).and_then(|r| r.error.clone());
     let list_h = inner.height.saturating_sub(selected_error.is_some() as u16 * 2) as usize;
-    app.sched.clamp(rows.len(), list_h);
     let focused = app.focus == Pane::Schedule;
     let key_w = rows.iter().map(|r| r.key.len()).max().unwrap_or(2).max(6);
     let width = inner.width as usize;
@@ -96,7 +101,7 @@ fn draw_table(f: &mut Frame, area: Rect, app: &mut App) {
 
 /// Every stage's state after the last re-lower, so a schedule change that breaks a later
 /// stage shows even while another stage is on screen.
-fn draw_summary(f: &mut Frame, area: Rect, app: &mut App) {
+fn draw_summary(f: &mut Frame, area: Rect, app: &App) {
     let (block, inner) = pane_block(app, None, area, Line::raw(" Stages "));
     f.render_widget(block, area);
     let mut spans = Vec::new();

@@ -10,14 +10,11 @@ use ratatui::widgets::Block;
 use crate::app::{App, Pane};
 use crate::theme;
 
-/// A bordered pane; its inner area is recorded for mouse hits.
-pub(crate) fn pane_block<'a>(app: &mut App, pane: Option<Pane>, area: Rect, title: Line<'a>) -> (Block<'a>, Rect) {
+/// A bordered pane (focused when it is `pane` and has the focus) and its inner area.
+pub(crate) fn pane_block<'a>(app: &App, pane: Option<Pane>, area: Rect, title: Line<'a>) -> (Block<'a>, Rect) {
     let focused = pane.is_some_and(|p| p == app.focus);
     let block = Block::bordered().border_style(theme::border(focused)).title(title.style(theme::title(focused)));
     let inner = block.inner(area);
-    if let Some(p) = pane {
-        app.geometry.panes.push((p, inner));
-    }
     (block, inner)
 }
 
@@ -86,4 +83,9 @@ pub(crate) fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(area.width.saturating_sub(2));
     let h = height.min(area.height.saturating_sub(2));
     Rect::new(area.x + (area.width - w) / 2, area.y + (area.height - h) / 2, w, h)
+}
+
+/// The inner area of a bordered pane drawn over `area` (what the layout records).
+pub(crate) fn inner(area: Rect) -> Rect {
+    Block::bordered().inner(area)
 }
