@@ -8,7 +8,7 @@ use std::time::Duration;
 use ratatui::layout::Rect;
 use tessera_passes::Stage;
 
-use crate::keymap::Context;
+use crate::keymap::{Action, Context};
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Tab {
@@ -98,6 +98,24 @@ impl Scroll {
             self.top = self.cursor.saturating_sub(height / 3);
         }
         self.clamp(len, height);
+    }
+
+    /// Common list movement; returns false for actions that are not movement.
+    pub fn nav(&mut self, action: Action, len: usize, height: usize) -> bool {
+        let half = (height / 2).max(1);
+        match action {
+            Action::Down => self.cursor = (self.cursor + 1).min(len.saturating_sub(1)),
+            Action::Up => self.cursor = self.cursor.saturating_sub(1),
+            Action::PageDown => self.cursor = (self.cursor + half).min(len.saturating_sub(1)),
+            Action::PageUp => self.cursor = self.cursor.saturating_sub(half),
+            Action::Top => self.cursor = 0,
+            Action::Bottom => self.cursor = len.saturating_sub(1),
+            Action::Left => self.left = self.left.saturating_sub(8),
+            Action::Right => self.left += 8,
+            _ => return false,
+        }
+        self.clamp(len, height);
+        true
     }
 }
 

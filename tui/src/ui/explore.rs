@@ -11,10 +11,11 @@ use tessera_frontend::diagnostics::Severity;
 use tessera_passes::Stage;
 
 use super::widgets::{pane_block, put_row, stage_title};
-use crate::app::{App, Pane};
+use crate::app::App;
 use crate::diff::Tag;
 use crate::highlight::{clip, ir_parts};
 use crate::pipeline::RegisterGutter;
+use crate::state::Pane;
 use crate::theme;
 use crate::workspace::{stage_index, StageError};
 
@@ -258,7 +259,7 @@ fn ir_info(app: &App) -> String {
         parts.push(format!("{} lines", doc.len()));
     }
     if let Some(l) = &app.view.lowering {
-        parts.push(crate::app::ms(l.times[stage_index(stage)]));
+        parts.push(crate::state::ms(l.times[stage_index(stage)]));
     }
     format!(" {} ", parts.join(" · "))
 }

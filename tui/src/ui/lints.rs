@@ -10,7 +10,8 @@ use tessera_frontend::diagnostics::{Diagnostic, Severity};
 
 use super::explore::draw_source_pane;
 use super::widgets::{pane_block, put_row, truncate};
-use crate::app::{App, Pane};
+use crate::app::App;
+use crate::state::Pane;
 use crate::theme;
 
 /// The list's area, the detail's, and (with a diagnostic selected) the detail's split

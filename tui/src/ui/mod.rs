@@ -19,8 +19,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::app::{App, Geometry, Level, Overlay, Pane, Tab};
+use crate::app::App;
 use crate::keymap::{self, Context};
+use crate::state::{Geometry, Level, Overlay, Pane, Tab};
 use crate::theme;
 
 pub use explore::{draw_ir_pane, draw_source_pane};
@@ -168,7 +169,7 @@ fn draw_status(buf: &mut Buffer, area: Rect, app: &App) {
     buf.set_style(area, theme::status_bar());
     let sep = || Span::styled(" │ ", theme::status_bar().fg(ratatui::style::Color::DarkGray));
     let timing = match &app.view.lowering {
-        Some(_) => format!("lowered in {}", crate::app::ms(app.view.relower)),
+        Some(_) => format!("lowered in {}", crate::state::ms(app.view.relower)),
         None => "not lowered".to_string(),
     };
     let config = match &app.view.config {

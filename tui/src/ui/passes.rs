@@ -7,9 +7,10 @@ use ratatui::text::{Line, Span};
 use ratatui::Frame;
 
 use super::widgets::{pane_block, put_row, truncate};
-use crate::app::{App, Pane};
+use crate::app::App;
 use crate::diff::Tag;
 use crate::highlight::{clip, ir_parts};
+use crate::state::Pane;
 use crate::theme;
 
 /// The pass list's area and the diff's.

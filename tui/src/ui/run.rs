@@ -8,8 +8,10 @@ use ratatui::widgets::Gauge;
 use ratatui::Frame;
 
 use super::widgets::{pane_block, put_row, short_config, truncate};
-use crate::app::{fmt_ms, App, Pane, RunRecord};
+use crate::app::App;
+use crate::components::run::RunRecord;
 use crate::runner::Correctness;
+use crate::state::{fmt_ms, Pane};
 use crate::theme;
 
 const SPINNER: [&str; 8] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧"];

@@ -10,7 +10,8 @@ use tessera_passes::Stage;
 
 use super::explore::draw_ir_pane;
 use super::widgets::{centered, pane_block, put_row, stage_title, truncate};
-use crate::app::{App, Pane};
+use crate::app::App;
+use crate::state::Pane;
 use crate::theme;
 use crate::workspace::stage_index;
 
@@ -121,13 +122,13 @@ fn draw_summary(f: &mut Frame, area: Rect, app: &App) {
         (Some(l), Some(Err(e))) => {
             vec![
                 Span::styled(format!("{}: {}", stage_title(app.stage), e.message), theme::error()),
-                Span::raw(format!(" · {}", crate::app::ms(l.elapsed))),
+                Span::raw(format!(" · {}", crate::state::ms(l.elapsed))),
             ]
         }
         (Some(l), _) => {
             let t = l.times[stage_index(app.stage)];
             vec![Span::styled(
-                format!("re-lowered {} · stage {}", crate::app::ms(app.view.relower), crate::app::ms(t)),
+                format!("re-lowered {} · stage {}", crate::state::ms(app.view.relower), crate::state::ms(t)),
                 theme::dim(),
             )]
         }

@@ -7,7 +7,8 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Block;
 
-use crate::app::{App, Pane};
+use crate::app::App;
+use crate::state::Pane;
 use crate::theme;
 
 /// A bordered pane (focused when it is `pane` and has the focus) and its inner area.

@@ -4,20 +4,23 @@
 //! and reads this state; nothing here draws.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
-use ratatui::layout::Position;
+use crossterm::event::{Event, KeyEvent, KeyEventKind};
 use tessera_frontend::check::schedule::{canonical_key, validate};
 use tessera_frontend::check::{FunctionKind, KeyValue};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::TextRange;
 use tessera_passes::{Stage, Target, DEFAULT_SHAPE};
 
+mod mouse;
+mod overlay;
+
 pub use crate::components::passes::PassesTab;
 pub use crate::components::run::{RunRecord, RunTab};
 pub use crate::components::schedule::ScheduleRow;
-use crate::components::schedule::{self, edit_problem, parse_value, show_value, step_value};
+use crate::components::schedule::{self, parse_value, show_value, step_value};
 use crate::diff::Diff;
 use crate::highlight::SourceHighlight;
 pub use crate::kernel::KernelView;
@@ -26,7 +29,6 @@ use crate::options::Options;
 use crate::pipeline::{PassList, RegisterGutter};
 pub use crate::state::{fmt_ms, ms, Geometry, Level, Message, Overlay, Pane, Scroll, Tab};
 use crate::workspace::{stage_index, FunctionInfo, Overrides, StageError, Workspace};
-use std::sync::Arc;
 
 pub struct App {
     pub ws: Workspace,
@@ -377,34 +379,6 @@ impl App {
         }
     }
 
-    fn type_into_overlay(&mut self, key: KeyEvent) {
-        let text_key = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
-        let rows = if matches!(self.overlay, Overlay::Edit { .. }) { self.schedule_rows() } else { Vec::new() };
-        match &mut self.overlay {
-            Overlay::Picker { filter, cursor } => {
-                match key.code {
-                    KeyCode::Char(ch) if text_key => filter.push(ch),
-                    KeyCode::Backspace => {
-                        filter.pop();
-                    }
-                    _ => return,
-                }
-                *cursor = 0;
-            }
-            Overlay::Edit { row, input, error } => {
-                match key.code {
-                    KeyCode::Char(ch) if text_key => input.push(ch),
-                    KeyCode::Backspace => {
-                        input.pop();
-                    }
-                    _ => return,
-                }
-                *error = rows.get(*row).and_then(|r| edit_problem(r, input));
-            }
-            _ => {}
-        }
-    }
-
     pub fn apply(&mut self, action: Action) {
         match &self.overlay {
             Overlay::Help { .. } => return self.apply_help(action),
@@ -464,81 +438,6 @@ impl App {
         }
     }
 
-    fn apply_help(&mut self, action: Action) {
-        if let Overlay::Help { scroll } = &mut self.overlay {
-            match action {
-                Action::Close => self.overlay = Overlay::None,
-                Action::Down => *scroll += 1,
-                Action::Up => *scroll = scroll.saturating_sub(1),
-                _ => {}
-            }
-        }
-    }
-
-    /// Functions the picker lists for its filter (substring, case-insensitive).
-    pub fn picker_matches(&self, filter: &str) -> Vec<usize> {
-        let f = filter.to_lowercase();
-        (0..self.functions.len()).filter(|&i| self.functions[i].name.to_lowercase().contains(&f)).collect()
-    }
-
-    fn apply_picker(&mut self, action: Action) {
-        let Overlay::Picker { filter, cursor } = &self.overlay else { return };
-        let matches = self.picker_matches(filter);
-        let cursor = *cursor;
-        match action {
-            Action::Close => self.overlay = Overlay::None,
-            Action::Up | Action::Down => {
-                let n = matches.len().max(1);
-                let next = if action == Action::Down { (cursor + 1) % n } else { (cursor + n - 1) % n };
-                if let Overlay::Picker { cursor, .. } = &mut self.overlay {
-                    *cursor = next;
-                }
-            }
-            Action::Enter => {
-                if let Some(&i) = matches.get(cursor) {
-                    let name = self.functions[i].name.clone();
-                    self.overlay = Overlay::None;
-                    self.select_kernel(&name);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn apply_edit(&mut self, action: Action) {
-        let Overlay::Edit { row, input, .. } = &self.overlay else { return };
-        let (row, input) = (*row, input.clone());
-        match action {
-            Action::Close => self.overlay = Overlay::None,
-            Action::Enter => {
-                let rows = self.schedule_rows();
-                let Some(r) = rows.get(row) else {
-                    self.overlay = Overlay::None;
-                    return;
-                };
-                if r.is_dim {
-                    match input.trim().parse::<i64>() {
-                        Ok(v) if v > 0 => {
-                            self.overlay = Overlay::None;
-                            self.set_dim(&r.key.clone(), Some(v));
-                        }
-                        _ => {
-                            if let Overlay::Edit { error, .. } = &mut self.overlay {
-                                *error = Some(format!("{} must be a positive integer", r.key));
-                            }
-                        }
-                    }
-                } else {
-                    // An invalid value is kept and shown with its E0701 message; the
-                    // kernel keeps lowering with the last valid one.
-                    self.overlay = Overlay::None;
-                    self.set_key(&r.key.clone(), Some(parse_value(&input)));
-                }
-            }
-            _ => {}
-        }
-    }
-
     fn apply_in_pane(&mut self, action: Action) {
         match self.focus {
             Pane::Source => self.source_action(action),
@@ -550,28 +449,10 @@ impl App {
         }
     }
 
-    /// Common list movement; returns false for actions that are not movement.
-    fn nav(scroll: &mut Scroll, action: Action, len: usize, height: usize) -> bool {
-        let half = (height / 2).max(1);
-        match action {
-            Action::Down => scroll.cursor = (scroll.cursor + 1).min(len.saturating_sub(1)),
-            Action::Up => scroll.cursor = scroll.cursor.saturating_sub(1),
-            Action::PageDown => scroll.cursor = (scroll.cursor + half).min(len.saturating_sub(1)),
-            Action::PageUp => scroll.cursor = scroll.cursor.saturating_sub(half),
-            Action::Top => scroll.cursor = 0,
-            Action::Bottom => scroll.cursor = len.saturating_sub(1),
-            Action::Left => scroll.left = scroll.left.saturating_sub(8),
-            Action::Right => scroll.left += 8,
-            _ => return false,
-        }
-        scroll.clamp(len, height);
-        true
-    }
-
     fn source_action(&mut self, action: Action) {
         let len = self.ws.line_index().line_count();
         let h = self.geometry.height(Pane::Source);
-        if Self::nav(&mut self.src, action, len, h) {
+        if self.src.nav(action, len, h) {
             self.sync_from_source();
             return;
         }
@@ -591,7 +472,7 @@ impl App {
     fn ir_action(&mut self, action: Action) {
         let len = self.ir_len();
         let h = self.geometry.height(Pane::Ir);
-        if Self::nav(&mut self.ir, action, len, h) {
+        if self.ir.nav(action, len, h) {
             self.sync_from_ir();
             return;
         }
@@ -646,7 +527,7 @@ impl App {
             let h = self.geometry.height(Pane::PassList);
             // A failed pass is the last row: selecting it shows why it failed.
             let rows = visible.len() + self.passes().failure.is_some() as usize;
-            if Self::nav(&mut self.passes_tab.list, action, rows, h) {
+            if self.passes_tab.list.nav(action, rows, h) {
                 if self.passes_tab.list.cursor != before {
                     self.passes_tab.diff = Scroll::default();
                 }
@@ -667,7 +548,7 @@ impl App {
                 }
             }
             a if self.focus == Pane::PassDiff => {
-                Self::nav(&mut self.passes_tab.diff, a, diff.len(), h);
+                self.passes_tab.diff.nav(a, diff.len(), h);
             }
             _ => {}
         }
@@ -676,7 +557,7 @@ impl App {
     fn lints_action(&mut self, action: Action) {
         let len = self.diagnostics.as_ref().map_or(0, Vec::len);
         let h = self.geometry.height(Pane::Lints);
-        if Self::nav(&mut self.lints, action, len, h) {
+        if self.lints.nav(action, len, h) {
             return;
         }
         if action == Action::Enter {
@@ -694,7 +575,7 @@ impl App {
     fn schedule_action(&mut self, action: Action) {
         let rows = self.schedule_rows();
         let h = self.geometry.height(Pane::Schedule);
-        if Self::nav(&mut self.sched, action, rows.len(), h) {
+        if self.sched.nav(action, rows.len(), h) {
             return;
         }
         let Some(row) = rows.get(self.sched.cursor).cloned() else { return };
@@ -739,7 +620,7 @@ impl App {
     fn results_action(&mut self, action: Action) {
         let h = self.geometry.height(Pane::Results);
         let len = self.run.results.len();
-        if Self::nav(&mut self.run.scroll, action, len, h) {
+        if self.run.scroll.nav(action, len, h) {
             return;
         }
         match action {
@@ -1055,88 +936,6 @@ impl App {
         let message = self.run.start(&self.ws, &self.view, self.kernel.as_deref(), self.target, dims, autotune);
         if let Some(m) = message {
             self.message = Some(m);
-        }
-    }
-
-    // ----- mouse -----
-
-    fn handle_mouse(&mut self, m: MouseEvent) {
-        if !matches!(self.overlay, Overlay::None) {
-            return;
-        }
-        let at = Position::new(m.column, m.row);
-        match m.kind {
-            MouseEventKind::Down(MouseButton::Left) => {
-                if let Some((tab, _)) = self.geometry.tabs.iter().find(|(_, r)| r.contains(at)).copied() {
-                    self.set_tab(tab);
-                    return;
-                }
-                if let Some((stage, _)) = self.geometry.stages.iter().find(|(_, r)| r.contains(at)).copied() {
-                    while self.stage != stage {
-                        let forward = stage_index(stage) > stage_index(self.stage);
-                        self.step_stage(forward);
-                    }
-                    return;
-                }
-                let Some((pane, rect)) = self.geometry.panes.iter().find(|(_, r)| r.contains(at)).copied() else {
-                    return;
-                };
-                let row = (m.row - rect.y) as usize;
-                self.focus = pane;
-                match pane {
-                    Pane::Source => {
-                        self.src.cursor = self.src.top + row;
-                        let len = self.ws.line_index().line_count();
-                        self.src.clamp(len, rect.height as usize);
-                        self.sync_from_source();
-                    }
-                    Pane::Ir => {
-                        self.ir.cursor = self.ir.top + row;
-                        self.ir.clamp(self.ir_len(), rect.height as usize);
-                        self.sync_from_ir();
-                    }
-                    Pane::PassList => {
-                        let before = self.passes_tab.list.cursor;
-                        self.passes_tab.list.cursor = self.passes_tab.list.top + row;
-                        let rows = self.visible_passes().len() + self.passes().failure.is_some() as usize;
-                        self.passes_tab.list.clamp(rows, rect.height as usize);
-                        if before != self.passes_tab.list.cursor {
-                            self.passes_tab.diff = Scroll::default();
-                        }
-                    }
-                    Pane::PassDiff => self.passes_tab.diff.cursor = self.passes_tab.diff.top + row,
-                    Pane::Lints => {
-                        self.lints.cursor = self.lints.top + row;
-                        let len = self.diagnostics.as_ref().map_or(0, Vec::len);
-                        self.lints.clamp(len, rect.height as usize);
-                    }
-                    Pane::Schedule => {
-                        self.sched.cursor = self.sched.top + row;
-                        self.sched.clamp(self.schedule_rows().len(), rect.height as usize);
-                    }
-                    Pane::Results => {
-                        // The first row of the results pane is the table header.
-                        self.run.scroll.cursor = (self.run.scroll.top + row).saturating_sub(1);
-                        self.run.scroll.clamp(self.run.results.len(), rect.height as usize);
-                    }
-                }
-            }
-            MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
-                let Some((pane, _)) = self.geometry.panes.iter().find(|(_, r)| r.contains(at)).copied() else {
-                    return;
-                };
-                let saved = self.focus;
-                self.focus = pane;
-                let action = if m.kind == MouseEventKind::ScrollDown { Action::Down } else { Action::Up };
-                for _ in 0..3 {
-                    self.apply_in_pane(action);
-                }
-                self.focus = saved;
-                if saved != pane && matches!(pane, Pane::Source | Pane::Ir) {
-                    self.focus = pane;
-                }
-            }
-            _ => {}
         }
     }
 
