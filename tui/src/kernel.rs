@@ -116,4 +116,29 @@ impl KernelView {
             })
             .as_ref()
     }
+
+    // What the views read: the caches as the last frame left them ([`crate::app::App::frame`]
+    // fills them for the panes on screen); nothing here computes.
+
+    /// The pass pipeline, once computed (none before).
+    pub fn shown_passes(&self) -> &PassList {
+        self.passes.get().unwrap_or(&NO_PASSES)
+    }
+
+    /// Pass `i`'s diff, once computed.
+    pub fn shown_pass_diff(&self, i: usize) -> Option<Arc<Diff>> {
+        self.pass_diffs.borrow().get(&i).cloned()
+    }
+
+    /// The register gutter, once computed.
+    pub fn shown_registers(&self) -> Option<&Result<RegisterGutter, StageError>> {
+        self.registers.get().and_then(Option::as_ref)
+    }
+
+    /// The diff of `stage` against the stage before it, once computed.
+    pub fn shown_stage_diff(&self, stage: Stage) -> Option<Arc<Diff>> {
+        self.stage_diffs[stage_index(stage)].get().cloned().flatten()
+    }
 }
+
+static NO_PASSES: PassList = PassList { passes: Vec::new(), failure: None };

@@ -66,7 +66,7 @@ pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &App, pane: Option<Pane>
     let file = app.ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let title = vec![Span::raw(" Source "), Span::styled(format!("{file} "), theme::dim())];
     let (block, inner) = pane_block(app, pane, area, Line::from(title));
-    let block = match app.registers() {
+    let block = match app.view.shown_registers() {
         Some(Ok(g)) => block.title_bottom(
             Line::from(Span::styled(
                 if area.width >= 50 {
@@ -98,7 +98,7 @@ pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &App, pane: Option<Pane>
             }
         }
     }
-    let gutter = match app.registers() {
+    let gutter = match app.view.shown_registers() {
         Some(Ok(g)) => Some((g, RegisterGutter::width(inner.width))),
         _ => None,
     };
@@ -194,7 +194,7 @@ pub fn draw_ir_pane(f: &mut Frame, area: Rect, app: &App, pane: Pane) {
     let len = app.ir_len();
     let focused = app.focus == pane;
     let source_leads = app.focus == Pane::Source;
-    let diff = if app.diff_mode { app.view.stage_diff(stage) } else { None };
+    let diff = if app.diff_mode { app.view.shown_stage_diff(stage) } else { None };
     let num_w = digits(diff.as_ref().map_or(len, |_| doc.len()));
     let width = (inner.width as usize).saturating_sub(num_w + 1);
     let show_loc = app.show_loc;
@@ -246,7 +246,7 @@ fn ir_info(app: &App) -> String {
     let stage = app.stage;
     let mut parts = Vec::new();
     if app.diff_mode {
-        match app.view.stage_diff(stage) {
+        match app.view.shown_stage_diff(stage) {
             Some(d) => {
                 let prev = Stage::ALL[stage_index(stage).saturating_sub(1)];
                 parts.push(format!("diff vs {}: +{} −{}", stage_title(prev), d.inserted, d.deleted));

@@ -87,7 +87,7 @@ fn draw_list(f: &mut Frame, area: Rect, app: &App) {
         Span::styled(format!("{warnings} warning{} ", if warnings == 1 { "" } else { "s" }), theme::warning()),
     ]);
     let (block, inner) = pane_block(app, Some(Pane::Lints), area, title);
-    let block = match app.registers() {
+    let block = match app.view.shown_registers() {
         Some(Ok(g)) => block.title_bottom(
             Line::from(Span::styled(
                 format!(" registers: peak {} of {} ", g.peak, g.limit),

@@ -26,8 +26,8 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
 }
 
 fn draw_list(f: &mut Frame, area: Rect, app: &App) {
-    let visible = app.visible_passes();
-    let total = app.passes().passes.len();
+    let visible = app.passes_tab.visible(app.view.shown_passes());
+    let total = app.view.shown_passes().passes.len();
     let title = Line::from(vec![
         Span::raw(" Passes "),
         Span::styled(
@@ -55,8 +55,8 @@ fn draw_list(f: &mut Frame, area: Rect, app: &App) {
         if row >= inner.height {
             break;
         }
-        let p = &app.passes().passes[i];
-        let stats = app.pass_diff(i).map(|d| format!("+{} −{}", d.inserted, d.deleted)).unwrap_or_default();
+        let p = &app.view.shown_passes().passes[i];
+        let stats = app.view.shown_pass_diff(i).map(|d| format!("+{} −{}", d.inserted, d.deleted)).unwrap_or_default();
         let marker = if p.changed { Span::styled("● ", theme::ok()) } else { Span::styled("○ ", theme::dim()) };
         let name_w = width.saturating_sub(3 + stats.chars().count() + 1);
         let spans = vec![
@@ -73,7 +73,7 @@ fn draw_list(f: &mut Frame, area: Rect, app: &App) {
         put_row(f.buffer_mut(), inner, row, spans, style);
         row += 1;
     }
-    if let Some((pass, _)) = &app.passes().failure {
+    if let Some((pass, _)) = &app.view.shown_passes().failure {
         if row < inner.height && visible.len() >= app.passes_tab.list.top {
             let style = if app.passes_tab.list.cursor == visible.len() {
                 Style::new().bg(if focused { theme::CURSOR_BG } else { theme::LINKED_BG })
@@ -85,19 +85,19 @@ fn draw_list(f: &mut Frame, area: Rect, app: &App) {
             put_row(f.buffer_mut(), inner, row, spans, style);
         }
     }
-    if total == 0 && app.passes().failure.is_none() {
+    if total == 0 && app.view.shown_passes().failure.is_none() {
         put_row(f.buffer_mut(), inner, 0, vec![Span::styled("no passes ran", theme::dim())], Style::new());
     }
 }
 
 fn draw_diff(f: &mut Frame, area: Rect, app: &App) {
-    let visible = app.visible_passes();
+    let visible = app.passes_tab.visible(app.view.shown_passes());
     let selected = visible.get(app.passes_tab.list.cursor).copied();
-    let diff = selected.and_then(|i| app.pass_diff(i));
+    let diff = selected.and_then(|i| app.view.shown_pass_diff(i));
     let title = match (selected, &diff) {
         (Some(i), Some(d)) => {
-            let p = &app.passes().passes[i];
-            let before = match i.checked_sub(1).and_then(|b| app.passes().passes.get(b)) {
+            let p = &app.view.shown_passes().passes[i];
+            let before = match i.checked_sub(1).and_then(|b| app.view.shown_passes().passes.get(b)) {
                 Some(b) => format!("after {}", b.pass),
                 None => "from the source".to_string(),
             };
@@ -114,7 +114,7 @@ fn draw_diff(f: &mut Frame, area: Rect, app: &App) {
     let (block, inner) = pane_block(app, Some(Pane::PassDiff), area, title);
     f.render_widget(block, area);
     let Some(diff) = diff else {
-        let (text, style) = match &app.passes().failure {
+        let (text, style) = match &app.view.shown_passes().failure {
             Some((pass, e)) if selected.is_none() => {
                 let at = e.range.map(|r| {
                     let lc = app.ws.line_index().line_col(app.ws.text(), r.start);
@@ -122,7 +122,7 @@ fn draw_diff(f: &mut Frame, area: Rect, app: &App) {
                 });
                 (format!("✗ {pass} failed: {}{}", e.message, at.unwrap_or_default()), theme::error())
             }
-            _ if app.passes_tab.hide_unchanged && !app.passes().passes.is_empty() => {
+            _ if app.passes_tab.hide_unchanged && !app.view.shown_passes().passes.is_empty() => {
                 ("every pass is hidden: none changed the IR (H shows them)".into(), theme::dim())
             }
             _ => ("nothing to show".into(), theme::dim()),
