@@ -1,0 +1,207 @@
+//! Schedule constructors and `dist` (meshes, distributed tensors).
+
+use crate::check::dims::Dim;
+use crate::check::dtype::{DType, ElemType};
+use crate::check::infer::Infer;
+use crate::check::schedule::{self, KeyValue, ScheduleValue};
+use crate::check::types::*;
+use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
+use crate::syntax::ast::*;
+use crate::text::TextRange;
+
+use super::{ArgVal, Bound};
+
+impl<'a> Infer<'a> {
+    // ----- schedules -----------------------------------------------------------------
+
+    pub(super) fn schedule_ctor(&mut self, a: &Bound) -> Ty {
+        let mut s = ScheduleValue::default();
+        if let Some(block) = a.get("block") {
+            match &block.ty {
+                Ty::Tuple(items) if items.len() == 2 => {
+                    let exprs = match self.body.expr(self.body.unparen(block.expr)) {
+                        Expr::Tuple(e) => e.clone(),
+                        _ => vec![block.expr, block.expr],
+                    };
+                    for ((key, item), e) in ["BM", "BN"].iter().zip(items).zip(exprs) {
+                        self.schedule_int(&mut s, key, Some(&ArgVal { expr: e, ty: item.clone() }));
+                    }
+                }
+                Ty::NoneVal | Ty::Unknown => {}
+                other => {
+                    self.wrong_kind(block.expr, "Schedule", "block=(BM, BN)", &other.clone());
+                }
+            }
+        }
+        for (param, key) in [
+            ("k", "BK"),
+            ("d", "BD"),
+            ("warps", "warps"),
+            ("stages", "stages"),
+            ("vector", "vector"),
+            ("swizzle", "swizzle"),
+        ] {
+            if let Some(v) = a.get(param) {
+                if !matches!(v.ty, Ty::NoneVal) {
+                    self.schedule_int(&mut s, key, Some(v));
+                }
+            }
+        }
+        Ty::Schedule(Box::new(s))
+    }
+
+    /// Validates and stores one schedule value (E0701 at the value).
+    pub(crate) fn schedule_int(&mut self, s: &mut ScheduleValue, key: &str, v: Option<&ArgVal>) {
+        let Some(v) = v else { return };
+        let value = match &v.ty {
+            Ty::Int(Some(d)) => match d.as_const() {
+                Some(i) => KeyValue::Int(i),
+                None => return,
+            },
+            Ty::Str(Some(st)) => KeyValue::Str(st.clone()),
+            Ty::Unknown => return,
+            other => {
+                self.wrong_kind(v.expr, key, "a constant", &other.clone());
+                return;
+            }
+        };
+        if let Some(problem) = schedule::validate(key, &value) {
+            self.error(Code::E0701, self.range(v.expr), format!("invalid schedule: {problem}"));
+            return;
+        }
+        s.set(key, value);
+    }
+
+    // ----- distribution --------------------------------------------------------------
+
+    pub(super) fn dist_mesh(&mut self, id: ExprId, a: &Bound) -> Ty {
+        let devices = a.get("devices").unwrap().clone();
+        let axes = self.string_list(a.get("axes"));
+        let shape_arg = a.get("shape").unwrap().clone();
+        let count = match &devices.ty {
+            Ty::List(items) | Ty::Tuple(items) => Some(items.len() as i64),
+            Ty::Int(Some(d)) => d.as_const(),
+            _ => None,
+        };
+        let shape: Option<Vec<i64>> = match &shape_arg.ty {
+            Ty::Tuple(items) | Ty::List(items) => items.iter().map(|i| i.const_int()).collect(),
+            _ => None,
+        };
+        let Some(shape) = shape else {
+            return Ty::Unknown;
+        };
+        if axes.len() != shape.len() {
+            self.push(
+                Diagnostic::new(
+                    Code::E0310,
+                    self.range(shape_arg.expr),
+                    format!(
+                        "the mesh has {} axes ({}) but its shape has {} dims",
+                        axes.len(),
+                        axes.join(", "),
+                        shape.len()
+                    ),
+                )
+                .with_label(self.range(a.get("axes").unwrap().expr), "axes declared here"),
+            );
+            return Ty::Unknown;
+        }
+        let product: i64 = shape.iter().product();
+        if let Some(count) = count {
+            if product != count {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0310,
+                        self.range(shape_arg.expr),
+                        format!(
+                            "mesh shape {} has {product} positions but {count} device{} given",
+                            shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("×"),
+                            if count == 1 { " is" } else { "s are" }
+                        ),
+                    )
+                    .with_label(self.range(devices.expr), format!("{count} devices")),
+                );
+                return Ty::Unknown;
+            }
+        }
+        let _ = id;
+        Ty::Mesh(MeshValue { axes, shape })
+    }
+
+    pub(super) fn dist_tensor(&mut self, a: &Bound) -> Ty {
+        let shape = a.get("shape").unwrap().clone();
+        let Some(dims) = self.shape_arg(&shape) else {
+            return Ty::Unknown;
+        };
+        let elem = match a.get("dtype") {
+            Some(d) => match self.dtype_arg(d) {
+                Some(e) => e,
+                None => return Ty::Unknown,
+            },
+            None => ElemType::plain(DType::F32),
+        };
+        let layout = a.get("layout").unwrap().clone();
+        let mesh = a.get("mesh").unwrap().clone();
+        if let (Ty::ShardSpec { partition, mesh_axes }, Ty::Mesh(m)) = (&layout.ty, &mesh.ty) {
+            for (i, axis) in mesh_axes.iter().enumerate() {
+                let Some(pos) = m.axes.iter().position(|x| x == axis) else {
+                    let range = self.mesh_axis_range(layout.expr, axis).unwrap_or_else(|| self.range(layout.expr));
+                    let mut d = Diagnostic::new(
+                        Code::E0311,
+                        range,
+                        format!(
+                            "unknown mesh axis \"{axis}\": the mesh has axes {}",
+                            m.axes.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                    .with_label(self.range(mesh.expr), "this mesh");
+                    if let Some(s) = suggest(axis, m.axes.iter().map(String::as_str)) {
+                        d = d.with_fix(
+                            format!("did you mean \"{s}\"?"),
+                            vec![Edit {
+                                range: TextRange::new(range.start + 1, range.end.saturating_sub(1)),
+                                text: s.to_string(),
+                            }],
+                        );
+                    }
+                    self.push(d);
+                    return Ty::Unknown;
+                };
+                let size = m.shape[pos];
+                let dim_index = match partition.get(i).map(String::as_str) {
+                    Some("row") => Some(0),
+                    Some("col") => dims.len().checked_sub(1),
+                    Some(other) => other.parse::<usize>().ok(),
+                    None => None,
+                };
+                if let Some(di) = dim_index {
+                    if let Some(v) = dims.get(di).and_then(Dim::as_const) {
+                        if v % size != 0 {
+                            self.error(
+                                Code::E0312,
+                                self.range(layout.expr),
+                                format!("dim {di} of size {v} is not divisible by mesh axis \"{axis}\" of size {size}"),
+                            );
+                            return Ty::Unknown;
+                        }
+                    }
+                }
+            }
+        }
+        Ty::DistTensor(TensorType::new(dims, elem))
+    }
+
+    /// The range of the string literal `"axis"` inside a ShardSpec(... mesh_axes=(...)).
+    pub(super) fn mesh_axis_range(&self, layout: ExprId, axis: &str) -> Option<TextRange> {
+        let Expr::Call { args, .. } = self.body.expr(self.body.unparen(layout)) else {
+            return None;
+        };
+        let arg =
+            args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == "mesh_axes")).or_else(|| args.get(1))?;
+        let items = match self.body.expr(self.body.unparen(arg.value)) {
+            Expr::Tuple(items) | Expr::List(items) => items.clone(),
+            _ => vec![arg.value],
+        };
+        items.into_iter().find(|&i| matches!(self.body.expr(i), Expr::Str(s) if s == axis)).map(|i| self.range(i))
+    }
+}

@@ -1,0 +1,334 @@
+//! The tile intrinsics of kernels (`tile.load`, `tile.store`, `tile.alloc`, ...).
+
+use crate::check::dims::Dim;
+use crate::check::dtype::{DType, ElemType};
+use crate::check::infer::Infer;
+use crate::check::shapes;
+use crate::check::types::*;
+use crate::diagnostics::{Code, Diagnostic, Edit};
+use crate::syntax::ast::*;
+
+use super::{ArgVal, Bound};
+
+impl<'a> Infer<'a> {
+    // ----- tile intrinsics -----------------------------------------------------------
+
+    pub(super) fn tile_intrinsic(&mut self, id: ExprId, _func: ExprId, name: &str, a: &Bound) -> Ty {
+        match name {
+            "parallel" => Ty::Range(LoopKind::Parallel),
+            "range" | "range_n" => Ty::Range(LoopKind::Sequential),
+            "program_id" => Ty::Int(Some(Dim::sym(&format!("pid{}", a.ty("axis").const_int().unwrap_or(0))))),
+            "num_programs" => Ty::Int(None),
+            "context" => Ty::Context,
+            "linear_id" => {
+                // BLOCK is the schedule's `BLOCK` key when it has one, else 1024; it is a
+                // symbol here and fixed when the kernel is specialized.
+                if self.sig.and_then(|s| s.schedule.as_ref()).is_some_and(|s| s.has_key("BLOCK")) {
+                    self.ctx_reads_insert("BLOCK");
+                }
+                Ty::Tile(TileType { dims: vec![Dim::sym("BLOCK")], elem: ElemType::plain(DType::I32) })
+            }
+            "load" => {
+                let src = a.get("src").unwrap().clone();
+                if let (Some(rows), Some(cols)) = (a.get("rows"), a.get("cols")) {
+                    let (Ty::Int(Some(r)), Ty::Int(Some(c))) = (&rows.ty, &cols.ty) else {
+                        return Ty::Unknown;
+                    };
+                    let elem = match self.operand(src.ty.clone()) {
+                        Ty::Tile(t) => t.elem,
+                        Ty::Tensor(t) => t.elem,
+                        _ => return Ty::Unknown,
+                    };
+                    return Ty::Tile(TileType { dims: vec![r.clone(), c.clone()], elem });
+                }
+                match &src.ty {
+                    Ty::View(t) => Ty::Tile(TileType { dims: t.dims.clone(), elem: t.elem.clone() }),
+                    Ty::Shared(s) => Ty::Tile(TileType { dims: s.dims.clone(), elem: ElemType::plain(s.dtype) }),
+                    Ty::Tile(t) => Ty::Tile(t.clone()),
+                    Ty::Tensor(t) => {
+                        // A whole tensor: fine when its dims are tile dims.
+                        Ty::Tile(TileType { dims: t.dims.clone(), elem: t.elem.clone() })
+                    }
+                    other => {
+                        self.wrong_kind(src.expr, "tile.load", "a tensor slice or a shared buffer", &other.clone())
+                    }
+                }
+            }
+            "store" => {
+                let dst = a.get("dst").unwrap().clone();
+                let value = a.get("value").unwrap().clone();
+                self.store_call(dst, value);
+                Ty::NoneVal
+            }
+            "alloc_shared" => {
+                let shape = a.get("shape").unwrap().clone();
+                let Some(dims) = self.shape_arg(&shape) else {
+                    return Ty::Unknown;
+                };
+                let d = a.get("dtype").unwrap().clone();
+                let Some(elem) = self.dtype_arg(&d) else {
+                    return Ty::Unknown;
+                };
+                let swizzle = match a.get("swizzle").map(|s| (s.expr, s.ty.clone())) {
+                    None => Swizzle::None,
+                    Some((_, Ty::Str(Some(s)))) if s == "none" => Swizzle::None,
+                    Some((_, Ty::Str(Some(s)))) if s == "xor" => Swizzle::Xor,
+                    Some((e, Ty::Str(Some(s)))) => {
+                        self.push(
+                            Diagnostic::new(
+                                Code::E0802,
+                                self.range(e),
+                                format!("swizzle=\"{s}\": expected \"xor\" or \"none\""),
+                            )
+                            .with_fix(
+                                "use the XOR swizzle",
+                                vec![Edit { range: self.range(e), text: "\"xor\"".into() }],
+                            ),
+                        );
+                        return Ty::Unknown;
+                    }
+                    Some((e, other)) => {
+                        return self.wrong_kind(e, "tile.alloc_shared", "swizzle=\"xor\" or \"none\"", &other)
+                    }
+                };
+                let pad = match a.get("pad").map(|p| (p.expr, p.ty.clone())) {
+                    None => 0,
+                    Some((e, Ty::Int(Some(d)))) => match d.as_const() {
+                        Some(p) if p >= 0 => p,
+                        _ => {
+                            self.error(Code::E0802, self.range(e), "pad must be a non-negative constant");
+                            return Ty::Unknown;
+                        }
+                    },
+                    Some((e, other)) => return self.wrong_kind(e, "tile.alloc_shared", "an int pad", &other),
+                };
+                Ty::Shared(SharedType { dims, dtype: elem.dtype, swizzle, pad })
+            }
+            "cp_async" => {
+                let dst = a.get("dst").unwrap().clone();
+                let src = a.get("src").unwrap().clone();
+                let shared = match &dst.ty {
+                    Ty::Shared(s) => s.clone(),
+                    Ty::Unknown => return Ty::NoneVal,
+                    other => {
+                        self.wrong_kind(
+                            dst.expr,
+                            "tile.cp_async",
+                            "a shared buffer (from tile.alloc_shared) as destination",
+                            &other.clone(),
+                        );
+                        return Ty::NoneVal;
+                    }
+                };
+                let view = match &src.ty {
+                    Ty::View(t) => t.clone(),
+                    Ty::Unknown => return Ty::NoneVal,
+                    other => {
+                        self.wrong_kind(
+                            src.expr,
+                            "tile.cp_async",
+                            "a slice of a global tensor as source",
+                            &other.clone(),
+                        );
+                        return Ty::NoneVal;
+                    }
+                };
+                if view.dims != shared.dims {
+                    self.push(
+                        Diagnostic::new(
+                            Code::E0301,
+                            self.range(src.expr),
+                            format!(
+                                "tile.cp_async: the source `{}` is {} but the shared buffer `{}` is {}",
+                                self.text(src.expr),
+                                fmt_dims(&view.dims),
+                                self.text(dst.expr),
+                                fmt_dims(&shared.dims)
+                            ),
+                        )
+                        .with_label(self.range(dst.expr), fmt_dims(&shared.dims)),
+                    );
+                } else if view.elem.dtype != shared.dtype {
+                    self.error(
+                        Code::E0400,
+                        self.range(src.expr),
+                        format!(
+                            "tile.cp_async copies bytes: the source is {} but the shared buffer holds {}",
+                            view.elem.dtype, shared.dtype
+                        ),
+                    );
+                }
+                Ty::NoneVal
+            }
+            "barrier" => Ty::NoneVal,
+            "dot" => {
+                let x = a.get("a").unwrap().clone();
+                let y = a.get("b").unwrap().clone();
+                self.tile_dot(id, x.expr, x.ty, y.expr, y.ty, None)
+            }
+            "mma" => {
+                let x = a.get("a").unwrap().clone();
+                let y = a.get("b").unwrap().clone();
+                let acc = a.get("accumulator").cloned();
+                let default_acc = ArgVal { expr: id, ty: Ty::DType(ElemType::plain(DType::F32)) };
+                self.tile_dot(id, x.expr, x.ty, y.expr, y.ty, Some(acc.as_ref().unwrap_or(&default_acc)))
+            }
+            "transpose" => match self.operand(a.ty("t")) {
+                Ty::Tile(t) => {
+                    let mut dims = t.dims.clone();
+                    let n = dims.len();
+                    if n >= 2 {
+                        dims.swap(n - 1, n - 2);
+                    }
+                    Ty::Tile(TileType { dims, elem: t.elem })
+                }
+                other => self.wrong_kind(a.get("t").unwrap().expr, "tile.transpose", "a tile", &other),
+            },
+            "broadcast" => {
+                let t = a.get("t").unwrap().clone();
+                let s = a.get("shape").unwrap().clone();
+                let Some(dims) = self.shape_arg(&s) else {
+                    return Ty::Unknown;
+                };
+                match self.operand(t.ty.clone()) {
+                    Ty::Tile(tt) => {
+                        if !shapes::broadcasts_to(&tt.dims, &dims) {
+                            self.error(
+                                Code::E0302,
+                                self.range(id),
+                                format!(
+                                    "tile.broadcast: {} does not broadcast to {}",
+                                    fmt_dims(&tt.dims),
+                                    fmt_dims(&dims)
+                                ),
+                            );
+                            return Ty::Unknown;
+                        }
+                        Ty::Tile(TileType { dims, elem: tt.elem })
+                    }
+                    other => self.wrong_kind(t.expr, "tile.broadcast", "a tile", &other),
+                }
+            }
+            "cast" => {
+                let t = a.get("t").unwrap().clone();
+                let d = a.get("dtype").unwrap().clone();
+                let Some(elem) = self.dtype_arg(&d) else {
+                    return Ty::Unknown;
+                };
+                match self.operand(t.ty.clone()) {
+                    Ty::Tile(tt) => Ty::Tile(TileType { dims: tt.dims, elem }),
+                    Ty::Scalar(_) | Ty::Int(_) | Ty::Float(_) => Ty::Scalar(elem),
+                    other => self.wrong_kind(t.expr, "tile.cast", "a tile", &other),
+                }
+            }
+            "row_max" | "row_sum" | "sum" | "max" | "min" => {
+                let t = a.get("t").unwrap().clone();
+                let tt = match self.operand(t.ty.clone()) {
+                    Ty::Tile(tt) => tt,
+                    other => return self.wrong_kind(t.expr, &format!("tile.{name}"), "a tile", &other),
+                };
+                if tt.dims.is_empty() {
+                    self.error(Code::E0300, self.range(t.expr), format!("tile.{name} needs a tile of rank ≥ 1"));
+                    return Ty::Unknown;
+                }
+                let axis = if name.starts_with("row_") {
+                    tt.dims.len() - 1
+                } else {
+                    match self.axis_arg(a.get("axis"), tt.dims.len(), -1) {
+                        Some(ax) => ax,
+                        None => return Ty::Unknown,
+                    }
+                };
+                let mut dims = tt.dims.clone();
+                dims.remove(axis);
+                Ty::Tile(TileType { dims, elem: tt.elem })
+            }
+            "causal_mask" | "mask_causal" => {
+                let s = a.get("s").unwrap().clone();
+                match self.operand(s.ty.clone()) {
+                    Ty::Tile(t) if t.dims.len() == 2 => Ty::Tile(t),
+                    Ty::Tile(t) => {
+                        self.error(
+                            Code::E0300,
+                            self.range(s.expr),
+                            format!("tile.causal_mask needs a 2-D score tile, got {}", fmt_dims(&t.dims)),
+                        );
+                        Ty::Unknown
+                    }
+                    other => self.wrong_kind(s.expr, "tile.causal_mask", "a tile", &other),
+                }
+            }
+            "softmax_online" => {
+                let s = a.get("s").unwrap().clone();
+                match self.operand(s.ty.clone()) {
+                    Ty::Tile(t) if t.dims.len() == 2 => {
+                        let row = TileType { dims: vec![t.dims[0].clone()], elem: ElemType::plain(DType::F32) };
+                        Ty::Tuple(vec![Ty::Tile(t.clone()), Ty::Tile(row.clone()), Ty::Tile(row)])
+                    }
+                    other => self.wrong_kind(s.expr, "tile.softmax_online", "a 2-D tile", &other),
+                }
+            }
+            "softmax_accumulate" => {
+                let acc = self.operand(a.ty("acc"));
+                let m = self.operand(a.ty("m"));
+                let l = self.operand(a.ty("l"));
+                let p = a.get("p").unwrap().clone();
+                let v = a.get("v").unwrap().clone();
+                let pv = self.tile_dot(id, p.expr, p.ty.clone(), v.expr, v.ty.clone(), None);
+                if let (Ty::Tile(acc_t), Ty::Tile(pv_t)) = (&acc, &pv) {
+                    if acc_t.dims != pv_t.dims {
+                        self.error(
+                            Code::E0301,
+                            self.range(a.get("acc").unwrap().expr),
+                            format!(
+                                "softmax_accumulate: acc is {} but p @ v is {}",
+                                fmt_dims(&acc_t.dims),
+                                fmt_dims(&pv_t.dims)
+                            ),
+                        );
+                        return Ty::Unknown;
+                    }
+                }
+                Ty::Tuple(vec![acc, m, l])
+            }
+            "row_index" => {
+                Ty::Tile(TileType { dims: vec![Dim::sym("BM"), Dim::constant(1)], elem: ElemType::plain(DType::I32) })
+            }
+            "col_index" => {
+                Ty::Tile(TileType { dims: vec![Dim::constant(1), Dim::sym("BN")], elem: ElemType::plain(DType::I32) })
+            }
+            _ => Ty::Unknown,
+        }
+    }
+
+    pub(super) fn store_call(&mut self, dst: ArgVal, value: ArgVal) {
+        let body = self.body;
+        let _ = body;
+        // Reuse the subscript-store rules through a synthetic check.
+        match (&dst.ty, self.operand(value.ty.clone())) {
+            (Ty::View(t), Ty::Tile(v)) => {
+                if !shapes::broadcasts_to(&v.dims, &t.dims) {
+                    self.error(
+                        Code::E0301,
+                        self.range(value.expr),
+                        format!(
+                            "tile.store: the value is {} but the destination is {}",
+                            fmt_dims(&v.dims),
+                            fmt_dims(&t.dims)
+                        ),
+                    );
+                } else if v.elem.dtype != t.elem.dtype {
+                    self.error(
+                        Code::E0400,
+                        self.range(value.expr),
+                        format!("tile.store: the value is {} but the destination holds {}", v.elem.dtype, t.elem.dtype),
+                    );
+                }
+            }
+            (Ty::View(_) | Ty::Unknown, _) => {}
+            (other, _) => {
+                self.wrong_kind(dst.expr, "tile.store", "a slice of a global tensor", &other.clone());
+            }
+        }
+    }
+}
