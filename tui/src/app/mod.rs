@@ -21,6 +21,7 @@ pub use crate::components::passes::PassesTab;
 pub use crate::components::run::{RunRecord, RunTab};
 pub use crate::components::schedule::ScheduleRow;
 use crate::components::schedule::{self, parse_value, show_value, step_value};
+pub use crate::components::Outcome;
 use crate::diff::Diff;
 use crate::highlight::SourceHighlight;
 pub use crate::kernel::KernelView;
@@ -506,51 +507,21 @@ impl App {
     }
 
     fn passes_action(&mut self, action: Action) {
-        let visible = self.visible_passes();
-        if action == Action::HideUnchanged {
-            let current = visible.get(self.passes_tab.list.cursor).copied();
-            self.passes_tab.hide_unchanged = !self.passes_tab.hide_unchanged;
-            let now = self.visible_passes();
-            self.passes_tab.list.cursor = current.and_then(|c| now.iter().position(|&i| i >= c)).unwrap_or(0);
-            self.passes_tab.list.clamp(now.len(), self.geometry.height(Pane::PassList));
-            self.passes_tab.diff = Scroll::default();
-            let hidden = self.passes().passes.len() - now.len();
-            self.info(if self.passes_tab.hide_unchanged {
-                format!("hiding {hidden} pass(es) that change nothing")
-            } else {
-                "showing every pass".into()
-            });
-            return;
-        }
-        if self.focus == Pane::PassList {
-            let before = self.passes_tab.list.cursor;
-            let h = self.geometry.height(Pane::PassList);
-            // A failed pass is the last row: selecting it shows why it failed.
-            let rows = visible.len() + self.passes().failure.is_some() as usize;
-            if self.passes_tab.list.nav(action, rows, h) {
-                if self.passes_tab.list.cursor != before {
-                    self.passes_tab.diff = Scroll::default();
-                }
-                return;
-            }
-            if action == Action::Enter {
-                self.set_focus(Pane::PassDiff);
-            }
-        }
-        let Some(&pass) = visible.get(self.passes_tab.list.cursor) else { return };
-        let Some(diff) = self.pass_diff(pass) else { return };
-        let h = self.geometry.height(Pane::PassDiff);
-        match action {
-            Action::NextMatch | Action::PrevMatch => {
-                match diff.next_hunk(self.passes_tab.diff.cursor, action == Action::NextMatch) {
-                    Some(line) => self.passes_tab.diff.jump(line, diff.len(), h),
-                    None => self.info("this pass changes nothing".into()),
+        let outcome = self.passes_tab.update(action, self.focus, &self.view, &self.ws, self.target, &self.geometry);
+        self.take(outcome);
+    }
+
+    /// Does what a tab's component asked for.
+    fn take(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Nothing => {}
+            Outcome::Focus(pane) => self.set_focus(pane),
+            Outcome::Say(m) => self.message = Some(m),
+            Outcome::UseRun(i) => {
+                if let Some(r) = self.run.results.get(i).cloned() {
+                    self.use_record(r);
                 }
             }
-            a if self.focus == Pane::PassDiff => {
-                self.passes_tab.diff.nav(a, diff.len(), h);
-            }
-            _ => {}
         }
     }
 
@@ -618,48 +589,22 @@ impl App {
     }
 
     fn results_action(&mut self, action: Action) {
-        let h = self.geometry.height(Pane::Results);
-        let len = self.run.results.len();
-        if self.run.scroll.nav(action, len, h) {
-            return;
+        let outcome = self.run.update(action, &self.geometry);
+        self.take(outcome);
+    }
+
+    /// Takes a result's launch for the kernel on screen: its kernel, target and
+    /// configuration (as overrides of the kernel's own).
+    fn use_record(&mut self, r: RunRecord) {
+        if Some(&r.kernel) != self.kernel.as_ref() {
+            self.select_kernel(&r.kernel);
         }
-        match action {
-            Action::CycleDevice => {
-                self.message = Some(self.run.cycle_device());
-            }
-            Action::Enter => {
-                let Some(r) = self.run.results.get(self.run.scroll.cursor).cloned() else { return };
-                if Some(&r.kernel) != self.kernel.as_ref() {
-                    self.select_kernel(&r.kernel);
-                }
-                // Only what differs from the kernel's own configuration is an override.
-                let base = self.ws.config(&r.kernel, &Overrides::default()).ok().map(|i| i.config);
-                self.overrides.schedule = r
-                    .config
-                    .schedule
-                    .values
-                    .iter()
-                    .filter(|(k, v)| base.as_ref().and_then(|b| b.schedule.get(k)) != Some(*v))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                self.overrides.dims = r
-                    .dims
-                    .iter()
-                    .filter(|(k, v)| base.as_ref().and_then(|b| b.shapes.get(*k)) != Some(*v))
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect();
-                self.rejected_edits.clear();
-                self.target = r.target;
-                self.relower_keeping_place();
-                self.info(format!("using {}", r.config));
-            }
-            Action::ClearResults => {
-                if let Some(m) = self.run.clear() {
-                    self.message = Some(m);
-                }
-            }
-            _ => {}
-        }
+        let base = self.ws.config(&r.kernel, &Overrides::default()).ok().map(|i| i.config);
+        self.overrides = r.overrides(base.as_ref());
+        self.rejected_edits.clear();
+        self.target = r.target;
+        self.relower_keeping_place();
+        self.info(format!("using {}", r.config));
     }
 
     // ----- state changes -----

@@ -5,3 +5,15 @@
 pub mod passes;
 pub mod run;
 pub mod schedule;
+
+use crate::state::{Message, Pane};
+
+/// What an action in a tab asks of the app, beyond the tab's own state.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Nothing,
+    Focus(Pane),
+    Say(Message),
+    /// Take the kernel, target and configuration of the run tab's result `i`.
+    UseRun(usize),
+}

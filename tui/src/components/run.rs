@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use tessera_passes::{Config, Target};
 
+use super::Outcome;
 use crate::kernel::KernelView;
+use crate::keymap::Action;
 use crate::runner::{self, Backend, Batch, Correctness, Device, Report, RunJob, RunOutcome};
-use crate::state::{fmt_ms, Level, Message, Scroll};
-use crate::workspace::{TuneSpace, Workspace};
+use crate::state::{fmt_ms, Geometry, Level, Message, Pane, Scroll};
+use crate::workspace::{Overrides, TuneSpace, Workspace};
 
 /// One result of the run panel.
 #[derive(Clone, Debug)]
@@ -29,6 +31,26 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// The overrides that give this run's configuration and dims: only what differs
+    /// from the kernel's own configuration `base`.
+    pub fn overrides(&self, base: Option<&Config>) -> Overrides {
+        let schedule = self
+            .config
+            .schedule
+            .values
+            .iter()
+            .filter(|(k, v)| base.and_then(|b| b.schedule.get(k)) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let dims = self
+            .dims
+            .iter()
+            .filter(|(k, v)| base.and_then(|b| b.shapes.get(*k)) != Some(*v))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        Overrides { schedule, dims }
+    }
+
     fn same_launch(&self, other: &RunRecord) -> bool {
         self.kernel == other.kernel
             && self.device == other.device
@@ -89,6 +111,19 @@ impl RunTab {
         self.results.clear();
         self.scroll = Scroll::default();
         None
+    }
+
+    /// An action with the focus on the results.
+    pub fn update(&mut self, action: Action, geometry: &Geometry) -> Outcome {
+        if self.scroll.nav(action, self.results.len(), geometry.height(Pane::Results)) {
+            return Outcome::Nothing;
+        }
+        match action {
+            Action::CycleDevice => Outcome::Say(self.cycle_device()),
+            Action::Enter if self.scroll.cursor < self.results.len() => Outcome::UseRun(self.scroll.cursor),
+            Action::ClearResults => self.clear().map_or(Outcome::Nothing, Outcome::Say),
+            _ => Outcome::Nothing,
+        }
     }
 
     pub fn cancel(&mut self) -> Message {
