@@ -1,0 +1,250 @@
+//! Operators: arithmetic and elementwise broadcasting, unary operators, comparisons.
+
+use crate::check::dims::Dim;
+use crate::check::dtype::{DType, ElemType};
+use crate::check::types::*;
+use crate::diagnostics::{Code, Diagnostic, Edit};
+use crate::syntax::ast::*;
+use crate::text::TextRange;
+
+use super::{float_op, int_op, Infer};
+
+impl<'a> Infer<'a> {
+    // ----- operators -----------------------------------------------------------------
+
+    /// Converts a value used as an operand: inside kernels a tensor slice or a shared
+    /// buffer is loaded into a tile.
+    pub fn operand(&self, ty: Ty) -> Ty {
+        match ty {
+            Ty::View(t) if self.in_kernel() => Ty::Tile(TileType { dims: t.dims, elem: t.elem }),
+            Ty::Shared(s) => Ty::Tile(TileType { dims: s.dims, elem: ElemType::plain(s.dtype) }),
+            other => other,
+        }
+    }
+
+    pub fn binary(&mut self, id: ExprId, op: BinOp, lhs: ExprId, l: Ty, rhs: ExprId, r: Ty) -> Ty {
+        if l.is_unknown() || r.is_unknown() {
+            return Ty::Unknown;
+        }
+        let (l, r) = (self.operand(l), self.operand(r));
+        if op == BinOp::MatMul {
+            if self.in_kernel() || matches!(l, Ty::Tile(_)) {
+                return self.tile_dot(id, lhs, l, rhs, r, None);
+            }
+            return self.matmul(id, lhs, l, rhs, r);
+        }
+        match (&l, &r) {
+            (Ty::Int(a), Ty::Int(b)) => Ty::Int(int_op(op, a.as_ref(), b.as_ref())),
+            (Ty::Int(_) | Ty::Float(_), Ty::Int(_) | Ty::Float(_)) => Ty::Float(float_op(op, &l, &r)),
+            (Ty::Str(_), Ty::Str(_)) if op == BinOp::Add => Ty::Str(None),
+            (Ty::Scalar(a), Ty::Scalar(b)) => match self.merge_elems(id, lhs, a, rhs, b) {
+                Some(e) => Ty::Scalar(e),
+                None => Ty::Unknown,
+            },
+            (Ty::Scalar(e), Ty::Int(_) | Ty::Float(_) | Ty::Bool(_))
+            | (Ty::Int(_) | Ty::Float(_) | Ty::Bool(_), Ty::Scalar(e)) => Ty::Scalar(e.clone()),
+            (Ty::Tensor(_) | Ty::Tile(_) | Ty::View(_) | Ty::DistTensor(_), _)
+            | (_, Ty::Tensor(_) | Ty::Tile(_) | Ty::View(_) | Ty::DistTensor(_)) => {
+                self.elementwise(id, &format!("`{}`", op.symbol()), &[(lhs, l.clone()), (rhs, r.clone())])
+            }
+            _ => {
+                self.error(
+                    Code::E0802,
+                    self.range(id),
+                    format!("`{}` is not defined for {} and {}", op.symbol(), l.kind_name(), r.kind_name()),
+                );
+                Ty::Unknown
+            }
+        }
+    }
+
+    /// Broadcasting elementwise op over tensors/tiles and scalars; checks dtypes.
+    pub fn elementwise(&mut self, id: ExprId, what: &str, operands: &[(ExprId, Ty)]) -> Ty {
+        let mut shape: Option<(Vec<Dim>, ExprId)> = None;
+        let mut elem: Option<(ElemType, ExprId)> = None;
+        let mut tile = false;
+        for (e, ty) in operands {
+            let ty = self.operand(ty.clone());
+            let (dims, el) = match &ty {
+                Ty::Unknown => return Ty::Unknown,
+                Ty::Tensor(t) | Ty::DistTensor(t) | Ty::View(t) => (Some(t.dims.clone()), Some(t.elem.clone())),
+                Ty::Tile(t) => {
+                    tile = true;
+                    (Some(t.dims.clone()), Some(t.elem.clone()))
+                }
+                Ty::Scalar(el) => (None, Some(el.clone())),
+                Ty::Int(_) | Ty::Float(_) | Ty::Bool(_) => (None, None),
+                other => {
+                    self.error(
+                        Code::E0802,
+                        self.range(*e),
+                        format!("{what} needs tensors or numbers, but `{}` is {}", self.text(*e), other.kind_name()),
+                    );
+                    return Ty::Unknown;
+                }
+            };
+            if let Some(dims) = dims {
+                shape = match shape {
+                    None => Some((dims, *e)),
+                    Some((prev, prev_e)) => match crate::check::shapes::broadcast(&prev, &dims) {
+                        Ok(b) => Some((b, prev_e)),
+                        Err((ia, ib)) => {
+                            let msg = format!(
+                                "{what}: shapes do not broadcast: `{}` is {} but `{}` is {} ({} ≠ {})",
+                                self.text(prev_e),
+                                fmt_dims(&prev),
+                                self.text(*e),
+                                fmt_dims(&dims),
+                                prev[ia],
+                                dims[ib]
+                            );
+                            self.push(
+                                Diagnostic::new(Code::E0302, self.range(id), msg)
+                                    .with_label(self.range(prev_e), format!("this is {}", fmt_dims(&prev)))
+                                    .with_label(self.range(*e), format!("this is {}", fmt_dims(&dims)))
+                                    .with_note(
+                                        "dims are aligned from the right; each pair must be equal or one of them 1",
+                                    ),
+                            );
+                            return Ty::Unknown;
+                        }
+                    },
+                };
+            }
+            if let Some(el) = el {
+                elem = match elem {
+                    None => Some((el, *e)),
+                    Some((prev, prev_e)) => {
+                        let prev_expr = prev_e;
+                        match self.merge_elems(id, prev_expr, &prev, *e, &el) {
+                            Some(m) => Some((m, prev_e)),
+                            None => return Ty::Unknown,
+                        }
+                    }
+                };
+            }
+        }
+        let elem = elem.map(|(e, _)| e);
+        match shape {
+            Some((dims, _)) => {
+                let elem = elem.unwrap_or_else(|| ElemType::plain(DType::F32));
+                if tile {
+                    Ty::Tile(TileType { dims, elem })
+                } else {
+                    Ty::Tensor(TensorType::new(dims, elem))
+                }
+            }
+            None => match elem {
+                Some(e) => Ty::Scalar(e),
+                None => Ty::Float(None),
+            },
+        }
+    }
+
+    /// Same storage dtype required; policies merge; conflicting `@accum` is E0403.
+    pub fn merge_elems(
+        &mut self,
+        id: ExprId,
+        a_expr: ExprId,
+        a: &ElemType,
+        b_expr: ExprId,
+        b: &ElemType,
+    ) -> Option<ElemType> {
+        if a.dtype != b.dtype {
+            let (wide, narrow_expr, narrow) = if a.dtype.at_least_as_wide_as(b.dtype) {
+                (a.dtype, b_expr, b.dtype)
+            } else {
+                (b.dtype, a_expr, a.dtype)
+            };
+            let cast = if self.in_kernel() { "tile.cast" } else { "cast" };
+            let narrow_range = self.range(narrow_expr);
+            self.push(
+                Diagnostic::new(
+                    Code::E0400,
+                    self.range(id),
+                    format!(
+                        "mixed dtypes: `{}` is {} but `{}` is {}",
+                        self.text(a_expr),
+                        a.dtype,
+                        self.text(b_expr),
+                        b.dtype
+                    ),
+                )
+                .with_label(self.range(a_expr), format!("{}", a))
+                .with_label(self.range(b_expr), format!("{}", b))
+                .with_note("operands must have the same storage dtype; conversions are explicit")
+                .with_fix(
+                    format!("convert `{}` to {wide} with {cast}", self.text(narrow_expr)),
+                    vec![
+                        Edit { range: TextRange::empty(narrow_range.start), text: format!("{cast}(") },
+                        Edit { range: TextRange::empty(narrow_range.end), text: format!(", {wide})") },
+                    ],
+                ),
+            );
+            let _ = narrow;
+            return None;
+        }
+        match a.merge(b) {
+            Ok(m) => Some(m),
+            Err((x, y)) => {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0403,
+                        self.range(id),
+                        format!("conflicting accumulation policies: @accum({x}) and @accum({y})"),
+                    )
+                    .with_label(self.range(a_expr), format!("{a}"))
+                    .with_label(self.range(b_expr), format!("{b}")),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn unary(&mut self, id: ExprId, op: UnaryOp, t: Ty) -> Ty {
+        let t = self.operand(t);
+        match (op, t) {
+            (_, Ty::Unknown) => Ty::Unknown,
+            (UnaryOp::Not, Ty::Tile(t)) => Ty::Tile(TileType { dims: t.dims, elem: ElemType::plain(DType::Bool) }),
+            (UnaryOp::Not, _) => Ty::Bool(None),
+            (UnaryOp::Neg, Ty::Int(v)) => Ty::Int(v.map(|d| d.neg())),
+            (UnaryOp::Neg, Ty::Float(v)) => Ty::Float(v.map(|f| FloatLit::new(-f.get()))),
+            (UnaryOp::Pos, t @ (Ty::Int(_) | Ty::Float(_))) => t,
+            (UnaryOp::Invert, Ty::Int(_)) => Ty::Int(None),
+            (_, t @ (Ty::Tensor(_) | Ty::Tile(_) | Ty::Scalar(_) | Ty::DistTensor(_))) => t,
+            (_, other) => {
+                self.error(Code::E0802, self.range(id), format!("unary operator on {}", other.kind_name()));
+                Ty::Unknown
+            }
+        }
+    }
+
+    pub(super) fn compare(&mut self, id: ExprId, op: CmpOp, lhs: ExprId, l: Ty, rhs: ExprId, r: Ty) -> Ty {
+        if matches!(op, CmpOp::Is | CmpOp::IsNot | CmpOp::In | CmpOp::NotIn) {
+            return Ty::Bool(None);
+        }
+        let (l, r) = (self.operand(l), self.operand(r));
+        match (&l, &r) {
+            (Ty::Unknown, _) | (_, Ty::Unknown) => Ty::Unknown,
+            (Ty::Tile(_) | Ty::Tensor(_), _) | (_, Ty::Tile(_) | Ty::Tensor(_)) => {
+                match self.elementwise(id, &format!("`{}`", op.symbol()), &[(lhs, l.clone()), (rhs, r.clone())]) {
+                    Ty::Tile(t) => Ty::Tile(TileType { dims: t.dims, elem: ElemType::plain(DType::Bool) }),
+                    Ty::Tensor(t) => Ty::Tensor(TensorType::new(t.dims, ElemType::plain(DType::Bool))),
+                    _ => Ty::Unknown,
+                }
+            }
+            (Ty::Int(Some(a)), Ty::Int(Some(b))) => match (a.as_const(), b.as_const()) {
+                (Some(x), Some(y)) => Ty::Bool(Some(match op {
+                    CmpOp::Lt => x < y,
+                    CmpOp::Le => x <= y,
+                    CmpOp::Gt => x > y,
+                    CmpOp::Ge => x >= y,
+                    CmpOp::Eq => x == y,
+                    _ => x != y,
+                })),
+                _ => Ty::Bool(None),
+            },
+            _ => Ty::Bool(None),
+        }
+    }
+}
