@@ -1,10 +1,21 @@
 //! `tessera-explore`: the terminal IR explorer (TOOLS.md §5).
 //!
-//! Shaped like gitui: [`app::App`] holds the state and turns [`keymap::Action`]s into
-//! state changes, [`ui`] draws from that state and nothing else, and slow work (kernel
-//! runs, autotuning) happens on a worker thread ([`runner`]) that reports back through a
-//! channel. The explorer keeps no compiler of its own: [`workspace::Workspace`] owns the
-//! salsa database and asks it the same queries as `tessera lower` and the language server.
+//! Shaped like gitui, in layers, none of which imports one above it (`tests/layers.rs`
+//! checks there is no import cycle between files):
+//! - the model: [`workspace::Workspace`] owns the salsa database and asks it the same
+//!   queries as `tessera lower` and the language server; [`pipeline`], [`diff`], [`irdoc`],
+//!   [`highlight`] derive the views' data; [`runner`] runs kernels on a worker thread that
+//!   reports back through a channel; [`panics`], [`options`], [`theme`], [`keymap`] sit at
+//!   the bottom;
+//! - the state: [`state`] (tabs, panes, cursors, layout, overlays, messages) and
+//!   [`kernel::KernelView`] (the kernel on screen and what is derived from it, cached);
+//! - the tabs' components ([`components`]): each owns its tab's state and updates it,
+//!   handing the app an [`components::Outcome`] for anything beyond it;
+//! - [`app::App`]: the state every tab shares, the components, and how
+//!   [`keymap::Action`]s change them;
+//! - [`ui`]: [`ui::layout`] places the panes, [`app::App::frame`] takes the layout into
+//!   the state (and computes what the panes show), [`ui::view`] draws from `&App`;
+//! - [`term`]: the terminal and the event loop.
 
 pub mod app;
 pub mod components;

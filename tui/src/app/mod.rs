@@ -8,19 +8,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossterm::event::{Event, KeyEvent, KeyEventKind};
-use tessera_frontend::check::schedule::{canonical_key, validate};
+use tessera_frontend::check::schedule::canonical_key;
 use tessera_frontend::check::{FunctionKind, KeyValue};
 use tessera_frontend::diagnostics::Diagnostic;
-use tessera_frontend::text::TextRange;
-use tessera_passes::{Stage, Target, DEFAULT_SHAPE};
+use tessera_passes::{Stage, Target};
 
+mod edits;
 mod mouse;
 mod overlay;
+mod panes;
 
 pub use crate::components::passes::PassesTab;
 pub use crate::components::run::{RunRecord, RunTab};
 pub use crate::components::schedule::ScheduleRow;
-use crate::components::schedule::{self, parse_value, show_value, step_value};
+use crate::components::schedule::{self, parse_value};
 pub use crate::components::Outcome;
 use crate::diff::Diff;
 use crate::highlight::SourceHighlight;
@@ -29,7 +30,7 @@ use crate::keymap::{self, Action, Context};
 use crate::options::Options;
 use crate::pipeline::{PassList, RegisterGutter};
 pub use crate::state::{fmt_ms, ms, Geometry, Level, Message, Overlay, Pane, Scroll, Tab};
-use crate::workspace::{stage_index, FunctionInfo, Overrides, StageError, Workspace};
+use crate::workspace::{FunctionInfo, Overrides, StageError, Workspace};
 
 pub struct App {
     pub ws: Workspace,
@@ -256,52 +257,6 @@ impl App {
 
     // ----- derived values the views read -----
 
-    /// Lines of the IR pane: the stage's IR, or its diff in diff mode.
-    pub fn ir_len(&self) -> usize {
-        if self.diff_mode {
-            if let Some(d) = self.view.stage_diff(self.stage) {
-                return d.len();
-            }
-        }
-        self.view.doc(self.stage).map_or(0, |d| d.len())
-    }
-
-    /// The source range behind IR pane line `i`.
-    pub fn ir_source(&self, i: usize) -> Option<TextRange> {
-        if self.diff_mode {
-            if let Some(d) = self.view.stage_diff(self.stage) {
-                let (doc, line) = d.doc_line(i)?;
-                return doc.source(line);
-            }
-        }
-        self.view.doc(self.stage)?.source(i)
-    }
-
-    /// The source range the source pane highlights: behind the IR cursor when the IR
-    /// leads, or a lint's range in the lints tab.
-    pub fn linked_source(&self) -> Option<TextRange> {
-        match self.focus {
-            Pane::Ir => self.ir_source(self.ir.cursor).or_else(|| self.stage_error_range()),
-            Pane::PassDiff => {
-                let i = *self.visible_passes().get(self.passes_tab.list.cursor)?;
-                let d = self.pass_diff(i)?;
-                let (doc, line) = d.doc_line(self.passes_tab.diff.cursor)?;
-                doc.source(line)
-            }
-            Pane::Lints => self.selected_diagnostic().map(|d| d.range),
-            _ => None,
-        }
-    }
-
-    /// Where the current stage's failure points, when it failed.
-    pub fn stage_error_range(&self) -> Option<TextRange> {
-        match self.view.stage(self.stage) {
-            Some(Err(e)) => e.range,
-            Some(Ok(_)) => None,
-            None => self.view.config.as_ref().err().and_then(|e| e.range),
-        }
-    }
-
     /// The pass pipeline of the kernel on screen (computed on first use).
     pub fn passes(&self) -> &PassList {
         self.view.passes(&self.ws, self.target)
@@ -450,62 +405,6 @@ impl App {
         }
     }
 
-    fn source_action(&mut self, action: Action) {
-        let len = self.ws.line_index().line_count();
-        let h = self.geometry.height(Pane::Source);
-        if self.src.nav(action, len, h) {
-            self.sync_from_source();
-            return;
-        }
-        match action {
-            Action::Enter => {
-                if self.linked_ir.is_empty() {
-                    self.info(format!("no {} IR op comes from this line", self.stage.name()));
-                } else {
-                    self.set_focus(Pane::Ir);
-                }
-            }
-            Action::NextMatch | Action::PrevMatch => self.cycle_linked(action == Action::NextMatch),
-            _ => {}
-        }
-    }
-
-    fn ir_action(&mut self, action: Action) {
-        let len = self.ir_len();
-        let h = self.geometry.height(Pane::Ir);
-        if self.ir.nav(action, len, h) {
-            self.sync_from_ir();
-            return;
-        }
-        match action {
-            Action::Enter => match self.ir_source(self.ir.cursor) {
-                Some(_) => {
-                    self.sync_from_ir();
-                    if self.tab == Tab::Explore {
-                        self.set_focus(Pane::Source);
-                    }
-                }
-                None => self.info("this line has no source location".into()),
-            },
-            Action::NextMatch | Action::PrevMatch => {
-                let forward = action == Action::NextMatch;
-                if self.diff_mode {
-                    if let Some(d) = self.view.stage_diff(self.stage) {
-                        if let Some(h) = d.next_hunk(self.ir.cursor, forward) {
-                            self.ir.jump(h, len, self.geometry.height(Pane::Ir));
-                            self.sync_from_ir();
-                        } else {
-                            self.info("no changes between these stages".into());
-                        }
-                    }
-                } else {
-                    self.cycle_linked(forward);
-                }
-            }
-            _ => {}
-        }
-    }
-
     fn passes_action(&mut self, action: Action) {
         let outcome = self.passes_tab.update(action, self.focus, &self.view, &self.ws, self.target, &self.geometry);
         self.take(outcome);
@@ -540,51 +439,6 @@ impl App {
                 self.src.jump(line, len, self.geometry.height(Pane::Source));
                 self.sync_from_source();
             }
-        }
-    }
-
-    fn schedule_action(&mut self, action: Action) {
-        let rows = self.schedule_rows();
-        let h = self.geometry.height(Pane::Schedule);
-        if self.sched.nav(action, rows.len(), h) {
-            return;
-        }
-        let Some(row) = rows.get(self.sched.cursor).cloned() else { return };
-        match action {
-            Action::ValueNext | Action::ValuePrev => {
-                let forward = action == Action::ValueNext;
-                if row.is_dim {
-                    let v: i64 = row.value.parse().unwrap_or(DEFAULT_SHAPE);
-                    let next = if forward { v.saturating_mul(2) } else { (v / 2).max(1) };
-                    self.set_dim(&row.key, Some(next));
-                } else {
-                    let current = parse_value(row.typed.as_deref().unwrap_or(&row.value));
-                    match step_value(&current, &row.candidates, forward) {
-                        Some(v) => self.set_key(&row.key, Some(v)),
-                        None => {
-                            self.info(format!("{} has no {} value", row.key, if forward { "next" } else { "previous" }))
-                        }
-                    }
-                }
-            }
-            Action::Edit => {
-                let input = row.typed.clone().unwrap_or(row.value.clone());
-                self.overlay = Overlay::Edit { row: self.sched.cursor, input, error: None };
-            }
-            Action::ResetValue => {
-                if row.is_dim {
-                    self.set_dim(&row.key, None);
-                } else {
-                    self.set_key(&row.key, None);
-                }
-            }
-            Action::ResetAll => {
-                self.overrides = Overrides::default();
-                self.rejected_edits.clear();
-                self.relower_keeping_place();
-                self.info("every override cleared".into());
-            }
-            _ => {}
         }
     }
 
@@ -633,116 +487,6 @@ impl App {
         }
     }
 
-    fn step_stage(&mut self, forward: bool) {
-        let i = stage_index(self.stage);
-        let next = if forward { (i + 1).min(3) } else { i.saturating_sub(1) };
-        if next == i {
-            self.info(if forward { "Target is the last stage".into() } else { "Graph is the first stage".into() });
-            return;
-        }
-        // At the top of a listing (the function's header) the next listing opens at its
-        // top too: the header's location is the whole function, which the last ops of
-        // target code also carry.
-        let place =
-            if self.focus == Pane::Source || self.ir.cursor == 0 { None } else { self.ir_source(self.ir.cursor) };
-        self.stage = Stage::ALL[next];
-        self.ir.left = 0;
-        if self.focus == Pane::Source {
-            self.sync_from_source();
-        } else {
-            self.place_ir_cursor(place);
-        }
-    }
-
-    /// Puts the IR cursor on the op generated from `place` (the same range, else the
-    /// same line), so stepping stages or changing the schedule keeps the op in view.
-    fn place_ir_cursor(&mut self, place: Option<TextRange>) {
-        let len = self.ir_len();
-        let h = self.geometry.height(Pane::Ir);
-        if place.is_none() {
-            self.ir = Scroll { left: self.ir.left, ..Scroll::default() };
-        }
-        let target = place.and_then(|range| {
-            (0..len).find(|&i| self.ir_source(i) == Some(range)).or_else(|| {
-                let index = self.ws.line_index();
-                let line = index.line_of(range.start);
-                (0..len).find(|&i| self.ir_source(i).is_some_and(|r| index.line_of(r.start) == line))
-            })
-        });
-        match target {
-            Some(line) => self.ir.jump(line, len, h),
-            None => self.ir.clamp(len, h),
-        }
-        self.sync_from_ir();
-    }
-
-    /// The IR cursor moved: the source follows (when the IR leads).
-    fn sync_from_ir(&mut self) {
-        self.linked_ir.clear();
-        if let Some(range) = self.ir_source(self.ir.cursor).or_else(|| self.stage_error_range()) {
-            let line = self.ws.line_index().line_of(range.start) as usize;
-            let len = self.ws.line_index().line_count();
-            let h = self.geometry.height(Pane::Source);
-            self.src.jump(line, len, h);
-        }
-    }
-
-    /// The source cursor moved: the IR follows, to the first op of the line.
-    fn sync_from_source(&mut self) {
-        let line = self.src.cursor as u32;
-        self.linked_ir = if self.diff_mode {
-            let index = self.ws.line_index();
-            (0..self.ir_len()).filter(|&i| self.ir_source(i).is_some_and(|r| index.line_of(r.start) == line)).collect()
-        } else {
-            self.view.doc(self.stage).map(|d| d.lines_for_source_line(self.ws.line_index(), line)).unwrap_or_default()
-        };
-        let mut sorted = self.linked_ir.clone();
-        sorted.sort_unstable();
-        if let Some(&first) = self.linked_ir.first() {
-            let len = self.ir_len();
-            self.ir.jump(first, len, self.geometry.height(Pane::Ir));
-        }
-        self.linked_ir = sorted;
-    }
-
-    fn cycle_linked(&mut self, forward: bool) {
-        if self.focus == Pane::Ir {
-            // From the IR: the other ops of the same source line.
-            let Some(range) = self.ir_source(self.ir.cursor) else { return };
-            let index = self.ws.line_index();
-            let line = index.line_of(range.start);
-            let same: Vec<usize> = (0..self.ir_len())
-                .filter(|&i| self.ir_source(i).is_some_and(|r| index.line_of(r.start) == line))
-                .collect();
-            let next = if forward {
-                same.iter().copied().find(|&i| i > self.ir.cursor).or(same.first().copied())
-            } else {
-                same.iter().rev().copied().find(|&i| i < self.ir.cursor).or(same.last().copied())
-            };
-            if let Some(n) = next {
-                let len = self.ir_len();
-                self.ir.jump(n, len, self.geometry.height(Pane::Ir));
-            }
-            return;
-        }
-        if self.linked_ir.is_empty() {
-            self.info(format!("no {} IR op comes from this line", self.stage.name()));
-            return;
-        }
-        let next = if forward {
-            self.linked_ir.iter().copied().find(|&i| i > self.ir.cursor).unwrap_or(self.linked_ir[0])
-        } else {
-            self.linked_ir
-                .iter()
-                .rev()
-                .copied()
-                .find(|&i| i < self.ir.cursor)
-                .unwrap_or(*self.linked_ir.last().unwrap())
-        };
-        let len = self.ir_len();
-        self.ir.jump(next, len, self.geometry.height(Pane::Ir));
-    }
-
     pub fn select_kernel(&mut self, name: &str) {
         self.kernel = Some(name.to_string());
         self.overrides = Overrides::default();
@@ -764,16 +508,6 @@ impl App {
         self.info(format!("{kind} `{name}`"));
     }
 
-    /// After the kernel changes: the IR cursor on the first line with a location.
-    fn focus_first_op(&mut self) {
-        let first = (0..self.ir_len()).find(|&i| self.ir_source(i).is_some()).unwrap_or(0);
-        let len = self.ir_len();
-        self.ir.jump(first, len, self.geometry.height(Pane::Ir));
-        if self.focus == Pane::Ir {
-            self.sync_from_ir();
-        }
-    }
-
     fn relower_keeping_place(&mut self) {
         let place = self.ir_source(self.ir.cursor);
         self.relower();
@@ -784,51 +518,6 @@ impl App {
         }
         let rows = self.schedule_rows().len();
         self.sched.clamp(rows, self.geometry.height(Pane::Schedule));
-    }
-
-    fn set_key(&mut self, key: &str, value: Option<KeyValue>) {
-        let key = canonical_key(key).to_string();
-        match value {
-            Some(v) => match validate(&key, &v) {
-                Some(problem) => {
-                    let current = match &self.view.config {
-                        Ok(info) => info.config.schedule.get(&key).map(show_value).unwrap_or_else(|| "—".into()),
-                        Err(_) => "—".into(),
-                    };
-                    self.rejected_edits.insert(key.clone(), (v, problem.clone()));
-                    self.error(format!("E0701: {problem} (still lowering with {key}={current})"));
-                }
-                None => {
-                    self.rejected_edits.remove(&key);
-                    self.overrides.schedule.insert(key.clone(), v.clone());
-                    self.relower_keeping_place();
-                    self.info(format!("{key} = {} · re-lowered in {}", show_value(&v), ms(self.view.relower)));
-                }
-            },
-            None => {
-                self.rejected_edits.remove(&key);
-                self.overrides.schedule.remove(&key);
-                self.relower_keeping_place();
-                self.info(format!("{key} back to the kernel's value"));
-            }
-        }
-    }
-
-    fn set_dim(&mut self, key: &str, value: Option<i64>) {
-        match value {
-            Some(v) => {
-                self.overrides.dims.insert(key.to_string(), v);
-            }
-            None => {
-                self.overrides.dims.remove(key);
-            }
-        }
-        self.relower_keeping_place();
-        self.info(format!(
-            "{key} = {} · re-lowered in {}",
-            self.run_dims().get(key).copied().unwrap_or(DEFAULT_SHAPE),
-            ms(self.view.relower)
-        ));
     }
 
     fn after_reload(&mut self, changed: bool) {
