@@ -259,6 +259,73 @@ pub fn lookup(path: &str) -> Option<&'static Builtin> {
     INDEX.get_or_init(|| BUILTINS.iter().map(|b| (b.path, b)).collect()).get(path).copied()
 }
 
+/// Whether the built-in `path` (`grad`, `dist.mesh`, `tile.load`) exists and declares a
+/// parameter `param`: evaluated at compile time by the checker's `arg!` macro, so that
+/// renaming or removing a parameter in [`BUILTINS`] fails the build where its rule reads
+/// it, instead of panicking there.
+pub const fn has_param(path: &str, param: &str) -> bool {
+    let (path, param) = (path.as_bytes(), param.as_bytes());
+    let mut i = 0;
+    while i < BUILTINS.len() {
+        let b = &BUILTINS[i];
+        if bytes_eq(b.path.as_bytes(), path) {
+            return match b.params {
+                Some(params) => params_declare(params.as_bytes(), param),
+                None => false,
+            };
+        }
+        i += 1;
+    }
+    false
+}
+
+const fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && tail_eq(a, 0, b)
+}
+
+/// `a[from..] == b` (the lengths are the caller's to check).
+const fn tail_eq(a: &[u8], from: usize, b: &[u8]) -> bool {
+    let mut i = 0;
+    while i < b.len() {
+        if from + i >= a.len() || a[from + i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether a parameter list `(a, b=1, *, c=(1, 2), **kw)` declares `param`.
+const fn params_declare(p: &[u8], param: &[u8]) -> bool {
+    let mut depth = 0;
+    let mut at_name = false;
+    let mut i = 0;
+    while i < p.len() {
+        let c = p[i];
+        if at_name && depth == 1 && c != b' ' && c != b'*' {
+            let end = i + param.len();
+            if end <= p.len()
+                && tail_eq(p, i, param)
+                && (end == p.len() || !(p[end].is_ascii_alphanumeric() || p[end] == b'_'))
+            {
+                return true;
+            }
+            at_name = false;
+        }
+        match c {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                at_name = depth == 1;
+            }
+            b')' | b']' | b'}' => depth -= 1,
+            b',' if depth == 1 => at_name = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
 /// Top-level built-in names (the prelude that is in scope everywhere).
 pub fn prelude_names() -> impl Iterator<Item = &'static str> {
     BUILTINS.iter().filter(|b| !b.path.contains('.')).map(|b| b.path)
@@ -295,6 +362,20 @@ pub fn tile_equivalent(graph_op: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn has_param_reads_the_table() {
+        assert!(has_param("grad", "f"));
+        assert!(has_param("grad", "wrt"));
+        assert!(!has_param("grad", "w"));
+        assert!(has_param("prefetch", "into"));
+        assert!(has_param("prefetch", "overlap"));
+        assert!(has_param("sum", "keepdim"));
+        assert!(!has_param("tile.sum", "x"));
+        assert!(!has_param("no.such.builtin", "x"));
+        // Defaults with brackets do not end the parameter list early.
+        assert!(BUILTINS.iter().all(|b| b.param_specs().iter().all(|p| has_param(b.path, p.name))));
+    }
 
     #[test]
     fn signatures_parse() {

@@ -16,7 +16,7 @@ impl<'a> Infer<'a> {
     // ----- grad ----------------------------------------------------------------------
 
     pub(super) fn grad(&mut self, a: &Bound) -> Ty {
-        let f = a.get("f").unwrap().clone();
+        let f = arg!(a, "grad" => "f").unwrap().clone();
         let name = match &f.ty {
             Ty::Function(n) => n.clone(),
             Ty::Unknown => return Ty::Unknown,
@@ -57,7 +57,7 @@ impl<'a> Infer<'a> {
             );
             return Ty::Unknown;
         }
-        let wrt = match a.get("wrt") {
+        let wrt = match arg!(a, "grad" => "wrt") {
             None => Vec::new(),
             Some(w) => match &w.ty {
                 Ty::NoneVal => Vec::new(),
@@ -79,12 +79,12 @@ impl<'a> Infer<'a> {
             match sig.param(w) {
                 Some(p) if matches!(&p.ty, Ty::Tensor(t) if t.elem.dtype.is_float()) => {}
                 Some(_) => {
-                    let r = self.range(a.get("wrt").unwrap().expr);
+                    let r = self.range(arg!(a, "grad" => "wrt").unwrap().expr);
                     self.error(Code::E0802, r, format!("`{w}` is not a floating-point tensor parameter of `{name}`"));
                     return Ty::Unknown;
                 }
                 None => {
-                    let r = self.range(a.get("wrt").unwrap().expr);
+                    let r = self.range(arg!(a, "grad" => "wrt").unwrap().expr);
                     let mut d = Diagnostic::new(Code::E0802, r, format!("`{name}` has no parameter `{w}`"));
                     if let Some(s) = suggest(w, sig.params.iter().map(|p| p.name.as_str())) {
                         d = d.with_note(format!("did you mean `{s}`?"));

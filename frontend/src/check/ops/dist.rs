@@ -16,7 +16,7 @@ impl<'a> Infer<'a> {
 
     pub(super) fn schedule_ctor(&mut self, a: &Bound) -> Ty {
         let mut s = ScheduleValue::default();
-        if let Some(block) = a.get("block") {
+        if let Some(block) = arg!(a, "Schedule" => "block") {
             match &block.ty {
                 Ty::Tuple(items) if items.len() == 2 => {
                     let exprs = match self.body.expr(self.body.unparen(block.expr)) {
@@ -75,9 +75,9 @@ impl<'a> Infer<'a> {
     // ----- distribution --------------------------------------------------------------
 
     pub(super) fn dist_mesh(&mut self, id: ExprId, a: &Bound) -> Ty {
-        let devices = a.get("devices").unwrap().clone();
-        let axes = self.string_list(a.get("axes"));
-        let shape_arg = a.get("shape").unwrap().clone();
+        let devices = arg!(a, "dist.mesh" => "devices").unwrap().clone();
+        let axes = self.string_list(arg!(a, "dist.mesh" => "axes"));
+        let shape_arg = arg!(a, "dist.mesh" => "shape").unwrap().clone();
         let count = match &devices.ty {
             Ty::List(items) | Ty::Tuple(items) => Some(items.len() as i64),
             Ty::Int(Some(d)) => d.as_const(),
@@ -102,7 +102,7 @@ impl<'a> Infer<'a> {
                         shape.len()
                     ),
                 )
-                .with_label(self.range(a.get("axes").unwrap().expr), "axes declared here"),
+                .with_label(self.range(arg!(a, "dist.mesh" => "axes").unwrap().expr), "axes declared here"),
             );
             return Ty::Unknown;
         }
@@ -129,19 +129,19 @@ impl<'a> Infer<'a> {
     }
 
     pub(super) fn dist_tensor(&mut self, a: &Bound) -> Ty {
-        let shape = a.get("shape").unwrap().clone();
+        let shape = arg!(a, "dist.tensor" => "shape").unwrap().clone();
         let Some(dims) = self.shape_arg(&shape) else {
             return Ty::Unknown;
         };
-        let elem = match a.get("dtype") {
+        let elem = match arg!(a, "dist.tensor" => "dtype") {
             Some(d) => match self.dtype_arg(d) {
                 Some(e) => e,
                 None => return Ty::Unknown,
             },
             None => ElemType::plain(DType::F32),
         };
-        let layout = a.get("layout").unwrap().clone();
-        let mesh = a.get("mesh").unwrap().clone();
+        let layout = arg!(a, "dist.tensor" => "layout").unwrap().clone();
+        let mesh = arg!(a, "dist.tensor" => "mesh").unwrap().clone();
         if let (Ty::ShardSpec { partition, mesh_axes }, Ty::Mesh(m)) = (&layout.ty, &mesh.ty) {
             for (i, axis) in mesh_axes.iter().enumerate() {
                 let Some(pos) = m.axes.iter().position(|x| x == axis) else {

@@ -212,15 +212,15 @@ impl<'a> Infer<'a> {
     }
 
     pub(super) fn reduce(&mut self, _id: ExprId, a: &Bound) -> Ty {
-        let x = a.get("x").unwrap().clone();
+        let x = arg!(a, "sum" | "mean" | "max" | "min" => "x").unwrap().clone();
         let Some(t) = self.tensor_arg(&x, "reduction") else {
             return Ty::Unknown;
         };
-        let keepdim = matches!(a.ty("keepdim"), Ty::Bool(Some(true)));
-        let axes: Vec<usize> = match a.get("axis").map(|v| v.ty.clone()) {
+        let keepdim = matches!(arg!(a, "sum" | "mean" | "max" | "min" => ty "keepdim"), Ty::Bool(Some(true)));
+        let axes: Vec<usize> = match arg!(a, "sum" | "mean" | "max" | "min" => "axis").map(|v| v.ty.clone()) {
             None | Some(Ty::NoneVal) => (0..t.rank()).collect(),
             Some(Ty::Int(Some(d))) => match d.as_const() {
-                Some(ax) => match self.axis_arg(a.get("axis"), t.rank(), ax) {
+                Some(ax) => match self.axis_arg(arg!(a, "sum" | "mean" | "max" | "min" => "axis"), t.rank(), ax) {
                     Some(ax) => vec![ax],
                     None => return Ty::Unknown,
                 },
@@ -237,7 +237,7 @@ impl<'a> Infer<'a> {
                         None => {
                             self.error(
                                 Code::E0300,
-                                self.range(a.get("axis").unwrap().expr),
+                                self.range(arg!(a, "sum" | "mean" | "max" | "min" => "axis").unwrap().expr),
                                 format!("axis {ax} is out of range for rank {}", t.rank()),
                             );
                             return Ty::Unknown;
@@ -247,7 +247,12 @@ impl<'a> Infer<'a> {
                 out
             }
             Some(other) => {
-                return self.wrong_kind(a.get("axis").unwrap().expr, "axis", "an int or a tuple of ints", &other)
+                return self.wrong_kind(
+                    arg!(a, "sum" | "mean" | "max" | "min" => "axis").unwrap().expr,
+                    "axis",
+                    "an int or a tuple of ints",
+                    &other,
+                )
             }
         };
         let dims: Vec<Dim> = t
@@ -260,9 +265,9 @@ impl<'a> Infer<'a> {
     }
 
     pub(super) fn flash_attention(&mut self, a: &Bound) -> Ty {
-        let q = a.get("q").unwrap().clone();
-        let k = a.get("k").unwrap().clone();
-        self.probability(a.get("dropout"));
+        let q = arg!(a, "flash_attention" => "q").unwrap().clone();
+        let k = arg!(a, "flash_attention" => "k").unwrap().clone();
+        self.probability(arg!(a, "flash_attention" => "dropout"));
         let Some(qt) = self.tensor_arg(&q, "flash_attention") else {
             return Ty::Unknown;
         };
@@ -281,7 +286,7 @@ impl<'a> Infer<'a> {
         let kv_cache = matches!(&k.ty, Ty::Tensor(t) if t.kind == TensorKind::KVCache);
         let mut others = vec![("k", k.clone())];
         if !kv_cache {
-            match a.get("v") {
+            match arg!(a, "flash_attention" => "v") {
                 Some(v) if !matches!(v.ty, Ty::NoneVal) => others.push(("v", v.clone())),
                 _ => {
                     self.error(Code::E0801, self.range(k.expr), "flash_attention needs `v` unless `k` is a KVCache");

@@ -15,6 +15,33 @@ use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
 use crate::syntax::ast::*;
 use crate::text::TextRange;
 
+/// The bound argument `param` of a built-in as `Option<&ArgVal>` (`arg!(a, "grad" => "f")`),
+/// or its type (`arg!(a, "len" => ty "t")`); a rule that serves several built-ins names
+/// them all (`arg!(a, "exp" | "tile.exp" => "x")`). Every
+/// path is checked against the table of `builtins` at compile time
+/// ([`builtins::has_param`]), so a parameter renamed there is a build error here, not a
+/// panic at run time.
+macro_rules! arg {
+    ($a:expr, $($path:literal)|+ => $param:literal) => {{
+        const _: () = {
+            $(assert!(
+                crate::check::builtins::has_param($path, $param),
+                concat!("built-in `", $path, "` declares no parameter `", $param, "`")
+            );)+
+        };
+        $a.get($param)
+    }};
+    ($a:expr, $($path:literal)|+ => ty $param:literal) => {{
+        const _: () = {
+            $(assert!(
+                crate::check::builtins::has_param($path, $param),
+                concat!("built-in `", $path, "` declares no parameter `", $param, "`")
+            );)+
+        };
+        $a.ty($param)
+    }};
+}
+
 mod calls;
 mod dist;
 mod linalg;
@@ -243,7 +270,7 @@ impl<'a> Infer<'a> {
         match (in_tile_ns, name) {
             // ---- elementwise ----
             (_, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg") => {
-                let x = a.get("x").unwrap().clone();
+                let x = arg!(a, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg" | "tile.exp" | "tile.log" | "tile.tanh" | "tile.sqrt" | "tile.rsqrt" | "tile.sigmoid" | "tile.relu" | "tile.gelu" | "tile.silu" | "tile.abs" => "x").unwrap().clone();
                 let t = self.operand(x.ty.clone());
                 match &t {
                     Ty::Int(_) | Ty::Float(_) => Ty::Float(None),
@@ -270,13 +297,16 @@ impl<'a> Infer<'a> {
                 }
             }
             (_, "maximum" | "minimum" | "pow") => {
-                let ops = [a.get("a").unwrap().clone(), a.get("b").unwrap().clone()];
+                let ops = [
+                    arg!(a, "maximum" | "minimum" | "pow" | "tile.maximum" | "tile.minimum" => "a").unwrap().clone(),
+                    arg!(a, "maximum" | "minimum" | "pow" | "tile.maximum" | "tile.minimum" => "b").unwrap().clone(),
+                ];
                 self.elementwise(id, &format!("`{path}`"), &ops.map(|o| (o.expr, o.ty)))
             }
             (_, "where") => {
-                let c = a.get("cond").unwrap().clone();
-                let x = a.get("a").unwrap().clone();
-                let y = a.get("b").unwrap().clone();
+                let c = arg!(a, "where" | "tile.where" => "cond").unwrap().clone();
+                let x = arg!(a, "where" | "tile.where" => "a").unwrap().clone();
+                let y = arg!(a, "where" | "tile.where" => "b").unwrap().clone();
                 let values = self.elementwise(id, &format!("`{path}`"), &[(x.expr, x.ty), (y.expr, y.ty)]);
                 if let (Some((cd, _)), Some((vd, _))) =
                     (self.operand(c.ty.clone()).shape().map(|(d, e)| (d.to_vec(), e.clone())), values.shape())
@@ -298,13 +328,13 @@ impl<'a> Infer<'a> {
             }
             // ---- graph ops ----
             (false, "matmul" | "gemm") => {
-                let x = a.get("a").unwrap().clone();
-                let y = a.get("b").unwrap().clone();
+                let x = arg!(a, "matmul" | "gemm" => "a").unwrap().clone();
+                let y = arg!(a, "matmul" | "gemm" => "b").unwrap().clone();
                 self.matmul(id, x.expr, x.ty, y.expr, y.ty)
             }
             (false, "sum" | "mean" | "max" | "min") => self.reduce(id, a),
             (false, "softmax_safe" | "logsumexp_safe") => {
-                let x = a.get("x").unwrap().clone();
+                let x = arg!(a, "softmax_safe" | "logsumexp_safe" => "x").unwrap().clone();
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
@@ -312,7 +342,7 @@ impl<'a> Infer<'a> {
                     self.float_only(path, x.expr, t.elem.dtype);
                     return Ty::Unknown;
                 }
-                let axis = self.axis_arg(a.get("axis"), t.rank(), -1);
+                let axis = self.axis_arg(arg!(a, "softmax_safe" | "logsumexp_safe" => "axis"), t.rank(), -1);
                 let Some(axis) = axis else { return Ty::Unknown };
                 if name == "logsumexp_safe" {
                     let mut dims = t.dims.clone();
@@ -323,7 +353,7 @@ impl<'a> Infer<'a> {
                 }
             }
             (false, "layernorm_safe" | "rmsnorm_safe") => {
-                let x = a.get("x").unwrap().clone();
+                let x = arg!(a, "layernorm_safe" | "rmsnorm_safe" => "x").unwrap().clone();
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
@@ -363,11 +393,11 @@ impl<'a> Infer<'a> {
                 Ty::Tensor(t)
             }
             (false, "transpose") => {
-                let x = a.get("x").unwrap().clone();
+                let x = arg!(a, "transpose" => "x").unwrap().clone();
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
-                match a.get("axes").map(|v| v.ty.clone()) {
+                match arg!(a, "transpose" => "axes").map(|v| v.ty.clone()) {
                     None | Some(Ty::NoneVal) => {
                         let mut dims = t.dims.clone();
                         dims.reverse();
@@ -382,7 +412,7 @@ impl<'a> Infer<'a> {
                         if sorted != (0..t.rank() as i64).collect::<Vec<_>>() {
                             self.error(
                                 Code::E0300,
-                                self.range(a.get("axes").unwrap().expr),
+                                self.range(arg!(a, "transpose" => "axes").unwrap().expr),
                                 format!(
                                     "axes {axes:?} are not a permutation of the {} dims of `{}`",
                                     t.rank(),
@@ -397,15 +427,17 @@ impl<'a> Infer<'a> {
                             .collect();
                         Ty::Tensor(TensorType::new(dims, t.elem))
                     }
-                    Some(other) => self.wrong_kind(a.get("axes").unwrap().expr, path, "a tuple of ints", &other),
+                    Some(other) => {
+                        self.wrong_kind(arg!(a, "transpose" => "axes").unwrap().expr, path, "a tuple of ints", &other)
+                    }
                 }
             }
             (false, "reshape") => {
-                let x = a.get("x").unwrap().clone();
+                let x = arg!(a, "reshape" => "x").unwrap().clone();
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
-                let s = a.get("shape").unwrap().clone();
+                let s = arg!(a, "reshape" => "shape").unwrap().clone();
                 let Some(dims) = self.shape_arg(&s) else {
                     return Ty::Unknown;
                 };
@@ -426,7 +458,7 @@ impl<'a> Infer<'a> {
                 Ty::Tensor(TensorType::new(dims, t.elem))
             }
             (false, "concat") => {
-                let xs = a.get("xs").unwrap().clone();
+                let xs = arg!(a, "concat" => "xs").unwrap().clone();
                 let items = match &xs.ty {
                     Ty::List(items) | Ty::Tuple(items) => items.clone(),
                     other => return self.wrong_kind(xs.expr, path, "a list of tensors", other),
@@ -445,7 +477,7 @@ impl<'a> Infer<'a> {
                     self.error(Code::E0802, self.range(xs.expr), "concat of an empty list");
                     return Ty::Unknown;
                 };
-                let Some(axis) = self.axis_arg(a.get("axis"), first.rank(), 0) else {
+                let Some(axis) = self.axis_arg(arg!(a, "concat" => "axis"), first.rank(), 0) else {
                     return Ty::Unknown;
                 };
                 let mut total = first.dims[axis].clone();
@@ -471,16 +503,16 @@ impl<'a> Infer<'a> {
                 Ty::Tensor(TensorType::new(dims, first.elem))
             }
             (false, "split") => {
-                let x = a.get("x").unwrap().clone();
+                let x = arg!(a, "split" => "x").unwrap().clone();
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
-                let n = a.get("n").unwrap().clone();
+                let n = arg!(a, "split" => "n").unwrap().clone();
                 let Some(count) = n.ty.const_int().filter(|c| *c > 0) else {
                     self.error(Code::E0802, self.range(n.expr), "split: `n` must be a positive constant");
                     return Ty::Unknown;
                 };
-                let Some(axis) = self.axis_arg(a.get("axis"), t.rank(), 0) else {
+                let Some(axis) = self.axis_arg(arg!(a, "split" => "axis"), t.rank(), 0) else {
                     return Ty::Unknown;
                 };
                 let dim = &t.dims[axis];
@@ -500,7 +532,7 @@ impl<'a> Infer<'a> {
                 Ty::Tuple(vec![Ty::Tensor(TensorType::new(dims, t.elem)); count as usize])
             }
             (false, "split_qkv") => {
-                let x = a.get("qkv").unwrap().clone();
+                let x = arg!(a, "split_qkv" => "qkv").unwrap().clone();
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
@@ -512,7 +544,7 @@ impl<'a> Infer<'a> {
                     );
                     return Ty::Unknown;
                 }
-                let heads = a.get("heads").unwrap().clone();
+                let heads = arg!(a, "split_qkv" => "heads").unwrap().clone();
                 let h = match &heads.ty {
                     Ty::Int(Some(d)) => d.clone(),
                     Ty::Int(None) => return Ty::Unknown,
@@ -543,7 +575,7 @@ impl<'a> Infer<'a> {
                 Ty::Tuple(vec![Ty::Tensor(part.clone()), Ty::Tensor(part.clone()), Ty::Tensor(part)])
             }
             (false, "merge_heads") => {
-                let x = a.get("x").unwrap().clone();
+                let x = arg!(a, "merge_heads" => "x").unwrap().clone();
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
@@ -564,17 +596,17 @@ impl<'a> Infer<'a> {
             }
             (false, "flash_attention") => self.flash_attention(a),
             (false, "dropout") => {
-                let x = a.get("x").unwrap().clone();
-                self.probability(a.get("p"));
+                let x = arg!(a, "dropout" => "x").unwrap().clone();
+                self.probability(arg!(a, "dropout" => "p"));
                 let Some(t) = self.tensor_arg(&x, path) else {
                     return Ty::Unknown;
                 };
                 Ty::Tensor(t)
             }
             (false, "residual") => {
-                let x = a.get("x").unwrap().clone();
-                let y = a.get("y").unwrap().clone();
-                self.probability(a.get("dropout"));
+                let x = arg!(a, "residual" => "x").unwrap().clone();
+                let y = arg!(a, "residual" => "y").unwrap().clone();
+                self.probability(arg!(a, "residual" => "dropout"));
                 let (Some(tx), Some(ty)) = (self.tensor_arg(&x, path), self.tensor_arg(&y, path)) else {
                     return Ty::Unknown;
                 };
@@ -603,8 +635,8 @@ impl<'a> Infer<'a> {
                 }
             }
             (false, "cast") => {
-                let x = a.get("x").unwrap().clone();
-                let d = a.get("dtype").unwrap().clone();
+                let x = arg!(a, "cast" => "x").unwrap().clone();
+                let d = arg!(a, "cast" => "dtype").unwrap().clone();
                 let Some(elem) = self.dtype_arg(&d) else {
                     return Ty::Unknown;
                 };
@@ -615,19 +647,21 @@ impl<'a> Infer<'a> {
                 }
             }
             (false, "cast_like") => {
-                let x = a.get("x").unwrap().clone();
-                let r = a.get("ref").unwrap().clone();
+                let x = arg!(a, "cast_like" => "x").unwrap().clone();
+                let r = arg!(a, "cast_like" => "ref").unwrap().clone();
                 let (Some(t), Some(rt)) = (self.tensor_arg(&x, path), self.tensor_arg(&r, path)) else {
                     return Ty::Unknown;
                 };
                 Ty::Tensor(TensorType::new(t.dims, rt.elem))
             }
             (_, "zeros" | "ones" | "full" | "randn") => {
-                let s = a.get("shape").unwrap().clone();
+                let s = arg!(a, "zeros" | "ones" | "full" | "randn" | "tile.zeros" | "tile.full" => "shape")
+                    .unwrap()
+                    .clone();
                 let Some(dims) = self.shape_arg(&s) else {
                     return Ty::Unknown;
                 };
-                let elem = match a.get("dtype") {
+                let elem = match arg!(a, "zeros" | "ones" | "full" | "randn" | "tile.zeros" | "tile.full" => "dtype") {
                     Some(d) => match self.dtype_arg(d) {
                         Some(e) => e,
                         None => return Ty::Unknown,
@@ -635,7 +669,7 @@ impl<'a> Infer<'a> {
                     None => ElemType::plain(DType::F32),
                 };
                 if name == "full" {
-                    let v = a.get("value").unwrap().clone();
+                    let v = arg!(a, "full" | "tile.full" => "value").unwrap().clone();
                     if !self.operand(v.ty.clone()).is_scalar_number() {
                         return self.wrong_kind(v.expr, path, "a number", &v.ty);
                     }
@@ -647,15 +681,15 @@ impl<'a> Infer<'a> {
                 }
             }
             (true, "rand") => {
-                let s = a.get("shape").unwrap().clone();
+                let s = arg!(a, "tile.rand" => "shape").unwrap().clone();
                 let Some(dims) = self.shape_arg(&s) else {
                     return Ty::Unknown;
                 };
-                let seed = a.get("seed").unwrap().clone();
+                let seed = arg!(a, "tile.rand" => "seed").unwrap().clone();
                 if !matches!(self.operand(seed.ty.clone()), Ty::Int(_) | Ty::Unknown) {
                     return self.wrong_kind(seed.expr, path, "an int seed", &seed.ty);
                 }
-                let offsets = a.get("offsets").unwrap().clone();
+                let offsets = arg!(a, "tile.rand" => "offsets").unwrap().clone();
                 let count = match &offsets.ty {
                     Ty::Tuple(items) | Ty::List(items)
                         if items.iter().all(|t| matches!(t, Ty::Int(_) | Ty::Unknown)) =>
@@ -677,7 +711,7 @@ impl<'a> Infer<'a> {
                 Ty::Tile(TileType { dims, elem: ElemType::plain(DType::F32) })
             }
             (_, "arange") => {
-                let n = a.get("n").unwrap().clone();
+                let n = arg!(a, "arange" | "tile.arange" => "n").unwrap().clone();
                 let Ty::Int(Some(d)) = n.ty.clone() else {
                     return self.wrong_kind(n.expr, path, "an int", &n.ty);
                 };
@@ -691,16 +725,16 @@ impl<'a> Infer<'a> {
             (false, "grad") => self.grad(a),
             // ---- scalars ----
             (false, "float") => Ty::Float(None),
-            (false, "int") => match &a.ty("x") {
+            (false, "int") => match &arg!(a, "int" => ty "x") {
                 Ty::Int(v) => Ty::Int(v.clone()),
                 _ => Ty::Int(None),
             },
             (false, "bool") => Ty::Bool(None),
-            (false, "cdiv") => match (a.ty("a"), a.ty("b")) {
+            (false, "cdiv") => match (arg!(a, "cdiv" => ty "a"), arg!(a, "cdiv" => ty "b")) {
                 (Ty::Int(Some(x)), Ty::Int(Some(y))) => Ty::Int(x.add(&y).sub(&Dim::constant(1)).floor_div(&y)),
                 _ => Ty::Int(None),
             },
-            (false, "len") => match a.ty("t") {
+            (false, "len") => match arg!(a, "len" => ty "t") {
                 Ty::Tensor(t) | Ty::View(t) => Ty::Int(t.dims.first().cloned()),
                 Ty::Tuple(items) | Ty::List(items) => Ty::Int(Some(Dim::constant(items.len() as i64))),
                 _ => Ty::Int(None),
@@ -720,20 +754,20 @@ impl<'a> Infer<'a> {
             (false, "Schedule") => self.schedule_ctor(a),
             (false, "block") => {
                 let mut s = ScheduleValue::default();
-                self.schedule_int(&mut s, "BM", a.get("m"));
-                self.schedule_int(&mut s, "BN", a.get("n"));
+                self.schedule_int(&mut s, "BM", arg!(a, "block" => "m"));
+                self.schedule_int(&mut s, "BN", arg!(a, "block" => "n"));
                 Ty::Schedule(Box::new(s))
             }
             (false, "ShardSpec") => {
-                let partition = self.string_list(a.get("partition"));
-                let mesh_axes = self.string_list(a.get("mesh_axes"));
+                let partition = self.string_list(arg!(a, "ShardSpec" => "partition"));
+                let mesh_axes = self.string_list(arg!(a, "ShardSpec" => "mesh_axes"));
                 Ty::ShardSpec { partition, mesh_axes }
             }
             (false, "dist.mesh") => self.dist_mesh(id, a),
             (false, "dist.tensor") => self.dist_tensor(a),
             (false, "device") => Ty::NoneVal,
             (false, "prefetch") => {
-                if let Some(into) = a.get("into") {
+                if let Some(into) = arg!(a, "prefetch" => "into") {
                     if let Ty::Str(Some(s)) = &into.ty {
                         if !matches!(s.as_str(), "smem" | "l2" | "hbm") {
                             self.push(Diagnostic::new(

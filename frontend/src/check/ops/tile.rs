@@ -17,7 +17,10 @@ impl<'a> Infer<'a> {
         match name {
             "parallel" => Ty::Range(LoopKind::Parallel),
             "range" | "range_n" => Ty::Range(LoopKind::Sequential),
-            "program_id" => Ty::Int(Some(Dim::sym(&format!("pid{}", a.ty("axis").const_int().unwrap_or(0))))),
+            "program_id" => Ty::Int(Some(Dim::sym(&format!(
+                "pid{}",
+                arg!(a, "tile.program_id" => ty "axis").const_int().unwrap_or(0)
+            )))),
             "num_programs" => Ty::Int(None),
             "context" => Ty::Context,
             "linear_id" => {
@@ -29,8 +32,8 @@ impl<'a> Infer<'a> {
                 Ty::Tile(TileType { dims: vec![Dim::sym("BLOCK")], elem: ElemType::plain(DType::I32) })
             }
             "load" => {
-                let src = a.get("src").unwrap().clone();
-                if let (Some(rows), Some(cols)) = (a.get("rows"), a.get("cols")) {
+                let src = arg!(a, "tile.load" => "src").unwrap().clone();
+                if let (Some(rows), Some(cols)) = (arg!(a, "tile.load" => "rows"), arg!(a, "tile.load" => "cols")) {
                     let (Ty::Int(Some(r)), Ty::Int(Some(c))) = (&rows.ty, &cols.ty) else {
                         return Ty::Unknown;
                     };
@@ -55,21 +58,21 @@ impl<'a> Infer<'a> {
                 }
             }
             "store" => {
-                let dst = a.get("dst").unwrap().clone();
-                let value = a.get("value").unwrap().clone();
+                let dst = arg!(a, "tile.store" => "dst").unwrap().clone();
+                let value = arg!(a, "tile.store" => "value").unwrap().clone();
                 self.store_call(dst, value);
                 Ty::NoneVal
             }
             "alloc_shared" => {
-                let shape = a.get("shape").unwrap().clone();
+                let shape = arg!(a, "tile.alloc_shared" => "shape").unwrap().clone();
                 let Some(dims) = self.shape_arg(&shape) else {
                     return Ty::Unknown;
                 };
-                let d = a.get("dtype").unwrap().clone();
+                let d = arg!(a, "tile.alloc_shared" => "dtype").unwrap().clone();
                 let Some(elem) = self.dtype_arg(&d) else {
                     return Ty::Unknown;
                 };
-                let swizzle = match a.get("swizzle").map(|s| (s.expr, s.ty.clone())) {
+                let swizzle = match arg!(a, "tile.alloc_shared" => "swizzle").map(|s| (s.expr, s.ty.clone())) {
                     None => Swizzle::None,
                     Some((_, Ty::Str(Some(s)))) if s == "none" => Swizzle::None,
                     Some((_, Ty::Str(Some(s)))) if s == "xor" => Swizzle::Xor,
@@ -91,7 +94,7 @@ impl<'a> Infer<'a> {
                         return self.wrong_kind(e, "tile.alloc_shared", "swizzle=\"xor\" or \"none\"", &other)
                     }
                 };
-                let pad = match a.get("pad").map(|p| (p.expr, p.ty.clone())) {
+                let pad = match arg!(a, "tile.alloc_shared" => "pad").map(|p| (p.expr, p.ty.clone())) {
                     None => 0,
                     Some((e, Ty::Int(Some(d)))) => match d.as_const() {
                         Some(p) if p >= 0 => p,
@@ -105,8 +108,8 @@ impl<'a> Infer<'a> {
                 Ty::Shared(SharedType { dims, dtype: elem.dtype, swizzle, pad })
             }
             "cp_async" => {
-                let dst = a.get("dst").unwrap().clone();
-                let src = a.get("src").unwrap().clone();
+                let dst = arg!(a, "tile.cp_async" => "dst").unwrap().clone();
+                let src = arg!(a, "tile.cp_async" => "src").unwrap().clone();
                 let shared = match &dst.ty {
                     Ty::Shared(s) => s.clone(),
                     Ty::Unknown => return Ty::NoneVal,
@@ -162,18 +165,18 @@ impl<'a> Infer<'a> {
             }
             "barrier" => Ty::NoneVal,
             "dot" => {
-                let x = a.get("a").unwrap().clone();
-                let y = a.get("b").unwrap().clone();
+                let x = arg!(a, "tile.dot" => "a").unwrap().clone();
+                let y = arg!(a, "tile.dot" => "b").unwrap().clone();
                 self.tile_dot(id, x.expr, x.ty, y.expr, y.ty, None)
             }
             "mma" => {
-                let x = a.get("a").unwrap().clone();
-                let y = a.get("b").unwrap().clone();
-                let acc = a.get("accumulator").cloned();
+                let x = arg!(a, "tile.mma" => "a").unwrap().clone();
+                let y = arg!(a, "tile.mma" => "b").unwrap().clone();
+                let acc = arg!(a, "tile.mma" => "accumulator").cloned();
                 let default_acc = ArgVal { expr: id, ty: Ty::DType(ElemType::plain(DType::F32)) };
                 self.tile_dot(id, x.expr, x.ty, y.expr, y.ty, Some(acc.as_ref().unwrap_or(&default_acc)))
             }
-            "transpose" => match self.operand(a.ty("t")) {
+            "transpose" => match self.operand(arg!(a, "tile.transpose" => ty "t")) {
                 Ty::Tile(t) => {
                     let mut dims = t.dims.clone();
                     let n = dims.len();
@@ -182,11 +185,13 @@ impl<'a> Infer<'a> {
                     }
                     Ty::Tile(TileType { dims, elem: t.elem })
                 }
-                other => self.wrong_kind(a.get("t").unwrap().expr, "tile.transpose", "a tile", &other),
+                other => {
+                    self.wrong_kind(arg!(a, "tile.transpose" => "t").unwrap().expr, "tile.transpose", "a tile", &other)
+                }
             },
             "broadcast" => {
-                let t = a.get("t").unwrap().clone();
-                let s = a.get("shape").unwrap().clone();
+                let t = arg!(a, "tile.broadcast" => "t").unwrap().clone();
+                let s = arg!(a, "tile.broadcast" => "shape").unwrap().clone();
                 let Some(dims) = self.shape_arg(&s) else {
                     return Ty::Unknown;
                 };
@@ -210,8 +215,8 @@ impl<'a> Infer<'a> {
                 }
             }
             "cast" => {
-                let t = a.get("t").unwrap().clone();
-                let d = a.get("dtype").unwrap().clone();
+                let t = arg!(a, "tile.cast" => "t").unwrap().clone();
+                let d = arg!(a, "tile.cast" => "dtype").unwrap().clone();
                 let Some(elem) = self.dtype_arg(&d) else {
                     return Ty::Unknown;
                 };
@@ -222,7 +227,9 @@ impl<'a> Infer<'a> {
                 }
             }
             "row_max" | "row_sum" | "sum" | "max" | "min" => {
-                let t = a.get("t").unwrap().clone();
+                let t = arg!(a, "tile.row_max" | "tile.row_sum" | "tile.sum" | "tile.max" | "tile.min" => "t")
+                    .unwrap()
+                    .clone();
                 let tt = match self.operand(t.ty.clone()) {
                     Ty::Tile(tt) => tt,
                     other => return self.wrong_kind(t.expr, &format!("tile.{name}"), "a tile", &other),
@@ -234,7 +241,7 @@ impl<'a> Infer<'a> {
                 let axis = if name.starts_with("row_") {
                     tt.dims.len() - 1
                 } else {
-                    match self.axis_arg(a.get("axis"), tt.dims.len(), -1) {
+                    match self.axis_arg(arg!(a, "tile.sum" | "tile.max" | "tile.min" => "axis"), tt.dims.len(), -1) {
                         Some(ax) => ax,
                         None => return Ty::Unknown,
                     }
@@ -244,7 +251,7 @@ impl<'a> Infer<'a> {
                 Ty::Tile(TileType { dims, elem: tt.elem })
             }
             "causal_mask" | "mask_causal" => {
-                let s = a.get("s").unwrap().clone();
+                let s = arg!(a, "tile.causal_mask" | "tile.mask_causal" => "s").unwrap().clone();
                 match self.operand(s.ty.clone()) {
                     Ty::Tile(t) if t.dims.len() == 2 => Ty::Tile(t),
                     Ty::Tile(t) => {
@@ -259,7 +266,7 @@ impl<'a> Infer<'a> {
                 }
             }
             "softmax_online" => {
-                let s = a.get("s").unwrap().clone();
+                let s = arg!(a, "tile.softmax_online" => "s").unwrap().clone();
                 match self.operand(s.ty.clone()) {
                     Ty::Tile(t) if t.dims.len() == 2 => {
                         let row = TileType { dims: vec![t.dims[0].clone()], elem: ElemType::plain(DType::F32) };
@@ -269,17 +276,17 @@ impl<'a> Infer<'a> {
                 }
             }
             "softmax_accumulate" => {
-                let acc = self.operand(a.ty("acc"));
-                let m = self.operand(a.ty("m"));
-                let l = self.operand(a.ty("l"));
-                let p = a.get("p").unwrap().clone();
-                let v = a.get("v").unwrap().clone();
+                let acc = self.operand(arg!(a, "tile.softmax_accumulate" => ty "acc"));
+                let m = self.operand(arg!(a, "tile.softmax_accumulate" => ty "m"));
+                let l = self.operand(arg!(a, "tile.softmax_accumulate" => ty "l"));
+                let p = arg!(a, "tile.softmax_accumulate" => "p").unwrap().clone();
+                let v = arg!(a, "tile.softmax_accumulate" => "v").unwrap().clone();
                 let pv = self.tile_dot(id, p.expr, p.ty.clone(), v.expr, v.ty.clone(), None);
                 if let (Ty::Tile(acc_t), Ty::Tile(pv_t)) = (&acc, &pv) {
                     if acc_t.dims != pv_t.dims {
                         self.error(
                             Code::E0301,
-                            self.range(a.get("acc").unwrap().expr),
+                            self.range(arg!(a, "tile.softmax_accumulate" => "acc").unwrap().expr),
                             format!(
                                 "softmax_accumulate: acc is {} but p @ v is {}",
                                 fmt_dims(&acc_t.dims),
