@@ -28,15 +28,31 @@ fn output(mut cmd: Command, dir: &Path) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("tessera runs");
+    // Drained while waiting: output larger than a pipe's buffer must not block the child.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
     let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
         if start.elapsed() > Duration::from_secs(60) {
             child.kill().unwrap();
-            panic!("tessera did not finish within 60 s: {:?}", child.wait_with_output().unwrap());
+            let _ = child.wait();
+            panic!("tessera did not finish within 60 s: {}", String::from_utf8_lossy(&stderr.join().unwrap()));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    };
+    Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
 }
 
 fn tessera(args: &[&str], dir: &Path) -> Output {
