@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim};
 
+use crate::error::LowerError;
 use crate::ir::*;
-use crate::lower::LowerError;
 
 type R<T> = Result<T, LowerError>;
 

@@ -14,8 +14,8 @@ use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim};
 use tessera_frontend::{Db, FnKey};
 
+use crate::error::LowerError;
 use crate::ir::*;
-use crate::lower::LowerError;
 
 type R<T> = Result<T, LowerError>;
 

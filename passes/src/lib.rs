@@ -10,6 +10,7 @@ pub mod analysis;
 pub mod autodiff;
 pub mod bounds;
 pub mod codegen;
+pub mod error;
 pub mod errors;
 pub mod graph_plan;
 pub mod ir;
@@ -30,7 +31,7 @@ use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::{LineIndex, TextRange};
 use tessera_frontend::{Db, FnKey, SourceFile};
 
-pub use lower::LowerError;
+pub use error::LowerError;
 pub use sched::Config;
 pub use target::Target;
 

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim, ScheduleValue};
 
+use crate::error::LowerError;
 use crate::ir::*;
-use crate::lower::LowerError;
 use crate::target::Target;
 
 /// A full specialization: schedule keys plus the values of the shape symbols that tile

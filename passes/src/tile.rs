@@ -16,8 +16,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim};
 
+use crate::error::LowerError;
 use crate::ir::*;
-use crate::lower::LowerError;
 use crate::sched::Config;
 use crate::target::Target;
 

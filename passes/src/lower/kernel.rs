@@ -20,13 +20,7 @@ mod calls;
 mod policies;
 mod values;
 
-/// A construct the lowering does not handle (the checker accepted it).
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct LowerError {
-    pub message: String,
-    /// Item-relative.
-    pub range: TextRange,
-}
+pub use crate::error::LowerError;
 
 type R<T> = Result<T, LowerError>;
 
