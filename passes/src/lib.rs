@@ -10,6 +10,7 @@ pub mod analysis;
 pub mod autodiff;
 pub mod bounds;
 pub mod codegen;
+pub mod config;
 pub mod error;
 pub mod errors;
 pub mod graph_plan;
@@ -25,14 +26,14 @@ pub mod tile;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, FunctionKind, ScheduleValue};
+use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, FunctionKind};
 use tessera_frontend::db::{function_def, item_index};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::{LineIndex, TextRange};
 use tessera_frontend::{Db, FnKey, SourceFile};
 
+pub use config::{default_config, Config, DEFAULT_SHAPE};
 pub use error::LowerError;
-pub use sched::Config;
 pub use target::Target;
 
 use ir::print::{LocResolver, Printed};
@@ -229,40 +230,6 @@ pub fn decorator_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<LowerErr
 pub fn tile_ir<'db>(db: &'db dyn Db, key: FnKey<'db>, config: Config, target: Target) -> Result<Arc<Func>, LowerError> {
     let sched = sched_ir(db, key, config.clone(), target).clone()?;
     Ok(Arc::new(tile::tile_kernel(&sched, &config, target)?))
-}
-
-/// Head dims and other shape symbols get this value when nothing gives one.
-pub const DEFAULT_SHAPE: i64 = 64;
-
-/// The configuration a kernel is shown and checked with when none is chosen: the
-/// fixed schedule (or each autotune key's first candidate) and the shape symbols its
-/// tiles use, from `dims` or [`DEFAULT_SHAPE`]. Also returns the symbols assumed.
-pub fn default_config(
-    db: &dyn Db,
-    key: FnKey<'_>,
-    dims: &BTreeMap<String, i64>,
-) -> Result<(Config, Vec<String>), LowerError> {
-    if let Some(e) = decorator_error(db, key) {
-        return Err(e.clone());
-    }
-    let schedule = match &fn_decorators(db, key).schedule {
-        Some(s) => s.first_configuration(),
-        None => ScheduleValue::default_for_kernel(),
-    };
-    let graph = graph_ir(db, key).clone()?;
-    let mut shapes = BTreeMap::new();
-    let mut assumed = Vec::new();
-    for sym in sched::tile_shape_symbols(&graph, &schedule) {
-        let value = match dims.get(&sym) {
-            Some(v) => *v,
-            None => {
-                assumed.push(sym.clone());
-                DEFAULT_SHAPE
-            }
-        };
-        shapes.insert(sym, value);
-    }
-    Ok((Config { schedule, shapes }, assumed))
 }
 
 /// Runs the verifier after a pass; a failure is an internal error naming the pass.

@@ -18,7 +18,7 @@ use tessera_frontend::check::{DType, Dim};
 
 use crate::error::LowerError;
 use crate::ir::*;
-use crate::sched::Config;
+use crate::config::Config;
 use crate::target::Target;
 
 /// Tile IR of a kernel from its Schedule IR.

@@ -26,7 +26,7 @@ use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey};
 
 use crate::ir::{Func, Layout, Loc, OpKind, Origin, SmemType, Swizzle, Type, ValueId};
-use crate::{graph_ir, sched, Config, LowerError, Target, DEFAULT_SHAPE};
+use crate::{graph_ir, Config, LowerError, Target};
 use limits::{GpuLimits, Occupancy};
 use registers::RegisterEstimate;
 
@@ -320,10 +320,9 @@ fn kib(bytes: u64) -> String {
     }
 }
 
-/// The configuration a schedule gives, with shape symbols at [`DEFAULT_SHAPE`].
+/// The configuration a schedule gives, with shape symbols at [`crate::DEFAULT_SHAPE`].
 fn config_of(graph: &Func, schedule: ScheduleValue) -> Config {
-    let shapes = sched::tile_shape_symbols(graph, &schedule).into_iter().map(|s| (s, DEFAULT_SHAPE)).collect();
-    Config { schedule, shapes }
+    crate::config::config_for(graph, schedule, &BTreeMap::new()).0
 }
 
 /// Why a configuration cannot be used on a target: the checks behind W0702/E0703, shared
