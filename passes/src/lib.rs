@@ -207,7 +207,7 @@ pub fn sched_ir<'db>(
     }
     let graph = graph_ir(db, key).clone()?;
     // The pipeline verifies after every pass.
-    Ok(Arc::new(sched::schedule_kernel(&graph, &config, target)?))
+    Ok(Arc::new(pipeline::schedule_kernel(&graph, &config, target)?))
 }
 
 /// The first error in a kernel's decorators (a malformed schedule or autotune space):
@@ -229,7 +229,7 @@ pub fn decorator_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<LowerErr
 #[salsa::tracked(returns(ref), lru = 128)]
 pub fn tile_ir<'db>(db: &'db dyn Db, key: FnKey<'db>, config: Config, target: Target) -> Result<Arc<Func>, LowerError> {
     let sched = sched_ir(db, key, config.clone(), target).clone()?;
-    Ok(Arc::new(tile::tile_kernel(&sched, &config, target)?))
+    Ok(Arc::new(pipeline::tile_kernel(&sched, &config, target)?))
 }
 
 /// Runs the verifier after a pass; a failure is an internal error naming the pass.

@@ -102,6 +102,16 @@ pub fn run_passes(
     Ok(f)
 }
 
+/// Schedule IR of a kernel: its Graph IR specialized to the configuration and annotated.
+pub fn schedule_kernel(graph: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
+    run_passes(graph, Level::Schedule, SCHEDULE_PASSES, config, target, &mut |_, _| {})
+}
+
+/// Tile IR of a kernel from its Schedule IR.
+pub fn tile_kernel(sched: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
+    run_passes(sched, Level::Tile, TILE_PASSES, config, target, &mut |_, _| {})
+}
+
 /// Like [`run_passes`] over the Schedule and then the Tile passes, for analyses that
 /// only read the resulting Tile IR (lints, autotune pruning: every candidate of every
 /// kernel of a file). Release builds verify once, after the last pass, instead of after

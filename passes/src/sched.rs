@@ -30,19 +30,6 @@ fn specialize_type(ty: &Type, config: &Config) -> Type {
     }
 }
 
-/// Specializes and annotates a kernel's Graph IR.
-/// Schedule IR of a kernel: the Graph IR with the configuration applied.
-pub fn schedule_kernel(graph: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
-    crate::pipeline::run_passes(
-        graph,
-        Level::Schedule,
-        crate::pipeline::SCHEDULE_PASSES,
-        config,
-        target,
-        &mut |_, _| {},
-    )
-}
-
 /// Types, view sizes and schedule keys take the configuration's values.
 pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Result<(), LowerError> {
     // Before anything is built per tile element.

@@ -16,15 +16,9 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim};
 
+use crate::config::Config;
 use crate::error::LowerError;
 use crate::ir::*;
-use crate::config::Config;
-use crate::target::Target;
-
-/// Tile IR of a kernel from its Schedule IR.
-pub fn tile_kernel(sched: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
-    crate::pipeline::run_passes(sched, Level::Tile, crate::pipeline::TILE_PASSES, config, target, &mut |_, _| {})
-}
 
 /// A kernel's Tile IR returns nothing (in-place outputs are parameters).
 pub(crate) fn drop_return_values(f: &mut Func) {

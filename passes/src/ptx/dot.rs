@@ -27,8 +27,7 @@ use std::sync::OnceLock;
 use tessera_frontend::check::DType;
 
 use super::builder::{Class, Operand, Reg};
-use super::expr::Expr;
-use super::memory::smem_offset;
+use super::expr::{smem_offset, Expr};
 use super::numerics::{fp8x4_to_f16x2, materialize, round_wide, wide_class};
 use super::threadmap::{memo, Memo, ThreadMap};
 use std::rc::Rc;

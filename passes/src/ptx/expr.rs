@@ -1,5 +1,6 @@
 //! Integer expressions of the thread id: element coordinates, shared-memory byte
-//! offsets (swizzle included), copy-chunk assignments.
+//! offsets (swizzle included: `smem_offset`, used by the shared loads and stores and by
+//! `ldmatrix`), copy-chunk assignments.
 //!
 //! The same expression is both emitted as PTX and evaluated here, so the compiler can
 //! check its own address arithmetic against the IR's definitions (`Layout::elements`,
@@ -10,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::builder::{Builder, Class, Operand, Reg};
+use crate::ir::{SmemType, Swizzle};
 
 /// A non-negative integer function of `%tid.x` (values stay below 2^31).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -331,6 +333,34 @@ pub fn share_bases(exprs: &[Expr], threads: u32) -> Vec<(usize, i64)> {
         }
     }
     out
+}
+
+/// The byte offset of element `(row, col)` in a slot of `ty`: `SmemType::byte_offset`
+/// as a thread-id expression.
+pub(super) fn smem_offset(ty: &SmemType, row: Expr, col: Expr, threads: u32) -> Option<Expr> {
+    let (_, row_len) = ty.rows_and_row_len()?;
+    let bytes = ty.dtype.bytes() as i64;
+    let row_bytes = row_len * bytes;
+    let plain = row.clone().mul(row_len + ty.pad as i64).add(col.clone()).mul(bytes);
+    if ty.swizzle == Swizzle::None || ty.pad != 0 || ty.dtype.bits() < 8 {
+        return Some(plain);
+    }
+    let col_bytes = col.mul(bytes);
+    let chunk = col_bytes.clone().div(16, threads);
+    let within = col_bytes.rem(16, threads);
+    if row_bytes >= 128 && row_bytes % 128 == 0 {
+        let phase = row.clone().rem(8, threads);
+        Some(row.mul(row_bytes).add(chunk.xor(phase).mul(16)).add(within))
+    } else if row_bytes >= 16 && 128 % row_bytes == 0 {
+        let rows_per_line = 128 / row_bytes;
+        let line = row.clone().div(rows_per_line, threads);
+        let in_line = row.rem(rows_per_line, threads);
+        let line_chunk = in_line.mul(row_bytes / 16).add(chunk);
+        let phase = line.clone().rem(8, threads);
+        Some(line.mul(128).add(line_chunk.xor(phase).mul(16)).add(within))
+    } else {
+        Some(plain)
+    }
 }
 
 #[cfg(test)]

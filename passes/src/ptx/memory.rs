@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use tessera_frontend::check::DType;
 
 use super::builder::{Class, Operand, Reg};
-use super::expr::{share_bases, Expr};
+use super::expr::{share_bases, smem_offset, Expr};
 use super::numerics::{from_storage, materialize, mem_access, mem_bytes, per_word, to_storage, wide_class};
 use super::threadmap::ThreadMap;
 use super::{mov, pack_bytes, Emitter, Repr, SmemVal, TileVal, Val, ViewVal, R};
-use crate::ir::{Attr, Op, SmemType, Swizzle};
+use crate::ir::{Attr, Op, SmemType};
 
 /// Where each register's element is in global memory.
 struct Plan {
@@ -26,34 +26,6 @@ struct Plan {
     pred: Vec<Reg>,
     /// Elements per vector access and the uniform test that allows it.
     vector: Option<(usize, Reg)>,
-}
-
-/// The byte offset of element `(row, col)` in a slot of `ty`: `SmemType::byte_offset`
-/// as a thread-id expression.
-pub(super) fn smem_offset(ty: &SmemType, row: Expr, col: Expr, threads: u32) -> Option<Expr> {
-    let (_, row_len) = ty.rows_and_row_len()?;
-    let bytes = ty.dtype.bytes() as i64;
-    let row_bytes = row_len * bytes;
-    let plain = row.clone().mul(row_len + ty.pad as i64).add(col.clone()).mul(bytes);
-    if ty.swizzle == Swizzle::None || ty.pad != 0 || ty.dtype.bits() < 8 {
-        return Some(plain);
-    }
-    let col_bytes = col.mul(bytes);
-    let chunk = col_bytes.clone().div(16, threads);
-    let within = col_bytes.rem(16, threads);
-    if row_bytes >= 128 && row_bytes % 128 == 0 {
-        let phase = row.clone().rem(8, threads);
-        Some(row.mul(row_bytes).add(chunk.xor(phase).mul(16)).add(within))
-    } else if row_bytes >= 16 && 128 % row_bytes == 0 {
-        let rows_per_line = 128 / row_bytes;
-        let line = row.clone().div(rows_per_line, threads);
-        let in_line = row.rem(rows_per_line, threads);
-        let line_chunk = in_line.mul(row_bytes / 16).add(chunk);
-        let phase = line.clone().rem(8, threads);
-        Some(line.mul(128).add(line_chunk.xor(phase).mul(16)).add(within))
-    } else {
-        Some(plain)
-    }
 }
 
 impl Emitter<'_> {
@@ -1059,6 +1031,7 @@ fn always(b: &mut super::builder::Builder) -> Reg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::Swizzle;
     use tessera_frontend::check::Dim;
 
     /// The emitted swizzle arithmetic is `SmemType::byte_offset`, for every buffer
