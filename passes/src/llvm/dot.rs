@@ -11,7 +11,7 @@
 use tessera_frontend::check::DType;
 
 use super::builder::{Elem, VTy};
-use super::lower::{Lowerer, R};
+use super::emit::{Lowerer, R};
 use super::numerics::{self, Storage};
 use super::plan::Root;
 use super::tiles::{Mem, Node, Tile};
@@ -186,7 +186,7 @@ impl<'f> Lowerer<'f> {
                 continue;
             }
             for (i, v) in self.vals.iter().enumerate() {
-                let super::lower::Val::Tile(t) = v else { continue };
+                let super::emit::Val::Tile(t) = v else { continue };
                 if !t.reads(root) {
                     continue;
                 }

@@ -41,7 +41,7 @@
 
 mod builder;
 mod dot;
-mod lower;
+mod emit;
 mod numerics;
 mod plan;
 mod policy;
@@ -58,7 +58,7 @@ use crate::target::Target;
 use crate::LowerError;
 
 use builder::{Elem, FnBuilder, Line, VTy};
-use lower::{Lowerer, Val};
+use emit::{Lowerer, Val};
 use numerics::Storage;
 use tiles::TensorV;
 
