@@ -1,0 +1,327 @@
+//! Constants and elementwise ops: integer folding, float and integer arithmetic, unary
+//! functions per element.
+
+use super::*;
+
+impl Emitter<'_> {
+    pub(super) fn constant(&mut self, op: &Op) -> R<()> {
+        let value = op.attr("value").ok_or_else(|| self.fail(op, "no `value`"))?;
+        let operand = match (self.f.ty(op.results[0]), value) {
+            (Type::Index, Attr::Int(v)) => Operand::Int(*v),
+            (Type::Index, Attr::Float(bits)) => Operand::Int(f64::from_bits(*bits) as i64),
+            (Type::Scalar(d), a) => {
+                let v = a.as_float().ok_or_else(|| self.fail(op, "a non-numeric constant"))?;
+                const_operand(*d, v)
+            }
+            (other, _) => return Err(self.fail(op, format!("a constant of type {other}"))),
+        };
+        self.set(op.results[0], Val::Scalar(operand));
+        Ok(())
+    }
+
+    /// The element type of a value for arithmetic (`index` computes as `i64`).
+    pub(super) fn elem_dtype(&self, v: ValueId) -> Option<DType> {
+        match self.f.ty(v) {
+            Type::Index => Some(DType::I64),
+            t => t.dtype(),
+        }
+    }
+
+    pub(super) fn elementwise(&mut self, op: &Op) -> R<()> {
+        let result = op.results[0];
+        let out_dtype = self.elem_dtype(result).ok_or_else(|| self.fail(op, "a result without an element type"))?;
+        let in_dtype = self.elem_dtype(op.operands[if op.kind == OpKind::Select { 1 } else { 0 }]).unwrap_or(out_dtype);
+        let is_tile = matches!(self.f.ty(result), Type::Tile(_));
+        if !is_tile {
+            let args: Vec<Operand> = op.operands.iter().map(|&v| self.scalar(op, v)).collect::<R<_>>()?;
+            let r = self.element(op, in_dtype, out_dtype, &args)?;
+            self.set(result, Val::Scalar(r));
+            return Ok(());
+        }
+        let (dtype, shape, layout) = self.tile_type(op, result)?;
+        let n = self.map(op, &layout, &shape)?.len();
+        let mut columns: Vec<Vec<Operand>> = Vec::new();
+        for &v in &op.operands {
+            match self.val(op, v)?.clone() {
+                Val::Tile(t) => {
+                    if t.layout != layout || t.shape != shape {
+                        return Err(self.fail(
+                            op,
+                            format!("internal error: operand layout {} differs from the result's {}", t.layout, layout),
+                        ));
+                    }
+                    columns.push(self.wide(&t));
+                }
+                Val::Scalar(s) => columns.push(vec![s; n]),
+                other => return Err(self.fail(op, format!("an operand that is {}", kind_name(&other)))),
+            }
+        }
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let args: Vec<Operand> = columns.iter().map(|c| c[i]).collect();
+            out.push(self.element(op, in_dtype, out_dtype, &args)?);
+        }
+        self.set(result, Val::Tile(TileVal { dtype, shape, layout, repr: Repr::Wide(out) }));
+        Ok(())
+    }
+
+    /// One element of an elementwise op. `dtype` is the operands' element type (the
+    /// values for `select`), `out` the result's.
+    pub(super) fn element(&mut self, op: &Op, dtype: DType, out: DType, args: &[Operand]) -> R<Operand> {
+        let target = self.target;
+        match op.kind {
+            OpKind::Cast => {
+                let saturate = ir_policy::saturates(op);
+                if ir_policy::stochastic(op) && dtype.is_float() {
+                    if let Some(r) = policy::stochastic(&mut self.b, args[0], args[1], out, saturate) {
+                        return Ok(r);
+                    }
+                }
+                self.cast(dtype, out, args[0], saturate)
+            }
+            OpKind::Select => {
+                let c = materialize(&mut self.b, Class::Pred, args[0]);
+                Ok(self.select(out, c, args[1], args[2]))
+            }
+            OpKind::Cmp => {
+                let pred = op.str_attr("pred").unwrap_or("eq");
+                if let (Operand::Int(a), Operand::Int(b)) = (args[0], args[1]) {
+                    if wide_class(dtype) != Class::Pred {
+                        let v = match pred {
+                            "lt" => a < b,
+                            "le" => a <= b,
+                            "gt" => a > b,
+                            "ge" => a >= b,
+                            "eq" => a == b,
+                            _ => a != b,
+                        };
+                        return Ok(Operand::Int(v as i64));
+                    }
+                }
+                let class = wide_class(dtype);
+                let r = self.b.reg(Class::Pred);
+                if class == Class::Pred {
+                    let (a, b) = (
+                        materialize(&mut self.b, Class::Pred, args[0]),
+                        materialize(&mut self.b, Class::Pred, args[1]),
+                    );
+                    match pred {
+                        "eq" => {
+                            self.b.ins(format!("xor.pred {r}, {a}, {b}"));
+                            self.b.ins(format!("not.pred {r}, {r}"));
+                        }
+                        "ne" => self.b.ins(format!("xor.pred {r}, {a}, {b}")),
+                        other => return Err(self.fail(op, format!("`{other}` on booleans"))),
+                    }
+                    return Ok(Operand::Reg(r));
+                }
+                let cmp = match (pred, class) {
+                    ("ne", Class::F32 | Class::F64) => "neu",
+                    (p @ ("lt" | "le" | "gt" | "ge" | "eq" | "ne"), _) => p,
+                    (other, _) => return Err(self.fail(op, format!("unknown predicate `{other}`"))),
+                };
+                let a = materialize(&mut self.b, class, args[0]);
+                self.b.ins(format!("setp.{cmp}.{} {r}, {a}, {}", arith_type(dtype), args[1]));
+                Ok(Operand::Reg(r))
+            }
+            k if k.is_binary() => {
+                let r = self.binary(op, dtype, args[0], args[1])?;
+                let saturate = ir_policy::saturates(op);
+                Ok(if dtype.is_float() { round_wide_with(&mut self.b, target, dtype, r, saturate) } else { r })
+            }
+            _ => {
+                let r = self.unary(op, dtype, args[0])?;
+                let saturate = ir_policy::saturates(op);
+                Ok(if dtype.is_float() { round_wide_with(&mut self.b, target, dtype, r, saturate) } else { r })
+            }
+        }
+    }
+
+    pub(super) fn binary(&mut self, op: &Op, dtype: DType, a: Operand, b: Operand) -> R<Operand> {
+        let class = wide_class(dtype);
+        if class == Class::Pred {
+            let (x, y) = (materialize(&mut self.b, Class::Pred, a), materialize(&mut self.b, Class::Pred, b));
+            let r = self.b.reg(Class::Pred);
+            let ins = match op.kind {
+                OpKind::And | OpKind::Min | OpKind::Mul => "and",
+                OpKind::Or | OpKind::Max => "or",
+                _ => return Err(self.unsupported(op, "on booleans")),
+            };
+            self.b.ins(format!("{ins}.pred {r}, {x}, {y}"));
+            return Ok(Operand::Reg(r));
+        }
+        if let (Operand::Int(x), Operand::Int(y)) = (a, b) {
+            if let Some(v) = fold_int(op.kind, x, y) {
+                return Ok(Operand::Int(wrap_int(dtype, v)));
+            }
+        }
+        // x + 0, x * 1 and friends appear all over index arithmetic.
+        match (op.kind, a, b) {
+            (OpKind::Add, x, Operand::Int(0)) | (OpKind::Add, Operand::Int(0), x) if !dtype.is_float() => return Ok(x),
+            (OpKind::Sub, x, Operand::Int(0)) if !dtype.is_float() => return Ok(x),
+            (OpKind::Mul, x, Operand::Int(1)) | (OpKind::Mul, Operand::Int(1), x) if !dtype.is_float() => return Ok(x),
+            (OpKind::Mul, _, Operand::Int(0)) | (OpKind::Mul, Operand::Int(0), _) if !dtype.is_float() => {
+                return Ok(Operand::Int(0))
+            }
+            _ => {}
+        }
+        let ty = arith_type(dtype);
+        let bits = if class == Class::B64 { 64 } else { 32 };
+        let x = materialize(&mut self.b, class, a);
+        let r = self.b.reg(class);
+        let b_ = &mut self.b;
+        if dtype.is_float() {
+            let f = if class == Class::F64 { "f64" } else { "f32" };
+            match op.kind {
+                OpKind::Add => b_.ins(format!("add.{f} {r}, {x}, {b}")),
+                OpKind::Sub => b_.ins(format!("sub.{f} {r}, {x}, {b}")),
+                OpKind::Mul => b_.ins(format!("mul.{f} {r}, {x}, {b}")),
+                OpKind::Div => b_.ins(format!("div.rn.{f} {r}, {x}, {b}")),
+                OpKind::Max => b_.ins(format!("max.{f} {r}, {x}, {b}")),
+                OpKind::Min => b_.ins(format!("min.{f} {r}, {x}, {b}")),
+                OpKind::FloorDiv => {
+                    b_.ins(format!("div.rn.{f} {r}, {x}, {b}"));
+                    b_.ins(format!("cvt.rmi.{f}.{f} {r}, {r}"));
+                }
+                OpKind::Rem => {
+                    // Euclidean: x - |b| * floor(x / |b|), never negative.
+                    let m = b_.reg(class);
+                    let divisor = materialize(b_, class, b);
+                    b_.ins(format!("abs.{f} {m}, {divisor}"));
+                    let q = b_.reg(class);
+                    b_.ins(format!("div.rn.{f} {q}, {x}, {m}"));
+                    b_.ins(format!("cvt.rmi.{f}.{f} {q}, {q}"));
+                    b_.ins(format!("neg.{f} {q}, {q}"));
+                    b_.ins(format!("fma.rn.{f} {r}, {q}, {m}, {x}"));
+                }
+                OpKind::Pow if class == Class::F32 => pow_f32(b_, r, x, b),
+                _ => return Err(self.unsupported(op, format!("on {dtype}"))),
+            }
+            return Ok(Operand::Reg(r));
+        }
+        let pow2 = |v: Operand| v.as_int().filter(|&c| c > 0 && c.count_ones() == 1);
+        match op.kind {
+            OpKind::Add => b_.ins(format!("add.{ty} {r}, {x}, {b}")),
+            OpKind::Sub => b_.ins(format!("sub.{ty} {r}, {x}, {b}")),
+            OpKind::Mul => b_.ins(format!("mul.lo.{ty} {r}, {x}, {b}")),
+            OpKind::Div => b_.ins(format!("div.{ty} {r}, {x}, {b}")),
+            OpKind::Max => b_.ins(format!("max.{ty} {r}, {x}, {b}")),
+            OpKind::Min => b_.ins(format!("min.{ty} {r}, {x}, {b}")),
+            OpKind::And => b_.ins(format!("and.b{bits} {r}, {x}, {b}")),
+            OpKind::Or => b_.ins(format!("or.b{bits} {r}, {x}, {b}")),
+            OpKind::FloorDiv => match pow2(b) {
+                // An arithmetic shift floors.
+                Some(c) => b_.ins(format!("shr.{ty} {r}, {x}, {}", c.trailing_zeros())),
+                None => {
+                    let rem = b_.reg(class);
+                    b_.ins(format!("div.{ty} {r}, {x}, {b}"));
+                    b_.ins(format!("rem.{ty} {rem}, {x}, {b}"));
+                    let (nz, neg, both) = (b_.reg(Class::Pred), b_.reg(Class::Pred), b_.reg(Class::Pred));
+                    b_.ins(format!("setp.ne.{ty} {nz}, {rem}, 0"));
+                    b_.ins(format!("xor.b{bits} {rem}, {rem}, {b}"));
+                    b_.ins(format!("setp.lt.{ty} {neg}, {rem}, 0"));
+                    b_.ins(format!("and.pred {both}, {nz}, {neg}"));
+                    b_.ins_if(both, false, format!("sub.{ty} {r}, {r}, 1"));
+                }
+            },
+            OpKind::Rem => match pow2(b) {
+                // Two's complement: the low bits are the Euclidean remainder.
+                Some(c) => b_.ins(format!("and.b{bits} {r}, {x}, {}", c - 1)),
+                None => {
+                    b_.ins(format!("rem.{ty} {r}, {x}, {b}"));
+                    let m = b_.reg(class);
+                    let y = materialize(b_, class, b);
+                    b_.ins(format!("abs.{ty} {m}, {y}"));
+                    let neg = b_.reg(Class::Pred);
+                    b_.ins(format!("setp.lt.{ty} {neg}, {r}, 0"));
+                    b_.ins_if(neg, false, format!("add.{ty} {r}, {r}, {m}"));
+                }
+            },
+            _ => return Err(self.unsupported(op, format!("on {dtype}"))),
+        }
+        Ok(match dtype {
+            DType::Int8 => {
+                self.b.ins(format!("cvt.s32.s8 {r}, {r}"));
+                Operand::Reg(r)
+            }
+            _ => Operand::Reg(r),
+        })
+    }
+
+    pub(super) fn unary(&mut self, op: &Op, dtype: DType, a: Operand) -> R<Operand> {
+        let class = wide_class(dtype);
+        let x = materialize(&mut self.b, class, a);
+        let b = &mut self.b;
+        if class == Class::Pred {
+            if op.kind != OpKind::Not {
+                return Err(self.unsupported(op, "on booleans"));
+            }
+            let r = b.reg(Class::Pred);
+            b.ins(format!("not.pred {r}, {x}"));
+            return Ok(Operand::Reg(r));
+        }
+        let r = b.reg(class);
+        if !dtype.is_float() {
+            let ty = arith_type(dtype);
+            let bits = if class == Class::B64 { 64 } else { 32 };
+            match op.kind {
+                OpKind::Neg => b.ins(format!("neg.{ty} {r}, {x}")),
+                OpKind::Abs => b.ins(format!("abs.{ty} {r}, {x}")),
+                OpKind::Not => b.ins(format!("not.b{bits} {r}, {x}")),
+                OpKind::Relu => b.ins(format!("max.{ty} {r}, {x}, 0")),
+                _ => return Err(self.unsupported(op, format!("on {dtype}"))),
+            }
+            return Ok(Operand::Reg(r));
+        }
+        if class == Class::F64 {
+            match op.kind {
+                OpKind::Neg => b.ins(format!("neg.f64 {r}, {x}")),
+                OpKind::Abs => b.ins(format!("abs.f64 {r}, {x}")),
+                OpKind::Sqrt => b.ins(format!("sqrt.rn.f64 {r}, {x}")),
+                OpKind::Relu => b.ins(format!("max.f64 {r}, {x}, 0d0000000000000000")),
+                _ => return Err(self.unsupported(op, "on f64")),
+            }
+            return Ok(Operand::Reg(r));
+        }
+        let log2e = Operand::f32(std::f32::consts::LOG2_E);
+        match op.kind {
+            OpKind::Neg => b.ins(format!("neg.f32 {r}, {x}")),
+            OpKind::Abs => b.ins(format!("abs.f32 {r}, {x}")),
+            OpKind::Exp => {
+                b.ins(format!("mul.f32 {r}, {x}, {log2e}"));
+                b.ins(format!("ex2.approx.ftz.f32 {r}, {r}"));
+            }
+            OpKind::Log => {
+                b.ins(format!("lg2.approx.ftz.f32 {r}, {x}"));
+                b.ins(format!("mul.f32 {r}, {r}, {}", Operand::f32(std::f32::consts::LN_2)));
+            }
+            OpKind::Sqrt => b.ins(format!("sqrt.rn.f32 {r}, {x}")),
+            OpKind::Rsqrt => b.ins(format!("rsqrt.approx.ftz.f32 {r}, {x}")),
+            OpKind::Tanh => b.ins(format!("tanh.approx.f32 {r}, {x}")),
+            OpKind::Relu => b.ins(format!("max.f32 {r}, {x}, 0f00000000")),
+            OpKind::Sigmoid => sigmoid(b, r, x),
+            OpKind::Silu => {
+                let s = b.reg(Class::F32);
+                sigmoid(b, s, x);
+                b.ins(format!("mul.f32 {r}, {x}, {s}"));
+            }
+            OpKind::Gelu => {
+                // 0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3)))
+                let t = b.reg(Class::F32);
+                b.ins(format!("mul.f32 {t}, {x}, {x}"));
+                b.ins(format!("fma.rn.f32 {t}, {t}, {}, 0f3F800000", Operand::f32(0.044715)));
+                b.ins(format!("mul.f32 {t}, {t}, {x}"));
+                b.ins(format!("mul.f32 {t}, {t}, {}", Operand::f32(0.797_884_6)));
+                b.ins(format!("tanh.approx.f32 {t}, {t}"));
+                b.ins(format!("add.f32 {t}, {t}, 0f3F800000"));
+                b.ins(format!("mul.f32 {t}, {t}, {x}"));
+                b.ins(format!("mul.f32 {r}, {t}, 0f3F000000"));
+            }
+            OpKind::Not => return Err(self.unsupported(op, "on floats")),
+            _ => return Err(self.unsupported(op, "")),
+        }
+        Ok(Operand::Reg(r))
+    }
+
+    // ----- views and shared slots ------------------------------------------------------
+}
