@@ -18,7 +18,8 @@
 //! Submodules: `builder` (text and registers), `control` (`for` and `if`), `arith`
 //! (constants and elementwise ops), `expr` (thread-id arithmetic that is
 //! both emitted and evaluated), `threadmap` (layouts as affine maps of the thread id),
-//! `numerics` (element types and conversions), `memory` (global and shared memory),
+//! `numerics` (element types and conversions), `memory` (global memory), `shared`
+//! (shared memory and async copies),
 //! `dot` (`mma.sync` and `ldmatrix`), `movement` (layout conversions, broadcasts,
 //! reductions), `ptxas` (validation with NVIDIA's assembler).
 //!
@@ -37,6 +38,7 @@ mod movement;
 mod numerics;
 mod policy;
 pub mod ptxas;
+mod shared;
 mod threadmap;
 
 use std::collections::HashMap;
