@@ -1,0 +1,387 @@
+//! Code generation: the Tessera source of generated kernels (fused elementwise bodies,
+//! elementwise kernels, matmuls with epilogues) and the plan's Schedule IR.
+
+use super::*;
+
+impl Planner<'_> {
+    pub(super) fn seed(&mut self, loc: &Loc) -> ValueId {
+        if let Some(s) = self.seed {
+            return s;
+        }
+        let s =
+            self.emit(OpKind::SchedParam, vec![], vec![Type::Index], vec![("key", Attr::Str("seed".into()))], loc)[0];
+        self.s.values[s.0 as usize].name = Some("seed".into());
+        self.seed = Some(s);
+        s
+    }
+
+    /// The seed of one dropout stream: `seed * 1000003 + stream + 1`.
+    pub(super) fn stream_seed(&mut self, stream: i64, loc: &Loc) -> ValueId {
+        let seed = self.seed(loc);
+        let k = self.emit(OpKind::Constant, vec![], vec![Type::Index], vec![("value", Attr::Int(1_000_003))], loc)[0];
+        let c = self.emit(OpKind::Constant, vec![], vec![Type::Index], vec![("value", Attr::Int(stream + 1))], loc)[0];
+        let m = self.emit(OpKind::Mul, vec![seed, k], vec![Type::Index], vec![], loc)[0];
+        self.emit(OpKind::Add, vec![m, c], vec![Type::Index], vec![], loc)[0]
+    }
+
+    /// A zero-copy view of a stored tensor with other dims.
+    pub(super) fn view(&mut self, v: ValueId, dims: Vec<Dim>, loc: &Loc) -> ValueId {
+        let ty = tensor_with_dims(self.s.ty(v), dims);
+        if *self.s.ty(v) == ty {
+            return v;
+        }
+        self.emit(OpKind::Reshape, vec![v], vec![ty], vec![], loc)[0]
+    }
+
+    pub(super) fn scalar_param(
+        &mut self,
+        sig: &mut Signature,
+        cache: &mut HashMap<ValueId, String>,
+        h: ValueId,
+    ) -> String {
+        if let Some(n) = cache.get(&h) {
+            return n.clone();
+        }
+        let name = format!("s{}", cache.len());
+        let decl = match self.s.ty(h) {
+            Type::Index => format!("{name}: int"),
+            Type::Scalar(DType::Bool) => format!("{name}: bool"),
+            _ => format!("{name}: f32"),
+        };
+        sig.push(decl, h);
+        cache.insert(h, name.clone());
+        name
+    }
+
+    /// The fused body of an elementwise group (or a matmul's epilogue): one statement
+    /// per op, then the stores of the group's outputs. `seeded`: the value (already in
+    /// `vars`) computed before the body, e.g. the matmul result.
+    pub(super) fn fused_body(
+        &mut self,
+        g: usize,
+        w: &Window,
+        sig: &mut Signature,
+        vars: &mut HashMap<ValueId, String>,
+    ) -> R<String> {
+        let group = self.groups[g].clone();
+        let (rows, cols) = as_rows_cols(&group.dims);
+        let mut out = String::new();
+        let mut scalars: HashMap<ValueId, String> = HashMap::new();
+        let mut inputs = 0;
+        let tile_shape = "(ctx.BM, ctx.BN)";
+        let window = format!("{r}:{r} + ctx.BM, {c}:{c} + ctx.BN", r = w.row, c = w.col);
+        for &id in &group.ops {
+            let op = self.g.op(id).clone();
+            let loc = op.loc.clone();
+            let result = op.results[0];
+            let dt = self.ty(result).dtype().unwrap_or(DType::F32);
+            // Operand expressions.
+            let mut args = Vec::new();
+            for &o in &op.operands {
+                if matches!(self.ty(o), Type::Token) {
+                    continue;
+                }
+                let expr = if let Some(v) = vars.get(&o) {
+                    v.clone()
+                } else if let Some(s) = self.splat.get(&o).cloned() {
+                    let odt = self.ty(o).dtype().unwrap_or(DType::F32);
+                    match s {
+                        Splat::Const(c) => format!("tile.full({tile_shape}, {}, {odt})", float_literal(c)),
+                        Splat::Host(h) => {
+                            let n = self.scalar_param(sig, &mut scalars, h);
+                            format!("tile.full({tile_shape}, {n}, {odt})")
+                        }
+                    }
+                } else if self.is_host(o) {
+                    let h = self.host[&o];
+                    self.scalar_param(sig, &mut scalars, h)
+                } else if op.kind == OpKind::GBroadcast {
+                    // A smaller stored tensor broadcast over the window.
+                    let stored = self.store(o, &loc)?;
+                    let d = self.ty(o).dims().to_vec();
+                    let odt = self.ty(o).dtype().unwrap_or(DType::F32);
+                    let trimmed: Vec<Dim> = d.iter().skip_while(|x| x.as_const() == Some(1)).cloned().collect();
+                    let name = format!("I{inputs}");
+                    inputs += 1;
+                    if trimmed.is_empty() {
+                        let view = self.view(stored, vec![Dim::constant(1)], &loc);
+                        sig.push(format!("{name}: Tensor[1, {odt}]"), view);
+                        format!("tile.load({name}[0:1])[None, :]")
+                    } else if trimmed.len() == 1 && trimmed[0] == cols {
+                        let view = self.view(stored, vec![cols.clone()], &loc);
+                        sig.push(format!("{name}: Tensor[\"{}\", {odt}]", w.cols), view);
+                        format!("tile.load({name}[{c}:{c} + ctx.BN])[None, :]", c = w.col)
+                    } else if d.len() == group.dims.len()
+                        && d.last().and_then(Dim::as_const) == Some(1)
+                        && d[..d.len() - 1] == group.dims[..group.dims.len() - 1]
+                    {
+                        let view = self.view(stored, vec![rows.clone()], &loc);
+                        sig.push(format!("{name}: Tensor[\"{}\", {odt}]", w.rows), view);
+                        format!("tile.load({name}[{r}:{r} + ctx.BM])[:, None]", r = w.row)
+                    } else {
+                        return unsupported(
+                            format!("broadcasting a {} tensor over {:?} in a fused kernel", self.ty(o), group.dims),
+                            &loc,
+                        );
+                    }
+                } else {
+                    let stored = self.store(o, &loc)?;
+                    let odt = self.ty(o).dtype().unwrap_or(DType::F32);
+                    let name = format!("I{inputs}");
+                    inputs += 1;
+                    let view = self.view(stored, vec![rows.clone(), cols.clone()], &loc);
+                    sig.push(format!("{name}: Tensor[\"{}\", \"{}\", {odt}]", w.rows, w.cols), view);
+                    let v = format!("x{}", vars.len());
+                    let _ = writeln!(out, "{}{v} = tile.load({name}[{window}])", w.indent);
+                    vars.insert(o, v.clone());
+                    v
+                };
+                args.push(expr);
+            }
+            let literal = |o: ValueId, this: &Self| match this.splat.get(&o) {
+                Some(Splat::Const(c)) if !vars.contains_key(&o) => Some(float_literal(*c)),
+                _ => None,
+            };
+            let a = |i: usize| args.get(i).cloned().unwrap_or_default();
+            // Constants go in as literals where an operator allows it (`x * 2.0`).
+            let bin = |i: usize, this: &Self| literal(op.operands[i], this).unwrap_or_else(|| a(i));
+            let expr = match op.kind {
+                OpKind::Add => format!("{} + {}", bin(0, self), bin(1, self)),
+                OpKind::Sub => format!("{} - {}", bin(0, self), bin(1, self)),
+                OpKind::Mul => format!("{} * {}", bin(0, self), bin(1, self)),
+                OpKind::Div => format!("{} / {}", bin(0, self), bin(1, self)),
+                OpKind::Pow => format!("{} ** {}", bin(0, self), bin(1, self)),
+                OpKind::Max => format!("tile.maximum({}, {})", a(0), a(1)),
+                OpKind::Min => format!("tile.minimum({}, {})", a(0), a(1)),
+                OpKind::Neg => format!("-{}", a(0)),
+                OpKind::Cast if crate::ir::policy::saturates(&op) => format!("tile.cast({}, \"{dt} @saturate\")", a(0)),
+                OpKind::Cast => format!("tile.cast({}, {dt})", a(0)),
+                OpKind::Select => format!("tile.where({}, {}, {})", a(0), a(1), a(2)),
+                OpKind::Cmp => {
+                    let pred = match op.str_attr("pred").unwrap_or("eq") {
+                        "lt" => "<",
+                        "le" => "<=",
+                        "gt" => ">",
+                        "ge" => ">=",
+                        "ne" => "!=",
+                        _ => "==",
+                    };
+                    format!("{} {pred} {}", bin(0, self), bin(1, self))
+                }
+                OpKind::GBroadcast => a(0),
+                OpKind::Dropout => {
+                    let stream = op.int_attr("stream").unwrap_or(0);
+                    let seed = self.stream_seed(stream, &loc);
+                    let seed_name = self.scalar_param(sig, &mut scalars, seed);
+                    format!(
+                        "tile.cast(tile.where(tile.rand({tile_shape}, {seed_name}, ({}, {})) >= {p}, tile.cast({x}, f32) / (1.0 - {p}), 0.0), {dt})",
+                        w.row,
+                        w.col,
+                        p = a(1),
+                        x = a(0),
+                    )
+                }
+                k if k.is_unary_math() => {
+                    let name = k.name().rsplit('.').next().unwrap_or("");
+                    format!("tile.{name}({})", a(0))
+                }
+                k => return unsupported(format!("`{}` in a fused elementwise kernel", k.name()), &loc),
+            };
+            let v = format!("v{}", vars.len());
+            let _ = writeln!(out, "{}{v} = {expr}", w.indent);
+            vars.insert(result, v);
+        }
+        for (k, &o) in group.outputs.iter().enumerate() {
+            let loc = self.g.loc.clone();
+            let buffer = self.host[&o];
+            let odt = self.ty(o).dtype().unwrap_or(DType::F32);
+            let value = match vars.get(&o) {
+                Some(v) => v.clone(),
+                None => match self.splat.get(&o).cloned() {
+                    Some(Splat::Const(c)) => format!("tile.full({tile_shape}, {}, {odt})", float_literal(c)),
+                    Some(Splat::Host(h)) => {
+                        let n = self.scalar_param(sig, &mut scalars, h);
+                        format!("tile.full({tile_shape}, {n}, {odt})")
+                    }
+                    None => return Err(internal(format!("output %{} of group {g} has no value", o.0))),
+                },
+            };
+            let view = self.view(buffer, vec![rows.clone(), cols.clone()], &loc);
+            sig.push(format!("O{k}: Tensor[\"{}\", \"{}\", {odt}]", w.rows, w.cols), view);
+            let _ = writeln!(out, "{}O{k}[{window}] = {value}", w.indent);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn elementwise_kernel(&mut self, g: usize, name: &str) -> R<(String, Vec<ValueId>, String)> {
+        let mut sig = Signature::default();
+        let mut vars = HashMap::new();
+        let w = Window { row: "r0", col: "c0", rows: "R", cols: "C", indent: "            " };
+        let body = self.fused_body(g, &w, &mut sig, &mut vars)?;
+        let (rows, _) = as_rows_cols(&self.groups[g].dims);
+        let block = if rows.as_const() == Some(1) { "(1, 1024)" } else { "(16, 128)" };
+        let text = format!(
+            "@kernel.schedule(Schedule(block={block}, warps=4))\ndef {name}({}):\n    ctx = tile.context()\n    for r0 in tile.parallel(0, R, ctx.BM):\n        for c0 in tile.parallel(0, C, ctx.BN):\n{body}",
+            sig.params.join(", ")
+        );
+        let summary = self.describe(g);
+        Ok((text, sig.args, format!("fused elementwise: {summary}")))
+    }
+
+    pub(super) fn describe(&self, g: usize) -> String {
+        let names: Vec<&str> =
+            self.groups[g].ops.iter().map(|&id| self.g.op(id).kind.name().rsplit('.').next().unwrap_or("")).collect();
+        if names.is_empty() {
+            "fill".into()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    pub(super) fn matmul_kernel(
+        &mut self,
+        g: usize,
+        name: &str,
+        a: ValueId,
+        b: ValueId,
+        result: ValueId,
+    ) -> R<(String, Vec<ValueId>, String)> {
+        let loc = self.g.loc.clone();
+        let (at, bt) = (self.ty(a).clone(), self.ty(b).clone());
+        let (adt, bdt) = (at.dtype().unwrap_or(DType::F32), bt.dtype().unwrap_or(DType::F32));
+        if adt != DType::BF16 || bdt != DType::BF16 {
+            return unsupported(
+                format!("a matmul of {adt} x {bdt} tensors: the stdlib matmul kernel takes bf16 operands"),
+                &loc,
+            );
+        }
+        if bt.dims().len() != 2 {
+            return unsupported("a matmul whose right operand has batch dims", &loc);
+        }
+        let a_dims = at.dims().to_vec();
+        let (m, k) = as_rows_cols(&a_dims);
+        let n = bt.dims()[1].clone();
+        let mut sig = Signature::default();
+        let a_view = self.view(self.host[&a], vec![m.clone(), k.clone()], &loc);
+        let b_stored = self.host[&b];
+        // `@accum(T)` narrower than f32: a kernel that sums in T (the stdlib one sums in f32).
+        let narrow = match crate::ir::policy::acc_attrs(&[&at, &bt]).first() {
+            Some((_, Attr::DType(t))) if crate::ir::policy::rounds_each_step(*t) => Some(*t),
+            _ => None,
+        };
+        let operand = narrow.map_or("bf16".to_string(), |t| format!("bf16 @accum({t})"));
+        sig.push(format!("A: Tensor[\"M\", \"K\", {operand}]"), a_view);
+        sig.push(format!("B: Tensor[\"K\", \"N\", {operand}]"), b_stored);
+        let template = match narrow {
+            Some(t) => format!(
+                "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))\ndef matmul(A, B):\n    \
+                 ctx = tile.context()\n    for m0 in tile.parallel(0, M, ctx.BM):\n        \
+                 for n0 in tile.parallel(0, N, ctx.BN):\n            acc = tile.zeros((ctx.BM, ctx.BN), {t})\n            \
+                 for k0 in tile.range(0, K, ctx.BK):\n                a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])\n                \
+                 b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])\n                \
+                 acc = tile.mma(a, b, accumulator=acc)\n            C = acc"
+            ),
+            None => stdlib_kernel("matmul.tsr", "matmul").ok_or_else(|| internal("no stdlib matmul".into()))?,
+        };
+        let acc_dtype = narrow.unwrap_or(DType::F32);
+        let rdt = self.ty(result).dtype().unwrap_or(DType::F32);
+        let mut vars = HashMap::new();
+        vars.insert(result, if rdt == acc_dtype { "acc".to_string() } else { format!("tile.cast(acc, {rdt})") });
+        let w = Window { row: "m0", col: "n0", rows: "M", cols: "N", indent: "            " };
+        let _ = n;
+        let epilogue = self.fused_body(g, &w, &mut sig, &mut vars)?;
+        // The template: its header becomes ours, its store of `acc` our epilogue.
+        let header_end = template.find("):").ok_or_else(|| internal("stdlib matmul header".into()))? + 2;
+        let def_at = template.find("def matmul(").ok_or_else(|| internal("stdlib matmul def".into()))?;
+        let store_at = template.rfind("\n").map(|i| i + 1).unwrap_or(0);
+        if !template[store_at..].contains("= acc") {
+            return Err(internal("the stdlib matmul no longer ends with its store of `acc`".into()));
+        }
+        let text = format!(
+            "{}def {name}({}):{}\n{}",
+            &template[..def_at],
+            sig.params.join(", "),
+            &template[header_end..store_at].trim_end_matches('\n'),
+            epilogue.trim_end_matches('\n')
+        );
+        let summary = self.describe(g);
+        Ok((
+            text,
+            sig.args,
+            if summary == "fill" { "stdlib matmul".into() } else { format!("stdlib matmul + epilogue: {summary}") },
+        ))
+    }
+
+    /// Drops the ops of a group that no output needs (values only read for their dims).
+    pub(super) fn prune(&mut self, g: usize) {
+        let group = &self.groups[g];
+        let mut needed: std::collections::HashSet<ValueId> = group.outputs.iter().copied().collect();
+        let mut keep = Vec::new();
+        for &id in group.ops.iter().rev() {
+            let op = self.g.op(id);
+            if op.results.iter().any(|r| needed.contains(r)) {
+                needed.extend(op.operands.iter().copied());
+                keep.push(id);
+            }
+        }
+        keep.reverse();
+        self.groups[g].ops = keep;
+    }
+
+    pub(super) fn finish(mut self) -> R<GraphPlan> {
+        let fname = self.g.name.to_string();
+        let mut source = format!(
+            "# Generated by tessera: the kernels of the graph function `{fname}`.\n# Do not edit: change `{fname}` and these are generated again.\nfrom tessera import *\n"
+        );
+        let mut kernels = Vec::new();
+        let mut launches = Vec::new();
+        for g in 0..self.groups.len() {
+            if self.groups[g].outputs.is_empty() {
+                continue;
+            }
+            self.prune(g);
+            let label = match &self.groups[g].kind {
+                Kind::Elementwise => "elementwise".to_string(),
+                Kind::Matmul { .. } => "matmul".to_string(),
+                Kind::Single(id) => self.g.op(*id).kind.name().rsplit('.').next().unwrap_or("op").to_string(),
+            };
+            let name = format!("{fname}__k{}_{label}", kernels.len());
+            let (text, args, summary) = match self.groups[g].kind.clone() {
+                Kind::Elementwise => self.elementwise_kernel(g, &name)?,
+                Kind::Matmul { a, b, result, .. } => self.matmul_kernel(g, &name, a, b, result)?,
+                Kind::Single(id) => self.library_kernel(g, id, &name)?,
+            };
+            let _ = write!(source, "\n\n{}\n", text.trim_end());
+            let loc = match &self.groups[g].kind {
+                Kind::Single(id) => self.g.op(*id).loc.clone(),
+                Kind::Matmul { op, .. } => self.g.op(*op).loc.clone(),
+                Kind::Elementwise => self.groups[g]
+                    .ops
+                    .first()
+                    .map(|&id| self.g.op(id).loc.clone())
+                    .unwrap_or_else(|| self.g.loc.clone()),
+            };
+            self.s.ops.push(Op {
+                kind: OpKind::Kernel,
+                operands: args,
+                results: vec![],
+                attrs: vec![("callee", Attr::Str(SmolStr::new(&name)))],
+                regions: vec![],
+                loc,
+            });
+            launches.push(OpId(self.s.ops.len() as u32 - 1));
+            kernels.push(PlannedKernel { name, summary });
+        }
+        let (operands, loc) = self.returns.take().unwrap_or((vec![], self.g.loc.clone()));
+        self.s.ops.push(Op { kind: OpKind::Return, operands, results: vec![], attrs: vec![], regions: vec![], loc });
+        let ret = OpId(self.s.ops.len() as u32 - 1);
+        let mut ops = self.prologue.clone();
+        ops.extend(launches);
+        ops.push(ret);
+        self.s.body = Region { args: vec![], ops };
+        if let Err(e) = crate::ir::verify::verify(&self.s) {
+            return Err(internal(format!("the launch plan does not verify: {e}")));
+        }
+        Ok(GraphPlan { source, kernels, schedule: Arc::new(self.s) })
+    }
+}

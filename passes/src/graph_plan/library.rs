@@ -1,0 +1,221 @@
+//! Kernels instantiated from the standard library's `.tsr` kernels (norms, softmax,
+//! attention, copies).
+
+use super::*;
+
+impl Planner<'_> {
+    /// An op mapped onto one kernel: a stdlib kernel (norms, softmax, attention), a copy
+    /// kernel (head splits, transposes) or a reduction.
+    pub(super) fn library_kernel(&mut self, g: usize, id: OpId, name: &str) -> R<(String, Vec<ValueId>, String)> {
+        let op = self.g.op(id).clone();
+        let loc = op.loc.clone();
+        let mut sig = Signature::default();
+        let stored = |p: &Self, v: ValueId| p.host[&v];
+        let dtype_of = |p: &Self, v: ValueId| p.ty(v).dtype().unwrap_or(DType::F32);
+        let out = |p: &mut Self, i: usize| -> R<ValueId> {
+            let r = op.results[i];
+            if !p.host.contains_key(&r) {
+                // Results nobody reads are still written somewhere.
+                p.store(r, &loc)?;
+            }
+            Ok(p.host[&r])
+        };
+        match op.kind {
+            OpKind::RmsNorm | OpKind::LayerNorm | OpKind::Softmax => {
+                let x = op.operands[0];
+                let dims = self.ty(x).dims().to_vec();
+                let (rows, cols) = as_rows_cols(&dims);
+                let dt = dtype_of(self, x);
+                if op.kind == OpKind::Softmax && op.int_attr("axis") != Some(dims.len() as i64 - 1) {
+                    return unsupported("softmax over an axis other than the last", &loc);
+                }
+                let affine = op.operands.len() > 1;
+                let (file, kernel) = match (op.kind, affine) {
+                    (OpKind::RmsNorm, true) => ("norms.tsr", "rmsnorm"),
+                    (OpKind::RmsNorm, false) => ("norms.tsr", "rms_normalize"),
+                    (OpKind::LayerNorm, true) => ("norms.tsr", "efficient_layernorm"),
+                    (OpKind::LayerNorm, false) => ("norms.tsr", "layer_normalize"),
+                    _ => ("softmax.tsr", "stable_softmax"),
+                };
+                if op.kind == OpKind::LayerNorm && affine && op.operands.len() != 3 {
+                    return unsupported("layernorm_safe with a weight but no bias (or the reverse)", &loc);
+                }
+                let text = instantiate(file, kernel, name, dt)?;
+                let xv = self.view(stored(self, x), vec![rows.clone(), cols.clone()], &loc);
+                sig.args.push(xv);
+                for &w in &op.operands[1..] {
+                    sig.args.push(self.view(stored(self, w), vec![cols.clone()], &loc));
+                }
+                let y = out(self, 0)?;
+                let yv = self.view(y, vec![rows, cols], &loc);
+                sig.args.push(yv);
+                if op.kind != OpKind::Softmax {
+                    let eps = op.attr("eps").and_then(Attr::as_float).unwrap_or(1e-6);
+                    let e = self.emit(OpKind::Constant, vec![], vec![Type::Scalar(DType::F32)], vec![("value", Attr::float(eps))], &loc)[0];
+                    sig.args.push(e);
+                }
+                Ok((text, sig.args, format!("stdlib {kernel} ({dt})")))
+            }
+            OpKind::FlashAttention => {
+                let (q, k, v) = (op.operands[0], op.operands[1], op.operands[2]);
+                for x in [q, k, v] {
+                    if dtype_of(self, x) != DType::BF16 {
+                        return unsupported("flash_attention of non-bf16 tensors: the stdlib kernel takes bf16", &loc);
+                    }
+                }
+                if op.attr("scale").is_some() {
+                    return unsupported("flash_attention with an explicit scale (the stdlib kernel uses 1/sqrt(D))", &loc);
+                }
+                let dims = self.ty(q).dims().to_vec();
+                if dims.len() != 4 {
+                    return unsupported("flash_attention of tensors that are not [B, H, S, D]", &loc);
+                }
+                let bh = dims[0].mul_plain(&dims[1]);
+                let view3 = |p: &mut Self, x: ValueId| {
+                    let d = p.ty(x).dims().to_vec();
+                    let st = p.host[&x];
+                    p.view(st, vec![bh.clone(), d[2].clone(), d[3].clone()], &loc)
+                };
+                let text = instantiate("attention.tsr", "flash_attention_2", name, DType::BF16)?;
+                sig.args.push(view3(self, q));
+                sig.args.push(view3(self, k));
+                sig.args.push(view3(self, v));
+                let o = out(self, 0)?;
+                sig.args.push(self.view(o, vec![bh.clone(), dims[2].clone(), dims[3].clone()], &loc));
+                let causal = op.attr("causal").is_some_and(|a| *a == Attr::Bool(true));
+                let c = self.emit(OpKind::Constant, vec![], vec![Type::Scalar(DType::Bool)], vec![("value", Attr::Bool(causal))], &loc)[0];
+                sig.args.push(c);
+                let (p, seed) = match op.operands.get(3) {
+                    Some(&p) if self.is_host(p) => {
+                        let stream = op.int_attr("stream").unwrap_or(0);
+                        (self.host[&p], self.stream_seed(stream, &loc))
+                    }
+                    _ => {
+                        let zero = self.emit(OpKind::Constant, vec![], vec![Type::Scalar(DType::F32)], vec![("value", Attr::float(0.0))], &loc)[0];
+                        let s = self.emit(OpKind::Constant, vec![], vec![Type::Index], vec![("value", Attr::Int(0))], &loc)[0];
+                        (zero, s)
+                    }
+                };
+                sig.args.push(p);
+                sig.args.push(seed);
+                let what = if causal { "causal" } else { "non-causal" };
+                Ok((text, sig.args, format!("stdlib flash_attention_2 ({what}, dropout)")))
+            }
+            OpKind::SplitQkv => {
+                let x = op.operands[0];
+                let dt = dtype_of(self, x);
+                sig.push(format!("QKV: Tensor[\"B\", \"S\", \"E\", {dt}]"), stored(self, x));
+                for (i, part) in ["Q", "K", "V"].iter().enumerate() {
+                    let o = out(self, i)?;
+                    sig.push(format!("{part}: Tensor[\"B\", \"H\", \"S\", \"Dh\", {dt}]"), o);
+                }
+                let mut body = String::new();
+                for (i, part) in ["Q", "K", "V"].iter().enumerate() {
+                    let _ = writeln!(
+                        body,
+                        "                {part}[b, h, s0:s0 + ctx.BM, d0:d0 + ctx.BN] = tile.load(QKV[b, s0:s0 + ctx.BM, {i} * H * Dh + h * Dh + d0:{i} * H * Dh + h * Dh + d0 + ctx.BN])"
+                    );
+                }
+                let text = format!(
+                    "@kernel.schedule(Schedule(block=(64, 64), warps=4))\ndef {name}({}):\n    \"\"\"[B, S, 3*H*Dh] -> three [B, H, S, Dh] tensors.\"\"\"\n    ctx = tile.context()\n    for b in tile.parallel(0, B):\n        for h in tile.parallel(0, H):\n            for s0 in tile.parallel(0, S, ctx.BM):\n                for d0 in tile.range(0, Dh, ctx.BN):\n{body}",
+                    sig.params.join(", ")
+                )
+                .replace("                for d0 in tile.range(0, Dh, ctx.BN):\n                ", "                for d0 in tile.range(0, Dh, ctx.BN):\n                    ")
+                .replace("\n                K[", "\n                    K[")
+                .replace("\n                V[", "\n                    V[");
+                Ok((text, sig.args, "copy: split q, k, v heads".into()))
+            }
+            OpKind::MergeHeads => {
+                let x = op.operands[0];
+                let dt = dtype_of(self, x);
+                sig.push(format!("X: Tensor[\"B\", \"H\", \"S\", \"Dh\", {dt}]"), stored(self, x));
+                let o = out(self, 0)?;
+                sig.push(format!("Y: Tensor[\"B\", \"S\", \"E\", {dt}]"), o);
+                let text = format!(
+                    "@kernel.schedule(Schedule(block=(64, 64), warps=4))\ndef {name}({}):\n    \"\"\"[B, H, S, Dh] -> [B, S, H*Dh].\"\"\"\n    ctx = tile.context()\n    for b in tile.parallel(0, B):\n        for h in tile.parallel(0, H):\n            for s0 in tile.parallel(0, S, ctx.BM):\n                for d0 in tile.range(0, Dh, ctx.BN):\n                    t = tile.load(X[b, h, s0:s0 + ctx.BM, d0:d0 + ctx.BN])\n                    inside = (d0 + tile.arange(ctx.BN))[None, :] < Dh\n                    tile.store(Y[b, s0:s0 + ctx.BM, h * Dh + d0:h * Dh + d0 + ctx.BN], t, mask=inside)\n",
+                    sig.params.join(", ")
+                );
+                Ok((text, sig.args, "copy: merge heads".into()))
+            }
+            OpKind::GTranspose => {
+                let x = op.operands[0];
+                let dims = self.ty(x).dims().to_vec();
+                let rank = dims.len();
+                let perm = match op.attr("perm") {
+                    Some(Attr::Ints(p)) => p.clone(),
+                    _ => vec![],
+                };
+                let mut swap_last: Vec<i64> = (0..rank as i64).collect();
+                if rank >= 2 {
+                    swap_last.swap(rank - 1, rank - 2);
+                }
+                if rank < 2 || perm != swap_last {
+                    return unsupported(format!("a transpose with permutation {perm:?} (only the last two dims swap)"), &loc);
+                }
+                let dt = dtype_of(self, x);
+                let batch = dims_product(&dims[..rank - 2]);
+                let xv = self.view(stored(self, x), vec![batch.clone(), dims[rank - 2].clone(), dims[rank - 1].clone()], &loc);
+                let o = out(self, 0)?;
+                let ov = self.view(o, vec![batch, dims[rank - 1].clone(), dims[rank - 2].clone()], &loc);
+                sig.push(format!("X: Tensor[\"Bt\", \"R\", \"C\", {dt}]"), xv);
+                sig.push(format!("Y: Tensor[\"Bt\", \"C\", \"R\", {dt}]"), ov);
+                let text = format!(
+                    "@kernel.schedule(Schedule(block=(32, 32), warps=4))\ndef {name}({}):\n    \"\"\"Y[b] = X[b].T\"\"\"\n    ctx = tile.context()\n    for b in tile.parallel(0, Bt):\n        for r0 in tile.parallel(0, R, ctx.BM):\n            for c0 in tile.parallel(0, C, ctx.BN):\n                Y[b, c0:c0 + ctx.BN, r0:r0 + ctx.BM] = tile.transpose(tile.load(X[b, r0:r0 + ctx.BM, c0:c0 + ctx.BN]))\n",
+                    sig.params.join(", ")
+                );
+                Ok((text, sig.args, "copy: transpose".into()))
+            }
+            OpKind::GReduce => {
+                let x = op.operands[0];
+                let dims = self.ty(x).dims().to_vec();
+                let rank = dims.len() as i64;
+                let axes = match op.attr("axes") {
+                    Some(Attr::Ints(a)) => a.clone(),
+                    _ => (0..rank).collect(),
+                };
+                let first = rank - axes.len() as i64;
+                if axes != (first..rank).collect::<Vec<_>>() {
+                    return unsupported("a reduction over leading axes (only trailing axes are mapped)", &loc);
+                }
+                let kind = op.str_attr("kind").unwrap_or("sum").to_string();
+                let rows = dims_product(&dims[..first as usize]);
+                let cols = dims_product(&dims[first as usize..]);
+                let dt = dtype_of(self, x);
+                let rdt = self.ty(op.results[0]).dtype().unwrap_or(DType::F32);
+                let xv = self.view(stored(self, x), vec![rows.clone(), cols], &loc);
+                let o = out(self, 0)?;
+                let ov = self.view(o, vec![rows], &loc);
+                sig.push(format!("X: Tensor[\"R\", \"C\", {dt}]"), xv);
+                sig.push(format!("Y: Tensor[\"R\", {rdt}]"), ov);
+                // `@accum(T)` narrower than f32: the elements are read as `T @accum(T)`, so
+                // the row sums and the running sum are rounded to T at every step.
+                let acc_t = match crate::ir::policy::acc(&op) {
+                    Some(t) if crate::ir::policy::rounds_each_step(t) => t,
+                    _ => DType::F32,
+                };
+                let (zeros, read) = if acc_t == DType::F32 {
+                    ("tile.zeros((ctx.BM,), f32)".to_string(), "f32".to_string())
+                } else {
+                    (format!("tile.zeros((ctx.BM,), {acc_t})"), format!("\"{acc_t} @accum({acc_t})\""))
+                };
+                let (init, other, step, finish) = match kind.as_str() {
+                    "sum" => (zeros.as_str(), "", "acc + tile.row_sum(x)", "acc"),
+                    "mean" => (zeros.as_str(), "", "acc + tile.row_sum(x)", "acc / C"),
+                    "max" => ("tile.full((ctx.BM,), -INF, f32)", ", other=-INF", "tile.maximum(acc, tile.row_max(x))", "acc"),
+                    "min" => ("tile.full((ctx.BM,), INF, f32)", ", other=INF", "tile.minimum(acc, tile.row_min(x))", "acc"),
+                    other => return unsupported(format!("a `{other}` reduction"), &loc),
+                };
+                let text = format!(
+                    "@kernel.schedule(Schedule(block=(4, 1024), warps=4))\ndef {name}({}):\n    \"\"\"Y[r] = {kind}(X[r, :]), accumulated in {acc_t}.\"\"\"\n    ctx = tile.context()\n    for r0 in tile.parallel(0, R, ctx.BM):\n        acc = {init}\n        for c0 in tile.range(0, C, ctx.BN):\n            x = tile.cast(tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]{other}), {read})\n            acc = {step}\n        Y[r0:r0 + ctx.BM] = tile.cast({finish}, {rdt})\n",
+                    sig.params.join(", ")
+                );
+                Ok((text, sig.args, format!("{kind} over the last {} dims", axes.len())))
+            }
+            other => unsupported(format!("`{}` is not mapped to a kernel yet", other.name()), &loc),
+        }
+        .map(|(text, args, summary)| {
+            let _ = g;
+            (text, args, summary)
+        })
+    }
+}
