@@ -1,7 +1,13 @@
 //! Constants and elementwise ops: integer folding, float and integer arithmetic, unary
 //! functions per element.
 
-use super::*;
+use tessera_frontend::check::DType;
+
+use crate::ir::{policy as ir_policy, Attr, Op, OpKind, Type, ValueId};
+
+use super::builder::{Class, Operand};
+use super::emit::*;
+use super::numerics::{arith_type, materialize, round_wide_with, wide_class};
 
 impl Emitter<'_> {
     pub(super) fn constant(&mut self, op: &Op) -> R<()> {
@@ -73,7 +79,7 @@ impl Emitter<'_> {
             OpKind::Cast => {
                 let saturate = ir_policy::saturates(op);
                 if ir_policy::stochastic(op) && dtype.is_float() {
-                    if let Some(r) = policy::stochastic(&mut self.b, args[0], args[1], out, saturate) {
+                    if let Some(r) = super::policy::stochastic(&mut self.b, args[0], args[1], out, saturate) {
                         return Ok(r);
                     }
                 }

@@ -1,7 +1,11 @@
 //! Structured control flow: `scf.for` and `scf.if` with their carried values (fresh
 //! registers for loop-carried values, assignments at the end of each iteration or branch).
 
-use super::*;
+use crate::ir::{Op, Type, ValueId};
+
+use super::builder::{Class, Operand, Reg};
+use super::emit::*;
+use super::numerics::{materialize, wide_class};
 
 impl Emitter<'_> {
     /// Fresh registers holding a copy of `val` (loop-carried and branch results are
