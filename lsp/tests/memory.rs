@@ -82,9 +82,12 @@ fn memory_returns_after_did_close() {
     // On a busy machine the re-analysis may end after the first release rounds; the
     // server releases again, so wait for the last round (6 s after the close) before
     // judging.
-    if after > before * 1.5 {
-        std::thread::sleep(Duration::from_secs(7).saturating_sub(closed.elapsed()));
-        after = settled_rss_mb(pid);
+    // The last release round is 6 s after the close; sample until 9 s and judge the
+    // lowest figure: the question is whether the memory comes back, not when a busy
+    // machine's threads get to hand it back.
+    while after > before * 1.5 && closed.elapsed() < Duration::from_secs(9) {
+        std::thread::sleep(Duration::from_millis(500));
+        after = after.min(settled_rss_mb(pid));
     }
     let heap_after = status_mb(pid, "RssAnon:");
     eprintln!(
