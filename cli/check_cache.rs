@@ -53,14 +53,8 @@ impl CheckCache {
     /// The default place: `.tessera_cache` beside the project's `tessera.toml`, else in
     /// `cwd`.
     pub fn default_dir(cwd: &Path) -> PathBuf {
-        let mut dir = Some(cwd);
-        while let Some(d) = dir {
-            if d.join("tessera.toml").is_file() {
-                return d.join(DEFAULT_DIR_NAME);
-            }
-            dir = d.parent();
-        }
-        cwd.join(DEFAULT_DIR_NAME)
+        let project = crate::config::ProjectConfig::nearest(cwd);
+        project.as_deref().and_then(Path::parent).unwrap_or(cwd).join(DEFAULT_DIR_NAME)
     }
 
     pub fn dir(&self) -> &Path {

@@ -21,6 +21,17 @@ pub struct ProjectConfig {
 impl ProjectConfig {
     /// Finds the nearest `tessera.toml` at or above `start` (a file or a directory).
     pub fn find(start: &Path) -> Result<Option<(PathBuf, ProjectConfig)>, String> {
+        let Some(candidate) = ProjectConfig::nearest(start) else { return Ok(None) };
+        let text =
+            std::fs::read_to_string(&candidate).map_err(|e| format!("cannot read {}: {e}", candidate.display()))?;
+        let config: ProjectConfig =
+            toml::from_str(&text).map_err(|e| format!("invalid {}: {e}", candidate.display()))?;
+        Ok(Some((candidate, config)))
+    }
+
+    /// The path of the nearest `tessera.toml` at or above `start` (a file or a
+    /// directory), without reading it.
+    pub fn nearest(start: &Path) -> Option<PathBuf> {
         let start = if start.is_file() || start.extension().is_some() {
             start.parent().map(Path::to_path_buf).unwrap_or_default()
         } else {
@@ -30,14 +41,10 @@ impl ProjectConfig {
         loop {
             let candidate = dir.join("tessera.toml");
             if candidate.is_file() {
-                let text = std::fs::read_to_string(&candidate)
-                    .map_err(|e| format!("cannot read {}: {e}", candidate.display()))?;
-                let config: ProjectConfig =
-                    toml::from_str(&text).map_err(|e| format!("invalid {}: {e}", candidate.display()))?;
-                return Ok(Some((candidate, config)));
+                return Some(candidate);
             }
             if !dir.pop() {
-                return Ok(None);
+                return None;
             }
         }
     }

@@ -23,6 +23,11 @@ pub use tensor::{Arg, HostTensor};
 /// the one this crate was built with.
 pub const HAS_CPU_BACKEND: bool = cfg!(feature = "llvm");
 
+/// What a run that needs the CPU backend says in a build without it.
+pub const NO_CPU_BACKEND: &str = "this build has no CPU backend: it was built without the `llvm` feature \
+     (LLVM 14). Install with `cargo install --path . --locked --features llvm`, or run with \
+     `--device interp` (the reference interpreter)";
+
 /// The CPU backend as a launch-plan executor using `threads` threads, when this build
 /// has it: each kernel's Tile IR is compiled (and cached by its IR) and launched across
 /// the threads.

@@ -172,10 +172,7 @@ fn open_cpu() -> Result<Arc<dyn Backend>, String> {
     }
     #[cfg(not(feature = "llvm"))]
     {
-        Err("this build has no CPU backend: it was built without the `llvm` feature (LLVM 14). \
-             Install with `cargo install --path . --locked --features llvm`, or run with \
-             `--device interp` (the reference interpreter)"
-            .into())
+        Err(crate::NO_CPU_BACKEND.into())
     }
 }
 

@@ -87,7 +87,7 @@ impl fmt::Display for GraphRunError {
             GraphRunError::GpuUnsupported => f.write_str(
                 "--device gpu for a graph function: its launch plan runs on the CPU backend or the interpreter (--device cpu|interp)",
             ),
-            GraphRunError::NoCpuBackend => f.write_str("this build has no CPU backend (the `llvm` feature)"),
+            GraphRunError::NoCpuBackend => f.write_str(crate::NO_CPU_BACKEND),
             GraphRunError::Reference(e) => write!(f, "the f64 reference (the Graph IR in f64): {e}"),
             GraphRunError::Plan(e) => write!(f, "the launch plan failed: {e}"),
         }
