@@ -120,7 +120,7 @@ fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
             Err(warning) => eprintln!("warning: {warning}; searching again"),
         }
     }
-    let space = autotune::space(&src.db, setup.key, info, &dims, setup.target).map_err(|e| Failure::launch(src, e))?;
+    let space = autotune::space(src.db(), setup.key, info, &dims, setup.target).map_err(|e| Failure::launch(src, e))?;
     if let Some(summary) = space.pruning_summary(setup.target) {
         eprintln!("note: {summary}");
         let mut seen = Vec::new();
@@ -182,7 +182,7 @@ fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
         }
     };
     let tuned = autotune::tune(
-        &src.db,
+        src.db(),
         setup.key,
         info,
         &space,

@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 
-use tessera_frontend::db::item_index;
-use tessera_frontend::text::LineIndex;
-use tessera_frontend::{Database, SourceFile};
-use tessera_passes::{lowering_text, Stage, Target};
+use tessera_frontend::text::{LineIndex, TextRange};
+use tessera_passes::session::SessionError;
+use tessera_passes::{Stage, Target};
 
 #[derive(clap::Args, Debug)]
 pub struct LowerArgs {
@@ -41,21 +40,12 @@ pub struct LowerArgs {
 pub use crate::options::parse_pairs;
 
 pub fn run(args: LowerArgs) -> Result<i32, String> {
-    let loaded = crate::files::read(&args.file)?;
-    let db = Database::default();
-    let shown = crate::files::display_path(&args.file);
-    let file = SourceFile::new(&db, PathBuf::from(&shown), loaded.text, loaded.utf8_error);
-    let index = item_index(&db, file);
-    let Some(entry) = index.functions.iter().find(|f| f.key.name(&db) == &args.kernel) else {
-        let names: Vec<String> = index.functions.iter().map(|f| f.key.name(&db).clone()).collect();
-        return Err(format!(
-            "{shown} has no function `{}`{}",
-            args.kernel,
-            if names.is_empty() { String::new() } else { format!(" (it defines {})", names.join(", ")) }
-        ));
-    };
+    let src = crate::options::Source::load(&args.file)?;
+    let analysis = src.analysis();
+    let function = analysis.function(&args.kernel).map_err(|e| e.message)?;
+    let (db, file, shown) = (src.db(), src.file(), &src.shown);
     // Code with errors is never lowered: the first error of the function or a callee.
-    if let Some(message) = crate::run::refusal(&db, file, entry.key, "lower") {
+    if let Some(message) = crate::run::refusal(db, file, function.key, "lower") {
         eprintln!("error: {message}");
         return Ok(1);
     }
@@ -63,25 +53,25 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
         "all" => Stage::ALL.to_vec(),
         s => vec![Stage::parse(s).expect("clap checked the value")],
     };
-    let text = file.text(&db).clone();
+    let text = file.text(db).clone();
     let line_index = LineIndex::new(&text);
-    let dims: std::collections::BTreeMap<String, i64> = crate::options::parse_dims(&args.dims)?.into_iter().collect();
-    let (mut config, assumed) = match tessera_passes::default_config(&db, entry.key, &dims) {
-        Ok(c) => c,
-        Err(e) => {
-            let at = line_index.line_col(&text, e.range.start + entry.anchor);
-            return Err(format!(
-                "{shown}:{}:{}: cannot lower `{}`: {}",
-                at.line + 1,
-                at.col + 1,
-                args.kernel,
-                e.message
-            ));
-        }
+    let at = |range: Option<TextRange>| {
+        let lc = line_index.line_col(&text, range.unwrap_or_default().start);
+        format!("{shown}:{}:{}", lc.line + 1, lc.col + 1)
     };
-    for (k, value) in crate::options::parse_schedule(&args.schedule)? {
-        config.schedule.set(&k, value);
+    let overrides = crate::options::overrides(
+        &crate::options::parse_schedule(&args.schedule)?,
+        &crate::options::parse_dims(&args.dims)?,
+    );
+    let configured = match analysis.configure(function, None, &overrides) {
+        Ok(c) => c,
+        Err(e) => return Err(format!("{}: cannot lower `{}`: {}", at(e.range), args.kernel, e.message)),
+    };
+    // The session's override rule decides; the command line says which option.
+    if let Some(rejected) = configured.rejected.first() {
+        return Err(rejected.as_option_error());
     }
+    let (config, assumed) = (configured.config, configured.assumed);
     if !assumed.is_empty() && stages.iter().any(|s| *s != Stage::Graph) {
         eprintln!(
             "note: assuming {} (tile dims need values; pass --dims {}=...)",
@@ -90,7 +80,7 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
         );
     }
     if args.generated {
-        return match tessera_passes::graph_plan::graph_plan(&db, entry.key).clone() {
+        return match tessera_passes::graph_plan::graph_plan(db, function.key).clone() {
             Ok(plan) => {
                 print!("{}", plan.source);
                 Ok(0)
@@ -98,28 +88,24 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
             Err(e) => Err(format!("{shown}: cannot plan the kernels of `{}`: {}", args.kernel, e.message)),
         };
     }
-    let cannot = |stage: &str, e: tessera_passes::LowerError| {
-        let at = line_index.line_col(&text, e.range.start + entry.anchor);
-        format!("{shown}:{}:{}: cannot lower `{}` to {stage} IR: {}", at.line + 1, at.col + 1, args.kernel, e.message)
+    let cannot = |stage: &str, e: SessionError| {
+        format!("{}: cannot lower `{}` to {stage} IR: {}", at(e.range), args.kernel, e.message)
     };
     if args.print_after_all || args.print_after_change {
-        let snapshots = tessera_passes::pipeline::pipeline(&db, entry.key, config.clone(), args.target)
-            .clone()
-            .map_err(|e| cannot("tile", e))?;
-        for snap in snapshots.iter().filter(|s| args.print_after_all || s.changed) {
-            println!("// ----- IR after {} ({} IR) -----", snap.pass, snap.func.level.name());
-            print!("{}", tessera_passes::print_ir(&db, file, &snap.func).text);
+        let passes = analysis.pipeline(function, &config, args.target).map_err(|e| cannot("tile", e))?;
+        for (pass, stage, ir, _) in passes.iter().filter(|p| args.print_after_all || p.3) {
+            println!("// ----- IR after {pass} ({} IR) -----", stage.name());
+            print!("{}", ir.text);
             println!();
         }
-        let code =
-            lowering_text(&db, entry.key, Stage::Target, args.target, &config).map_err(|e| cannot("target", e))?;
+        let code = analysis.lower(function, Stage::Target, &config, args.target).map_err(|e| cannot("target", e))?;
         let emitter = if args.target.is_gpu() { "emit-ptx" } else { "emit-llvm" };
         println!("// ----- IR after {emitter} (target IR) -----");
         print!("{}", code.text);
         return Ok(0);
     }
     for stage in &stages {
-        match lowering_text(&db, entry.key, *stage, args.target, &config) {
+        match analysis.lower(function, *stage, &config, args.target) {
             Ok(lowered) => {
                 if stages.len() > 1 {
                     println!("// ===== {} IR: {} ({}) =====", stage.name(), args.kernel, args.target);

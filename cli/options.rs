@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 
-use tessera_frontend::check::schedule::{canonical_key, validate};
+use tessera_frontend::check::schedule::canonical_key;
 use tessera_frontend::check::{KernelSchedule, KeyValue, ScheduleValue};
-use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, FnKey, SourceFile};
+use tessera_passes::session::overrides::schedule_rejection;
+use tessera_passes::session::{Analysis, AnalysisHost, Overrides};
 
 /// Parses a size: bytes, or a number with `K`, `M`, `G` or `T` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -66,7 +67,9 @@ pub fn parse_dims(pairs: &[String]) -> Result<Vec<(String, i64)>, String> {
     Ok(out)
 }
 
-/// `--schedule BM=64,warps=4,swizzle=xor`: each value checked as E0701 checks it.
+/// `--schedule BM=64,warps=4,swizzle=xor`: parsed only (each key once, aliases
+/// included); whether a value may override the kernel's schedule is the session's
+/// override rule, applied by [`apply_schedule`] and `Analysis::configure`.
 pub fn parse_schedule(pairs: &[String]) -> Result<Vec<(String, KeyValue)>, String> {
     let mut out = Vec::new();
     for (k, v) in parse_pairs(pairs, "schedule")? {
@@ -74,9 +77,6 @@ pub fn parse_schedule(pairs: &[String]) -> Result<Vec<(String, KeyValue)>, Strin
             Ok(i) => KeyValue::Int(i),
             Err(_) => KeyValue::Str(v.trim_matches('"').to_string()),
         };
-        if let Some(problem) = validate(&k, &value) {
-            return Err(format!("--schedule {k}={v}: {problem}"));
-        }
         out.push((k, value));
     }
     let canonical: Vec<(String, ())> = out.iter().map(|(k, _)| (canonical_key(k).to_string(), ())).collect();
@@ -84,8 +84,18 @@ pub fn parse_schedule(pairs: &[String]) -> Result<Vec<(String, KeyValue)>, Strin
     Ok(out)
 }
 
-/// `base` with the `--schedule` values; a key the kernel's schedule does not define
-/// (standard keys, its autotune keys and its fixed keys) is an error listing them.
+/// The overrides of `--schedule` and `--dims`, for the session.
+pub fn overrides(schedule: &[(String, KeyValue)], dims: &[(String, i64)]) -> Overrides {
+    let mut out = Overrides::default();
+    for (k, v) in schedule {
+        out.set_schedule(k, v.clone());
+    }
+    out.dims = dims.iter().cloned().collect();
+    out
+}
+
+/// `base` with the `--schedule` values, each checked by the session's override rule
+/// (the first refusal is the error, as `--schedule KEY=VALUE: why`).
 pub fn apply_schedule(
     base: &ScheduleValue,
     overrides: &[(String, KeyValue)],
@@ -94,11 +104,8 @@ pub fn apply_schedule(
 ) -> Result<ScheduleValue, String> {
     let mut out = base.clone();
     for (k, v) in overrides {
-        if !schedule.has_key(k) {
-            return Err(format!(
-                "--schedule {k}={v}: `{kernel}` has no schedule key {k} (its keys are {})",
-                schedule.key_names().join(", ")
-            ));
+        if let Some(rejected) = schedule_rejection(kernel, schedule, k, v) {
+            return Err(rejected.as_option_error());
         }
         out.set(k, v.clone());
     }
@@ -112,10 +119,9 @@ pub fn parse_args(pairs: &[String]) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
-/// A source file loaded into a fresh database.
+/// A source file loaded into a fresh analysis session.
 pub struct Source {
-    pub db: Database,
-    pub file: SourceFile,
+    pub host: AnalysisHost,
     /// The path as shown in messages.
     pub shown: String,
 }
@@ -123,24 +129,27 @@ pub struct Source {
 impl Source {
     pub fn load(path: &std::path::Path) -> Result<Source, String> {
         let loaded = crate::files::read(path)?;
-        let db = Database::default();
         let shown = crate::files::display_path(path);
-        let file = SourceFile::new(&db, PathBuf::from(&shown), loaded.text, loaded.utf8_error);
-        Ok(Source { db, file, shown })
+        let host = AnalysisHost::new(PathBuf::from(&shown), loaded.text, loaded.utf8_error);
+        Ok(Source { host, shown })
     }
 
-    /// The function named `name`, or an error listing the file's functions.
+    pub fn db(&self) -> &Database {
+        self.host.db()
+    }
+
+    pub fn file(&self) -> SourceFile {
+        self.host.file()
+    }
+
+    pub fn analysis(&self) -> Analysis<'_> {
+        self.host.analysis()
+    }
+
+    /// The function named `name` (the session's lookup), or an error listing the
+    /// file's functions.
     pub fn function(&self, name: &str) -> Result<FnKey<'_>, String> {
-        let index = item_index(&self.db, self.file);
-        if let Some(entry) = index.functions.iter().find(|f| f.key.name(&self.db) == name) {
-            return Ok(entry.key);
-        }
-        let names: Vec<String> = index.functions.iter().map(|f| f.key.name(&self.db).clone()).collect();
-        Err(format!(
-            "{} has no function `{name}`{}",
-            self.shown,
-            if names.is_empty() { String::new() } else { format!(" (it defines {})", names.join(", ")) }
-        ))
+        self.analysis().function(name).map(|f| f.key).map_err(|e| e.message)
     }
 
     /// `text` with every ``at `name`+N`` (an op's offset from its function's `def`, as the
@@ -178,9 +187,8 @@ impl Source {
 
     /// `path:line:col: ` for a location in this file's functions (empty when unknown).
     pub fn position(&self, loc: Option<&tessera_passes::ir::Loc>) -> String {
-        use tessera_passes::ir::print::LocResolver;
         let Some(loc) = loc else { return String::new() };
-        match tessera_passes::FileLocs::new(&self.db, self.file).resolve(loc) {
+        match self.analysis().position(loc) {
             Some((path, line, col)) => format!("{path}:{line}:{col}: "),
             None => String::new(),
         }
@@ -206,13 +214,14 @@ mod tests {
 
     #[test]
     fn schedule_values_are_validated_and_keys_known() {
+        assert!(parse_schedule(&strings(&["m=64", "BM=128"])).unwrap_err().contains("BM twice"));
+        let base = ScheduleValue::default_for_kernel();
+        let bad = parse_schedule(&strings(&["BM=100"])).unwrap();
         assert_eq!(
-            parse_schedule(&strings(&["BM=100"])).unwrap_err(),
+            apply_schedule(&base, &bad, &KernelSchedule::default(), "k").unwrap_err(),
             "--schedule BM=100: BM = 100 is neither a power of two nor a multiple of 16"
         );
-        assert!(parse_schedule(&strings(&["m=64", "BM=128"])).unwrap_err().contains("BM twice"));
         let parsed = parse_schedule(&strings(&["BM=64", "swizzle=xor"])).unwrap();
-        let base = ScheduleValue::default_for_kernel();
         let s = apply_schedule(&base, &parsed, &KernelSchedule::default(), "k").unwrap();
         assert_eq!(s.int("BM"), Some(64));
         assert_eq!(s.get("swizzle"), Some(&KeyValue::Str("xor".into())));

@@ -136,13 +136,13 @@ pub(crate) fn setup<'s>(
     args: &[String],
 ) -> Result<Setup<'s>, Failure> {
     let key = src.function(kernel).map_err(Failure::usage)?;
-    let info = launch::kernel_info(&src.db, key).map_err(|e| Failure::launch(src, e))?;
+    let info = launch::kernel_info(src.db(), key).map_err(|e| Failure::launch(src, e))?;
     let given = options::parse_dims(dims).map_err(Failure::usage)?;
     let args = options::parse_args(args).map_err(Failure::usage)?;
     let opened = launch::open(device).map_err(|e| Failure::launch(src, e))?;
     let target = target.unwrap_or_else(|| opened.backend.default_target());
     opened.backend.check_target(target).map_err(|why| Failure::usage(format!("--target {target}: {why}")))?;
-    let dims = launch::resolve_dims(&src.db, key, &info, &given).map_err(|e| Failure::launch(src, e))?;
+    let dims = launch::resolve_dims(src.db(), key, &info, &given).map_err(|e| Failure::launch(src, e))?;
     Ok(Setup { key, info, opened, target, dims, args })
 }
 
@@ -210,7 +210,7 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
 /// Code with errors never runs: the first error of the function, or of a function it
 /// calls, refuses it (exit 1).
 pub(crate) fn refuse_errors(src: &Source, key: FnKey<'_>, verb: &str) -> Result<(), Failure> {
-    match refusal(&src.db, src.file, key, verb) {
+    match refusal(src.db(), src.file(), key, verb) {
         Some(message) => Err(Failure { code: 1, kind: Some("compile"), message }),
         None => Ok(()),
     }
@@ -245,7 +245,7 @@ pub(crate) fn refusal(
 fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     let key = src.function(&args.kernel).map_err(Failure::usage)?;
     refuse_errors(src, key, "run")?;
-    if tessera_frontend::check::fn_signature(&src.db, key).kind == tessera_frontend::check::FunctionKind::Graph {
+    if tessera_frontend::check::fn_signature(src.db(), key).kind == tessera_frontend::check::FunctionKind::Graph {
         return crate::run_graph::run(src, args, key);
     }
     let overrides = options::parse_schedule(&args.schedule).map_err(Failure::usage)?;
@@ -267,7 +267,7 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     } else {
         (info.base_schedule.clone(), ScheduleSource::Default { autotuned: false })
     };
-    let config = launch::config_for(&src.db, setup.key, schedule, &dims).map_err(|e| Failure::launch(src, e))?;
+    let config = launch::config_for(src.db(), setup.key, schedule, &dims).map_err(|e| Failure::launch(src, e))?;
     let request = PlanRequest {
         target: setup.target,
         config,
@@ -277,7 +277,7 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
         code: backend.needs_code(),
         max_memory: args.max_memory,
     };
-    let plan = launch::plan(&src.db, setup.key, info, &request).map_err(|e| Failure::launch(src, e))?;
+    let plan = launch::plan(src.db(), setup.key, info, &request).map_err(|e| Failure::launch(src, e))?;
     let device = backend.device();
     let mut options = RunOptions::for_device(device);
     if let Some(r) = args.repeat {
@@ -323,7 +323,7 @@ pub(crate) fn cache_key(
     setup: &Setup<'_>,
     dims: &std::collections::BTreeMap<String, i64>,
 ) -> Option<CacheKey> {
-    let config = launch::config_for(&src.db, setup.key, setup.info.base_schedule.clone(), dims).ok()?;
+    let config = launch::config_for(src.db(), setup.key, setup.info.base_schedule.clone(), dims).ok()?;
     let request = PlanRequest {
         target: setup.target,
         config,
@@ -333,8 +333,8 @@ pub(crate) fn cache_key(
         code: false,
         max_memory: None,
     };
-    let plan = launch::plan(&src.db, setup.key, &setup.info, &request).ok()?;
-    Some(CacheKey::of(&src.db, setup.key, &plan, &setup.dims.values, setup.target, setup.opened.backend.device()))
+    let plan = launch::plan(src.db(), setup.key, &setup.info, &request).ok()?;
+    Some(CacheKey::of(src.db(), setup.key, &plan, &setup.dims.values, setup.target, setup.opened.backend.device()))
 }
 
 // ----- the report --------------------------------------------------------------------
@@ -458,7 +458,7 @@ pub(crate) fn report_text(
             (None, None) => {}
         }
         if let Some(b) = plan.smem_bytes {
-            let _ = write!(launch_line, ", {} shared", launch::human_bytes(b as f64));
+            let _ = write!(launch_line, ", {} shared", tessera_passes::units::bytes(b));
         }
     }
     let _ = writeln!(s, "  launch    {launch_line}");
@@ -484,7 +484,7 @@ pub(crate) fn report_text(
         (_, _, _, Some(gb)) => {
             format!(
                 "{} moved (inputs read once, outputs written once): {}{tag}",
-                launch::human_bytes(w.bytes as f64),
+                tessera_passes::units::bytes(w.bytes),
                 bandwidth(gb)
             )
         }

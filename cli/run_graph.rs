@@ -23,7 +23,7 @@ fn failure(src: &Source, e: GraphRunError) -> Failure {
 }
 
 pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, Failure> {
-    let db = &src.db;
+    let db = src.db();
     let session = GraphSession::open(db, key).map_err(|e| failure(src, e))?;
     let dims: BTreeMap<String, i64> = options::parse_dims(&args.dims).map_err(Failure::usage)?.into_iter().collect();
     let given = options::parse_args(&args.args).map_err(Failure::usage)?;

@@ -9,6 +9,7 @@ pub mod launch;
 pub mod npy;
 pub mod reference;
 pub mod semantics;
+pub mod session;
 pub mod tensor;
 
 #[cfg(feature = "llvm")]

@@ -137,6 +137,20 @@ pub struct ItemIndex<'db> {
     pub constants: Vec<ConstantEntry<'db>>,
 }
 
+impl<'db> ItemIndex<'db> {
+    /// The function a request names: the first definition of `name` in the file (a
+    /// redefinition is its own diagnostic). The one "find a function by name" every
+    /// front door and pass uses.
+    pub fn function(&self, db: &'db dyn Db, name: &str) -> Option<&FunctionEntry<'db>> {
+        self.functions.iter().find(|f| f.key.name(db) == name)
+    }
+
+    /// Every function's name, in file order (for "it defines ..." in errors).
+    pub fn function_names(&self, db: &'db dyn Db) -> Vec<String> {
+        self.functions.iter().map(|f| f.key.name(db).to_string()).collect()
+    }
+}
+
 #[salsa::tracked(returns(ref))]
 pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
     let parse = parse(db, file);

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tessera_frontend::check::KeyValue;
 use tessera_frontend::ide::{self, FoldKind, HoverSubject, SymbolKind};
+use tessera_passes::session::capture::{is_cancellation, panic_message};
+use tessera_passes::session::{Analysis, ErrorKind as SessionErrorKind, Overrides, SessionError};
 use tessera_passes::Target;
 use tower_lsp::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp::lsp_types::*;
@@ -83,26 +86,12 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
-}
-
 /// Fault injection for the robustness tests: `TESSERA_LSP_INJECT_PANIC=hover` makes
 /// every `hover` request panic inside its handler (it must come back as an error);
 /// `diagnostics` makes every diagnostics run panic (reported, the server goes on).
 fn injected_fault() -> Option<&'static str> {
     static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     FAULT.get_or_init(|| std::env::var("TESSERA_LSP_INJECT_PANIC").ok()).as_deref()
-}
-
-fn is_cancellation(payload: &(dyn std::any::Any + Send)) -> bool {
-    payload.is::<salsa::Cancelled>()
 }
 
 fn request_failed(message: impl Into<String>) -> Error {
@@ -256,20 +245,17 @@ impl Backend {
                 params.stage
             )));
         }
+        let kernel = params.kernel.clone();
         let target: Option<Target> = match &params.target {
             Some(t) => Some(t.parse().map_err(Error::invalid_params)?),
             None => None,
         };
+        let overrides = lowering_overrides(&params)?;
         let result = self
             .run(&params.uri, "tessera/lowering", move |s| {
                 let target = target.unwrap_or(s.target);
-                let exists = ide::file_structure(&s.db, s.file)
-                    .iter()
-                    .any(|sym| sym.kind != SymbolKind::Constant && sym.name == params.kernel);
-                if !exists {
-                    return Err(format!("unknown kernel: {}", params.kernel));
-                }
-                let lowered = hooks::lower(&s.db, s.file, &params.kernel, &params.stage, target)?;
+                let analysis = Analysis::new(&s.db, s.file);
+                let lowered = hooks::lower(&analysis, &params.kernel, &params.stage, target, &overrides)?;
                 Ok(LoweringResult {
                     kernel: params.kernel,
                     stage: params.stage,
@@ -286,7 +272,44 @@ impl Backend {
                 })
             })
             .await?;
-        result.map_err(request_failed)
+        result.map_err(|e: SessionError| session_error(e, &kernel))
+    }
+}
+
+/// The overrides of a `tessera/lowering` request: `schedule` values are integers or
+/// strings (`{"BM": 128, "swizzle": "xor"}`), `dims` integers.
+fn lowering_overrides(params: &LoweringParams) -> Result<Overrides> {
+    let mut overrides = Overrides::default();
+    for (key, value) in params.schedule.iter().flatten() {
+        let value = match value {
+            Value::Number(n) if n.is_i64() => KeyValue::Int(n.as_i64().unwrap_or_default()),
+            Value::String(s) => KeyValue::Str(s.clone()),
+            other => {
+                return Err(Error::invalid_params(format!(
+                    "schedule {key}: expected an integer or a string, got {other}"
+                )))
+            }
+        };
+        overrides.set_schedule(key, value);
+    }
+    overrides.dims = params.dims.clone().unwrap_or_default();
+    Ok(overrides)
+}
+
+/// A session error as the protocol's: a refused override is the client's mistake
+/// (InvalidParams), a cancellation asks the client to retry (ContentModified), a panic
+/// is an internal error; the rest fail the request with the session's message.
+fn session_error(e: SessionError, kernel: &str) -> Error {
+    match e.kind {
+        SessionErrorKind::Rejected => Error::invalid_params(e.message),
+        SessionErrorKind::Cancelled => Error {
+            code: ErrorCode::ContentModified,
+            message: "the document changed while the request was computed".into(),
+            data: None,
+        },
+        SessionErrorKind::Internal => Error { code: ErrorCode::InternalError, message: e.message.into(), data: None },
+        SessionErrorKind::NoFunction => request_failed(format!("unknown kernel: {kernel}")),
+        SessionErrorKind::Lowering => request_failed(e.message),
     }
 }
 
@@ -314,6 +337,10 @@ pub struct LoweringParams {
     pub kernel: String,
     pub stage: String,
     pub target: Option<String>,
+    /// Schedule overrides (`{"BM": 128}`), under the session's override rule.
+    pub schedule: Option<serde_json::Map<String, Value>>,
+    /// Shape-symbol values (`{"D": 128}`).
+    pub dims: Option<std::collections::BTreeMap<String, i64>>,
 }
 
 #[derive(Serialize)]
@@ -623,9 +650,9 @@ impl LanguageServer for Backend {
             let h = ide::hover(&s.db, s.file, offset)?;
             let mut text = h.markdown;
             let extra = match &h.subject {
-                HoverSubject::Kernel { name } => hooks::kernel_resources(&s.db, s.file, name, s.target),
+                HoverSubject::Kernel { name } => Analysis::new(&s.db, s.file).kernel_hover(name, s.target),
                 HoverSubject::SharedBuffer { kernel, buffer } => {
-                    hooks::shared_buffer_notes(&s.db, s.file, kernel, buffer, s.target)
+                    Analysis::new(&s.db, s.file).buffer_hover(kernel, buffer, s.target)
                 }
                 HoverSubject::Other => None,
             };

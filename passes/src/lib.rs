@@ -20,8 +20,10 @@ pub mod lower;
 pub mod pipeline;
 pub mod ptx;
 pub mod sched;
+pub mod session;
 pub mod target;
 pub mod tile;
+pub mod units;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -6,6 +6,7 @@ use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, Funct
 use tessera_frontend::db::function_def;
 use tessera_frontend::syntax::ast::{Expr, UnaryOp};
 use tessera_frontend::{Db, FnKey};
+use tessera_passes::session::overrides::dim_rejection;
 use tessera_passes::{graph_ir, sched, Config, DEFAULT_SHAPE};
 
 use super::{ErrorKind, LaunchError, DEFAULT_SIZE};
@@ -155,21 +156,9 @@ pub fn resolve_dims(
     given: &[(String, i64)],
 ) -> Result<ResolvedDims, LaunchError> {
     for (sym, value) in given {
-        if !info.symbols.contains(sym) {
-            let canonical = tessera_frontend::check::schedule::canonical_key(sym);
-            if info.schedule.has_key(sym) && canonical == sym.as_str() {
-                return Err(LaunchError::input(format!(
-                    "--dims {sym}={value}: {sym} is a schedule key, not a shape symbol; use --schedule {sym}={value}"
-                )));
-            }
-            return Err(LaunchError::input(format!(
-                "--dims {sym}={value}: `{}` has no shape symbol {sym} (its shape symbols are {})",
-                info.name,
-                if info.symbols.is_empty() { "none".to_string() } else { info.symbols.join(", ") }
-            )));
-        }
-        if *value < 1 {
-            return Err(LaunchError::input(format!("--dims {sym}={value}: a dim must be at least 1")));
+        // The session's override rule, so `run` refuses what `lower` and the explorer do.
+        if let Some(rejected) = dim_rejection(&info.name, &info.schedule, &info.symbols, sym, *value) {
+            return Err(LaunchError::input(rejected.as_option_error()));
         }
     }
     let graph = graph_ir(db, key).clone().map_err(|e| LaunchError::lowering(&info.name, "Graph IR", None, &e))?;
@@ -199,10 +188,5 @@ pub fn config_for(
 ) -> Result<Config, LaunchError> {
     let name = key.name(db).to_string();
     let graph = graph_ir(db, key).clone().map_err(|e| LaunchError::lowering(&name, "Graph IR", None, &e))?;
-    let mut shapes = BTreeMap::new();
-    for sym in sched::tile_shape_symbols(&graph, &schedule) {
-        let v = dims.get(&sym).copied().unwrap_or(DEFAULT_SHAPE);
-        shapes.insert(sym, v);
-    }
-    Ok(Config { schedule, shapes })
+    Ok(tessera_passes::config::config_for(&graph, schedule, dims).0)
 }

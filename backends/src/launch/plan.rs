@@ -319,9 +319,9 @@ fn check_memory(abi: &KernelAbi, shapes: &[Option<Vec<usize>>], max_memory: Opti
                 format!(
                     "the arguments need about {} of host memory (tensors of {} in three copies, plus the \
                      interpreter's), and {} is {what}: choose smaller --dims",
-                    human_bytes(need as f64),
-                    human_bytes(bytes as f64),
-                    human_bytes(avail as f64)
+                    tessera_passes::units::bytes(u64::try_from(need).unwrap_or(u64::MAX)),
+                    tessera_passes::units::bytes(u64::try_from(bytes).unwrap_or(u64::MAX)),
+                    tessera_passes::units::bytes(avail)
                 ),
             ));
         }
@@ -334,20 +334,4 @@ fn available_memory() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
-}
-
-/// `1.5 GiB`, `12.0 MiB`, `512 B`.
-pub fn human_bytes(b: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }

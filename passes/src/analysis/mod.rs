@@ -312,14 +312,6 @@ fn range_in(loc: &Loc, name: &str) -> Option<TextRange> {
     }
 }
 
-fn kib(bytes: u64) -> String {
-    if bytes.is_multiple_of(1024) {
-        format!("{} KiB", bytes / 1024)
-    } else {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
-    }
-}
-
 /// The configuration a schedule gives, with shape symbols at [`crate::DEFAULT_SHAPE`].
 fn config_of(graph: &Func, schedule: ScheduleValue) -> Config {
     crate::config::config_for(graph, schedule, &BTreeMap::new()).0
@@ -349,7 +341,7 @@ impl PruneReason {
     pub fn detail(&self) -> String {
         match self {
             PruneReason::SharedMemory { bytes, limit } => {
-                format!("{} of shared memory > {} per block", kib(*bytes), kib(*limit))
+                format!("{} of shared memory > {} per block", crate::units::bytes(*bytes), crate::units::bytes(*limit))
             }
             PruneReason::Registers { estimate, limit } => {
                 format!("~{estimate} registers per thread > {limit} (spills)")
@@ -632,14 +624,15 @@ fn resource_lints(
         over_budget = true;
         let largest = r.buffers.iter().max_by_key(|b| b.bytes);
         let at = largest.and_then(|b| range_in(&b.loc, name)).unwrap_or(name_range);
-        let list: Vec<String> = r.buffers.iter().map(|b| format!("`{}` {}", b.name, kib(b.bytes))).collect();
+        let list: Vec<String> =
+            r.buffers.iter().map(|b| format!("`{}` {}", b.name, crate::units::bytes(b.bytes))).collect();
         let mut d = Diagnostic::new(
             Code::E0500,
             at,
             format!(
                 "the kernel needs {} of shared memory, more than the {} a block can have on {}",
-                kib(r.smem_bytes),
-                kib(limits.smem_per_block as u64),
+                crate::units::bytes(r.smem_bytes),
+                crate::units::bytes(limits.smem_per_block as u64),
                 limits.arch
             ),
         )
@@ -707,7 +700,7 @@ fn resource_lints(
         if o.fraction() < 0.25 {
             let limiters: Vec<String> = [
                 ("registers", o.by_registers, format!("~{} registers per thread", r.registers.peak)),
-                ("shared memory", o.by_smem, format!("{} per block", kib(r.smem_bytes))),
+                ("shared memory", o.by_smem, format!("{} per block", crate::units::bytes(r.smem_bytes))),
                 ("warps", o.by_warps, format!("{} warps per block", o.warps_per_block)),
             ]
             .into_iter()

@@ -1,7 +1,7 @@
 //! The schedule tab's edits: stepping, typing and resetting values, each validated and
 //! re-lowered with the IR cursor kept on the same op.
 
-use tessera_frontend::check::schedule::{canonical_key, validate};
+use tessera_frontend::check::schedule::canonical_key;
 use tessera_frontend::check::KeyValue;
 use tessera_passes::DEFAULT_SHAPE;
 
@@ -60,7 +60,9 @@ impl App {
     pub(super) fn set_key(&mut self, key: &str, value: Option<KeyValue>) {
         let key = canonical_key(key).to_string();
         match value {
-            Some(v) => match validate(&key, &v) {
+            // The session's override rule: the one `tessera lower --schedule` and the
+            // server's lowering request apply.
+            Some(v) => match self.ws.schedule_rejection(&self.view.name, &key, &v) {
                 Some(problem) => {
                     let current = match &self.view.config {
                         Ok(info) => info.config.schedule.get(&key).map(show_value).unwrap_or_else(|| "—".into()),

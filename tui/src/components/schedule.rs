@@ -91,7 +91,9 @@ pub fn run_dims(config: &Result<ConfigInfo, StageError>, overrides: &Overrides) 
     info.symbols
         .iter()
         .map(|s| {
-            let v = overrides.dims.get(s).or(info.config.shapes.get(s)).copied().unwrap_or(DEFAULT_SHAPE);
+            // A dim the override rule refused (a value below 1) is not launched with.
+            let given = overrides.dims.get(s).filter(|_| !info.rejected_dims.iter().any(|(k, _)| k == s));
+            let v = given.or(info.config.shapes.get(s)).copied().unwrap_or(DEFAULT_SHAPE);
             (s.clone(), v)
         })
         .collect()
@@ -155,7 +157,10 @@ pub fn rows(
     }
     for s in dim_names {
         let tiles_use = info.config.shapes.contains_key(s);
-        let origin = if overrides.dims.contains_key(s) {
+        let rejected = info.rejected_dims.iter().find(|(k, _)| k == s).map(|(_, why)| why.clone());
+        let origin = if rejected.is_some() {
+            "invalid"
+        } else if overrides.dims.contains_key(s) {
             "edited"
         } else if info.assumed.contains(s) {
             "assumed"
@@ -168,10 +173,10 @@ pub fn rows(
             key: s.clone(),
             is_dim: true,
             value: dims.get(s).copied().unwrap_or(DEFAULT_SHAPE).to_string(),
-            typed: None,
+            typed: rejected.as_ref().and_then(|_| overrides.dims.get(s)).map(|v| v.to_string()),
             origin,
             candidates: Vec::new(),
-            error: None,
+            error: rejected,
         });
     }
     rows
