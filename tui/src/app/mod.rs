@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossterm::event::{Event, KeyEvent, KeyEventKind};
-use tessera_frontend::check::schedule::canonical_key;
 use tessera_frontend::check::{FunctionKind, KeyValue};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_passes::{Stage, Target};
@@ -79,7 +78,7 @@ impl App {
     pub fn with_workspace(ws: Workspace, options: &Options) -> Result<App, String> {
         let mut overrides = Overrides::default();
         for (k, v) in &options.schedule {
-            overrides.schedule.insert(canonical_key(k).to_string(), parse_value(v));
+            overrides.set_schedule(k, parse_value(v));
         }
         for (k, v) in &options.dims {
             let n = v.trim().parse::<i64>().map_err(|_| format!("--dims {k}: `{v}` is not an integer"))?;
@@ -88,14 +87,8 @@ impl App {
         let functions = ws.functions();
         let kernel = match &options.kernel {
             Some(name) => {
-                if !functions.iter().any(|f| &f.name == name) {
-                    let names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
-                    return Err(format!(
-                        "{} has no function `{name}`{}",
-                        ws.path().display(),
-                        if names.is_empty() { String::new() } else { format!(" (it defines {})", names.join(", ")) }
-                    ));
-                }
+                // The session's lookup, so the error lists the functions as the CLI's does.
+                ws.analysis().function(name).map_err(|e| e.message)?;
                 Some(name.clone())
             }
             None => functions
@@ -143,7 +136,23 @@ impl App {
             app.src.jump(line, len, 20);
         }
         app.sync_from_ir();
+        app.report_refused_overrides();
         Ok(app)
+    }
+
+    /// Names the command-line overrides the session's override rule refused (the CLI
+    /// exits with the same reasons; the explorer opens and lowers without them).
+    fn report_refused_overrides(&mut self) {
+        let Ok(info) = &self.view.config else { return };
+        let refused: Vec<String> = info
+            .rejected
+            .iter()
+            .map(|(k, why)| format!("--schedule {k}: {why}"))
+            .chain(info.rejected_dims.iter().map(|(k, why)| format!("--dims {k}: {why}")))
+            .collect();
+        if !refused.is_empty() {
+            self.error(format!("refused {}", refused.join("; ")));
+        }
     }
 
     pub fn current_function(&self) -> Option<&FunctionInfo> {
