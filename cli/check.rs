@@ -1,7 +1,6 @@
 //! `tessera check`: diagnostics for files and directories (TOOLS.md §1).
 
 use std::io::{IsTerminal, Read, Write};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use rayon::prelude::*;
@@ -12,7 +11,7 @@ use tessera_frontend::{Database, SourceFile};
 use crate::check_cache::CheckCache;
 use crate::config::ProjectConfig;
 use crate::emit::{self, FileReport, Format};
-use crate::{internal_error_message, Target};
+use crate::Target;
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
@@ -158,7 +157,8 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                 } else {
                     cli_filter.clone()
                 };
-                let diagnostics = catch_unwind(AssertUnwindSafe(|| {
+                let what = format!("checking {shown}");
+                let diagnostics = tessera_passes::session::catch(&what, || {
                     // Tests exercise the internal-error path through this debug-only hook.
                     if cfg!(debug_assertions)
                         && std::env::var_os("TESSERA_TEST_PANIC_ON")
@@ -177,10 +177,8 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
                         c.put(&k, &diagnostics);
                     }
                     diagnostics
-                }))
-                .map_err(|payload| {
-                    format!("internal error while checking {shown}: {}", internal_error_message(payload))
-                })?;
+                })
+                .map_err(|e| e.message)?;
                 let text = file.text(db).clone();
                 Ok(FileReport {
                     path: shown.clone(),

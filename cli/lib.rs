@@ -60,17 +60,6 @@ enum Command {
     Explore(explore::ExploreArgs),
 }
 
-/// Renders a panic payload for an "internal error" message.
-pub fn internal_error_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
-}
-
 /// Keeps the default panic message off the terminal: commands report internal errors
 /// themselves (with the file they were working on), and the rest keeps working.
 pub fn install_panic_hook() {

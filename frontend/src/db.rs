@@ -142,7 +142,12 @@ impl<'db> ItemIndex<'db> {
     /// redefinition is its own diagnostic). The one "find a function by name" every
     /// front door and pass uses.
     pub fn function(&self, db: &'db dyn Db, name: &str) -> Option<&FunctionEntry<'db>> {
-        self.functions.iter().find(|f| f.key.name(db) == name)
+        self.function_position(db, name).map(|i| &self.functions[i])
+    }
+
+    /// Where [`ItemIndex::function`]'s function is in `functions`.
+    pub fn function_position(&self, db: &'db dyn Db, name: &str) -> Option<usize> {
+        self.functions.iter().position(|f| f.key.name(db) == name)
     }
 
     /// Every function's name, in file order (for "it defines ..." in errors).

@@ -61,7 +61,7 @@ pub fn reachable_error(db: &dyn Db, key: FnKey<'_>) -> Option<(String, FirstErro
         let mut callees = Vec::new();
         for r in inference.resolutions.iter().flatten() {
             let Resolution::Function(name) = r else { continue };
-            let Some(entry) = item_index(db, file).functions.iter().find(|f| f.key.name(db) == name.as_str()) else {
+            let Some(entry) = item_index(db, file).function(db, name) else {
                 continue;
             };
             if !seen.contains(&entry.key) {

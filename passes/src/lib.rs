@@ -180,7 +180,7 @@ pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, Lowe
             let file = key.file(db);
             let resolve = |name: &str| -> Option<lower::graph::Callee> {
                 let index = item_index(db, file);
-                let entry = index.functions.iter().find(|f| f.key.name(db) == name)?;
+                let entry = index.function(db, name)?;
                 Some(lower::graph::Callee {
                     def: function_def(db, entry.key).clone()?,
                     sig: fn_signature(db, entry.key).clone(),
@@ -295,7 +295,7 @@ impl<'a> FileLocs<'a> {
         match &loc.origin {
             Origin::Function(name) => {
                 let index = item_index(self.db, self.file);
-                let entry = index.functions.iter().find(|f| f.key.name(self.db) == name.as_str())?;
+                let entry = index.function(self.db, name)?;
                 Some(loc.range.shift(entry.anchor))
             }
             _ => None,
@@ -394,7 +394,7 @@ pub fn plan_module(db: &dyn Db, key: FnKey<'_>) -> Result<(Arc<graph_plan::Graph
 
 /// The key of a generated kernel of a plan module.
 pub fn module_function<'db>(db: &'db dyn Db, module: SourceFile, name: &str) -> Option<FnKey<'db>> {
-    item_index(db, module).functions.iter().find(|f| f.key.name(db) == name).map(|f| f.key)
+    item_index(db, module).function(db, name).map(|f| f.key)
 }
 
 /// Schedule IR of a graph function is its launch plan; Tile and Target IR are those of

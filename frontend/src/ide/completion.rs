@@ -461,7 +461,7 @@ fn keyword_arg_completions(db: &dyn Db, file: SourceFile, f: Option<&FnCtx<'_>>,
         }
         Some(Definition::Function { name }) if !shadowed => {
             let index = db::item_index(db, file);
-            if let Some(e) = index.functions.iter().find(|e| e.key.name(db) == &name) {
+            if let Some(e) = index.function(db, &name) {
                 let sig = crate::check::fn_signature(db, e.key);
                 let names = sig.params.iter().map(|p| (p.name.clone(), None)).collect();
                 add_params(names, None);

@@ -84,7 +84,7 @@ pub fn hover(db: &dyn Db, file: SourceFile, offset: u32) -> Option<HoverResult> 
         }
         Definition::Function { name } => {
             let index = db::item_index(db, file);
-            let i = index.functions.iter().position(|e| e.key.name(db) == name)?;
+            let i = index.function_position(db, name)?;
             let f = FnCtx::new(db, file, i)?;
             if f.sig.kind == FunctionKind::Kernel {
                 subject = HoverSubject::Kernel { name: name.to_string() };

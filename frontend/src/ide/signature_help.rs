@@ -71,7 +71,7 @@ pub fn signature_help(db: &dyn Db, file: SourceFile, offset: u32) -> Option<Sign
         }
         Definition::Function { name } => {
             let index = db::item_index(db, file);
-            let i = index.functions.iter().position(|e| e.key.name(db) == &name)?;
+            let i = index.function_position(db, &name)?;
             let f = FnCtx::new(db, file, i)?;
             let params = f
                 .sig

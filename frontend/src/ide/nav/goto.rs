@@ -55,9 +55,7 @@ pub(crate) fn definition_targets(db: &dyn Db, file: SourceFile, def: &Definition
             .map(|r| vec![NavTarget::at(r)])
             .unwrap_or_default(),
         Definition::Function { name } => db::item_index(db, file)
-            .functions
-            .iter()
-            .find(|e| e.key.name(db) == name)
+            .function(db, name)
             .map(|e| vec![NavTarget { range: e.range, focus: e.name_range }])
             .unwrap_or_default(),
         Definition::Constant { name } => db::item_index(db, file)

@@ -435,7 +435,7 @@ fn keyword_arg_def(
         Ty::Builtin(path) => Some((Definition::BuiltinParam { path, name: name.to_string() }, false)),
         Ty::Function(callee) => {
             let index = db::item_index(db, file);
-            let i = index.functions.iter().position(|e| e.key.name(db) == callee)?;
+            let i = index.function_position(db, callee)?;
             let callee_sig = check::fn_signature(db, index.functions[i].key);
             let p = callee_sig.params.iter().position(|p| p.name == name)?;
             Some((Definition::Param { function: i, index: p as u32 }, false))
