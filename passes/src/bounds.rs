@@ -7,8 +7,10 @@
 use tessera_frontend::check::DType;
 
 use crate::analysis::limits::GpuLimits;
+use crate::config::Config;
+use crate::error::LowerError;
 use crate::ir::{Func, Type};
-use crate::{Config, LowerError, Target};
+use crate::target::Target;
 
 /// Bytes of tile values one CPU tile program may hold in one tile (its registers and
 /// stack buffers): 64 MiB, 16 M f32 elements.

@@ -5,24 +5,11 @@ use std::sync::Arc;
 
 use tessera_frontend::{Db, FnKey};
 
-use crate::abi::KernelAbi;
-use crate::ir::Loc;
-use crate::{tile_ir, Config, LowerError, Target};
-
-/// Generated code for one kernel, configuration and target.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct TargetCode {
-    pub target: Target,
-    /// The symbol to launch (PTX `.entry`, LLVM function name).
-    pub entry: String,
-    /// The whole module: PTX (`.version`, `.target`, the entry) or LLVM IR.
-    pub text: String,
-    /// For each line of `text`, the Tile IR op location it was generated from.
-    pub line_locs: Vec<Option<Loc>>,
-    pub abi: KernelAbi,
-    /// Shared memory a tile program needs (GPU; bytes, static plus dynamic).
-    pub smem_bytes: u64,
-}
+use crate::config::Config;
+use crate::error::LowerError;
+use crate::queries::tile_ir;
+use crate::target::Target;
+pub use crate::target::TargetCode;
 
 /// Target IR of a kernel for one configuration and target.
 // Per-configuration IR is large: keep the most recently used.

@@ -3,11 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use tessera_frontend::check::{fn_decorators, Dim, ScheduleValue};
-use tessera_frontend::{Db, FnKey};
+use tessera_frontend::check::{Dim, ScheduleValue};
 
 use crate::ir::{Func, Type};
-use crate::{decorator_error, graph_ir, LowerError};
 
 /// A full specialization: schedule keys plus the values of the shape symbols that tile
 /// dims use (`D` in flash attention's `[BM, D]` accumulator).
@@ -104,25 +102,6 @@ pub fn tile_shape_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> 
 
 /// Head dims and other shape symbols get this value when nothing gives one.
 pub const DEFAULT_SHAPE: i64 = 64;
-
-/// The configuration a kernel is shown and checked with when none is chosen: the
-/// fixed schedule (or each autotune key's first candidate) and the shape symbols its
-/// tiles use, from `dims` or [`DEFAULT_SHAPE`]. Also returns the symbols assumed.
-pub fn default_config(
-    db: &dyn Db,
-    key: FnKey<'_>,
-    dims: &BTreeMap<String, i64>,
-) -> Result<(Config, Vec<String>), LowerError> {
-    if let Some(e) = decorator_error(db, key) {
-        return Err(e.clone());
-    }
-    let schedule = match &fn_decorators(db, key).schedule {
-        Some(s) => s.first_configuration(),
-        None => ScheduleValue::default_for_kernel(),
-    };
-    let graph = graph_ir(db, key).clone()?;
-    Ok(config_for(&graph, schedule, dims))
-}
 
 /// The one builder of configurations: `schedule` plus a value for every shape symbol the
 /// tiles of `graph` use, from `dims` or [`DEFAULT_SHAPE`]. Also returns the symbols

@@ -46,7 +46,7 @@ pub struct GraphPlan {
 /// The plan of a graph function.
 #[salsa::tracked(returns(ref))]
 pub fn graph_plan<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<GraphPlan>, LowerError> {
-    let graph = crate::graph_ir(db, key).clone()?;
+    let graph = crate::queries::graph_ir(db, key).clone()?;
     if graph.kind != FuncKind::Graph {
         return Err(LowerError {
             message: format!("`{}` is a kernel: it has no launch plan of its own", graph.name),

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use tessera_frontend::{Db, FnKey};
-
+use crate::config::Config;
+use crate::error::LowerError;
 use crate::ir::{Func, Level};
-use crate::{graph_ir, sched, tile, Config, LowerError, Target};
+use crate::target::Target;
+use crate::{sched, tile};
 
 type PassFn = fn(&mut Func, &Config, Target) -> Result<(), LowerError>;
 
@@ -149,26 +150,4 @@ pub struct PassSnapshot {
     pub func: Arc<Func>,
     /// Whether the pass changed the IR.
     pub changed: bool,
-}
-
-/// Every pass from Graph IR to Tile IR for one configuration and target, with the IR
-/// after each (`lower-to-graph` first). Target code is the `target_code` query.
-// Per-configuration IR is large: keep the most recently used.
-#[salsa::tracked(returns(ref), lru = 128)]
-pub fn pipeline<'db>(
-    db: &'db dyn Db,
-    key: FnKey<'db>,
-    config: Config,
-    target: Target,
-) -> Result<Arc<Vec<PassSnapshot>>, LowerError> {
-    let graph = graph_ir(db, key).clone()?;
-    let mut snapshots =
-        vec![PassSnapshot { pass: "lower-to-graph", level: Level::Graph, func: graph.clone(), changed: true }];
-    let mut record = |pass: &Pass, f: &Func| {
-        let changed = snapshots.last().is_none_or(|prev| *prev.func != *f);
-        snapshots.push(PassSnapshot { pass: pass.name, level: pass.level, func: Arc::new(f.clone()), changed });
-    };
-    let sched = run_passes(&graph, Level::Schedule, SCHEDULE_PASSES, &config, target, &mut record)?;
-    run_passes(&sched, Level::Tile, TILE_PASSES, &config, target, &mut record)?;
-    Ok(Arc::new(snapshots))
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use tessera_frontend::check::{fn_signature, FunctionKind};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
-use tessera_passes::pipeline::pipeline;
+use tessera_passes::queries::pipeline;
 use tessera_passes::{default_config, lowering_text, print_ir, Stage, Target};
 
 fn repo() -> PathBuf {

@@ -1,7 +1,7 @@
 //! GPU limits (TARGETS.md): the one table of per-architecture facts, and occupancy as
 //! CUDA's occupancy calculator computes it.
 
-use crate::Target;
+use crate::target::Target;
 
 /// Per-architecture limits.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]

@@ -7,7 +7,7 @@
 //! so pruning an autotune space asks one cheap query per candidate, and the explorer
 //! and the language server show the same numbers the lints use. The lints of one kernel
 //! are [`kernel_lints`]; ranges stay relative (body to `def`, decorators to the item)
-//! and fix-its that need the source text are resolved by [`crate::file_diagnostics`].
+//! and fix-its that need the source text are resolved by [`crate::diagnostics::file_diagnostics`].
 
 pub mod banks;
 pub mod limits;
@@ -25,8 +25,11 @@ use tessera_frontend::diagnostics::{Code, Diagnostic};
 use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey};
 
+use crate::config::Config;
+use crate::error::LowerError;
 use crate::ir::{Func, Layout, Loc, OpKind, Origin, SmemType, Swizzle, Type, ValueId};
-use crate::{graph_ir, Config, LowerError, Target};
+use crate::queries::graph_ir;
+use crate::target::Target;
 use limits::{GpuLimits, Occupancy};
 use registers::RegisterEstimate;
 
@@ -83,7 +86,7 @@ pub fn kernel_resources<'db>(
     Ok(Arc::new(resources_of(&tile, target)))
 }
 
-/// Tile IR built for an analysis and dropped, not memoized like [`crate::tile_ir`]: the
+/// Tile IR built for an analysis and dropped, not memoized like [`crate::queries::tile_ir`]: the
 /// lints of a file ask for every kernel (and every autotune candidate), and only their
 /// small results should stay cached — a language server holding every kernel's Tile IR
 /// of a 50 000-line file would need hundreds of megabytes.
@@ -277,7 +280,7 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
     out
 }
 
-/// A fix-it that needs the source text to become edits (see [`crate::file_diagnostics`]).
+/// A fix-it that needs the source text to become edits (see [`crate::diagnostics::file_diagnostics`]).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum FixRequest {
     /// Insert `tile.barrier()` on its own line before the statement at this range.
@@ -312,7 +315,7 @@ fn range_in(loc: &Loc, name: &str) -> Option<TextRange> {
     }
 }
 
-/// The configuration a schedule gives, with shape symbols at [`crate::DEFAULT_SHAPE`].
+/// The configuration a schedule gives, with shape symbols at [`crate::config::DEFAULT_SHAPE`].
 fn config_of(graph: &Func, schedule: ScheduleValue) -> Config {
     crate::config::config_for(graph, schedule, &BTreeMap::new()).0
 }
@@ -362,7 +365,7 @@ pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target
     let Some(limits) = GpuLimits::of(target) else {
         // Memoized, not transient: off the GPU only the autotuner asks, and it lowers
         // every survivor to this same Tile IR right after.
-        return crate::tile_ir(db, key, config.clone(), target)
+        return crate::queries::tile_ir(db, key, config.clone(), target)
             .as_ref()
             .err()
             .map(|e| PruneReason::Lowering(e.message.clone()));
@@ -398,7 +401,7 @@ fn mma_violation(sites: &[MmaSite], schedule: &ScheduleValue) -> Option<String> 
 #[salsa::tracked(returns(ref))]
 pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> KernelLints {
     let mut out = KernelLints::default();
-    if fn_signature(db, key).kind != FunctionKind::Kernel || crate::decorator_error(db, key).is_some() {
+    if fn_signature(db, key).kind != FunctionKind::Kernel || crate::queries::decorator_error(db, key).is_some() {
         return out;
     }
     let Ok(graph) = graph_ir(db, key).clone() else { return out };
@@ -742,7 +745,7 @@ pub fn register_profile(
 ) -> Result<RegisterProfile, LowerError> {
     let resources = kernel_resources(db, key, config, target).clone()?;
     let file = key.file(db);
-    let locs = crate::FileLocs::new(db, file);
+    let locs = crate::locs::FileLocs::new(db, file);
     let text = file.text(db);
     let index = tessera_frontend::text::LineIndex::new(text);
     let mut per_line: HashMap<u32, u32> = HashMap::new();

@@ -14,8 +14,8 @@ use super::builder::{iota, lit, Elem, FnBuilder, VTy};
 use super::numerics::{self, ErrSink, Storage};
 use super::plan::{Plan, Root};
 use super::tiles::{contiguous, Mem, Node, SmemV, Stride, TensorV, Tile, ViewV};
+use crate::error::LowerError;
 use crate::ir::{policy, Attr, Func, Loc, OpId, OpKind, Region, Type, ValueId};
-use crate::LowerError;
 
 pub(super) type R<T> = Result<T, LowerError>;
 

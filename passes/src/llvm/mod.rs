@@ -52,10 +52,10 @@ use std::rc::Rc;
 use tessera_frontend::check::DType;
 
 use crate::abi::{scalar_slot, KernelAbi, Slot};
-use crate::codegen::TargetCode;
+use crate::error::LowerError;
 use crate::ir::{Func, Level, Loc, Type};
 use crate::target::Target;
-use crate::LowerError;
+use crate::target::TargetCode;
 
 use builder::{Elem, FnBuilder, Line, VTy};
 use emit::{Lowerer, Val};

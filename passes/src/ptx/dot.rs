@@ -32,7 +32,7 @@ use super::numerics::{fp8x4_to_f16x2, materialize, round_wide, wide_class};
 use super::threadmap::{memo, Memo, ThreadMap};
 use std::rc::Rc;
 
-use super::{Emitter, LazyLoad, Repr, SmemVal, TileVal, Val, R};
+use super::emit::{Emitter, LazyLoad, LdMatrix, Repr, SmemVal, TileVal, Val, R};
 use crate::ir::{policy as ir_policy, Layout, Op};
 use crate::target::Target;
 
@@ -168,15 +168,6 @@ pub fn fragments(c: &ThreadMap, a: &ThreadMap, b: &ThreadMap, per: usize) -> Res
         }
     }
     Ok(frags)
-}
-
-/// One `ldmatrix` of 1, 2 or 4 8x8 matrices: the words it fills, whether it
-/// transposes, and each lane's row address as a byte offset in the buffer slot.
-#[derive(Clone, Debug)]
-pub struct LdMatrix {
-    pub words: Vec<usize>,
-    pub trans: bool,
-    pub offset: Expr,
 }
 
 /// `plan_ldmatrix`, remembered across kernels.
@@ -684,7 +675,7 @@ impl Emitter<'_> {
                     Some(t) => round_wide(&mut self.b, target, t, x),
                     None => x,
                 };
-                super::mov(&mut self.b, r, x);
+                super::emit::mov(&mut self.b, r, x);
                 r
             })
             .collect();
@@ -721,7 +712,7 @@ impl Emitter<'_> {
             if let (true, Some(t)) = (float, step) {
                 self.b.ins(format!("fma.rn.f32 {r}, {av}, {bv}, {r}"));
                 let x = round_wide(&mut self.b, target, t, Operand::Reg(r));
-                super::mov(&mut self.b, r, x);
+                super::emit::mov(&mut self.b, r, x);
             } else if float {
                 self.b.ins(format!("fma.rn.f32 {r}, {av}, {bv}, {r}"));
             } else {

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use tessera_frontend::check::DType;
 
 use crate::abi::{scalar_slot, AbiParam, KernelAbi, Slot};
-use crate::codegen::TargetCode;
+use crate::error::LowerError;
 use crate::ir::{Attr, Func, Layout, Op, OpId, OpKind, Region, SmemType, Type, ValueId};
-use crate::{LowerError, Target};
+use crate::target::Target;
+use crate::target::TargetCode;
 
 use super::builder::{Builder, Class, Operand, Reg};
-use super::expr::ExprCache;
+use super::expr::{Expr, ExprCache};
 use super::numerics::{float_imm, materialize, round_wide, wide_class};
 use super::threadmap::ThreadMap;
 
@@ -49,11 +50,20 @@ pub(crate) enum Repr {
     Lazy(Rc<LazyLoad>),
 }
 
+/// One `ldmatrix` of 1, 2 or 4 8x8 matrices: the words it fills, whether it
+/// transposes, and each lane's row address as a byte offset in the buffer slot.
+#[derive(Clone, Debug)]
+pub(crate) struct LdMatrix {
+    pub words: Vec<usize>,
+    pub trans: bool,
+    pub offset: Expr,
+}
+
 /// A deferred `tile.load_shared` of a dot operand (see `Repr::Lazy`).
 #[derive(Debug)]
 pub(crate) struct LazyLoad {
     pub slot: SmemVal,
-    pub plan: Vec<super::dot::LdMatrix>,
+    pub plan: Vec<LdMatrix>,
     pub words: usize,
 }
 

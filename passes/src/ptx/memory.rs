@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use tessera_frontend::check::DType;
 
 use super::builder::{Class, Operand, Reg};
+use super::emit::{mov, pack_bytes, Emitter, Repr, SmemVal, TileVal, Val, ViewVal, R};
 use super::numerics::{from_storage, materialize, mem_access, mem_bytes, per_word, to_storage, wide_class};
 use super::threadmap::ThreadMap;
-use super::{mov, pack_bytes, Emitter, Repr, SmemVal, TileVal, Val, ViewVal, R};
 use crate::ir::{Attr, Op};
 
 /// Where each register's element is in global memory.
@@ -325,7 +325,7 @@ impl Emitter<'_> {
         let map = self.map(op, &layout, &shape)?;
         let plan = self.global_plan(op, &view, &map, dtype, true)?;
         let other = op.attr("other").and_then(Attr::as_float).unwrap_or(0.0);
-        let other_wide = super::const_operand(dtype, other);
+        let other_wide = super::emit::const_operand(dtype, other);
         let target = self.target;
         let other_bits = to_storage(&mut self.b, target, dtype, other_wide);
         let (ty, class) = mem_access(dtype);
@@ -380,7 +380,7 @@ impl Emitter<'_> {
             Class::B64 => "b64",
             Class::Pred => {
                 let (a, b2) = (materialize(&mut self.b, Class::Pred, a), materialize(&mut self.b, Class::Pred, b));
-                return Operand::Reg(super::select_pred(&mut self.b, c, a, b2));
+                return Operand::Reg(super::emit::select_pred(&mut self.b, c, a, b2));
             }
             _ => "b32",
         };

@@ -45,5 +45,3 @@ mod threadmap;
 
 pub use emit::emit;
 pub use threadmap::ThreadMap;
-
-use emit::*;

@@ -10,10 +10,10 @@
 use tessera_frontend::check::DType;
 
 use super::builder::{Class, Operand, Reg};
+use super::emit::{Emitter, Repr, TileVal, Val, R};
 use super::expr::{share_bases, Expr};
 use super::numerics::{materialize, round_wide, wide_class};
 use super::threadmap::{local_map, ThreadMap};
-use super::{Emitter, Repr, TileVal, Val, R};
 use crate::ir::{policy as ir_policy, Op, OpKind, Type};
 
 /// How a result coordinate picks its source coordinate.
@@ -61,7 +61,7 @@ enum Combine {
 
 impl Emitter<'_> {
     pub(super) fn smem_addresses_at(&mut self, addr: Reg, imm: i64, exprs: &[Expr]) -> Vec<(Reg, i64)> {
-        let slot = super::SmemVal {
+        let slot = super::emit::SmemVal {
             ty: crate::ir::SmemType {
                 dims: Vec::new(),
                 dtype: DType::F32,

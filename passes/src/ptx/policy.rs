@@ -5,8 +5,8 @@
 use tessera_frontend::check::DType;
 
 use super::builder::{Builder, Class, Operand, Reg};
+use super::emit::{const_operand, cvt_type, mov, wrap_int, Emitter, R};
 use super::numerics::{self, arith_type, materialize, round_wide_with, wide_class};
-use super::{const_operand, cvt_type, mov, wrap_int, Emitter, R};
 
 impl Emitter<'_> {
     /// A conversion (docs/ir.md, "Numerics policies"): float → int truncates toward zero

@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 
 use super::builder::{Class, Operand, Reg};
+use super::emit::{mov, pack_bytes, Emitter, Repr, SmemVal, TileVal, Val, ViewVal, R};
 use super::expr::{share_bases, smem_offset, Expr};
 use super::memory::store_type;
 use super::numerics::{from_storage, materialize, mem_access, mem_bytes, per_word, to_storage};
 use super::threadmap::ThreadMap;
-use super::{mov, pack_bytes, Emitter, Repr, SmemVal, TileVal, Val, ViewVal, R};
 use crate::ir::{Attr, Op, SmemType};
 
 impl Emitter<'_> {
@@ -318,7 +318,7 @@ impl Emitter<'_> {
                     .map_err(|e| self.fail(op, format!("internal error: {e}")))?;
                 if let Some(plan) = plan {
                     let per = if dtype.bits() == 16 { 2 } else { 4 };
-                    let lazy = super::LazyLoad { slot, plan, words: map.len() / per };
+                    let lazy = super::emit::LazyLoad { slot, plan, words: map.len() / per };
                     let repr = Repr::Lazy(std::rc::Rc::new(lazy));
                     self.set(op.results[0], Val::Tile(TileVal { dtype, shape, layout, repr }));
                     return Ok(());

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tessera_frontend::text::TextRange;
 
-use crate::LowerError;
+use crate::error::LowerError;
 
 /// What kind of failure a [`SessionError`] is.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]

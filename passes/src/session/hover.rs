@@ -3,7 +3,7 @@
 //! language server shows them; they are markdown because that is what hovers carry.
 
 use super::{Analysis, Overrides};
-use crate::Target;
+use crate::target::Target;
 
 impl Analysis<'_> {
     /// Extra markdown for the hover of a kernel: estimated registers per thread, shared

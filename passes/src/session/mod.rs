@@ -8,7 +8,7 @@
 //!   an error listing the file's functions.
 //! - **Configurations** come from [`Analysis::configure`] alone: one set of defaults
 //!   (the fixed schedule or the first autotune candidate; shape symbols the tiles use at
-//!   [`crate::DEFAULT_SHAPE`]) and one override rule ([`overrides`]).
+//!   [`crate::config::DEFAULT_SHAPE`]) and one override rule ([`overrides`]).
 //! - **Lowering** at any stage, resource, register and bank-conflict summaries, and the
 //!   hovers that need a target are methods here; launches are the backends crate's
 //!   extension of the same session (`tessera_backends::session`).
@@ -33,8 +33,11 @@ use tessera_frontend::text::TextRange;
 use tessera_frontend::{Database, Db, FnKey, SourceFile};
 
 use crate::analysis::{BankConflict, RegisterProfile, Resources};
+use crate::config::Config;
 use crate::ir::{Func, Loc};
-use crate::{Config, LoweredText, Stage, Target};
+use crate::stages::LoweredText;
+use crate::stages::Stage;
+use crate::target::Target;
 pub use capture::{catch, Cancellable, ErrorKind, SessionError};
 pub use overrides::{OverrideKind, Overrides, Rejection};
 
@@ -107,7 +110,7 @@ pub struct FunctionSummary {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Configured {
     pub config: Config,
-    /// Shape symbols given [`crate::DEFAULT_SHAPE`] because no dim set them.
+    /// Shape symbols given [`crate::config::DEFAULT_SHAPE`] because no dim set them.
     pub assumed: Vec<String>,
     /// The kernel's autotune space (empty for a fixed schedule).
     pub space: Vec<SpaceKey>,
@@ -193,7 +196,7 @@ impl<'db> Analysis<'db> {
 
     /// The one builder of configurations: `base` (the kernel's own — its fixed schedule
     /// or first autotune candidate — when `None`) with every override the rule accepts,
-    /// and each shape symbol the tiles use from the dims or [`crate::DEFAULT_SHAPE`].
+    /// and each shape symbol the tiles use from the dims or [`crate::config::DEFAULT_SHAPE`].
     pub fn configure(
         &self,
         f: Function<'db>,
@@ -202,7 +205,7 @@ impl<'db> Analysis<'db> {
     ) -> Cancellable<Configured> {
         let db = self.db;
         let computed = catch("choosing a configuration", || {
-            if let Some(e) = crate::decorator_error(db, f.key) {
+            if let Some(e) = crate::queries::decorator_error(db, f.key) {
                 return Err(SessionError::lowering(f.anchor, e));
             }
             let name = f.key.name(db).to_string();
@@ -225,7 +228,8 @@ impl<'db> Analysis<'db> {
                     }
                 }
             }
-            let graph = crate::graph_ir(db, f.key).clone().map_err(|e| SessionError::lowering(f.anchor, &e))?;
+            let graph =
+                crate::queries::graph_ir(db, f.key).clone().map_err(|e| SessionError::lowering(f.anchor, &e))?;
             let (config, assumed) = crate::config::config_for(&graph, schedule, &dims);
             Ok(Configured { config, assumed, space: declared.space.clone(), symbols, rejected })
         });
@@ -236,13 +240,13 @@ impl<'db> Analysis<'db> {
     pub fn lower(&self, f: Function<'db>, stage: Stage, config: &Config, target: Target) -> Cancellable<LoweredText> {
         let name = f.key.name(self.db).to_string();
         let what = format!("lowering `{name}` to {} IR", stage.name());
-        catch(&what, || crate::lowering_text(self.db, f.key, stage, target, config))?
+        catch(&what, || crate::stages::lowering_text(self.db, f.key, stage, target, config))?
             .map_err(|e| SessionError::lowering(f.anchor, &e))
     }
 
     /// The memoized Tile IR itself (what the interpreter and the code generators read).
     pub fn tile_ir(&self, f: Function<'db>, config: &Config, target: Target) -> Cancellable<Arc<Func>> {
-        catch("lowering to Tile IR", || crate::tile_ir(self.db, f.key, config.clone(), target).clone())?
+        catch("lowering to Tile IR", || crate::queries::tile_ir(self.db, f.key, config.clone(), target).clone())?
             .map_err(|e| SessionError::lowering(f.anchor, &e))
     }
 
@@ -257,7 +261,7 @@ impl<'db> Analysis<'db> {
         use crate::ir::Level;
         let db = self.db;
         let computed = catch("running the pass pipeline", || {
-            let snapshots = crate::pipeline::pipeline(db, f.key, config.clone(), target).clone()?;
+            let snapshots = crate::queries::pipeline(db, f.key, config.clone(), target).clone()?;
             Ok(snapshots
                 .iter()
                 .map(|s| {
@@ -266,7 +270,7 @@ impl<'db> Analysis<'db> {
                         Level::Schedule => Stage::Sched,
                         Level::Tile => Stage::Tile,
                     };
-                    (s.pass.to_string(), stage, crate::print_ir(db, self.file, &s.func), s.changed)
+                    (s.pass.to_string(), stage, crate::stages::print_ir(db, self.file, &s.func), s.changed)
                 })
                 .collect())
         })?;
@@ -302,19 +306,19 @@ impl<'db> Analysis<'db> {
 
     /// Every diagnostic of the file for `target` (`tessera check`'s list).
     pub fn diagnostics(&self, target: Target) -> Cancellable<Vec<Diagnostic>> {
-        catch("checking the file", || crate::file_diagnostics(self.db, self.file, target))
+        catch("checking the file", || crate::diagnostics::file_diagnostics(self.db, self.file, target))
     }
 
     /// The absolute range of an IR location in this file.
     pub fn absolute(&self, loc: &Loc) -> Option<TextRange> {
-        crate::FileLocs::new(self.db, self.file).absolute(loc)
+        crate::locs::FileLocs::new(self.db, self.file).absolute(loc)
     }
 
     /// `(path, 1-based line, 1-based column)` of an IR location (stdlib locations name
     /// their stdlib file).
     pub fn position(&self, loc: &Loc) -> Option<(String, u32, u32)> {
         use crate::ir::print::LocResolver;
-        crate::FileLocs::new(self.db, self.file).resolve(loc)
+        crate::locs::FileLocs::new(self.db, self.file).resolve(loc)
     }
 }
 

@@ -1,0 +1,110 @@
+//! Every diagnostic of a file for a target — the frontend's checks plus the target lints
+//! with their fix-its resolved against the text — and the parallel pre-pass that computes
+//! the lints first. The one entry point `tessera check`, the server and the explorer use.
+
+use tessera_frontend::db::item_index;
+use tessera_frontend::diagnostics::Diagnostic;
+use tessera_frontend::text::TextRange;
+use tessera_frontend::{Db, FnKey, SourceFile};
+
+use crate::analysis;
+use crate::target::Target;
+
+/// Computes the target lints of every function of `file` on `threads` threads, each with
+/// its own database handle, so that a following [`file_diagnostics`] finds them memoized.
+/// Target lints dominate a file's check (every autotune candidate of every kernel is
+/// lowered), and `file_diagnostics` alone keeps one core busy. A failure (a panic, or
+/// salsa cancelling the work after a newer edit) ends that thread quietly: whoever asks
+/// `file_diagnostics` next meets it again and reports it.
+pub fn prefetch_lints(db: &tessera_frontend::Database, file: SourceFile, target: Target, threads: usize) {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    if threads < 2 {
+        return;
+    }
+    let Ok(functions) = catch_unwind(AssertUnwindSafe(|| {
+        item_index(db, file)
+            .functions
+            .iter()
+            .map(|f| (f.key.name(db).to_string(), f.key.ordinal(db)))
+            .collect::<Vec<_>>()
+    })) else {
+        return;
+    };
+    let threads = threads.min(functions.len());
+    if threads < 2 {
+        return;
+    }
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let db = db.clone();
+            let mine: Vec<&(String, u32)> = functions.iter().skip(t).step_by(threads).collect();
+            scope.spawn(move || {
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    for (name, ordinal) in mine {
+                        let key = FnKey::new(&db, file, name.clone(), *ordinal);
+                        analysis::kernel_lints(&db, key, target);
+                    }
+                }));
+            });
+        }
+    });
+}
+
+/// Every diagnostic of a file for a target: the frontend's checks plus the target
+/// lints. The CLI, the language server and the explorer all call this one function.
+pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Diagnostic> {
+    let mut out = tessera_frontend::check::file_diagnostics(db, file).clone();
+    let text = file.text(db);
+    let index = item_index(db, file);
+    let before = out.len();
+    for entry in &index.functions {
+        let lints = analysis::kernel_lints(db, entry.key, target);
+        for (lints, offset) in [(&lints.body, entry.anchor), (&lints.decorators, entry.range.start)] {
+            for lint in lints {
+                let mut d = lint.diagnostic.clone().shift(offset);
+                if let Some((message, request)) = &lint.fix {
+                    if let Some(edits) = resolve_fix(text, request, offset) {
+                        d = d.with_fix(message.clone(), edits);
+                    }
+                }
+                out.push(d);
+            }
+        }
+    }
+    if out.len() > before {
+        tessera_frontend::check::sort_diagnostics(&mut out);
+    }
+    out
+}
+
+/// Turns a fix request (relative to `offset`) into edits of the source text, or None
+/// when the text is not what the request expects.
+fn resolve_fix(
+    text: &str,
+    request: &analysis::FixRequest,
+    offset: u32,
+) -> Option<Vec<tessera_frontend::diagnostics::Edit>> {
+    use tessera_frontend::diagnostics::Edit;
+    match request {
+        analysis::FixRequest::BarrierBefore(range) => {
+            let at = (range.start + offset) as usize;
+            let line_start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+            let indent: String = text[line_start..].chars().take_while(|c| *c == ' ').collect();
+            Some(vec![Edit { range: TextRange::empty(line_start as u32), text: format!("{indent}tile.barrier()\n") }])
+        }
+        analysis::FixRequest::AddKeyword { call, keyword, value } => {
+            let range = call.shift(offset);
+            let call_text = range.slice(text);
+            if !call_text.ends_with(')') || call_text.contains(&format!("{keyword}=")) {
+                return None;
+            }
+            let close = range.end - 1;
+            Some(vec![Edit { range: TextRange::empty(close), text: format!(", {keyword}={value}") }])
+        }
+        analysis::FixRequest::Replace { within, from, to } => {
+            let range = within.shift(offset);
+            let found = range.slice(text).find(from.as_str())? as u32 + range.start;
+            Some(vec![Edit { range: TextRange::new(found, found + from.len() as u32), text: to.clone() }])
+        }
+    }
+}
