@@ -108,7 +108,7 @@ pub const BINDINGS: &[Binding] = &[
     b!(Global, "p", [c('p')], Action::PickKernel, "pick a kernel or graph function"),
     b!(Global, "t", [c('t')], Action::CycleTarget, "target: sm_90 → sm_80 → cpu"),
     b!(Global, "L", [c('L')], Action::ToggleLoc, "show/hide loc(...) in IR"),
-    b!(Global, "r", [c('r')], Action::Run, "run the kernel with the current configuration"),
+    b!(Global, "r", [c('r')], Action::Run, "run the kernel (current config) or graph function"),
     b!(Global, "a", [c('a')], Action::Autotune, "autotune: run every configuration of the space"),
     b!(Global, "x", [c('x')], Action::Cancel, "cancel the run after the current configuration"),
     b!(Global, "R", [c('R')], Action::Reload, "reload the file now (it also reloads on change)"),

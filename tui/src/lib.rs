@@ -4,9 +4,9 @@
 //! checks there is no import cycle between files):
 //! - the model: [`workspace::Workspace`] owns the salsa database and asks it the same
 //!   queries as `tessera lower` and the language server; [`pipeline`], [`diff`], [`irdoc`],
-//!   [`highlight`] derive the views' data; [`runner`] runs kernels on a worker thread that
-//!   reports back through a channel; [`panics`], [`options`], [`theme`], [`keymap`] sit at
-//!   the bottom;
+//!   [`highlight`] derive the views' data; [`runner`] runs kernels and graph functions
+//!   on worker threads that report back through channels; [`panics`], [`options`],
+//!   [`theme`], [`keymap`] sit at the bottom;
 //! - the state: [`state`] (tabs, panes, cursors, layout, overlays, messages) and
 //!   [`kernel::KernelView`] (the kernel on screen and what is derived from it, cached);
 //! - the tabs' components ([`components`]): each owns its tab's state and updates it,

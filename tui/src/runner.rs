@@ -8,17 +8,27 @@
 //! Runners are adapters over the launch layer `tessera run` uses, so the explorer's
 //! numbers are the CLI's: the same seeded inputs, the same check against the reference
 //! interpreter, the same timing.
+//!
+//! A graph function (`@jit`) runs as a [`GraphTask`] through
+//! `tessera_backends::launch::graph::GraphSession`, the layer `tessera run` drives for
+//! graph functions: open (Graph IR and launch plan), seed, run (the plan, timed, checked
+//! against the f64 reference).
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tessera_backends::launch::graph::{GraphInputs, GraphRun, GraphRunOptions, GraphSession};
 use tessera_backends::launch::{self, CheckKind, CheckMode, DeviceRequest, Plan, Reference, RunOptions};
-use tessera_passes::{Config, Target};
+use tessera_frontend::db::item_index;
+use tessera_frontend::{Database, SourceFile};
+use tessera_passes::ir::print::LocResolver;
+use tessera_passes::{Config, FileLocs, Target};
 
 pub use tessera_backends::launch::Device;
 
@@ -272,6 +282,120 @@ impl Batch {
 impl Drop for Batch {
     fn drop(&mut self) {
         self.cancel();
+    }
+}
+
+/// A graph function (`@jit`) to run, with the source text it is run from.
+///
+/// Unlike a kernel's [`RunJob`] it cannot be planned on the UI thread: a launch plan's
+/// kernels are lowered while the plan runs (each for the shapes its launch gets), so the
+/// run asks a database throughout. The worker builds its own database from the text
+/// rather than sharing the explorer's, so an edit or a reload never waits for a run
+/// (a salsa write waits for every other handle of the database to be dropped).
+#[derive(Clone, Debug)]
+pub struct GraphJob {
+    pub function: String,
+    /// The file's path, as the workspace shows it (locations in errors name it).
+    pub path: PathBuf,
+    pub text: String,
+    /// Shape symbols' values; the others get `launch::graph::DEFAULT_GRAPH_DIM`.
+    pub dims: BTreeMap<String, i64>,
+    pub seed: u64,
+    pub options: GraphRunOptions,
+    /// The source revision the job was made from.
+    pub revision: u64,
+}
+
+impl GraphJob {
+    /// A run as `tessera run FILE --kernel FUNCTION` makes it: seed 0, the device, target
+    /// and repeat count `GraphSession` picks.
+    pub fn new(function: &str, path: PathBuf, text: String, dims: BTreeMap<String, i64>, revision: u64) -> GraphJob {
+        GraphJob {
+            function: function.to_string(),
+            path,
+            text,
+            dims,
+            seed: 0,
+            options: GraphRunOptions::default(),
+            revision,
+        }
+    }
+}
+
+/// What a graph run found, as `GraphSession` returned it: the seeded inputs' shape
+/// symbols and scalars, and the checked run (its verdict, each returned value's check,
+/// the plan's kernels with their times, the times of the whole plan). The tensors are
+/// dropped: the panel shows none of them and a record lives as long as the explorer.
+#[derive(Clone, Debug)]
+pub struct GraphOutcome {
+    pub inputs: GraphInputs,
+    pub run: GraphRun,
+}
+
+/// The device a graph run gets when nothing asks for one (the CPU backend when this
+/// build has it, else the interpreter), as `GraphSession` decides it.
+pub fn graph_device() -> Option<Device> {
+    GraphSession::device(DeviceRequest::Auto).ok()
+}
+
+/// Runs a graph function: `GraphSession::open`, `seed`, `run`, on a database of its own.
+/// Errors are `GraphRunError`'s message, with the source position when it has one.
+pub fn run_graph(job: &GraphJob) -> Result<GraphOutcome, String> {
+    let db = Database::default();
+    let file = SourceFile::new(&db, job.path.clone(), job.text.clone(), None);
+    let key = item_index(&db, file)
+        .functions
+        .iter()
+        .find(|f| f.key.name(&db) == &job.function)
+        .map(|f| f.key)
+        .ok_or_else(|| format!("no function `{}` in this file", job.function))?;
+    let failed = |e: launch::graph::GraphRunError| {
+        let at = e.loc(&job.function).and_then(|loc| FileLocs::new(&db, file).resolve(&loc));
+        match at {
+            Some((path, line, col)) => format!("{e} (at {path}:{line}:{col})"),
+            None => e.to_string(),
+        }
+    };
+    let session = GraphSession::open(&db, key).map_err(failed)?;
+    let mut inputs = session.seed(&job.dims, &[], job.seed).map_err(failed)?;
+    let mut run = session.run(&inputs, &job.options).map_err(failed)?;
+    inputs.args.clear();
+    run.reference.clear();
+    run.returned.clear();
+    Ok(GraphOutcome { inputs, run })
+}
+
+/// A graph function running on a worker thread.
+pub struct GraphTask {
+    pub job: GraphJob,
+    pub started: Instant,
+    rx: Receiver<(Result<GraphOutcome, String>, Duration)>,
+}
+
+impl GraphTask {
+    pub fn start(job: GraphJob) -> GraphTask {
+        let (tx, rx) = channel();
+        let work = job.clone();
+        // A thread that cannot be spawned drops `tx`: `poll` then reports the failure.
+        let _ = std::thread::Builder::new().name("tessera-explore graph runner".into()).spawn(move || {
+            let t = Instant::now();
+            let outcome = crate::panics::catching(|| catch_unwind(AssertUnwindSafe(|| run_graph(&work))))
+                .unwrap_or_else(|p| Err(format!("internal error in the runner: {}", panic_text(&*p))));
+            // The receiver is gone when the run was cancelled: nobody wants the result.
+            let _ = tx.send((outcome, t.elapsed()));
+        });
+        GraphTask { job, started: Instant::now(), rx }
+    }
+
+    /// The result and the run's wall time once the worker is done; None while it runs.
+    pub fn poll(&mut self) -> Option<(Result<GraphOutcome, String>, Duration)> {
+        match self.rx.try_recv() {
+            Ok(done) => Some(done),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                Some((Err("the runner thread stopped without a result".into()), self.started.elapsed()))
+            }
+        }
     }
 }
 

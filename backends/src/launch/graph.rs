@@ -166,6 +166,25 @@ pub struct GraphCheck {
     pub comparison: Comparison,
 }
 
+impl GraphCheck {
+    /// This value's own verdict (the run's is correct when every value's is, wrong when
+    /// any is): correct when the comparison passed, wrong when an element is out of
+    /// tolerance (or non-finite where the reference is finite, or the lengths differ),
+    /// else non-finite (the reference itself has NaN or Inf). Front ends that list the
+    /// returned values one by one (the explorer's run panel) ask this rather than
+    /// re-deriving it from the comparison.
+    pub fn verdict(&self) -> Verdict {
+        let c = &self.comparison;
+        if c.passed {
+            Verdict::Correct
+        } else if c.mismatches > 0 || c.length_mismatch.is_some() {
+            Verdict::Wrong
+        } else {
+            Verdict::NonFinite
+        }
+    }
+}
+
 /// What a run of a graph function found.
 #[derive(Clone, Debug)]
 pub struct GraphRun {
@@ -312,8 +331,10 @@ impl<'db> GraphSession<'db> {
             })
             .collect();
         let same_len = reference.len() == outputs.len();
-        let correct = checks.iter().all(|c| c.comparison.passed) && same_len;
-        let wrong = checks.iter().any(|c| c.comparison.mismatches > 0) || !same_len;
+        // One rule for each value and the run: a value whose length differs from the
+        // reference's is wrong, never "non-finite".
+        let correct = checks.iter().all(|c| c.verdict() == Verdict::Correct) && same_len;
+        let wrong = checks.iter().any(|c| c.verdict() == Verdict::Wrong) || !same_len;
         let verdict = if correct {
             Verdict::Correct
         } else if wrong {

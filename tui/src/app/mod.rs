@@ -305,7 +305,7 @@ impl App {
 
     /// How long the event loop may wait for input before it must tick again.
     pub fn poll_interval(&self) -> Duration {
-        if self.run.batch.is_some() {
+        if self.run.busy() {
             Duration::from_millis(80)
         } else {
             Duration::from_millis(250)
@@ -452,6 +452,11 @@ impl App {
     }
 
     fn results_action(&mut self, action: Action) {
+        // A graph function's pane shows its last run, not the kernels' table: Enter has
+        // no row of it to take.
+        if action == Action::Enter && self.current_function().is_some_and(|f| f.kind == FunctionKind::Graph) {
+            return;
+        }
         let outcome = self.run.update(action, &self.geometry);
         self.take(outcome);
     }
@@ -575,6 +580,18 @@ impl App {
     // ----- runs -----
 
     fn start_run(&mut self, autotune: bool) {
+        if let Some(f) = self.current_function().filter(|f| f.kind == FunctionKind::Graph) {
+            let name = f.name.clone();
+            self.message = Some(if autotune {
+                Message::warn(format!("`{name}` is a graph function: autotune is for kernels; r runs it"))
+            } else {
+                // The dims the user gave (--dims, the schedule tab); GraphSession gives
+                // every other shape symbol its default, as `tessera run` does.
+                let dims = self.overrides.dims.clone();
+                self.run.start_graph(&self.ws, &name, dims)
+            });
+            return;
+        }
         let dims = self.run_dims();
         let message = self.run.start(&self.ws, &self.view, self.kernel.as_deref(), self.target, dims, autotune);
         if let Some(m) = message {

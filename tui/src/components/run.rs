@@ -1,17 +1,22 @@
 //! The run tab's component: the devices, the batch running on the worker thread, and
 //! every result kept per launch. It plans launches from the kernel on screen and turns
-//! the worker's reports into results; the app applies what a result asks for.
+//! the worker's reports into results; the app applies what a result asks for. A graph
+//! function (`@jit`) runs as one [`GraphTask`] instead, and keeps its last result per
+//! function ([`GraphRecord`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tessera_backends::launch::Verdict;
 use tessera_passes::{Config, Target};
 
 use super::Outcome;
 use crate::kernel::KernelView;
 use crate::keymap::Action;
-use crate::runner::{self, Backend, Batch, Correctness, Device, Report, RunJob, RunOutcome};
+use crate::runner::{
+    self, Backend, Batch, Correctness, Device, GraphJob, GraphOutcome, GraphTask, Report, RunJob, RunOutcome,
+};
 use crate::state::{fmt_ms, Geometry, Level, Message, Pane, Scroll};
 use crate::workspace::{Overrides, TuneSpace, Workspace};
 
@@ -60,6 +65,18 @@ impl RunRecord {
     }
 }
 
+/// The last run of a graph function.
+#[derive(Clone, Debug)]
+pub struct GraphRecord {
+    pub function: String,
+    /// The dims the run was asked for (the seeded inputs list every symbol's value).
+    pub dims: BTreeMap<String, i64>,
+    pub revision: u64,
+    /// None while it runs.
+    pub outcome: Option<Result<GraphOutcome, String>>,
+    pub wall: Duration,
+}
+
 pub struct RunTab {
     pub backends: Vec<Backend>,
     /// The device runs go to (an index into `backends`).
@@ -69,6 +86,10 @@ pub struct RunTab {
     batch_records: Vec<usize>,
     pub results: Vec<RunRecord>,
     pub scroll: Scroll,
+    /// The graph function running now.
+    pub graph: Option<GraphTask>,
+    /// The last run of each graph function.
+    pub graph_results: Vec<GraphRecord>,
 }
 
 impl Default for RunTab {
@@ -86,7 +107,19 @@ impl RunTab {
             batch_records: Vec::new(),
             results: Vec::new(),
             scroll: Scroll::default(),
+            graph: None,
+            graph_results: Vec::new(),
         }
+    }
+
+    /// Whether a kernel batch or a graph function is running.
+    pub fn busy(&self) -> bool {
+        self.batch.is_some() || self.graph.is_some()
+    }
+
+    /// The last run of graph function `function`.
+    pub fn graph_record(&self, function: &str) -> Option<&GraphRecord> {
+        self.graph_results.iter().find(|r| r.function == function)
     }
 
     pub fn backend(&self) -> &Backend {
@@ -105,10 +138,11 @@ impl RunTab {
 
     /// Forgets every result (not while a batch runs).
     pub fn clear(&mut self) -> Option<Message> {
-        if self.batch.is_some() {
+        if self.busy() {
             return Some(Message::info("a run is in progress (x cancels it)".into()));
         }
         self.results.clear();
+        self.graph_results.clear();
         self.scroll = Scroll::default();
         None
     }
@@ -127,6 +161,15 @@ impl RunTab {
     }
 
     pub fn cancel(&mut self) -> Message {
+        if let Some(task) = self.graph.take() {
+            // A plan cannot be stopped between two of its kernels from here: the worker
+            // finishes on its own and its result, sent to nobody, is dropped.
+            if let Some(r) = self.graph_results.iter_mut().find(|r| r.function == task.job.function) {
+                r.outcome = Some(Err("cancelled".into()));
+                r.wall = task.started.elapsed();
+            }
+            return Message::info(format!("cancelled the run of `{}`", task.job.function));
+        }
         match &self.batch {
             Some(b) => {
                 b.cancel();
@@ -134,6 +177,63 @@ impl RunTab {
             }
             None => Message::info("nothing is running".into()),
         }
+    }
+
+    /// Runs graph function `function` of the workspace's text on a worker thread, through
+    /// `GraphSession` as `tessera run` does; the message says what started, or why not.
+    pub fn start_graph(&mut self, ws: &Workspace, function: &str, dims: BTreeMap<String, i64>) -> Message {
+        if self.busy() {
+            return Message::info("a run is in progress (x cancels it)".into());
+        }
+        let job = GraphJob::new(function, ws.path().to_path_buf(), ws.text().to_string(), dims.clone(), ws.revision());
+        let record = GraphRecord {
+            function: function.to_string(),
+            dims,
+            revision: job.revision,
+            outcome: None,
+            wall: Duration::ZERO,
+        };
+        match self.graph_results.iter_mut().find(|r| r.function == function) {
+            Some(r) => *r = record,
+            None => self.graph_results.push(record),
+        }
+        self.graph = Some(GraphTask::start(job));
+        let device = match runner::graph_device() {
+            Some(Device::Cpu) => "the CPU backend (LLVM JIT)",
+            _ => "the reference interpreter",
+        };
+        Message::info(format!("running graph function `{function}`: its launch plan on {device}"))
+    }
+
+    /// Takes the graph function's result when its worker is done; the message sums it up.
+    fn drain_graph(&mut self) -> Option<Message> {
+        let (outcome, wall) = self.graph.as_mut()?.poll()?;
+        let task = self.graph.take()?;
+        let name = task.job.function;
+        let message = match &outcome {
+            Ok(o) => {
+                let run = &o.run;
+                let head = format!("`{name}` ran in {} (median)", fmt_ms(run.median_ms()).trim_start());
+                let errors = format!("max abs err {:.2e}, max rel err {:.2e}", run.max_abs_err(), run.max_rel_err());
+                let numerics = if run.numerics.is_empty() { "" } else { "; @verify.numerics VIOLATED" };
+                match run.verdict {
+                    Verdict::Correct if run.numerics.is_empty() => {
+                        Message::info(format!("{head} · correct against the f64 reference ({errors})"))
+                    }
+                    Verdict::Correct => Message::error(format!("{head} · correct ({errors}){numerics}")),
+                    Verdict::Wrong => {
+                        Message::error(format!("{head} · WRONG: differs from the f64 reference ({errors}){numerics}"))
+                    }
+                    _ => Message::error(format!("{head} · NON-FINITE: the reference itself has NaN or Inf{numerics}")),
+                }
+            }
+            Err(e) => Message::error(format!("`{name}` failed: {e}")),
+        };
+        if let Some(r) = self.graph_results.iter_mut().find(|r| r.function == name) {
+            r.outcome = Some(outcome);
+            r.wall = wall;
+        }
+        Some(message)
     }
 
     /// Plans the kernel's launches (one, or its autotune space) and starts them on the
@@ -147,7 +247,7 @@ impl RunTab {
         dims: BTreeMap<String, i64>,
         autotune: bool,
     ) -> Option<Message> {
-        if self.batch.is_some() {
+        if self.busy() {
             return Some(Message::info("a run is in progress (x cancels it)".into()));
         }
         let backend = self.backend().clone();
@@ -259,6 +359,9 @@ impl RunTab {
     /// Takes the worker's reports into the results; when the batch is over, the message
     /// sums it up.
     pub fn drain(&mut self) -> Option<Message> {
+        if self.graph.is_some() {
+            return self.drain_graph();
+        }
         let batch = self.batch.as_mut()?;
         let (reports, finished) = batch.drain();
         let cancelled = batch.cancelled();

@@ -6,6 +6,7 @@
 //! screenful does.
 
 mod explore;
+mod graph_run;
 mod lints;
 mod passes;
 mod run;

@@ -1,16 +1,20 @@
 //! The run tab: devices, the run in progress, every result kept per configuration, and
-//! the autotune chart of configurations against time.
+//! the autotune chart of configurations against time. A graph function on screen gets
+//! its last run and its plan's kernels instead of the table and chart
+//! ([`super::graph_run`]).
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Gauge;
 use ratatui::Frame;
+use tessera_frontend::check::FunctionKind;
 
+use super::graph_run;
 use super::widgets::{pane_block, put_row, short_config, truncate};
 use crate::app::App;
 use crate::components::run::RunRecord;
-use crate::runner::Correctness;
+use crate::runner::{self, Correctness};
 use crate::state::{fmt_ms, Pane};
 use crate::theme;
 
@@ -32,8 +36,21 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     let [devices, progress, results, chart] = areas(area);
     draw_devices(f, devices, app);
     draw_progress(f, progress, app);
-    draw_results(f, results, app);
-    draw_chart(f, chart, app);
+    match graph_function(app) {
+        Some(name) => {
+            graph_run::draw_result(f, results, app, name);
+            graph_run::draw_kernels(f, chart, app, name);
+        }
+        None => {
+            draw_results(f, results, app);
+            draw_chart(f, chart, app);
+        }
+    }
+}
+
+/// The name of the function on screen when it is a graph function (`@jit`).
+fn graph_function(app: &App) -> Option<&str> {
+    app.current_function().filter(|f| f.kind == FunctionKind::Graph).map(|f| f.name.as_str())
 }
 
 fn draw_devices(f: &mut Frame, area: Rect, app: &App) {
@@ -58,7 +75,14 @@ fn draw_devices(f: &mut Frame, area: Rect, app: &App) {
         put_row(f.buffer_mut(), inner, i as u16, spans, Style::new());
     }
     let dims: Vec<String> = app.run_dims().iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let line = format!("dims {} (edit in 4 Schedule)", if dims.is_empty() { "—".to_string() } else { dims.join(" ") });
+    let line = match graph_function(app) {
+        // Graph functions do not take the device chosen above: GraphSession picks one.
+        Some(_) => format!(
+            "graph functions run on {}",
+            runner::graph_device().map_or("the reference interpreter", graph_run::device_text)
+        ),
+        None => format!("dims {} (edit in 4 Schedule)", if dims.is_empty() { "—".to_string() } else { dims.join(" ") }),
+    };
     put_row(
         f.buffer_mut(),
         inner,
@@ -71,7 +95,46 @@ fn draw_devices(f: &mut Frame, area: Rect, app: &App) {
 fn draw_progress(f: &mut Frame, area: Rect, app: &App) {
     let (block, inner) = pane_block(app, None, area, Line::raw(" Progress "));
     f.render_widget(block, area);
+    let spin = SPINNER[(app.ticks as usize) % SPINNER.len()];
+    if let Some(task) = &app.run.graph {
+        put_row(
+            f.buffer_mut(),
+            inner,
+            0,
+            vec![
+                Span::styled(format!("{spin} running "), theme::key()),
+                Span::raw(format!(
+                    "graph function {} · {:.1} s",
+                    task.job.function,
+                    task.started.elapsed().as_secs_f64()
+                )),
+            ],
+            Style::new(),
+        );
+        put_row(
+            f.buffer_mut(),
+            inner,
+            1,
+            vec![Span::styled(
+                truncate("planning, the f64 reference, then the launch plan (timed)", inner.width as usize),
+                theme::dim(),
+            )],
+            Style::new(),
+        );
+        return;
+    }
     let Some(batch) = &app.run.batch else {
+        if let Some(name) = graph_function(app) {
+            let text = graph_run::idle_text(app, name);
+            put_row(
+                f.buffer_mut(),
+                inner,
+                0,
+                vec![Span::styled(truncate(&text, inner.width as usize), theme::dim())],
+                Style::new(),
+            );
+            return;
+        }
         let last = app.run.results.iter().rev().find(|r| r.outcome.is_some());
         let text = match last {
             Some(r) => format!("last: {} on {}", outcome_text(r), r.device.name()),
@@ -87,7 +150,6 @@ fn draw_progress(f: &mut Frame, area: Rect, app: &App) {
         return;
     };
     let total = batch.jobs.len();
-    let spin = SPINNER[(app.ticks as usize) % SPINNER.len()];
     let what = if batch.autotune { "autotuning" } else { "running" };
     let current = batch.current.and_then(|i| batch.jobs.get(i)).map(|j| short_config(&j.config)).unwrap_or_default();
     let elapsed = batch.started.elapsed().as_secs_f64();
