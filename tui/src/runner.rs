@@ -15,7 +15,6 @@
 //! against the f64 reference).
 
 use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
@@ -25,10 +24,8 @@ use std::time::{Duration, Instant};
 
 use tessera_backends::launch::graph::{GraphInputs, GraphRun, GraphRunOptions, GraphSession};
 use tessera_backends::launch::{self, CheckKind, CheckMode, DeviceRequest, Plan, Reference, RunOptions};
-use tessera_frontend::db::item_index;
-use tessera_frontend::{Database, SourceFile};
-use tessera_passes::ir::print::LocResolver;
-use tessera_passes::{Config, FileLocs, Target};
+use tessera_passes::session::{catch, AnalysisHost};
+use tessera_passes::{Config, Target};
 
 pub use tessera_backends::launch::Device;
 
@@ -218,8 +215,8 @@ impl Batch {
                     }
                     let t = Instant::now();
                     let outcome =
-                        crate::panics::catching(|| catch_unwind(AssertUnwindSafe(|| runner.run(job, &mut reference))))
-                            .unwrap_or_else(|p| Err(format!("internal error in the runner: {}", panic_text(&*p))));
+                        crate::panics::catching(|| catch("running the kernel", || runner.run(job, &mut reference)))
+                            .unwrap_or_else(|e| Err(e.message));
                     if tx.send(Report::Finished { index, outcome, wall: t.elapsed() }).is_err() {
                         break;
                     }
@@ -341,22 +338,14 @@ pub fn graph_device() -> Option<Device> {
 /// Runs a graph function: `GraphSession::open`, `seed`, `run`, on a database of its own.
 /// Errors are `GraphRunError`'s message, with the source position when it has one.
 pub fn run_graph(job: &GraphJob) -> Result<GraphOutcome, String> {
-    let db = Database::default();
-    let file = SourceFile::new(&db, job.path.clone(), job.text.clone(), None);
-    let key = item_index(&db, file)
-        .functions
-        .iter()
-        .find(|f| f.key.name(&db) == &job.function)
-        .map(|f| f.key)
-        .ok_or_else(|| format!("no function `{}` in this file", job.function))?;
-    let failed = |e: launch::graph::GraphRunError| {
-        let at = e.loc(&job.function).and_then(|loc| FileLocs::new(&db, file).resolve(&loc));
-        match at {
-            Some((path, line, col)) => format!("{e} (at {path}:{line}:{col})"),
-            None => e.to_string(),
-        }
+    let host = AnalysisHost::new(job.path.clone(), job.text.clone(), None);
+    let analysis = host.analysis();
+    let (db, key) = (host.db(), analysis.function(&job.function).map_err(|e| e.message)?.key);
+    let failed = |e: launch::graph::GraphRunError| match e.loc(&job.function).and_then(|loc| analysis.position(&loc)) {
+        Some((path, line, col)) => format!("{e} (at {path}:{line}:{col})"),
+        None => e.to_string(),
     };
-    let session = GraphSession::open(&db, key).map_err(failed)?;
+    let session = GraphSession::open(db, key).map_err(failed)?;
     let mut inputs = session.seed(&job.dims, &[], job.seed).map_err(failed)?;
     let mut run = session.run(&inputs, &job.options).map_err(failed)?;
     inputs.args.clear();
@@ -379,8 +368,8 @@ impl GraphTask {
         // A thread that cannot be spawned drops `tx`: `poll` then reports the failure.
         let _ = std::thread::Builder::new().name("tessera-explore graph runner".into()).spawn(move || {
             let t = Instant::now();
-            let outcome = crate::panics::catching(|| catch_unwind(AssertUnwindSafe(|| run_graph(&work))))
-                .unwrap_or_else(|p| Err(format!("internal error in the runner: {}", panic_text(&*p))));
+            let outcome = crate::panics::catching(|| catch("running the graph function", || run_graph(&work)))
+                .unwrap_or_else(|e| Err(e.message));
             // The receiver is gone when the run was cancelled: nobody wants the result.
             let _ = tx.send((outcome, t.elapsed()));
         });
@@ -396,15 +385,5 @@ impl GraphTask {
                 Some((Err("the runner thread stopped without a result".into()), self.started.elapsed()))
             }
         }
-    }
-}
-
-pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
     }
 }

@@ -122,7 +122,7 @@ pub fn run(app: &mut App) -> Result<(), String> {
 fn guarded_step(app: &mut App, f: impl FnOnce(&mut App)) {
     let result = catching(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(app))));
     if let Err(payload) = result {
-        app.error(format!("internal error: {}", crate::runner::panic_text(&*payload)));
+        app.error(format!("internal error: {}", tessera_passes::session::capture::panic_message(&*payload)));
     }
 }
 
