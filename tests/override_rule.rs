@@ -79,7 +79,7 @@ fn the_explorer_applies_the_override_rule() {
             overrides.dims.insert(case.key.clone(), case.value.parse().unwrap());
         }
         let info = ws.config("gemm", &overrides).unwrap();
-        let refused: Vec<&(String, String)> = info.rejected.iter().chain(&info.rejected_dims).collect();
+        let refused: Vec<(String, String)> = info.rejected.iter().map(|r| (r.key.clone(), r.reason.clone())).collect();
         match &case.reason {
             None => assert!(refused.is_empty(), "{}={} is accepted: {refused:?}", case.key, case.value),
             Some(reason) => {

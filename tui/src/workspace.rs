@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 use tessera_backends::launch::Plan;
 use tessera_backends::session::Launches;
 pub use tessera_backends::session::TuneSpace;
-use tessera_frontend::check::schedule::SpaceKey;
 use tessera_frontend::check::{FunctionKind, KeyValue};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::ide::{highlight, HlRange};
@@ -21,7 +20,7 @@ use tessera_frontend::Database;
 use tessera_passes::analysis::RegisterProfile;
 use tessera_passes::ir::Func;
 pub use tessera_passes::session::Overrides;
-use tessera_passes::session::{Analysis, AnalysisHost, Cancellable, Function, Rejection, SessionError};
+use tessera_passes::session::{Analysis, AnalysisHost, Cancellable, Configured, Function, SessionError};
 use tessera_passes::{Config, LoweredText, Stage, Target};
 
 use crate::irdoc::IrDoc;
@@ -73,21 +72,9 @@ pub fn stage_index(stage: Stage) -> usize {
     Stage::ALL.iter().position(|s| *s == stage).unwrap_or(0)
 }
 
-/// The configuration a kernel is lowered with, and where each value came from.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct ConfigInfo {
-    pub config: Config,
-    /// Shape symbols given [`tessera_passes::DEFAULT_SHAPE`] because nothing set them.
-    pub assumed: Vec<String>,
-    /// The kernel's autotune space (empty for a fixed schedule).
-    pub space: Vec<SpaceKey>,
-    /// Every dim symbol of the signature (what a launch must give values for).
-    pub symbols: Vec<String>,
-    /// Schedule overrides the session's override rule refused: (key, why).
-    pub rejected: Vec<(String, String)>,
-    /// Dims the rule refused: (symbol, why).
-    pub rejected_dims: Vec<(String, String)>,
-}
+/// The configuration a kernel is lowered with, and where each value came from: the
+/// session's own answer (`Configured`), with the overrides its rule refused.
+pub type ConfigInfo = Configured;
 
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct Stamp {
@@ -240,26 +227,10 @@ impl Workspace {
     /// set to the overrides (the session's one builder and override rule); overrides the
     /// rule refuses are listed, not applied.
     pub fn config(&self, name: &str, overrides: &Overrides) -> Result<ConfigInfo, StageError> {
-        let configured = quiet(|| {
+        Ok(quiet(|| {
             let f = self.analysis().function(name)?;
             self.analysis().configure(f, None, overrides)
-        })?;
-        let listed = |kind| -> Vec<(String, String)> {
-            configured
-                .rejected
-                .iter()
-                .filter(|r: &&Rejection| r.kind == kind)
-                .map(|r| (r.key.clone(), r.reason.clone()))
-                .collect()
-        };
-        Ok(ConfigInfo {
-            rejected: listed(tessera_passes::session::OverrideKind::Schedule),
-            rejected_dims: listed(tessera_passes::session::OverrideKind::Dims),
-            config: configured.config,
-            assumed: configured.assumed,
-            space: configured.space,
-            symbols: configured.symbols,
-        })
+        })?)
     }
 
     /// Why the override rule refuses `key = value` for `name`'s schedule (the rule the CLI

@@ -121,6 +121,15 @@ pub struct Configured {
 }
 
 impl Configured {
+    /// The refusal of the `kind` override named `key` (schedule keys by canonical name).
+    pub fn rejection(&self, kind: OverrideKind, key: &str) -> Option<&Rejection> {
+        let canonical = |k: &str| tessera_frontend::check::schedule::canonical_key(k).to_string();
+        self.rejected.iter().find(|r| {
+            r.kind == kind
+                && if kind == OverrideKind::Schedule { canonical(&r.key) == canonical(key) } else { r.key == key }
+        })
+    }
+
     /// The configuration only if every override was accepted: the CLI and the server
     /// refuse a request with a rejected override; the explorer shows the rejection.
     pub fn strict(self) -> Cancellable<Configured> {

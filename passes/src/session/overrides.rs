@@ -112,6 +112,12 @@ pub fn schedule_rejection(kernel: &str, schedule: &KernelSchedule, key: &str, va
     })
 }
 
+/// Why `value` cannot be a dim's value, if it cannot (the value half of the dims rule,
+/// which the explorer also applies as a value is typed).
+pub fn dim_value_problem(value: i64) -> Option<String> {
+    (value < 1).then(|| "a dim must be at least 1".to_string())
+}
+
 /// Why `symbol = value` cannot be a dim of `function` (whose signature has `symbols`),
 /// if it cannot.
 pub fn dim_rejection(
@@ -132,10 +138,8 @@ pub fn dim_rejection(
                 if symbols.is_empty() { "none".to_string() } else { symbols.join(", ") }
             )
         }
-    } else if value < 1 {
-        "a dim must be at least 1".to_string()
     } else {
-        return None;
+        dim_value_problem(value)?
     };
     Some(Rejection {
         kind: OverrideKind::Dims,

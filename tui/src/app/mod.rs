@@ -144,12 +144,7 @@ impl App {
     /// exits with the same reasons; the explorer opens and lowers without them).
     fn report_refused_overrides(&mut self) {
         let Ok(info) = &self.view.config else { return };
-        let refused: Vec<String> = info
-            .rejected
-            .iter()
-            .map(|(k, why)| format!("--schedule {k}: {why}"))
-            .chain(info.rejected_dims.iter().map(|(k, why)| format!("--dims {k}: {why}")))
-            .collect();
+        let refused: Vec<String> = info.rejected.iter().map(|r| r.as_option_error()).collect();
         if !refused.is_empty() {
             self.error(format!("refused {}", refused.join("; ")));
         }

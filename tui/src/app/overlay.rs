@@ -90,14 +90,15 @@ impl App {
                     return;
                 };
                 if r.is_dim {
-                    match input.trim().parse::<i64>() {
-                        Ok(v) if v > 0 => {
+                    // The override rule's value check, as the row shows it while typing.
+                    match (crate::components::schedule::edit_problem(r, &input), input.trim().parse::<i64>()) {
+                        (None, Ok(v)) => {
                             self.overlay = Overlay::None;
                             self.set_dim(&r.key.clone(), Some(v));
                         }
-                        _ => {
+                        (problem, _) => {
                             if let Overlay::Edit { error, .. } = &mut self.overlay {
-                                *error = Some(format!("{} must be a positive integer", r.key));
+                                *error = problem.or_else(|| Some(format!("{} must be an integer", r.key)));
                             }
                         }
                     }

@@ -9,6 +9,8 @@ use tessera_frontend::check::KeyValue;
 use tessera_passes::DEFAULT_SHAPE;
 
 use crate::workspace::{ConfigInfo, Overrides, StageError};
+use tessera_passes::session::overrides::dim_value_problem;
+use tessera_passes::session::OverrideKind;
 
 /// One row of the schedule panel.
 #[derive(Clone, PartialEq, Debug)]
@@ -92,7 +94,7 @@ pub fn run_dims(config: &Result<ConfigInfo, StageError>, overrides: &Overrides) 
         .iter()
         .map(|s| {
             // A dim the override rule refused (a value below 1) is not launched with.
-            let given = overrides.dims.get(s).filter(|_| !info.rejected_dims.iter().any(|(k, _)| k == s));
+            let given = overrides.dims.get(s).filter(|_| info.rejection(OverrideKind::Dims, s).is_none());
             let v = given.or(info.config.shapes.get(s)).copied().unwrap_or(DEFAULT_SHAPE);
             (s.clone(), v)
         })
@@ -118,7 +120,7 @@ pub fn rows(
         let value = info.config.schedule.get(&key).map(show_value).unwrap_or_else(|| "—".into());
         // A rejected edit, or a rejected `--schedule` value from the command line.
         let rejected = rejected_edits.get(&key).map(|(v, e)| (show_value(v), e.clone())).or_else(|| {
-            let e = info.rejected.iter().find(|(k, _)| canonical_key(k) == key)?.1.clone();
+            let e = info.rejection(OverrideKind::Schedule, &key)?.reason.clone();
             Some((overrides.schedule.get(&key).map(show_value)?, e))
         });
         let origin = match (&rejected, overrides.schedule.contains_key(&key), in_space) {
@@ -157,7 +159,7 @@ pub fn rows(
     }
     for s in dim_names {
         let tiles_use = info.config.shapes.contains_key(s);
-        let rejected = info.rejected_dims.iter().find(|(k, _)| k == s).map(|(_, why)| why.clone());
+        let rejected = info.rejection(OverrideKind::Dims, s).map(|r| r.reason.clone());
         let origin = if rejected.is_some() {
             "invalid"
         } else if overrides.dims.contains_key(s) {
@@ -186,8 +188,8 @@ pub fn rows(
 pub fn edit_problem(row: &ScheduleRow, input: &str) -> Option<String> {
     if row.is_dim {
         return match input.trim().parse::<i64>() {
-            Ok(v) if v > 0 => None,
-            _ => Some(format!("{} must be a positive integer", row.key)),
+            Ok(v) => dim_value_problem(v),
+            Err(_) => Some(format!("{} must be an integer", row.key)),
         };
     }
     if input.trim().is_empty() {
