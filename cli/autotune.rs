@@ -15,8 +15,11 @@ use tessera_backends::launch::{self, CheckKind, CheckMode, Device, DeviceRequest
 use tessera_frontend::check::{KeyValue, ScheduleValue};
 use tessera_passes::Target;
 
+use crate::failure::{refuse_errors, Failure};
+use crate::launch_setup::{self, Setup};
+use crate::number_text::sig;
 use crate::options::Source;
-use crate::run::{self, sig, Failure, Setup};
+use crate::parsers::{parse_check, parse_device};
 
 #[derive(clap::Args, Debug)]
 pub struct AutotuneArgs {
@@ -32,10 +35,10 @@ pub struct AutotuneArgs {
     #[arg(long = "arg", value_delimiter = ',', value_name = "NAME=VALUE")]
     pub args: Vec<String>,
     /// Where to measure: gpu, cpu, interp, or auto (GPU, else CPU, else the interpreter).
-    #[arg(long, default_value = "auto", value_parser = run::parse_device)]
+    #[arg(long, default_value = "auto", value_parser = parse_device)]
     pub device: DeviceRequest,
     /// Target: sm_80, sm_90 or cpu (default: the device's; sm_90 for the interpreter).
-    #[arg(long, value_parser = crate::parse_target)]
+    #[arg(long, value_parser = crate::parsers::parse_target)]
     pub target: Option<Target>,
     /// Timed launches per configuration (default: as many as the kernel's budget_ms allows,
     /// up to 100 on a GPU, 20 on the CPU, 3 on the interpreter).
@@ -48,7 +51,7 @@ pub struct AutotuneArgs {
     #[arg(long, default_value_t = launch::DEFAULT_SEED)]
     pub seed: u64,
     /// How each configuration's output is checked: full, sampled, none, or auto.
-    #[arg(long, default_value = "auto", value_parser = run::parse_check)]
+    #[arg(long, default_value = "auto", value_parser = parse_check)]
     pub check: CheckMode,
     /// Print one JSON object instead of the table (and no progress bar).
     #[arg(long)]
@@ -83,8 +86,8 @@ struct Row {
 
 fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
     let key = src.function(&args.kernel).map_err(Failure::usage)?;
-    run::refuse_errors(src, key, "tune")?;
-    let setup = run::setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
+    refuse_errors(src, key, "tune")?;
+    let setup = launch_setup::setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
     let info = &setup.info;
     if !info.schedule.is_autotuned() {
         return Err(Failure::usage(format!(
@@ -100,10 +103,10 @@ fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
             info.name
         )));
     }
-    run::print_notes(&setup);
+    launch_setup::print_notes(&setup);
     let dims = setup.dims.map();
     let device = setup.opened.backend.device();
-    let key = run::cache_key(src, &setup, &dims).ok_or_else(|| {
+    let key = launch_setup::cache_key(src, &setup, &dims).ok_or_else(|| {
         Failure::usage(format!(
             "`{}` does not lower for {} at these dims: `tessera run` says why",
             info.name, setup.target

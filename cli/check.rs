@@ -7,11 +7,12 @@ use rayon::prelude::*;
 use tessera_frontend::diagnostics::{Code, Diagnostic};
 use tessera_frontend::text::LineIndex;
 use tessera_frontend::{Database, SourceFile};
+use tessera_passes::Target;
 
 use crate::check_cache::CheckCache;
 use crate::config::ProjectConfig;
-use crate::emit::{self, FileReport, Format};
-use crate::Target;
+use crate::emit::{self, Format};
+use crate::report::{FileReport, Run};
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
@@ -21,7 +22,7 @@ pub struct CheckArgs {
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
     /// Target whose limits the target-aware lints use: sm_80, sm_90 (default) or cpu.
-    #[arg(long, value_parser = crate::parse_target)]
+    #[arg(long, value_parser = crate::parsers::parse_target)]
     pub target: Option<Target>,
     /// Treat warnings as errors (`--deny warnings`).
     #[arg(long, value_name = "warnings")]
@@ -204,7 +205,7 @@ pub fn run(args: CheckArgs) -> Result<i32, String> {
         args.format == Format::Human && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let report = emit::Run { reports: &reports, unreadable: &unreadable };
+    let report = Run { reports: &reports, unreadable: &unreadable };
     emit::emit(args.format, &report, color, &mut out).map_err(|e| format!("cannot write output: {e}"))?;
     out.flush().ok();
     let summary = emit::summarize(&reports);

@@ -11,8 +11,8 @@ pub struct ExploreArgs {
     #[arg(long, value_name = "NAME")]
     pub kernel: Option<String>,
     /// Target: sm_80, sm_90 (default) or cpu.
-    #[arg(long, value_parser = crate::parse_target, default_value = "sm_90")]
-    pub target: crate::Target,
+    #[arg(long, value_parser = crate::parsers::parse_target, default_value = "sm_90")]
+    pub target: tessera_passes::Target,
     /// Schedule values, overriding the kernel's (BM=64,warps=4,...).
     #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
     pub schedule: Vec<String>,
@@ -22,7 +22,7 @@ pub struct ExploreArgs {
 }
 
 pub fn run(args: ExploreArgs) -> ExitCode {
-    let pairs = |v: &[String], what: &str| crate::lower::parse_pairs(v, what);
+    let pairs = |v: &[String], what: &str| crate::options::parse_pairs(v, what);
     let (schedule, dims) = match (pairs(&args.schedule, "schedule"), pairs(&args.dims, "dims")) {
         (Ok(s), Ok(d)) => (s, d),
         (Err(e), _) | (_, Err(e)) => {

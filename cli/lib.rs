@@ -9,26 +9,30 @@ pub mod check_cache;
 pub mod config;
 pub mod emit;
 pub mod explore;
+mod failure;
 pub mod files;
 pub mod fmt;
+mod launch_setup;
 pub mod lower;
+mod number_text;
 pub mod options;
+mod parsers;
+mod report;
 pub mod run;
+mod run_args;
 mod run_graph;
 mod sarif;
 mod save;
+mod startup;
 mod verdict;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub use parsers::parse_target;
+pub use startup::{install_panic_hook, use_mimalloc_for_tree_sitter};
 pub use tessera_passes::Target;
-
-/// Parses `--target` values for clap.
-pub fn parse_target(s: &str) -> Result<Target, String> {
-    s.parse()
-}
 
 #[derive(Parser, Debug)]
 #[command(name = "tessera", version, about = "The Tessera toolchain: check, lower, run and explore tile kernels")]
@@ -46,7 +50,7 @@ enum Command {
     /// Print a function's IR at one stage or all of them.
     Lower(lower::LowerArgs),
     /// Run a kernel on a device, check it against the reference interpreter, and time it.
-    Run(run::RunArgs),
+    Run(run_args::RunArgs),
     /// Search a kernel's autotune space on a device and cache the fastest configuration.
     Autotune(autotune::AutotuneArgs),
     /// Run the language server on standard input/output (same as `tessera-lsp`).
@@ -58,41 +62,6 @@ enum Command {
     },
     /// Open the terminal explorer (same as `tessera-explore`).
     Explore(explore::ExploreArgs),
-}
-
-/// Keeps the default panic message off the terminal: commands report internal errors
-/// themselves (with the file they were working on), and the rest keeps working.
-pub fn install_panic_hook() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if std::env::var_os("TESSERA_BACKTRACE").is_some() {
-            default(info);
-        }
-    }));
-}
-
-/// Routes tree-sitter's C allocations to mimalloc, like the Rust allocations of the
-/// binaries: parsing allocates a node per token, and glibc's free lists showed up as a
-/// fifth of `tessera check`'s time. Must run before any tree-sitter call.
-pub fn use_mimalloc_for_tree_sitter() {
-    unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut std::ffi::c_void {
-        match count.checked_mul(size) {
-            // SAFETY: mi_zalloc returns zeroed memory of `total` bytes, as calloc does.
-            Some(total) => unsafe { libmimalloc_sys::mi_zalloc(total) },
-            None => std::ptr::null_mut(),
-        }
-    }
-    // SAFETY: the four functions are one allocator family (mimalloc), they return
-    // malloc-aligned memory, and this runs at start-up before any tree-sitter object
-    // exists, on the main thread.
-    unsafe {
-        tree_sitter::set_allocator(Some(tree_sitter::Allocator {
-            malloc: libmimalloc_sys::mi_malloc,
-            calloc,
-            realloc: libmimalloc_sys::mi_realloc,
-            free: libmimalloc_sys::mi_free,
-        }));
-    }
 }
 
 pub fn main() -> ExitCode {

@@ -17,7 +17,7 @@ pub struct LowerArgs {
     #[arg(long, default_value = "all", value_parser = ["graph", "sched", "tile", "target", "all"])]
     pub stage: String,
     /// Target: sm_80, sm_90 (default) or cpu.
-    #[arg(long, value_parser = crate::parse_target, default_value = "sm_90")]
+    #[arg(long, value_parser = crate::parsers::parse_target, default_value = "sm_90")]
     pub target: Target,
     /// Schedule values, overriding the kernel's (BM=64,warps=4,...).
     #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
@@ -45,7 +45,7 @@ pub fn run(args: LowerArgs) -> Result<i32, String> {
     let function = analysis.function(&args.kernel).map_err(|e| e.message)?;
     let (db, file, shown) = (src.db(), src.file(), &src.shown);
     // Code with errors is never lowered: the first error of the function or a callee.
-    if let Some(message) = crate::run::refusal(db, file, function.key, "lower") {
+    if let Some(message) = crate::failure::refusal(db, file, function.key, "lower") {
         eprintln!("error: {message}");
         return Ok(1);
     }

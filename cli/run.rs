@@ -9,153 +9,19 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
-use tessera_backends::autotune::{self, schedule_json, CacheKey};
-use tessera_backends::launch::{
-    self, CheckKind, CheckMode, Device, DeviceRequest, ErrorKind, KernelInfo, LaunchError, Opened, Outcome, Plan,
-    PlanRequest, ResolvedDims, RunOptions,
-};
+use tessera_backends::autotune::{self, schedule_json};
+use tessera_backends::launch::{self, CheckKind, Device, KernelInfo, Outcome, Plan, PlanRequest, RunOptions};
 use tessera_backends::tensor::Arg;
 use tessera_frontend::check::{KeyValue, ScheduleValue};
-use tessera_frontend::FnKey;
-use tessera_passes::Target;
 
+use crate::failure::{refuse_errors, Failure};
+use crate::launch_setup::{cache_key, print_notes, setup, Setup};
+use crate::number_text::sig;
 use crate::options::{self, Source};
 use crate::verdict::{self, num};
 
-#[derive(clap::Args, Debug)]
-pub struct RunArgs {
-    /// The source file.
-    pub file: PathBuf,
-    /// The kernel to run.
-    #[arg(long, value_name = "NAME")]
-    pub kernel: String,
-    /// Values of the shape symbols (M=1024,N=1024,...); missing ones are assumed (1024, or 64
-    /// for symbols that tile dims use) and said so.
-    #[arg(long, value_delimiter = ',', value_name = "SYM=VALUE")]
-    pub dims: Vec<String>,
-    /// Scalar arguments (alpha=2.0,causal=false); others take the signature's default, else a
-    /// seeded value.
-    #[arg(long = "arg", value_delimiter = ',', value_name = "NAME=VALUE")]
-    pub args: Vec<String>,
-    /// Where to run: gpu, cpu, interp (the reference interpreter), or auto (GPU, else CPU,
-    /// else the interpreter).
-    #[arg(long, default_value = "auto", value_parser = parse_device)]
-    pub device: DeviceRequest,
-    /// Schedule values over the kernel's (BM=64,warps=4,...); without it, the autotune cache's
-    /// winner for these shapes, else the kernel's first configuration.
-    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
-    pub schedule: Vec<String>,
-    /// Target: sm_80, sm_90 or cpu (default: the device's; sm_90 for the interpreter).
-    #[arg(long, value_parser = crate::parse_target)]
-    pub target: Option<Target>,
-    /// Timed launches (default: 100 on a GPU, 20 on the CPU, 3 on the interpreter).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub repeat: Option<u32>,
-    /// Untimed launches before them (default: 10 on a GPU, 2 on the CPU, 0 on the interpreter).
-    #[arg(long)]
-    pub warmup: Option<u32>,
-    /// Seed of the random inputs.
-    #[arg(long, default_value_t = launch::DEFAULT_SEED)]
-    pub seed: u64,
-    /// Check against the reference interpreter: full, sampled (a subset of tile programs),
-    /// none, or auto (full below a work threshold, sampled above).
-    #[arg(long, default_value = "auto", value_parser = parse_check)]
-    pub check: CheckMode,
-    /// Print one JSON object instead of the report.
-    #[arg(long)]
-    pub json: bool,
-    /// Write every input to DIR/NAME.npy, every output to DIR/NAME.out.npy, and the JSON
-    /// report to DIR/run.json.
-    #[arg(long, value_name = "DIR")]
-    pub save: Option<PathBuf>,
-    /// The host memory the arguments may take (`8G`, `512M`, bytes); default: what is
-    /// available.
-    #[arg(long, value_name = "SIZE", value_parser = crate::options::parse_size)]
-    pub max_memory: Option<u64>,
-}
-
-pub fn parse_device(s: &str) -> Result<DeviceRequest, String> {
-    s.parse()
-}
-
-pub fn parse_check(s: &str) -> Result<CheckMode, String> {
-    s.parse()
-}
-
-/// A failure with its exit status: 2 for the tool (options, devices), 1 for the kernel.
-pub(crate) struct Failure {
-    pub code: i32,
-    pub message: String,
-    /// For `--json`: what kind of failure (`compile`, `fault`).
-    pub kind: Option<&'static str>,
-}
-
-impl Failure {
-    pub fn usage(message: impl Into<String>) -> Failure {
-        Failure { code: 2, message: message.into(), kind: None }
-    }
-
-    pub fn launch(src: &Source, e: LaunchError) -> Failure {
-        let (code, kind) = match e.kind {
-            ErrorKind::Compile => (1, Some("compile")),
-            ErrorKind::Fault => (1, Some("fault")),
-            ErrorKind::Input | ErrorKind::Unavailable | ErrorKind::NotRunnable | ErrorKind::Resources => (2, None),
-        };
-        let message = format!("{}{}", src.position(e.loc.as_ref()), src.resolve_offsets(&e.message));
-        Failure { code, message, kind }
-    }
-
-    /// Reports the failure: exit 2 through the caller's `Err` (printed as `error: ...`),
-    /// exit 1 printed here.
-    pub fn finish(self) -> Result<i32, String> {
-        if self.code == 2 {
-            Err(self.message)
-        } else {
-            eprintln!("error: {}", self.message);
-            Ok(self.code)
-        }
-    }
-}
-
-/// What `run` and `autotune` both establish before they launch anything.
-pub(crate) struct Setup<'s> {
-    pub key: FnKey<'s>,
-    pub info: KernelInfo,
-    pub opened: Opened,
-    pub target: Target,
-    pub dims: ResolvedDims,
-    pub args: Vec<(String, String)>,
-}
-
-pub(crate) fn setup<'s>(
-    src: &'s Source,
-    kernel: &str,
-    device: DeviceRequest,
-    target: Option<Target>,
-    dims: &[String],
-    args: &[String],
-) -> Result<Setup<'s>, Failure> {
-    let key = src.function(kernel).map_err(Failure::usage)?;
-    let info = launch::kernel_info(src.db(), key).map_err(|e| Failure::launch(src, e))?;
-    let given = options::parse_dims(dims).map_err(Failure::usage)?;
-    let args = options::parse_args(args).map_err(Failure::usage)?;
-    let opened = launch::open(device).map_err(|e| Failure::launch(src, e))?;
-    let target = target.unwrap_or_else(|| opened.backend.default_target());
-    opened.backend.check_target(target).map_err(|why| Failure::usage(format!("--target {target}: {why}")))?;
-    let dims = launch::resolve_dims(src.db(), key, &info, &given).map_err(|e| Failure::launch(src, e))?;
-    Ok(Setup { key, info, opened, target, dims, args })
-}
-
-/// Notes about what was assumed, on stderr.
-pub(crate) fn print_notes(setup: &Setup<'_>) {
-    for note in &setup.opened.notes {
-        eprintln!("note: {note}");
-    }
-    if !setup.dims.assumed.is_empty() {
-        let list: Vec<String> = setup.dims.assumed.iter().map(|(s, v)| format!("{s}={v}")).collect();
-        eprintln!("note: assuming {} (no --dims value; pass --dims {}=...)", list.join(", "), setup.dims.assumed[0].0);
-    }
-}
+pub use crate::parsers::{parse_check, parse_device};
+pub use crate::run_args::RunArgs;
 
 /// Where the schedule of a run came from.
 pub(crate) enum ScheduleSource {
@@ -205,41 +71,6 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
             f.finish()
         }
     }
-}
-
-/// Code with errors never runs: the first error of the function, or of a function it
-/// calls, refuses it (exit 1).
-pub(crate) fn refuse_errors(src: &Source, key: FnKey<'_>, verb: &str) -> Result<(), Failure> {
-    match refusal(src.db(), src.file(), key, verb) {
-        Some(message) => Err(Failure { code: 1, kind: Some("compile"), message }),
-        None => Ok(()),
-    }
-}
-
-/// `FILE:LINE:COL: cannot VERB `k`: ...` naming the first error of `key` or of a function
-/// it calls (the one message of `run`, `autotune` and `lower`), `None` without errors.
-pub(crate) fn refusal(
-    db: &tessera_frontend::Database,
-    file: tessera_frontend::SourceFile,
-    key: FnKey<'_>,
-    verb: &str,
-) -> Option<String> {
-    use tessera_passes::ir::print::LocResolver;
-    let (function, e) = tessera_passes::errors::reachable_error(db, key)?;
-    let name = key.name(db);
-    let at = tessera_passes::FileLocs::new(db, file)
-        .resolve(&tessera_passes::ir::Loc::new(&function, e.range))
-        .map(|(path, line, col)| format!("{path}:{line}:{col}: "))
-        .unwrap_or_default();
-    let why = if function == *name {
-        "it has errors".to_string()
-    } else {
-        format!("it calls `{function}`, which has errors")
-    };
-    Some(format!(
-        "{at}cannot {verb} `{name}`: {why}; the first: {} {} (`tessera check` shows them all)",
-        e.code, e.message
-    ))
 }
 
 fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
@@ -317,26 +148,6 @@ fn cached_winner(
     }
 }
 
-/// The cache key of a setup: lowered with the base schedule only for the tensor dtypes.
-pub(crate) fn cache_key(
-    src: &Source,
-    setup: &Setup<'_>,
-    dims: &std::collections::BTreeMap<String, i64>,
-) -> Option<CacheKey> {
-    let config = launch::config_for(src.db(), setup.key, setup.info.base_schedule.clone(), dims).ok()?;
-    let request = PlanRequest {
-        target: setup.target,
-        config,
-        dims: dims.clone(),
-        args: Vec::new(),
-        seed: 0,
-        code: false,
-        max_memory: None,
-    };
-    let plan = launch::plan(src.db(), setup.key, &setup.info, &request).ok()?;
-    Some(CacheKey::of(src.db(), setup.key, &plan, &setup.dims.values, setup.target, setup.opened.backend.device()))
-}
-
 // ----- the report --------------------------------------------------------------------
 
 /// The keys that matter to the kernel, in the usual order.
@@ -349,22 +160,6 @@ pub(crate) fn schedule_text(info: &KernelInfo, s: &ScheduleValue) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// A number with `sig` significant digits, no exponent for ordinary magnitudes.
-pub(crate) fn sig(x: f64, sig: usize) -> String {
-    if !x.is_finite() {
-        return format!("{x}");
-    }
-    if x == 0.0 {
-        return "0".to_string();
-    }
-    let mag = x.abs().log10().floor() as i32;
-    if !(-4..=9).contains(&mag) {
-        return format!("{:.*e}", sig.saturating_sub(1), x);
-    }
-    let decimals = (sig as i32 - 1 - mag).max(0) as usize;
-    format!("{x:.decimals$}")
 }
 
 /// `1.23 TFLOP/s`, `45.6 GFLOP/s`, `789 MFLOP/s`.

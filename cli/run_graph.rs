@@ -11,8 +11,9 @@ use tessera_backends::tensor::{Arg, HostTensor};
 use tessera_frontend::FnKey;
 use tessera_passes::ir::Func;
 
+use crate::failure::Failure;
 use crate::options::{self, Source};
-use crate::run::{Failure, RunArgs};
+use crate::run_args::RunArgs;
 
 fn failure(src: &Source, e: GraphRunError) -> Failure {
     match e {

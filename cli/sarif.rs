@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use tessera_frontend::diagnostics::{Code, Severity};
 use tessera_frontend::text::TextRange;
 
-use crate::emit::{FileReport, Run};
+use crate::report::{FileReport, Run};
 
 /// The SARIF schema `$schema` names: the OASIS standard's (2.1.0 with errata 01).
 const SCHEMA_URI: &str = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json";

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use serde_json::{json, Map, Value};
 use tessera_backends::launch::{CheckKind, CheckReport, NonFiniteCount, NumericsViolation, OutputCheck, Verdict};
 
-use crate::run::sig;
+use crate::number_text::sig;
 
 pub(crate) fn index_text(name: &str, index: &[usize]) -> String {
     format!("{name}[{}]", index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "))
