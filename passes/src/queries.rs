@@ -138,12 +138,18 @@ pub fn default_config(
     if let Some(e) = decorator_error(db, key) {
         return Err(e.clone());
     }
-    let schedule = match &fn_decorators(db, key).schedule {
+    let graph = graph_ir(db, key).clone()?;
+    Ok(config_for(&graph, default_schedule(db, key), dims))
+}
+
+/// The schedule a kernel is shown and checked with when none is chosen: its fixed
+/// schedule, or each autotune key's first candidate (the session's `configure` starts
+/// from it too).
+pub fn default_schedule(db: &dyn Db, key: FnKey<'_>) -> ScheduleValue {
+    match &fn_decorators(db, key).schedule {
         Some(s) => s.first_configuration(),
         None => ScheduleValue::default_for_kernel(),
-    };
-    let graph = graph_ir(db, key).clone()?;
-    Ok(config_for(&graph, schedule, dims))
+    }
 }
 
 /// Every pass from Graph IR to Tile IR for one configuration and target, with the IR

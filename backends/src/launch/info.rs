@@ -89,10 +89,7 @@ pub fn kernel_info(db: &dyn Db, key: FnKey<'_>) -> Result<KernelInfo, LaunchErro
     }
     let decorators = fn_decorators(db, key);
     let schedule = decorators.schedule.clone().unwrap_or_default();
-    let base_schedule = match &decorators.schedule {
-        Some(s) => s.first_configuration(),
-        None => ScheduleValue::default_for_kernel(),
-    };
+    let base_schedule = tessera_passes::queries::default_schedule(db, key);
     let inference = infer_function(db, key);
     let ast = function_def(db, key).clone();
     let mut scalars = Vec::new();

@@ -221,7 +221,7 @@ impl<'db> Analysis<'db> {
             let declared = fn_decorators(db, f.key).schedule.clone().unwrap_or_default();
             let symbols = fn_signature(db, f.key).symbols.clone();
             let mut rejected = Vec::new();
-            let mut schedule = base.cloned().unwrap_or_else(|| declared.first_configuration());
+            let mut schedule = base.cloned().unwrap_or_else(|| crate::queries::default_schedule(db, f.key));
             for (key, value) in &overrides.schedule {
                 match overrides::schedule_rejection(&name, &declared, key, value) {
                     Some(r) => rejected.push(r),
