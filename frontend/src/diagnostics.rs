@@ -178,6 +178,12 @@ impl Diagnostic {
         self
     }
 
+    /// The fix "did you mean `suggestion`?": it replaces the text at `range` (the
+    /// misspelt name) with `suggestion`.
+    pub fn with_did_you_mean(self, range: TextRange, suggestion: &str) -> Diagnostic {
+        self.with_fix(format!("did you mean `{suggestion}`?"), vec![Edit { range, text: suggestion.to_string() }])
+    }
+
     pub fn shift(mut self, offset: u32) -> Diagnostic {
         self.range = self.range.shift(offset);
         for label in &mut self.labels {

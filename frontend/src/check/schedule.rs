@@ -8,6 +8,23 @@ use crate::text::TextRange;
 /// The standard schedule keys the compiler itself consumes.
 pub const STANDARD_KEYS: &[&str] = &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"];
 
+/// The methods of a `Schedule` value (each returns a new `Schedule`).
+pub const SCHEDULE_METHODS: &[&str] = &[
+    "with_block",
+    "with_k",
+    "with_warps",
+    "with_stages",
+    "with_vector",
+    "with_swizzle",
+    "block",
+    "k",
+    "d",
+    "warps",
+    "stages",
+    "vector",
+    "swizzle",
+];
+
 /// `ctx.m` ≡ `ctx.BM` and friends; Triton spellings of autotune keys map too.
 pub fn canonical_key(key: &str) -> &str {
     match key {

@@ -192,10 +192,7 @@ fn import_bindings(import: &ImportAst) -> Vec<(String, ScopeEntry, Option<Diagno
                             format!("`{}` has no member `{member_name}`", path.join(".")),
                         );
                         if let Some(s) = suggest(&member_name, candidates.iter().copied()) {
-                            d = d.with_fix(
-                                format!("did you mean `{s}`?"),
-                                vec![Edit { range: name_path_range(name), text: s.to_string() }],
-                            );
+                            d = d.with_did_you_mean(name_path_range(name), s);
                         }
                         out.push((binding, ScopeEntry::Unresolved, Some(d)));
                     }

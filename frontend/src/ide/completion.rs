@@ -7,7 +7,7 @@ use super::lex::{self, Tok, TokKind};
 use super::nav::{self, Definition, FnCtx};
 use crate::check::{
     builtins::{self, Builtin, Level},
-    schedule::{canonical_key, STANDARD_KEYS},
+    schedule::{canonical_key, SCHEDULE_METHODS, STANDARD_KEYS},
     DType, FunctionKind, Namespace, Policy, ScopeEntry, Ty,
 };
 use crate::db::{self, Db, SourceFile};
@@ -391,19 +391,8 @@ fn value_member_completions(f: &FnCtx<'_>, ty: &Ty, acc: &mut Acc) {
             }
         }
         Ty::Schedule(_) => {
-            for m in [
-                "with_block",
-                "with_k",
-                "with_warps",
-                "with_stages",
-                "with_vector",
-                "with_swizzle",
-                "k",
-                "warps",
-                "stages",
-                "vector",
-                "swizzle",
-            ] {
+            // Every method but the `block` and `d` shorthands.
+            for &m in SCHEDULE_METHODS.iter().filter(|m| !matches!(**m, "block" | "d")) {
                 acc.add(0, m, CompletionKind::Method, Some("returns a new Schedule".into()), None);
             }
         }

@@ -69,10 +69,7 @@ pub(crate) fn annotation_type(cx: &mut Infer, ann: ExprId) -> Ty {
                     let mut candidates: Vec<&str> = DType::SPELLINGS.iter().map(|(s, _)| *s).collect();
                     candidates.extend(["int", "float", "bool", "Tensor", "KTile", "KVCache"]);
                     if let Some(s) = suggest(last, candidates) {
-                        d = d.with_fix(
-                            format!("did you mean `{s}`?"),
-                            vec![Edit { range: cx.range(ann), text: s.to_string() }],
-                        );
+                        d = d.with_did_you_mean(cx.range(ann), s);
                     }
                     cx.push(d);
                     Ty::Unknown
@@ -268,7 +265,7 @@ fn elem_type(cx: &mut Infer, e: ExprId, state: bool) -> Option<ElemType> {
             let mut d = Diagnostic::new(Code::E0401, cx.range(e), format!("unknown dtype `{}`", path.join(".")))
                 .with_note("dtypes: f64 f32 tf32 bf16 f16 fp8_e4m3 fp8_e5m2 int8 int4 i32 i64 bool");
             if let Some(s) = suggest(last, DType::SPELLINGS.iter().map(|(s, _)| *s)) {
-                d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: cx.range(e), text: s.to_string() }]);
+                d = d.with_did_you_mean(cx.range(e), s);
             }
             cx.push(d);
             None

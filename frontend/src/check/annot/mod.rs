@@ -307,10 +307,7 @@ fn verify_numerics(cx: &mut Infer, args: &[Arg]) -> NumericsCheck {
                     Diagnostic::new(Code::E0804, name_range, format!("@verify.numerics has no argument `{other}`"))
                         .with_note(format!("its arguments: {}", NUMERICS_KEYWORDS.join(", ")));
                 if let Some(s) = suggest(other, NUMERICS_KEYWORDS.iter().copied()) {
-                    diag = diag.with_fix(
-                        format!("did you mean `{s}`?"),
-                        vec![Edit { range: name_range, text: s.to_string() }],
-                    );
+                    diag = diag.with_did_you_mean(name_range, s);
                 }
                 cx.push(diag);
             }
@@ -396,7 +393,7 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
                 );
                 if let Some((n, r)) = &a.name {
                     if let Some(s) = suggest(n, ["space", "metric", "budget_ms", "cache"]) {
-                        d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: *r, text: s.into() }]);
+                        d = d.with_did_you_mean(*r, s);
                     }
                 }
                 cx.push(d);

@@ -3,7 +3,7 @@
 use crate::check::builtins;
 use crate::check::dims::Dim;
 use crate::check::dtype::{DType, ElemType};
-use crate::check::schedule::canonical_key;
+use crate::check::schedule::{canonical_key, SCHEDULE_METHODS};
 use crate::check::scope::tessera_member;
 use crate::check::types::*;
 use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
@@ -132,25 +132,10 @@ impl<'a> Infer<'a> {
                 _ => self.no_attribute("a shared-memory buffer", name, name_range, &["T", "shape", "dtype"]),
             },
             Ty::Schedule(_) => {
-                const METHODS: &[&str] = &[
-                    "with_block",
-                    "with_k",
-                    "with_warps",
-                    "with_stages",
-                    "with_vector",
-                    "with_swizzle",
-                    "block",
-                    "k",
-                    "d",
-                    "warps",
-                    "stages",
-                    "vector",
-                    "swizzle",
-                ];
-                if METHODS.contains(&name) {
+                if SCHEDULE_METHODS.contains(&name) {
                     Ty::Method { recv: Box::new(obj), name: name.to_string() }
                 } else {
-                    self.no_attribute("a schedule", name, name_range, METHODS)
+                    self.no_attribute("a schedule", name, name_range, SCHEDULE_METHODS)
                 }
             }
             Ty::Tuple(_) | Ty::List(_) | Ty::Int(_) | Ty::Float(_) | Ty::Scalar(_) | Ty::Str(_) | Ty::Bool(_) => {
@@ -205,7 +190,7 @@ impl<'a> Infer<'a> {
     pub(super) fn no_attribute(&mut self, what: &str, name: &str, range: TextRange, known: &[&str]) -> Ty {
         let mut d = Diagnostic::new(Code::E0201, range, format!("{what} has no attribute `{name}`"));
         if let Some(s) = suggest(name, known.iter().copied()) {
-            d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range, text: s.to_string() }]);
+            d = d.with_did_you_mean(range, s);
         } else if !known.is_empty() {
             d = d.with_note(format!("available: {}", known.join(", ")));
         }

@@ -198,7 +198,7 @@ impl<'a> Infer<'a> {
         }
         let mut d = Diagnostic::new(Code::E0200, self.range(id), format!("undefined name `{name}`"));
         if let Some(s) = self.closest_name(name) {
-            d = d.with_fix(format!("did you mean `{s}`?"), vec![Edit { range: self.range(id), text: s.to_string() }]);
+            d = d.with_did_you_mean(self.range(id), &s);
         } else if name == "ts" || name == "tessera" {
             d = d.with_fix(
                 "import tessera as ts",

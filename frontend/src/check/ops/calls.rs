@@ -6,7 +6,7 @@ use crate::check::dims::Dim;
 use crate::check::infer::{callee_inference, callee_signature, Infer, Mode};
 use crate::check::types::*;
 use crate::check::{FunctionKind, Signature};
-use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
+use crate::diagnostics::{suggest, Code, Diagnostic};
 use crate::syntax::ast::*;
 use crate::text::TextRange;
 
@@ -204,10 +204,7 @@ impl<'a> Infer<'a> {
                     None => {
                         let mut d = Diagnostic::new(Code::E0804, *r, format!("`{name}` has no parameter `{k}`"));
                         if let Some(s) = suggest(k, sig.params.iter().map(|p| p.name.as_str())) {
-                            d = d.with_fix(
-                                format!("did you mean `{s}`?"),
-                                vec![Edit { range: *r, text: s.to_string() }],
-                            );
+                            d = d.with_did_you_mean(*r, s);
                         }
                         self.push(d);
                         ok = false;

@@ -268,21 +268,10 @@ impl<'a> Infer<'a> {
         let q = arg!(a, "flash_attention" => "q").unwrap().clone();
         let k = arg!(a, "flash_attention" => "k").unwrap().clone();
         self.probability(arg!(a, "flash_attention" => "dropout"));
-        let Some(qt) = self.tensor_arg(&q, "flash_attention") else {
+        let Some(qt) = self.tensor_of_rank(&q, "flash_attention", 4, "flash_attention: q must be [B, H, Sq, Dh]")
+        else {
             return Ty::Unknown;
         };
-        if qt.rank() != 4 {
-            self.error(
-                Code::E0300,
-                self.range(q.expr),
-                format!(
-                    "flash_attention: q must be [B, H, Sq, Dh], but `{}` is {}",
-                    self.text(q.expr),
-                    fmt_dims(&qt.dims)
-                ),
-            );
-            return Ty::Unknown;
-        }
         let kv_cache = matches!(&k.ty, Ty::Tensor(t) if t.kind == TensorKind::KVCache);
         let mut others = vec![("k", k.clone())];
         if !kv_cache {
@@ -295,21 +284,10 @@ impl<'a> Infer<'a> {
             }
         }
         for (name, arg) in others {
-            let Some(t) = self.tensor_arg(&arg, "flash_attention") else {
+            let layout = format!("flash_attention: {name} must be [B, H, Sk, Dh]");
+            let Some(t) = self.tensor_of_rank(&arg, "flash_attention", 4, &layout) else {
                 return Ty::Unknown;
             };
-            if t.rank() != 4 {
-                self.error(
-                    Code::E0300,
-                    self.range(arg.expr),
-                    format!(
-                        "flash_attention: {name} must be [B, H, Sk, Dh], but `{}` is {}",
-                        self.text(arg.expr),
-                        fmt_dims(&t.dims)
-                    ),
-                );
-                return Ty::Unknown;
-            }
             for (i, what) in [(0, "batch"), (1, "heads"), (3, "head dim")] {
                 if t.dims[i] != qt.dims[i] {
                     self.push(

@@ -11,7 +11,7 @@ use super::schedule::ScheduleValue;
 use super::shapes;
 use super::types::*;
 use super::Signature;
-use crate::diagnostics::{suggest, Code, Diagnostic, Edit};
+use crate::diagnostics::{suggest, Code, Diagnostic};
 use crate::syntax::ast::*;
 use crate::text::TextRange;
 
@@ -157,10 +157,7 @@ impl<'a> Infer<'a> {
                             Diagnostic::new(Code::E0804, *kw_range, format!("`{what}` has no parameter `{kw}`"))
                                 .with_note(format!("signature: {}", signature_text(what, specs)));
                         if let Some(s) = suggest(kw, specs.iter().map(|p| p.name)) {
-                            d = d.with_fix(
-                                format!("did you mean `{s}`?"),
-                                vec![Edit { range: *kw_range, text: s.to_string() }],
-                            );
+                            d = d.with_did_you_mean(*kw_range, s);
                         }
                         self.push(d);
                         ok = false;
@@ -533,17 +530,9 @@ impl<'a> Infer<'a> {
             }
             (false, "split_qkv") => {
                 let x = arg!(a, "split_qkv" => "qkv").unwrap().clone();
-                let Some(t) = self.tensor_arg(&x, path) else {
+                let Some(t) = self.tensor_of_rank(&x, path, 3, "split_qkv needs [B, S, 3*D]") else {
                     return Ty::Unknown;
                 };
-                if t.rank() != 3 {
-                    self.error(
-                        Code::E0300,
-                        self.range(x.expr),
-                        format!("split_qkv needs [B, S, 3*D], but `{}` is {}", self.text(x.expr), fmt_dims(&t.dims)),
-                    );
-                    return Ty::Unknown;
-                }
                 let heads = arg!(a, "split_qkv" => "heads").unwrap().clone();
                 let h = match &heads.ty {
                     Ty::Int(Some(d)) => d.clone(),
@@ -576,21 +565,9 @@ impl<'a> Infer<'a> {
             }
             (false, "merge_heads") => {
                 let x = arg!(a, "merge_heads" => "x").unwrap().clone();
-                let Some(t) = self.tensor_arg(&x, path) else {
+                let Some(t) = self.tensor_of_rank(&x, path, 4, "merge_heads needs [B, h, S, Dh]") else {
                     return Ty::Unknown;
                 };
-                if t.rank() != 4 {
-                    self.error(
-                        Code::E0300,
-                        self.range(x.expr),
-                        format!(
-                            "merge_heads needs [B, h, S, Dh], but `{}` is {}",
-                            self.text(x.expr),
-                            fmt_dims(&t.dims)
-                        ),
-                    );
-                    return Ty::Unknown;
-                }
                 let merged = t.dims[1].mul(&t.dims[3], &mut self.out.obligations);
                 Ty::Tensor(TensorType::new(vec![t.dims[0].clone(), t.dims[2].clone(), merged], t.elem))
             }
@@ -814,6 +791,21 @@ impl<'a> Infer<'a> {
                 None
             }
         }
+    }
+
+    /// A tensor argument with exactly `rank` dims; otherwise E0300 "{layout}, but `x` is
+    /// [..]", where `layout` says which dims it wants ("merge_heads needs [B, h, S, Dh]").
+    fn tensor_of_rank(&mut self, v: &ArgVal, op: &str, rank: usize, layout: &str) -> Option<TensorType> {
+        let t = self.tensor_arg(v, op)?;
+        if t.rank() != rank {
+            self.error(
+                Code::E0300,
+                self.range(v.expr),
+                format!("{layout}, but `{}` is {}", self.text(v.expr), fmt_dims(&t.dims)),
+            );
+            return None;
+        }
+        Some(t)
     }
 
     fn axis_arg(&mut self, v: Option<&ArgVal>, rank: usize, default: i64) -> Option<usize> {
