@@ -37,12 +37,7 @@ fn write_expr(body: &Body, id: ExprId, out: &mut String, depth: u32) {
         Expr::Subscript { value, indices } => {
             write_expr(body, *value, out, d);
             out.push('[');
-            for (i, idx) in indices.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_expr(body, *idx, out, d);
-            }
+            write_exprs(body, indices, out, d);
             out.push(']');
         }
         Expr::Slice { start, stop, step } => {
@@ -115,12 +110,7 @@ fn write_expr(body: &Body, id: ExprId, out: &mut String, depth: u32) {
         }
         Expr::Tuple(items) => {
             out.push('(');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_expr(body, *item, out, d);
-            }
+            write_exprs(body, items, out, d);
             if items.len() == 1 {
                 out.push(',');
             }
@@ -128,12 +118,7 @@ fn write_expr(body: &Body, id: ExprId, out: &mut String, depth: u32) {
         }
         Expr::List(items) => {
             out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_expr(body, *item, out, d);
-            }
+            write_exprs(body, items, out, d);
             out.push(']');
         }
         Expr::Dict(pairs) => {
@@ -148,5 +133,15 @@ fn write_expr(body: &Body, id: ExprId, out: &mut String, depth: u32) {
             }
             out.push('}');
         }
+    }
+}
+
+/// `items` separated by ", " (subscripts, tuples, lists).
+fn write_exprs(body: &Body, items: &[ExprId], out: &mut String, depth: u32) {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_expr(body, *item, out, depth);
     }
 }
