@@ -865,7 +865,7 @@ fn reduce(
                     None => Rounder::new(d).round(elems.fold(0f32, |s, x| s + x as f32)),
                 },
                 (ReduceKind::Sum, Domain::Int(d)) => {
-                    super::numerics::wrap_int(d, elems.fold(0i64, |s, x| s.wrapping_add(x as i64))) as f64
+                    d.wrap_int(elems.fold(0i64, |s, x| s.wrapping_add(x as i64))) as f64
                 }
                 (ReduceKind::Sum, _) => elems.sum(),
                 (ReduceKind::Max, _) => elems.fold(f64::NAN, f64::max),
@@ -959,7 +959,7 @@ fn dot(
                         s = s.wrapping_add((a[i * k + kk] as i64).wrapping_mul(b[kk * n + j] as i64));
                     }
                     out.push(match dom {
-                        Domain::Int(d) => super::numerics::wrap_int(d, s) as f64,
+                        Domain::Int(d) => d.wrap_int(s) as f64,
                         _ => dom.convert(s as i32 as f64),
                     });
                 }

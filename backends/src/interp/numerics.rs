@@ -64,16 +64,6 @@ pub(crate) fn saturate_index(x: f64) -> i64 {
     }
 }
 
-/// Wraps an exact integer to the width of `d`.
-pub(crate) fn wrap_int(d: DType, v: i64) -> i64 {
-    match d {
-        DType::I32 => v as i32 as i64,
-        DType::Int8 => v as i8 as i64,
-        DType::Int4 => (v << 60) >> 60,
-        _ => v,
-    }
-}
-
 /// Rounds an f32 result to a dtype computed in f32.
 #[derive(Copy, Clone, Debug)]
 pub(crate) enum Rounder {
@@ -129,6 +119,26 @@ pub(crate) enum BinOp {
     Min,
     And,
     Or,
+}
+
+impl BinOp {
+    /// The operation of an IR op (`OpKind::is_binary`), for both interpreters.
+    pub(crate) fn of(kind: OpKind) -> Option<BinOp> {
+        Some(match kind {
+            OpKind::Add => BinOp::Add,
+            OpKind::Sub => BinOp::Sub,
+            OpKind::Mul => BinOp::Mul,
+            OpKind::Div => BinOp::Div,
+            OpKind::FloorDiv => BinOp::FloorDiv,
+            OpKind::Rem => BinOp::Rem,
+            OpKind::Pow => BinOp::Pow,
+            OpKind::Max => BinOp::Max,
+            OpKind::Min => BinOp::Min,
+            OpKind::And => BinOp::And,
+            OpKind::Or => BinOp::Or,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -194,17 +204,16 @@ impl Pred {
     /// IEEE comparisons: every predicate but `ne` is false when an operand is NaN.
     #[inline]
     pub(crate) fn eval_f64(self, a: f64, b: f64) -> bool {
-        match self {
-            Pred::Lt => a < b,
-            Pred::Le => a <= b,
-            Pred::Gt => a > b,
-            Pred::Ge => a >= b,
-            Pred::Eq => a == b,
-            Pred::Ne => a != b,
-        }
+        self.holds(a, b)
     }
 
     pub(crate) fn eval_i64(self, a: i64, b: i64) -> bool {
+        self.holds(a, b)
+    }
+
+    /// `PartialOrd`'s operators: on floats they are the IEEE comparisons.
+    #[inline]
+    fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
             Pred::Lt => a < b,
             Pred::Le => a <= b,
@@ -283,7 +292,7 @@ impl BinFn {
         Ok(match *self {
             BinFn::F32(f, r) => r.round(f(a as f32, b as f32)),
             BinFn::F64(f) => f(a, b),
-            BinFn::Int(f, d) => wrap_int(d, f(a as i64, b as i64)?) as f64,
+            BinFn::Int(f, d) => d.wrap_int(f(a as i64, b as i64)?) as f64,
             BinFn::Bool(f) => f64::from(u8::from(f(a != 0.0, b != 0.0))),
         })
     }
@@ -291,7 +300,7 @@ impl BinFn {
     /// On index values (exact i64, beyond f64's 53 bits).
     pub(crate) fn eval_index(&self, a: i64, b: i64) -> Result<i64, ElemError> {
         match *self {
-            BinFn::Int(f, d) => Ok(wrap_int(d, f(a, b)?)),
+            BinFn::Int(f, d) => Ok(d.wrap_int(f(a, b)?)),
             _ => Err("not an integer operation"),
         }
     }
@@ -305,7 +314,7 @@ impl BinFn {
             BinFn::F64(f) => out.extend(a.iter().zip(b).map(|(&x, &y)| f(x, y))),
             BinFn::Int(f, d) => {
                 for (&x, &y) in a.iter().zip(b) {
-                    out.push(wrap_int(d, f(x as i64, y as i64)?) as f64);
+                    out.push(d.wrap_int(f(x as i64, y as i64)?) as f64);
                 }
             }
             BinFn::Bool(f) => out.extend(a.iter().zip(b).map(|(&x, &y)| f64::from(u8::from(f(x != 0.0, y != 0.0))))),
@@ -454,14 +463,14 @@ impl UnFn {
         match *self {
             UnFn::F32(f, r) => r.round(f(x as f32)),
             UnFn::F64(f) => f(x),
-            UnFn::Int(f, d) => wrap_int(d, f(x as i64)) as f64,
+            UnFn::Int(f, d) => d.wrap_int(f(x as i64)) as f64,
             UnFn::Bool(f) => f64::from(u8::from(f(x != 0.0))),
         }
     }
 
     pub(crate) fn eval_index(&self, x: i64) -> Option<i64> {
         match *self {
-            UnFn::Int(f, d) => Some(wrap_int(d, f(x))),
+            UnFn::Int(f, d) => Some(d.wrap_int(f(x))),
             _ => None,
         }
     }

@@ -510,19 +510,7 @@ impl Compiler<'_> {
                 I::TensorDim { dst: self.result(id, op)?, arg, axis: a }
             }
             k if k.is_binary() => {
-                let bop = match k {
-                    OpKind::Add => BinOp::Add,
-                    OpKind::Sub => BinOp::Sub,
-                    OpKind::Mul => BinOp::Mul,
-                    OpKind::Div => BinOp::Div,
-                    OpKind::FloorDiv => BinOp::FloorDiv,
-                    OpKind::Rem => BinOp::Rem,
-                    OpKind::Pow => BinOp::Pow,
-                    OpKind::Max => BinOp::Max,
-                    OpKind::Min => BinOp::Min,
-                    OpKind::And => BinOp::And,
-                    _ => BinOp::Or,
-                };
+                let bop = BinOp::of(k).expect("every binary op kind has an interpreter operation");
                 let dst = self.result(id, op)?;
                 let (a, b) = (self.operand(id, op, 0)?, self.operand(id, op, 1)?);
                 let dom = self.domain(id, op.results[0])?;

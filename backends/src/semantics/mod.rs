@@ -24,12 +24,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use tessera_frontend::check::{DType, Policy};
-use tessera_passes::ir::{policy, Func, OpId, OpKind, Region, Type, ValueId};
+use tessera_passes::ir::{policy, Func, Op, OpId, OpKind, Region, Type, ValueId};
 use tessera_passes::sched::Config;
 
-use crate::interp::graph::bin_op;
 use crate::interp::memory::GlobalTensor;
-use crate::interp::numerics::{BinFn, Domain, Pred, UnFn, UnOp};
+use crate::interp::numerics::{BinFn, BinOp, Domain, Pred, UnFn, UnOp};
 use crate::interp::InterpError;
 use crate::tensor::{round_with, Arg};
 use value::{Tile, Value, View};
@@ -360,9 +359,9 @@ impl Machine<'_> {
                     other => return fault(format!("tile.dim of {}", other.kind())),
                 }
             }
-            k if bin_op(k).is_some() => {
+            k if BinOp::of(k).is_some() => {
                 let r = result.expect("binary ops have a result");
-                let f = BinFn::new(bin_op(k).expect("checked"), self.domain(r))
+                let f = BinFn::new(BinOp::of(k).expect("checked"), self.domain(r))
                     .ok_or_else(|| Fault { op: None, message: format!("{} on this type", k.name()) })?;
                 self.elementwise2(env, arg(0)?, arg(1)?, |a, b| f.eval(a, b).map_err(str::to_string), &f)?
             }
@@ -723,11 +722,7 @@ impl Machine<'_> {
 
     fn grid_parallel(&self, id: OpId, env: &mut Env, depth: usize) -> R<Flow> {
         let op = self.func.op(id);
-        let (lo, hi, step) =
-            (self.index(env, op.operands[0])?, self.index(env, op.operands[1])?, self.index(env, op.operands[2])?);
-        if step <= 0 {
-            return fault(format!("grid.parallel with step {step}"));
-        }
+        let (lo, hi, step) = self.loop_bounds(env, op, "grid.parallel")?;
         let extent = if hi > lo { ((hi - lo) + step - 1) / step } else { 0 } as u64;
         let region = &op.regions[0];
         let iv = region.args[0];
@@ -765,6 +760,16 @@ impl Machine<'_> {
         Ok(Flow::Next)
     }
 
+    /// `(lo, hi, step)` of a loop (its first three operands); a step below 1 is a fault.
+    fn loop_bounds(&self, env: &Env, op: &Op, what: &str) -> R<(i64, i64, i64)> {
+        let (lo, hi, step) =
+            (self.index(env, op.operands[0])?, self.index(env, op.operands[1])?, self.index(env, op.operands[2])?);
+        if step <= 0 {
+            return fault(format!("{what} with step {step}"));
+        }
+        Ok((lo, hi, step))
+    }
+
     fn contains_grid(&self, id: OpId) -> bool {
         let op = self.func.op(id);
         op.kind == OpKind::GridParallel || op.regions.iter().any(|r| r.ops.iter().any(|&o| self.contains_grid(o)))
@@ -772,11 +777,7 @@ impl Machine<'_> {
 
     fn for_loop(&self, id: OpId, env: &mut Env, depth: usize) -> R<Flow> {
         let op = self.func.op(id);
-        let (lo, hi, step) =
-            (self.index(env, op.operands[0])?, self.index(env, op.operands[1])?, self.index(env, op.operands[2])?);
-        if step <= 0 {
-            return fault(format!("scf.for with step {step}"));
-        }
+        let (lo, hi, step) = self.loop_bounds(env, op, "scf.for")?;
         let region = &op.regions[0];
         let mut carried: Vec<Value> = op.operands[3..].iter().map(|&v| self.get(env, v)).collect::<R<_>>()?;
         let mut i = lo;

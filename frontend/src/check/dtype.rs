@@ -109,6 +109,17 @@ impl DType {
         matches!(self, DType::Int8 | DType::Int4 | DType::I32 | DType::I64)
     }
 
+    /// Wraps an exact integer to this type's width (two's complement); other types keep
+    /// it. One rule for every backend, so that folded constants and computed values agree.
+    pub fn wrap_int(self, v: i64) -> i64 {
+        match self {
+            DType::I32 => v as i32 as i64,
+            DType::Int8 => v as i8 as i64,
+            DType::Int4 => (v << 60) >> 60,
+            _ => v,
+        }
+    }
+
     pub fn is_fp8(self) -> bool {
         matches!(self, DType::Fp8E4m3 | DType::Fp8E5m2)
     }

@@ -158,7 +158,7 @@ impl Emitter<'_> {
         }
         if let (Operand::Int(x), Operand::Int(y)) = (a, b) {
             if let Some(v) = fold_int(op.kind, x, y) {
-                return Ok(Operand::Int(wrap_int(dtype, v)));
+                return Ok(Operand::Int(dtype.wrap_int(v)));
             }
         }
         // x + 0, x * 1 and friends appear all over index arithmetic.

@@ -779,16 +779,7 @@ pub(super) fn const_operand(dtype: DType, v: f64) -> Operand {
     match wide_class(dtype) {
         Class::F32 | Class::F64 => float_imm(dtype, v),
         Class::Pred => Operand::Int((v != 0.0) as i64),
-        _ => Operand::Int(wrap_int(dtype, v as i64)),
-    }
-}
-
-pub(super) fn wrap_int(dtype: DType, v: i64) -> i64 {
-    match dtype {
-        DType::I32 => v as i32 as i64,
-        DType::Int8 => v as i8 as i64,
-        DType::Int4 => (v << 60) >> 60,
-        _ => v,
+        _ => Operand::Int(dtype.wrap_int(v as i64)),
     }
 }
 

@@ -5,7 +5,7 @@
 use tessera_frontend::check::DType;
 
 use super::builder::{Builder, Class, Operand, Reg};
-use super::emit::{const_operand, cvt_type, mov, wrap_int, Emitter, R};
+use super::emit::{const_operand, cvt_type, mov, Emitter, R};
 use super::numerics::{self, arith_type, materialize, round_wide_with, wide_class};
 
 impl Emitter<'_> {
@@ -28,7 +28,7 @@ impl Emitter<'_> {
                 } else if saturate {
                     Operand::Int(clamp_int(to, v))
                 } else {
-                    Operand::Int(wrap_int(to, v))
+                    Operand::Int(to.wrap_int(v))
                 });
             }
             Operand::F32(bits) if to.is_float() && to != DType::F64 => {

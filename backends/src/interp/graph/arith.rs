@@ -5,7 +5,7 @@ use std::ops::{Add, Div, Mul, Sub};
 
 use tessera_passes::ir::rand::uniform;
 
-use crate::interp::numerics::{wrap_int, Domain, Rounder};
+use crate::interp::numerics::{Domain, Rounder};
 
 /// The arithmetic of the composite ops: f32 (every float dtype but f64) or f64.
 pub(super) trait Real:
@@ -141,7 +141,7 @@ pub(super) fn matmul_int(a: &[f64], b: &[f64], (m, k, n): (usize, usize, usize),
             }
         }
         out.extend(row.iter().map(|&s| match dom {
-            Domain::Int(d) => wrap_int(d, s) as f64,
+            Domain::Int(d) => d.wrap_int(s) as f64,
             other => other.convert(s as f64),
         }));
     }

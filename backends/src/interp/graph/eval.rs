@@ -201,23 +201,6 @@ struct Machine<'f> {
     exact: bool,
 }
 
-pub(crate) fn bin_op(kind: OpKind) -> Option<BinOp> {
-    Some(match kind {
-        OpKind::Add => BinOp::Add,
-        OpKind::Sub => BinOp::Sub,
-        OpKind::Mul => BinOp::Mul,
-        OpKind::Div => BinOp::Div,
-        OpKind::FloorDiv => BinOp::FloorDiv,
-        OpKind::Rem => BinOp::Rem,
-        OpKind::Pow => BinOp::Pow,
-        OpKind::Max => BinOp::Max,
-        OpKind::Min => BinOp::Min,
-        OpKind::And => BinOp::And,
-        OpKind::Or => BinOp::Or,
-        _ => return None,
-    })
-}
-
 fn float_attr(op: &Op, key: &str) -> Option<f64> {
     op.attr(key).and_then(Attr::as_float)
 }
@@ -289,7 +272,7 @@ pub(super) fn host_op(func: &Func, id: OpId, op: &Op, operand: &dyn Fn(usize) ->
             }
             k if k.is_binary() => {
                 arity(2)?;
-                let bop = bin_op(k).ok_or_else(|| err("not a binary op".into()))?;
+                let bop = BinOp::of(k).ok_or_else(|| err("not a binary op".into()))?;
                 let (a, b) = (operand(0)?, operand(1)?);
                 match &rty {
                     Type::Index => {
@@ -545,7 +528,7 @@ impl Machine<'_> {
         let mut out = Vec::with_capacity(xs[0].data.len());
         match op.kind {
             k if k.is_binary() => {
-                let bop = bin_op(k).ok_or_else(|| err("not a binary op"))?;
+                let bop = BinOp::of(k).ok_or_else(|| err("not a binary op"))?;
                 let f = BinFn::new(bop, self.compute_domain(dom))
                     .ok_or_else(|| err(&format!("{name} is not defined on {dtype}")))?;
                 f.tile(&xs[0].data, &xs[1].data, &mut out).map_err(err)?;

@@ -68,6 +68,5 @@ mod arith;
 mod eval;
 mod plan;
 mod values;
-pub(crate) use eval::bin_op;
 pub use eval::{run_graph, run_graph_f64, run_graph_traced, GraphTrace};
 pub use plan::{run_plan, InterpExecutor, KernelExecutor};
