@@ -42,6 +42,18 @@ impl Emitter<'_> {
         }
     }
 
+    /// A 32-bit index as a 64-bit operand: zero-extended, a constant stays one.
+    pub(super) fn widen_u32(&mut self, narrow: Operand) -> Operand {
+        match narrow {
+            Operand::Int(v) => Operand::Int(v),
+            r => {
+                let w = self.b.reg(Class::B64);
+                self.b.ins(format!("cvt.u64.u32 {w}, {r}"));
+                Operand::Reg(w)
+            }
+        }
+    }
+
     /// `a + b` for 64-bit operands (folding immediates).
     pub(super) fn add64(&mut self, a: Operand, b: Operand) -> Operand {
         match (a, b) {
@@ -182,14 +194,7 @@ impl Emitter<'_> {
                         // A wrapping dim: this register's coordinate, computed in place.
                         let e = map.coord_expr(i, d);
                         let narrow = self.exprs.emit_inline(&mut self.b, &e);
-                        let wide = match narrow {
-                            Operand::Int(v) => Operand::Int(v),
-                            r => {
-                                let w = self.b.reg(Class::B64);
-                                self.b.ins(format!("cvt.u64.u32 {w}, {r}"));
-                                Operand::Reg(w)
-                            }
-                        };
+                        let wide = self.widen_u32(narrow);
                         let p = self.add64(view.offsets[j], wide);
                         coords.push((p, 0));
                     }
@@ -308,6 +313,36 @@ impl Emitter<'_> {
         p
     }
 
+    /// The shape of every global access: with a vector width `v` in the plan, groups of
+    /// `v` elements go through `group` (first element, `v`) when the runtime alignment
+    /// check passed, and jump over the element-by-element path, which runs otherwise
+    /// (and always without a vector width), one `element` call per element.
+    fn vector_or_elements(
+        &mut self,
+        vector: Option<(usize, Reg)>,
+        elements: usize,
+        done_name: &str,
+        mut group: impl FnMut(&mut Self, usize, usize),
+        mut element: impl FnMut(&mut Self, usize),
+    ) {
+        let scalar_label = self.b.label("scalar");
+        let done = self.b.label(done_name);
+        if let Some((v, ok)) = vector {
+            self.b.ins_if(ok, true, format!("bra.uni {scalar_label}"));
+            for g in (0..elements).step_by(v) {
+                group(self, g, v);
+            }
+            self.b.ins(format!("bra.uni {done}"));
+            self.b.place_label(&scalar_label);
+        }
+        for i in 0..elements {
+            element(self, i);
+        }
+        if vector.is_some() {
+            self.b.place_label(&done);
+        }
+    }
+
     /// Optional mask operand (a bool tile in the same layout).
     fn mask_of(&mut self, op: &Op, index: usize, map_len: usize) -> R<Option<Vec<Operand>>> {
         let Some(&m) = op.operands.get(index) else { return Ok(None) };
@@ -331,34 +366,29 @@ impl Emitter<'_> {
         let (ty, class) = mem_access(dtype);
         let out_class = wide_class(dtype);
         let out: Vec<Reg> = (0..map.len()).map(|_| self.b.reg(out_class)).collect();
-        let scalar_label = self.b.label("scalar");
-        let done = self.b.label("loaded");
-        if let Some((v, ok)) = plan.vector {
-            self.b.ins_if(ok, true, format!("bra.uni {scalar_label}"));
-            let eb = mem_bytes(dtype) as usize;
-            for g in (0..map.len()).step_by(v) {
+        let eb = mem_bytes(dtype) as usize;
+        self.vector_or_elements(
+            plan.vector,
+            map.len(),
+            "loaded",
+            |e, g, v| {
                 let (row, imm) = plan.addr[g];
                 let p = plan.pred[g];
-                let storage = self.vector_load(p, row, imm, v, eb, ty, class, other_bits);
+                let storage = e.vector_load(p, row, imm, v, eb, ty, class, other_bits);
                 for (k, s) in storage.into_iter().enumerate() {
-                    let w = from_storage(&mut self.b, target, dtype, s);
-                    mov(&mut self.b, out[g + k], w);
+                    let w = from_storage(&mut e.b, target, dtype, s);
+                    mov(&mut e.b, out[g + k], w);
                 }
-            }
-            self.b.ins(format!("bra.uni {done}"));
-            self.b.place_label(&scalar_label);
-        }
-        for (i, &dest) in out.iter().enumerate() {
-            let s = self.b.reg(class);
-            mov(&mut self.b, s, other_bits);
-            let (row, imm) = plan.addr[i];
-            self.b.ins_if(plan.pred[i], false, format!("ld.global.{ty} {s}, [{row}+{imm}]"));
-            let w = from_storage(&mut self.b, target, dtype, s);
-            mov(&mut self.b, dest, w);
-        }
-        if plan.vector.is_some() {
-            self.b.place_label(&done);
-        }
+            },
+            |e, i| {
+                let s = e.b.reg(class);
+                mov(&mut e.b, s, other_bits);
+                let (row, imm) = plan.addr[i];
+                e.b.ins_if(plan.pred[i], false, format!("ld.global.{ty} {s}, [{row}+{imm}]"));
+                let w = from_storage(&mut e.b, target, dtype, s);
+                mov(&mut e.b, out[i], w);
+            },
+        );
         let mut values: Vec<Operand> = out.iter().map(|&r| Operand::Reg(r)).collect();
         if let Some(mask) = self.mask_of(op, 1, map.len())? {
             for (x, m) in values.iter_mut().zip(mask) {
@@ -457,36 +487,31 @@ impl Emitter<'_> {
         let wide = self.wide(&tile);
         let storage: Vec<Operand> = wide.iter().map(|&x| to_storage(&mut self.b, target, dtype, x)).collect();
         let (ty, class) = mem_access(dtype);
-        let scalar_label = self.b.label("scalar");
-        let done = self.b.label("stored");
-        if let Some((v, ok)) = plan.vector {
-            self.b.ins_if(ok, true, format!("bra.uni {scalar_label}"));
-            let eb = mem_bytes(dtype) as usize;
-            for g in (0..map.len()).step_by(v) {
+        let eb = mem_bytes(dtype) as usize;
+        self.vector_or_elements(
+            plan.vector,
+            map.len(),
+            "stored",
+            |e, g, v| {
                 let (row, imm) = plan.addr[g];
-                let list = self.vector_words(dtype, &storage[g..g + v], packed_words.as_deref(), g, eb, class);
+                let list = e.vector_words(dtype, &storage[g..g + v], packed_words.as_deref(), g, eb, class);
                 let (n, wty) = if eb >= 4 { (v, ty) } else { (v * eb / 4, "b32") };
                 let vec = if n == 1 { String::new() } else { format!(".v{n}") };
-                self.b.ins_if(plan.pred[g], false, format!("st.global{vec}.{wty} [{row}+{imm}], {{{list}}}"));
-            }
-            self.b.ins(format!("bra.uni {done}"));
-            self.b.place_label(&scalar_label);
-        }
-        for i in 0..map.len() {
-            let p = match &mask {
-                Some(m) => {
-                    let m = materialize(&mut self.b, Class::Pred, m[i]);
-                    self.and_pred(Some(plan.pred[i]), m)
-                }
-                None => plan.pred[i],
-            };
-            let s = materialize(&mut self.b, class, storage[i]);
-            let (row, imm) = plan.addr[i];
-            self.b.ins_if(p, false, format!("st.global.{ty} [{row}+{imm}], {s}"));
-        }
-        if plan.vector.is_some() {
-            self.b.place_label(&done);
-        }
+                e.b.ins_if(plan.pred[g], false, format!("st.global{vec}.{wty} [{row}+{imm}], {{{list}}}"));
+            },
+            |e, i| {
+                let p = match &mask {
+                    Some(m) => {
+                        let m = materialize(&mut e.b, Class::Pred, m[i]);
+                        e.and_pred(Some(plan.pred[i]), m)
+                    }
+                    None => plan.pred[i],
+                };
+                let s = materialize(&mut e.b, class, storage[i]);
+                let (row, imm) = plan.addr[i];
+                e.b.ins_if(p, false, format!("st.global.{ty} [{row}+{imm}], {s}"));
+            },
+        );
         Ok(())
     }
 

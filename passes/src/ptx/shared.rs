@@ -279,14 +279,7 @@ impl Emitter<'_> {
         let mut pos = Vec::new();
         for (d, c) in coord.iter().enumerate() {
             let narrow = self.exprs.emit_at(&mut self.b, c, index);
-            let wide = match narrow {
-                Operand::Int(v) => Operand::Int(v),
-                r => {
-                    let w = self.b.reg(Class::B64);
-                    self.b.ins(format!("cvt.u64.u32 {w}, {r}"));
-                    Operand::Reg(w)
-                }
-            };
+            let wide = self.widen_u32(narrow);
             pos.push(self.add64(view.offsets[view.dims[d]], wide));
         }
         let (src, ok, col_pos) = self.view_address(view, &pos, base, squeezed_ok, eb);
