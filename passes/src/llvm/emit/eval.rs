@@ -322,22 +322,8 @@ impl<'f> Lowerer<'f> {
             });
         }
         // Masked: lanes inside the tensor (and the user's mask).
-        let outer = self.outer_inside(&tensor, &coords, last_t);
-        let i64v = VTy::new(Elem::I64, w);
         let b1 = VTy::new(Elem::I1, w);
-        let mut lane_ok = match last_t {
-            Some(d) => {
-                let cs = self.b.splat(i64v, &coords[d]);
-                let lanes = self.b.val("lc", format!("add {} {cs}, {}", i64v.ir(), iota(Elem::I64, w)));
-                let ds = self.b.splat(i64v, &tensor.dims[d]);
-                self.b.val("in", format!("icmp ult {} {lanes}, {ds}", i64v.ir()))
-            }
-            None => lit(b1, 1.0),
-        };
-        if outer != "true" {
-            let os = self.b.splat(b1, &outer);
-            lane_ok = self.b.val("in", format!("and {} {lane_ok}, {os}", b1.ir()));
-        }
+        let mut lane_ok = self.lanes_inside(&tensor, &coords, last_t, w);
         if let Some(m) = &user_mask {
             lane_ok = self.b.val("in", format!("and {} {lane_ok}, {m}", b1.ir()));
         }
@@ -488,21 +474,7 @@ impl<'f> Lowerer<'f> {
         let b1 = VTy::new(Elem::I1, w);
         let mut mask = user.map(str::to_string);
         if !fast {
-            let outer = self.outer_inside(&tensor, &coords, last_t);
-            let i64v = VTy::new(Elem::I64, w);
-            let mut lane_ok = match last_t {
-                Some(d) => {
-                    let cs = self.b.splat(i64v, &coords[d]);
-                    let lanes = self.b.val("lc", format!("add {} {cs}, {}", i64v.ir(), iota(Elem::I64, w)));
-                    let ds = self.b.splat(i64v, &tensor.dims[d]);
-                    self.b.val("in", format!("icmp ult {} {lanes}, {ds}", i64v.ir()))
-                }
-                None => lit(b1, 1.0),
-            };
-            if outer != "true" {
-                let os = self.b.splat(b1, &outer);
-                lane_ok = self.b.val("in", format!("and {} {lane_ok}, {os}", b1.ir()));
-            }
+            let lane_ok = self.lanes_inside(&tensor, &coords, last_t, w);
             mask = Some(match mask {
                 Some(m) => self.b.val("in", format!("and {} {lane_ok}, {m}", b1.ir())),
                 None => lane_ok,

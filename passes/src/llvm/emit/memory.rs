@@ -319,6 +319,35 @@ impl<'f> Lowerer<'f> {
         ok
     }
 
+    /// Per lane, whether its element is inside the tensor: the lane's coordinate below
+    /// the lane dim's size and every other coordinate inside (`outer_inside`). The
+    /// guard of masked loads and stores alike.
+    pub(super) fn lanes_inside(
+        &mut self,
+        tensor: &TensorV,
+        coords: &[String],
+        lane_dim: Option<usize>,
+        w: u32,
+    ) -> String {
+        let outer = self.outer_inside(tensor, coords, lane_dim);
+        let i64v = VTy::new(Elem::I64, w);
+        let b1 = VTy::new(Elem::I1, w);
+        let mut lane_ok = match lane_dim {
+            Some(d) => {
+                let cs = self.b.splat(i64v, &coords[d]);
+                let lanes = self.b.val("lc", format!("add {} {cs}, {}", i64v.ir(), iota(Elem::I64, w)));
+                let ds = self.b.splat(i64v, &tensor.dims[d]);
+                self.b.val("in", format!("icmp ult {} {lanes}, {ds}", i64v.ir()))
+            }
+            None => lit(b1, 1.0),
+        };
+        if outer != "true" {
+            let os = self.b.splat(b1, &outer);
+            lane_ok = self.b.val("in", format!("and {} {lane_ok}, {os}", b1.ir()));
+        }
+        lane_ok
+    }
+
     /// Pointers `base + off + (j + lane) * stride` for `w` lanes.
     pub(super) fn lane_ptrs(&mut self, e: Elem, base: &str, off: &str, j: &str, stride: &str, w: u32) -> String {
         let i64v = VTy::new(Elem::I64, w);
