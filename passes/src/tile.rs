@@ -290,6 +290,20 @@ fn pipeline_loop(
             }
         }
     }
+    // The copies of one iteration: every staged view, recomputed for the induction
+    // value `iv_at`, copied asynchronously into slot `slot` of its ring; then a commit.
+    let copies = |f: &mut Func, iv_at: ValueId, slot: ValueId| -> Vec<OpId> {
+        let mut ops = Vec::new();
+        for st in &staged {
+            let (chain, view) = clone_chain(f, &defs, &in_body, st.view, iv, iv_at);
+            ops.extend(chain);
+            let (slot_op, slot_view) = slot_of(f, st.buffer, slot, &loc);
+            ops.push(slot_op);
+            ops.push(push_op(f, OpKind::CpAsync, vec![slot_view, view], vec![], vec![], &loc));
+        }
+        ops.push(push_op(f, OpKind::AsyncCommit, vec![], vec![], vec![], &loc));
+        ops
+    };
     let mut out = Vec::new();
     // Prologue: iterations 0 .. stages-2 into slots 0 .. stages-2.
     for s in 0..stages.saturating_sub(1) {
@@ -297,14 +311,7 @@ fn pipeline_loop(
         let (m_op, off) = new_op(f, OpKind::Mul, vec![c, step], Type::Index, vec![], &loc);
         let (a_op, iv_s) = new_op(f, OpKind::Add, vec![lo, off], Type::Index, vec![], &loc);
         out.extend([c_op, m_op, a_op]);
-        for st in &staged {
-            let (chain, view) = clone_chain(f, &defs, &in_body, st.view, iv, iv_s);
-            out.extend(chain);
-            let (slot_op, slot) = slot_of(f, st.buffer, c, &loc);
-            out.push(slot_op);
-            out.push(push_op(f, OpKind::CpAsync, vec![slot, view], vec![], vec![], &loc));
-        }
-        out.push(push_op(f, OpKind::AsyncCommit, vec![], vec![], vec![], &loc));
+        out.extend(copies(f, iv_s, c));
     }
     // The body: wait for this iteration's slot, barrier, issue the copy `stages-1`
     // iterations ahead into the slot freed by the previous iteration, read this slot.
@@ -330,30 +337,14 @@ fn pipeline_loop(
         let (ia_op, iter_next) = new_op(f, OpKind::Add, vec![iter, dist], Type::Index, vec![], &loc);
         let (r_op, slot_next) = new_op(f, OpKind::Rem, vec![iter_next, nstages], Type::Index, vec![], &loc);
         new_body.extend([m_op, a_op, ia_op, r_op]);
-        for st in &staged {
-            let (chain, view) = clone_chain(f, &defs, &in_body, st.view, iv, iv_next);
-            new_body.extend(chain);
-            let (so, slot) = slot_of(f, st.buffer, slot_next, &loc);
-            new_body.push(so);
-            new_body.push(push_op(f, OpKind::CpAsync, vec![slot, view], vec![], vec![], &loc));
-        }
-        new_body.push(push_op(f, OpKind::AsyncCommit, vec![], vec![], vec![], &loc));
+        new_body.extend(copies(f, iv_next, slot_next));
     } else {
         // One stage: copy this iteration's data (views recomputed from the induction
         // variable), then wait for it. The barrier at the end of the previous iteration
         // (below) makes the overwrite safe.
         let wait_at = new_body.len() - 2;
-        let mut copies = Vec::new();
-        for st in &staged {
-            let (chain, view) = clone_chain(f, &defs, &in_body, st.view, iv, iv);
-            copies.extend(chain);
-            let (so, slot) = slot_of(f, st.buffer, slot_idx, &loc);
-            copies.push(so);
-            copies.push(push_op(f, OpKind::CpAsync, vec![slot, view], vec![], vec![], &loc));
-        }
-        copies.push(push_op(f, OpKind::AsyncCommit, vec![], vec![], vec![], &loc));
         let mut head: Vec<OpId> = new_body[..wait_at].to_vec();
-        head.extend(copies);
+        head.extend(copies(f, iv, slot_idx));
         head.extend(new_body[wait_at..].iter().copied());
         new_body = head;
     }
