@@ -7,6 +7,7 @@
 //! [`round_stochastic`] is `@stochastic_round`.
 
 use tessera_frontend::check::DType;
+use tessera_passes::abi::{AbiParam, KernelAbi};
 
 /// A row-major, contiguous tensor in host memory. Elements are stored in their dtype's
 /// encoding; `int4` uses one byte per element.
@@ -72,6 +73,36 @@ impl HostTensor {
     pub fn to_f32(&self) -> Vec<f32> {
         (0..self.numel()).map(|i| self.get(i) as f32).collect()
     }
+}
+
+/// Checks the argument count, and each tensor argument's dtype and data size, against
+/// `abi`; returns the tensors' dims in parameter order (for `KernelAbi::bind`). Every
+/// other (parameter, argument) pair goes to `check_other`: the backends differ in
+/// which scalar and index conversions they take and in how they word a refusal.
+pub(crate) fn tensor_dims(
+    abi: &KernelAbi,
+    args: &[Arg],
+    mut check_other: impl FnMut(&AbiParam, &Arg) -> Result<(), String>,
+) -> Result<Vec<Vec<i64>>, String> {
+    if args.len() != abi.params.len() {
+        return Err(format!("`{}` takes {} arguments, got {}", abi.name, abi.params.len(), args.len()));
+    }
+    let mut shapes = Vec::new();
+    for (p, a) in abi.params.iter().zip(args) {
+        match (p, a) {
+            (AbiParam::Tensor { name, dtype, .. }, Arg::Tensor(t)) => {
+                if t.dtype != *dtype {
+                    return Err(format!("`{name}` is {dtype}, got a {} tensor", t.dtype));
+                }
+                if t.data.len() != t.numel() * elem_bytes(t.dtype) {
+                    return Err(format!("`{name}`: data size does not match its dims"));
+                }
+                shapes.push(t.dims.iter().map(|&d| d as i64).collect());
+            }
+            (p, a) => check_other(p, a)?,
+        }
+    }
+    Ok(shapes)
 }
 
 /// Rounds `x` to the nearest value of `dtype` (what storing it and reading it back gives),

@@ -34,7 +34,7 @@ use tessera_passes::ir::Func;
 use tessera_passes::llvm::{error_fn_name, launcher_name, stack_fn_name};
 
 use crate::interp::{param_access, Access};
-use crate::tensor::{elem_bytes, Arg};
+use crate::tensor::{tensor_dims, Arg};
 
 /// Why a kernel could not be compiled or run.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -253,37 +253,18 @@ impl CpuKernel {
 
     /// Checks the arguments against the signature and evaluates the grid.
     fn bind(&self, args: &[Arg]) -> Result<[u64; 3], CpuError> {
-        if args.len() != self.abi.params.len() {
-            return Err(CpuError::new(format!(
-                "`{}` takes {} arguments, got {}",
-                self.abi.name,
-                self.abi.params.len(),
-                args.len()
-            )));
-        }
-        let mut shapes = Vec::new();
-        for (p, a) in self.abi.params.iter().zip(args) {
-            match (p, a) {
-                (AbiParam::Tensor { name, dtype, .. }, Arg::Tensor(t)) => {
-                    if t.dtype != *dtype {
-                        return Err(CpuError::new(format!("`{name}` is {dtype}, got a {} tensor", t.dtype)));
-                    }
-                    if t.data.len() != t.numel() * elem_bytes(t.dtype) {
-                        return Err(CpuError::new(format!("`{name}`: data size does not match its dims")));
-                    }
-                    shapes.push(t.dims.iter().map(|&d| d as i64).collect());
-                }
-                (AbiParam::Scalar { .. } | AbiParam::Index { .. }, Arg::Scalar(..) | Arg::Index(_)) => {}
-                (p, a) => {
-                    let got = match a {
-                        Arg::Tensor(_) => "a tensor",
-                        Arg::Scalar(..) => "a scalar",
-                        Arg::Index(_) => "an index",
-                    };
-                    return Err(CpuError::new(format!("`{}` expects a {}, got {got}", p.name(), kind(p))));
-                }
+        let shapes = tensor_dims(&self.abi, args, |p, a| match (p, a) {
+            (AbiParam::Scalar { .. } | AbiParam::Index { .. }, Arg::Scalar(..) | Arg::Index(_)) => Ok(()),
+            (p, a) => {
+                let got = match a {
+                    Arg::Tensor(_) => "a tensor",
+                    Arg::Scalar(..) => "a scalar",
+                    Arg::Index(_) => "an index",
+                };
+                Err(format!("`{}` expects a {}, got {got}", p.name(), kind(p)))
             }
-        }
+        })
+        .map_err(CpuError::new)?;
         let binding = self.abi.bind(&shapes).map_err(CpuError::new)?;
         Ok(binding.grid)
     }

@@ -172,40 +172,14 @@ impl<'f> Kernel<'f> {
 
     /// Binds the dims of the argument tensors (checking them against the signature).
     pub fn bind(&self, args: &[Arg]) -> Result<Binding, InterpError> {
-        if args.len() != self.abi.params.len() {
-            return Err(InterpError::new(format!(
-                "`{}` takes {} arguments, got {}",
-                self.abi.name,
-                self.abi.params.len(),
-                args.len()
-            )));
-        }
-        let mut shapes = Vec::new();
-        for (p, a) in self.abi.params.iter().zip(args) {
-            match (p, a) {
-                (AbiParam::Tensor { name, dtype, .. }, Arg::Tensor(t)) => {
-                    if t.dtype != *dtype {
-                        return Err(InterpError::new(format!("`{name}` is {dtype}, got a {} tensor", t.dtype)));
-                    }
-                    if t.data.len() != t.numel() * crate::tensor::elem_bytes(t.dtype) {
-                        return Err(InterpError::new(format!("`{name}`: data size does not match its dims")));
-                    }
-                    shapes.push(t.dims.iter().map(|&d| d as i64).collect());
-                }
-                (AbiParam::Scalar { .. }, Arg::Scalar(..)) | (AbiParam::Index { .. }, Arg::Index(_)) => {}
-                // An index parameter given as an integer scalar, or a scalar as an index.
-                (AbiParam::Index { .. }, Arg::Scalar(d, _)) if d.is_int() => {}
-                (AbiParam::Scalar { .. }, Arg::Index(_)) => {}
-                (p, a) => {
-                    return Err(InterpError::new(format!(
-                        "`{}` expects {}, got {}",
-                        p.name(),
-                        describe_param(p),
-                        describe_arg(a)
-                    )))
-                }
-            }
-        }
+        let shapes = crate::tensor::tensor_dims(&self.abi, args, |p, a| match (p, a) {
+            (AbiParam::Scalar { .. }, Arg::Scalar(..)) | (AbiParam::Index { .. }, Arg::Index(_)) => Ok(()),
+            // An index parameter given as an integer scalar, or a scalar as an index.
+            (AbiParam::Index { .. }, Arg::Scalar(d, _)) if d.is_int() => Ok(()),
+            (AbiParam::Scalar { .. }, Arg::Index(_)) => Ok(()),
+            (p, a) => Err(format!("`{}` expects {}, got {}", p.name(), describe_param(p), describe_arg(a))),
+        })
+        .map_err(InterpError::new)?;
         self.abi.bind(&shapes).map_err(InterpError::new)
     }
 
