@@ -1,0 +1,451 @@
+//! Execution: memory, threads and one CTA stepping warp by warp (barriers, predicates,
+//! asynchronous copies), and `emulate`, which runs a kernel's whole grid.
+
+use std::collections::HashMap;
+
+use tessera_backends::cuda::args::{check_args, pack};
+use tessera_backends::tensor::{round_to_saturating, Arg, HostTensor};
+use tessera_frontend::check::DType;
+use tessera_passes::codegen::TargetCode;
+
+use super::decode::{parse, Module, Opd, Src};
+
+// ----- memory ------------------------------------------------------------------------
+
+/// Global memory: one buffer per tensor at a distinct, 256-byte aligned address.
+pub(crate) struct Global {
+    buffers: Vec<(u64, Vec<u8>)>,
+}
+
+impl Global {
+    pub(crate) fn find(&mut self, addr: u64, len: usize) -> Result<&mut [u8], String> {
+        for (base, data) in &mut self.buffers {
+            if addr >= *base && addr + len as u64 <= *base + data.len() as u64 {
+                let at = (addr - *base) as usize;
+                return Ok(&mut data[at..at + len]);
+            }
+        }
+        Err(format!("global access of {len} bytes at {addr:#x} is outside every tensor"))
+    }
+}
+
+// ----- execution ---------------------------------------------------------------------
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum State {
+    Run,
+    Barrier,
+    Done,
+}
+
+struct Copy {
+    dst: u64,
+    src: u64,
+    size: usize,
+    valid: usize,
+}
+
+struct Thread {
+    regs: Vec<Option<u64>>,
+    pc: usize,
+    state: State,
+    open: Vec<Copy>,
+    groups: Vec<Vec<Copy>>,
+}
+
+pub(crate) struct Cta<'a> {
+    pub(crate) m: &'a Module,
+    threads: Vec<Thread>,
+    smem: Vec<u8>,
+    pub(crate) global: &'a mut Global,
+    params: &'a HashMap<String, u64>,
+    ctaid: [u64; 3],
+    nctaid: [u64; 3],
+    steps: u64,
+}
+
+pub(crate) fn f32of(v: u64) -> f32 {
+    f32::from_bits(v as u32)
+}
+pub(crate) fn bits32(x: f32) -> u64 {
+    x.to_bits() as u64
+}
+pub(crate) fn bf16_to_f32(h: u64) -> f32 {
+    f32::from_bits(((h as u32) & 0xffff) << 16)
+}
+pub(crate) fn f16_to_f32(h: u64) -> f32 {
+    half::f16::from_bits(h as u16).to_f32()
+}
+pub(crate) fn fp8_to_f32(byte: u64, e4m3: bool) -> f32 {
+    let dtype = if e4m3 { DType::Fp8E4m3 } else { DType::Fp8E5m2 };
+    HostTensor { dtype, dims: vec![1], data: vec![byte as u8] }.get(0) as f32
+}
+/// `cvt.rn.satfinite.{e4m3,e5m2}x2.f32`: round to nearest even, clamped to the largest
+/// finite value (Inf too), NaN kept.
+pub(crate) fn f32_to_fp8(x: f32, e4m3: bool) -> u64 {
+    let dtype = if e4m3 { DType::Fp8E4m3 } else { DType::Fp8E5m2 };
+    let mut t = HostTensor::zeros(dtype, &[1]);
+    t.set(0, round_to_saturating(dtype, x as f64));
+    t.data[0] as u64
+}
+
+impl Cta<'_> {
+    pub(crate) fn err(&self, pc: usize, message: impl std::fmt::Display) -> String {
+        let ins = &self.m.code[pc];
+        format!("PTX line {} (`{}`): {message}", ins.line, ins.op.join("."))
+    }
+
+    pub(crate) fn read(&self, t: usize, s: &Src, pc: usize) -> Result<u64, String> {
+        Ok(match s {
+            Src::Reg(r) => self.threads[t].regs[*r]
+                .ok_or_else(|| self.err(pc, format!("thread {t} reads {} before any write", self.m.names[*r])))?,
+            Src::Not(r) => (self.read(t, &Src::Reg(*r), pc)? == 0) as u64,
+            Src::Imm(v) => *v,
+            Src::Smem => 0,
+            Src::Special(name) => match *name {
+                "tid" => t as u64,
+                "ctaid.x" => self.ctaid[0],
+                "ctaid.y" => self.ctaid[1],
+                "ctaid.z" => self.ctaid[2],
+                "nctaid.x" => self.nctaid[0],
+                "nctaid.y" => self.nctaid[1],
+                _ => self.nctaid[2],
+            },
+        })
+    }
+
+    pub(crate) fn src(&self, t: usize, pc: usize, i: usize) -> Result<u64, String> {
+        match &self.m.code[pc].args[i] {
+            Opd::Src(s) => self.read(t, s, pc),
+            other => Err(self.err(pc, format!("operand {i} is {other:?}, not a value"))),
+        }
+    }
+
+    pub(crate) fn dst(&self, pc: usize, i: usize) -> Result<usize, String> {
+        match &self.m.code[pc].args[i] {
+            Opd::Src(Src::Reg(r)) => Ok(*r),
+            other => Err(self.err(pc, format!("operand {i} is {other:?}, not a register"))),
+        }
+    }
+
+    pub(crate) fn addr(&self, t: usize, pc: usize, i: usize) -> Result<u64, String> {
+        match &self.m.code[pc].args[i] {
+            Opd::Mem { base: Some(r), offset, .. } => Ok(self.read(t, &Src::Reg(*r), pc)?.wrapping_add(*offset as u64)),
+            Opd::Mem { param: Some(p), .. } => {
+                self.params.get(p).copied().ok_or_else(|| self.err(pc, format!("no parameter {p}")))
+            }
+            other => Err(self.err(pc, format!("operand {i} is {other:?}, not an address"))),
+        }
+    }
+
+    pub(crate) fn set(&mut self, t: usize, r: usize, v: u64) {
+        self.threads[t].regs[r] = Some(v);
+    }
+
+    pub(crate) fn smem(&mut self, addr: u64, len: usize, align: usize, pc: usize) -> Result<&mut [u8], String> {
+        if !(addr as usize).is_multiple_of(align) {
+            return Err(self.err(pc, format!("shared address {addr} is not {align}-byte aligned")));
+        }
+        if addr as usize + len > self.smem.len() {
+            return Err(self.err(pc, format!("shared access {addr}+{len} past {} bytes", self.smem.len())));
+        }
+        Ok(&mut self.smem[addr as usize..addr as usize + len])
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        let warps = self.threads.len().div_ceil(32);
+        loop {
+            let mut progressed = false;
+            for w in 0..warps {
+                let lanes: Vec<usize> = (w * 32..((w + 1) * 32).min(self.threads.len()))
+                    .filter(|&t| self.threads[t].state == State::Run)
+                    .collect();
+                let Some(pc) = lanes.iter().map(|&t| self.threads[t].pc).min() else { continue };
+                let active: Vec<usize> = lanes.into_iter().filter(|&t| self.threads[t].pc == pc).collect();
+                self.step(pc, &active, w)?;
+                progressed = true;
+                self.steps += 1;
+                if self.steps > 20_000_000 {
+                    return Err("the kernel runs too long (a loop that does not end?)".into());
+                }
+            }
+            if !progressed {
+                let waiting = self.threads.iter().filter(|t| t.state == State::Barrier).count();
+                if waiting == 0 {
+                    return Ok(());
+                }
+                let live = self.threads.iter().filter(|t| t.state != State::Done).count();
+                if waiting != live || waiting != self.threads.len() {
+                    return Err(format!(
+                        "{waiting} threads wait at a barrier that {} threads never reach",
+                        self.threads.len() - waiting
+                    ));
+                }
+                for t in &mut self.threads {
+                    t.state = State::Run;
+                    t.pc += 1;
+                }
+            }
+        }
+    }
+
+    fn step(&mut self, pc: usize, active: &[usize], warp: usize) -> Result<(), String> {
+        let ins = self.m.code[pc].clone();
+        let op: Vec<&str> = ins.op.iter().map(String::as_str).collect();
+        // Predicates (a collective op must not be predicated).
+        let mut on = Vec::with_capacity(active.len());
+        for &t in active {
+            let enabled = match ins.pred {
+                None => true,
+                Some((p, neg)) => (self.read(t, &Src::Reg(p), pc)? != 0) != neg,
+            };
+            if enabled {
+                on.push(t);
+            } else {
+                self.threads[t].pc += 1;
+            }
+        }
+        let collective = matches!(op[0], "shfl" | "ldmatrix" | "mma" | "bar");
+        if collective {
+            let full = self.threads.len().min(32 * (warp + 1)) - 32 * warp;
+            if on.len() != full {
+                return Err(self.err(pc, format!("{} of {full} lanes execute a warp-collective instruction", on.len())));
+            }
+            match op[0] {
+                "bar" => {
+                    for &t in &on {
+                        self.threads[t].state = State::Barrier;
+                    }
+                }
+                "shfl" => self.shfl(pc, &on)?,
+                "ldmatrix" => self.ldmatrix(pc, &on, &op)?,
+                _ => self.mma(pc, &on, &op)?,
+            }
+            if op[0] != "bar" {
+                for &t in &on {
+                    self.threads[t].pc += 1;
+                }
+            }
+            return Ok(());
+        }
+        for &t in &on {
+            let next = self.exec(t, pc, &op)?;
+            self.threads[t].pc = next;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, t: usize, keep: usize, pc: usize) -> Result<(), String> {
+        while self.threads[t].groups.len() > keep {
+            let group = self.threads[t].groups.remove(0);
+            for c in group {
+                let mut bytes = vec![0u8; c.size];
+                if c.valid > 0 {
+                    match self.global.find(c.src, c.valid) {
+                        Ok(src) => bytes[..c.valid].copy_from_slice(src),
+                        Err(e) => return Err(self.err(pc, e)),
+                    }
+                }
+                self.smem(c.dst, c.size, c.size, pc)?.copy_from_slice(&bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// One thread executes one instruction; returns its next pc.
+    fn exec(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<usize, String> {
+        let ty = *op.last().unwrap();
+        let a = |s: &Self, i| s.src(t, pc, i);
+        match op[0] {
+            "ret" => {
+                self.threads[t].state = State::Done;
+                return Ok(pc);
+            }
+            "bra" => {
+                if let Opd::Label(l) = self.m.code[pc].args[0] {
+                    return Ok(l);
+                }
+                return Err(self.err(pc, "a branch without a label"));
+            }
+            "cp" => match op[2] {
+                "commit_group" => {
+                    let g = std::mem::take(&mut self.threads[t].open);
+                    self.threads[t].groups.push(g);
+                }
+                "wait_group" => {
+                    let keep = a(self, 0)? as usize;
+                    self.complete(t, keep, pc)?;
+                }
+                _ => {
+                    let dst = self.addr(t, pc, 0)?;
+                    let src = self.addr(t, pc, 1)?;
+                    let size = a(self, 2)? as usize;
+                    let valid = a(self, 3)? as usize;
+                    if valid > size
+                        || !(dst as usize).is_multiple_of(size)
+                        || (valid > 0 && !(src as usize).is_multiple_of(size))
+                    {
+                        return Err(self.err(pc, format!("cp.async of {valid}/{size} bytes, {src:#x} -> {dst}")));
+                    }
+                    self.threads[t].open.push(Copy { dst, src, size, valid });
+                }
+            },
+            "ld" | "st" => self.memory(t, pc, op)?,
+            "mov" => self.mov(t, pc)?,
+            "cvta" => {
+                let v = a(self, 1)?;
+                let d = self.dst(pc, 0)?;
+                self.set(t, d, v);
+            }
+            "setp" => {
+                let (x, y) = (a(self, 1)?, a(self, 2)?);
+                let cmp = op[1];
+                let r = match ty {
+                    "f32" | "f64" => {
+                        let (x, y) = if ty == "f32" {
+                            (f32of(x) as f64, f32of(y) as f64)
+                        } else {
+                            (f64::from_bits(x), f64::from_bits(y))
+                        };
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y && !x.is_nan() && !y.is_nan(),
+                            "neu" => x != y || x.is_nan() || y.is_nan(),
+                            _ => return Err(self.err(pc, "comparison")),
+                        }
+                    }
+                    _ => {
+                        let (x, y): (i128, i128) = match ty {
+                            "s32" => (x as u32 as i32 as i128, y as u32 as i32 as i128),
+                            "u32" | "b32" => (x as u32 as i128, y as u32 as i128),
+                            "s64" => (x as i64 as i128, y as i64 as i128),
+                            _ => (x as i128, y as i128),
+                        };
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y,
+                            _ => return Err(self.err(pc, "comparison")),
+                        }
+                    }
+                };
+                let d = self.dst(pc, 0)?;
+                self.set(t, d, r as u64);
+            }
+            "selp" => {
+                let c = a(self, 3)? != 0;
+                let v = if c { a(self, 1)? } else { a(self, 2)? };
+                let d = self.dst(pc, 0)?;
+                self.set(t, d, v);
+            }
+            "cvt" => self.cvt(t, pc, op)?,
+            "and" | "or" | "xor" if ty == "pred" => {
+                let (x, y) = (a(self, 1)? != 0, self.pred_operand(t, pc, 2)?);
+                let v = match op[0] {
+                    "and" => x && y,
+                    "or" => x || y,
+                    _ => x != y,
+                };
+                let d = self.dst(pc, 0)?;
+                self.set(t, d, v as u64);
+            }
+            "not" if ty == "pred" => {
+                let v = a(self, 1)? == 0;
+                let d = self.dst(pc, 0)?;
+                self.set(t, d, v as u64);
+            }
+            "bfe" => {
+                let (x, pos, len) = (a(self, 1)?, a(self, 2)? as u32, a(self, 3)? as u32);
+                let field = ((x as u32) >> pos) & ((1u64 << len) - 1) as u32;
+                let v = if ty == "s32" && len > 0 && field >> (len - 1) & 1 == 1 {
+                    (field | !(((1u64 << len) - 1) as u32)) as u64
+                } else {
+                    field as u64
+                };
+                let d = self.dst(pc, 0)?;
+                self.set(t, d, v);
+            }
+            "prmt" => {
+                let (x, y, sel) = (a(self, 1)? as u32, a(self, 2)? as u32, a(self, 3)? as u32);
+                let bytes = [x, x >> 8, x >> 16, x >> 24, y, y >> 8, y >> 16, y >> 24].map(|b| b & 0xff);
+                let mut v = 0u32;
+                for k in 0..4 {
+                    v |= bytes[((sel >> (4 * k)) & 7) as usize] << (8 * k);
+                }
+                let d = self.dst(pc, 0)?;
+                self.set(t, d, v as u64);
+            }
+            _ => self.arith(t, pc, op)?,
+        }
+        Ok(pc + 1)
+    }
+}
+
+/// Runs every program of the grid; tensors are copied back into `args`.
+pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String> {
+    let module = parse(&code.text)?;
+    let tensors = check_args(&code.abi, args)?;
+    let shapes: Vec<Vec<i64>> = tensors.iter().map(|(s, _)| s.clone()).collect();
+    let binding = code.abi.bind(&shapes)?;
+    let mut global = Global { buffers: Vec::new() };
+    let mut pointers = Vec::new();
+    let mut next = 0x10_0000u64;
+    for a in args.iter() {
+        if let Arg::Tensor(t) = a {
+            pointers.push(next);
+            global.buffers.push((next, t.data.clone()));
+            next += (t.data.len() as u64 + 4096).next_multiple_of(256);
+        }
+    }
+    let params = pack(&code.abi, args, &pointers)?;
+    if params.slots.len() != module.params.len() {
+        return Err(format!("{} parameter slots for {} PTX parameters", params.slots.len(), module.params.len()));
+    }
+    let values: HashMap<String, u64> = module.params.iter().cloned().zip(params.slots.iter().copied()).collect();
+    let mut steps = 0;
+    let [gx, gy, gz] = binding.grid;
+    for z in 0..gz {
+        for y in 0..gy {
+            for x in 0..gx {
+                let threads = (0..code.abi.threads)
+                    .map(|_| Thread {
+                        regs: vec![None; module.regs],
+                        pc: 0,
+                        state: State::Run,
+                        open: Vec::new(),
+                        groups: Vec::new(),
+                    })
+                    .collect();
+                let mut cta = Cta {
+                    m: &module,
+                    threads,
+                    smem: vec![0xAB; code.smem_bytes as usize],
+                    global: &mut global,
+                    params: &values,
+                    ctaid: [x, y, z],
+                    nctaid: [gx, gy, gz],
+                    steps: 0,
+                };
+                cta.run().map_err(|e| format!("program ({x}, {y}, {z}): {e}"))?;
+                if cta.threads.iter().any(|t| !t.groups.is_empty() || !t.open.is_empty()) {
+                    return Err(format!("program ({x}, {y}, {z}) ends with asynchronous copies still pending"));
+                }
+                steps += cta.steps;
+            }
+        }
+    }
+    let mut buffers = global.buffers.into_iter();
+    for a in args.iter_mut() {
+        if let Arg::Tensor(t) = a {
+            t.data = buffers.next().expect("one buffer per tensor").1;
+        }
+    }
+    Ok(steps)
+}
