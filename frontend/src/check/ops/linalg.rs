@@ -43,19 +43,9 @@ impl<'a> Infer<'a> {
         let (k2, n) = (&b.dims[b.rank() - 2], &b.dims[b.rank() - 1]);
         if k1 != k2 {
             self.push(
-                Diagnostic::new(
-                    Code::E0301,
-                    self.range(id),
-                    format!(
-                        "matmul: inner dimensions differ: `{}` is {} but `{}` is {} ({k1} ≠ {k2})",
-                        self.text(lhs),
-                        fmt_dims(&a.dims),
-                        self.text(rhs),
-                        fmt_dims(&b.dims)
-                    ),
-                )
-                .with_label(self.range(lhs), format!("{} (inner dim {k1})", fmt_dims(&a.dims)))
-                .with_label(self.range(rhs), format!("{} (inner dim {k2})", fmt_dims(&b.dims))),
+                self.inner_dims_differ("matmul", id, (lhs, &a.dims), (rhs, &b.dims))
+                    .with_label(self.range(lhs), format!("{} (inner dim {k1})", fmt_dims(&a.dims)))
+                    .with_label(self.range(rhs), format!("{} (inner dim {k2})", fmt_dims(&b.dims))),
             );
             return Ty::Unknown;
         }
@@ -124,19 +114,9 @@ impl<'a> Infer<'a> {
         let (m, k1, k2, n) = (a.dims[0].clone(), a.dims[1].clone(), b.dims[0].clone(), b.dims[1].clone());
         if k1 != k2 {
             self.push(
-                Diagnostic::new(
-                    Code::E0301,
-                    self.range(id),
-                    format!(
-                        "tile.dot: inner dimensions differ: `{}` is {} but `{}` is {} ({k1} ≠ {k2})",
-                        self.text(lhs),
-                        fmt_dims(&a.dims),
-                        self.text(rhs),
-                        fmt_dims(&b.dims)
-                    ),
-                )
-                .with_label(self.range(lhs), fmt_dims(&a.dims))
-                .with_label(self.range(rhs), fmt_dims(&b.dims)),
+                self.inner_dims_differ("tile.dot", id, (lhs, &a.dims), (rhs, &b.dims))
+                    .with_label(self.range(lhs), fmt_dims(&a.dims))
+                    .with_label(self.range(rhs), fmt_dims(&b.dims)),
             );
             return Ty::Unknown;
         }
@@ -262,6 +242,29 @@ impl<'a> Infer<'a> {
             .filter_map(|(i, d)| if axes.contains(&i) { keepdim.then(|| Dim::constant(1)) } else { Some(d.clone()) })
             .collect();
         Ty::Tensor(TensorType::new(dims, t.elem))
+    }
+
+    /// E0301 for a matrix product whose inner dims (the last of `a`, the second last of
+    /// `b`) differ; the caller labels the operands.
+    fn inner_dims_differ(
+        &self,
+        op: &str,
+        id: ExprId,
+        (lhs, a): (ExprId, &[Dim]),
+        (rhs, b): (ExprId, &[Dim]),
+    ) -> Diagnostic {
+        let (k1, k2) = (&a[a.len() - 1], &b[b.len() - 2]);
+        Diagnostic::new(
+            Code::E0301,
+            self.range(id),
+            format!(
+                "{op}: inner dimensions differ: `{}` is {} but `{}` is {} ({k1} ≠ {k2})",
+                self.text(lhs),
+                fmt_dims(a),
+                self.text(rhs),
+                fmt_dims(b)
+            ),
+        )
     }
 
     pub(super) fn flash_attention(&mut self, a: &Bound) -> Ty {
