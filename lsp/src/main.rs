@@ -13,27 +13,6 @@ fn main() -> std::process::ExitCode {
             default(info);
         }
     }));
-    use_mimalloc_for_tree_sitter();
+    tessera_lsp::use_mimalloc_for_tree_sitter();
     std::process::ExitCode::from(tessera_lsp::main(std::env::args_os().skip(1)) as u8)
-}
-
-/// Routes tree-sitter's C allocations to mimalloc too (as the CLI binaries do).
-fn use_mimalloc_for_tree_sitter() {
-    unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut std::ffi::c_void {
-        match count.checked_mul(size) {
-            // SAFETY: mi_zalloc returns zeroed memory of `total` bytes, as calloc does.
-            Some(total) => unsafe { libmimalloc_sys::mi_zalloc(total) },
-            None => std::ptr::null_mut(),
-        }
-    }
-    // SAFETY: the four functions are one allocator family (mimalloc); this runs at
-    // start-up, before any tree-sitter object exists.
-    unsafe {
-        tree_sitter::set_allocator(Some(tree_sitter::Allocator {
-            malloc: libmimalloc_sys::mi_malloc,
-            calloc,
-            realloc: libmimalloc_sys::mi_realloc,
-            free: libmimalloc_sys::mi_free,
-        }));
-    }
 }
