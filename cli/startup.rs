@@ -12,26 +12,6 @@ pub fn install_panic_hook() {
     }));
 }
 
-/// Routes tree-sitter's C allocations to mimalloc, like the Rust allocations of the
-/// binaries: parsing allocates a node per token, and glibc's free lists showed up as a
-/// fifth of `tessera check`'s time. Must run before any tree-sitter call.
-pub fn use_mimalloc_for_tree_sitter() {
-    unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut std::ffi::c_void {
-        match count.checked_mul(size) {
-            // SAFETY: mi_zalloc returns zeroed memory of `total` bytes, as calloc does.
-            Some(total) => unsafe { libmimalloc_sys::mi_zalloc(total) },
-            None => std::ptr::null_mut(),
-        }
-    }
-    // SAFETY: the four functions are one allocator family (mimalloc), they return
-    // malloc-aligned memory, and this runs at start-up before any tree-sitter object
-    // exists, on the main thread.
-    unsafe {
-        tree_sitter::set_allocator(Some(tree_sitter::Allocator {
-            malloc: libmimalloc_sys::mi_malloc,
-            calloc,
-            realloc: libmimalloc_sys::mi_realloc,
-            free: libmimalloc_sys::mi_free,
-        }));
-    }
-}
+/// Routes tree-sitter's C allocations to mimalloc (the language server's crate owns it:
+/// the lowest crate with both dependencies).
+pub use tessera_lsp::use_mimalloc_for_tree_sitter;
