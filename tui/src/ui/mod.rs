@@ -26,7 +26,7 @@ use crate::state::{Geometry, Level, Overlay, Pane, Tab};
 use crate::theme;
 
 pub use explore::{draw_ir_pane, draw_source_pane};
-use widgets::{centered, inner, put_row, short_config, stage_title, truncate};
+use widgets::{centered, inner, popup, put_row, short_config, stage_title, truncate};
 
 /// One frame: the layout, taken into the state, then the view of that state.
 pub fn draw(f: &mut Frame, app: &mut App) {
@@ -288,14 +288,8 @@ fn draw_help(f: &mut Frame, area: Rect, _app: &App, scroll: usize) {
 fn draw_picker(f: &mut Frame, area: Rect, app: &App, filter: &str, cursor: usize) {
     let matches = app.picker_matches(filter);
     let height = (matches.len() as u16 + 4).clamp(6, area.height.saturating_sub(4));
-    let rect = centered(area, 64, height);
-    let block = Block::bordered()
-        .border_style(theme::border(true))
-        .title(Line::from(" Kernels and graph functions ").style(theme::title(true)))
-        .title_bottom(Line::from(" type to filter · Enter opens · Esc ").style(theme::dim()));
-    let inner = block.inner(rect);
-    f.render_widget(Clear, rect);
-    f.render_widget(block, rect);
+    let inner =
+        popup(f, area, 64, height, Line::from(" Kernels and graph functions "), " type to filter · Enter opens · Esc ");
     let buf = f.buffer_mut();
     put_row(
         buf,

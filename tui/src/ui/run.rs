@@ -124,21 +124,12 @@ fn draw_progress(f: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let Some(batch) = &app.run.batch else {
-        if let Some(name) = graph_function(app) {
-            let text = graph_run::idle_text(app, name);
-            put_row(
-                f.buffer_mut(),
-                inner,
-                0,
-                vec![Span::styled(truncate(&text, inner.width as usize), theme::dim())],
-                Style::new(),
-            );
-            return;
-        }
-        let last = app.run.results.iter().rev().find(|r| r.outcome.is_some());
-        let text = match last {
-            Some(r) => format!("last: {} on {}", outcome_text(r), r.device.name()),
-            None => "r runs the kernel · a autotunes its space".to_string(),
+        let text = match graph_function(app) {
+            Some(name) => graph_run::idle_text(app, name),
+            None => match app.run.results.iter().rev().find(|r| r.outcome.is_some()) {
+                Some(r) => format!("last: {} on {}", outcome_text(r), r.device.name()),
+                None => "r runs the kernel · a autotunes its space".to_string(),
+            },
         };
         put_row(
             f.buffer_mut(),

@@ -4,12 +4,11 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Clear};
 use ratatui::Frame;
 use tessera_passes::Stage;
 
 use super::explore::draw_ir_pane;
-use super::widgets::{centered, pane_block, put_row, stage_title, truncate};
+use super::widgets::{pane_block, popup, put_row, stage_title, truncate};
 use crate::app::App;
 use crate::state::Pane;
 use crate::theme;
@@ -140,14 +139,7 @@ fn draw_summary(f: &mut Frame, area: Rect, app: &App) {
 pub fn draw_edit(f: &mut Frame, area: Rect, app: &App, row: usize, input: &str, error: Option<&str>) {
     let rows = app.schedule_rows();
     let Some(r) = rows.get(row) else { return };
-    let rect = centered(area, 60, 6);
-    let block = Block::bordered()
-        .border_style(theme::border(true))
-        .title(Line::from(format!(" {} = ? ", r.key)).style(theme::title(true)))
-        .title_bottom(Line::from(" Enter applies · Esc cancels ").style(theme::dim()));
-    let inner = block.inner(rect);
-    f.render_widget(Clear, rect);
-    f.render_widget(block, rect);
+    let inner = popup(f, area, 60, 6, Line::from(format!(" {} = ? ", r.key)), " Enter applies · Esc cancels ");
     let buf = f.buffer_mut();
     put_row(
         buf,

@@ -5,7 +5,8 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Block;
+use ratatui::widgets::{Block, Clear};
+use ratatui::Frame;
 
 use crate::app::App;
 use crate::state::Pane;
@@ -84,6 +85,20 @@ pub(crate) fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(area.width.saturating_sub(2));
     let h = height.min(area.height.saturating_sub(2));
     Rect::new(area.x + (area.width - w) / 2, area.y + (area.height - h) / 2, w, h)
+}
+
+/// A bordered popup of `width` x `height` centred in `area`, drawn over what is there,
+/// with its title and the keys it takes along the bottom. Returns its inner area.
+pub(crate) fn popup(f: &mut Frame, area: Rect, width: u16, height: u16, title: Line<'_>, keys: &str) -> Rect {
+    let rect = centered(area, width, height);
+    let block = Block::bordered()
+        .border_style(theme::border(true))
+        .title(title.style(theme::title(true)))
+        .title_bottom(Line::from(keys.to_string()).style(theme::dim()));
+    let inner = block.inner(rect);
+    f.render_widget(Clear, rect);
+    f.render_widget(block, rect);
+    inner
 }
 
 /// The inner area of a bordered pane drawn over `area` (what the layout records).
