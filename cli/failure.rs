@@ -25,7 +25,9 @@ impl Failure {
             ErrorKind::Fault => (1, Some("fault")),
             ErrorKind::Input | ErrorKind::Unavailable | ErrorKind::NotRunnable | ErrorKind::Resources => (2, None),
         };
-        let message = format!("{}{}", src.position(e.loc.as_ref()), src.resolve_offsets(&e.message));
+        // The message names other ops by position already (the plan carries the file's
+        // positions); only the failing op's own location is structured.
+        let message = format!("{}{}", src.position(e.loc.as_ref()), e.message);
         Failure { code, message, kind }
     }
 

@@ -152,39 +152,6 @@ impl Source {
         self.analysis().function(name).map(|f| f.key).map_err(|e| e.message)
     }
 
-    /// `text` with every ``at `name`+N`` (an op's offset from its function's `def`, as the
-    /// interpreter writes it) replaced by the file position it stands for.
-    pub fn resolve_offsets(&self, text: &str) -> String {
-        let mut out = String::new();
-        let mut rest = text;
-        while let Some(at) = rest.find("at `") {
-            out.push_str(&rest[..at]);
-            let after = &rest[at + 4..];
-            let parsed = after.find('`').and_then(|end| {
-                let name = &after[..end];
-                let digits: String =
-                    after[end + 1..].strip_prefix('+')?.chars().take_while(char::is_ascii_digit).collect();
-                let offset: u32 = digits.parse().ok()?;
-                let loc = tessera_passes::ir::Loc::new(name, tessera_frontend::text::TextRange::new(offset, offset));
-                let position = self.position(Some(&loc));
-                let position = position.strip_suffix(": ")?.to_string();
-                Some((position, end + 2 + digits.len()))
-            });
-            match parsed {
-                Some((position, used)) => {
-                    out.push_str(&format!("at {position}"));
-                    rest = &after[used..];
-                }
-                None => {
-                    out.push_str("at `");
-                    rest = after;
-                }
-            }
-        }
-        out.push_str(rest);
-        out
-    }
-
     /// `path:line:col: ` for a location in this file's functions (empty when unknown).
     pub fn position(&self, loc: Option<&tessera_passes::ir::Loc>) -> String {
         let Some(loc) = loc else { return String::new() };

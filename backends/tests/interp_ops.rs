@@ -407,11 +407,11 @@ fn two_programs_storing_one_element_is_a_race() {
     b.finish();
     for parallel in [true, false] {
         let mut args = vec![t(DType::F32, &[4], &[0.0; 4])];
-        let err = run_kernel_with(&f, &mut args, &Options { parallel, check_races: true }).unwrap_err();
+        let err = run_kernel_with(&f, &mut args, &Options { parallel, check_races: true, ..Default::default() }).unwrap_err();
         assert!(err.message.contains("both store element [2] of `y`"), "{err}");
     }
     let mut args = vec![t(DType::F32, &[4], &[0.0; 4])];
-    run_kernel_with(&f, &mut args, &Options { parallel: false, check_races: false }).unwrap();
+    run_kernel_with(&f, &mut args, &Options { parallel: false, check_races: false, ..Default::default() }).unwrap();
     assert_eq!(out(&args, 0), vec![1.0; 4]);
 }
 

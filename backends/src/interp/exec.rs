@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use tessera_frontend::check::DType;
 use tessera_passes::ir::{Func, OpId};
+use tessera_passes::locs::SourcePositions;
 
 use super::memory::{AsyncGroups, GlobalTensor, SlotState, SmemBuf, Window};
 use super::numerics::{saturate_index, Domain, Rounder};
@@ -62,6 +63,7 @@ pub(crate) struct Shared<'a> {
     pub params: &'a [Value],
     pub grid: [u64; 3],
     pub check_races: bool,
+    pub positions: Option<&'a SourcePositions>,
 }
 
 enum Flow {
@@ -675,7 +677,7 @@ impl<'a> Runner<'a> {
         let op = self.sh.func.op(self.sh.prog.smem[buf as usize].op);
         match op.results.first().and_then(|r| self.sh.func.values[r.0 as usize].name.as_ref()) {
             Some(n) => format!("`{n}`"),
-            None => format!("the shared buffer of {}", super::describe_loc(&op.loc)),
+            None => format!("the shared buffer of {}", super::describe_loc(&op.loc, self.sh.positions)),
         }
     }
 
@@ -709,7 +711,7 @@ impl<'a> Runner<'a> {
         if asynchronous {
             let func = self.sh.func;
             if let Some((g, copy)) = s.copy {
-                let at = super::describe_op(func, copy);
+                let at = super::describe_op(func, copy, self.sh.positions);
                 if g >= committed {
                     return Err(format!(
                         "reads slot {slot} of {name} while its {at} is in a group that was never committed \
@@ -751,7 +753,7 @@ impl<'a> Runner<'a> {
                 return Err(format!(
                     "overwrites slot {slot} of {name}, which {} reads in the same stage: a tile.barrier must \
                      separate the last read from the next write",
-                    super::describe_op(self.sh.func, read)
+                    super::describe_op(self.sh.func, read, self.sh.positions)
                 ));
             }
         }
@@ -759,7 +761,7 @@ impl<'a> Runner<'a> {
             if g >= self.groups.completed {
                 return Err(format!(
                     "overwrites slot {slot} of {name} while an earlier {} into it may still be in flight",
-                    super::describe_op(self.sh.func, copy)
+                    super::describe_op(self.sh.func, copy, self.sh.positions)
                 ));
             }
         }

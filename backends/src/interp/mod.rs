@@ -29,12 +29,15 @@ pub(crate) mod numerics;
 mod program;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use tessera_frontend::check::DType;
 use tessera_passes::abi::{AbiParam, Binding, KernelAbi};
+use tessera_passes::ir::print::LocResolver;
 use tessera_passes::ir::{Func, Loc, OpId, OpKind, Origin, Type};
+use tessera_passes::locs::SourcePositions;
 
 use crate::tensor::{round_to, Arg};
 use exec::{Counters, Runner, Shared, Value};
@@ -94,7 +97,7 @@ impl fmt::Display for InterpError {
             if let Some([x, y, z]) = site.program {
                 write!(f, "program ({x}, {y}, {z}): ")?;
             }
-            write!(f, "{} {}: ", site.op_name, describe_loc(&site.loc))?;
+            write!(f, "{} {}: ", site.op_name, describe_loc(&site.loc, None))?;
         }
         f.write_str(&self.message)
     }
@@ -102,8 +105,13 @@ impl fmt::Display for InterpError {
 
 impl std::error::Error for InterpError {}
 
-/// `at `kernel`+12` (the byte offset of the op's source from its function's `def`).
-pub(crate) fn describe_loc(loc: &Loc) -> String {
+/// Where an op is, for a message: `at gemm.tsr:12:9` when the run knows the file's
+/// positions (`Options::positions`, set by every launch), else `at `kernel`+12` (the byte
+/// offset from the function's `def`; unit tests of bare IR).
+pub(crate) fn describe_loc(loc: &Loc, positions: Option<&SourcePositions>) -> String {
+    if let Some((path, line, col)) = positions.and_then(|p| p.resolve(loc)) {
+        return format!("at {path}:{line}:{col}");
+    }
     let start = loc.range.start;
     match &loc.origin {
         Origin::Function(name) => format!("at `{name}`+{start}"),
@@ -112,9 +120,9 @@ pub(crate) fn describe_loc(loc: &Loc) -> String {
     }
 }
 
-pub(crate) fn describe_op(func: &Func, op: OpId) -> String {
+pub(crate) fn describe_op(func: &Func, op: OpId, positions: Option<&SourcePositions>) -> String {
     let o = func.op(op);
-    format!("{} {}", o.kind.name(), describe_loc(&o.loc))
+    format!("{} {}", o.kind.name(), describe_loc(&o.loc, positions))
 }
 
 /// How to run.
@@ -124,11 +132,14 @@ pub struct Options {
     pub parallel: bool,
     /// Report two programs storing the same tensor element.
     pub check_races: bool,
+    /// The source positions of the kernel's file: messages that name another op (the
+    /// copy a read races with) give its `path:line:col`.
+    pub positions: Option<Arc<SourcePositions>>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { parallel: true, check_races: true }
+        Options { parallel: true, check_races: true, positions: None }
     }
 }
 
@@ -253,8 +264,15 @@ impl<'f> Kernel<'f> {
             })
             .collect();
         let grid = binding.grid;
-        let shared =
-            Shared { func: self.func, prog: &self.program, tensors: &tensors, params: &params, grid, check_races };
+        let shared = Shared {
+            func: self.func,
+            prog: &self.program,
+            tensors: &tensors,
+            params: &params,
+            grid,
+            check_races,
+            positions: options.positions.as_deref(),
+        };
         let total = grid[0] * grid[1] * grid[2];
         if total > u32::MAX as u64 - 1 {
             return Err(InterpError::new(format!("a grid of {total} programs is too large to interpret")));

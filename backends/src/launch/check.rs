@@ -387,9 +387,8 @@ impl Reference {
             CheckMode::None => Ok(Reference::unchecked(reason, source)),
             CheckMode::Sampled => {
                 let programs = sample_programs(plan, interp_cost(plan), plan.seed);
-                let (stats, masks) = kernel
-                    .run_programs(&mut args, &interp::Options::default(), &programs)
-                    .map_err(LaunchError::interp)?;
+                let (stats, masks) =
+                    kernel.run_programs(&mut args, &plan.interp_options(), &programs).map_err(LaunchError::interp)?;
                 Ok(Reference {
                     kind: CheckKind::Sampled { programs: stats.programs, total },
                     reason,
@@ -402,7 +401,7 @@ impl Reference {
                 })
             }
             _ => {
-                let stats = kernel.run(&mut args, &interp::Options::default()).map_err(LaunchError::interp)?;
+                let stats = kernel.run(&mut args, &plan.interp_options()).map_err(LaunchError::interp)?;
                 Ok(Reference {
                     kind: CheckKind::Full,
                     reason,

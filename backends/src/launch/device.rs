@@ -412,12 +412,13 @@ impl Backend for Interpreter {
         }
         // Compiles the program once here so that errors surface at load time.
         interp::Kernel::new(&plan.tile).map_err(LaunchError::interp)?;
-        Ok(Box::new(InterpLoaded { func: plan.tile.clone(), last: None }))
+        Ok(Box::new(InterpLoaded { func: plan.tile.clone(), options: plan.interp_options(), last: None }))
     }
 }
 
 struct InterpLoaded {
     func: Arc<Func>,
+    options: interp::Options,
     last: Option<Vec<Arg>>,
 }
 
@@ -425,7 +426,7 @@ impl Loaded for InterpLoaded {
     fn run(&mut self, args: &mut [Arg]) -> Result<(), LaunchError> {
         let kernel = interp::Kernel::new(&self.func).map_err(LaunchError::interp)?;
         let inputs = args.to_vec();
-        kernel.run(args, &interp::Options::default()).map_err(LaunchError::interp)?;
+        kernel.run(args, &self.options).map_err(LaunchError::interp)?;
         self.last = Some(inputs);
         Ok(())
     }
@@ -438,7 +439,7 @@ impl Loaded for InterpLoaded {
         let mut args = last.clone();
         let mut times = Vec::new();
         for i in 0..warmup + repeat {
-            let stats = kernel.run(&mut args, &interp::Options::default()).map_err(LaunchError::interp)?;
+            let stats = kernel.run(&mut args, &self.options).map_err(LaunchError::interp)?;
             if i >= warmup {
                 times.push(stats.elapsed);
             }

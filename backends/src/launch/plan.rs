@@ -8,6 +8,7 @@ use tessera_frontend::{Db, FnKey};
 use tessera_passes::abi::{AbiParam, KernelAbi};
 use tessera_passes::codegen::{target_code, TargetCode};
 use tessera_passes::ir::Func;
+use tessera_passes::locs::SourcePositions;
 use tessera_passes::{graph_ir, tile_ir, Config, Target};
 
 use crate::interp::inputs::{self};
@@ -96,9 +97,18 @@ pub struct Plan {
     pub registers_estimate: Option<u32>,
     pub smem_bytes: Option<u64>,
     pub seed: u64,
+    /// The kernel file's source positions, so the interpreter's messages name
+    /// `path:line:col` (no front door re-parses them).
+    pub positions: Arc<SourcePositions>,
 }
 
 impl Plan {
+    /// How the interpreter runs this plan: default settings, with the file's positions
+    /// for its messages.
+    pub fn interp_options(&self) -> crate::interp::Options {
+        crate::interp::Options { positions: Some(self.positions.clone()), ..Default::default() }
+    }
+
     /// The tensors in parameter order, with their names.
     pub fn tensors<'a>(&self, args: &'a [Arg]) -> Vec<(&str, &'a HostTensor)> {
         self.abi
@@ -249,6 +259,7 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         registers_estimate,
         smem_bytes,
         seed: req.seed,
+        positions: Arc::new(SourcePositions::of(db, key.file(db))),
     })
 }
 
