@@ -1,9 +1,8 @@
 //! The protocol layer: tower-lsp's `LanguageServer` over the shared state. Every request
-//! runs on a database snapshot in a blocking thread, inside `catch_unwind`; a panic
+//! runs on a database snapshot in a blocking thread, inside the session's `catch`; a panic
 //! becomes an error response, a cancellation (a newer edit) becomes `ContentModified`.
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -12,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tessera_frontend::check::KeyValue;
 use tessera_frontend::ide::{self, FoldKind, HoverSubject, SymbolKind};
-use tessera_passes::session::capture::{is_cancellation, panic_message};
+use tessera_passes::session::catch;
 use tessera_passes::session::{Analysis, ErrorKind as SessionErrorKind, Overrides, SessionError};
 use tessera_passes::Target;
 use tower_lsp::jsonrpc::{Error, ErrorCode, Result};
@@ -141,19 +140,20 @@ impl Backend {
     }
 
     /// Runs `f` on a snapshot of `uri` in a blocking thread; panics become errors.
-    async fn run<T, F>(&self, uri: &Url, what: &'static str, f: F) -> Result<T>
+    async fn run<T, F>(&self, uri: &Url, request: &'static str, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Snapshot) -> T + Send + 'static,
     {
         let snap = lock(&self.state).snapshot(uri).ok_or_else(|| unknown_document(uri))?;
         let joined = tokio::task::spawn_blocking(move || {
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                if injected_fault() == Some(what) {
-                    panic!("injected fault in {what}");
+            let what = format!("handling {request}");
+            let result = catch(&what, || {
+                if injected_fault() == Some(request) {
+                    panic!("injected fault in {request}");
                 }
                 f(&snap)
-            }));
+            });
             // Dropped before anything else: an edit waits for every snapshot.
             drop(snap);
             result
@@ -161,19 +161,15 @@ impl Backend {
         .await;
         match joined {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(payload)) if is_cancellation(&*payload) => Err(Error {
-                code: ErrorCode::ContentModified,
-                message: "the document changed while the request was computed".into(),
-                data: None,
-            }),
-            Ok(Err(payload)) => {
-                let message = format!("internal error in {what}: {}", panic_message(&*payload));
-                self.client.log_message(MessageType::ERROR, &message).await;
-                Err(Error { code: ErrorCode::InternalError, message: message.into(), data: None })
+            Ok(Err(e)) => {
+                if e.kind == SessionErrorKind::Internal {
+                    self.client.log_message(MessageType::ERROR, &e.message).await;
+                }
+                Err(session_error(e, ""))
             }
             Err(e) => Err(Error {
                 code: ErrorCode::InternalError,
-                message: format!("internal error in {what}: {e}").into(),
+                message: format!("internal error while handling {request}: {e}").into(),
                 data: None,
             }),
         }
@@ -183,14 +179,13 @@ impl Backend {
     fn mutate<T>(&self, what: &str, f: impl FnOnce(&mut State) -> T) -> Option<T> {
         let result = {
             let mut st = lock(&self.state);
-            catch_unwind(AssertUnwindSafe(|| f(&mut st)))
+            catch(&format!("handling {what}"), || f(&mut st))
         };
         match result {
             Ok(v) => Some(v),
-            Err(payload) => {
-                let message = format!("internal error in {what}: {}", panic_message(&*payload));
+            Err(e) => {
                 let client = self.client.clone();
-                tokio::spawn(async move { client.log_message(MessageType::ERROR, message).await });
+                tokio::spawn(async move { client.log_message(MessageType::ERROR, e.message).await });
                 None
             }
         }
@@ -383,7 +378,7 @@ async fn diagnostics_task(
         return;
     };
     let joined = tokio::task::spawn_blocking(move || {
-        let result = catch_unwind(AssertUnwindSafe(|| {
+        let result = catch(&format!("checking {}", snap.uri), || {
             if injected_fault() == Some("diagnostics") {
                 panic!("injected fault in diagnostics");
             }
@@ -399,18 +394,18 @@ async fn diagnostics_task(
                 .filter(|d| snap.filter.allows(d.code))
                 .map(|d| convert::diagnostic(d, &snap.uri, &snap.text, &snap.index))
                 .collect::<Vec<_>>()
-        }));
+        });
         drop(snap);
         result
     })
     .await;
     let diagnostics = match joined {
         Ok(Ok(d)) => d,
-        Ok(Err(payload)) if is_cancellation(&*payload) => return,
-        Ok(Err(payload)) => {
+        Ok(Err(e)) if e.is_cancelled() => return,
+        Ok(Err(e)) => {
             // An internal error has no place in the source: tell the user once, keep the
             // previous diagnostics, and stay ready for the next edit.
-            let message = format!("tessera: internal error while checking {uri}: {}", panic_message(&*payload));
+            let message = format!("tessera: {}", e.message);
             client.log_message(MessageType::ERROR, &message).await;
             client.show_message(MessageType::ERROR, &message).await;
             if let Some(d) = lock(&state).docs.get_mut(&uri) {
@@ -968,7 +963,7 @@ impl LanguageServer for Backend {
         let (text, end) = result;
         // The formatter needs only the text: run it without holding a snapshot.
         let formatted = tokio::task::spawn_blocking(move || {
-            catch_unwind(|| tessera_frontend::format::format_source(&text)).map(|r| (r, text))
+            catch("formatting", || tessera_frontend::format::format_source(&text)).map(|r| (r, text))
         })
         .await
         .map_err(|e| Error {
@@ -980,11 +975,7 @@ impl LanguageServer for Backend {
             Ok((Ok(new), old)) if new == *old => Ok(Some(Vec::new())),
             Ok((Ok(new), _)) => Ok(Some(vec![TextEdit::new(Range::new(Position::new(0, 0), end), new)])),
             Ok((Err(e), _)) => Err(request_failed(e.to_string())),
-            Err(payload) => Err(Error {
-                code: ErrorCode::InternalError,
-                message: format!("internal error in formatting: {}", panic_message(&*payload)).into(),
-                data: None,
-            }),
+            Err(e) => Err(Error { code: ErrorCode::InternalError, message: e.message.into(), data: None }),
         }
     }
 }

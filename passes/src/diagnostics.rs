@@ -17,17 +17,16 @@ use crate::target::Target;
 /// salsa cancelling the work after a newer edit) ends that thread quietly: whoever asks
 /// `file_diagnostics` next meets it again and reports it.
 pub fn prefetch_lints(db: &tessera_frontend::Database, file: SourceFile, target: Target, threads: usize) {
-    use std::panic::{catch_unwind, AssertUnwindSafe};
     if threads < 2 {
         return;
     }
-    let Ok(functions) = catch_unwind(AssertUnwindSafe(|| {
+    let Ok(functions) = crate::session::capture::catch("listing the functions", || {
         item_index(db, file)
             .functions
             .iter()
             .map(|f| (f.key.name(db).to_string(), f.key.ordinal(db)))
             .collect::<Vec<_>>()
-    })) else {
+    }) else {
         return;
     };
     let threads = threads.min(functions.len());
@@ -39,12 +38,12 @@ pub fn prefetch_lints(db: &tessera_frontend::Database, file: SourceFile, target:
             let db = db.clone();
             let mine: Vec<&(String, u32)> = functions.iter().skip(t).step_by(threads).collect();
             scope.spawn(move || {
-                let _ = catch_unwind(AssertUnwindSafe(|| {
+                let _ = crate::session::capture::catch("computing target lints", || {
                     for (name, ordinal) in mine {
                         let key = FnKey::new(&db, file, name.clone(), *ordinal);
                         analysis::kernel_lints(&db, key, target);
                     }
-                }));
+                });
             });
         }
     });

@@ -120,9 +120,9 @@ pub fn run(app: &mut App) -> Result<(), String> {
 /// A panic while handling an event is a bug, but not a reason to lose the session: the
 /// message goes to the status bar and the explorer keeps running.
 fn guarded_step(app: &mut App, f: impl FnOnce(&mut App)) {
-    let result = catching(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(app))));
-    if let Err(payload) = result {
-        app.error(format!("internal error: {}", tessera_passes::session::capture::panic_message(&*payload)));
+    let result = catching(|| tessera_passes::session::catch("handling an event", || f(app)));
+    if let Err(e) = result {
+        app.error(e.message);
     }
 }
 
