@@ -407,7 +407,8 @@ fn two_programs_storing_one_element_is_a_race() {
     b.finish();
     for parallel in [true, false] {
         let mut args = vec![t(DType::F32, &[4], &[0.0; 4])];
-        let err = run_kernel_with(&f, &mut args, &Options { parallel, check_races: true, ..Default::default() }).unwrap_err();
+        let err =
+            run_kernel_with(&f, &mut args, &Options { parallel, check_races: true, ..Default::default() }).unwrap_err();
         assert!(err.message.contains("both store element [2] of `y`"), "{err}");
     }
     let mut args = vec![t(DType::F32, &[4], &[0.0; 4])];
