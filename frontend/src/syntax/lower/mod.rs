@@ -20,6 +20,7 @@ use crate::text::TextRange;
 mod body;
 mod errors;
 mod literals;
+mod python_side;
 
 use body::Cx;
 use errors::collect_syntax_errors;
@@ -402,9 +403,13 @@ impl<'a, 't> Lowering<'a, 't> {
 
 fn top_level_error(range: TextRange, text: &str) -> Diagnostic {
     let first_line_end = range.slice(text).find('\n').map_or(range.end, |i| range.start + i as u32);
+    let first_line = TextRange::new(range.start, first_line_end);
+    if let Some((message, note)) = python_side::python_side_hint(range.slice(text)) {
+        return Diagnostic::new(Code::E0100, first_line, message).with_note(note);
+    }
     Diagnostic::new(
         Code::E0100,
-        TextRange::new(range.start, first_line_end),
+        first_line,
         "only imports, constant assignments and function definitions are allowed at the top level",
     )
     .with_note("move this statement into a function")
