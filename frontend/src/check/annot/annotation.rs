@@ -40,6 +40,9 @@ pub(crate) fn annotation_type(cx: &mut Infer, ann: ExprId) -> Ty {
                     return tensor_annotation(cx, kind, indices, &policies);
                 }
             }
+            if let Some(kind) = tensor_kind(cx, body.unparen(base)) {
+                return missing_parameters(cx, base, kind);
+            }
             match elem_type(cx, ann, true) {
                 Some(e) => Ty::Scalar(e),
                 None => Ty::Unknown,
@@ -57,6 +60,9 @@ pub(crate) fn annotation_type(cx: &mut Infer, ann: ExprId) -> Ty {
             let last = path.last().copied().unwrap_or("");
             match scalar_type_name(cx, ann) {
                 Some(t) => t,
+                None if tensor_kind(cx, ann).is_some() => {
+                    missing_parameters(cx, ann, tensor_kind(cx, ann).expect("checked by the guard"))
+                }
                 None => {
                     let mut d = Diagnostic::new(
                         Code::E0401,
@@ -113,6 +119,26 @@ pub(super) fn is_tessera_alias(cx: &Infer, name: &str) -> bool {
         Some(entry) => matches!(entry, ScopeEntry::Member(Member::Namespace(Namespace::Tessera))),
         None => matches!(name, "ts" | "tessera"),
     }
+}
+
+/// A bare `KVCache` (or `Tensor`, `KTile`, `OptimizerState`) without its parameters: the
+/// type exists, so the error says what it needs, with an example of the right form.
+fn missing_parameters(cx: &mut Infer, at: ExprId, kind: TensorKind) -> Ty {
+    let (needs, example) = match kind {
+        TensorKind::Tensor => ("its dims and element type", "Tensor[\"M\", \"N\", f32]"),
+        TensorKind::KTile => ("its dims and element type", "KTile[\"BM\", \"BK\", bf16]"),
+        TensorKind::KVCache => (
+            "its dims and element type (batch, heads, maximum sequence length, head dim)",
+            "KVCache[\"B\", \"H\", \"S_max\", \"D_h\", bf16] @paged",
+        ),
+        TensorKind::OptimizerState => ("the parameter it holds state for", "OptimizerState[W] @fp32_master"),
+    };
+    let name = cx.text(at).to_string();
+    cx.push(
+        Diagnostic::new(Code::E0401, cx.range(at), format!("`{name}` needs {needs}"))
+            .with_note(format!("for example `{example}`")),
+    );
+    Ty::Unknown
 }
 
 fn tensor_kind(cx: &Infer, value: ExprId) -> Option<TensorKind> {
@@ -536,4 +562,37 @@ pub(crate) fn parse_dtype_string(cx: &mut Infer, s: &str, literal: TextRange) ->
         policies.push((p, range));
     }
     validate_policies(cx, dtype, &policies, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::check::file_diagnostics;
+    use crate::diagnostics::Code;
+    use crate::{Database, SourceFile};
+
+    fn e0401(params: &str) -> Vec<(String, Vec<String>)> {
+        let src = format!("from tessera import *\n\n@jit\ndef f({params}, x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return x\n");
+        let db = Database::default();
+        let file = SourceFile::new(&db, "t.tsr".into(), src, None);
+        let diags = file_diagnostics(&db, file);
+        diags.iter().filter(|d| d.code == Code::E0401).map(|d| (d.message.clone(), d.notes.clone())).collect()
+    }
+
+    #[test]
+    fn a_bare_state_type_says_what_it_needs() {
+        let got = e0401("cache: KVCache");
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            got[0].0,
+            "`KVCache` needs its dims and element type (batch, heads, maximum sequence length, head dim)"
+        );
+        assert!(got[0].1.iter().any(|n| n.contains("KVCache[\"B\", \"H\", \"S_max\", \"D_h\", bf16]")), "{got:?}");
+        let got = e0401("cache: KVCache @paged");
+        assert_eq!(got.len(), 1, "policies on a bare KVCache: {got:?}");
+        assert!(got[0].0.starts_with("`KVCache` needs"), "{got:?}");
+        let got = e0401("s: OptimizerState");
+        assert_eq!(got[0].0, "`OptimizerState` needs the parameter it holds state for");
+        let got = e0401("t: KVCach");
+        assert!(got[0].0.starts_with("unknown type `KVCach`"), "a misspelling is still unknown: {got:?}");
+    }
 }
