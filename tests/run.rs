@@ -768,3 +768,58 @@ fn graph_functions_run_their_plan_and_match_the_graph() {
         }
     }
 }
+
+/// Product and quotient dims (`"B*H"`, `"M//2"`): `--dims` gives their symbols, which no
+/// tensor's extent gives on its own; the kernel reads them as values
+/// (`tile.parallel(0, B*H)`) and the graph function's reference and plan evaluate the
+/// dims from them. Every run is checked against the f64 reference. Unknown names are
+/// still refused.
+#[test]
+fn product_and_quotient_dims_run_and_match() {
+    let file = "tests/fixtures/run/product_dims.tsr";
+    let mut devices = vec!["interp"];
+    if tessera_backends::HAS_CPU_BACKEND && cpu_backend() {
+        devices.push("cpu");
+    }
+    // (function, dims, the elements of its output the kernel check compares)
+    let cases = [
+        ("scale", "B=2,H=3,N=64", 6 * 64),
+        ("halves", "M=10", 5),
+        ("twice", "B=2,H=3,N=64", 6 * 64),
+        ("twice_halves", "M=10", 5),
+    ];
+    for device in devices {
+        for (function, dims, elements) in cases {
+            let o = run(&["run", file, "--kernel", function, "--dims", dims, "--device", device, "--json"]);
+            assert_eq!(o.status.code(), Some(0), "{function} on {device}: {}{}", stdout(&o), stderr(&o));
+            let v = json(&o);
+            let given: serde_json::Map<String, serde_json::Value> = dims
+                .split(',')
+                .map(|p| {
+                    let (k, n) = p.split_once('=').unwrap();
+                    (k.to_string(), serde_json::json!(n.parse::<i64>().unwrap()))
+                })
+                .collect();
+            assert_eq!(v["dims"], serde_json::Value::Object(given), "{function} on {device}: {v}");
+            assert_eq!(v["correct"], true, "{function} on {device}: {v}");
+            if v["kind"] == "graph" {
+                assert_eq!(v["verdict"], "correct", "{function} on {device}: {v}");
+                assert_eq!(v["reference"], "graph-f64", "{function} on {device}: {v}");
+            } else {
+                assert_eq!(v["outputs"][0]["compared"], elements, "{function} on {device}: {v}");
+            }
+        }
+    }
+    // The dims rule: `B` and `H` are shape symbols of a signature that has only `"B*H"`;
+    // a name that is none is refused, for kernels and graph functions alike.
+    for function in ["scale", "twice"] {
+        let o = run(&["run", file, "--kernel", function, "--dims", "B=2,H=3,N=64,Q=4", "--device", "interp"]);
+        assert_eq!(o.status.code(), Some(2), "{function}: {}{}", stdout(&o), stderr(&o));
+        assert!(
+            stderr(&o)
+                .contains(&format!("--dims Q=4: `{function}` has no shape symbol Q (its shape symbols are B, H, N)")),
+            "{function}: {}",
+            stderr(&o)
+        );
+    }
+}

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tessera_backends::interp::compare::{compare, compare_with, Tolerance};
-use tessera_backends::interp::graph::{run_graph, run_graph_traced, run_plan, InterpExecutor};
+use tessera_backends::interp::graph::{
+    run_graph, run_graph_f64, run_graph_f64_with_dims, run_graph_traced, run_plan, run_plan_with_dims, InterpExecutor,
+};
 use tessera_backends::interp::inputs::Rng;
 use tessera_backends::tensor::{round_to, Arg, HostTensor};
 use tessera_frontend::check::{DType, Dim};
@@ -966,4 +968,32 @@ fn transformer_block_plan_agrees_with_the_graph() {
 #[ignore = "kernel lowering drops tile.store's mask: merge_heads races when Dh < BN"]
 fn transformer_block_plan_with_narrow_heads_agrees_with_the_graph() {
     block_plan_agrees(&BLOCK, &[Target::Sm90, Target::Cpu]);
+}
+
+/// `"B*H"`: no argument binds `B` or `H` on its own, so the reference and the plan take
+/// them from the dims they are given, evaluate `B*H` and check it against the argument.
+#[test]
+fn product_dims_take_their_symbols_from_the_given_dims() {
+    let text = "from tessera import *\n\n@jit\ndef twice(x: Tensor[\"B*H\", \"N\", f32]) -> Tensor[\"B*H\", \"N\", f32]:\n    return x * 2.0\n";
+    let db = Database::default();
+    let source = SourceFile::new(&db, "twice.tsr".into(), text.to_string(), None);
+    let graph = graph_ir(&db, source, "twice");
+    let x = seeded(DType::F32, &[6, 8], 1, 1.0);
+    let args = [Arg::Tensor(x.clone())];
+    let unbound = run_graph_f64(&graph, &args, 0).unwrap_err().to_string();
+    assert!(unbound.contains("`x` dim 0 is B*H: no value for B, H"), "{unbound}");
+    let dims: std::collections::BTreeMap<String, i64> = [("B".to_string(), 2), ("H".to_string(), 3)].into();
+    let want: Vec<f64> = x.to_f64().iter().map(|v| v * 2.0).collect();
+    let got = run_graph_f64_with_dims(&graph, &args, &dims, 0).unwrap();
+    assert_eq!(values(&got[0]), want);
+    let mut exec = InterpExecutor::default();
+    let planned = run_plan_with_dims(&db, key(&db, source, "twice"), Target::Sm90, &args, &dims, 0, &mut exec).unwrap();
+    assert_eq!(values(&planned[0]), want);
+    // An extent that is not B*H is refused, and an argument's extent wins over `dims`.
+    let wrong: std::collections::BTreeMap<String, i64> = [("B".to_string(), 3), ("H".to_string(), 3)].into();
+    let e = run_graph_f64_with_dims(&graph, &args, &wrong, 0).unwrap_err().to_string();
+    assert!(e.contains("`x` dim 0 is B*H = 9, got 6"), "{e}");
+    let n_differs: std::collections::BTreeMap<String, i64> =
+        [("B".to_string(), 2), ("H".to_string(), 3), ("N".to_string(), 100)].into();
+    assert!(run_graph_f64_with_dims(&graph, &args, &n_differs, 0).is_ok());
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use tessera_frontend::check::{Dim, ScheduleValue};
 
-use crate::ir::{Func, Type};
+use crate::ir::{Func, OpKind, Type};
 
 /// A full specialization: schedule keys plus the values of the shape symbols that tile
 /// dims use (`D` in flash attention's `[BM, D]` accumulator).
@@ -73,10 +73,15 @@ impl std::fmt::Display for Config {
     }
 }
 
-/// Shape symbols that tile or shared-buffer dims use after the schedule's keys are
-/// substituted: they must be given values (per launch shape) to specialize.
-pub fn tile_shape_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> {
+/// Shape symbols a configuration specializes: they must be given values (per launch
+/// shape) to specialize. These are the symbols that tile, shared-buffer or view dims use
+/// after the schedule's keys are substituted (`D` in flash attention's `[BM, D]`
+/// accumulator), and the symbols the body reads as values that no parameter binds on
+/// its own (`sched.param` ops: `B` and `H` of a `"B*H"` dim in `tile.parallel(0, B*H)`,
+/// which no tensor's extent gives separately).
+pub fn specialized_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> {
     let mut out = Vec::new();
+    let known = |s: &str| s == "BLOCK" || schedule.int(s).is_some();
     for v in &func.values {
         let dims: &[Dim] = match &v.ty {
             Type::Tile(t) => &t.dims,
@@ -96,6 +101,17 @@ pub fn tile_shape_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> 
             }
         }
     }
+    for id in func.walk() {
+        let op = func.op(id);
+        if op.kind != OpKind::SchedParam {
+            continue;
+        }
+        if let Some(key) = op.str_attr("key") {
+            if !known(key) && !out.iter().any(|s| s == key) {
+                out.push(key.to_string());
+            }
+        }
+    }
     out.sort();
     out
 }
@@ -103,14 +119,14 @@ pub fn tile_shape_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> 
 /// Head dims and other shape symbols get this value when nothing gives one.
 pub const DEFAULT_SHAPE: i64 = 64;
 
-/// The one builder of configurations: `schedule` plus a value for every shape symbol the
-/// tiles of `graph` use, from `dims` or [`DEFAULT_SHAPE`]. Also returns the symbols
+/// The one builder of configurations: `schedule` plus a value for every shape symbol
+/// `graph` specializes ([`specialized_symbols`]), from `dims` or [`DEFAULT_SHAPE`]. Also returns the symbols
 /// assumed. [`default_config`] picks the schedule; the lints and the autotuner
 /// (`analysis`) call it with each candidate schedule and no `dims`.
 pub fn config_for(graph: &Func, schedule: ScheduleValue, dims: &BTreeMap<String, i64>) -> (Config, Vec<String>) {
     let mut shapes = BTreeMap::new();
     let mut assumed = Vec::new();
-    for sym in tile_shape_symbols(graph, &schedule) {
+    for sym in specialized_symbols(graph, &schedule) {
         let value = match dims.get(&sym) {
             Some(v) => *v,
             None => {

@@ -15,7 +15,7 @@ use crate::error::LowerError;
 use crate::ir::*;
 use crate::target::Target;
 
-pub use crate::config::{tile_shape_symbols, Config};
+pub use crate::config::{specialized_symbols, Config};
 
 fn specialize_dims(dims: &[Dim], config: &Config) -> Vec<Dim> {
     dims.iter().map(|d| d.substitute(&|s| config.lookup(s).map(Dim::constant))).collect()

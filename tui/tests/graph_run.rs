@@ -183,13 +183,13 @@ fn a_graph_function_without_graph_ir_shows_the_error() {
 
 #[test]
 fn a_dim_without_a_value_is_an_input_error_not_a_panic() {
-    // --dims B=-1: seeding finds no value for `x`'s first dim (GraphRunError::Input).
+    // --dims B=-1: the override rule refuses it when the run is seeded (GraphRunError::Input).
     let mut ui = Ui::open(TRAIN_STEP_PATH, TRAIN_STEP, "sgd_step", &[("B", "-1")], 100, 30);
     assert_eq!(ui.app.overrides.dims, BTreeMap::from([("B".to_string(), -1)]));
     ui.keys(&['5', 'r']);
     ui.wait_for_graph_run();
     let err = ui.outcome("sgd_step").expect_err("a negative dim cannot be seeded").clone();
-    assert!(err.contains("dim B has no value"), "{err}");
+    assert!(err.contains("--dims B=-1: a dim must be at least 1"), "{err}");
     assert!(ui.screen().contains("✗"), "{}", ui.screen());
 }
 

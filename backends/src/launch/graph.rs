@@ -22,11 +22,12 @@ use tessera_frontend::check::{fn_signature, DType, Dim};
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::graph_plan::{GraphPlan, PlannedKernel};
 use tessera_passes::ir::{Func, Loc, OpKind, Type};
+use tessera_passes::session::overrides::dim_rejection;
 use tessera_passes::{LowerError, Target};
 
 use super::{allows_nonfinite, numerics_violations, Device, DeviceRequest, ErrorKind, NumericsViolation, Verdict};
 use crate::interp::compare::{compare_with, Comparison, Tolerance};
-use crate::interp::graph::{run_graph_f64, run_plan, InterpExecutor, KernelExecutor};
+use crate::interp::graph::{run_graph_f64_with_dims, run_plan_with_dims, InterpExecutor, KernelExecutor};
 use crate::interp::InterpError;
 use crate::tensor::{round_to, Arg, HostTensor};
 
@@ -260,6 +261,16 @@ impl<'db> GraphSession<'db> {
         given: &[(String, String)],
         seed: u64,
     ) -> Result<GraphInputs, GraphRunError> {
+        // The session's override rule, as for kernels: a dim names a shape symbol of the
+        // signature (`B` and `H` of a `"B*H"` dim are ones) and is at least 1.
+        // A graph function has no schedule.
+        let name = self.key.name(self.db);
+        let symbols = &fn_signature(self.db, self.key).symbols;
+        for (symbol, &value) in dims {
+            if let Some(rejected) = dim_rejection(name, None, symbols, symbol, value) {
+                return Err(GraphRunError::Input(rejected.as_option_error()));
+            }
+        }
         seed_inputs(&self.graph, dims, given, seed).map_err(GraphRunError::Input)
     }
 
@@ -281,7 +292,8 @@ impl<'db> GraphSession<'db> {
         let target = options.target.unwrap_or(if device == Device::Cpu { Target::Cpu } else { Target::Sm90 });
         let repeat = options.repeat.unwrap_or(if device == Device::Cpu { 5 } else { 1 }).max(1);
         let seed = inputs.seed as i64;
-        let reference = run_graph_f64(&self.graph, &inputs.args, seed).map_err(GraphRunError::Reference)?;
+        let reference = run_graph_f64_with_dims(&self.graph, &inputs.args, &inputs.symbols, seed)
+            .map_err(GraphRunError::Reference)?;
         let allow_nonfinite = allows_nonfinite(db, key);
         let mut times = Vec::new();
         let mut measured = Vec::new();
@@ -294,12 +306,12 @@ impl<'db> GraphSession<'db> {
                         options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
                     let cpu = crate::cpu_plan_executor(threads).ok_or(GraphRunError::NoCpuBackend)?;
                     let mut exec = Timed { inner: cpu, kernels: Vec::new() };
-                    let got = run_plan(db, key, target, &inputs.args, seed, &mut exec);
+                    let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
                     (got, exec.kernels)
                 }
                 _ => {
                     let mut exec = Timed { inner: InterpExecutor::default(), kernels: Vec::new() };
-                    let got = run_plan(db, key, target, &inputs.args, seed, &mut exec);
+                    let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
                     (got, exec.kernels)
                 }
             };

@@ -143,8 +143,9 @@ impl ResolvedDims {
 }
 
 /// Gives every shape symbol of the kernel a value: the user's (`given`), else
-/// [`DEFAULT_SHAPE`] for symbols that tile dims use (a head dim: the value the kernel is
-/// checked with) and [`DEFAULT_SIZE`] for the others. A given symbol the kernel does not
+/// [`DEFAULT_SHAPE`] for symbols the configuration specializes (a head dim that tile dims
+/// use: the value the kernel is checked with; `B` of a `"B*H"` dim read as a value) and
+/// [`DEFAULT_SIZE`] for the others. A given symbol the kernel does not
 /// have, or a value below 1, is an error naming it.
 pub fn resolve_dims(
     db: &dyn Db,
@@ -154,18 +155,18 @@ pub fn resolve_dims(
 ) -> Result<ResolvedDims, LaunchError> {
     for (sym, value) in given {
         // The session's override rule, so `run` refuses what `lower` and the explorer do.
-        if let Some(rejected) = dim_rejection(&info.name, &info.schedule, &info.symbols, sym, *value) {
+        if let Some(rejected) = dim_rejection(&info.name, Some(&info.schedule), &info.symbols, sym, *value) {
             return Err(LaunchError::input(rejected.as_option_error()));
         }
     }
     let graph = graph_ir(db, key).clone().map_err(|e| LaunchError::lowering(&info.name, "Graph IR", None, &e))?;
-    let tile_symbols = sched::tile_shape_symbols(&graph, &info.base_schedule);
+    let specialized = sched::specialized_symbols(&graph, &info.base_schedule);
     let mut out = ResolvedDims { values: Vec::new(), assumed: Vec::new() };
     for sym in &info.symbols {
         let value = match given.iter().rev().find(|(s, _)| s == sym) {
             Some((_, v)) => *v,
             None => {
-                let v = if tile_symbols.contains(sym) { DEFAULT_SHAPE } else { DEFAULT_SIZE };
+                let v = if specialized.contains(sym) { DEFAULT_SHAPE } else { DEFAULT_SIZE };
                 out.assumed.push((sym.clone(), v));
                 v
             }

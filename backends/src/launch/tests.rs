@@ -197,3 +197,31 @@ fn code_compiled_for_one_head_dim_refuses_another() {
     assert_eq!(e.kind, ErrorKind::Input);
     assert!(e.message.contains("compiled for D = 64") && e.message.contains("D = 128"), "{}", e.message);
 }
+
+const PRODUCT_DIMS: &str = "from tessera import *\n\n@kernel\ndef scale(x: Tensor[\"B*H\", \"N\", f32], y: Tensor[\"B*H\", \"N\", f32]):\n    ctx = tile.context()\n    for r in tile.parallel(0, B*H):\n        for c0 in tile.range(0, N, ctx.BN):\n            t = tile.load(x[r:r + 1, c0:c0 + ctx.BN])\n            tile.store(y[r:r + 1, c0:c0 + ctx.BN], t * 2.0)\n";
+
+#[test]
+fn product_dims_take_their_symbols_from_the_dims() {
+    let db = Database::default();
+    let file = SourceFile::new(&db, "t.tsr".into(), PRODUCT_DIMS.to_string(), None);
+    let key = item_index(&db, file).functions[0].key;
+    let info = kernel_info(&db, key).unwrap();
+    assert_eq!(info.symbols, ["B", "H", "N"]);
+    // B and H are read as values and specialized: by default the value the kernel is
+    // checked with, as a head dim; N is bound by x's extent.
+    let r = resolve_dims(&db, key, &info, &[]).unwrap();
+    assert_eq!(r.map()["B"], DEFAULT_SHAPE);
+    assert_eq!(r.map()["H"], DEFAULT_SHAPE);
+    assert_eq!(r.map()["N"], DEFAULT_SIZE);
+    let e = resolve_dims(&db, key, &info, &[("Q".into(), 1)]).unwrap_err();
+    assert_eq!(e.message, "--dims Q=1: `scale` has no shape symbol Q (its shape symbols are B, H, N)");
+    // The configuration holds the given B and H; the kernel covers all B*H rows.
+    let p = plan_of(PRODUCT_DIMS, "scale", &[("B", 2), ("H", 3), ("N", 64)], Target::Cpu, &[]);
+    assert_eq!(p.dims["B"], 2);
+    let mut a = p.inputs.clone();
+    interp::run_kernel(&p.tile, &mut a).unwrap();
+    let (Arg::Tensor(x), Arg::Tensor(y)) = (&a[0], &a[1]) else { panic!("two tensors") };
+    assert_eq!(y.dims, [6, 64]);
+    let want: Vec<f64> = x.to_f64().iter().map(|v| v * 2.0).collect();
+    assert_eq!(y.to_f64(), want);
+}

@@ -101,6 +101,13 @@ impl Dim {
     }
 
     /// The symbol, if this dim is exactly one symbol.
+    /// The normal form's terms: (monomial, non-zero coefficient), sorted; a constant is
+    /// one term with an empty monomial (none for 0). How code that computes a dim at run
+    /// time (`B*H`, `N//2`) walks it.
+    pub fn monomials(&self) -> Vec<(Mono, i64)> {
+        self.terms().into_iter().collect()
+    }
+
     pub fn as_sym(&self) -> Option<&str> {
         match self {
             Dim::Sym(s) => Some(s),

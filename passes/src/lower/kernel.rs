@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use smol_str::SmolStr;
+use tessera_frontend::check::dims::Atom;
 use tessera_frontend::check::{DType, Dim, Inference, Resolution, Signature, Ty};
 use tessera_frontend::syntax::ast::*;
 use tessera_frontend::text::TextRange;
@@ -228,7 +229,33 @@ impl Lower<'_, '_> {
             self.b.name(p, s);
             return Ok(p);
         }
-        unsupported(format!("a dim `{d}` that is not a constant or a symbol"), loc.range)
+        // A product, sum or quotient of symbols (`B*H`, `N//2`): computed from their values.
+        let mut sum: Option<ValueId> = None;
+        for (mono, coef) in d.monomials() {
+            let mut term = (coef != 1 || mono.is_empty()).then(|| self.const_index(coef, loc));
+            for (atom, power) in &mono {
+                let factor = match atom {
+                    Atom::Sym(s) => self.dim_value(&Dim::sym(s), loc)?,
+                    Atom::FloorDiv(a, b) | Atom::Mod(a, b) => {
+                        let kind = if matches!(atom, Atom::FloorDiv(..)) { OpKind::FloorDiv } else { OpKind::Rem };
+                        let (a, b) = (self.dim_value(a, loc)?, self.dim_value(b, loc)?);
+                        self.b.op1(kind, vec![a, b], Type::Index, vec![], loc)
+                    }
+                };
+                for _ in 0..*power {
+                    term = Some(match term {
+                        Some(t) => self.b.op1(OpKind::Mul, vec![t, factor], Type::Index, vec![], loc),
+                        None => factor,
+                    });
+                }
+            }
+            let term = term.expect("a term has a coefficient or a factor");
+            sum = Some(match sum {
+                Some(s) => self.b.op1(OpKind::Add, vec![s, term], Type::Index, vec![], loc),
+                None => term,
+            });
+        }
+        Ok(sum.unwrap_or_else(|| self.const_index(0, loc)))
     }
 
     // ----- statements ----------------------------------------------------------------

@@ -230,7 +230,7 @@ impl<'db> Analysis<'db> {
             }
             let mut dims = BTreeMap::new();
             for (symbol, &value) in &overrides.dims {
-                match overrides::dim_rejection(&name, &declared, &symbols, symbol, value) {
+                match overrides::dim_rejection(&name, Some(&declared), &symbols, symbol, value) {
                     Some(r) => rejected.push(r),
                     None => {
                         dims.insert(symbol.clone(), value);

@@ -118,17 +118,19 @@ pub fn dim_value_problem(value: i64) -> Option<String> {
     (value < 1).then(|| "a dim must be at least 1".to_string())
 }
 
-/// Why `symbol = value` cannot be a dim of `function` (whose signature has `symbols`),
-/// if it cannot.
+/// Why `symbol = value` cannot be a dim of `function` (whose signature has `symbols`,
+/// every symbol of its dims: `B` and `H` of a `"B*H"` dim too), if it cannot. `schedule`
+/// is the kernel's; a graph function has none (`None`), so no name is a schedule key.
 pub fn dim_rejection(
     function: &str,
-    schedule: &KernelSchedule,
+    schedule: Option<&KernelSchedule>,
     symbols: &[String],
     symbol: &str,
     value: i64,
 ) -> Option<Rejection> {
-    let belongs_in_schedule =
-        !symbols.iter().any(|s| s == symbol) && schedule.has_key(symbol) && canonical_key(symbol) == symbol;
+    let belongs_in_schedule = !symbols.iter().any(|s| s == symbol)
+        && schedule.is_some_and(|s| s.has_key(symbol))
+        && canonical_key(symbol) == symbol;
     let reason = if !symbols.iter().any(|s| s == symbol) {
         if belongs_in_schedule {
             format!("{symbol} is a schedule key, not a shape symbol")
@@ -171,12 +173,19 @@ mod tests {
     fn dims_name_signature_symbols_with_positive_values() {
         let schedule = KernelSchedule::default();
         let symbols = vec!["M".to_string(), "N".to_string()];
-        assert_eq!(dim_rejection("k", &schedule, &symbols, "M", 4), None);
-        assert_eq!(dim_rejection("k", &schedule, &symbols, "M", 0).unwrap().reason, "a dim must be at least 1");
-        let unknown = dim_rejection("k", &schedule, &symbols, "Q", 1).unwrap();
+        assert_eq!(dim_rejection("k", Some(&schedule), &symbols, "M", 4), None);
+        assert_eq!(dim_rejection("k", Some(&schedule), &symbols, "M", 0).unwrap().reason, "a dim must be at least 1");
+        let unknown = dim_rejection("k", Some(&schedule), &symbols, "Q", 1).unwrap();
         assert_eq!(unknown.as_option_error(), "--dims Q=1: `k` has no shape symbol Q (its shape symbols are M, N)");
-        let key = dim_rejection("k", &schedule, &symbols, "BM", 64).unwrap();
+        let key = dim_rejection("k", Some(&schedule), &symbols, "BM", 64).unwrap();
         assert_eq!(key.to_string(), "BM=64: BM is a schedule key, not a shape symbol; set it as a schedule value");
         assert!(key.as_option_error().ends_with("; use --schedule BM=64"), "{}", key.as_option_error());
+        // A graph function has no schedule: BM is just not one of its shape symbols.
+        let graph = dim_rejection("g", None, &symbols, "BM", 64).unwrap();
+        assert_eq!(graph.as_option_error(), "--dims BM=64: `g` has no shape symbol BM (its shape symbols are M, N)");
+        // Symbols that occur only inside compound dims (`"B*H"`) are shape symbols too.
+        let product = vec!["B".to_string(), "H".to_string()];
+        assert_eq!(dim_rejection("k", Some(&schedule), &product, "H", 3), None);
+        assert!(dim_rejection("k", Some(&schedule), &product, "BH", 6).is_some(), "not a symbol of B*H");
     }
 }

@@ -77,3 +77,53 @@ fn an_edit_through_the_host_is_seen_by_the_next_analysis() {
     assert!(host.analysis().function("gemm2").is_ok());
     assert_eq!(host.analysis().function("gemm").unwrap_err().kind, ErrorKind::NoFunction);
 }
+
+/// `B*H` and `N//2` dims: their symbols are shape symbols of the signature (the dims rule
+/// accepts them), and the ones the body reads as values (`tile.parallel(0, B*H)`, which
+/// no tensor's extent gives on its own) are specialized by the configuration.
+const PRODUCT_DIMS: &str = r#"from tessera import *
+
+@kernel
+def scale(x: Tensor["B*H", "N", f32], y: Tensor["B*H", "N", f32]):
+    ctx = tile.context()
+    for r in tile.parallel(0, B*H):
+        for c0 in tile.range(0, N, ctx.BN):
+            t = tile.load(x[r:r + 1, c0:c0 + ctx.BN])
+            tile.store(y[r:r + 1, c0:c0 + ctx.BN], t * 2.0)
+
+@kernel
+def halves(h: Tensor["M//2", f32]):
+    for i in tile.parallel(0, h.shape[0]):
+        u = tile.load(h[i:i + 1])
+        tile.store(h[i:i + 1], u + 1.0)
+"#;
+
+#[test]
+fn product_and_quotient_dims_are_given_by_their_symbols() {
+    let host = AnalysisHost::new("k.tsr".into(), PRODUCT_DIMS.to_string(), None);
+    let a = host.analysis();
+    let f = a.function("scale").unwrap();
+    let mut o = Overrides::default();
+    for (s, v) in [("B", 2), ("H", 3), ("N", 64), ("M", 8)] {
+        o.dims.insert(s.into(), v);
+    }
+    let c = a.configure(f, None, &o).unwrap();
+    assert_eq!(c.symbols, ["B", "H", "N"]);
+    let refused: Vec<String> = c.rejected.iter().map(|r| r.to_string()).collect();
+    assert_eq!(refused, ["M=8: `scale` has no shape symbol M (its shape symbols are B, H, N)"]);
+    assert_eq!(c.config.shapes.get("B"), Some(&2));
+    assert_eq!(c.config.shapes.get("H"), Some(&3));
+    assert!(!c.config.shapes.contains_key("N"), "N is bound by x's extent: {:?}", c.config.shapes);
+    assert!(c.assumed.is_empty(), "{:?}", c.assumed);
+    let specialized = |f, config: &Config| {
+        let tile = a.tile_ir(f, config, Target::Sm90).unwrap();
+        tile.walk().into_iter().all(|id| tile.op(id).kind != crate::ir::OpKind::SchedParam)
+    };
+    assert!(specialized(f, &c.config), "every symbol read as a value is specialized");
+    // `h.shape[0]` is M//2, computed from M.
+    let f = a.function("halves").unwrap();
+    let c = a.configure(f, None, &o).unwrap();
+    assert_eq!(c.symbols, ["M"]);
+    assert_eq!(c.config.shapes.get("M"), Some(&8));
+    assert!(specialized(f, &c.config));
+}

@@ -580,9 +580,14 @@ impl App {
             self.message = Some(if autotune {
                 Message::warn(format!("`{name}` is a graph function: autotune is for kernels; r runs it"))
             } else {
-                // The dims the user gave (--dims, the schedule tab); GraphSession gives
-                // every other shape symbol its default, as `tessera run` does.
-                let dims = self.overrides.dims.clone();
+                // The dims the user gave (--dims, the schedule tab) that name one of the
+                // function's shape symbols, as for kernels (the others are the rows the
+                // override rule refused); GraphSession checks them with the same rule and
+                // gives every other shape symbol its default, as `tessera run` does.
+                let mut dims = self.overrides.dims.clone();
+                if let Ok(info) = &self.view.config {
+                    dims.retain(|s, _| info.symbols.contains(s));
+                }
                 self.run.start_graph(&self.ws, &name, dims)
             });
             return;

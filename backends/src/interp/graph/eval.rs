@@ -19,8 +19,14 @@ use super::{stream_seed, GraphArg, R};
 
 /// Binds a graph function's parameters (Graph or Schedule IR of a graph function) to
 /// arguments: checks dtypes, ranks and constant dims, and gives each dim symbol (and each
-/// index parameter, by name: `heads` in `D//heads`) its value.
-pub(super) fn bind_params(func: &Func, args: &[Arg]) -> R<(Vec<Val>, BTreeMap<String, i64>)> {
+/// index parameter, by name: `heads` in `D//heads`) its value. A symbol no argument binds
+/// on its own (`B` and `H` of a `"B*H"` dim) takes its value from `dims`; compound dims
+/// (`"B*H"`, `"N//2"`) are then evaluated and checked against the arguments' extents.
+pub(super) fn bind_params(
+    func: &Func,
+    args: &[Arg],
+    dims: &BTreeMap<String, i64>,
+) -> R<(Vec<Val>, BTreeMap<String, i64>)> {
     if args.len() != func.params.len() {
         return Err(InterpError::new(format!(
             "`{}` takes {} arguments, got {}",
@@ -94,6 +100,10 @@ pub(super) fn bind_params(func: &Func, args: &[Arg]) -> R<(Vec<Val>, BTreeMap<St
         };
         vals.push(v);
     }
+    // Symbols only compound dims use come from `dims`.
+    for (s, &v) in dims {
+        symbols.entry(s.clone()).or_insert(v);
+    }
     // Compound dims (`3*D`) once every plain symbol is known.
     for (i, (&p, a)) in func.params.iter().zip(args).enumerate() {
         if let (Type::Tensor(t), Arg::Tensor(h)) = (func.ty(p), a) {
@@ -145,25 +155,39 @@ pub fn run_graph(func: &Func, args: &[GraphArg], seed: i64) -> Result<Vec<GraphA
     run_graph_traced(func, args, seed).map(|(out, _)| out)
 }
 
+/// [`run_graph_f64`] with `dims`: a symbol of a compound dim that no argument binds on
+/// its own (`B` of `"B*H"`) has no value in [`run_graph`] and [`run_graph_f64`]; this
+/// takes such values from `dims` (a symbol an argument binds keeps the argument's
+/// extent, and every compound dim must equal its argument's extent).
+pub fn run_graph_f64_with_dims(
+    func: &Func,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+) -> Result<Vec<GraphArg>, InterpError> {
+    run_graph_with(func, args, dims, seed, true).map(|(out, _)| out)
+}
+
 /// The f64 reference of a graph function: every op computes in f64 and rounds once to
 /// its result's dtype (each graph value is a tensor of its declared dtype), where
 /// [`run_graph`] computes 16- and 8-bit floats in f32 as the kernels do.
 pub fn run_graph_f64(func: &Func, args: &[GraphArg], seed: i64) -> Result<Vec<GraphArg>, InterpError> {
-    run_graph_with(func, args, seed, true).map(|(out, _)| out)
+    run_graph_with(func, args, &BTreeMap::new(), seed, true).map(|(out, _)| out)
 }
 
 /// [`run_graph`], also returning every intermediate value.
 pub fn run_graph_traced(func: &Func, args: &[GraphArg], seed: i64) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
-    run_graph_with(func, args, seed, false)
+    run_graph_with(func, args, &BTreeMap::new(), seed, false)
 }
 
 fn run_graph_with(
     func: &Func,
     args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
     seed: i64,
     exact: bool,
 ) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
-    let (params, symbols) = bind_params(func, args)?;
+    let (params, symbols) = bind_params(func, args, dims)?;
     let mut m = Machine { func, vals: vec![None; func.values.len()], symbols, seed, exact };
     for (&p, v) in func.params.iter().zip(params) {
         m.vals[p.0 as usize] = Some(v);

@@ -68,5 +68,5 @@ mod arith;
 mod eval;
 mod plan;
 mod values;
-pub use eval::{run_graph, run_graph_f64, run_graph_traced, GraphTrace};
-pub use plan::{run_plan, InterpExecutor, KernelExecutor};
+pub use eval::{run_graph, run_graph_f64, run_graph_f64_with_dims, run_graph_traced, GraphTrace};
+pub use plan::{run_plan, run_plan_with_dims, InterpExecutor, KernelExecutor};

@@ -63,10 +63,26 @@ pub fn run_plan(
     seed: i64,
     executor: &mut dyn KernelExecutor,
 ) -> Result<Vec<GraphArg>, InterpError> {
+    run_plan_with_dims(db, key, target, args, &BTreeMap::new(), seed, executor)
+}
+
+/// [`run_plan`] with `dims`: the values of symbols no argument binds on its own (`B` and
+/// `H` of a `"B*H"` dim), as [`super::run_graph_f64_with_dims`] takes them, for the
+/// plan's buffers and views (the generated kernels' own dims are plain symbols their
+/// arguments bind).
+pub fn run_plan_with_dims(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    target: Target,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    executor: &mut dyn KernelExecutor,
+) -> Result<Vec<GraphArg>, InterpError> {
     let lower = |what: &str, e: tessera_passes::LowerError| InterpError::new(format!("{what}: {}", e.message));
     let (plan, module) = tessera_passes::plan_module(db, key).map_err(|e| lower("no launch plan", e))?;
     let func: &Func = &plan.schedule;
-    let (params, symbols) = bind_params(func, args)?;
+    let (params, symbols) = bind_params(func, args, dims)?;
     let mut storage: Vec<HostTensor> = Vec::new();
     let mut vals: Vec<Option<PlanVal>> = vec![None; func.values.len()];
     for ((&p, v), a) in func.params.iter().zip(params).zip(args) {
