@@ -165,7 +165,7 @@ impl Backend {
                 if e.kind == SessionErrorKind::Internal {
                     self.client.log_message(MessageType::ERROR, &e.message).await;
                 }
-                Err(session_error(e, ""))
+                Err(session_error(e))
             }
             Err(e) => Err(Error {
                 code: ErrorCode::InternalError,
@@ -267,7 +267,11 @@ impl Backend {
                 })
             })
             .await?;
-        result.map_err(|e: SessionError| session_error(e, &kernel))
+        result.map_err(|e: SessionError| match e.kind {
+            // The request names a kernel: say so in the protocol's words.
+            SessionErrorKind::NoFunction => request_failed(format!("unknown kernel: {kernel}")),
+            _ => session_error(e),
+        })
     }
 }
 
@@ -294,7 +298,7 @@ fn lowering_overrides(params: &LoweringParams) -> Result<Overrides> {
 /// A session error as the protocol's: a refused override is the client's mistake
 /// (InvalidParams), a cancellation asks the client to retry (ContentModified), a panic
 /// is an internal error; the rest fail the request with the session's message.
-fn session_error(e: SessionError, kernel: &str) -> Error {
+fn session_error(e: SessionError) -> Error {
     match e.kind {
         SessionErrorKind::Rejected => Error::invalid_params(e.message),
         SessionErrorKind::Cancelled => Error {
@@ -303,8 +307,7 @@ fn session_error(e: SessionError, kernel: &str) -> Error {
             data: None,
         },
         SessionErrorKind::Internal => Error { code: ErrorCode::InternalError, message: e.message.into(), data: None },
-        SessionErrorKind::NoFunction => request_failed(format!("unknown kernel: {kernel}")),
-        SessionErrorKind::Lowering => request_failed(e.message),
+        SessionErrorKind::NoFunction | SessionErrorKind::Lowering => request_failed(e.message),
     }
 }
 
