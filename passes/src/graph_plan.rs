@@ -7,10 +7,13 @@
 //! lowered like any file, so every kernel has Graph, Schedule, Tile and Target IR.
 //!
 //! This file plans; `codegen` writes the generated kernels and the Schedule IR,
-//! `library` instantiates the standard-library kernels.
+//! `library` instantiates the standard-library kernels, `matmul` the (batched) matmuls
+//! with their epilogues and `reduce` reductions over any axes.
 
 mod codegen;
 mod library;
+mod matmul;
+mod reduce;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -484,6 +487,10 @@ struct Window {
     rows: &'static str,
     cols: &'static str,
     indent: &'static str,
+    /// A batched matmul's epilogue: the loop variable and the symbol of the flattened
+    /// batch (`c`, `BC`). Every tensor is then viewed as `[BC, M, N]` (not `[BC*M, N]`,
+    /// whose row blocks would cross from one matrix into the next).
+    batch: Option<(&'static str, &'static str)>,
 }
 
 fn dims_product(dims: &[Dim]) -> Dim {

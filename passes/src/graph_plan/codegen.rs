@@ -64,12 +64,37 @@ impl Planner<'_> {
         vars: &mut HashMap<ValueId, String>,
     ) -> R<String> {
         let group = self.groups[g].clone();
-        let (rows, cols) = as_rows_cols(&group.dims);
+        // `batch`: the flattened batch dims of a batched matmul's epilogue (else rows
+        // include every leading dim), and the prefix of every window and signature.
+        let (batch, rows, cols) = match w.batch {
+            Some(_) if group.dims.len() >= 2 => {
+                let n = group.dims.len();
+                (Some(dims_product(&group.dims[..n - 2])), group.dims[n - 2].clone(), group.dims[n - 1].clone())
+            }
+            _ => {
+                let (rows, cols) = as_rows_cols(&group.dims);
+                (None, rows, cols)
+            }
+        };
+        let (at, of) = match (w.batch, &batch) {
+            (Some((var, sym)), Some(_)) => (format!("{var}, "), format!("\"{sym}\", ")),
+            _ => (String::new(), String::new()),
+        };
+        // The full `[.., rows, cols]` view of a tensor of the group's shape.
+        let full = |rows: &Dim, cols: &Dim| match &batch {
+            Some(b) => vec![b.clone(), rows.clone(), cols.clone()],
+            None => vec![rows.clone(), cols.clone()],
+        };
+        // Random numbers are keyed by the element's (row, col) in the flattened rows.
+        let row_coord = match w.batch {
+            Some((var, _)) if batch.is_some() => format!("{var} * {} + {}", w.rows, w.row),
+            _ => w.row.to_string(),
+        };
         let mut out = String::new();
         let mut scalars: HashMap<ValueId, String> = HashMap::new();
         let mut inputs = 0;
         let tile_shape = "(ctx.BM, ctx.BN)";
-        let window = format!("{r}:{r} + ctx.BM, {c}:{c} + ctx.BN", r = w.row, c = w.col);
+        let window = format!("{at}{r}:{r} + ctx.BM, {c}:{c} + ctx.BN", r = w.row, c = w.col);
         for &id in &group.ops {
             let op = self.g.op(id).clone();
             let loc = op.loc.clone();
@@ -115,9 +140,13 @@ impl Planner<'_> {
                         && d.last().and_then(Dim::as_const) == Some(1)
                         && d[..d.len() - 1] == group.dims[..group.dims.len() - 1]
                     {
-                        let view = self.view(stored, vec![rows.clone()], &loc);
-                        sig.push(format!("{name}: Tensor[\"{}\", {odt}]", w.rows), view);
-                        format!("tile.load({name}[{r}:{r} + ctx.BM])[:, None]", r = w.row)
+                        let mut dims = full(&rows, &cols);
+                        dims.pop();
+                        let view = self.view(stored, dims, &loc);
+                        sig.push(format!("{name}: Tensor[{of}\"{}\", {odt}]", w.rows), view);
+                        format!("tile.load({name}[{at}{r}:{r} + ctx.BM])[:, None]", r = w.row)
+                    } else if let (Some((var, _)), Some(_)) = (w.batch, &batch) {
+                        self.batch_broadcast(o, stored, &group.dims, (&name, var), w, sig, &loc)?
                     } else {
                         return unsupported(
                             format!("broadcasting a {} tensor over {:?} in a fused kernel", self.ty(o), group.dims),
@@ -129,8 +158,8 @@ impl Planner<'_> {
                     let odt = self.ty(o).dtype().unwrap_or(DType::F32);
                     let name = format!("I{inputs}");
                     inputs += 1;
-                    let view = self.view(stored, vec![rows.clone(), cols.clone()], &loc);
-                    sig.push(format!("{name}: Tensor[\"{}\", \"{}\", {odt}]", w.rows, w.cols), view);
+                    let view = self.view(stored, full(&rows, &cols), &loc);
+                    sig.push(format!("{name}: Tensor[{of}\"{}\", \"{}\", {odt}]", w.rows, w.cols), view);
                     let v = format!("x{}", vars.len());
                     let _ = writeln!(out, "{}{v} = tile.load({name}[{window}])", w.indent);
                     vars.insert(o, v.clone());
@@ -175,7 +204,7 @@ impl Planner<'_> {
                     let seed_name = self.scalar_param(sig, &mut scalars, seed);
                     format!(
                         "tile.cast(tile.where(tile.rand({tile_shape}, {seed_name}, ({}, {})) >= {p}, tile.cast({x}, f32) / (1.0 - {p}), 0.0), {dt})",
-                        w.row,
+                        row_coord,
                         w.col,
                         p = a(1),
                         x = a(0),
@@ -206,8 +235,8 @@ impl Planner<'_> {
                     None => return Err(internal(format!("output %{} of group {g} has no value", o.0))),
                 },
             };
-            let view = self.view(buffer, vec![rows.clone(), cols.clone()], &loc);
-            sig.push(format!("O{k}: Tensor[\"{}\", \"{}\", {odt}]", w.rows, w.cols), view);
+            let view = self.view(buffer, full(&rows, &cols), &loc);
+            sig.push(format!("O{k}: Tensor[{of}\"{}\", \"{}\", {odt}]", w.rows, w.cols), view);
             let _ = writeln!(out, "{}O{k}[{window}] = {value}", w.indent);
         }
         Ok(out)
@@ -216,16 +245,57 @@ impl Planner<'_> {
     pub(super) fn elementwise_kernel(&mut self, g: usize, name: &str) -> R<(String, Vec<ValueId>, String)> {
         let mut sig = Signature::default();
         let mut vars = HashMap::new();
-        let w = Window { row: "r0", col: "c0", rows: "R", cols: "C", indent: "            " };
+        // A broadcast the flat `[rows, cols]` window cannot load (batch dims that
+        // broadcast): one tile program per matrix of the leading dims, as in a batched
+        // matmul's epilogue.
+        let batched = self.needs_batch_window(g);
+        let w = Window {
+            row: "r0",
+            col: "c0",
+            rows: "R",
+            cols: "C",
+            indent: if batched { "                " } else { "            " },
+            batch: if batched { Some(("c", "BC")) } else { None },
+        };
         let body = self.fused_body(g, &w, &mut sig, &mut vars)?;
-        let (rows, _) = as_rows_cols(&self.groups[g].dims);
+        let dims = &self.groups[g].dims;
+        let rows = if batched { dims[dims.len() - 2].clone() } else { as_rows_cols(dims).0 };
         let block = if rows.as_const() == Some(1) { "(1, 1024)" } else { "(16, 128)" };
+        let (outer, i) = if batched { ("    for c in tile.parallel(0, BC):\n", "    ") } else { ("", "") };
         let text = format!(
-            "@kernel.schedule(Schedule(block={block}, warps=4))\ndef {name}({}):\n    ctx = tile.context()\n    for r0 in tile.parallel(0, R, ctx.BM):\n        for c0 in tile.parallel(0, C, ctx.BN):\n{body}",
+            "@kernel.schedule(Schedule(block={block}, warps=4))\ndef {name}({}):\n    ctx = tile.context()\n{outer}{i}    for r0 in tile.parallel(0, R, ctx.BM):\n{i}        for c0 in tile.parallel(0, C, ctx.BN):\n{body}",
             sig.params.join(", ")
         );
         let summary = self.describe(g);
         Ok((text, sig.args, format!("fused elementwise: {summary}")))
+    }
+
+    /// Whether a broadcast input of group `g` needs the batched window: its leading dims
+    /// broadcast, which the flat `[rows, cols]` window (a scalar, a row of `cols`, or a
+    /// column of the group's leading dims) cannot load.
+    fn needs_batch_window(&self, g: usize) -> bool {
+        let group = &self.groups[g];
+        let n = group.dims.len();
+        if n < 3 {
+            return false;
+        }
+        let one = Some(1);
+        group.ops.iter().any(|&id| {
+            let op = self.g.op(id);
+            if op.kind != OpKind::GBroadcast {
+                return false;
+            }
+            let o = op.operands[0];
+            if self.is_host(o) || self.splat.contains_key(&o) {
+                return false;
+            }
+            let d = self.ty(o).dims();
+            let trimmed: Vec<&Dim> = d.iter().skip_while(|x| x.as_const() == one).collect();
+            let flat = trimmed.is_empty()
+                || (trimmed.len() == 1 && *trimmed[0] == group.dims[n - 1])
+                || (d.len() == n && d[n - 1].as_const() == one && d[..n - 1] == group.dims[..n - 1]);
+            !flat
+        })
     }
 
     pub(super) fn describe(&self, g: usize) -> String {
@@ -236,80 +306,6 @@ impl Planner<'_> {
         } else {
             names.join(", ")
         }
-    }
-
-    pub(super) fn matmul_kernel(
-        &mut self,
-        g: usize,
-        name: &str,
-        a: ValueId,
-        b: ValueId,
-        result: ValueId,
-    ) -> R<(String, Vec<ValueId>, String)> {
-        let loc = self.g.loc.clone();
-        let (at, bt) = (self.ty(a).clone(), self.ty(b).clone());
-        let (adt, bdt) = (at.dtype().unwrap_or(DType::F32), bt.dtype().unwrap_or(DType::F32));
-        if adt != DType::BF16 || bdt != DType::BF16 {
-            return unsupported(
-                format!("a matmul of {adt} x {bdt} tensors: the stdlib matmul kernel takes bf16 operands"),
-                &loc,
-            );
-        }
-        if bt.dims().len() != 2 {
-            return unsupported("a matmul whose right operand has batch dims", &loc);
-        }
-        let a_dims = at.dims().to_vec();
-        let (m, k) = as_rows_cols(&a_dims);
-        let n = bt.dims()[1].clone();
-        let mut sig = Signature::default();
-        let a_view = self.view(self.host[&a], vec![m.clone(), k.clone()], &loc);
-        let b_stored = self.host[&b];
-        // `@accum(T)` narrower than f32: a kernel that sums in T (the stdlib one sums in f32).
-        let narrow = match crate::ir::policy::acc_attrs(&[&at, &bt]).first() {
-            Some((_, Attr::DType(t))) if crate::ir::policy::rounds_each_step(*t) => Some(*t),
-            _ => None,
-        };
-        let operand = narrow.map_or("bf16".to_string(), |t| format!("bf16 @accum({t})"));
-        sig.push(format!("A: Tensor[\"M\", \"K\", {operand}]"), a_view);
-        sig.push(format!("B: Tensor[\"K\", \"N\", {operand}]"), b_stored);
-        let template = match narrow {
-            Some(t) => format!(
-                "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))\ndef matmul(A, B):\n    \
-                 ctx = tile.context()\n    for m0 in tile.parallel(0, M, ctx.BM):\n        \
-                 for n0 in tile.parallel(0, N, ctx.BN):\n            acc = tile.zeros((ctx.BM, ctx.BN), {t})\n            \
-                 for k0 in tile.range(0, K, ctx.BK):\n                a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])\n                \
-                 b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])\n                \
-                 acc = tile.mma(a, b, accumulator=acc)\n            C = acc"
-            ),
-            None => stdlib_kernel("matmul.tsr", "matmul").ok_or_else(|| internal("no stdlib matmul".into()))?,
-        };
-        let acc_dtype = narrow.unwrap_or(DType::F32);
-        let rdt = self.ty(result).dtype().unwrap_or(DType::F32);
-        let mut vars = HashMap::new();
-        vars.insert(result, if rdt == acc_dtype { "acc".to_string() } else { format!("tile.cast(acc, {rdt})") });
-        let w = Window { row: "m0", col: "n0", rows: "M", cols: "N", indent: "            " };
-        let _ = n;
-        let epilogue = self.fused_body(g, &w, &mut sig, &mut vars)?;
-        // The template: its header becomes ours, its store of `acc` our epilogue.
-        let header_end = template.find("):").ok_or_else(|| internal("stdlib matmul header".into()))? + 2;
-        let def_at = template.find("def matmul(").ok_or_else(|| internal("stdlib matmul def".into()))?;
-        let store_at = template.rfind("\n").map(|i| i + 1).unwrap_or(0);
-        if !template[store_at..].contains("= acc") {
-            return Err(internal("the stdlib matmul no longer ends with its store of `acc`".into()));
-        }
-        let text = format!(
-            "{}def {name}({}):{}\n{}",
-            &template[..def_at],
-            sig.params.join(", "),
-            &template[header_end..store_at].trim_end_matches('\n'),
-            epilogue.trim_end_matches('\n')
-        );
-        let summary = self.describe(g);
-        Ok((
-            text,
-            sig.args,
-            if summary == "fill" { "stdlib matmul".into() } else { format!("stdlib matmul + epilogue: {summary}") },
-        ))
     }
 
     /// Drops the ops of a group that no output needs (values only read for their dims).

@@ -26,8 +26,16 @@ impl Planner<'_> {
                 let dims = self.ty(x).dims().to_vec();
                 let (rows, cols) = as_rows_cols(&dims);
                 let dt = dtype_of(self, x);
-                if op.kind == OpKind::Softmax && op.int_attr("axis") != Some(dims.len() as i64 - 1) {
-                    return unsupported("softmax over an axis other than the last", &loc);
+                if op.kind == OpKind::Softmax {
+                    let rank = dims.len() as i64;
+                    let axis = op.int_attr("axis").unwrap_or(-1);
+                    let axis = if axis < 0 { axis + rank } else { axis };
+                    if !(0..rank).contains(&axis) {
+                        return Err(internal(format!("softmax over axis {axis} of a rank-{rank} tensor")));
+                    }
+                    if axis != rank - 1 {
+                        return self.softmax_columns(&op, name, axis as usize);
+                    }
                 }
                 let affine = op.operands.len() > 1;
                 let (file, kernel) = match (op.kind, affine) {
@@ -165,52 +173,7 @@ impl Planner<'_> {
                 );
                 Ok((text, sig.args, "copy: transpose".into()))
             }
-            OpKind::GReduce => {
-                let x = op.operands[0];
-                let dims = self.ty(x).dims().to_vec();
-                let rank = dims.len() as i64;
-                let axes = match op.attr("axes") {
-                    Some(Attr::Ints(a)) => a.clone(),
-                    _ => (0..rank).collect(),
-                };
-                let first = rank - axes.len() as i64;
-                if axes != (first..rank).collect::<Vec<_>>() {
-                    return unsupported("a reduction over leading axes (only trailing axes are mapped)", &loc);
-                }
-                let kind = op.str_attr("kind").unwrap_or("sum").to_string();
-                let rows = dims_product(&dims[..first as usize]);
-                let cols = dims_product(&dims[first as usize..]);
-                let dt = dtype_of(self, x);
-                let rdt = self.ty(op.results[0]).dtype().unwrap_or(DType::F32);
-                let xv = self.view(stored(self, x), vec![rows.clone(), cols], &loc);
-                let o = out(self, 0)?;
-                let ov = self.view(o, vec![rows], &loc);
-                sig.push(format!("X: Tensor[\"R\", \"C\", {dt}]"), xv);
-                sig.push(format!("Y: Tensor[\"R\", {rdt}]"), ov);
-                // `@accum(T)` narrower than f32: the elements are read as `T @accum(T)`, so
-                // the row sums and the running sum are rounded to T at every step.
-                let acc_t = match crate::ir::policy::acc(&op) {
-                    Some(t) if crate::ir::policy::rounds_each_step(t) => t,
-                    _ => DType::F32,
-                };
-                let (zeros, read) = if acc_t == DType::F32 {
-                    ("tile.zeros((ctx.BM,), f32)".to_string(), "f32".to_string())
-                } else {
-                    (format!("tile.zeros((ctx.BM,), {acc_t})"), format!("\"{acc_t} @accum({acc_t})\""))
-                };
-                let (init, other, step, finish) = match kind.as_str() {
-                    "sum" => (zeros.as_str(), "", "acc + tile.row_sum(x)", "acc"),
-                    "mean" => (zeros.as_str(), "", "acc + tile.row_sum(x)", "acc / C"),
-                    "max" => ("tile.full((ctx.BM,), -INF, f32)", ", other=-INF", "tile.maximum(acc, tile.row_max(x))", "acc"),
-                    "min" => ("tile.full((ctx.BM,), INF, f32)", ", other=INF", "tile.minimum(acc, tile.row_min(x))", "acc"),
-                    other => return unsupported(format!("a `{other}` reduction"), &loc),
-                };
-                let text = format!(
-                    "@kernel.schedule(Schedule(block=(4, 1024), warps=4))\ndef {name}({}):\n    \"\"\"Y[r] = {kind}(X[r, :]), accumulated in {acc_t}.\"\"\"\n    ctx = tile.context()\n    for r0 in tile.parallel(0, R, ctx.BM):\n        acc = {init}\n        for c0 in tile.range(0, C, ctx.BN):\n            x = tile.cast(tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]{other}), {read})\n            acc = {step}\n        Y[r0:r0 + ctx.BM] = tile.cast({finish}, {rdt})\n",
-                    sig.params.join(", ")
-                );
-                Ok((text, sig.args, format!("{kind} over the last {} dims", axes.len())))
-            }
+            OpKind::GReduce => self.reduce_kernel(&op, name),
             other => unsupported(format!("`{}` is not mapped to a kernel yet", other.name()), &loc),
         }
         .map(|(text, args, summary)| {
