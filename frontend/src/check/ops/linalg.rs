@@ -213,6 +213,15 @@ impl<'a> Infer<'a> {
                         return Ty::Unknown;
                     };
                     match shapes::normalize_axis(ax, t.rank()) {
+                        // NumPy refuses an axis named twice (`axis=(1, -1)` of a rank-2 tensor).
+                        Some(n) if out.contains(&n) => {
+                            self.error(
+                                Code::E0300,
+                                self.range(arg!(a, "sum" | "mean" | "max" | "min" => "axis").unwrap().expr),
+                                format!("axis {ax} names dim {n} a second time (each axis may be reduced once)"),
+                            );
+                            return Ty::Unknown;
+                        }
                         Some(n) => out.push(n),
                         None => {
                             self.error(
