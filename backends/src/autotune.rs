@@ -280,7 +280,7 @@ impl Space {
 /// Every configuration of the kernel's space (`KernelSchedule::configurations()`) at these
 /// dims, pruned with the checks of W0702/E0703: tensor-core shape multiples, lowering
 /// errors, and on GPU targets the shared-memory and register budgets of
-/// `kernel_resources` (the same per-configuration query the lints use, here with the
+/// `kernel_budget` (the same per-configuration query the lints use, here with the
 /// launch's tile shape values).
 pub fn space(
     db: &dyn Db,

@@ -248,3 +248,57 @@ fn print_resources() {
         eprintln!("{r:#?}");
     }
 }
+
+/// Pruning reads `kernel_budget`, the lints and editors read `kernel_resources`: for every
+/// autotune candidate of every example and valid corpus kernel, on both GPU targets, the
+/// budget's two figures are the resources' own (so a pruned candidate and a reported
+/// figure can never disagree).
+#[test]
+fn the_pruning_budget_is_the_resources_figures() {
+    use std::collections::BTreeMap;
+    use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind};
+    use tessera_frontend::db::item_index;
+    use tessera_passes::analysis::{kernel_budget, kernel_resources};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in ["examples", "tests/corpus/valid"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "tsr") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut compared = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let db = Database::default();
+        let file = SourceFile::new(&db, path.clone(), text, None);
+        for e in item_index(&db, file).functions.iter() {
+            if fn_signature(&db, e.key).kind != FunctionKind::Kernel {
+                continue;
+            }
+            let Ok(graph) = tessera_passes::graph_ir(&db, e.key).clone() else { continue };
+            let schedule = fn_decorators(&db, e.key).schedule.clone().unwrap_or_default();
+            for candidate in schedule.configurations() {
+                let (config, _) = tessera_passes::config::config_for(&graph, candidate, &BTreeMap::new());
+                for target in [Target::Sm90, Target::Sm80] {
+                    let budget = kernel_budget(&db, e.key, config.clone(), target).clone();
+                    let resources = kernel_resources(&db, e.key, config.clone(), target).clone();
+                    match (budget, resources) {
+                        (Ok(b), Ok(r)) => {
+                            let at = format!("{} {} {config} on {target}", path.display(), e.key.name(&db));
+                            assert_eq!(b.smem_bytes, r.smem_bytes, "{at}");
+                            assert_eq!(b.register_peak, r.registers.peak, "{at}");
+                            compared += 1;
+                        }
+                        (Err(a), Err(b)) => assert_eq!(a, b),
+                        (b, r) => panic!("{}: budget {b:?} but resources {r:?}", path.display()),
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 100, "only {compared} candidates compared");
+}

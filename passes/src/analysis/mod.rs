@@ -95,6 +95,42 @@ fn transient_tile_ir(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Targe
     crate::pipeline::graph_to_tile(&graph, config, target)
 }
 
+/// What autotune pruning compares with a target's limits: the figures of [`Resources`]
+/// without the buffer list, the register profile and the named live values, which only
+/// the chosen configuration's lints and the editors show.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Budget {
+    pub smem_bytes: u64,
+    pub register_peak: u32,
+}
+
+/// The [`Budget`] of one configuration of a kernel. Pruning asks it for every candidate
+/// of every autotuned kernel of a file, so it keeps only two numbers per candidate.
+#[salsa::tracked(returns(ref))]
+pub fn kernel_budget<'db>(
+    db: &'db dyn Db,
+    key: FnKey<'db>,
+    config: Config,
+    target: Target,
+) -> Result<Budget, LowerError> {
+    let tile = transient_tile_ir(db, key, &config, target)?;
+    Ok(budget_of(&tile))
+}
+
+fn budget_of(f: &Func) -> Budget {
+    let mut smem_bytes = 0;
+    for id in f.walk() {
+        let op = f.op(id);
+        if op.kind != OpKind::AllocShared {
+            continue;
+        }
+        if let Some(Type::Smem(s)) = op.results.first().map(|&r| f.ty(r)) {
+            smem_bytes += s.bytes().unwrap_or(0);
+        }
+    }
+    Budget { smem_bytes, register_peak: registers::peak(f) }
+}
+
 /// Resource figures of GPU Tile IR.
 pub fn resources_of(f: &Func, target: Target) -> Resources {
     let threads = f.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
@@ -139,19 +175,6 @@ pub fn kernel_bank_conflicts<'db>(
 fn bank_conflicts_of(tile: &Func) -> Vec<BankConflict> {
     let threads = tile.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
     bank_conflicts(tile, threads)
-}
-
-/// [`kernel_resources`] and [`kernel_bank_conflicts`] of a configuration not yet
-/// lowered, from one lowering instead of two.
-fn resources_and_conflicts(
-    db: &dyn Db,
-    key: FnKey<'_>,
-    config: &Config,
-    target: Target,
-) -> Result<(Arc<Resources>, Arc<Vec<BankConflict>>), LowerError> {
-    let tile = transient_tile_ir(db, key, config, target)?;
-    let conflicts = if target.is_gpu() { bank_conflicts_of(&tile) } else { Vec::new() };
-    Ok((Arc::new(resources_of(&tile, target)), Arc::new(conflicts)))
 }
 
 fn value_name(f: &Func, v: ValueId) -> String {
@@ -356,7 +379,7 @@ impl PruneReason {
 
 /// Whether (and why) one configuration of a kernel is pruned on `target`: tensor-core
 /// shape multiples, lowering errors, and on GPUs the shared-memory and register budgets
-/// of [`kernel_resources`].
+/// of [`kernel_budget`].
 pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
     let inference = infer_function(db, key);
     if let Some(why) = mma_violation(&inference.mma_sites, &config.schedule) {
@@ -370,15 +393,40 @@ pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target
             .err()
             .map(|e| PruneReason::Lowering(e.message.clone()));
     };
-    match kernel_resources(db, key, config.clone(), target) {
+    budget_verdict(kernel_budget(db, key, config.clone(), target), limits)
+}
+
+/// The GPU half of [`prune_reason`]: a lowering error, or a budget over a limit.
+fn budget_verdict(budget: &Result<Budget, LowerError>, limits: &GpuLimits) -> Option<PruneReason> {
+    match budget {
         Err(e) => Some(PruneReason::Lowering(e.message.clone())),
-        Ok(r) if r.smem_bytes > limits.smem_per_block as u64 => {
-            Some(PruneReason::SharedMemory { bytes: r.smem_bytes, limit: limits.smem_per_block as u64 })
+        Ok(b) if b.smem_bytes > limits.smem_per_block as u64 => {
+            Some(PruneReason::SharedMemory { bytes: b.smem_bytes, limit: limits.smem_per_block as u64 })
         }
-        Ok(r) if r.registers.peak > limits.max_registers_per_thread => {
-            Some(PruneReason::Registers { estimate: r.registers.peak, limit: limits.max_registers_per_thread })
+        Ok(b) if b.register_peak > limits.max_registers_per_thread => {
+            Some(PruneReason::Registers { estimate: b.register_peak, limit: limits.max_registers_per_thread })
         }
         Ok(_) => None,
+    }
+}
+
+/// [`prune_reason`] on a GPU target, lowering the candidate here: a survivor comes back
+/// with its Tile IR, so the lints of the chosen configuration need no second lowering.
+fn prune_or_lower(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    config: &Config,
+    target: Target,
+    limits: &GpuLimits,
+) -> Result<Func, PruneReason> {
+    let inference = infer_function(db, key);
+    if let Some(why) = mma_violation(&inference.mma_sites, &config.schedule) {
+        return Err(PruneReason::MmaShape(why));
+    }
+    let tile = transient_tile_ir(db, key, config, target);
+    match budget_verdict(&tile.as_ref().map(budget_of).map_err(Clone::clone), limits) {
+        Some(reason) => Err(reason),
+        None => Ok(tile.expect("a budget without a lowering error")),
     }
 }
 
@@ -416,21 +464,27 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         let configs = schedule.configurations();
         let total = configs.len();
         let mut pruned: Vec<(ScheduleValue, PruneReason)> = Vec::new();
-        let mut first_survivor = None;
+        let mut first_survivor: Option<(Config, Func)> = None;
         for candidate in configs {
             let config = config_of(&graph, candidate.clone());
-            match prune_reason(db, key, &config, target) {
-                Some(reason) => pruned.push((candidate, reason)),
-                None => {
-                    first_survivor.get_or_insert(config);
+            if first_survivor.is_some() {
+                if let Some(reason) = prune_reason(db, key, &config, target) {
+                    pruned.push((candidate, reason));
                 }
+                continue;
+            }
+            // Until the first survivor, candidates are lowered here, so the chosen one's
+            // Tile IR gives its resources and bank conflicts without a second lowering.
+            match prune_or_lower(db, key, &config, target, limits) {
+                Err(reason) => pruned.push((candidate, reason)),
+                Ok(tile) => first_survivor = Some((config, tile)),
             }
         }
         if let (Some(range), false) = (schedule.space_range, pruned.is_empty()) {
             out.decorators.push(Lint { diagnostic: pruning_diagnostic(range, total, &pruned, limits), fix: None });
         }
         match first_survivor {
-            Some(c) => c,
+            Some((config, tile)) => (config, Some(tile)),
             None => return out,
         }
     } else {
@@ -442,17 +496,18 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
             out.body.push(Lint { diagnostic: Diagnostic::new(Code::E0701, at, e.message), fix: None });
             return out;
         }
-        config
+        (config, None)
     };
-    let figures = if schedule.is_autotuned() {
-        // Pruning already memoized the chosen candidate's resources.
-        kernel_resources(db, key, chosen.clone(), target).clone().map(|resources| {
-            (resources, kernel_bank_conflicts(db, key, chosen.clone(), target).clone().unwrap_or_default())
-        })
-    } else {
-        resources_and_conflicts(db, key, &chosen, target)
+    let (chosen, lowered) = chosen;
+    let tile = match lowered {
+        Some(tile) => tile,
+        None => match transient_tile_ir(db, key, &chosen, target) {
+            Ok(tile) => tile,
+            Err(_) => return out,
+        },
     };
-    let Ok((resources, conflicts)) = figures else { return out };
+    let conflicts = bank_conflicts_of(&tile);
+    let resources = resources_of(&tile, target);
     resource_lints(&resources, &conflicts, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
     out
 }

@@ -95,47 +95,66 @@ fn bits(dtype: DType) -> u32 {
     }
 }
 
+/// Program-order numbering of a function's ops, in tables indexed by op and value id.
 struct Numbering {
     /// Ops in program order.
     order: Vec<OpId>,
-    index: HashMap<OpId, usize>,
-    /// The index of the last op inside each op's regions (its own index if none).
-    end: HashMap<OpId, usize>,
+    /// Each op's position in `order` (`NONE` for ops not in the body).
+    index: Vec<usize>,
+    /// The position of the last op inside each op's regions (its own position if none).
+    end: Vec<usize>,
     /// The op whose region holds each op (None at the top level).
-    parent: HashMap<OpId, OpId>,
-    /// The op that defines each value, or owns the region that binds it.
-    owner: HashMap<ValueId, Option<OpId>>,
+    parent: Vec<Option<OpId>>,
+    /// The op that defines each value, or owns the region that binds it (None for
+    /// parameters and values no op defines).
+    owner: Vec<Option<OpId>>,
+}
+
+const NONE: usize = usize::MAX;
+
+impl Numbering {
+    fn index(&self, op: OpId) -> usize {
+        self.index[op.0 as usize]
+    }
+
+    fn end(&self, op: OpId) -> usize {
+        self.end[op.0 as usize]
+    }
+
+    fn parent(&self, op: OpId) -> Option<OpId> {
+        self.parent[op.0 as usize]
+    }
+
+    fn owner(&self, v: ValueId) -> Option<OpId> {
+        self.owner.get(v.0 as usize).copied().flatten()
+    }
 }
 
 fn number(f: &Func) -> Numbering {
+    let ops = f.ops.len();
     let mut n = Numbering {
-        order: Vec::new(),
-        index: HashMap::default(),
-        end: HashMap::default(),
-        parent: HashMap::default(),
-        owner: HashMap::default(),
+        order: Vec::with_capacity(ops),
+        index: vec![NONE; ops],
+        end: vec![NONE; ops],
+        parent: vec![None; ops],
+        owner: vec![None; f.values.len()],
     };
-    for &p in &f.params {
-        n.owner.insert(p, None);
-    }
     fn visit(f: &Func, ops: &[OpId], parent: Option<OpId>, n: &mut Numbering) {
         for &id in ops {
             let op = f.op(id);
-            n.index.insert(id, n.order.len());
+            n.index[id.0 as usize] = n.order.len();
             n.order.push(id);
-            if let Some(p) = parent {
-                n.parent.insert(id, p);
-            }
+            n.parent[id.0 as usize] = parent;
             for &r in &op.results {
-                n.owner.insert(r, Some(id));
+                n.owner[r.0 as usize] = Some(id);
             }
             for region in &op.regions {
                 for &a in &region.args {
-                    n.owner.insert(a, Some(id));
+                    n.owner[a.0 as usize] = Some(id);
                 }
                 visit(f, &region.ops, Some(id), n);
             }
-            n.end.insert(id, n.order.len() - 1);
+            n.end[id.0 as usize] = n.order.len() - 1;
         }
     }
     visit(f, &f.body.ops, None, &mut n);
@@ -146,43 +165,57 @@ fn is_loop(kind: OpKind) -> bool {
     matches!(kind, OpKind::For | OpKind::While)
 }
 
-/// Estimates per-thread registers of GPU Tile IR.
-pub fn estimate(f: &Func) -> RegisterEstimate {
+/// The live intervals of a function's register-resident values.
+struct Liveness {
+    n: Numbering,
+    /// (value, first point, last point, registers) of every value that takes registers.
+    intervals: Vec<(ValueId, usize, usize, u32)>,
+    /// Registers live into and out of each point, as deltas (see [`liveness`]).
+    live_in: Vec<i64>,
+    live_out: Vec<i64>,
+}
+
+fn liveness(f: &Func) -> Liveness {
     let n = number(f);
     let len = n.order.len();
-    if len == 0 {
-        return RegisterEstimate { peak: BASE_REGISTERS, ..Default::default() };
-    }
+    let values = f.values.len();
     // A broadcast or an inserted unit dim holds no values of its own: codegen reads the
     // source's registers, so a use of the result is a use of the source.
-    let mut alias: HashMap<ValueId, ValueId> = HashMap::default();
+    let mut alias: Vec<Option<ValueId>> = vec![None; values];
     for &id in &n.order {
         let op = f.op(id);
         if matches!(op.kind, OpKind::Broadcast | OpKind::ExpandDims) {
             if let (Some(&src), Some(&r)) = (op.operands.first(), op.results.first()) {
-                alias.insert(r, *alias.get(&src).unwrap_or(&src));
+                alias[r.0 as usize] = Some(alias[src.0 as usize].unwrap_or(src));
             }
         }
     }
+    let resolve = |v: ValueId| alias[v.0 as usize].unwrap_or(v);
     // Live interval of every value: [definition, last use], loops extended.
-    let mut last_use: HashMap<ValueId, usize> = HashMap::default();
+    let mut last_use: Vec<Option<usize>> = vec![None; values];
+    // Each value's readers other than `Dot`s, to find dot operands that stream.
+    let mut read_by_non_dot = vec![false; values];
     for (i, &id) in n.order.iter().enumerate() {
-        for &v in &f.op(id).operands {
-            let v = *alias.get(&v).unwrap_or(&v);
-            let def_owner = n.owner.get(&v).copied().flatten();
+        let op = f.op(id);
+        for &v in &op.operands {
+            if op.kind != OpKind::Dot {
+                read_by_non_dot[v.0 as usize] = true;
+            }
+            let v = resolve(v);
+            let def_owner = n.owner(v);
             let mut at = i;
             // Walk out of the loops that do not contain the definition.
-            let mut cursor = n.parent.get(&id).copied();
+            let mut cursor = n.parent(id);
             while let Some(p) = cursor {
                 if Some(p) == def_owner || encloses(&n, p, def_owner) {
                     break;
                 }
                 if is_loop(f.op(p).kind) {
-                    at = at.max(n.end[&p]);
+                    at = at.max(n.end(p));
                 }
-                cursor = n.parent.get(&p).copied();
+                cursor = n.parent(p);
             }
-            let entry = last_use.entry(v).or_insert(at);
+            let entry = last_use[v.0 as usize].get_or_insert(at);
             *entry = (*entry).max(at);
         }
     }
@@ -196,56 +229,50 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
     let mut intervals: Vec<(ValueId, usize, usize, u32)> = Vec::new();
     // Results of an op with regions (a loop's final values) appear when it ends;
     // region arguments and other results at the op itself.
-    let defined_at = |v: &ValueId| match n.owner.get(v).copied().flatten() {
-        Some(op) if f.op(op).results.contains(v) => n.end[&op] + 1,
-        Some(op) => n.index[&op] + 1,
+    let defined_at = |v: ValueId| match n.owner(v) {
+        Some(op) if f.op(op).results.contains(&v) => n.end(op) + 1,
+        Some(op) => n.index(op) + 1,
         None => 0,
     };
-    let mut values: Vec<(ValueId, usize)> = last_use.iter().map(|(&v, &l)| (v, l + 1)).collect();
+    // Values in id order (the order intervals are reported in does not change figures).
+    let mut live: Vec<(ValueId, usize)> = Vec::new();
+    for (v, last) in last_use.iter().enumerate() {
+        if let Some(l) = last {
+            live.push((ValueId(v as u32), l + 1));
+        }
+    }
     // Results nobody reads still occupy registers at their op.
     for &id in &n.order {
         for &r in &f.op(id).results {
-            if !last_use.contains_key(&r) && !alias.contains_key(&r) {
-                values.push((r, n.end[&id] + 1));
+            if last_use[r.0 as usize].is_none() && alias[r.0 as usize].is_none() {
+                live.push((r, n.end(id) + 1));
             }
         }
     }
     // Dot operands read from shared memory are loaded fragment by fragment as the mma
     // loop reaches them (the PTX backend's lazy ldmatrix): one k step of fragments is
     // live at a time, not the whole tile.
-    let mut streamed: HashMap<ValueId, u32> = HashMap::default();
-    for &id in &n.order {
-        let op = f.op(id);
-        if op.kind != OpKind::LoadShared {
-            continue;
+    let streamed = |v: ValueId| -> Option<u32> {
+        let op = f.op(n.owner(v)?);
+        if op.kind != OpKind::LoadShared || op.results.first() != Some(&v) || read_by_non_dot[v.0 as usize] {
+            return None;
         }
-        let Some(&r) = op.results.first() else { continue };
-        if let Some(regs) = streamed_fragment_registers(f.ty(r)) {
-            let only_dots = n.order.iter().all(|&u| {
-                let user = f.op(u);
-                !user.operands.contains(&r) || user.kind == OpKind::Dot
-            });
-            if only_dots {
-                streamed.insert(r, regs);
-            }
-        }
-    }
+        streamed_fragment_registers(f.ty(v))
+    };
     // Scalar constants are immediates in PTX: they take no register.
     let immediate = |v: ValueId| {
-        n.owner.get(&v).copied().flatten().is_some_and(|op| {
-            let op = f.op(op);
-            op.kind == OpKind::Constant && matches!(f.ty(v), Type::Index | Type::Scalar(_))
-        })
+        n.owner(v)
+            .is_some_and(|op| f.op(op).kind == OpKind::Constant && matches!(f.ty(v), Type::Index | Type::Scalar(_)))
     };
-    for (v, last) in values {
+    for (v, last) in live {
         if immediate(v) {
             continue;
         }
-        let regs = streamed.get(&v).copied().unwrap_or_else(|| registers_of(f.ty(v))) as i64;
+        let regs = streamed(v).unwrap_or_else(|| registers_of(f.ty(v))) as i64;
         if regs == 0 {
             continue;
         }
-        let def = defined_at(&v);
+        let def = defined_at(v);
         let last = last.max(def);
         live_in[def + 1] += regs;
         live_in[last + 1] -= regs;
@@ -253,19 +280,45 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
         live_out[last.max(def + 1)] -= regs;
         intervals.push((v, def, last, regs as u32));
     }
+    Liveness { n, intervals, live_in, live_out }
+}
+
+impl Liveness {
+    /// The pressure at every op in program order (registers per thread, with
+    /// [`BASE_REGISTERS`]).
+    fn pressures(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let (mut into, mut out_of) = (self.live_in[0], self.live_out[0]);
+        (0..self.n.order.len()).map(move |i| {
+            into += self.live_in[i + 1];
+            out_of += self.live_out[i + 1];
+            (i, into.max(out_of).max(0) as u32 + BASE_REGISTERS)
+        })
+    }
+}
+
+/// The peak of [`estimate`] alone: what autotune pruning compares with the limit,
+/// without the per-location profile and the named values.
+pub fn peak(f: &Func) -> u32 {
+    let live = liveness(f);
+    live.pressures().map(|(_, p)| p).max().unwrap_or(BASE_REGISTERS)
+}
+
+/// Estimates per-thread registers of GPU Tile IR.
+pub fn estimate(f: &Func) -> RegisterEstimate {
+    let live = liveness(f);
+    let n = &live.n;
+    if n.order.is_empty() {
+        return RegisterEstimate { peak: BASE_REGISTERS, ..Default::default() };
+    }
     let mut per_loc: Vec<(Loc, u32)> = Vec::new();
     let mut slot_of: HashMap<&Loc, usize> = HashMap::default();
-    let (mut into, mut out_of) = (live_in[0], live_out[0]);
     let (mut peak, mut peak_at) = (0u32, 0usize);
-    for (i, &id) in n.order.iter().enumerate() {
-        into += live_in[i + 1];
-        out_of += live_out[i + 1];
-        let pressure = into.max(out_of).max(0) as u32 + BASE_REGISTERS;
+    for (i, pressure) in live.pressures() {
         if pressure > peak {
             peak = pressure;
             peak_at = i;
         }
-        let loc = &f.op(id).loc;
+        let loc = &f.op(n.order[i]).loc;
         match slot_of.get(loc) {
             Some(&slot) => per_loc[slot].1 = per_loc[slot].1.max(pressure),
             None => {
@@ -274,14 +327,15 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
             }
         }
     }
-    let mut largest: Vec<LiveValue> = intervals
+    let mut largest: Vec<LiveValue> = live
+        .intervals
         .iter()
         .filter(|(_, s, e, _)| *s <= peak_at + 1 && peak_at < *e)
         .map(|&(v, _, _, regs)| LiveValue {
             name: value_name(f, v),
             registers: regs,
             ty: f.ty(v).to_string(),
-            loc: match n.owner.get(&v).copied().flatten() {
+            loc: match n.owner(v) {
                 Some(op) => f.op(op).loc.clone(),
                 None => f.loc.clone(),
             },
@@ -295,7 +349,7 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
 /// Whether `outer` (an op) contains the op `inner` in one of its regions.
 fn encloses(n: &Numbering, outer: OpId, inner: Option<OpId>) -> bool {
     let Some(mut cursor) = inner else { return false };
-    while let Some(&p) = n.parent.get(&cursor) {
+    while let Some(p) = n.parent(cursor) {
         if p == outer {
             return true;
         }
