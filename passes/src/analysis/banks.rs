@@ -7,8 +7,6 @@
 //! phases by access width, and the cost is the largest number of distinct 32-bit words
 //! that fall in one bank of a phase.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use crate::analysis::limits::{BANKS, BANK_BYTES, WARP_SIZE};
 use crate::ir::{Layout, SmemType};
 
@@ -35,16 +33,23 @@ fn lanes_per_phase(width: u32) -> usize {
 pub fn conflict_ways(access: &WarpAccess) -> u32 {
     let per_phase = lanes_per_phase(access.width);
     let mut worst = 1;
+    // (bank, word) of every word a phase touches; sorted and deduplicated, the longest
+    // run of one bank is the number of distinct words that bank serves. A flat buffer
+    // instead of a map of sets: the bank-conflict lint simulates every shared access of
+    // every kernel of a file, and its fix search re-simulates them per candidate layout.
+    let mut words: Vec<(u64, u64)> = Vec::with_capacity(per_phase * 4);
     for phase in access.lanes.chunks(per_phase) {
-        let mut words_per_bank: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+        words.clear();
         for addr in phase.iter().flatten() {
             let first = addr / BANK_BYTES as u64;
             let last = (addr + access.width.max(1) as u64 - 1) / BANK_BYTES as u64;
-            for word in first..=last {
-                words_per_bank.entry(word % BANKS as u64).or_default().insert(word);
-            }
+            words.extend((first..=last).map(|word| (word % BANKS as u64, word)));
         }
-        worst = worst.max(words_per_bank.values().map(|w| w.len() as u32).max().unwrap_or(1));
+        words.sort_unstable();
+        words.dedup();
+        for bank in words.chunk_by(|a, b| a.0 == b.0) {
+            worst = worst.max(bank.len() as u32);
+        }
     }
     worst
 }

@@ -132,10 +132,79 @@ impl Layout {
         }
     }
 
-    /// Elements (registers of the element type) each thread holds for `shape`.
+    /// Elements (registers of the element type) each thread holds for `shape`: the
+    /// length of `self.elements(shape, 0)` (every thread owns the same number in these
+    /// layouts), counted instead of enumerated. The register estimate asks it for every
+    /// tile value of every autotune candidate, and a 128x128 accumulator would build 128
+    /// coordinate vectors. A test checks the two agree over many layouts and shapes.
     pub fn elements_per_thread(&self, shape: &[i64]) -> u32 {
-        // Every thread owns the same number of elements in these layouts.
-        self.elements(shape, 0).len() as u32
+        let count = match self {
+            Layout::Blocked { size_per_thread, threads_per_warp, warps_per_cta } => {
+                blocked_dim_coords(shape, size_per_thread, threads_per_warp, warps_per_cta, 0)
+                    .iter()
+                    .map(|c| c.len() as i64)
+                    .product::<i64>()
+            }
+            Layout::Mma { warps } => {
+                let (_, _, wm, wn, _, _) = warp_block(shape, *warps, 0);
+                (wm / 16).max(0) * (wn / 8).max(0) * 4
+            }
+            Layout::DotOperand { op, parent, k_width } => match parent.as_ref() {
+                Layout::Mma { warps } => {
+                    let kw = *k_width as i64;
+                    let k_steps = |k: i64| (k / (8 * kw)).max(1);
+                    if *op == 0 {
+                        let warp_m = (shape[0] / warps[0] as i64).max(16);
+                        (warp_m / 16) * k_steps(shape[1]) * 4 * kw
+                    } else {
+                        let warp_n = (shape[1] / warps[1] as i64).max(8);
+                        k_steps(shape[0]) * (warp_n / 8) * 2 * kw
+                    }
+                }
+                _ => 0,
+            },
+            Layout::Slice { dim, parent } => {
+                let mut parent_shape = shape.to_vec();
+                parent_shape.insert(*dim as usize, 1);
+                match parent.as_ref() {
+                    // The parent's elements are the product of per-dim coordinate lists:
+                    // the distinct projections are the product of the other dims'
+                    // distinct coordinates.
+                    Layout::Blocked { size_per_thread, threads_per_warp, warps_per_cta } => {
+                        let per_dim =
+                            blocked_dim_coords(&parent_shape, size_per_thread, threads_per_warp, warps_per_cta, 0);
+                        if per_dim.iter().any(Vec::is_empty) {
+                            0
+                        } else {
+                            per_dim
+                                .into_iter()
+                                .enumerate()
+                                .filter(|&(d, _)| d != *dim as usize)
+                                .map(|(_, mut c)| {
+                                    c.sort_unstable();
+                                    c.dedup();
+                                    c.len() as i64
+                                })
+                                .product()
+                        }
+                    }
+                    _ => {
+                        let mut projected: Vec<Vec<i64>> = parent
+                            .elements(&parent_shape, 0)
+                            .into_iter()
+                            .map(|mut c| {
+                                c.remove(*dim as usize);
+                                c
+                            })
+                            .collect();
+                        projected.sort_unstable();
+                        projected.dedup();
+                        projected.len() as i64
+                    }
+                }
+            }
+        };
+        count as u32
     }
 }
 
@@ -148,10 +217,28 @@ fn prev_power_of_two(x: u32) -> u32 {
 }
 
 fn blocked_elements(shape: &[i64], spt: &[u32], tpw: &[u32], wpc: &[u32], tid: u32) -> Vec<Vec<i64>> {
-    let rank = shape.len();
-    if rank == 0 {
+    if shape.is_empty() {
         return vec![vec![]];
     }
+    let mut out = vec![vec![]];
+    for coords in blocked_dim_coords(shape, spt, tpw, wpc, tid) {
+        let mut next = Vec::with_capacity(out.len() * coords.len());
+        for prefix in &out {
+            for &c in &coords {
+                let mut p = prefix.clone();
+                p.push(c);
+                next.push(p);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// Per dim, the coordinates thread `tid` owns in a blocked layout (its elements are
+/// their product, last dim fastest).
+fn blocked_dim_coords(shape: &[i64], spt: &[u32], tpw: &[u32], wpc: &[u32], tid: u32) -> Vec<Vec<i64>> {
+    let rank = shape.len();
     let lane = tid % WARP;
     let warp = tid / WARP;
     // Decompose lane and warp ids row-major (last dim fastest).
@@ -165,7 +252,7 @@ fn blocked_elements(shape: &[i64], spt: &[u32], tpw: &[u32], wpc: &[u32], tid: u
         w /= wpc[d];
     }
     // Per dim: the coordinates this thread owns (repeating the coverage over the dim).
-    let per_dim: Vec<Vec<i64>> = (0..rank)
+    (0..rank)
         .map(|d| {
             let cover = (spt[d] * tpw[d] * wpc[d]) as i64;
             let base = ((warp_idx[d] * tpw[d] + lane_idx[d]) * spt[d]) as i64;
@@ -188,20 +275,7 @@ fn blocked_elements(shape: &[i64], spt: &[u32], tpw: &[u32], wpc: &[u32], tid: u
             }
             coords
         })
-        .collect();
-    let mut out = vec![vec![]];
-    for coords in per_dim {
-        let mut next = Vec::with_capacity(out.len() * coords.len());
-        for prefix in &out {
-            for &c in &coords {
-                let mut p = prefix.clone();
-                p.push(c);
-                next.push(p);
-            }
-        }
-        out = next;
-    }
-    out
+        .collect()
 }
 
 /// The warp's block and the lane's (group, thread-in-group) for mma layouts.
@@ -346,6 +420,67 @@ mod tests {
         assert_eq!(b.elements_per_thread(&[32, 64]), 32);
         assert_eq!(coverage(&a, &[64, 32]).len(), 64 * 32);
         assert_eq!(coverage(&b, &[32, 64]).len(), 32 * 64);
+    }
+
+    #[test]
+    fn counted_elements_per_thread_equal_the_enumerated_ones() {
+        let mut checked = 0;
+        let shapes: Vec<Vec<i64>> = vec![
+            vec![],
+            vec![1],
+            vec![7],
+            vec![64],
+            vec![1024],
+            vec![1, 1],
+            vec![1, 256],
+            vec![4, 1024],
+            vec![16, 16],
+            vec![16, 8],
+            vec![32, 64],
+            vec![64, 1],
+            vec![64, 32],
+            vec![128, 64],
+            vec![128, 128],
+            vec![3, 5],
+            vec![2, 4, 8],
+        ];
+        for shape in &shapes {
+            let mut layouts = Vec::new();
+            for warps in [1, 2, 4, 8] {
+                for vector in [1, 2, 4, 8] {
+                    layouts.push(Layout::blocked_for(shape, warps, vector));
+                }
+                if shape.len() == 2 {
+                    let mma = Layout::mma_for(shape[0], shape[1], warps);
+                    for op in [0, 1] {
+                        for k_width in [2, 4] {
+                            layouts.push(Layout::DotOperand { op, parent: Box::new(mma.clone()), k_width });
+                        }
+                    }
+                    layouts.push(mma);
+                }
+            }
+            // Slices: the layouts of this shape with one more dim, reduced over it.
+            for dim in 0..=shape.len() {
+                let mut parent_shape = shape.clone();
+                parent_shape.insert(dim, 16);
+                for warps in [1, 4] {
+                    let mut parents = vec![Layout::blocked_for(&parent_shape, warps, 4)];
+                    if parent_shape.len() == 2 {
+                        parents.push(Layout::mma_for(parent_shape[0], parent_shape[1], warps));
+                    }
+                    for parent in parents {
+                        layouts.push(Layout::Slice { dim: dim as u32, parent: Box::new(parent) });
+                    }
+                }
+            }
+            for layout in layouts {
+                let enumerated = layout.elements(shape, 0).len() as u32;
+                assert_eq!(layout.elements_per_thread(shape), enumerated, "{layout} on {shape:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 300, "{checked}");
     }
 
     #[test]
