@@ -115,16 +115,18 @@ fn lower_grid_region(
 ) -> Result<Region, LowerError> {
     let mut ops = Vec::new();
     for id in region.ops {
-        let op = f.op(id).clone();
-        if op.kind != OpKind::GridParallel {
+        // Most ops are not grid loops: they keep their attributes and operands, and only
+        // their regions are walked (taken out and put back, not cloned).
+        if f.op(id).kind != OpKind::GridParallel {
             let mut new_regions = Vec::new();
-            for r in op.regions.clone() {
+            for r in std::mem::take(&mut f.op_mut(id).regions) {
                 new_regions.push(lower_grid_region(f, defs, r, extents)?);
             }
             f.op_mut(id).regions = new_regions;
             ops.push(id);
             continue;
         }
+        let op = f.op(id).clone();
         let axis = op.int_attr("axis").unwrap_or(extents.len() as i64);
         let (lo, hi, step) = (op.operands[0], op.operands[1], op.operands[2]);
         let extent = match (index_dim(f, defs, lo), index_dim(f, defs, hi), index_dim(f, defs, step)) {
@@ -195,6 +197,22 @@ fn stage_region(
 ) -> Result<Region, LowerError> {
     let mut ops = Vec::new();
     for id in region.ops {
+        let op = f.op(id);
+        let kind = op.kind;
+        let staged_loop =
+            kind == OpKind::For && op.str_attr("kind") == Some("sequential") && op.int_attr("stages").is_some();
+        // A staged load inside a loop is the loop's pipelining to do, not this walk's.
+        let staged_load_here = kind == OpKind::Load && op.str_attr("staging") == Some("smem") && !in_loop;
+        if !staged_loop && !staged_load_here {
+            // Not rewritten here: only its regions are walked (taken out and put back).
+            let mut new_regions = Vec::new();
+            for r in std::mem::take(&mut f.op_mut(id).regions) {
+                new_regions.push(stage_region(f, config, r, allocs, in_loop || kind == OpKind::For)?);
+            }
+            f.op_mut(id).regions = new_regions;
+            ops.push(id);
+            continue;
+        }
         let op = f.op(id).clone();
         match op.kind {
             OpKind::For if op.str_attr("kind") == Some("sequential") && op.int_attr("stages").is_some() => {
@@ -591,7 +609,12 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
     }
     // Propagate to a fixpoint along layout-preserving edges.
     let defs = f.definitions();
-    let regions_of: Vec<(OpId, Vec<Region>)> = ops.iter().map(|&id| (id, f.op(id).regions.clone())).collect();
+    // The ops whose results join their regions' yields (loop-carried values, branches).
+    let joins: Vec<OpId> = ops
+        .iter()
+        .copied()
+        .filter(|&id| matches!(f.op(id).kind, OpKind::For | OpKind::If) && !f.op(id).results.is_empty())
+        .collect();
     let yields_of = |region: &Region| -> Vec<ValueId> {
         region
             .ops
@@ -616,14 +639,17 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
             let op = f.op(id);
             match op.kind {
                 k if (k.is_elementwise() && k != OpKind::Cast) || k == OpKind::Select || k == OpKind::CausalMask => {
-                    let tiles: Vec<ValueId> =
-                        op.operands.iter().chain(&op.results).copied().filter(|&v| is_tile(f, v)).collect();
-                    if let Some(l) = tiles
-                        .iter()
+                    let tiles = || op.operands.iter().chain(&op.results).copied().filter(|&v| is_tile(f, v));
+                    // Layouts are cloned only when a tile of the op still lacks one: this
+                    // runs every round over every op of every autotune candidate.
+                    if tiles().all(|v| layout[v.0 as usize].is_some()) {
+                        continue;
+                    }
+                    if let Some(l) = tiles()
                         .find_map(|v| layout[v.0 as usize].clone())
                         .filter(|l| !matches!(l, Layout::DotOperand { .. }))
                     {
-                        for &v in &tiles {
+                        for v in tiles() {
                             set(v, l.clone(), &mut layout);
                         }
                     }
@@ -673,11 +699,12 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
             }
         }
         // Loop-carried values: init, region argument, yield and result agree.
-        for (id, regions) in &regions_of {
-            let op = f.op(*id);
-            if op.kind != OpKind::For || op.results.is_empty() {
+        for &id in &joins {
+            let op = f.op(id);
+            if op.kind != OpKind::For {
                 continue;
             }
+            let regions = &op.regions;
             let yields = yields_of(&regions[0]);
             for (i, &res) in op.results.iter().enumerate() {
                 let group = [op.operands[3 + i], regions[0].args[1 + i], res, *yields.get(i).unwrap_or(&res)];
@@ -690,11 +717,12 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                 }
             }
         }
-        for (id, regions) in &regions_of {
-            let op = f.op(*id);
-            if op.kind != OpKind::If || op.results.is_empty() {
+        for &id in &joins {
+            let op = f.op(id);
+            if op.kind != OpKind::If {
                 continue;
             }
+            let regions = &op.regions;
             let (a, b) = (yields_of(&regions[0]), yields_of(&regions[1]));
             for (i, &res) in op.results.iter().enumerate() {
                 let group = [res, *a.get(i).unwrap_or(&res), *b.get(i).unwrap_or(&res)];
@@ -744,9 +772,12 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
 /// Where an op's tile operands disagree with what it needs, convert them.
 pub(crate) fn insert_conversions(f: &mut Func) {
     fn visit(f: &mut Func, region: Region) -> Region {
-        let mut ops = Vec::new();
+        let mut ops = Vec::with_capacity(region.ops.len());
         for id in region.ops {
-            let op = f.op(id).clone();
+            // The op's regions are visited (and put back) below; nothing else of it is
+            // cloned, as this runs over every op of every autotune candidate.
+            let regions = std::mem::take(&mut f.op_mut(id).regions);
+            let op = f.op(id);
             let wanted: Vec<Option<Layout>> = match op.kind {
                 k if (k.is_elementwise() && k != OpKind::Cast) || k == OpKind::Select || k == OpKind::CausalMask => {
                     let target = op.results.first().and_then(|&r| f.ty(r).as_tile()).and_then(|t| t.layout.clone());
@@ -796,21 +827,26 @@ pub(crate) fn insert_conversions(f: &mut Func) {
                 OpKind::Yield => Vec::new(),
                 _ => Vec::new(),
             };
-            let mut operands = op.operands.clone();
-            for (i, want) in wanted.into_iter().enumerate() {
-                let (Some(want), Some(Type::Tile(t))) = (want, operands.get(i).map(|&o| f.ty(o).clone())) else {
-                    continue;
-                };
-                if t.layout.as_ref() == Some(&want) {
-                    continue;
+            let converts = wanted.iter().enumerate().any(|(i, want)| {
+                want.is_some() && op.operands.get(i).and_then(|&o| f.ty(o).as_tile()).is_some_and(|t| t.layout != *want)
+            });
+            if converts {
+                let mut operands = op.operands.clone();
+                let loc = op.loc.clone();
+                for (i, want) in wanted.into_iter().enumerate() {
+                    let (Some(want), Some(Type::Tile(t))) = (want, operands.get(i).map(|&o| f.ty(o).clone())) else {
+                        continue;
+                    };
+                    if t.layout.as_ref() == Some(&want) {
+                        continue;
+                    }
+                    let ty = Type::Tile(TileType { layout: Some(want), ..t });
+                    let (conv, v) = new_op(f, OpKind::ConvertLayout, vec![operands[i]], ty, vec![], &loc);
+                    ops.push(conv);
+                    operands[i] = v;
                 }
-                let ty = Type::Tile(TileType { layout: Some(want), ..t });
-                let (conv, v) = new_op(f, OpKind::ConvertLayout, vec![operands[i]], ty, vec![], &op.loc);
-                ops.push(conv);
-                operands[i] = v;
+                f.op_mut(id).operands = operands;
             }
-            f.op_mut(id).operands = operands;
-            let regions = op.regions.clone();
             let new_regions: Vec<Region> = regions.into_iter().map(|r| visit(f, r)).collect();
             f.op_mut(id).regions = new_regions;
             ops.push(id);
