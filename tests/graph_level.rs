@@ -53,6 +53,11 @@ def reductions_bf16(x: Tensor["A", "B", "C", bf16]):
 
 
 @jit
+def reductions_rank8(x: Tensor["A", 3, 2, 3, 2, 3, 2, 3, f32]):
+    return max(x, axis=(1, 3, 5, 7)), sum(x, axis=(0, 2, 4, 6)), mean(x, axis=(1, 3, 5), keepdim=True)
+
+
+@jit
 def softmax_axes(x: Tensor["A", "B", "C", f32]):
     return softmax_safe(x, axis=0), softmax_safe(x, axis=1), softmax_safe(x, axis=-1)
 
@@ -202,6 +207,17 @@ x = load("x")
 check_reduce("sum(x, axis=0)", out("return0", "bf16", (6, 70)), x, "sum", 0, "bf16")
 check_reduce("max(x, axis=1)", out("return1", "bf16", (5, 70)), x, "max", 1, "bf16")
 check_reduce("mean(x, axis=(0, 2))", out("return2", "bf16", (6,)), x, "mean", (0, 2), "bf16")
+"#,
+    },
+    Case {
+        // Four separate kept runs: more than one grid axis each.
+        function: "reductions_rank8",
+        dims: "A=5",
+        oracle: r#"
+x = load("x")
+check_reduce("max(x, axis=(1, 3, 5, 7))", out("return0", "f32", (5, 2, 2, 2)), x, "max", (1, 3, 5, 7), "f32")
+check_reduce("sum(x, axis=(0, 2, 4, 6))", out("return1", "f32", (3, 3, 3, 3)), x, "sum", (0, 2, 4, 6), "f32")
+check_reduce("mean(x, axis=(1, 3, 5), keepdim=True)", out("return2", "f32", (5, 1, 2, 1, 2, 1, 2, 3)), x, "mean", (1, 3, 5), "f32", keepdims=True)
 "#,
     },
     Case {

@@ -2,14 +2,16 @@
 //!
 //! A reduction views its input with adjacent dims of the same kind merged: alternating
 //! runs of kept and reduced dims, `[K0, R0, K1, R1, ..]`. One kernel reduces it in one
-//! pass: every kept run but the last is a grid axis with a scalar index, every reduced
+//! pass: every kept run but the last is a grid axis with a scalar index (more than two
+//! share one grid axis, their indices computed from it), every reduced
 //! run but the last a `tile.range` loop with a scalar index, and the last two runs are
 //! the tile: `[kept, reduced]` reduced along its rows (`tile.row_sum`), `[reduced, kept]`
 //! along its columns (`tile.sum(x, axis=0)`).
 
 use super::*;
 
-/// At most this many grid axes (kept runs) in a reduction kernel.
+/// At most this many grid axes in a reduction kernel: one per kept run, or, with more
+/// kept runs, one for all but the tile's.
 const MAX_GRID_AXES: usize = 3;
 
 /// `dims` with adjacent dims of the same kind (reduced or kept) multiplied together, as
@@ -58,15 +60,6 @@ impl Planner<'_> {
         let kind = op.str_attr("kind").unwrap_or("sum").to_string();
         let runs = runs(&dims, &axes);
         let k = runs.len();
-        let kept_grid = runs[..k - 2].iter().filter(|(r, _)| !r).count() + 1;
-        if kept_grid > MAX_GRID_AXES {
-            return unsupported(
-                format!(
-                    "a reduction over axes {axes:?} of a rank-{rank} tensor: its kept dims form {kept_grid} separate runs (at most {MAX_GRID_AXES} are mapped to one kernel)"
-                ),
-                &loc,
-            );
-        }
         let dt = self.ty(x).dtype().unwrap_or(DType::F32);
         let rdt = self.ty(op.results[0]).dtype().unwrap_or(DType::F32);
         let mut sig = Signature::default();
@@ -79,8 +72,23 @@ impl Planner<'_> {
             None => self.store(op.results[0], &loc)?,
         };
         let kept: Vec<usize> = (0..k).filter(|&i| !runs[i].0).collect();
-        let yv = self.view(y, kept.iter().map(|&i| runs[i].1.clone()).collect(), &loc);
-        sig.push(format!("Y: Tensor[{}, {rdt}]", quoted(&mut kept.iter().copied()).join(", ")), yv);
+        let outer_kept: Vec<usize> = kept.iter().copied().filter(|&i| i < k - 2).collect();
+        // More kept runs than grid axes: the outer ones share one grid axis `g` (they are
+        // adjacent in Y), each index recovered from it.
+        let flatten = outer_kept.len() + 1 > MAX_GRID_AXES;
+        let yv = if flatten {
+            let g = dims_product(&outer_kept.iter().map(|&i| runs[i].1.clone()).collect::<Vec<_>>());
+            let tile = kept.last().map(|&i| runs[i].1.clone()).unwrap_or(Dim::constant(1));
+            self.view(y, vec![g, tile], &loc)
+        } else {
+            self.view(y, kept.iter().map(|&i| runs[i].1.clone()).collect(), &loc)
+        };
+        let y_decl = if flatten {
+            format!("\"G\", {}", quoted(&mut kept.last().copied().into_iter()).join(", "))
+        } else {
+            quoted(&mut kept.iter().copied()).join(", ")
+        };
+        sig.push(format!("Y: Tensor[{y_decl}, {rdt}]"), yv);
         // `@accum(T)` narrower than f32: the elements are read as `T @accum(T)`, so the
         // partial sums and the running sum are rounded to T at every step.
         let acc_t = match crate::ir::policy::acc(op) {
@@ -138,13 +146,28 @@ impl Planner<'_> {
                 format!("i{i}")
             }
         };
-        for &i in kept.iter().filter(|&&i| i < k - 2) {
-            let _ = writeln!(text, "{indent}for i{i} in tile.parallel(0, {}):", syms[i]);
+        if flatten {
+            let _ = writeln!(text, "{indent}for g in tile.parallel(0, G):");
             indent.push_str("    ");
+        } else {
+            for &i in &outer_kept {
+                let _ = writeln!(text, "{indent}for i{i} in tile.parallel(0, {}):", syms[i]);
+                indent.push_str("    ");
+            }
         }
         let kept_tile = if rows { k - 2 } else { k - 1 };
         let _ = writeln!(text, "{indent}for t0 in tile.parallel(0, {}, {}):", syms[kept_tile], tile_kept.1);
         indent.push_str("    ");
+        if flatten {
+            for (j, &i) in outer_kept.iter().enumerate() {
+                let inner: Vec<&str> = outer_kept[j + 1..].iter().map(|&l| syms[l].as_str()).collect();
+                let mut e = if inner.is_empty() { "g".to_string() } else { format!("g // ({})", inner.join(" * ")) };
+                if j > 0 {
+                    e = format!("{e} % {}", syms[i]);
+                }
+                let _ = writeln!(text, "{indent}i{i} = {e}");
+            }
+        }
         let _ = writeln!(text, "{indent}acc = {init}");
         let body_indent = indent.clone();
         for i in (0..k - 2).filter(|&i| runs[i].0) {
@@ -157,7 +180,11 @@ impl Planner<'_> {
         let window = (0..k).map(index).collect::<Vec<_>>().join(", ");
         let _ = writeln!(text, "{indent}x = tile.cast(tile.load(X[{window}]{other}), {read})");
         let _ = writeln!(text, "{indent}acc = {step}");
-        let out_window = kept.iter().map(|&i| index(i)).collect::<Vec<_>>().join(", ");
+        let out_window = if flatten {
+            format!("g, {}", index(kept_tile))
+        } else {
+            kept.iter().map(|&i| index(i)).collect::<Vec<_>>().join(", ")
+        };
         let _ = writeln!(text, "{body_indent}Y[{out_window}] = tile.cast({finish}, {rdt})");
         let what = if axes.len() == rank { "every axis".to_string() } else { format!("axes {axes:?}") };
         Ok((text, sig.args, format!("{kind} over {what}")))
