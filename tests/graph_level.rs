@@ -1,7 +1,7 @@
 //! Graph-level operations end to end (`docs/language.md`, "Graph functions"): matmul and
 //! the norms in f32, f16 and bf16; batched matmul whose batch dims broadcast on either
-//! operand; `sum`/`mean`/`max`/`min` over any axis or tuple of axes; softmax over a
-//! non-last axis. Each `@jit` function runs through the real `tessera run --save` on the
+//! operand; `sum`/`mean`/`max`/`min` over any axis or tuple of axes; softmax and
+//! logsumexp over any axis. Each `@jit` function runs through the real `tessera run --save` on the
 //! interpreter and, where it is built, the CPU backend; the run must pass its own check
 //! against the f64 reference, and a NumPy oracle recomputes every result from the saved
 //! inputs in float64 with an error bound that fits the dtypes.
@@ -60,6 +60,11 @@ def reductions_rank8(x: Tensor["A", 3, 2, 3, 2, 3, 2, 3, f32]):
 @jit
 def softmax_axes(x: Tensor["A", "B", "C", f32]):
     return softmax_safe(x, axis=0), softmax_safe(x, axis=1), softmax_safe(x, axis=-1)
+
+
+@jit
+def logsumexp_axes(x: Tensor["A", "B", "C", f32], h: Tensor["A", "B", bf16]):
+    return logsumexp_safe(x, axis=0), logsumexp_safe(x, axis=1), logsumexp_safe(x), logsumexp_safe(h, axis=0)
 
 
 @jit
@@ -231,6 +236,22 @@ for i, axis in enumerate((0, 1, 2)):
     y = out(f"return{i}", "f32", x.shape)
     # Probabilities in [0, 1], computed in f32: a few ulp of 1.
     close(f"softmax(x, axis={axis})", y, ref, 2.0 ** -20 + 0 * ref)
+"#,
+    },
+    Case {
+        function: "logsumexp_axes",
+        dims: "A=3,B=40,C=33",
+        oracle: r#"
+x, h = load("x"), load("h")
+def lse(x, axis):
+    m = x.max(axis=axis, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=axis, keepdims=True))).squeeze(axis)
+for i, axis in enumerate((0, 1, 2)):
+    ref = lse(x, axis)
+    # Computed in f32 (running max and sum): a few ulp of the result.
+    close(f"logsumexp(x, axis={axis})", out(f"return{i}", "f32", ref.shape), ref, 2.0 ** -20 * (1 + np.abs(ref)))
+ref = lse(h, 0)
+close("logsumexp(h, axis=0)", out("return3", "bf16", ref.shape), ref, u("bf16") * np.abs(ref) + 2.0 ** -20)
 "#,
     },
     Case { function: "norms_f32", dims: "R=7,C=300", oracle: NORMS_ORACLE_F32 },

@@ -47,7 +47,7 @@ def reductions(x: Tensor["A", "B", "C", "D", f16]):
 
 @jit
 def softmaxes(x: Tensor["A", "B", "C", f32]):
-    return softmax_safe(x, axis=0), softmax_safe(x, axis=-1)
+    return softmax_safe(x, axis=0), softmax_safe(x, axis=-1), logsumexp_safe(x, axis=1), logsumexp_safe(x)
 
 
 @jit
@@ -129,7 +129,15 @@ fn reductions_over_any_axes_are_one_kernel_each() {
     // The mean divides by the count of reduced elements.
     assert!(p.source.contains("acc / (D1)"), "{}", p.source);
     let p = plan(&db, file, "softmaxes").unwrap();
-    assert_eq!(p.summaries, ["stdlib stable_softmax_columns (f32, axis 0)", "stdlib stable_softmax (f32)"]);
+    assert_eq!(
+        p.summaries,
+        [
+            "stdlib stable_softmax_columns (f32, axis 0)",
+            "stdlib stable_softmax (f32)",
+            "stdlib stable_logsumexp_columns (f32, axis 1)",
+            "stdlib stable_logsumexp (f32, axis 2)"
+        ]
+    );
 }
 
 #[test]

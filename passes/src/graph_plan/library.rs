@@ -174,6 +174,7 @@ impl Planner<'_> {
                 Ok((text, sig.args, "copy: transpose".into()))
             }
             OpKind::GReduce => self.reduce_kernel(&op, name),
+            OpKind::LogSumExp => self.logsumexp_kernel(&op, name),
             other => unsupported(format!("`{}` is not mapped to a kernel yet", other.name()), &loc),
         }
         .map(|(text, args, summary)| {

@@ -209,6 +209,38 @@ impl Planner<'_> {
     }
 }
 
+impl Planner<'_> {
+    /// `logsumexp_safe` along any axis: the stdlib `stable_logsumexp` over the view
+    /// `[P, L]` when nothing follows the axis, else `stable_logsumexp_columns` over
+    /// `[P, L, Q]` (L the axis).
+    pub(super) fn logsumexp_kernel(&mut self, op: &Op, name: &str) -> R<(String, Vec<ValueId>, String)> {
+        let loc = op.loc.clone();
+        let x = op.operands[0];
+        let dims = self.ty(x).dims().to_vec();
+        let rank = dims.len() as i64;
+        let axis = op.int_attr("axis").unwrap_or(-1);
+        let axis = if axis < 0 { axis + rank } else { axis };
+        if !(0..rank).contains(&axis) {
+            return Err(internal(format!("logsumexp over axis {axis} of a rank-{rank} tensor")));
+        }
+        let axis = axis as usize;
+        let dt = self.ty(x).dtype().unwrap_or(DType::F32);
+        let (p, l, q) = (dims_product(&dims[..axis]), dims[axis].clone(), dims_product(&dims[axis + 1..]));
+        let rows = q.as_const() == Some(1);
+        let kernel = if rows { "stable_logsumexp" } else { "stable_logsumexp_columns" };
+        let text = instantiate("softmax.tsr", kernel, name, dt)?;
+        let (x_view, y_view) =
+            if rows { (vec![p.clone(), l], vec![p]) } else { (vec![p.clone(), l, q.clone()], vec![p, q]) };
+        let xv = self.view(self.host[&x], x_view, &loc);
+        let y = match self.host.get(&op.results[0]) {
+            Some(&y) => y,
+            None => self.store(op.results[0], &loc)?,
+        };
+        let yv = self.view(y, y_view, &loc);
+        Ok((text, vec![xv, yv], format!("stdlib {kernel} ({dt}, axis {axis})")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
