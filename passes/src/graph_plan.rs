@@ -167,6 +167,10 @@ struct Planner<'g> {
     /// Graph value → Schedule IR value: host scalars and stored tensors.
     host: HashMap<ValueId, ValueId>,
     splat: HashMap<ValueId, Splat>,
+    /// Broadcasts of tensors in memory (a bias, a scale): not materialized, but loaded at
+    /// their own shape by each group that reads them (`fused_body`), unless a consumer
+    /// needs them in memory.
+    lazy: HashMap<ValueId, OpId>,
     /// Tensors computed inside a group and not stored (yet).
     produced: HashMap<ValueId, usize>,
     /// The group whose launch stores a tensor (None: a parameter or a view of one).
@@ -224,6 +228,13 @@ impl Planner<'_> {
     fn store(&mut self, v: ValueId, loc: &Loc) -> R<ValueId> {
         if let Some(&h) = self.host.get(&v) {
             return Ok(h);
+        }
+        if let Some(b) = self.lazy.remove(&v) {
+            // A broadcast someone needs in memory: an elementwise group of its own.
+            let dims = self.ty(v).dims().to_vec();
+            let g = self.groups.len();
+            self.groups.push(Group { kind: Kind::Elementwise, dims, ops: vec![b], outputs: vec![] });
+            self.produced.insert(v, g);
         }
         if let Some(&g) = self.produced.get(&v) {
             let ty = self.ty(v).clone();
@@ -358,6 +369,10 @@ impl Planner<'_> {
                 self.splat.insert(op.results[0], Splat::Host(r));
                 Ok(())
             }
+            OpKind::GBroadcast if self.host.contains_key(&op.operands[0]) => {
+                self.lazy.insert(op.results[0], id);
+                Ok(())
+            }
             k if k.is_elementwise() || k == OpKind::Dropout || k == OpKind::GBroadcast => self.elementwise(id, &op),
             OpKind::MatMul => {
                 for &o in &op.operands {
@@ -394,6 +409,30 @@ impl Planner<'_> {
         }
     }
 
+    /// Whether group `g` can load the lazy broadcast `v` itself: its source is in memory
+    /// before `g` runs, and `g`'s window can load it (a flat matmul's epilogue loads only
+    /// a scalar, a row of the last dim or a column of the leading dims; elementwise
+    /// groups and batched matmuls load any broadcast per matrix).
+    fn lazy_fits(&self, v: ValueId, g: usize) -> bool {
+        let Some(&b) = self.lazy.get(&v) else { return false };
+        let src = self.g.op(b).operands[0];
+        if !self.available_before(src, g) {
+            return false;
+        }
+        match &self.groups[g].kind {
+            Kind::Matmul { b: rhs, .. } if self.ty(*rhs).dims().len() == 2 => {
+                let (d, out) = (self.ty(src).dims(), &self.groups[g].dims);
+                let n = out.len();
+                let trimmed: Vec<&Dim> = d.iter().skip_while(|x| x.as_const() == Some(1)).collect();
+                trimmed.is_empty()
+                    || (trimmed.len() == 1 && n >= 1 && *trimmed[0] == out[n - 1])
+                    || (d.len() == n && n >= 1 && d[n - 1].as_const() == Some(1) && d[..n - 1] == out[..n - 1])
+            }
+            Kind::Single(_) => false,
+            _ => true,
+        }
+    }
+
     fn elementwise(&mut self, id: OpId, op: &Op) -> R<()> {
         let dims = self.ty(op.results[0]).dims().to_vec();
         let tensors: Vec<ValueId> = op.operands.iter().copied().filter(|&o| !self.is_host(o)).collect();
@@ -408,6 +447,7 @@ impl Planner<'_> {
                 p.splat.contains_key(&o)
                     || p.produced.get(&o) == Some(&g)
                     || p.available_before(o, g)
+                    || p.lazy_fits(o, g)
                     // A broadcast input is loaded from memory at its own shape.
                     || (op.kind == OpKind::GBroadcast && p.host.contains_key(&o))
             })
@@ -421,6 +461,12 @@ impl Planner<'_> {
             }
         };
         for &o in &tensors {
+            if let Some(&b) = self.lazy.get(&o).filter(|_| self.lazy_fits(o, g)) {
+                if !self.groups[g].ops.contains(&b) {
+                    self.groups[g].ops.push(b);
+                }
+                continue;
+            }
             let ok = self.splat.contains_key(&o) || self.produced.get(&o) == Some(&g);
             if !ok {
                 self.store(o, &op.loc)?;
@@ -449,6 +495,7 @@ pub fn plan(graph: &Func) -> R<GraphPlan> {
         s,
         host,
         splat: HashMap::new(),
+        lazy: HashMap::new(),
         produced: HashMap::new(),
         stored_by,
         groups: Vec::new(),

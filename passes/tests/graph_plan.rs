@@ -102,10 +102,11 @@ fn batched_matmuls_index_each_operand_by_numpy_broadcasting() {
     let p = plan(&db, file, "outer_batch").unwrap();
     assert!(p.source.contains("ia = (c // ia_0)") && p.source.contains("ib = (c % ib_0)"), "{}", p.source);
     // [2, H] x [H] -> [2, H]: a is indexed along, b's matrix is c % H; the row scale
-    // [H, M, 1] is loaded per matrix at its own batch index.
+    // [H, M, 1] is loaded in the epilogue, per matrix at its own batch index.
     let p = plan(&db, file, "inner_batch").unwrap();
     assert!(p.source.contains("ia = c % BA") && p.source.contains("ib = (c % ib_0)"), "{}", p.source);
-    assert!(p.source.contains("[(c % I0b_0), r0:r0 + ctx.BM])[:, None]"), "{}", p.source);
+    assert_eq!(p.summaries, ["stdlib batched_matmul (f32) + epilogue: broadcast, mul"]);
+    assert!(p.source.contains("tile.load(I0[(c % I0b_0), m0:m0 + ctx.BM])[:, None]"), "{}", p.source);
     // No left batch: a single matrix (c % 1), and the epilogue is fused per matrix.
     let p = plan(&db, file, "no_left_batch").unwrap();
     assert_eq!(p.summaries, ["stdlib batched_matmul (f32) + epilogue: relu"]);
