@@ -43,6 +43,11 @@ def bmm_inner(a: Tensor[2, "H", "M", "K", f16], b: Tensor["H", "K", "N", f16], s
 
 
 @jit
+def mm_scaled(a: Tensor[2, "H", "M", "K", f32], w: Tensor["K", "N", f32], s: Tensor["H", "M", 1, f32], b: Tensor["N", f32]):
+    return a @ w * s + b, a @ w + b
+
+
+@jit
 def reductions(x: Tensor["A", "B", "C", "D", f32]):
     return sum(x, axis=0), mean(x, axis=1), max(x, axis=(0, 2)), min(x, axis=(-1, 1), keepdim=True), mean(x)
 
@@ -189,6 +194,21 @@ p = np.matmul(a, b)
 ref = p * s
 bound = u("f16") * (np.abs(p * s) + np.abs(ref)) + 33 * 2.0 ** -23 * np.matmul(np.abs(a), np.abs(b)) * np.abs(s)
 close("[2, H, M, K] @ [H, K, N] * [H, M, 1]", y, ref, bound)
+"#,
+    },
+    Case {
+        // A flat matmul (all of a's leading dims are rows) whose row scale broadcasts over
+        // the batch: the scale and the bias are loaded where they are used.
+        function: "mm_scaled",
+        dims: "H=3,M=20,K=33,N=17",
+        oracle: r#"
+a, w, s, b = load("a"), load("w"), load("s"), load("b")
+p = np.matmul(a, w)
+err = 33 * 2.0 ** -23 * np.matmul(np.abs(a), np.abs(w))
+ref = p * s + b
+close("a @ w * s + b", out("return0", "f32", ref.shape), ref, 4 * u("f32") * (np.abs(p * s) + np.abs(ref)) + err * np.abs(s))
+ref = p + b
+close("a @ w + b", out("return1", "f32", ref.shape), ref, 4 * u("f32") * (np.abs(p) + np.abs(ref)) + err)
 "#,
     },
     Case {
@@ -438,6 +458,10 @@ fn graph_ir_and_plan_show_the_operations() {
         let sched = lower(function, "sched");
         assert!(sched.contains(kernel), "{function}: {sched}");
     }
+    // The bias is loaded in the matmul's epilogue, not copied to [M, N] by a kernel of its own.
+    let sched = lower("mm_bf16", "sched");
+    assert!(sched.contains("stdlib matmul (bf16) + epilogue: broadcast, add, relu"), "{sched}");
+    assert_eq!(sched.matches("sched.kernel").count(), 2, "{sched}");
     let sched = lower("softmax_axes", "sched");
     assert!(sched.contains("stdlib stable_softmax_columns (f32, axis 0)"), "{sched}");
 }
