@@ -87,19 +87,14 @@ struct Row {
 fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
     let key = src.function(&args.kernel).map_err(Failure::usage)?;
     refuse_errors(src, key, "tune")?;
-    let setup = launch_setup::setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
+    let mut setup = launch_setup::setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
+    // `@kernel.auto` searches the target's default space (docs/language.md).
+    tessera_passes::auto_space::fill_auto_space(src.db(), setup.key, &mut setup.info.schedule, setup.target);
     let info = &setup.info;
     if !info.schedule.is_autotuned() {
         return Err(Failure::usage(format!(
             "`{}` has a fixed schedule, so there is nothing to search; `tessera run` times it (give it a space with \
              @kernel.autotune(space=dict(...)))",
-            info.name
-        )));
-    }
-    if info.schedule.space.is_empty() {
-        return Err(Failure::usage(format!(
-            "`{}` is @kernel.auto, whose default search space is not defined yet; give one with \
-             @kernel.autotune(space=dict(...))",
             info.name
         )));
     }

@@ -10,6 +10,7 @@
 
 pub mod abi;
 pub mod analysis;
+pub mod auto_space;
 pub mod autodiff;
 pub mod bounds;
 pub mod codegen;

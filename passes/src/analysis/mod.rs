@@ -19,7 +19,7 @@ pub mod registers;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use tessera_frontend::check::{fn_decorators, fn_signature, infer_function, FunctionKind, MmaSite, ScheduleValue};
+use tessera_frontend::check::{fn_signature, infer_function, FunctionKind, MmaSite, ScheduleValue};
 use tessera_frontend::db::function_def;
 use tessera_frontend::diagnostics::{Code, Diagnostic};
 use tessera_frontend::text::TextRange;
@@ -458,8 +458,8 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     race_lints(&graph, &name, &mut out);
     pattern_lints(&graph, &name, &mut out);
     let Some(limits) = GpuLimits::of(target) else { return out };
-    let decorators = fn_decorators(db, key);
-    let schedule = decorators.schedule.clone().unwrap_or_default();
+    // `@kernel.auto` gets its default space here (crate::auto_space).
+    let schedule = crate::auto_space::kernel_schedule(db, key, target);
     let chosen = if schedule.is_autotuned() {
         let configs = schedule.configurations();
         let total = configs.len();

@@ -17,6 +17,7 @@ use crate::syntax::ast::*;
 use crate::text::TextRange;
 
 mod annotation;
+mod space_chain;
 
 use annotation::is_tessera_alias;
 pub(crate) use annotation::{annotation_type, parse_dtype_string};
@@ -66,9 +67,13 @@ pub(crate) fn decorator_info(db: &dyn Db, file: SourceFile, name: &str, decos: &
         }
         decorators.push(name.clone());
         match name.as_str() {
-            "kernel" | "kernel.auto" => {
+            "kernel" => kernel = true,
+            "kernel.auto" => {
                 kernel = true;
-                schedule.auto |= name == "kernel.auto";
+                schedule.auto = true;
+                // The default space's pruning (W0702/E0703) is reported at the decorator
+                // unless an explicit `space=` is given.
+                schedule.space_range.get_or_insert(cx.range(d));
             }
             "kernel.schedule" => {
                 kernel = true;
@@ -405,28 +410,32 @@ fn autotune(cx: &mut Infer, decorator: ExprId, args: &[Arg], schedule: &mut Kern
         return;
     };
     schedule.space_range = Some(cx.range(space));
-    let entries: Vec<(String, TextRange, ExprId)> = match cx.body.expr(cx.body.unparen(space)) {
-        Expr::Call { func, args } if cx.body.dotted_path(*func).is_some_and(|p| p.last() == Some(&"dict")) => {
-            args.iter().filter_map(|a| a.name.as_ref().map(|(n, r)| (n.to_string(), *r, a.value))).collect()
-        }
-        Expr::Dict(pairs) => pairs
-            .iter()
-            .filter_map(|(k, v)| match cx.body.expr(*k) {
-                Expr::Str(s) => Some((s.clone(), cx.range(*k), *v)),
-                _ => None,
-            })
-            .collect(),
-        _ => {
-            let ty = cx.expr(space);
-            if !ty.is_unknown() {
-                cx.error(
-                    Code::E0802,
-                    cx.range(space),
-                    "space must be written as dict(KEY=[...], ...) or {\"KEY\": [...]}",
-                );
+    let entries: Vec<(String, TextRange, ExprId)> = match space_chain::entries(cx, space) {
+        Some(Ok(entries)) => entries,
+        Some(Err(())) => return,
+        None => match cx.body.expr(cx.body.unparen(space)) {
+            Expr::Call { func, args } if cx.body.dotted_path(*func).is_some_and(|p| p.last() == Some(&"dict")) => {
+                args.iter().filter_map(|a| a.name.as_ref().map(|(n, r)| (n.to_string(), *r, a.value))).collect()
             }
-            return;
-        }
+            Expr::Dict(pairs) => pairs
+                .iter()
+                .filter_map(|(k, v)| match cx.body.expr(*k) {
+                    Expr::Str(s) => Some((s.clone(), cx.range(*k), *v)),
+                    _ => None,
+                })
+                .collect(),
+            _ => {
+                let ty = cx.expr(space);
+                if !ty.is_unknown() {
+                    cx.error(
+                        Code::E0802,
+                        cx.range(space),
+                        "space must be written as dict(KEY=[...], ...) or {\"KEY\": [...]}",
+                    );
+                }
+                return;
+            }
+        },
     };
     for (key, key_range, values) in entries {
         let items: Vec<ExprId> = match cx.body.expr(cx.body.unparen(values)) {

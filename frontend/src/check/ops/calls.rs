@@ -351,32 +351,7 @@ impl<'a> Infer<'a> {
         vals: &[(Option<(String, TextRange)>, ArgVal)],
     ) -> Ty {
         match recv {
-            Ty::Schedule(s) => {
-                let mut s = *s;
-                let positional: Vec<&ArgVal> = vals.iter().filter(|(n, _)| n.is_none()).map(|(_, v)| v).collect();
-                let (keys, expected): (&[&str], usize) = match name {
-                    "with_block" | "block" => (&["BM", "BN"], 2),
-                    "with_k" | "k" => (&["BK"], 1),
-                    "d" => (&["BD"], 1),
-                    "with_warps" | "warps" => (&["warps"], 1),
-                    "with_stages" | "stages" => (&["stages"], 1),
-                    "with_vector" | "vector" => (&["vector"], 1),
-                    "with_swizzle" | "swizzle" => (&["swizzle"], 1),
-                    _ => (&[], 0),
-                };
-                if positional.len() != expected || vals.len() != expected {
-                    self.error(
-                        Code::E0801,
-                        self.range(id),
-                        format!("`{name}` takes {expected} argument{}", if expected == 1 { "" } else { "s" }),
-                    );
-                    return Ty::Unknown;
-                }
-                for (key, arg) in keys.iter().zip(positional) {
-                    self.schedule_int(&mut s, key, Some(arg));
-                }
-                Ty::Schedule(Box::new(s))
-            }
+            Ty::Schedule(s) => self.schedule_method(id, *s, name, vals),
             Ty::Tensor(cache) if cache.kind == TensorKind::KVCache => match name {
                 "append" => {
                     let positional: Vec<&ArgVal> = vals.iter().map(|(_, v)| v).collect();

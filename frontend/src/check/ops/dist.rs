@@ -50,26 +50,35 @@ impl<'a> Infer<'a> {
         Ty::Schedule(Box::new(s))
     }
 
-    /// Validates and stores one schedule value (E0701 at the value).
-    pub(crate) fn schedule_int(&mut self, s: &mut ScheduleValue, key: &str, v: Option<&ArgVal>) {
-        let Some(v) = v else { return };
+    /// Validates and stores one schedule value (E0701 at the value); false when the
+    /// value was refused (and reported).
+    pub(crate) fn schedule_int(&mut self, s: &mut ScheduleValue, key: &str, v: Option<&ArgVal>) -> bool {
+        let Some(v) = v else { return true };
         let value = match &v.ty {
             Ty::Int(Some(d)) => match d.as_const() {
                 Some(i) => KeyValue::Int(i),
-                None => return,
+                None => {
+                    self.error(
+                        Code::E0802,
+                        self.range(v.expr),
+                        format!("`{key}` must be a compile-time constant, but `{}` is {d}", self.text(v.expr)),
+                    );
+                    return false;
+                }
             },
             Ty::Str(Some(st)) => KeyValue::Str(st.clone()),
-            Ty::Unknown => return,
+            Ty::Unknown => return false,
             other => {
                 self.wrong_kind(v.expr, key, "a constant", &other.clone());
-                return;
+                return false;
             }
         };
         if let Some(problem) = schedule::validate(key, &value) {
             self.error(Code::E0701, self.range(v.expr), format!("invalid schedule: {problem}"));
-            return;
+            return false;
         }
         s.set(key, value);
+        true
     }
 
     // ----- distribution --------------------------------------------------------------

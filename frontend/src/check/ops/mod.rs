@@ -45,6 +45,7 @@ macro_rules! arg {
 mod calls;
 mod dist;
 mod linalg;
+mod schedule;
 mod tile;
 
 /// An evaluated call argument.
