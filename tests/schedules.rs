@@ -1,0 +1,133 @@
+//! Schedules end to end through the real binary (docs/language.md, "Schedules and
+//! autotuning"): `with_*` values reach the lowered kernel's config, a Halide-style search
+//! space is the dict space, and `@kernel.auto` is tuned over its default space.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.env_remove("NO_COLOR");
+    cmd.args(args).current_dir(dir).output().expect("tessera runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))
+}
+
+const GEMM_BODY: &str = "(A: Tensor[\"M\", \"K\", f16], B: Tensor[\"K\", \"N\", f16], C: Tensor[\"M\", \"N\", f32]):
+    ctx = tile.context()
+    for m0 in tile.parallel(0, M, ctx.BM):
+        for n0 in tile.parallel(0, N, ctx.BN):
+            acc = tile.zeros((ctx.BM, ctx.BN), f32)
+            for k0 in tile.range(0, K, ctx.BK):
+                acc += tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]) @ tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])
+            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc
+";
+
+fn gemm(decorator: &str, name: &str) -> String {
+    format!("{decorator}\ndef {name}{GEMM_BODY}\n")
+}
+
+/// The tuned configurations of `kernel` (sorted), the space's size and its pruned count.
+fn tune(dir: &Path, kernel: &str) -> (Vec<String>, u64, u64) {
+    let o = run_in(
+        dir,
+        &[
+            "autotune",
+            "k.tsr",
+            "--kernel",
+            kernel,
+            "--dims",
+            "M=64,N=64,K=64",
+            "--device",
+            "interp",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--force",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    let mut configs: Vec<String> = v["results"].as_array().unwrap().iter().map(|r| r["schedule"].to_string()).collect();
+    configs.sort();
+    let pruned = v["space"]["pruned"].as_array().unwrap().len() as u64;
+    (configs, v["space"]["total"].as_u64().unwrap(), pruned)
+}
+
+#[test]
+fn with_methods_reach_the_lowered_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!(
+        "from tessera import *\n\nbase = Schedule(block=(128, 128), k=32, warps=8, stages=3)\n\n{}",
+        gemm("@kernel.schedule(base.with_block(64, 32).with_k(k=16).with_warps(4).with_swizzle(\"xor\"))", "g")
+    );
+    std::fs::write(dir.path().join("k.tsr"), src).unwrap();
+    let o = run_in(dir.path(), &["check", "k.tsr"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run_in(dir.path(), &["lower", "k.tsr", "--kernel", "g", "--stage", "sched"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("config = \"BD=64, BK=16, BM=64, BN=32, stages=3, swizzle=xor, vector=4, warps=4\""), "{out}");
+}
+
+#[test]
+fn a_halide_chain_is_the_dict_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!(
+        "from tessera import *\n\n{}{}",
+        gemm("@kernel.autotune(space=dict(BM=[64, 128], BN=[64], BK=[32, 64], warps=[4, 8], stages=[2, 3]))", "d"),
+        gemm("@kernel.autotune(space=block(m=[64, 128], n=[64], k=[32, 64]).warps([4, 8]).stages([2, 3]))", "c"),
+    );
+    std::fs::write(dir.path().join("k.tsr"), src).unwrap();
+    let o = run_in(dir.path(), &["check", "k.tsr"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let dict = tune(dir.path(), "d");
+    let chain = tune(dir.path(), "c");
+    assert_eq!(dict.1, 16);
+    assert_eq!(dict, chain);
+}
+
+#[test]
+fn kernel_auto_is_tuned_over_its_default_space() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("k.tsr"), format!("from tessera import *\n\n{}", gemm("@kernel.auto", "a")))
+        .unwrap();
+    // sm_90 (the interpreter's target): BM, BN in {64, 128}, BK in {32, 64} for f16 dots,
+    // warps {4, 8}, stages {2, 3, 4}.
+    let (configs, total, pruned) = tune(dir.path(), "a");
+    assert_eq!(total, 48);
+    assert_eq!(configs.len() as u64 + pruned, total);
+    assert!(configs.iter().any(|c| c.contains("\"BK\":64")), "{configs:?}");
+    // sm_80 has less shared memory: stages {2, 3}.
+    let o = run_in(
+        dir.path(),
+        &[
+            "autotune",
+            "k.tsr",
+            "--kernel",
+            "a",
+            "--target",
+            "sm_80",
+            "--device",
+            "interp",
+            "--dims",
+            "M=64,N=64,K=64",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--force",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json(&o)["space"]["total"].as_u64(), Some(32), "sm_80 searches stages {{2, 3}}");
+}
