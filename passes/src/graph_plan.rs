@@ -8,9 +8,10 @@
 //!
 //! This file plans; `codegen` writes the generated kernels and the Schedule IR,
 //! `library` instantiates the standard-library kernels, `matmul` the (batched) matmuls
-//! with their epilogues and `reduce` reductions over any axes.
+//! with their epilogues and `reduce` reductions over any axes and `copy` the copies of `concat` and `split`.
 
 mod codegen;
+mod copy;
 mod library;
 mod matmul;
 mod reduce;

@@ -173,6 +173,8 @@ impl Planner<'_> {
                 );
                 Ok((text, sig.args, "copy: transpose".into()))
             }
+            OpKind::Concat => self.concat_kernel(&op, name),
+            OpKind::Split => self.split_kernel(&op, name),
             OpKind::GReduce => self.reduce_kernel(&op, name),
             OpKind::LogSumExp => self.logsumexp_kernel(&op, name),
             other => unsupported(format!("`{}` is not mapped to a kernel yet", other.name()), &loc),

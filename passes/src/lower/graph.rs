@@ -568,6 +568,36 @@ impl Body<'_, '_, '_> {
                 let t = result.clone()?;
                 Ok(Val::One(self.op1(OpKind::Reshape, vec![x], t, vec![], &loc)))
             }
+            "concat" => {
+                let xs = match self.expr(need(arg("xs", 0), "xs")?)? {
+                    Val::Many(vs) => vs,
+                    Val::One(v) => vec![v],
+                    Val::None => return unsupported("concat of no tensors", range),
+                };
+                let t = result.clone()?;
+                let rank = t.dims().len() as i64;
+                let axis = match arg("axis", 1) {
+                    Some(a) => self.int_list(a)?.first().copied().unwrap_or(0),
+                    None => 0,
+                };
+                let axis = if axis < 0 { axis + rank } else { axis };
+                Ok(Val::One(self.op1(OpKind::Concat, xs, t, vec![("axis", Attr::Int(axis))], &loc)))
+            }
+            "split" => {
+                let x = self.value(need(arg("x", 0), "x")?)?;
+                let Ty::Tuple(items) = self.ty_of(e).clone() else {
+                    return unsupported("split without a known result type", range);
+                };
+                let types: Vec<Type> = items.iter().filter_map(param_type).collect();
+                let rank = self.vty(x).dims().len() as i64;
+                let axis = match arg("axis", 2) {
+                    Some(a) => self.int_list(a)?.first().copied().unwrap_or(0),
+                    None => 0,
+                };
+                let axis = if axis < 0 { axis + rank } else { axis };
+                let results = self.g.b.op(OpKind::Split, vec![x], types, vec![("axis", Attr::Int(axis))], &loc);
+                Ok(Val::Many(results))
+            }
             "split_qkv" => {
                 let x = self.value(need(arg("qkv", 0), "qkv")?)?;
                 let heads = self.value(need(arg("heads", 1), "heads")?)?;

@@ -17,6 +17,8 @@ use super::arith::{
 use super::values::{broadcast_shapes, broadcast_strides, gather, numel, row_major_strides, Offsets, Tensor, Val};
 use super::{stream_seed, GraphArg, R};
 
+mod layout;
+
 /// Binds a graph function's parameters (Graph or Schedule IR of a graph function) to
 /// arguments: checks dtypes, ranks and constant dims, and gives each dim symbol (and each
 /// index parameter, by name: `heads` in `D//heads`) its value. A symbol no argument binds
@@ -501,6 +503,8 @@ impl Machine<'_> {
             OpKind::GReduce => one(self.reduce(id, op)),
             OpKind::Softmax | OpKind::LogSumExp => one(self.softmax(id, op)),
             OpKind::RmsNorm | OpKind::LayerNorm => one(self.norm(id, op)),
+            OpKind::Concat => one(self.concat(id, op)),
+            OpKind::Split => self.split(id, op),
             OpKind::SplitQkv => self.split_qkv(id, op),
             OpKind::MergeHeads => one(self.merge_heads(id, op)),
             OpKind::Dropout => self.dropout(id, op),

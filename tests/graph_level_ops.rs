@@ -1,0 +1,255 @@
+//! Graph-level data movement end to end (`docs/language.md`, "Graph functions"):
+//! `concat`, `split`, `split_qkv` and `merge_heads`. Each `@jit` function runs through the
+//! real `tessera run --save` on the interpreter and, where it is built, the CPU backend;
+//! the run must pass its own check against the f64 reference, and a NumPy oracle
+//! recomputes every result from the saved inputs. These ops only move values, so the
+//! oracles ask for equality.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const PROGRAM: &str = r#"from tessera import *
+
+
+@jit
+def cat(a: Tensor["B", "M", "N", f32], b: Tensor["B", "K", "N", f32], c: Tensor["B", "M", "N", f32]):
+    return concat([a, b, c], axis=1), concat([a, c], axis=-1), concat((a, c), axis=0)
+
+
+@jit
+def cat_computed(a: Tensor["M", "N", f16], b: Tensor["M", "N", f16]):
+    y = concat([relu(a), a * b, b], axis=0)
+    return y + 1.0
+
+
+@jit
+def halves(x: Tensor["B", "M", "N", bf16]):
+    p, q = split(x, 2, axis=-1)
+    r, s, t = split(x, 3, axis=0)
+    u, v = split(x, 2, axis=1)
+    return p, q, r, s, t, u, v * 2.0
+
+
+@jit
+def round_trip(x: Tensor["M", "N", f32]):
+    p, q, r = split(x, 3, axis=1)
+    return concat([r, p, q], axis=1)
+
+
+@jit
+def heads(qkv: Tensor["B", "S", "E", f16], h: Tensor["B", "H", "S", "Dh", f32]):
+    q, k, v = split_qkv(qkv, heads=4)
+    return q, k, v, merge_heads(h)
+"#;
+
+const PRELUDE: &str = r#"
+import sys, numpy as np
+d = sys.argv[1]
+def load(name):
+    return np.load(d + "/" + name + ".npy").astype(np.float64)
+def same(name, dtype, ref):
+    y = np.load(d + "/" + name + ".out.npy")
+    # bf16 is saved widened to float32 (exactly).
+    saved = {"f32": np.float32, "f16": np.float16, "bf16": np.float32}[dtype]
+    assert y.dtype == saved, (name, y.dtype, dtype)
+    assert y.shape == ref.shape, (name, y.shape, ref.shape)
+    bad = y.astype(np.float64) != ref
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{name}: {bad.sum()} of {bad.size} differ; at {i}: got {y[i]}, want {ref[i]}")
+"#;
+
+struct Case {
+    function: &'static str,
+    dims: &'static str,
+    oracle: &'static str,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        // Along a middle axis, the last axis (a flat copy) and the first.
+        function: "cat",
+        dims: "B=3,M=5,K=70,N=66",
+        oracle: r#"
+a, b, c = load("a"), load("b"), load("c")
+same("return0", "f32", np.concatenate([a, b, c], axis=1))
+same("return1", "f32", np.concatenate([a, c], axis=-1))
+same("return2", "f32", np.concatenate([a, c], axis=0))
+"#,
+    },
+    Case {
+        // Parts computed by a fused kernel, the result read by another.
+        function: "cat_computed",
+        dims: "M=33,N=40",
+        oracle: r#"
+a, b = load("a"), load("b")
+h = lambda x: x.astype(np.float16).astype(np.float64)
+same("return", "f16", h(np.concatenate([np.maximum(a, 0), h(a * b), b], axis=0) + 1.0))
+"#,
+    },
+    Case {
+        function: "halves",
+        dims: "B=3,M=10,N=130",
+        oracle: r#"
+x = load("x")
+parts = np.split(x, 2, axis=-1) + np.split(x, 3, axis=0) + np.split(x, 2, axis=1)
+parts[-1] = parts[-1] * 2.0
+for i, ref in enumerate(parts):
+    same(f"return{i}", "bf16", ref)
+"#,
+    },
+    Case {
+        function: "round_trip",
+        dims: "M=7,N=99",
+        oracle: r#"
+x = load("x")
+p, q, r = np.split(x, 3, axis=1)
+same("return", "f32", np.concatenate([r, p, q], axis=1))
+"#,
+    },
+    Case {
+        function: "heads",
+        dims: "B=2,S=70,E=96,H=3,Dh=20",
+        oracle: r#"
+qkv, h = load("qkv"), load("h")
+B, S, E = qkv.shape
+parts = qkv.reshape(B, S, 3, 4, E // 12).transpose(2, 0, 3, 1, 4)
+for i in range(3):
+    same(f"return{i}", "f16", parts[i])
+same("return3", "f32", h.transpose(0, 2, 1, 3).reshape(B, S, -1))
+"#,
+    },
+];
+
+fn tessera() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.env_remove("NO_COLOR");
+    cmd
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn numpy() -> bool {
+    let ok = Command::new("python3").args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "CI needs python3 with numpy for the graph-level oracles");
+        eprintln!("skipping the NumPy oracles: python3 with numpy is not installed");
+    }
+    ok
+}
+
+/// The devices to run on: the interpreter, and the CPU backend where this build has it.
+fn devices() -> Vec<&'static str> {
+    let mut d = vec!["interp"];
+    if tessera_backends::HAS_CPU_BACKEND {
+        d.push("cpu");
+    }
+    d
+}
+
+fn program(dir: &Path) -> std::path::PathBuf {
+    let file = dir.join("graph_level_ops.tsr");
+    std::fs::write(&file, PROGRAM).unwrap();
+    file
+}
+
+/// Runs one case with `--save`: it must exit 0 with the verdict `correct` on `device`.
+fn run_saved(file: &Path, case: &Case, device: &str, out: &Path) {
+    let o = tessera()
+        .args(["run", file.to_str().unwrap(), "--kernel", case.function, "--dims", case.dims])
+        .args(["--device", device, "--repeat", "1", "--save", out.to_str().unwrap()])
+        .output()
+        .expect("tessera runs");
+    assert_eq!(o.status.code(), Some(0), "{} on {device}: {}", case.function, text(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(report["kind"], "graph", "{}", case.function);
+    assert_eq!(report["device"], device, "{}: {report}", case.function);
+    assert_eq!(report["reference"], "graph-f64", "{}", case.function);
+    assert_eq!(report["verdict"], "correct", "{} on {device}: {report}", case.function);
+}
+
+fn oracle(case: &Case, out: &Path) -> Output {
+    let script = format!("{PRELUDE}\n{}", case.oracle);
+    Command::new("python3").args(["-c", &script, out.to_str().unwrap()]).output().expect("python3 runs")
+}
+
+#[test]
+fn data_movement_matches_numpy_on_every_device() {
+    let has_numpy = numpy();
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path());
+    for device in devices() {
+        for case in CASES {
+            let out = dir.path().join(format!("{}_{device}", case.function));
+            run_saved(&file, case, device, &out);
+            if has_numpy {
+                let o = oracle(case, &out);
+                assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
+            }
+        }
+    }
+}
+
+/// The oracles can fail: the parts of a concat in another order, or one part of a split
+/// for another, are refused.
+#[test]
+fn the_oracles_refuse_a_wrong_result() {
+    if !numpy() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path());
+    for (function, name, wrong) in [
+        ("cat", "return0", "np.concatenate([a, c, b], axis=1)"),
+        ("halves", "return1", "np.split(x, 2, axis=-1)[0]"),
+        ("round_trip", "return", "x"),
+    ] {
+        let case = CASES.iter().find(|c| c.function == function).unwrap();
+        let out = dir.path().join(function);
+        run_saved(&file, case, "interp", &out);
+        assert!(oracle(case, &out).status.success(), "{function}");
+        let replace = format!(
+            "import numpy as np\nd = '{dir}'\nload = lambda n: np.load(d + '/' + n + '.npy').astype(np.float64)\n\
+             p = d + '/{name}.out.npy'\ny = np.load(p)\n\
+             a, b, c = (load(n) if '{function}' == 'cat' else None for n in 'abc')\n\
+             x = None if '{function}' == 'cat' else load('x')\n\
+             np.save(p, np.asarray({wrong}).astype(y.dtype))\n",
+            dir = out.display(),
+        );
+        let o = Command::new("python3").args(["-c", &replace]).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let o = oracle(case, &out);
+        assert!(!o.status.success(), "the oracle of {function} accepted `{wrong}`");
+        assert!(text(&o).contains("AssertionError"), "{function}: {}", text(&o));
+    }
+}
+
+/// Graph IR shows `graph.concat` / `graph.split` with their axis, and the plan one copy
+/// kernel for each.
+#[test]
+fn graph_ir_and_plan_show_the_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path());
+    let lower = |function: &str, stage: &str| {
+        let o = tessera()
+            .args(["lower", file.to_str().unwrap(), "--kernel", function, "--stage", stage])
+            .output()
+            .expect("tessera runs");
+        assert_eq!(o.status.code(), Some(0), "{function}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let graph = lower("cat", "graph");
+    assert_eq!(graph.matches("graph.concat").count(), 3, "{graph}");
+    assert!(graph.contains("axis = 2"), "{graph}");
+    let sched = lower("cat", "sched");
+    assert!(sched.contains("copy: concat 3 tensors along axis 1"), "{sched}");
+    assert_eq!(sched.matches("sched.kernel").count(), 3, "{sched}");
+    let graph = lower("round_trip", "graph");
+    assert!(graph.contains("graph.split"), "{graph}");
+    let sched = lower("round_trip", "sched");
+    assert!(sched.contains("copy: split into 3 along axis 1"), "{sched}");
+    assert_eq!(sched.matches("sched.kernel").count(), 2, "{sched}");
+}
