@@ -14,16 +14,16 @@ const BODY: &str = "(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32]):
 ";
 
 /// (code, message, the text the primary range covers) of every diagnostic of `src`.
-fn diagnostics(src: &str) -> Vec<(Code, String, String)> {
+fn diagnostics(src: &str) -> Vec<Found> {
     let db = Database::default();
     let file = SourceFile::new(&db, "t.tsr".into(), src.to_string(), None);
     file_diagnostics(&db, file)
-        .into_iter()
+        .iter()
         .map(|d| (d.code, d.message.clone(), src[d.range.start as usize..d.range.end as usize].to_string()))
         .collect()
 }
 
-fn constant(value: &str) -> Vec<(Code, String, String)> {
+fn constant(value: &str) -> Vec<Found> {
     diagnostics(&format!("from tessera import *\n\nbase = Schedule(block=(128, 128), warps=8)\ns = {value}\n"))
 }
 
@@ -66,12 +66,15 @@ fn a_kernel_takes_the_schedule_of_a_chain() {
     assert_eq!(fixed.int("stages"), Some(3));
 }
 
-fn space(space: &str) -> (Vec<(Code, String, String)>, Vec<(String, Vec<KeyValue>)>) {
+/// A diagnostic: code, message, the text under its primary range.
+type Found = (Code, String, String);
+
+fn space(space: &str) -> (Vec<Found>, Vec<(String, Vec<KeyValue>)>) {
     let src = format!("from tessera import *\n\n@kernel.autotune(space={space})\ndef k{BODY}");
     let db = Database::default();
     let file = SourceFile::new(&db, "t.tsr".into(), src.clone(), None);
     let diags = file_diagnostics(&db, file)
-        .into_iter()
+        .iter()
         .map(|d| (d.code, d.message.clone(), src[d.range.start as usize..d.range.end as usize].to_string()))
         .collect();
     let key = item_index(&db, file).functions[0].key;
