@@ -1,9 +1,10 @@
 //! Graph-level data movement end to end (`docs/language.md`, "Graph functions"):
-//! `concat`, `split`, `split_qkv` and `merge_heads`. Each `@jit` function runs through the
+//! `concat`, `split`, `split_qkv` and `merge_heads`, and `randn`. Each `@jit` function runs through the
 //! real `tessera run --save` on the interpreter and, where it is built, the CPU backend;
 //! the run must pass its own check against the f64 reference, and a NumPy oracle
-//! recomputes every result from the saved inputs. These ops only move values, so the
-//! oracles ask for equality.
+//! recomputes every result from the saved inputs. The data movement ops only move
+//! values, so their oracles ask for equality; `randn`'s oracle recomputes the documented
+//! generator (the hash of `tile.rand`, Box–Muller with NumPy's `cos` in float64).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -37,6 +38,24 @@ def round_trip(x: Tensor["M", "N", f32]):
 
 
 @jit
+def noise(x: Tensor["M", "N", f32]):
+    a = randn((M, N), seed=7)
+    b = randn((M, N), dtype=f16, seed=7)
+    return x + a, b, randn((M, N)), randn((2, M, N), seed=7)
+
+
+@autodiff
+def mixloss(x: Tensor["M", 6, f32], y: Tensor["M", 4, f32]):
+    a, b, c, d, e = split(concat([x * x, y], axis=1), 5, axis=1)
+    return sum(a * randn((M, 2), seed=5)) + sum(c * e) + mean(concat([d, b], axis=0))
+
+
+@jit
+def mixgrad(x: Tensor["M", 6, f32], y: Tensor["M", 4, f32]):
+    return grad(mixloss)(x, y)
+
+
+@jit
 def heads(qkv: Tensor["B", "S", "E", f16], h: Tensor["B", "H", "S", "Dh", f32]):
     q, k, v = split_qkv(qkv, heads=4)
     return q, k, v, merge_heads(h)
@@ -57,6 +76,32 @@ def same(name, dtype, ref):
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
         raise AssertionError(f"{name}: {bad.sum()} of {bad.size} differ; at {i}: got {y[i]}, want {ref[i]}")
+def close(name, y, ref, bound):
+    bad = ~(np.abs(y - ref) <= bound)
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{name}: {bad.sum()} of {bad.size} beyond the bound; at {i}: got {y[i]}, want {ref[i]}")
+def result(name, shape):
+    y = np.load(d + "/" + name + ".out.npy")
+    assert y.shape == tuple(shape), (name, y.shape, shape)
+    return y.astype(np.float64)
+# randn's generator (docs/language.md): tile.rand's hash, then Box-Muller.
+def mix32(h):
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+def uniform(seed, coords):
+    h = mix32(np.full(coords[0].shape, (seed ^ 0x9E3779B9) & 0xFFFFFFFF, dtype=np.uint32))
+    for c in coords:
+        h = mix32(h ^ (c.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32))
+    return (h >> np.uint32(8)).astype(np.float64) * 2.0 ** -24
+def randn(seed, shape):
+    rows = int(np.prod(shape[:-1]))
+    r, c = np.meshgrid(np.arange(rows), np.arange(shape[-1]), indexing="ij")
+    u1, u2 = uniform(seed, (0 * r, r, c)), uniform(seed, (0 * r + 1, r, c))
+    return (np.sqrt(-2 * np.log(1 - u1)) * np.cos(2 * np.pi * u2)).reshape(shape)
 "#;
 
 struct Case {
@@ -105,6 +150,57 @@ for i, ref in enumerate(parts):
 x = load("x")
 p, q, r = np.split(x, 3, axis=1)
 same("return", "f32", np.concatenate([r, p, q], axis=1))
+"#,
+    },
+    Case {
+        // The run's seed is 0: the unseeded randn (the third random site, stream 2) uses
+        // 0 * 1000003 + 2 + 1.
+        function: "noise",
+        dims: "M=33,N=130",
+        oracle: r#"
+x = load("x")
+M, N = x.shape
+ref = randn(7, (M, N))
+# Computed in f32 (about 20 roundings, |z| < 5.8), with a polynomial cos.
+f32 = 2.0 ** -19 * (1 + np.abs(ref))
+close("x + randn(seed=7)", result("return0", (M, N)), x + ref, f32 + 2.0 ** -23 * np.abs(x + ref))
+close("randn(dtype=f16, seed=7)", result("return1", (M, N)), ref, f32 + 2.0 ** -11 * np.abs(ref))
+z = result("return2", (M, N))
+close("randn() with the run's seed", z, randn(3, (M, N)), 2.0 ** -19 * (1 + np.abs(z)))
+w = result("return3", (2, M, N))
+close("randn((2, M, N), seed=7)", w, randn(7, (2, M, N)), 2.0 ** -19 * (1 + np.abs(w)))
+# The same seed gives the same numbers: the first matrix is randn((M, N), seed=7),
+# whose f16 rounding is b.
+assert (w[0].astype(np.float16).astype(np.float64) == result("return1", (M, N))).all()
+# And they are standard normal.
+all = np.concatenate([w.ravel(), z.ravel()])
+assert abs(all.mean()) < 0.05 and abs(all.std() - 1) < 0.05, (all.mean(), all.std())
+assert abs((np.abs(all) < 1).mean() - 0.6827) < 0.02
+"#,
+    },
+    Case {
+        // grad through concat (parts of sizes 6 and 4: pieces of 2; parts of size M),
+        // split (a part nobody reads) and randn, against central differences in float64.
+        function: "mixgrad",
+        dims: "M=3",
+        oracle: r#"
+x, y = load("x"), load("y")
+M = x.shape[0]
+n = randn(5, (M, 2))
+def f(x, y):
+    a, b, c, dd, e = np.split(np.concatenate([x * x, y], axis=1), 5, axis=1)
+    return (a * n).sum() + (c * e).sum() + np.concatenate([dd, b], axis=0).mean()
+def fd(f, v, h=1e-3):
+    g = np.zeros_like(v)
+    for i in np.ndindex(v.shape):
+        p, m = v.copy(), v.copy()
+        p[i] += h
+        m[i] -= h
+        g[i] = (f(p) - f(m)) / (2 * h)
+    return g
+# The loss is quadratic: central differences are exact but for float64 rounding.
+for name, got, want in (("dx", result("return0", x.shape), fd(lambda v: f(v, y), x)), ("dy", result("return1", y.shape), fd(lambda v: f(x, v), y))):
+    close(name, got, want, 2.0 ** -20 * (1 + np.abs(want)))
 "#,
     },
     Case {
@@ -206,6 +302,8 @@ fn the_oracles_refuse_a_wrong_result() {
         ("cat", "return0", "np.concatenate([a, c, b], axis=1)"),
         ("halves", "return1", "np.split(x, 2, axis=-1)[0]"),
         ("round_trip", "return", "x"),
+        ("noise", "return1", "y[::-1]"),
+        ("mixgrad", "return0", "y * 1.001"),
     ] {
         let case = CASES.iter().find(|c| c.function == function).unwrap();
         let out = dir.path().join(function);
@@ -215,7 +313,7 @@ fn the_oracles_refuse_a_wrong_result() {
             "import numpy as np\nd = '{dir}'\nload = lambda n: np.load(d + '/' + n + '.npy').astype(np.float64)\n\
              p = d + '/{name}.out.npy'\ny = np.load(p)\n\
              a, b, c = (load(n) if '{function}' == 'cat' else None for n in 'abc')\n\
-             x = None if '{function}' == 'cat' else load('x')\n\
+             x = None if '{function}' in ('cat', 'noise', 'mixgrad') else load('x')\n\
              np.save(p, np.asarray({wrong}).astype(y.dtype))\n",
             dir = out.display(),
         );

@@ -97,6 +97,90 @@ impl Ad<'_, '_> {
         self.adjoint.insert(v, total);
     }
 
+    /// `split(x, n, axis)`: the adjoint of `x` is the concatenation of the parts'
+    /// adjoints (zeros for a part nothing reads).
+    fn split_rule(&mut self, f_op: &Op) -> R<()> {
+        if !f_op.results.iter().any(|r| self.adjoint.contains_key(r)) {
+            return Ok(());
+        }
+        let x = f_op.operands[0];
+        let parts: Vec<ValueId> = f_op
+            .results
+            .iter()
+            .map(|&r| match self.adjoint.get(&r) {
+                Some(&g) if self.ty(g) == self.ty(r) => g,
+                Some(&g) => {
+                    let t = self.ty(r);
+                    self.op(OpKind::Cast, vec![g], t, vec![])
+                }
+                None => {
+                    let t = self.ty(r);
+                    self.filled(0.0, &t)
+                }
+            })
+            .collect();
+        let axis = f_op.int_attr("axis").unwrap_or(0);
+        let t = self.ty(x);
+        let d = self.op(OpKind::Concat, parts, t, vec![("axis", Attr::Int(axis))]);
+        self.accumulate(x, d);
+        Ok(())
+    }
+
+    /// `concat(xs, axis)`: each part's adjoint is its rows of the result's adjoint `g`,
+    /// cut with `split` into pieces of the parts' greatest common size (which must be
+    /// known: parts of equal sizes, or constant sizes) and concatenated again per part.
+    fn concat_rule(&mut self, f_op: &Op, g: ValueId) -> R<()> {
+        let axis = f_op.int_attr("axis").unwrap_or(0);
+        let ax = usize::try_from(axis).unwrap_or(0);
+        let sizes: Vec<Dim> =
+            f_op.operands.iter().map(|&o| self.ty(o).dims().get(ax).cloned().unwrap_or(Dim::constant(1))).collect();
+        // Each part's size as a number of pieces.
+        let (piece, counts): (Dim, Vec<i64>) = if sizes.iter().all(|s| *s == sizes[0]) {
+            (sizes[0].clone(), vec![1; sizes.len()])
+        } else if let Some(consts) = sizes.iter().map(Dim::as_const).collect::<Option<Vec<i64>>>() {
+            fn gcd(a: i64, b: i64) -> i64 {
+                if b == 0 {
+                    a
+                } else {
+                    gcd(b, a % b)
+                }
+            }
+            let p = consts.iter().fold(0, |acc, &c| gcd(acc, c)).max(1);
+            (Dim::constant(p), consts.iter().map(|c| c / p).collect())
+        } else {
+            return self.err("grad of `concat` of parts of different symbolic sizes is not supported yet".into());
+        };
+        let total: i64 = counts.iter().sum();
+        let mut dims = self.ty(g).dims().to_vec();
+        if ax >= dims.len() || total <= 0 {
+            return self.err(format!("grad of `concat` along axis {axis}"));
+        }
+        dims[ax] = piece;
+        let piece_t = tensor_type(&self.ty(g))
+            .map(|t| Type::Tensor(TensorType { dims, dtype: t.dtype, policies: t.policies.clone() }))
+            .ok_or_else(|| LowerError { message: "grad of `concat` of a non-tensor".into(), range: self.loc.range })?;
+        let loc = self.loc.clone();
+        let pieces =
+            self.b.op(OpKind::Split, vec![g], vec![piece_t; total as usize], vec![("axis", Attr::Int(axis))], &loc);
+        let mut at = 0;
+        for (k, &o) in f_op.operands.iter().enumerate() {
+            let n = counts[k] as usize;
+            let mine = pieces[at..at + n].to_vec();
+            at += n;
+            if !matches!(self.ty(o), Type::Tensor(t) if t.dtype.is_float()) {
+                continue;
+            }
+            let d = if n == 1 {
+                mine[0]
+            } else {
+                let t = self.ty(o);
+                self.op(OpKind::Concat, mine, t, vec![("axis", Attr::Int(axis))])
+            };
+            self.accumulate(o, d);
+        }
+        Ok(())
+    }
+
     /// The number of elements of `axes` of a tensor value, as a scalar of `dtype`.
     fn count(&mut self, x: ValueId, axes: &[i64], dtype: DType) -> ValueId {
         let mut n: Option<ValueId> = None;
@@ -158,6 +242,9 @@ impl Ad<'_, '_> {
     }
 
     fn rule(&mut self, f_op: &Op) -> R<()> {
+        if f_op.kind == OpKind::Split {
+            return self.split_rule(f_op);
+        }
         let Some(&r) = f_op.results.first() else { return Ok(()) };
         let Some(&g) = self.adjoint.get(&r) else { return Ok(()) };
         let x = |i: usize| f_op.operands[i];
@@ -439,7 +526,14 @@ impl Ad<'_, '_> {
                 );
                 self.accumulate(x(0), d);
             }
-            OpKind::Constant | OpKind::Fill | OpKind::TensorDim | OpKind::EffectToken | OpKind::Cmp => {}
+            OpKind::Concat => self.concat_rule(f_op, g)?,
+            // randn has no differentiable operand (its seed is an int).
+            OpKind::Constant
+            | OpKind::Fill
+            | OpKind::TensorDim
+            | OpKind::EffectToken
+            | OpKind::Cmp
+            | OpKind::Random => {}
             other => return self.err(format!("grad through `{}` is not supported yet", other.name())),
         }
         Ok(())

@@ -374,7 +374,9 @@ impl Planner<'_> {
                 self.lazy.insert(op.results[0], id);
                 Ok(())
             }
-            k if k.is_elementwise() || k == OpKind::Dropout || k == OpKind::GBroadcast => self.elementwise(id, &op),
+            k if k.is_elementwise() || matches!(k, OpKind::Dropout | OpKind::Random | OpKind::GBroadcast) => {
+                self.elementwise(id, &op)
+            }
             OpKind::MatMul => {
                 for &o in &op.operands {
                     if self.splat.contains_key(&o) {

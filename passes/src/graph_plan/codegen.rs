@@ -210,6 +210,32 @@ impl Planner<'_> {
                         x = a(0),
                     )
                 }
+                OpKind::Random => {
+                    // `ir::rand::normal`, statement for statement.
+                    let seed = match args.first() {
+                        Some(s) => s.clone(),
+                        None => {
+                            let stream = op.int_attr("stream").unwrap_or(0);
+                            let seed = self.stream_seed(stream, &loc);
+                            self.scalar_param(sig, &mut scalars, seed)
+                        }
+                    };
+                    let n = format!("n{}", vars.len());
+                    let i = w.indent;
+                    let coords = format!("{row_coord}, {}", w.col);
+                    let _ = writeln!(out, "{i}{n}_u1 = tile.rand({tile_shape}, {seed}, (0, {coords}))");
+                    let _ = writeln!(out, "{i}{n}_u2 = tile.rand({tile_shape}, {seed}, (1, {coords}))");
+                    let _ = writeln!(out, "{i}{n}_r = tile.sqrt(-2.0 * tile.log(1.0 - {n}_u1))");
+                    let _ = writeln!(out, "{i}{n}_y = ({n}_u2 - 0.5) * {:?}", crate::ir::rand::PI_F32);
+                    let _ = writeln!(out, "{i}{n}_s = {n}_y * {n}_y");
+                    let taylor = crate::ir::rand::COS_TAYLOR;
+                    let mut poly = format!("{:?}", taylor[6]);
+                    for k in taylor[..6].iter().rev() {
+                        poly = format!("{k:?} + {n}_s * ({poly})");
+                    }
+                    let _ = writeln!(out, "{i}{n}_c = 1.0 + {n}_s * ({poly})");
+                    format!("tile.cast({n}_r * (1.0 - 2.0 * ({n}_c * {n}_c)), {dt})")
+                }
                 k if k.is_unary_math() => {
                     let name = k.name().rsplit('.').next().unwrap_or("");
                     format!("tile.{name}({})", a(0))

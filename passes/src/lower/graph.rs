@@ -661,6 +661,24 @@ impl Body<'_, '_, '_> {
                 let (x, y) = (self.coerce(x, &t, &loc)?, self.coerce(y, &t, &loc)?);
                 Ok(Val::One(self.op1(OpKind::Add, vec![x, y], t, vec![], &loc)))
             }
+            "randn" => {
+                let t = result.clone()?;
+                if !matches!(&t, Type::Tensor(tt) if tt.dtype.is_float()) {
+                    return unsupported(format!("randn of {t}: a float tensor"), range);
+                }
+                let mut operands = vec![];
+                if let Some(seed) = arg("seed", 2) {
+                    match self.expr(seed)? {
+                        Val::One(v) if self.vty(v) == Type::Index => operands.push(v),
+                        Val::None => {}
+                        _ => return unsupported("randn's `seed` must be an int or None", self.range(seed)),
+                    }
+                }
+                let stream = self.g.streams;
+                self.g.streams += 1;
+                let attrs = vec![("stream", Attr::Int(stream))];
+                Ok(Val::One(self.effect(OpKind::Random, operands, t, attrs, &loc)))
+            }
             "zeros" | "ones" | "full" => {
                 let value = match name {
                     "zeros" => 0.0,

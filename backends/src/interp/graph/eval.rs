@@ -18,6 +18,7 @@ use super::values::{broadcast_shapes, broadcast_strides, gather, numel, row_majo
 use super::{stream_seed, GraphArg, R};
 
 mod layout;
+mod random;
 
 /// Binds a graph function's parameters (Graph or Schedule IR of a graph function) to
 /// arguments: checks dtypes, ranks and constant dims, and gives each dim symbol (and each
@@ -508,6 +509,7 @@ impl Machine<'_> {
             OpKind::SplitQkv => self.split_qkv(id, op),
             OpKind::MergeHeads => one(self.merge_heads(id, op)),
             OpKind::Dropout => self.dropout(id, op),
+            OpKind::Random => self.randn(id, op),
             OpKind::FlashAttention => self.flash_attention(id, op),
             OpKind::SchedParam => Err(self.err(
                 id,
