@@ -319,6 +319,20 @@ fn autotune_shows_pruned_configurations() {
 }
 
 #[test]
+fn kernel_auto_is_tuned_over_its_default_space() {
+    // An f32 copy reading only ctx.BM: the default space on sm_90 is BM {64, 128} x
+    // warps {4, 8} x stages {2, 3, 4}.
+    let text = "from tessera import *\n\n@kernel.auto\ndef copy(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32]):\n    \
+                ctx = tile.context()\n    for i0 in tile.parallel(0, N, ctx.BM):\n        \
+                y[i0:i0 + ctx.BM] = tile.load(x[i0:i0 + ctx.BM])\n";
+    let mut ui = Ui::with_text(text, Some("copy"), 120, 40);
+    ui.keys(&["5", "a"]);
+    assert_eq!(ui.app.run.batch.as_ref().expect("the default space runs").jobs.len(), 12);
+    ui.keys(&["x"]);
+    ui.wait_for_run();
+}
+
+#[test]
 fn autotune_can_be_cancelled() {
     let mut ui = Ui::new(Some("gemm"), 120, 40);
     ui.keys(&["5", "a"]);

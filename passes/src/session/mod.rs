@@ -114,6 +114,9 @@ pub struct Configured {
     pub assumed: Vec<String>,
     /// The kernel's autotune space (empty for a fixed schedule).
     pub space: Vec<SpaceKey>,
+    /// `@kernel.auto`: searched over the target's default space when `space` is empty
+    /// (`crate::auto_space`).
+    pub auto: bool,
     /// Every shape symbol of the signature (what a launch gives values for).
     pub symbols: Vec<String>,
     /// Overrides the rule refused; the configuration leaves them out.
@@ -240,7 +243,7 @@ impl<'db> Analysis<'db> {
             let graph =
                 crate::queries::graph_ir(db, f.key).clone().map_err(|e| SessionError::lowering(f.anchor, &e))?;
             let (config, assumed) = crate::config::config_for(&graph, schedule, &dims);
-            Ok(Configured { config, assumed, space: declared.space.clone(), symbols, rejected })
+            Ok(Configured { config, assumed, space: declared.space.clone(), auto: declared.auto, symbols, rejected })
         });
         computed?
     }

@@ -267,7 +267,7 @@ impl RunTab {
         let target = runner.target_for(target);
         // Configurations to measure, and those the tuner prunes (shown with the reason).
         let TuneSpace { candidates: configs, pruned } = if autotune {
-            if info.space.is_empty() {
+            if info.space.is_empty() && !info.auto {
                 return Some(Message::warn(format!(
                     "`{name}` has no autotune space (@kernel.autotune(space=...)); r runs it once"
                 )));
