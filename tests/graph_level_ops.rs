@@ -1,5 +1,6 @@
 //! Graph-level data movement end to end (`docs/language.md`, "Graph functions"):
-//! `concat`, `split`, `split_qkv` and `merge_heads`, and `randn`. Each `@jit` function runs through the
+//! `concat`, `split`, `split_qkv` and `merge_heads`, `randn`, and the losses `mse` and
+//! `cross_entropy` with their gradients. Each `@jit` function runs through the
 //! real `tessera run --save` on the interpreter and, where it is built, the CPU backend;
 //! the run must pass its own check against the f64 reference, and a NumPy oracle
 //! recomputes every result from the saved inputs. The data movement ops only move
@@ -53,6 +54,28 @@ def mixloss(x: Tensor["M", 6, f32], y: Tensor["M", 4, f32]):
 @jit
 def mixgrad(x: Tensor["M", 6, f32], y: Tensor["M", 4, f32]):
     return grad(mixloss)(x, y)
+
+
+@autodiff
+def ce(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C", f32]):
+    return cross_entropy(logits, target)
+
+
+@autodiff
+def sq(pred: Tensor["N", "D", f32], target: Tensor["N", "D", f32]):
+    return mse(pred, target)
+
+
+@jit
+def losses(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C", f32], pred: Tensor["N", "D", bf16], y: Tensor["N", "D", bf16], v: Tensor["C", f16], w: Tensor["C", f16]):
+    return cross_entropy(logits, target), mse(pred, y), cross_entropy(v, w)
+
+
+@jit
+def loss_grads(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C", f32], pred: Tensor["N", "D", f32], y: Tensor["N", "D", f32]):
+    dl, dt = grad(ce)(logits, target)
+    dp, dy = grad(sq)(pred, y)
+    return dl, dt, dp, dy
 
 
 @jit
@@ -204,6 +227,59 @@ for name, got, want in (("dx", result("return0", x.shape), fd(lambda v: f(v, y),
 "#,
     },
     Case {
+        function: "losses",
+        dims: "B=2,S=3,C=37,N=5,D=70",
+        oracle: r#"
+x, t, p, y, v, w = (load(n) for n in ("logits", "target", "pred", "y", "v", "w"))
+def ce(x, t):
+    m = x.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    return -(t * (x - lse)).sum(axis=-1).mean()
+def scale(x, t):
+    return (np.abs(t) * (np.abs(x) + 1)).sum(axis=-1).mean()
+ref = ce(x, t)
+# f32 throughout: logsumexp, products and sums of |t| * |x - lse| terms.
+close("cross_entropy (f32)", result("return0", ()), ref, 2.0 ** -18 * scale(x, t))
+ref = ((p - y) ** 2).mean()
+# pred - y and its square are bf16 ops (each rounds by 2^-9 relative), the mean rounds once more.
+close("mse (bf16)", result("return1", ()), ref, 2.0 ** -6 * abs(ref))
+ref = ce(v, w)
+# logits - lse and the products are f16 ops (2^-11 relative each), the sum rounds to f16.
+close("cross_entropy (f16, one row)", result("return2", ()), ref, 2.0 ** -10 * abs(ref) + 2.0 ** -9 * scale(v, w))
+"#,
+    },
+    Case {
+        // The gradients against central differences in float64 (h = 1e-4 on every element).
+        function: "loss_grads",
+        dims: "B=2,S=3,C=7,N=3,D=4",
+        oracle: r#"
+x, t, p, y = (load(n) for n in ("logits", "target", "pred", "y"))
+def ce(x, t):
+    m = x.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    return -(t * (x - lse)).sum(axis=-1).mean()
+def mse(p, y):
+    return ((p - y) ** 2).mean()
+def fd(f, v, h=1e-4):
+    g = np.zeros_like(v)
+    for i in np.ndindex(v.shape):
+        a, b = v.copy(), v.copy()
+        a[i] += h
+        b[i] -= h
+        g[i] = (f(a) - f(b)) / (2 * h)
+    return g
+for name, i, f, v in (
+    ("d cross_entropy / d logits", 0, lambda a: ce(a, t), x),
+    ("d cross_entropy / d target", 1, lambda a: ce(x, a), t),
+    ("d mse / d pred", 2, lambda a: mse(a, y), p),
+    ("d mse / d target", 3, lambda a: mse(p, a), y),
+):
+    want = fd(f, v)
+    # f32 gradients; the central difference errs by O(h^2) (the losses are smooth).
+    close(name, result(f"return{i}", v.shape), want, 2.0 ** -16 * (1 + np.abs(want)) + 1e-7 * np.abs(v).max())
+"#,
+    },
+    Case {
         function: "heads",
         dims: "B=2,S=70,E=96,H=3,Dh=20",
         oracle: r#"
@@ -304,6 +380,7 @@ fn the_oracles_refuse_a_wrong_result() {
         ("round_trip", "return", "x"),
         ("noise", "return1", "y[::-1]"),
         ("mixgrad", "return0", "y * 1.001"),
+        ("loss_grads", "return0", "-y"),
     ] {
         let case = CASES.iter().find(|c| c.function == function).unwrap();
         let out = dir.path().join(function);
@@ -313,7 +390,7 @@ fn the_oracles_refuse_a_wrong_result() {
             "import numpy as np\nd = '{dir}'\nload = lambda n: np.load(d + '/' + n + '.npy').astype(np.float64)\n\
              p = d + '/{name}.out.npy'\ny = np.load(p)\n\
              a, b, c = (load(n) if '{function}' == 'cat' else None for n in 'abc')\n\
-             x = None if '{function}' in ('cat', 'noise', 'mixgrad') else load('x')\n\
+             x = None if '{function}' in ('cat', 'noise', 'mixgrad', 'loss_grads') else load('x')\n\
              np.save(p, np.asarray({wrong}).astype(y.dtype))\n",
             dir = out.display(),
         );
@@ -350,4 +427,19 @@ fn graph_ir_and_plan_show_the_copies() {
     let sched = lower("round_trip", "sched");
     assert!(sched.contains("copy: split into 3 along axis 1"), "{sched}");
     assert_eq!(sched.matches("sched.kernel").count(), 2, "{sched}");
+}
+
+/// The losses take two float tensors of one shape.
+#[test]
+fn loss_arguments_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad_losses.tsr");
+    let bad = "from tessera import *\n\n\n@jit\ndef f(a: Tensor[\"N\", \"C\", f32], b: Tensor[\"N\", 3, f32]):\n    return mse(a, b)\n\n\n@jit\ndef g(a: Tensor[\"N\", \"C\", i32], b: Tensor[\"N\", \"C\", i32]):\n    return cross_entropy(a, b)\n\n\n@jit\ndef h(a: Tensor[\"N\", \"C\", f32], b: Tensor[\"C\", f32]):\n    return cross_entropy(a, b)\n";
+    std::fs::write(&file, bad).unwrap();
+    let o = tessera().args(["check", file.to_str().unwrap()]).output().expect("tessera runs");
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("E0301") && out.contains("mse: `a` is [N, C] but `b` is [N, 3]"), "{out}");
+    assert!(out.contains("E0400"), "{out}");
+    assert!(out.contains("E0300") && out.contains("cross_entropy does not broadcast"), "{out}");
 }

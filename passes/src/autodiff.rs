@@ -526,6 +526,26 @@ impl Ad<'_, '_> {
                 );
                 self.accumulate(x(0), d);
             }
+            OpKind::LogSumExp => {
+                // d lse / dx = softmax(x) along the axis: g broadcast back over it.
+                if diff(x(0), self) {
+                    let xt = tensor_type(&self.ty(x(0))).cloned().expect("checked by diff");
+                    let axis = f_op.int_attr("axis").unwrap_or(xt.dims.len() as i64 - 1);
+                    let mut keep = xt.dims.clone();
+                    if let Some(d) = usize::try_from(axis).ok().and_then(|a| keep.get_mut(a)) {
+                        *d = Dim::constant(1);
+                    }
+                    let gk = self.reshape(g, keep);
+                    let gt = tensor_type(&self.ty(g)).cloned().expect("a tensor");
+                    let full =
+                        Type::Tensor(TensorType { dims: xt.dims.clone(), dtype: gt.dtype, policies: gt.policies });
+                    let gb = self.op(OpKind::GBroadcast, vec![gk], full, vec![]);
+                    let t = self.ty(x(0));
+                    let p = self.op(OpKind::Softmax, vec![x(0)], t, vec![("axis", Attr::Int(axis))]);
+                    let d = self.bin(OpKind::Mul, gb, p);
+                    self.accumulate(x(0), d);
+                }
+            }
             OpKind::Concat => self.concat_rule(f_op, g)?,
             // randn has no differentiable operand (its seed is an int).
             OpKind::Constant

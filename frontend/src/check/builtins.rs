@@ -154,6 +154,8 @@ builtins! {
     "merge_heads" "(x)" Graph "[B, S, h*Dh]" "[B,h,S,Dh] -> [B,S,h*Dh].";
     "flash_attention" "(q, k, v=None, causal=False, dropout=0.0, scale=None)" Graph "[B, H, Sq, Dh]" "Fused attention: q [B,H,Sq,Dh], k/v [B,H,Sk,Dh] (or a KVCache as k) -> [B,H,Sq,Dh].";
     "dropout" "(x, p)" Graph "same shape" "Zeroes elements with probability p and rescales the rest (an effect: uses randomness).";
+    "mse" "(pred, target)" Graph "rank-0 tensor" "Mean squared error: mean((pred - target) ** 2) over every element; equal shapes.";
+    "cross_entropy" "(logits, target)" Graph "rank-0 tensor" "Cross entropy with class probabilities (or one-hot rows) along the last axis: the mean over rows of -sum(target * log_softmax(logits)); equal shapes.";
     "residual" "(x, y, dropout=0.0)" Graph "same shape" "x + dropout(y); x and y must have equal shapes (no broadcasting).";
     "cast" "(x, dtype)" Graph "same shape" "Converts to another dtype (policies of the target dtype apply).";
     "cast_like" "(x, ref)" Graph "same shape" "Converts x to ref's dtype.";

@@ -14,6 +14,8 @@ use tessera_frontend::text::TextRange;
 use super::kernel::{ir_type, LowerError};
 use crate::ir::*;
 
+mod losses;
+
 type R<T> = Result<T, LowerError>;
 
 fn unsupported<T>(what: impl Into<String>, range: TextRange) -> R<T> {
@@ -660,6 +662,13 @@ impl Body<'_, '_, '_> {
                 let t = result.clone()?;
                 let (x, y) = (self.coerce(x, &t, &loc)?, self.coerce(y, &t, &loc)?);
                 Ok(Val::One(self.op1(OpKind::Add, vec![x, y], t, vec![], &loc)))
+            }
+            "mse" | "cross_entropy" => {
+                let (xn, tn) = if name == "mse" { ("pred", "target") } else { ("logits", "target") };
+                let x = self.value(need(arg(xn, 0), xn)?)?;
+                let target = self.value(need(arg(tn, 1), tn)?)?;
+                let t = result.clone()?;
+                Ok(Val::One(self.loss(name, x, target, t, &loc)?))
             }
             "randn" => {
                 let t = result.clone()?;

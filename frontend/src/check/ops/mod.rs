@@ -45,6 +45,7 @@ macro_rules! arg {
 mod calls;
 mod dist;
 mod linalg;
+mod losses;
 mod schedule;
 mod tile;
 
@@ -581,6 +582,7 @@ impl<'a> Infer<'a> {
                 };
                 Ty::Tensor(t)
             }
+            (false, "mse" | "cross_entropy") => self.loss(id, path, a),
             (false, "residual") => {
                 let x = arg!(a, "residual" => "x").unwrap().clone();
                 let y = arg!(a, "residual" => "y").unwrap().clone();
