@@ -429,12 +429,13 @@ fn graph_ir_and_plan_show_the_copies() {
     assert_eq!(sched.matches("sched.kernel").count(), 2, "{sched}");
 }
 
-/// The losses take two float tensors of one shape.
+/// The losses take two float tensors of one shape; `concat` one dtype; `randn` an int
+/// seed and a float dtype.
 #[test]
-fn loss_arguments_are_checked() {
+fn arguments_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad_losses.tsr");
-    let bad = "from tessera import *\n\n\n@jit\ndef f(a: Tensor[\"N\", \"C\", f32], b: Tensor[\"N\", 3, f32]):\n    return mse(a, b)\n\n\n@jit\ndef g(a: Tensor[\"N\", \"C\", i32], b: Tensor[\"N\", \"C\", i32]):\n    return cross_entropy(a, b)\n\n\n@jit\ndef h(a: Tensor[\"N\", \"C\", f32], b: Tensor[\"C\", f32]):\n    return cross_entropy(a, b)\n";
+    let bad = "from tessera import *\n\n\n@jit\ndef f(a: Tensor[\"N\", \"C\", f32], b: Tensor[\"N\", 3, f32]):\n    return mse(a, b)\n\n\n@jit\ndef g(a: Tensor[\"N\", \"C\", i32], b: Tensor[\"N\", \"C\", i32]):\n    return cross_entropy(a, b)\n\n\n@jit\ndef h(a: Tensor[\"N\", \"C\", f32], b: Tensor[\"C\", f32]):\n    return cross_entropy(a, b)\n\n\n@jit\ndef k(a: Tensor[\"N\", f32], b: Tensor[\"N\", f16]):\n    return concat([a, b]), randn((3, 4), seed=1.5), randn((2,), dtype=i32)\n";
     std::fs::write(&file, bad).unwrap();
     let o = tessera().args(["check", file.to_str().unwrap()]).output().expect("tessera runs");
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
@@ -442,4 +443,7 @@ fn loss_arguments_are_checked() {
     assert!(out.contains("E0301") && out.contains("mse: `a` is [N, C] but `b` is [N, 3]"), "{out}");
     assert!(out.contains("E0400"), "{out}");
     assert!(out.contains("E0300") && out.contains("cross_entropy does not broadcast"), "{out}");
+    assert!(out.contains("concat: tensor 1 is f16 but tensor 0 is f32"), "{out}");
+    assert!(out.contains("E0802") && out.contains("an int seed or None"), "{out}");
+    assert!(out.contains("`randn` draws floats, not i32"), "{out}");
 }

@@ -495,6 +495,17 @@ impl<'a> Infer<'a> {
                         );
                         return Ty::Unknown;
                     }
+                    if t.elem.dtype != first.elem.dtype {
+                        self.error(
+                            Code::E0400,
+                            self.range(xs.expr),
+                            format!(
+                                "concat: tensor {i} is {} but tensor 0 is {} (cast them to one dtype)",
+                                t.elem.dtype, first.elem.dtype
+                            ),
+                        );
+                        return Ty::Unknown;
+                    }
                     total = total.add(&t.dims[axis]);
                 }
                 let mut dims = first.dims.clone();
@@ -648,6 +659,22 @@ impl<'a> Infer<'a> {
                     },
                     None => ElemType::plain(DType::F32),
                 };
+                if name == "randn" {
+                    if let Some(seed) = arg!(a, "randn" => "seed") {
+                        if !matches!(self.operand(seed.ty.clone()), Ty::Int(_) | Ty::NoneVal | Ty::Unknown) {
+                            let seed = seed.clone();
+                            return self.wrong_kind(seed.expr, path, "an int seed or None", &seed.ty);
+                        }
+                    }
+                    if !elem.dtype.is_float() {
+                        self.error(
+                            Code::E0400,
+                            self.range(id),
+                            format!("`randn` draws floats, not {}", elem.dtype),
+                        );
+                        return Ty::Unknown;
+                    }
+                }
                 if name == "full" {
                     let v = arg!(a, "full" | "tile.full" => "value").unwrap().clone();
                     if !self.operand(v.ty.clone()).is_scalar_number() {
