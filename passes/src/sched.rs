@@ -21,12 +21,17 @@ fn specialize_dims(dims: &[Dim], config: &Config) -> Vec<Dim> {
     dims.iter().map(|d| d.substitute(&|s| config.lookup(s).map(Dim::constant))).collect()
 }
 
-fn specialize_type(ty: &Type, config: &Config) -> Type {
-    match ty {
-        Type::Tile(t) => Type::Tile(TileType { dims: specialize_dims(&t.dims, config), ..t.clone() }),
-        Type::View(v) => Type::View(ViewType { dims: specialize_dims(&v.dims, config), ..v.clone() }),
-        Type::Smem(s) => Type::Smem(SmemType { dims: specialize_dims(&s.dims, config), ..s.clone() }),
-        other => other.clone(),
+/// Substitutes the configuration into a type's dims, in place; dims that are already
+/// constants (most of them) are left alone instead of rebuilt.
+fn specialize_type(ty: &mut Type, config: &Config) {
+    let dims = match ty {
+        Type::Tile(TileType { dims, .. }) | Type::View(ViewType { dims, .. }) | Type::Smem(SmemType { dims, .. }) => {
+            dims
+        }
+        _ => return,
+    };
+    if !dims.iter().all(Dim::is_const) {
+        *dims = specialize_dims(dims, config);
     }
 }
 
@@ -35,19 +40,23 @@ pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Resul
     // Before anything is built per tile element.
     crate::bounds::check_tiles(f, config, target)?;
     for v in &mut f.values {
-        v.ty = specialize_type(&v.ty, config);
+        specialize_type(&mut v.ty, config);
     }
     // Attributes that carry dims (view sizes).
     for op in &mut f.ops {
         for (_, a) in &mut op.attrs {
             if let Attr::Dims(d) = a {
-                *d = specialize_dims(d, config);
+                if !d.iter().all(Dim::is_const) {
+                    *d = specialize_dims(d, config);
+                }
             }
         }
     }
     for (_, a) in &mut f.attrs {
         if let Attr::Dims(d) = a {
-            *d = specialize_dims(d, config);
+            if !d.iter().all(Dim::is_const) {
+                *d = specialize_dims(d, config);
+            }
         }
     }
     // Schedule keys become constants.

@@ -528,44 +528,61 @@ pub(crate) fn fold_transposed_loads(f: &mut Func) {
 /// Removes ops without effects whose results nobody uses (views and index arithmetic
 /// the pipeliner re-created), to a fixpoint.
 pub(crate) fn remove_dead_ops(f: &mut Func) {
-    loop {
-        let mut used = vec![false; f.values.len()];
-        for id in f.walk() {
-            for &o in &f.op(id).operands {
-                used[o.0 as usize] = true;
-            }
+    // A worklist instead of repeated sweeps: removing an op can make its operands'
+    // definitions dead, and a chain of n such ops would take n sweeps of the function.
+    let ops = f.walk();
+    let mut uses = vec![0u32; f.values.len()];
+    for &id in &ops {
+        for &o in &f.op(id).operands {
+            uses[o.0 as usize] += 1;
         }
-        let dead: HashSet<OpId> = f
-            .walk()
-            .into_iter()
-            .filter(|&id| {
-                let op = f.op(id);
-                !op.kind.has_effect()
-                    && op.regions.is_empty()
-                    && !op.results.is_empty()
-                    && !matches!(op.kind, OpKind::AllocShared)
-                    && op.results.iter().all(|r| !used[r.0 as usize])
-            })
-            .collect();
-        if dead.is_empty() {
-            return;
-        }
-        fn prune(f: &mut Func, region: Region, dead: &HashSet<OpId>) -> Region {
-            let mut ops = Vec::new();
-            for id in region.ops {
-                if dead.contains(&id) {
-                    continue;
-                }
-                let regions = f.op(id).regions.clone();
-                let new_regions: Vec<Region> = regions.into_iter().map(|r| prune(f, r, dead)).collect();
-                f.op_mut(id).regions = new_regions;
-                ops.push(id);
-            }
-            Region { args: region.args, ops }
-        }
-        let body = f.body.clone();
-        f.body = prune(f, body, &dead);
     }
+    let removable = |f: &Func, id: OpId, uses: &[u32]| {
+        let op = f.op(id);
+        !op.kind.has_effect()
+            && op.regions.is_empty()
+            && !op.results.is_empty()
+            && !matches!(op.kind, OpKind::AllocShared)
+            && op.results.iter().all(|r| uses[r.0 as usize] == 0)
+    };
+    let defs = f.definitions();
+    let mut dead = vec![false; f.ops.len()];
+    let mut any_dead = false;
+    let mut work: Vec<OpId> = ops.iter().copied().filter(|&id| removable(f, id, &uses)).collect();
+    while let Some(id) = work.pop() {
+        if std::mem::replace(&mut dead[id.0 as usize], true) {
+            continue;
+        }
+        any_dead = true;
+        for &o in &f.op(id).operands {
+            uses[o.0 as usize] -= 1;
+            if uses[o.0 as usize] == 0 {
+                if let Some(def) = defs[o.0 as usize] {
+                    if !dead[def.0 as usize] && removable(f, def, &uses) {
+                        work.push(def);
+                    }
+                }
+            }
+        }
+    }
+    if !any_dead {
+        return;
+    }
+    fn prune(f: &mut Func, region: Region, dead: &[bool]) -> Region {
+        let mut ops = Vec::with_capacity(region.ops.len());
+        for id in region.ops {
+            if dead[id.0 as usize] {
+                continue;
+            }
+            let regions = std::mem::take(&mut f.op_mut(id).regions);
+            let new_regions: Vec<Region> = regions.into_iter().map(|r| prune(f, r, dead)).collect();
+            f.op_mut(id).regions = new_regions;
+            ops.push(id);
+        }
+        Region { args: region.args, ops }
+    }
+    let body = std::mem::take(&mut f.body);
+    f.body = prune(f, body, &dead);
 }
 
 // ----- layouts -------------------------------------------------------------------------

@@ -412,7 +412,9 @@ impl Func {
 
     /// Every op reachable from the body, pre-order (an op before the ops of its regions).
     pub fn walk(&self) -> Vec<OpId> {
-        let mut out = Vec::new();
+        // Reachable ops are at most all ops: one allocation instead of a growing vector
+        // (passes walk every autotune candidate's IR several times).
+        let mut out = Vec::with_capacity(self.ops.len());
         self.walk_region(&self.body, &mut out);
         out
     }
@@ -428,12 +430,19 @@ impl Func {
 
     /// The op defining each value (None for region arguments and parameters).
     pub fn definitions(&self) -> Vec<Option<OpId>> {
-        let mut defs = vec![None; self.values.len()];
-        for id in self.walk() {
-            for &r in &self.op(id).results {
-                defs[r.0 as usize] = Some(id);
+        fn visit(f: &Func, region: &Region, defs: &mut [Option<OpId>]) {
+            for &id in &region.ops {
+                let op = f.op(id);
+                for &r in &op.results {
+                    defs[r.0 as usize] = Some(id);
+                }
+                for r in &op.regions {
+                    visit(f, r, defs);
+                }
             }
         }
+        let mut defs = vec![None; self.values.len()];
+        visit(self, &self.body, &mut defs);
         defs
     }
 }
