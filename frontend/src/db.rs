@@ -76,9 +76,69 @@ pub fn parse(db: &dyn Db, file: SourceFile) -> Parse {
 
 /// The AST of one function, with item-relative ranges. Equal across edits of other
 /// items, so salsa backdates it and its dependents do not re-run.
+/// A derived kernel (`name = kernel.with_schedule(S)`) answers with its original's AST:
+/// its ranges are relative to the original's anchor, which its index entry carries.
 #[salsa::tracked]
 pub fn function_ast<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<Arc<ast::FunctionAst>> {
-    parse(db, key.file(db)).function(key.name(db), key.ordinal(db)).cloned()
+    if let Some(f) = parse(db, key.file(db)).function(key.name(db), key.ordinal(db)) {
+        return Some(f.clone());
+    }
+    (*derived_kernel(db, key)).and_then(|d| function_ast(db, d.original).clone())
+}
+
+/// A kernel defined by a top-level `name = kernel.with_schedule(S)`: the body and
+/// signature of `original` (never itself derived: `b = a.with_schedule(T)` with a derived
+/// `a` goes back to `a`'s original) under the fixed schedule `S` of `assignment`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, salsa::SalsaValue)]
+pub struct DerivedKernel<'db> {
+    pub original: FnKey<'db>,
+    pub assignment: ConstKey<'db>,
+}
+
+/// `name = receiver.with_schedule(args...)` (parentheses around the value allowed): the
+/// receiver's name, the call and its arguments. The one syntactic rule for what defines a
+/// derived kernel, shared by the item index and the checker.
+pub fn with_schedule_call(c: &ast::ConstantAst) -> Option<(&ast::Name, ast::ExprId, &[ast::Arg])> {
+    if !matches!(c.arena.expr(c.target), ast::Expr::Name(_)) {
+        return None;
+    }
+    let mut value = c.value;
+    while let ast::Expr::Paren(inner) = c.arena.expr(value) {
+        value = *inner;
+    }
+    let ast::Expr::Call { func, args } = c.arena.expr(value) else {
+        return None;
+    };
+    let ast::Expr::Attribute { object, name, .. } = c.arena.expr(*func) else {
+        return None;
+    };
+    let ast::Expr::Name(receiver) = c.arena.expr(*object) else {
+        return None;
+    };
+    (name.as_str() == "with_schedule").then_some((receiver, value, args.as_slice()))
+}
+
+/// What [`DerivedKernel`] `key` is, when its name is bound by a `with_schedule`
+/// assignment (the first binding of the name, and no `def` of it) whose receiver leads,
+/// through at most 16 such assignments, to a function of the same file.
+#[salsa::tracked]
+pub fn derived_kernel<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<DerivedKernel<'db>> {
+    let file = key.file(db);
+    let parse = parse(db, file);
+    if key.ordinal(db) != 0 || parse.function(key.name(db), 0).is_some() {
+        return None;
+    }
+    let assignment = ConstKey::new(db, file, key.name(db).as_str(), 0);
+    let mut name = key.name(db).to_string();
+    for _ in 0..16 {
+        let (receiver, _, _) = with_schedule_call(parse.constant(&name, 0)?)?;
+        if parse.function(receiver.as_str(), 0).is_some() {
+            let original = FnKey::new(db, file, receiver.as_str(), 0);
+            return Some(DerivedKernel { original, assignment });
+        }
+        name = receiver.to_string();
+    }
+    None
 }
 
 /// A function's definition alone: equal (and backdated) when only its decorators
@@ -191,6 +251,25 @@ pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
             }
             _ => {}
         }
+    }
+    // Derived kernels: the body's ranges count from the original's anchor, the entry's
+    // range and name are the assignment's.
+    for c in 0..index.constants.len() {
+        let entry = &index.constants[c];
+        let name = entry.key.name(db);
+        if entry.key.ordinal(db) != 0 || fn_counts.contains_key(name.as_str()) {
+            continue;
+        }
+        let key = FnKey::new(db, file, name.as_str(), 0);
+        let Some(derived) = *derived_kernel(db, key) else {
+            continue;
+        };
+        let Some(anchor) = index.functions.iter().find(|f| f.key == derived.original).map(|f| f.anchor) else {
+            continue;
+        };
+        let entry = &index.constants[c];
+        let (range, name_range) = (entry.range, entry.names[0].1);
+        index.functions.push(FunctionEntry { key, anchor, range, name_range });
     }
     index
 }

@@ -125,3 +125,79 @@ fn a_bad_chain_names_the_bad_part() {
     let (d, _) = space("block(m=[64]).stages(2)");
     assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0802, "2"), "candidates must be a list: {d:?}");
 }
+
+/// A file with a kernel `k` (reading BM) and the given top-level lines after it.
+fn derived_file(lines: &str) -> String {
+    format!(
+        "from tessera import *\n\nbase = Schedule(block=(128, 128), warps=8, stages=3)\n\n\
+         @kernel.autotune(space=dict(BM=[64, 128], warps=[4, 8]))\ndef k{BODY}\n{lines}"
+    )
+}
+
+#[test]
+fn with_schedule_defines_a_kernel_of_its_own() {
+    let src = derived_file(
+        "small = k.with_schedule(base.with_block(32, 32))\n\
+         inline = k.with_schedule(schedule=Schedule(block=(16, 16), warps=2))\n\
+         again = small.with_schedule(Schedule(warps=1))\n",
+    );
+    let db = Database::default();
+    let file = SourceFile::new(&db, "t.tsr".into(), src.clone(), None);
+    assert!(file_diagnostics(&db, file).is_empty(), "{:?}", file_diagnostics(&db, file));
+    let index = item_index(&db, file);
+    let original = index.function(&db, "k").unwrap();
+    for (name, bm, warps) in [("small", 32, 8), ("inline", 16, 2), ("again", 128, 1)] {
+        let entry = index.function(&db, name).unwrap_or_else(|| panic!("`{name}` is a function"));
+        // The body's ranges count from the original's `def`; the entry is the assignment.
+        assert_eq!(entry.anchor, original.anchor);
+        assert!(src[entry.range.start as usize..].starts_with(&format!("{name} = ")));
+        assert_eq!(&src[entry.name_range.start as usize..entry.name_range.end as usize], name);
+        let derived = tessera_frontend::db::derived_kernel(&db, entry.key).unwrap();
+        assert_eq!(derived.original, original.key);
+        let info = fn_decorators(&db, entry.key);
+        assert_eq!(info.kind, tessera_frontend::check::FunctionKind::Kernel);
+        let schedule = info.schedule.clone().unwrap();
+        // The fixed schedule replaces the autotune space.
+        assert!(!schedule.is_autotuned(), "{name}");
+        // Keys `S` does not give are the plain kernel's defaults, not the original's.
+        let config = &schedule.configurations()[0];
+        assert_eq!(config.int("BM"), Some(bm), "{name}");
+        assert_eq!(config.int("warps"), Some(warps), "{name}");
+        assert_eq!(info.decorators, vec!["kernel.schedule".to_string()]);
+    }
+    // The original keeps its space.
+    assert!(fn_decorators(&db, original.key).schedule.clone().unwrap().is_autotuned());
+}
+
+#[test]
+fn a_bad_with_schedule_names_the_bad_part() {
+    let found = |line: &str| diagnostics(&derived_file(&format!("def helper(x):\n    return x\n\n{line}\n")));
+    let d = found("a = k.with_schedule(3)");
+    assert_eq!(d, vec![(Code::E0802, "`with_schedule` expects a Schedule, but `3` is an int".into(), "3".into())]);
+    let d = found("a = k.with_schedule(base, base)");
+    assert_eq!(
+        d,
+        vec![(
+            Code::E0801,
+            "`with_schedule` takes 1 argument (schedule), got 2".into(),
+            "k.with_schedule(base, base)".into()
+        )]
+    );
+    let d = found("a = k.with_schedule(sched=base)");
+    assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0804, "sched"), "{d:?}");
+    let d = found("a = helper.with_schedule(base)");
+    assert_eq!(
+        d,
+        vec![(Code::E0201, "`helper` is a helper and has no attribute `with_schedule`".into(), "with_schedule".into())]
+    );
+    let d = found("a = (k.with_schedule(base), 1)");
+    assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0503, "k.with_schedule(base)"), "{d:?}");
+    let d = found("a = k.with_schedule(base.with_warps(3))");
+    assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0701, "3"), "{d:?}");
+    let d = found("from tessera.stdlib import flash_attention_2\na = flash_attention_2.with_schedule(base)");
+    assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0201, "with_schedule"), "{d:?}");
+    assert!(d[0].1.contains("standard-library kernel"), "{d:?}");
+    // Inside a body it defines nothing.
+    let d = diagnostics(&derived_file("@kernel\ndef j(x: Tensor[\"N\", f32]):\n    s = k.with_schedule(base)\n"));
+    assert!(d.iter().any(|d| d.0 == Code::E0503 && d.2 == "k.with_schedule(base)"), "{d:?}");
+}

@@ -2,7 +2,7 @@
 //! with their fix-its resolved against the text — and the parallel pre-pass that computes
 //! the lints first. The one entry point `tessera check`, the server and the explorer use.
 
-use tessera_frontend::db::item_index;
+use tessera_frontend::db::{derived_kernel, function_def, item_index};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey, SourceFile};
@@ -58,9 +58,18 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Di
     let before = out.len();
     for entry in &index.functions {
         let lints = analysis::kernel_lints(db, entry.key, target);
+        // A derived kernel's lints are its schedule's: those at the kernel's name go to
+        // the assignment's name, those in the body stay there with a label at it.
+        let derived = derived_kernel(db, entry.key).and_then(|d| {
+            let def = function_def(db, d.original).clone()?;
+            Some((def.name_range.shift(entry.anchor), def.name.to_string()))
+        });
         for (lints, offset) in [(&lints.body, entry.anchor), (&lints.decorators, entry.range.start)] {
             for lint in lints {
                 let mut d = lint.diagnostic.clone().shift(offset);
+                if let Some((def_name, original)) = &derived {
+                    d = for_derived(d, entry.key.name(db), entry.name_range, *def_name, original);
+                }
                 if let Some((message, request)) = &lint.fix {
                     if let Some(edits) = resolve_fix(text, request, offset) {
                         d = d.with_fix(message.clone(), edits);
@@ -74,6 +83,29 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Di
         tessera_frontend::check::sort_diagnostics(&mut out);
     }
     out
+}
+
+/// A lint of the derived kernel `name = original.with_schedule(S)` (at `name_range`),
+/// computed on `original`'s body (whose name is at `def_name`).
+fn for_derived(
+    mut d: Diagnostic,
+    name: &str,
+    name_range: TextRange,
+    def_name: TextRange,
+    original: &str,
+) -> Diagnostic {
+    d.message = format!("{} (in `{name} = {original}.with_schedule(...)`)", d.message);
+    if d.range == def_name {
+        d.range = name_range;
+        for label in &mut d.labels {
+            if label.range == def_name {
+                label.range = name_range;
+            }
+        }
+        d
+    } else {
+        d.with_label(name_range, format!("`{name}`'s schedule"))
+    }
 }
 
 /// Turns a fix request (relative to `offset`) into edits of the source text, or None

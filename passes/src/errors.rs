@@ -5,8 +5,8 @@
 //! Ranges are item-relative, so the answer stays equal when code elsewhere in the file
 //! moves, and salsa does not lower the function again after such an edit.
 
-use tessera_frontend::check::{fn_signature, infer_function, Resolution};
-use tessera_frontend::db::{item_index, parse};
+use tessera_frontend::check::{const_value, fn_signature, infer_function, Resolution};
+use tessera_frontend::db::{derived_kernel, item_index, parse};
 use tessera_frontend::diagnostics::{Code, Diagnostic};
 use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey};
@@ -36,6 +36,21 @@ pub fn own_first_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<FirstErr
             let at = if d.range.start >= entry.anchor { d.range } else { entry.name_range };
             let range = TextRange::new(at.start - entry.anchor, at.end.max(at.start) - entry.anchor);
             return Some(FirstError { code: d.code, message: d.message.clone(), range });
+        }
+    }
+    if let Some(derived) = *derived_kernel(db, key) {
+        // A derived kernel: its assignment's errors (relative to the assignment, so
+        // pointed at the kernel's name here), then its original's.
+        let value = const_value(db, derived.assignment);
+        if let Some(d) = value.diagnostics.iter().find(|d| d.is_error()) {
+            let entry = item_index(db, file).functions.iter().find(|f| f.key == key);
+            let range = entry.map_or(TextRange::new(0, 0), |e| {
+                TextRange::new(e.name_range.start.saturating_sub(e.anchor), e.name_range.end.saturating_sub(e.anchor))
+            });
+            return Some(FirstError { code: d.code, message: d.message.clone(), range });
+        }
+        if let Some(e) = own_first_error(db, derived.original) {
+            return Some(e.clone());
         }
     }
     let signature = fn_signature(db, key);

@@ -23,12 +23,14 @@ fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
         return Err(LowerError { message: "no such function".into(), range: TextRange::default() });
     };
     let signature = fn_signature(db, key);
+    // A derived kernel's name is not its definition's (`name = kernel.with_schedule(S)`).
+    let name = key.name(db);
     if let Some((function, e)) = errors::reachable_error(db, key) {
-        let (message, range) = if function == ast.name.as_str() {
-            (format!("`{}` has errors; the first: {} {}", ast.name, e.code, e.message), e.range)
+        let (message, range) = if function == name.as_str() {
+            (format!("`{name}` has errors; the first: {} {}", e.code, e.message), e.range)
         } else {
             (
-                format!("`{}` calls `{function}`, which has errors; the first: {} {}", ast.name, e.code, e.message),
+                format!("`{name}` calls `{function}`, which has errors; the first: {} {}", e.code, e.message),
                 ast.name_range,
             )
         };
@@ -36,7 +38,7 @@ fn precondition(db: &dyn Db, key: FnKey<'_>) -> Result<(), LowerError> {
     }
     if signature.kind == FunctionKind::Helper {
         return Err(LowerError {
-            message: format!("`{}` is a helper: it is inlined where it is called and has no IR of its own", ast.name),
+            message: format!("`{name}` is a helper: it is inlined where it is called and has no IR of its own"),
             range: ast.name_range,
         });
     }
@@ -52,7 +54,7 @@ pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, Lowe
     let signature = fn_signature(db, key);
     let inference = infer_function(db, key);
     let func = match signature.kind {
-        FunctionKind::Kernel => lower::kernel::kernel_to_graph(&ast.name, &ast, signature, inference)?,
+        FunctionKind::Kernel => lower::kernel::kernel_to_graph(key.name(db), &ast, signature, inference)?,
         FunctionKind::Graph => {
             let file = key.file(db);
             let resolve = |name: &str| -> Option<lower::graph::Callee> {

@@ -281,8 +281,38 @@ fn untyped_helper(params: Vec<ParamInfo>, diagnostics: Vec<Diagnostic>) -> Signa
 /// What a function's decorators say (kind, schedule with its candidates).
 #[salsa::tracked(returns(ref), cycle_result = decorators_cycle)]
 pub fn fn_decorators<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<DecoratorInfo> {
+    if let Some(derived) = *db::derived_kernel(db, key) {
+        return Arc::new(derived_decorators(db, derived));
+    }
     let decorators = db::function_decorators(db, key).clone().unwrap_or_default();
     Arc::new(annot::decorator_info(db, key.file(db), key.name(db), &decorators))
+}
+
+/// A derived kernel's decorators: its original's, with the schedule of its
+/// `with_schedule` argument as the fixed schedule and no search space (an autotuned
+/// original's space is dropped). The original's decorator diagnostics stay the
+/// original's; the argument's are the assignment's (`const_value`).
+fn derived_decorators(db: &dyn Db, derived: db::DerivedKernel<'_>) -> DecoratorInfo {
+    let mut info = (**fn_decorators(db, derived.original)).clone();
+    info.diagnostics.clear();
+    info.unimported_alias_uses.clear();
+    if info.kind != FunctionKind::Kernel {
+        return info;
+    }
+    let fixed = db::constant_ast(db, derived.assignment)
+        .as_ref()
+        .and_then(|c| {
+            let (_, _, args) = db::with_schedule_call(c)?;
+            match const_value(db, derived.assignment).inference.type_of(args.first()?.value) {
+                Ty::Schedule(s) => Some((**s).clone()),
+                _ => None,
+            }
+        })
+        .unwrap_or_default();
+    info.schedule = Some(KernelSchedule { fixed, ..KernelSchedule::default() });
+    let kept = info.decorators.iter().filter(|d| !d.starts_with("kernel")).cloned();
+    info.decorators = std::iter::once("kernel.schedule".to_string()).chain(kept).collect();
+    info
 }
 
 /// The signature of a function.
@@ -361,6 +391,10 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     let index = db::item_index(db, file);
     let mut unimported: Vec<TextRange> = Vec::new();
     for entry in &index.functions {
+        if let Some(derived) = *db::derived_kernel(db, entry.key) {
+            out.extend(derived_diagnostics(db, entry.key, derived.original).map(|d| d.shift(entry.anchor)));
+            continue;
+        }
         let info = fn_decorators(db, entry.key);
         let signature = fn_signature(db, entry.key);
         let inference = infer_function(db, entry.key);
@@ -397,6 +431,28 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     // self-reference from both.
     out.dedup();
     out
+}
+
+/// A derived kernel's own diagnostics (item-relative to the original's `def`): those of
+/// its signature, body and schedule checks that its original does not have too (E0502
+/// under the new schedule, say). Everything else is reported once, at the original or at
+/// the assignment.
+fn derived_diagnostics<'db>(
+    db: &'db dyn Db,
+    key: FnKey<'db>,
+    original: FnKey<'db>,
+) -> impl Iterator<Item = Diagnostic> {
+    let of = |k: FnKey<'db>| -> Vec<Diagnostic> {
+        fn_signature(db, k)
+            .diagnostics
+            .iter()
+            .chain(&infer_function(db, k).diagnostics)
+            .chain(&schedule_checks(db, k).body)
+            .cloned()
+            .collect()
+    };
+    let theirs = of(original);
+    of(key).into_iter().filter(move |d| !theirs.contains(d))
 }
 
 pub fn sort_diagnostics(diagnostics: &mut [Diagnostic]) {

@@ -475,7 +475,8 @@ fn general_completions(db: &dyn Db, file: SourceFile, f: Option<&FnCtx<'_>>, acc
         }
     }
     let index = db::item_index(db, file);
-    for e in &index.functions {
+    // A derived kernel is completed as the constant that defines it.
+    for e in index.functions.iter().filter(|e| db::derived_kernel(db, e.key).is_none()) {
         let sig = crate::check::fn_signature(db, e.key);
         let name = e.key.name(db).clone();
         let detail = format!(

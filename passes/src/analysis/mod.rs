@@ -454,7 +454,8 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     }
     let Ok(graph) = graph_ir(db, key).clone() else { return out };
     let Some(def) = function_def(db, key).clone() else { return out };
-    let name = def.name.to_string();
+    // A derived kernel (`name = kernel.with_schedule(S)`) by its own name.
+    let name = key.name(db).to_string();
     race_lints(&graph, &name, &mut out);
     pattern_lints(&graph, &name, &mut out);
     let Some(limits) = GpuLimits::of(target) else { return out };

@@ -142,6 +142,18 @@ impl<'a> Infer<'a> {
                 self.no_attribute(obj.kind_name(), name, name_range, &[])
             }
             Ty::Mesh(_) => self.no_attribute("a mesh", name, name_range, &[]),
+            Ty::Function(f) if name == "with_schedule" => self.with_schedule_member(&f, name_range),
+            Ty::Builtin(kernel) if name == "with_schedule" && crate::check::scope::stdlib_member(kernel).is_some() => {
+                self.error(
+                    Code::E0201,
+                    name_range,
+                    format!(
+                        "`with_schedule` of a standard-library kernel (`{kernel}`) is not supported yet; \
+                         copy the kernel into the file and derive from the copy"
+                    ),
+                );
+                Ty::Unknown
+            }
             _ => {
                 self.error(Code::E0201, name_range, format!("{} has no attribute `{name}`", obj.kind_name()));
                 Ty::Unknown

@@ -68,6 +68,9 @@ pub(crate) struct Infer<'a> {
     local_names: NameIndex,
     locals_indexed: usize,
     signature_names: Option<NameIndex>,
+    /// The call that is the whole value of a `name = kernel.with_schedule(S)` constant:
+    /// the one place `with_schedule` defines a kernel.
+    pub with_schedule_root: Option<ExprId>,
 }
 
 impl<'a> Infer<'a> {
@@ -95,6 +98,7 @@ impl<'a> Infer<'a> {
             local_names: NameIndex::default(),
             locals_indexed: 0,
             signature_names: None,
+            with_schedule_root: None,
         }
     }
 
@@ -360,6 +364,7 @@ pub(crate) fn eval_constant(db: &dyn Db, key: ConstKey<'_>, ast: &ConstantAst) -
         .copied()
         .unwrap_or(0);
     let mut cx = Infer::new(db, file, &ast.arena, Mode::Constant { position }, None);
+    cx.with_schedule_root = crate::db::with_schedule_call(ast).map(|(_, call, _)| call);
     let ty = cx.expr(ast.value);
     let mut names = BTreeMap::new();
     collect_const_names(&ast.arena, ast.target, &ty, &mut names);

@@ -352,6 +352,7 @@ impl<'a> Infer<'a> {
     ) -> Ty {
         match recv {
             Ty::Schedule(s) => self.schedule_method(id, *s, name, vals),
+            Ty::Function(kernel) if name == "with_schedule" => self.with_schedule(id, kernel, vals),
             Ty::Tensor(cache) if cache.kind == TensorKind::KVCache => match name {
                 "append" => {
                     let positional: Vec<&ArgVal> = vals.iter().map(|(_, v)| v).collect();

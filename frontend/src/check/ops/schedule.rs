@@ -102,4 +102,76 @@ impl Infer<'_> {
             Ty::Unknown
         }
     }
+
+    /// `f.with_schedule` looked up on a function: only a kernel has it (E0201 at the
+    /// member otherwise); a kernel gives the method that [`Infer::with_schedule`] checks.
+    pub(crate) fn with_schedule_member(&mut self, function: &str, name_range: TextRange) -> Ty {
+        let key = crate::db::FnKey::new(self.db, self.file, function, 0);
+        let kind = crate::check::fn_decorators(self.db, key).kind;
+        if kind != crate::check::FunctionKind::Kernel {
+            let d = Diagnostic::new(
+                Code::E0201,
+                name_range,
+                format!("`{function}` is a {} and has no attribute `with_schedule`", kind.name()),
+            )
+            .with_note("only a kernel (`@kernel`) can be given a new schedule");
+            self.push(d);
+            return Ty::Unknown;
+        }
+        Ty::Method { recv: Box::new(Ty::Function(function.to_string())), name: "with_schedule".into() }
+    }
+
+    /// `name = kernel.with_schedule(S)`: a new kernel with `kernel`'s body and the fixed
+    /// schedule `S`. Only the whole value of a top-level assignment to one name defines
+    /// one (E0503 elsewhere); one argument, `S` or `schedule=S`, that is a Schedule.
+    /// The value is the original kernel, so `b = a.with_schedule(T)` derives from it too.
+    pub(super) fn with_schedule(
+        &mut self,
+        id: ExprId,
+        kernel: String,
+        vals: &[(Option<(String, TextRange)>, ArgVal)],
+    ) -> Ty {
+        if self.with_schedule_root != Some(id) {
+            self.error(
+                Code::E0503,
+                self.range(id),
+                format!(
+                    "`{kernel}.with_schedule(...)` defines a new kernel: write it as a top-level \
+                     assignment `name = {kernel}.with_schedule(S)`"
+                ),
+            );
+            return Ty::Unknown;
+        }
+        let arg = match vals {
+            [(None, v)] => v,
+            [(Some((kw, _)), v)] if kw == "schedule" => v,
+            [(Some((kw, range)), _)] => {
+                let mut d = Diagnostic::new(
+                    Code::E0804,
+                    *range,
+                    format!("`with_schedule` has no parameter `{kw}`; it takes (schedule)"),
+                );
+                if let Some(sug) = suggest(kw, ["schedule"]) {
+                    d = d.with_did_you_mean(*range, sug);
+                }
+                self.push(d);
+                return Ty::Unknown;
+            }
+            _ => {
+                self.error(
+                    Code::E0801,
+                    self.range(id),
+                    format!("`with_schedule` takes 1 argument (schedule), got {}", vals.len()),
+                );
+                return Ty::Unknown;
+            }
+        };
+        match &arg.ty {
+            Ty::Schedule(_) => Ty::Function(kernel),
+            other => {
+                let other = other.clone();
+                self.wrong_kind(arg.expr, "with_schedule", "a Schedule", &other)
+            }
+        }
+    }
 }

@@ -40,6 +40,11 @@ pub(crate) struct FnCtx<'db> {
 impl<'db> FnCtx<'db> {
     pub fn new(db: &'db dyn Db, file: SourceFile, index: usize) -> Option<FnCtx<'db>> {
         let entry = db::item_index(db, file).functions.get(index)?;
+        // A derived kernel (`name = kernel.with_schedule(S)`) is its assignment in the
+        // editor: a constant; its body is its original's.
+        if db::derived_kernel(db, entry.key).is_some() {
+            return None;
+        }
         let ast = db::function_ast(db, entry.key).clone()?;
         Some(FnCtx {
             index,
