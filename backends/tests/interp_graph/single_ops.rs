@@ -406,9 +406,16 @@ fn bad_arguments_and_unknown_ops_are_reported() {
     assert_eq!(e.to_string(), "`p1` dim 0 gives `K` = 4, but it is 3 already");
     let e = run_graph(&f, &[t(DType::BF16, &[2, 3], &iota(6))], 0).unwrap_err();
     assert_eq!(e.to_string(), "`g` takes 2 arguments, got 1");
+    // A concat of a rank-2 and a rank-1 tensor.
     let e = run_graph(&f, &[t(DType::BF16, &[2, 3], &iota(6)), t(DType::BF16, &[3], &iota(3))], 0).unwrap_err();
-    assert!(e.to_string().contains("`graph.concat` is not evaluated by the Graph IR interpreter"), "{e}");
+    assert!(e.to_string().contains("concatenates [2, 3] and [3] along axis 0"), "{e}");
     assert_eq!(e.op_name(), Some("graph.concat"));
+    let f = build(&[tty(&[2, 3], DType::F32)], |b, p| {
+        vec![b.op1(OpKind::AllReduce, vec![p[0]], tty(&[2, 3], DType::F32), vec![], &Loc::default())]
+    });
+    let e = run_graph(&f, &[t(DType::F32, &[2, 3], &iota(6))], 0).unwrap_err();
+    assert!(e.to_string().contains("`dist.all_reduce` is not evaluated by the Graph IR interpreter"), "{e}");
+    assert_eq!(e.op_name(), Some("dist.all_reduce"));
     // Elementwise ops need tensors of one shape: broadcasts are explicit.
     let f = build(&[tty(&[2, 3], DType::F32), tty(&[3], DType::F32)], |b, p| {
         vec![b.op1(OpKind::Add, vec![p[0], p[1]], tty(&[2, 3], DType::F32), vec![], &Loc::default())]
