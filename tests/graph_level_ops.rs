@@ -45,6 +45,11 @@ def noise(x: Tensor["M", "N", f32]):
     return x + a, b, randn((M, N)), randn((2, M, N), seed=7)
 
 
+@jit
+def noise_epilogue(a: Tensor["B", "M", "K", f32], b: Tensor["B", "K", "N", f32], w: Tensor["K", "N", f32]):
+    return a @ b + randn((B, M, N), seed=3), a @ w * randn((B, M, N), seed=4), concat([randn((1, M, N), seed=3), a @ w], axis=0)
+
+
 @autodiff
 def mixloss(x: Tensor["M", 6, f32], y: Tensor["M", 4, f32]):
     a, b, c, d, e = split(concat([x * x, y], axis=1), 5, axis=1)
@@ -199,6 +204,23 @@ assert (w[0].astype(np.float16).astype(np.float64) == result("return1", (M, N)))
 all = np.concatenate([w.ravel(), z.ravel()])
 assert abs(all.mean()) < 0.05 and abs(all.std() - 1) < 0.05, (all.mean(), all.std())
 assert abs((np.abs(all) < 1).mean() - 0.6827) < 0.02
+"#,
+    },
+    Case {
+        // randn in a batched and a flat matmul's epilogue: element (r, c) of the
+        // [B*M, N] view, as everywhere.
+        function: "noise_epilogue",
+        dims: "B=2,M=20,K=8,N=33",
+        oracle: r#"
+a, b, w = load("a"), load("b"), load("w")
+mm = lambda x, y: (np.matmul(x, y), 8 * 2.0 ** -23 * np.matmul(np.abs(x), np.abs(y)))
+z3, z4 = randn(3, (2, 20, 33)), randn(4, (2, 20, 33))
+p, e = mm(a, b)
+close("a @ b + randn", result("return0", p.shape), p + z3, e + 2.0 ** -19 * (1 + np.abs(p) + np.abs(z3)))
+p, e = mm(a, w)
+close("a @ w * randn", result("return1", p.shape), p * z4, (e + 2.0 ** -19 * (1 + np.abs(p))) * (1 + np.abs(z4)))
+ref = np.concatenate([z3[:1], p], axis=0)
+close("concat([randn, a @ w])", result("return2", ref.shape), ref, 2.0 ** -19 * (1 + np.abs(ref)) + np.concatenate([0 * z3[:1], e]))
 "#,
     },
     Case {
