@@ -667,11 +667,7 @@ impl<'a> Infer<'a> {
                         }
                     }
                     if !elem.dtype.is_float() {
-                        self.error(
-                            Code::E0400,
-                            self.range(id),
-                            format!("`randn` draws floats, not {}", elem.dtype),
-                        );
+                        self.error(Code::E0400, self.range(id), format!("`randn` draws floats, not {}", elem.dtype));
                         return Ty::Unknown;
                     }
                 }
