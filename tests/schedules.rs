@@ -131,3 +131,85 @@ fn kernel_auto_is_tuned_over_its_default_space() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json(&o)["space"]["total"].as_u64(), Some(32), "sm_80 searches stages {{2, 3}}");
 }
+
+/// `name = kernel.with_schedule(S)`: a kernel of its own, found by name by `lower`, `run`
+/// and the lints, with `S` as its fixed schedule (the original's space dropped).
+#[test]
+fn with_schedule_defines_a_kernel_found_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!(
+        "from tessera import *\n\nbase = Schedule(block=(128, 128), k=32, warps=8, stages=3)\n\n{}\n\
+         small = g.with_schedule(base.with_block(32, 16).with_warps(2))\n\
+         inline = g.with_schedule(Schedule(block=(16, 16), k=16, warps=1))\n",
+        gemm("@kernel.autotune(space=dict(BM=[64, 128], BN=[64], BK=[32]))", "g")
+    );
+    std::fs::write(dir.path().join("k.tsr"), src).unwrap();
+    let o = run_in(dir.path(), &["check", "k.tsr", "--target", "cpu"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run_in(dir.path(), &["lower", "k.tsr", "--kernel", "small", "--stage", "sched"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("func.func @small("), "{out}");
+    assert!(
+        out.contains("config = \"BD=64, BK=32, BM=32, BN=16, stages=3, swizzle=none, vector=4, warps=2\""),
+        "{out}"
+    );
+    let o = run_in(dir.path(), &["lower", "k.tsr", "--kernel", "inline", "--stage", "sched"]);
+    let out = text(&o);
+    assert!(
+        out.contains("config = \"BD=64, BK=16, BM=16, BN=16, stages=2, swizzle=none, vector=4, warps=1\""),
+        "{out}"
+    );
+    let o = run_in(
+        dir.path(),
+        &[
+            "run",
+            "k.tsr",
+            "--kernel",
+            "small",
+            "--dims",
+            "M=64,N=48,K=40",
+            "--device",
+            "interp",
+            "--repeat",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["correct"], true, "{v}");
+    assert_eq!(v["check"], "full", "{v}");
+    // A name that is neither a function nor a derived kernel is still refused.
+    let o = run_in(dir.path(), &["lower", "k.tsr", "--kernel", "base"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("it defines g, small, inline"), "{}", text(&o));
+}
+
+/// A derived kernel's errors are its assignment's: it is not lowered, and its target
+/// lints point at the assignment.
+#[test]
+fn a_derived_kernel_reports_at_its_assignment() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!(
+        "from tessera import *\n\n{}\nbad = g.with_schedule(Schedule(warps=3))\nwide = g.with_schedule(Schedule(block=(128, 128), warps=4))\n",
+        gemm("@kernel", "g")
+    );
+    std::fs::write(dir.path().join("k.tsr"), &src).unwrap();
+    let line = |prefix: &str| src.lines().position(|l| l.starts_with(prefix)).unwrap() + 1;
+    let o = run_in(dir.path(), &["check", "k.tsr", "--format", "concise"]);
+    let out = text(&o);
+    assert!(out.contains(&format!("k.tsr:{}:", line("bad ="))) && out.contains("error[E0701]"), "{out}");
+    let o = run_in(dir.path(), &["lower", "k.tsr", "--kernel", "bad"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("cannot lower `bad`"), "{}", text(&o));
+    // `g`'s own occupancy warning stays at `g`; `wide`'s (the same 128×128 block and 4
+    // warps) is at the assignment, naming it.
+    let wide = format!(
+        "k.tsr:{}:1: warning[W0602] occupancy 12.5% on sm_90: 2 resident blocks of 4 warps per SM \
+         (in `wide = g.with_schedule(...)`)",
+        line("wide =")
+    );
+    assert!(out.lines().any(|l| l == wide), "{out}");
+    assert!(out.lines().any(|l| l.starts_with(&format!("k.tsr:{}:5: warning[W0602]", line("def g")))), "{out}");
+}
