@@ -201,3 +201,32 @@ fn a_bad_with_schedule_names_the_bad_part() {
     let d = diagnostics(&derived_file("@kernel\ndef j(x: Tensor[\"N\", f32]):\n    s = k.with_schedule(base)\n"));
     assert!(d.iter().any(|d| d.0 == Code::E0503 && d.2 == "k.with_schedule(base)"), "{d:?}");
 }
+
+/// In the editor a derived kernel is its assignment: a kernel symbol, a kernel hover
+/// (the server adds its resources by name), and no feature fails anywhere in the file.
+#[test]
+fn the_editor_shows_a_derived_kernel_at_its_assignment() {
+    use tessera_frontend::ide;
+    let src = derived_file("small = k.with_schedule(base.with_block(32, 32))\nx = k.with_schedule(3)\n");
+    let db = Database::default();
+    let file = SourceFile::new(&db, "t.tsr".into(), src.clone(), None);
+    let symbols = ide::file_structure(&db, file);
+    let small = symbols.iter().find(|s| s.name == "small").unwrap();
+    assert_eq!((small.kind, small.detail.as_str()), (ide::SymbolKind::Kernel, "k.with_schedule"));
+    // One with a bad argument is still the kernel it defines (its error is reported).
+    assert_eq!(symbols.iter().find(|s| s.name == "x").unwrap().kind, ide::SymbolKind::Kernel);
+    assert_eq!(symbols.iter().find(|s| s.name == "base").unwrap().kind, ide::SymbolKind::Constant);
+    let at = src.find("small =").unwrap() as u32 + 1;
+    let hover = ide::hover(&db, file, at).unwrap();
+    assert_eq!(hover.subject, ide::HoverSubject::Kernel { name: "small".into() });
+    assert!(hover.markdown.contains("`k`'s body under the fixed schedule"), "{}", hover.markdown);
+    assert!(hover.markdown.contains("BM=32"), "{}", hover.markdown);
+    for offset in 0..=src.len() as u32 {
+        let _ = ide::hover(&db, file, offset);
+        let _ = ide::completions(&db, file, offset);
+        let _ = ide::goto_definition(&db, file, offset);
+        let _ = ide::find_references(&db, file, offset, true);
+    }
+    let _ = ide::inlay_hints(&db, file, None);
+    let _ = ide::highlight(&db, file);
+}

@@ -94,6 +94,22 @@ pub fn hover(db: &dyn Db, file: SourceFile, offset: u32) -> Option<HoverResult> 
         Definition::Constant { name } => {
             let constants = nav::all_constants(db, file);
             let c: &ConstCtx<'_> = constants.iter().find(|c| c.ast.names.iter().any(|(n, _)| n == name))?;
+            if let Some(derived) = *db::derived_kernel(db, db::FnKey::new(db, file, name.as_str(), 0)) {
+                let info = crate::check::fn_decorators(db, db::FnKey::new(db, file, name.as_str(), 0));
+                if let (FunctionKind::Kernel, Some(schedule)) = (info.kind, &info.schedule) {
+                    subject = HoverSubject::Kernel { name: name.to_string() };
+                    let original = derived.original.name(db);
+                    return Some(HoverResult {
+                        range: at.range,
+                        markdown: format!(
+                            "{}\n\nkernel: `{original}`'s body under the fixed schedule `{}`",
+                            code(&format!("{name} = {original}.with_schedule(...)")),
+                            schedule.fixed.layered_on(&crate::check::ScheduleValue::default_for_kernel())
+                        ),
+                        subject,
+                    });
+                }
+            }
             let ty = c.value.names.get(name).unwrap_or(&c.value.ty);
             let mut out = code(&format!("{name}: {ty}"));
             out += "\n\nmodule constant (a compile-time value)";

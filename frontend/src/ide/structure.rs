@@ -78,10 +78,18 @@ pub fn file_structure(db: &dyn Db, file: SourceFile) -> Vec<FileSymbol> {
     for c in nav::all_constants(db, file) {
         for (name, range) in &c.ast.names {
             let ty = c.value.names.get(name.as_str()).unwrap_or(&c.value.ty);
+            // A derived kernel (`name = kernel.with_schedule(S)`) is a kernel symbol.
+            let key = crate::db::FnKey::new(db, file, name.as_str(), 0);
+            let derived = crate::db::derived_kernel(db, key)
+                .filter(|_| crate::check::fn_decorators(db, key).kind == FunctionKind::Kernel);
+            let (kind, detail) = match derived {
+                Some(d) => (SymbolKind::Kernel, format!("{}.with_schedule", d.original.name(db))),
+                None => (SymbolKind::Constant, if ty.is_unknown() { String::new() } else { ty.to_string() }),
+            };
             out.push(FileSymbol {
                 name: name.to_string(),
-                kind: SymbolKind::Constant,
-                detail: if ty.is_unknown() { String::new() } else { ty.to_string() },
+                kind,
+                detail,
                 range: c.range,
                 name_range: range.shift(c.anchor),
             });
