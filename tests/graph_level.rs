@@ -6,81 +6,69 @@
 //! against the f64 reference, and a NumPy oracle recomputes every result from the saved
 //! inputs in float64 with an error bound that fits the dtypes.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod graph_oracles;
+
+use std::process::Command;
+
+use graph_oracles::*;
 
 const PROGRAM: &str = r#"from tessera import *
-
 
 @jit
 def mm_f32(a: Tensor["M", "K", f32], b: Tensor["K", "N", f32]):
     return a @ b
 
-
 @jit
 def mm_f16(a: Tensor["M", "K", f16], b: Tensor["K", "N", f16]):
     return matmul(a, b)
-
 
 @jit
 def mm_bf16(a: Tensor["M", "K", bf16], b: Tensor["K", "N", bf16], bias: Tensor["N", bf16]):
     return a @ b, relu(a @ b + bias)
 
-
 @jit
 def bmm_right(a: Tensor["M", "K", f32], b: Tensor["B", "K", "N", f32]):
     return a @ b
-
 
 @jit
 def bmm_both(a: Tensor["B", 1, "M", "K", bf16], b: Tensor["H", "K", "N", bf16]):
     return a @ b
 
-
 @jit
 def bmm_inner(a: Tensor[2, "H", "M", "K", f16], b: Tensor["H", "K", "N", f16], s: Tensor["H", "M", 1, f16]):
     return a @ b * s
-
 
 @jit
 def mm_scaled(a: Tensor[2, "H", "M", "K", f32], w: Tensor["K", "N", f32], s: Tensor["H", "M", 1, f32], b: Tensor["N", f32]):
     return a @ w * s + b, a @ w + b
 
-
 @jit
 def reductions(x: Tensor["A", "B", "C", "D", f32]):
     return sum(x, axis=0), mean(x, axis=1), max(x, axis=(0, 2)), min(x, axis=(-1, 1), keepdim=True), mean(x)
-
 
 @jit
 def reductions_bf16(x: Tensor["A", "B", "C", bf16]):
     return sum(x, axis=0), max(x, axis=1), mean(x, axis=(0, 2))
 
-
 @jit
 def reductions_rank8(x: Tensor["A", 3, 2, 3, 2, 3, 2, 3, f32]):
     return max(x, axis=(1, 3, 5, 7)), sum(x, axis=(0, 2, 4, 6)), mean(x, axis=(1, 3, 5), keepdim=True)
-
 
 @jit
 def softmax_axes(x: Tensor["A", "B", "C", f32]):
     return softmax_safe(x, axis=0), softmax_safe(x, axis=1), softmax_safe(x, axis=-1)
 
-
 @jit
 def logsumexp_axes(x: Tensor["A", "B", "C", f32], h: Tensor["A", "B", bf16]):
     return logsumexp_safe(x, axis=0), logsumexp_safe(x, axis=1), logsumexp_safe(x), logsumexp_safe(h, axis=0)
-
 
 @jit
 def norms_f32(x: Tensor["R", "C", f32], w: Tensor["C", f32], b: Tensor["C", f32]):
     return rmsnorm_safe(x, weight=w), layernorm_safe(x, weight=w, bias=b)
 
-
 @jit
 def norms_f16(x: Tensor["R", "C", f16], w: Tensor["C", f16], b: Tensor["C", f16]):
     return rmsnorm_safe(x, weight=w), layernorm_safe(x, weight=w, bias=b)
-
 
 @jit
 def norms_bf16(x: Tensor["R", "C", bf16], w: Tensor["C", bf16]):
@@ -129,12 +117,6 @@ def check_reduce(name, y, x, kind, axis, dtype, keepdims=False):
     scale = np.sum(np.abs(x), axis=axis, keepdims=keepdims) / (n if kind == "mean" else 1)
     close(name, y, ref, u(dtype) * np.abs(ref) + n * 2.0 ** -23 * scale)
 "#;
-
-struct Case {
-    function: &'static str,
-    dims: &'static str,
-    oracle: &'static str,
-}
 
 const CASES: &[Case] = &[
     Case {
@@ -313,73 +295,18 @@ for name, ref, y in (("rmsnorm", rms, out("return0", "f16", x.shape)), ("layerno
     close(name, y, ref, u("f16") * np.abs(ref) + 2.0 ** -14 * (1 + np.abs(ref)))
 "#;
 
-fn tessera() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    cmd.env_remove("NO_COLOR");
-    cmd
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-fn numpy() -> bool {
-    let ok = Command::new("python3").args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "CI needs python3 with numpy for the graph-level oracles");
-        eprintln!("skipping the NumPy oracles: python3 with numpy is not installed");
-    }
-    ok
-}
-
-/// The devices to run on: the interpreter, and the CPU backend where this build has it.
-fn devices() -> Vec<&'static str> {
-    let mut d = vec!["interp"];
-    if tessera_backends::HAS_CPU_BACKEND {
-        d.push("cpu");
-    }
-    d
-}
-
-fn program(dir: &Path) -> std::path::PathBuf {
-    let file = dir.join("graph_level.tsr");
-    std::fs::write(&file, PROGRAM).unwrap();
-    file
-}
-
-/// Runs one case with `--save`: it must exit 0 with the verdict `correct` on `device`.
-fn run_saved(file: &Path, case: &Case, device: &str, out: &Path) {
-    let o = tessera()
-        .args(["run", file.to_str().unwrap(), "--kernel", case.function, "--dims", case.dims])
-        .args(["--device", device, "--repeat", "1", "--save", out.to_str().unwrap()])
-        .output()
-        .expect("tessera runs");
-    assert_eq!(o.status.code(), Some(0), "{} on {device}: {}", case.function, text(&o));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
-    assert_eq!(report["kind"], "graph", "{}", case.function);
-    assert_eq!(report["device"], device, "{}: {report}", case.function);
-    assert_eq!(report["reference"], "graph-f64", "{}", case.function);
-    assert_eq!(report["verdict"], "correct", "{} on {device}: {report}", case.function);
-}
-
-fn oracle(case: &Case, device: &str, out: &Path) {
-    let script = format!("{PRELUDE}\n{}", case.oracle);
-    let o = Command::new("python3").args(["-c", &script, out.to_str().unwrap()]).output().expect("python3 runs");
-    assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
-}
-
 #[test]
 fn graph_level_operations_match_numpy_on_every_device() {
     let has_numpy = numpy();
     let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path());
+    let file = program(dir.path(), "graph_level.tsr", PROGRAM);
     for device in devices() {
         for case in CASES {
             let out = dir.path().join(format!("{}_{device}", case.function));
             run_saved(&file, case, device, &out);
             if has_numpy {
-                oracle(case, device, &out);
+                let o = oracle(PRELUDE, case, &out);
+                assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
             }
         }
     }
@@ -394,7 +321,7 @@ fn the_oracles_refuse_a_wrong_result() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path());
+    let file = program(dir.path(), "graph_level.tsr", PROGRAM);
     // `y`: the saved result (in its saved dtype), `x`: the saved input of `reductions`.
     for (function, name, wrong) in [
         // The batch order reversed: each matrix of the result belongs to another batch.
@@ -409,7 +336,8 @@ fn the_oracles_refuse_a_wrong_result() {
         let case = Case { function: case.function, dims, oracle: case.oracle };
         let out = dir.path().join(function);
         run_saved(&file, &case, "interp", &out);
-        oracle(&case, "interp", &out);
+        let o = oracle(PRELUDE, &case, &out);
+        assert!(o.status.success(), "NumPy oracle of {}: {}", case.function, text(&o));
         // Overwrite the saved result with the wrong one (in the saved dtype) and ask again.
         let replace = format!(
             "import numpy as np\nd = '{dir}'\np = d + '/{name}.out.npy'\ny = np.load(p)\n\
@@ -420,8 +348,7 @@ fn the_oracles_refuse_a_wrong_result() {
         );
         let o = Command::new("python3").args(["-c", &replace]).output().unwrap();
         assert!(o.status.success(), "{}", text(&o));
-        let script = format!("{PRELUDE}\n{}", case.oracle);
-        let o = Command::new("python3").args(["-c", &script, out.to_str().unwrap()]).output().unwrap();
+        let o = oracle(PRELUDE, &case, &out);
         assert!(!o.status.success(), "the oracle of {function} accepted `{wrong}`");
         assert!(text(&o).contains("AssertionError"), "{function}: {}", text(&o));
     }
@@ -432,7 +359,7 @@ fn the_oracles_refuse_a_wrong_result() {
 #[test]
 fn graph_ir_and_plan_show_the_operations() {
     let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path());
+    let file = program(dir.path(), "graph_level.tsr", PROGRAM);
     let lower = |function: &str, stage: &str| {
         let o = tessera()
             .args(["lower", file.to_str().unwrap(), "--kernel", function, "--stage", stage])

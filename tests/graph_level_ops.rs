@@ -7,22 +7,22 @@
 //! values, so their oracles ask for equality; `randn`'s oracle recomputes the documented
 //! generator (the hash of `tile.rand`, Box–Muller with NumPy's `cos` in float64).
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod graph_oracles;
+
+use std::process::Command;
+
+use graph_oracles::*;
 
 const PROGRAM: &str = r#"from tessera import *
-
 
 @jit
 def cat(a: Tensor["B", "M", "N", f32], b: Tensor["B", "K", "N", f32], c: Tensor["B", "M", "N", f32]):
     return concat([a, b, c], axis=1), concat([a, c], axis=-1), concat((a, c), axis=0)
 
-
 @jit
 def cat_computed(a: Tensor["M", "N", f16], b: Tensor["M", "N", f16]):
     y = concat([relu(a), a * b, b], axis=0)
     return y + 1.0
-
 
 @jit
 def halves(x: Tensor["B", "M", "N", bf16]):
@@ -31,12 +31,10 @@ def halves(x: Tensor["B", "M", "N", bf16]):
     u, v = split(x, 2, axis=1)
     return p, q, r, s, t, u, v * 2.0
 
-
 @jit
 def round_trip(x: Tensor["M", "N", f32]):
     p, q, r = split(x, 3, axis=1)
     return concat([r, p, q], axis=1)
-
 
 @jit
 def noise(x: Tensor["M", "N", f32]):
@@ -44,44 +42,36 @@ def noise(x: Tensor["M", "N", f32]):
     b = randn((M, N), dtype=f16, seed=7)
     return x + a, b, randn((M, N)), randn((2, M, N), seed=7)
 
-
 @jit
 def noise_epilogue(a: Tensor["B", "M", "K", f32], b: Tensor["B", "K", "N", f32], w: Tensor["K", "N", f32]):
     return a @ b + randn((B, M, N), seed=3), a @ w * randn((B, M, N), seed=4), concat([randn((1, M, N), seed=3), a @ w], axis=0)
-
 
 @autodiff
 def mixloss(x: Tensor["M", 6, f32], y: Tensor["M", 4, f32]):
     a, b, c, d, e = split(concat([x * x, y], axis=1), 5, axis=1)
     return sum(a * randn((M, 2), seed=5)) + sum(c * e) + mean(concat([d, b], axis=0))
 
-
 @jit
 def mixgrad(x: Tensor["M", 6, f32], y: Tensor["M", 4, f32]):
     return grad(mixloss)(x, y)
-
 
 @autodiff
 def ce(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C", f32]):
     return cross_entropy(logits, target)
 
-
 @autodiff
 def sq(pred: Tensor["N", "D", f32], target: Tensor["N", "D", f32]):
     return mse(pred, target)
 
-
 @jit
 def losses(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C", f32], pred: Tensor["N", "D", bf16], y: Tensor["N", "D", bf16], v: Tensor["C", f16], w: Tensor["C", f16]):
     return cross_entropy(logits, target), mse(pred, y), cross_entropy(v, w)
-
 
 @jit
 def loss_grads(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C", f32], pred: Tensor["N", "D", f32], y: Tensor["N", "D", f32]):
     dl, dt = grad(ce)(logits, target)
     dp, dy = grad(sq)(pred, y)
     return dl, dt, dp, dy
-
 
 @jit
 def heads(qkv: Tensor["B", "S", "E", f16], h: Tensor["B", "H", "S", "Dh", f32]):
@@ -131,12 +121,6 @@ def randn(seed, shape):
     u1, u2 = uniform(seed, (0 * r, r, c)), uniform(seed, (0 * r + 1, r, c))
     return (np.sqrt(-2 * np.log(1 - u1)) * np.cos(2 * np.pi * u2)).reshape(shape)
 "#;
-
-struct Case {
-    function: &'static str,
-    dims: &'static str,
-    oracle: &'static str,
-}
 
 const CASES: &[Case] = &[
     Case {
@@ -315,72 +299,17 @@ same("return3", "f32", h.transpose(0, 2, 1, 3).reshape(B, S, -1))
     },
 ];
 
-fn tessera() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    cmd.env_remove("NO_COLOR");
-    cmd
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-fn numpy() -> bool {
-    let ok = Command::new("python3").args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "CI needs python3 with numpy for the graph-level oracles");
-        eprintln!("skipping the NumPy oracles: python3 with numpy is not installed");
-    }
-    ok
-}
-
-/// The devices to run on: the interpreter, and the CPU backend where this build has it.
-fn devices() -> Vec<&'static str> {
-    let mut d = vec!["interp"];
-    if tessera_backends::HAS_CPU_BACKEND {
-        d.push("cpu");
-    }
-    d
-}
-
-fn program(dir: &Path) -> std::path::PathBuf {
-    let file = dir.join("graph_level_ops.tsr");
-    std::fs::write(&file, PROGRAM).unwrap();
-    file
-}
-
-/// Runs one case with `--save`: it must exit 0 with the verdict `correct` on `device`.
-fn run_saved(file: &Path, case: &Case, device: &str, out: &Path) {
-    let o = tessera()
-        .args(["run", file.to_str().unwrap(), "--kernel", case.function, "--dims", case.dims])
-        .args(["--device", device, "--repeat", "1", "--save", out.to_str().unwrap()])
-        .output()
-        .expect("tessera runs");
-    assert_eq!(o.status.code(), Some(0), "{} on {device}: {}", case.function, text(&o));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
-    assert_eq!(report["kind"], "graph", "{}", case.function);
-    assert_eq!(report["device"], device, "{}: {report}", case.function);
-    assert_eq!(report["reference"], "graph-f64", "{}", case.function);
-    assert_eq!(report["verdict"], "correct", "{} on {device}: {report}", case.function);
-}
-
-fn oracle(case: &Case, out: &Path) -> Output {
-    let script = format!("{PRELUDE}\n{}", case.oracle);
-    Command::new("python3").args(["-c", &script, out.to_str().unwrap()]).output().expect("python3 runs")
-}
-
 #[test]
 fn data_movement_matches_numpy_on_every_device() {
     let has_numpy = numpy();
     let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path());
+    let file = program(dir.path(), "graph_level_ops.tsr", PROGRAM);
     for device in devices() {
         for case in CASES {
             let out = dir.path().join(format!("{}_{device}", case.function));
             run_saved(&file, case, device, &out);
             if has_numpy {
-                let o = oracle(case, &out);
+                let o = oracle(PRELUDE, case, &out);
                 assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
             }
         }
@@ -395,7 +324,7 @@ fn the_oracles_refuse_a_wrong_result() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path());
+    let file = program(dir.path(), "graph_level_ops.tsr", PROGRAM);
     for (function, name, wrong) in [
         ("cat", "return0", "np.concatenate([a, c, b], axis=1)"),
         ("halves", "return1", "np.split(x, 2, axis=-1)[0]"),
@@ -407,7 +336,7 @@ fn the_oracles_refuse_a_wrong_result() {
         let case = CASES.iter().find(|c| c.function == function).unwrap();
         let out = dir.path().join(function);
         run_saved(&file, case, "interp", &out);
-        assert!(oracle(case, &out).status.success(), "{function}");
+        assert!(oracle(PRELUDE, case, &out).status.success(), "{function}");
         let replace = format!(
             "import numpy as np\nd = '{dir}'\nload = lambda n: np.load(d + '/' + n + '.npy').astype(np.float64)\n\
              p = d + '/{name}.out.npy'\ny = np.load(p)\n\
@@ -418,7 +347,7 @@ fn the_oracles_refuse_a_wrong_result() {
         );
         let o = Command::new("python3").args(["-c", &replace]).output().unwrap();
         assert!(o.status.success(), "{}", text(&o));
-        let o = oracle(case, &out);
+        let o = oracle(PRELUDE, case, &out);
         assert!(!o.status.success(), "the oracle of {function} accepted `{wrong}`");
         assert!(text(&o).contains("AssertionError"), "{function}: {}", text(&o));
     }
@@ -429,7 +358,7 @@ fn the_oracles_refuse_a_wrong_result() {
 #[test]
 fn graph_ir_and_plan_show_the_copies() {
     let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path());
+    let file = program(dir.path(), "graph_level_ops.tsr", PROGRAM);
     let lower = |function: &str, stage: &str| {
         let o = tessera()
             .args(["lower", file.to_str().unwrap(), "--kernel", function, "--stage", stage])
