@@ -480,18 +480,7 @@ fn tuned_json(
 }
 
 fn print_hit(src: &Source, setup: &Setup<'_>, path: &std::path::Path, entry: &CacheEntry, json: bool) {
-    let keys: Vec<String> = setup
-        .info
-        .schedule
-        .space
-        .iter()
-        .map(|k| tessera_frontend::check::schedule::canonical_key(&k.key).to_string())
-        .fold(Vec::new(), |mut v, k| {
-            if !v.contains(&k) {
-                v.push(k);
-            }
-            v
-        });
+    let keys: Vec<String> = setup.info.schedule.canonical_space_keys();
     if json {
         let v = json!({
             "kernel": setup.info.name,

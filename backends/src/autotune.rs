@@ -292,16 +292,7 @@ pub fn space(
     // `@kernel.auto` searches its default space on this target (`tessera_passes::auto_space`).
     let mut schedule = info.schedule.clone();
     tessera_passes::auto_space::fill_auto_space(db, key, &mut schedule, target);
-    let keys: Vec<String> = schedule
-        .space
-        .iter()
-        .map(|k| tessera_frontend::check::schedule::canonical_key(&k.key).to_string())
-        .fold(Vec::new(), |mut v, k| {
-            if !v.contains(&k) {
-                v.push(k);
-            }
-            v
-        });
+    let keys: Vec<String> = schedule.canonical_space_keys();
     let configurations = schedule.configurations();
     let total = configurations.len();
     let mut out = Space { keys, total, candidates: Vec::new(), pruned: Vec::new() };

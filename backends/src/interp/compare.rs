@@ -189,19 +189,24 @@ pub struct OutputComparison {
     pub comparison: Comparison,
 }
 
-/// Compares every tensor the kernel writes (by [`param_access`]) between two argument
-/// lists of the same kernel: the interpreter's (`expected`) and a backend's (`actual`).
-/// Each output gets the policy of its dtype, widened for sums as long as the largest
-/// tensor dim (an upper bound on the length of any reduction in a kernel over them).
-pub fn compare_outputs(func: &Func, expected: &[Arg], actual: &[Arg]) -> Vec<OutputComparison> {
-    let longest = expected
-        .iter()
+/// The largest dim of any tensor argument (1 without one): an upper bound on the length
+/// of any sum a kernel or graph over them computes, which widens comparison budgets.
+pub fn longest_dim(args: &[Arg]) -> usize {
+    args.iter()
         .filter_map(|a| match a {
             Arg::Tensor(t) => t.dims.iter().copied().max(),
             _ => None,
         })
         .max()
-        .unwrap_or(1);
+        .unwrap_or(1)
+}
+
+/// Compares every tensor the kernel writes (by [`param_access`]) between two argument
+/// lists of the same kernel: the interpreter's (`expected`) and a backend's (`actual`).
+/// Each output gets the policy of its dtype, widened for sums as long as the largest
+/// tensor dim (an upper bound on the length of any reduction in a kernel over them).
+pub fn compare_outputs(func: &Func, expected: &[Arg], actual: &[Arg]) -> Vec<OutputComparison> {
+    let longest = longest_dim(expected);
     param_access(func)
         .iter()
         .enumerate()

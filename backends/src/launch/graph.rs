@@ -331,15 +331,7 @@ impl<'db> GraphSession<'db> {
         // the reference sums in f64: the budget widens with the accumulator's precision
         // and the longest input dim (an upper bound on a sum's length), as for kernels.
         let narrow = super::narrowest_accumulator(&self.graph);
-        let longest = inputs
-            .args
-            .iter()
-            .filter_map(|a| match a {
-                Arg::Tensor(t) => t.dims.iter().copied().max(),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(1);
+        let longest = crate::interp::compare::longest_dim(&inputs.args);
         let checks: Vec<GraphCheck> = reference
             .iter()
             .zip(&outputs)

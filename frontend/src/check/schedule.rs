@@ -184,6 +184,19 @@ pub struct KernelSchedule {
 }
 
 impl KernelSchedule {
+    /// The keys of the search space in their canonical names (`m` is `BM`), each once,
+    /// in the order they are written.
+    pub fn canonical_space_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::new();
+        for k in &self.space {
+            let key = canonical_key(&k.key);
+            if !keys.iter().any(|seen| seen == key) {
+                keys.push(key.to_string());
+            }
+        }
+        keys
+    }
+
     pub fn is_autotuned(&self) -> bool {
         !self.space.is_empty() || self.auto
     }
