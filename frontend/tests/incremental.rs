@@ -139,3 +139,37 @@ fn editing_an_autotune_candidate_keeps_the_bodys_inference() {
     assert!(!queries.contains(&"infer_function"), "the body is not re-inferred: {queries:?}");
     assert!(!queries.contains(&"fn_signature") || runs.iter().filter(|(q, _)| q == "fn_signature").count() == 1);
 }
+
+/// A derived kernel (`small = k.with_schedule(S)`): editing `S` re-runs the derived
+/// kernel's decorators and no function's inference (its signature is equal, and `k`'s
+/// decorators are untouched); its schedule follows the edit.
+#[test]
+fn editing_a_with_schedule_argument_reruns_no_inference() {
+    let text = |bm: u32| {
+        format!(
+            "from tessera import *\n\n@kernel\ndef k(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32]):\n    \
+             ctx = tile.context()\n    for i0 in tile.parallel(0, N, ctx.BM):\n        \
+             y[i0:i0 + ctx.BM] = tile.load(x[i0:i0 + ctx.BM])\n\n\
+             small = k.with_schedule(Schedule(block=({bm}, 32)))\n"
+        )
+    };
+    let (mut db, keys) = database();
+    let file = SourceFile::new(&db, "k.tsr".into(), text(32), None);
+    assert!(file_diagnostics(&db, file).is_empty());
+    let small = item_index(&db, file).function(&db, "small").unwrap().key.as_id();
+    let bm = |db: &Database| {
+        let key = item_index(db, file).function(db, "small").unwrap().key;
+        let schedule = tessera_frontend::check::fn_decorators(db, key).schedule.clone().unwrap();
+        schedule.fixed.int("BM")
+    };
+    assert_eq!(bm(&db), Some(32));
+    named(&db, &keys);
+    file.set_text(&mut db).to(text(64));
+    assert!(file_diagnostics(&db, file).is_empty());
+    assert_eq!(bm(&db), Some(64));
+    let rerun = named(&db, &keys);
+    let inferred: Vec<_> = rerun.iter().filter(|(q, _)| q == "infer_function").collect();
+    assert!(inferred.is_empty(), "no inference re-runs: {inferred:?}");
+    let decorators: Vec<_> = rerun.iter().filter(|(q, _)| q == "fn_decorators").map(|(_, id)| *id).collect();
+    assert_eq!(decorators, vec![small], "only the derived kernel's decorators re-run");
+}
