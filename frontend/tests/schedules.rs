@@ -221,6 +221,8 @@ fn the_editor_shows_a_derived_kernel_at_its_assignment() {
     assert_eq!(hover.subject, ide::HoverSubject::Kernel { name: "small".into() });
     assert!(hover.markdown.contains("`k`'s body under the fixed schedule"), "{}", hover.markdown);
     assert!(hover.markdown.contains("BM=32"), "{}", hover.markdown);
+    let bad = ide::hover(&db, file, src.find("x = ").unwrap() as u32).unwrap();
+    assert_eq!(bad.subject, ide::HoverSubject::Other, "with an error it hovers as a constant");
     for offset in 0..=src.len() as u32 {
         let _ = ide::hover(&db, file, offset);
         let _ = ide::completions(&db, file, offset);

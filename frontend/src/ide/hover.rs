@@ -96,7 +96,9 @@ pub fn hover(db: &dyn Db, file: SourceFile, offset: u32) -> Option<HoverResult> 
             let c: &ConstCtx<'_> = constants.iter().find(|c| c.ast.names.iter().any(|(n, _)| n == name))?;
             if let Some(derived) = *db::derived_kernel(db, db::FnKey::new(db, file, name.as_str(), 0)) {
                 let info = crate::check::fn_decorators(db, db::FnKey::new(db, file, name.as_str(), 0));
-                if let (FunctionKind::Kernel, Some(schedule)) = (info.kind, &info.schedule) {
+                // With an error in the assignment it is shown as the constant it is.
+                let clean = !c.value.diagnostics.iter().any(|d| d.is_error());
+                if let (FunctionKind::Kernel, Some(schedule), true) = (info.kind, &info.schedule, clean) {
                     subject = HoverSubject::Kernel { name: name.to_string() };
                     let original = derived.original.name(db);
                     return Some(HoverResult {
