@@ -552,6 +552,7 @@ impl Ad<'_, '_> {
             | OpKind::Fill
             | OpKind::TensorDim
             | OpKind::EffectToken
+            | OpKind::Prefetch
             | OpKind::Cmp
             | OpKind::Random => {}
             other => return self.err(format!("grad through `{}` is not supported yet", other.name())),

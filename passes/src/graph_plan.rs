@@ -271,6 +271,11 @@ impl Planner<'_> {
     fn op(&mut self, id: OpId) -> R<()> {
         let op = self.g.op(id).clone();
         let loc = op.loc.clone();
+        if op.kind == OpKind::Prefetch {
+            // A placement hint Graph IR records; the plan's kernels stage their own
+            // operands (their schedules decide), so it plans to nothing.
+            return Ok(());
+        }
         // Host scalars: index math, scalar constants and casts, dims.
         let host_op = !op.results.is_empty() && op.results.iter().all(|&r| self.is_host(r));
         if host_op && op.kind != OpKind::EffectToken {

@@ -526,3 +526,50 @@ fn product_dims_take_their_symbols_from_the_given_dims() {
         [("B".to_string(), 2), ("H".to_string(), 3), ("N".to_string(), 100)].into();
     assert!(run_graph_f64_with_dims(&graph, &args, &n_differs, 0).is_ok());
 }
+
+/// `graph.prefetch` (a `with prefetch(...)` placement effect) computes nothing: the
+/// dropout ordered after it on the token chain draws the mask it draws without it, and
+/// the function verifies. The verifier refuses a prefetch whose `into` is unknown.
+#[test]
+fn prefetch_is_an_effect_that_computes_nothing() {
+    let (rows, cols) = (3, 40);
+    let ty = tty(&[rows as i64, cols as i64], DType::F32);
+    let with_prefetch = |into: &str| {
+        let into = into.to_string();
+        build(&[ty.clone(), Type::Scalar(DType::F32)], |b, p| {
+            let l = Loc::default();
+            let tok = b.op1(OpKind::EffectToken, vec![], Type::Token, vec![], &l);
+            let attrs = vec![("into", Attr::Str(into.as_str().into())), ("overlap", Attr::Str("compute".into()))];
+            let tok = b.op1(OpKind::Prefetch, vec![p[0], tok], Type::Token, attrs, &l);
+            let d = b.op(
+                OpKind::Dropout,
+                vec![p[0], p[1], tok],
+                vec![ty.clone(), Type::Token],
+                vec![("stream", Attr::Int(0))],
+                &l,
+            );
+            vec![d[0]]
+        })
+    };
+    let plain = build(&[ty.clone(), Type::Scalar(DType::F32)], |b, p| {
+        let l = Loc::default();
+        let tok = b.op1(OpKind::EffectToken, vec![], Type::Token, vec![], &l);
+        let d = b.op(
+            OpKind::Dropout,
+            vec![p[0], p[1], tok],
+            vec![ty.clone(), Type::Token],
+            vec![("stream", Attr::Int(0))],
+            &l,
+        );
+        vec![d[0]]
+    });
+    let f = with_prefetch("smem");
+    tessera_passes::ir::verify::verify(&f).unwrap();
+    let x: Vec<f64> = (0..rows * cols).map(|i| i as f64 - 7.5).collect();
+    let args = [t(DType::F32, &[rows, cols], &x), Arg::Scalar(DType::F32, 0.3)];
+    assert_eq!(values(&run_graph(&f, &args, 5).unwrap()[0]), values(&run_graph(&plain, &args, 5).unwrap()[0]));
+    let f64_out = run_graph_f64(&f, &args, 5).unwrap();
+    assert_eq!(values(&f64_out[0]), values(&run_graph_f64(&plain, &args, 5).unwrap()[0]));
+    let err = tessera_passes::ir::verify::verify(&with_prefetch("vram")).unwrap_err();
+    assert!(err.to_string().contains("graph.prefetch needs `into`"), "{err}");
+}

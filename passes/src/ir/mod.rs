@@ -208,6 +208,8 @@ ops! {
     FlashAttention = "graph.flash_attention",
     Dropout = "graph.dropout",
     Random = "graph.randn",
+    // `with prefetch(obj, into=..., overlap=...)`: a placement effect, computes nothing
+    Prefetch = "graph.prefetch",
     Fill = "graph.full",
     Iota = "graph.arange",
     Launch = "graph.launch",
@@ -291,6 +293,7 @@ impl OpKind {
                 | OpKind::Launch
                 | OpKind::Dropout
                 | OpKind::Random
+                | OpKind::Prefetch
                 | OpKind::EffectToken
                 | OpKind::Kernel
                 | OpKind::AllGather

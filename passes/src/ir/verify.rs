@@ -308,6 +308,22 @@ impl Verifier<'_> {
             OpKind::ConvertLayout if level != Level::Tile => {
                 return Err(err(id, "tile.convert_layout exists only in Tile IR"));
             }
+            OpKind::Prefetch => {
+                // `graph.prefetch %obj.., %token {into, overlap} -> !token`, Graph IR only.
+                if level != Level::Graph {
+                    return Err(err(id, "graph.prefetch exists only in Graph IR"));
+                }
+                n_results(1)?;
+                let ordered = op.operands.len() >= 2
+                    && op.operands.last().is_some_and(|&t| matches!(self.ty(t), Type::Token))
+                    && matches!(self.ty(op.results[0]), Type::Token);
+                if !ordered {
+                    return Err(err(id, "graph.prefetch takes values and a token and gives the next token"));
+                }
+                if !matches!(op.str_attr("into"), Some("smem" | "l2" | "hbm")) || op.str_attr("overlap").is_none() {
+                    return Err(err(id, "graph.prefetch needs `into` (smem, l2 or hbm) and `overlap`"));
+                }
+            }
             OpKind::Kernel | OpKind::Buffer if level == Level::Graph => {
                 return Err(err(id, format!("{name} appears from Schedule IR on")));
             }

@@ -1,5 +1,6 @@
 //! Graph functions (`@jit`) → Graph IR: whole-tensor ops, explicit broadcasts and
-//! casts, effects (dropout) ordered by a token chain, helpers and other graph functions
+//! casts, effects (dropout, randn, `with prefetch(...)`) ordered by a token chain, ops
+//! inside `with device(...)` tagged with their `device`, helpers and other graph functions
 //! inlined, and `grad(f, wrt=...)(args)` expanded into `f`'s forward graph followed by
 //! its backward graph (`crate::autodiff`).
 
@@ -181,10 +182,25 @@ impl Body<'_, '_, '_> {
                     }))
                 }
                 Stmt::Pass => {}
-                Stmt::With { body, .. } => {
-                    // Placement effects (`with device(...)`, `with prefetch(...)`) do not
-                    // change what is computed.
-                    if let Some(v) = self.stmts(&body)? {
+                Stmt::With { items, body } => {
+                    // Placement effects do not change what is computed; Graph IR records
+                    // them: `device(X)` as a `device` attribute on every op lowered inside
+                    // (the innermost `device` wins), `prefetch(obj, ...)` as a
+                    // `graph.prefetch` effect on the token chain.
+                    let mut devices = Vec::new();
+                    for item in &items {
+                        self.with_item(item, &mut devices)?;
+                    }
+                    let ret = self.stmts(&body)?;
+                    let end = self.g.b.func.ops.len();
+                    for (from, device) in devices.into_iter().rev() {
+                        for op in &mut self.g.b.func.ops[from..end] {
+                            if op.attr("device").is_none() {
+                                op.attrs.push(("device", Attr::Str(device.clone())));
+                            }
+                        }
+                    }
+                    if let Some(v) = ret {
                         return Ok(Some(v));
                     }
                 }
@@ -192,6 +208,68 @@ impl Body<'_, '_, '_> {
             }
         }
         Ok(None)
+    }
+
+    /// One item of a `with` statement: `device(X)` pushes (the first op it covers, X)
+    /// onto `devices`; `prefetch(obj, into=, overlap=)` emits a `graph.prefetch` of obj's
+    /// values on the token chain (its only result is the next token).
+    fn with_item(&mut self, item: &WithItem, devices: &mut Vec<(usize, SmolStr)>) -> R<()> {
+        let range = self.range(item.value);
+        let what = "a `with` item other than `device(...)` or `prefetch(...)`";
+        let Expr::Call { func, args } = self.def.arena.expr(item.value).clone() else {
+            return unsupported(what, range);
+        };
+        let name = match self.ty_of(func) {
+            Ty::Builtin(p) => p.rsplit('.').next().unwrap_or(p),
+            _ => return unsupported(what, range),
+        };
+        let positional: Vec<ExprId> = args.iter().filter(|a| a.name.is_none()).map(|a| a.value).collect();
+        let arg = |key: &str, pos: usize| {
+            args.iter()
+                .find(|a| a.name.as_ref().is_some_and(|(n, _)| n == key))
+                .map(|a| a.value)
+                .or_else(|| positional.get(pos).copied())
+        };
+        match name {
+            "device" => {
+                let Some(kind) = arg("kind", 0) else { return unsupported("`device` needs `kind`", range) };
+                let device = match (self.ty_of(kind), self.def.arena.expr(kind)) {
+                    (Ty::Str(Some(s)), _) => SmolStr::new(s),
+                    (_, Expr::Name(n)) => SmolStr::new(n.as_str()),
+                    _ => return unsupported("a device that is not `gpu`, `cpu` or a string", self.range(kind)),
+                };
+                devices.push((self.g.b.func.ops.len(), device));
+            }
+            "prefetch" => {
+                let Some(obj) = arg("obj", 0) else { return unsupported("`prefetch` needs `obj`", range) };
+                let text = |slot: Option<ExprId>, key: &str, default: &str, body: &Self| -> R<SmolStr> {
+                    let Some(e) = slot else { return Ok(SmolStr::new(default)) };
+                    match body.ty_of(e) {
+                        Ty::Str(Some(s)) => Ok(SmolStr::new(s)),
+                        _ => unsupported(format!("prefetch's `{key}` must be a string constant"), body.range(e)),
+                    }
+                };
+                let into = text(arg("into", 1), "into", "smem", self)?;
+                if !matches!(into.as_str(), "smem" | "l2" | "hbm") {
+                    return unsupported(format!("prefetch into \"{into}\""), range);
+                }
+                let overlap = text(arg("overlap", 2), "overlap", "compute", self)?;
+                let mut operands = match self.expr(obj)? {
+                    Val::One(v) => vec![v],
+                    Val::Many(vs) => vs,
+                    Val::None => return unsupported("a prefetch of `None`", self.range(obj)),
+                };
+                operands.push(self.g.token);
+                let loc = self.loc(range);
+                let attrs = vec![("into", Attr::Str(into)), ("overlap", Attr::Str(overlap))];
+                self.g.token = self.g.b.op(OpKind::Prefetch, operands, vec![Type::Token], attrs, &loc)[0];
+            }
+            _ => return unsupported(what, range),
+        }
+        if let Some(alias) = item.alias {
+            self.bind(alias, Val::None)?;
+        }
+        Ok(())
     }
 
     fn bind(&mut self, target: ExprId, v: Val) -> R<()> {

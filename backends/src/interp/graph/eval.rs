@@ -459,6 +459,8 @@ impl Machine<'_> {
         let one = |v: R<Val>| v.map(|v| vec![v]);
         match op.kind {
             OpKind::EffectToken => Ok(vec![Val::Token]),
+            // A placement effect: moves nothing the reference can see.
+            OpKind::Prefetch => Ok(op.results.iter().map(|_| Val::Token).collect()),
             OpKind::TensorDim => {
                 let t = self.tensor(id, self.operand(id, op, 0)?)?;
                 let axis = op.int_attr("axis").ok_or_else(|| self.err(id, "tile.dim needs `axis`".into()))?;
