@@ -75,6 +75,10 @@ fn lower(file: &std::path::Path, function: &str, stage: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+fn line_of<'a>(text: &'a str, needle: &str) -> &'a str {
+    text.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no `{needle}` in\n{text}"))
+}
+
 /// `tessera lower --stage graph` shows both effects: the prefetch on the token chain
 /// with its `into` and `overlap`, and `device` on exactly the ops lowered inside
 /// `with device(...)` (the innermost one winning).
@@ -107,6 +111,13 @@ fn graph_ir_shows_device_and_prefetch() {
     let graph = lower(&file, "placed_grad", "graph");
     let prefetch = graph.lines().find(|l| l.contains("graph.prefetch")).unwrap_or_else(|| panic!("{graph}"));
     assert!(prefetch.contains("into = \"l2\"") && prefetch.contains("overlap = \"compute\""), "{prefetch}");
+    // The backward graph of `y = x @ W` (placed on the gpu) is placed there too: the
+    // gradient's matmul and the transpose of `x` it needs; the backward ops of `sum(y * y)`
+    // (outside the `with`) are not.
+    let back = graph.split_once("graph.matmul").map(|(_, rest)| rest).unwrap_or_else(|| panic!("{graph}"));
+    assert!(line_of(back, "graph.transpose").contains("device = \"gpu\""), "{graph}");
+    assert!(line_of(back, "graph.matmul").contains("device = \"gpu\""), "{graph}");
+    assert!(!line_of(back, "arith.add").contains("device"), "{graph}");
     // The plan stages nothing for a prefetch: it lowers to launches only.
     let sched = lower(&file, "placed", "sched");
     assert!(!sched.contains("prefetch"), "{sched}");

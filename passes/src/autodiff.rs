@@ -606,7 +606,16 @@ pub fn backward(
     ad.adjoint.insert(loss, seed);
     for &id in forward.iter().rev() {
         let op = ad.b.func.op(id).clone();
+        let first = ad.b.func.ops.len();
         ad.rule(&op)?;
+        // The backward ops of an op placed by `with device(X)` are placed there too.
+        if let Some(device) = op.attr("device").cloned() {
+            for back in &mut ad.b.func.ops[first..] {
+                if back.attr("device").is_none() {
+                    back.attrs.push(("device", device.clone()));
+                }
+            }
+        }
     }
     let mut out = Vec::new();
     for &w in wrt {
