@@ -87,9 +87,7 @@ fn graph_ir_shows_device_and_prefetch() {
     let dir = tempfile::tempdir().unwrap();
     let file = program(dir.path(), "placement.tsr", PROGRAM);
     let graph = lower(&file, "placed", "graph");
-    let line = |needle: &str| {
-        graph.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no `{needle}` in\n{graph}")).to_string()
-    };
+    let line = |needle: &str| line_of(&graph, needle).to_string();
     let prefetch = line("graph.prefetch");
     assert!(prefetch.contains("%W"), "{prefetch}");
     assert!(prefetch.contains("into = \"smem\"") && prefetch.contains("overlap = \"compute\""), "{prefetch}");
@@ -118,10 +116,19 @@ fn graph_ir_shows_device_and_prefetch() {
     assert!(line_of(back, "graph.transpose").contains("device = \"gpu\""), "{graph}");
     assert!(line_of(back, "graph.matmul").contains("device = \"gpu\""), "{graph}");
     assert!(!line_of(back, "arith.add").contains("device"), "{graph}");
-    // The plan stages nothing for a prefetch: it lowers to launches only.
+    // The plan's launch that reads W (the matmul, `z` fused in its epilogue) carries the
+    // prefetch as a hint.
     let sched = lower(&file, "placed", "sched");
-    assert!(!sched.contains("prefetch"), "{sched}");
-    assert!(sched.contains("sched.kernel"), "{sched}");
+    let hinted: Vec<&str> = sched.lines().filter(|l| l.contains("prefetch")).collect();
+    assert_eq!(hinted.len(), 1, "{sched}");
+    assert!(hinted[0].contains("sched.kernel") && hinted[0].contains("matmul"), "{sched}");
+    assert!(hinted[0].contains("prefetch = \"W into smem, overlap compute\""), "{sched}");
+    // In the grad, the forward matmul reads W; the backward ones (xᵀ, dW) do not.
+    let sched = lower(&file, "placed_grad", "sched");
+    let hinted: Vec<&str> = sched.lines().filter(|l| l.contains("prefetch")).collect();
+    assert_eq!(hinted.len(), 1, "{sched}");
+    assert!(hinted[0].contains("prefetch = \"W into l2, overlap compute\""), "{sched}");
+    assert_eq!(sched.matches("sched.kernel").count(), 3, "{sched}");
 }
 
 #[test]

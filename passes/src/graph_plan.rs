@@ -184,6 +184,8 @@ struct Planner<'g> {
     known: HashMap<ValueId, f64>,
     /// The run's base seed (`sched.param {key = "seed"}`), made on first use.
     seed: Option<ValueId>,
+    /// Prefetched graph values (`graph.prefetch`) and their hint text.
+    prefetch: Vec<(ValueId, String)>,
 }
 
 fn sched_value(s: &mut Func, ty: Type, name: Option<&str>) -> ValueId {
@@ -272,8 +274,16 @@ impl Planner<'_> {
         let op = self.g.op(id).clone();
         let loc = op.loc.clone();
         if op.kind == OpKind::Prefetch {
-            // A placement hint Graph IR records; the plan's kernels stage their own
-            // operands (their schedules decide), so it plans to nothing.
+            // A staging hint: each launch that reads a prefetched tensor in memory carries
+            // it (`prefetch` on `sched.kernel`); the kernels' schedules still decide how
+            // they stage their operands.
+            let into = op.str_attr("into").unwrap_or("smem");
+            let overlap = op.str_attr("overlap").unwrap_or("compute");
+            for &o in &op.operands {
+                if !matches!(self.ty(o), Type::Token) {
+                    self.prefetch.push((o, format!("into {into}, overlap {overlap}")));
+                }
+            }
             return Ok(());
         }
         // Host scalars: index math, scalar constants and casts, dims.
@@ -511,6 +521,7 @@ pub fn plan(graph: &Func) -> R<GraphPlan> {
         returns: None,
         known: HashMap::new(),
         seed: None,
+        prefetch: Vec::new(),
     };
     for &id in &graph.body.ops {
         p.op(id)?;

@@ -383,14 +383,21 @@ impl Planner<'_> {
                     .map(|&id| self.g.op(id).loc.clone())
                     .unwrap_or_else(|| self.g.loc.clone()),
             };
-            self.s.ops.push(Op {
-                kind: OpKind::Kernel,
-                operands: args,
-                results: vec![],
-                attrs: vec![("callee", Attr::Str(SmolStr::new(&name)))],
-                regions: vec![],
-                loc,
-            });
+            let mut attrs = vec![("callee", Attr::Str(SmolStr::new(&name)))];
+            // `with prefetch(...)` of a tensor this launch reads in memory.
+            let hints: Vec<String> = self
+                .prefetch
+                .iter()
+                .filter(|(v, _)| self.host.get(v).is_some_and(|h| args.contains(h)))
+                .map(|(v, hint)| match &self.g.values[v.0 as usize].name {
+                    Some(n) => format!("{n} {hint}"),
+                    None => format!("%{} {hint}", v.0),
+                })
+                .collect();
+            if !hints.is_empty() {
+                attrs.push(("prefetch", Attr::Str(SmolStr::new(hints.join("; ")))));
+            }
+            self.s.ops.push(Op { kind: OpKind::Kernel, operands: args, results: vec![], attrs, regions: vec![], loc });
             launches.push(OpId(self.s.ops.len() as u32 - 1));
             kernels.push(PlannedKernel { name, summary });
         }
