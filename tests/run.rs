@@ -96,7 +96,7 @@ fn kernels() -> Vec<(String, String, [String; 2])> {
 /// configurations, one not. Kernels not listed get generic ones.
 fn shapes(kernel: &str) -> Option<[&'static str; 2]> {
     Some(match kernel {
-        "gemm" | "fp8_gemm" | "linear_gelu" | "small_matmul" | "narrow_matmul" => {
+        "gemm" | "fp8_gemm" | "linear_gelu" | "small_matmul" | "narrow_matmul" | "square_matmul" | "tiny_matmul" => {
             ["M=128,N=128,K=128", "M=100,N=76,K=90"]
         }
         "softmax" | "layernorm" => ["R=4,C=1024", "R=5,C=300"],
