@@ -297,19 +297,7 @@ for name, ref, y in (("rmsnorm", rms, out("return0", "f16", x.shape)), ("layerno
 
 #[test]
 fn graph_level_operations_match_numpy_on_every_device() {
-    let has_numpy = numpy();
-    let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path(), "graph_level.tsr", PROGRAM);
-    for device in devices() {
-        for case in CASES {
-            let out = dir.path().join(format!("{}_{device}", case.function));
-            run_saved(&file, case, device, &out);
-            if has_numpy {
-                let o = oracle(PRELUDE, case, &out);
-                assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
-            }
-        }
-    }
+    run_every_case("graph_level.tsr", PROGRAM, PRELUDE, CASES);
 }
 
 /// The oracles can fail: a result of the right shape and dtype but of another

@@ -301,19 +301,7 @@ same("return3", "f32", h.transpose(0, 2, 1, 3).reshape(B, S, -1))
 
 #[test]
 fn data_movement_matches_numpy_on_every_device() {
-    let has_numpy = numpy();
-    let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path(), "graph_level_ops.tsr", PROGRAM);
-    for device in devices() {
-        for case in CASES {
-            let out = dir.path().join(format!("{}_{device}", case.function));
-            run_saved(&file, case, device, &out);
-            if has_numpy {
-                let o = oracle(PRELUDE, case, &out);
-                assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
-            }
-        }
-    }
+    run_every_case("graph_level_ops.tsr", PROGRAM, PRELUDE, CASES);
 }
 
 /// The oracles can fail: the parts of a concat in another order, or one part of a split

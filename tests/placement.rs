@@ -133,19 +133,7 @@ fn graph_ir_shows_device_and_prefetch() {
 
 #[test]
 fn placed_functions_run_and_match_numpy() {
-    let has_numpy = numpy();
-    let dir = tempfile::tempdir().unwrap();
-    let file = program(dir.path(), "placement.tsr", PROGRAM);
-    for device in devices() {
-        for case in CASES {
-            let out = dir.path().join(format!("{}_{device}", case.function));
-            run_saved(&file, case, device, &out);
-            if has_numpy {
-                let o = oracle(PRELUDE, case, &out);
-                assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
-            }
-        }
-    }
+    run_every_case("placement.tsr", PROGRAM, PRELUDE, CASES);
 }
 
 /// `into` other than smem, l2 or hbm is E0802 at the argument.

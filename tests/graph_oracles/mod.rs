@@ -73,3 +73,21 @@ pub fn oracle(prelude: &str, case: &Case, out: &Path) -> Output {
     let script = format!("{prelude}\n{}", case.oracle);
     Command::new("python3").args(["-c", &script, out.to_str().unwrap()]).output().expect("python3 runs")
 }
+
+/// Writes `program` as `file_name` and runs every case on every device with `--save`,
+/// checking each against its oracle (after `prelude`) where NumPy is here.
+pub fn run_every_case(file_name: &str, program_text: &str, prelude: &str, cases: &[Case]) {
+    let has_numpy = numpy();
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path(), file_name, program_text);
+    for device in devices() {
+        for case in cases {
+            let out = dir.path().join(format!("{}_{device}", case.function));
+            run_saved(&file, case, device, &out);
+            if has_numpy {
+                let o = oracle(prelude, case, &out);
+                assert!(o.status.success(), "NumPy oracle of {} on {device}: {}", case.function, text(&o));
+            }
+        }
+    }
+}
