@@ -91,3 +91,31 @@ pub fn run_every_case(file_name: &str, program_text: &str, prelude: &str, cases:
         }
     }
 }
+
+/// The oracle of `case` accepts its results run on the interpreter into `out`, and refuses
+/// them once result `name` is overwritten with `wrong`: a NumPy expression over `y` (the
+/// saved result), `d` (the directory) and what `setup` defines.
+pub fn assert_oracle_refuses(
+    file: &Path,
+    prelude: &str,
+    case: &Case,
+    out: &Path,
+    name: &str,
+    setup: &str,
+    wrong: &str,
+) {
+    let function = case.function;
+    run_saved(file, case, "interp", out);
+    let o = oracle(prelude, case, out);
+    assert!(o.status.success(), "NumPy oracle of {function}: {}", text(&o));
+    let replace = format!(
+        "import numpy as np\nd = '{dir}'\np = d + '/{name}.out.npy'\ny = np.load(p)\n{setup}\n\
+         np.save(p, np.asarray({wrong}).astype(y.dtype))\n",
+        dir = out.display(),
+    );
+    let o = Command::new("python3").args(["-c", &replace]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = oracle(prelude, case, out);
+    assert!(!o.status.success(), "the oracle of {function} accepted `{wrong}`");
+    assert!(text(&o).contains("AssertionError"), "{function}: {}", text(&o));
+}
