@@ -381,9 +381,8 @@ impl PruneReason {
 /// shape multiples, lowering errors, and on GPUs the shared-memory and register budgets
 /// of [`kernel_budget`].
 pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
-    let inference = infer_function(db, key);
-    if let Some(why) = mma_violation(&inference.mma_sites, &config.schedule) {
-        return Some(PruneReason::MmaShape(why));
+    if let Some(reason) = mma_reason(db, key, config) {
+        return Some(reason);
     }
     let Some(limits) = GpuLimits::of(target) else {
         // Memoized, not transient: off the GPU only the autotuner asks, and it lowers
@@ -393,20 +392,25 @@ pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target
             .err()
             .map(|e| PruneReason::Lowering(e.message.clone()));
     };
-    budget_verdict(kernel_budget(db, key, config.clone(), target), limits)
+    match kernel_budget(db, key, config.clone(), target) {
+        Err(e) => Some(PruneReason::Lowering(e.message.clone())),
+        Ok(budget) => over_budget(budget, limits),
+    }
 }
 
-/// The GPU half of [`prune_reason`]: a lowering error, or a budget over a limit.
-fn budget_verdict(budget: &Result<Budget, LowerError>, limits: &GpuLimits) -> Option<PruneReason> {
-    match budget {
-        Err(e) => Some(PruneReason::Lowering(e.message.clone())),
-        Ok(b) if b.smem_bytes > limits.smem_per_block as u64 => {
-            Some(PruneReason::SharedMemory { bytes: b.smem_bytes, limit: limits.smem_per_block as u64 })
-        }
-        Ok(b) if b.register_peak > limits.max_registers_per_thread => {
-            Some(PruneReason::Registers { estimate: b.register_peak, limit: limits.max_registers_per_thread })
-        }
-        Ok(_) => None,
+/// The tensor-core shape check of [`prune_reason`].
+fn mma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config) -> Option<PruneReason> {
+    mma_violation(&infer_function(db, key).mma_sites, &config.schedule).map(PruneReason::MmaShape)
+}
+
+/// The budget check of [`prune_reason`]: shared memory first, then registers.
+fn over_budget(b: &Budget, limits: &GpuLimits) -> Option<PruneReason> {
+    if b.smem_bytes > limits.smem_per_block as u64 {
+        Some(PruneReason::SharedMemory { bytes: b.smem_bytes, limit: limits.smem_per_block as u64 })
+    } else if b.register_peak > limits.max_registers_per_thread {
+        Some(PruneReason::Registers { estimate: b.register_peak, limit: limits.max_registers_per_thread })
+    } else {
+        None
     }
 }
 
@@ -419,14 +423,13 @@ fn prune_or_lower(
     target: Target,
     limits: &GpuLimits,
 ) -> Result<Func, PruneReason> {
-    let inference = infer_function(db, key);
-    if let Some(why) = mma_violation(&inference.mma_sites, &config.schedule) {
-        return Err(PruneReason::MmaShape(why));
+    if let Some(reason) = mma_reason(db, key, config) {
+        return Err(reason);
     }
-    let tile = transient_tile_ir(db, key, config, target);
-    match budget_verdict(&tile.as_ref().map(budget_of).map_err(Clone::clone), limits) {
+    let tile = transient_tile_ir(db, key, config, target).map_err(|e| PruneReason::Lowering(e.message))?;
+    match over_budget(&budget_of(&tile), limits) {
         Some(reason) => Err(reason),
-        None => Ok(tile.expect("a budget without a lowering error")),
+        None => Ok(tile),
     }
 }
 
