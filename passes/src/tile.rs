@@ -213,42 +213,31 @@ fn stage_region(
             ops.push(id);
             continue;
         }
-        let op = f.op(id).clone();
-        match op.kind {
-            OpKind::For if op.str_attr("kind") == Some("sequential") && op.int_attr("stages").is_some() => {
-                ops.extend(pipeline_loop(f, config, id, allocs)?);
-            }
-            OpKind::Load if op.str_attr("staging") == Some("smem") && !in_loop => {
-                // Outside a loop: one copy, waited for at once.
-                let Type::View(view) = f.ty(op.operands[0]).clone() else { unreachable!() };
-                let (alloc, buf) = new_op(
-                    f,
-                    OpKind::AllocShared,
-                    vec![],
-                    Type::Smem(smem_for(&view.dims, view.dtype, 1)),
-                    vec![("staging", Attr::Bool(true))],
-                    &op.loc,
-                );
-                allocs.push(alloc);
-                ops.push(push_op(f, OpKind::CpAsync, vec![buf, op.operands[0]], vec![], vec![], &op.loc));
-                ops.push(push_op(f, OpKind::AsyncCommit, vec![], vec![], vec![], &op.loc));
-                ops.push(push_op(f, OpKind::AsyncWait, vec![], vec![], vec![("pending", Attr::Int(0))], &op.loc));
-                ops.push(push_op(f, OpKind::Barrier, vec![], vec![], vec![], &op.loc));
-                let load = f.op_mut(id);
-                load.kind = OpKind::LoadShared;
-                load.operands = vec![buf];
-                load.attrs.retain(|(k, _)| *k != "staging" && *k != "stages");
-                ops.push(id);
-            }
-            _ => {
-                let mut new_regions = Vec::new();
-                for r in op.regions.clone() {
-                    new_regions.push(stage_region(f, config, r, allocs, in_loop || op.kind == OpKind::For)?);
-                }
-                f.op_mut(id).regions = new_regions;
-                ops.push(id);
-            }
+        if staged_loop {
+            ops.extend(pipeline_loop(f, config, id, allocs)?);
+            continue;
         }
+        // A staged load outside a loop: one copy, waited for at once.
+        let op = f.op(id).clone();
+        let Type::View(view) = f.ty(op.operands[0]).clone() else { unreachable!() };
+        let (alloc, buf) = new_op(
+            f,
+            OpKind::AllocShared,
+            vec![],
+            Type::Smem(smem_for(&view.dims, view.dtype, 1)),
+            vec![("staging", Attr::Bool(true))],
+            &op.loc,
+        );
+        allocs.push(alloc);
+        ops.push(push_op(f, OpKind::CpAsync, vec![buf, op.operands[0]], vec![], vec![], &op.loc));
+        ops.push(push_op(f, OpKind::AsyncCommit, vec![], vec![], vec![], &op.loc));
+        ops.push(push_op(f, OpKind::AsyncWait, vec![], vec![], vec![("pending", Attr::Int(0))], &op.loc));
+        ops.push(push_op(f, OpKind::Barrier, vec![], vec![], vec![], &op.loc));
+        let load = f.op_mut(id);
+        load.kind = OpKind::LoadShared;
+        load.operands = vec![buf];
+        load.attrs.retain(|(k, _)| *k != "staging" && *k != "stages");
+        ops.push(id);
     }
     Ok(Region { args: region.args, ops })
 }
