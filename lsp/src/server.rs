@@ -147,6 +147,7 @@ impl Backend {
     {
         let snap = lock(&self.state).snapshot(uri).ok_or_else(|| unknown_document(uri))?;
         let joined = tokio::task::spawn_blocking(move || {
+            crate::memory::catch_up();
             let what = format!("handling {request}");
             let result = catch(&what, || {
                 if injected_fault() == Some(request) {
@@ -381,6 +382,7 @@ async fn diagnostics_task(
         return;
     };
     let joined = tokio::task::spawn_blocking(move || {
+        crate::memory::catch_up();
         let result = catch(&format!("checking {}", snap.uri), || {
             if injected_fault() == Some("diagnostics") {
                 panic!("injected fault in diagnostics");
@@ -966,6 +968,7 @@ impl LanguageServer for Backend {
         let (text, end) = result;
         // The formatter needs only the text: run it without holding a snapshot.
         let formatted = tokio::task::spawn_blocking(move || {
+            crate::memory::catch_up();
             catch("formatting", || tessera_frontend::format::format_source(&text)).map(|r| (r, text))
         })
         .await
