@@ -21,6 +21,7 @@ mod report;
 pub mod run;
 mod run_args;
 mod run_graph;
+mod run_inputs;
 mod sarif;
 mod save;
 mod startup;

@@ -13,11 +13,13 @@ use tessera_backends::autotune::{self, schedule_json};
 use tessera_backends::launch::{self, CheckKind, Device, KernelInfo, Outcome, Plan, PlanRequest, RunOptions};
 use tessera_backends::tensor::Arg;
 use tessera_frontend::check::{KeyValue, ScheduleValue};
+use tessera_passes::abi::AbiParam;
 
 use crate::failure::{refuse_errors, Failure};
 use crate::launch_setup::{cache_key, print_notes, setup, Setup};
 use crate::number_text::sig;
 use crate::options::{self, Source};
+use crate::run_inputs;
 use crate::verdict::{self, num};
 
 pub use crate::parsers::{parse_check, parse_device};
@@ -80,7 +82,16 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
         return crate::run_graph::run(src, args, key);
     }
     let overrides = options::parse_schedule(&args.schedule).map_err(Failure::usage)?;
-    let setup = setup(src, &args.kernel, args.device, args.target, &args.dims, &args.args)?;
+    let inputs = run_inputs::read(&args.inputs).map_err(Failure::usage)?;
+    let mut dims_given = args.dims.clone();
+    if !inputs.is_empty() {
+        let given = options::parse_dims(&args.dims).map_err(Failure::usage)?;
+        let graph = tessera_passes::graph_ir(src.db(), key)
+            .clone()
+            .map_err(|e| Failure::usage(format!("{}: {}", args.kernel, e.message)))?;
+        dims_given.extend(run_inputs::implied_dims(&graph, &inputs, &given).map_err(Failure::usage)?);
+    }
+    let setup = setup(src, &args.kernel, args.device, args.target, &dims_given, &args.args)?;
     print_notes(&setup);
     let backend = setup.opened.backend.clone();
     let dims = setup.dims.map();
@@ -108,7 +119,10 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
         code: backend.needs_code(),
         max_memory: args.max_memory,
     };
-    let plan = launch::plan(src.db(), setup.key, info, &request).map_err(|e| Failure::launch(src, e))?;
+    let mut plan = launch::plan(src.db(), setup.key, info, &request).map_err(|e| Failure::launch(src, e))?;
+    let names: Vec<Option<String>> =
+        plan.abi.params.iter().map(|p| matches!(p, AbiParam::Tensor { .. }).then(|| p.name().to_string())).collect();
+    run_inputs::apply(&names, &inputs, &mut plan.inputs).map_err(Failure::usage)?;
     let device = backend.device();
     let mut options = RunOptions::for_device(device);
     if let Some(r) = args.repeat {
@@ -119,14 +133,17 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     }
     options.check = args.check;
     let outcome = launch::execute(&plan, backend.as_ref(), &options).map_err(|e| Failure::launch(src, e))?;
-    let report = report_json(src, &setup, &plan, &outcome, &source);
+    let mut report = report_json(src, &setup, &plan, &outcome, &source);
+    if !inputs.is_empty() {
+        report["inputs_from_files"] = run_inputs::to_json(&inputs);
+    }
     if let Some(dir) = &args.save {
         save(dir, &plan, &outcome, &report).map_err(Failure::usage)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
-        print!("{}", report_text(src, &setup, &plan, &outcome, &source));
+        print!("{}", report_text(src, &setup, &plan, &outcome, &source, &inputs));
     }
     Ok(if outcome.check.passed() == Some(false) || !outcome.numerics.is_empty() { 1 } else { 0 })
 }
@@ -211,6 +228,7 @@ pub(crate) fn report_text(
     plan: &Plan,
     outcome: &Outcome,
     source: &ScheduleSource,
+    inputs: &[run_inputs::GivenInput],
 ) -> String {
     use std::fmt::Write;
     let interp = outcome.device == Device::Interpreter;
@@ -234,6 +252,9 @@ pub(crate) fn report_text(
             .map(|a| format!("{}={} ({})", a.name, scalar_text(a.value, &a.ty), a.source.name()))
             .collect();
         let _ = writeln!(s, "  args      {}", list.join(", "));
+    }
+    if let Some(line) = run_inputs::describe(inputs) {
+        let _ = writeln!(s, "  inputs    {line}");
     }
     let [gx, gy, gz] = plan.grid;
     let programs = gx * gy * gz;

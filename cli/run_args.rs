@@ -23,6 +23,10 @@ pub struct RunArgs {
     /// seeded value.
     #[arg(long = "arg", value_delimiter = ',', value_name = "NAME=VALUE")]
     pub args: Vec<String>,
+    /// A tensor argument from a NumPy file instead of seeded (`--input P=p.npy`, once per
+    /// tensor); its shape also gives the dims `--dims` leaves out.
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    pub inputs: Vec<String>,
     /// Where to run: gpu, cpu, interp (the reference interpreter), or auto (GPU, else CPU,
     /// else the interpreter).
     #[arg(long, default_value = "auto", value_parser = parse_device)]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
-use tessera_backends::launch::graph::{GraphRun, GraphRunError, GraphRunOptions, GraphSession};
+use tessera_backends::launch::graph::{GraphInputs, GraphRun, GraphRunError, GraphRunOptions, GraphSession};
 use tessera_backends::launch::{self, Device, Verdict};
 use tessera_backends::tensor::{Arg, HostTensor};
 use tessera_frontend::FnKey;
@@ -26,9 +26,20 @@ fn failure(src: &Source, e: GraphRunError) -> Failure {
 pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, Failure> {
     let db = src.db();
     let session = GraphSession::open(db, key).map_err(|e| failure(src, e))?;
-    let dims: BTreeMap<String, i64> = options::parse_dims(&args.dims).map_err(Failure::usage)?.into_iter().collect();
+    let files = crate::run_inputs::read(&args.inputs).map_err(Failure::usage)?;
+    let mut dims_given = options::parse_dims(&args.dims).map_err(Failure::usage)?;
+    let implied = crate::run_inputs::implied_dims(&session.graph, &files, &dims_given).map_err(Failure::usage)?;
+    dims_given.extend(options::parse_dims(&implied).map_err(Failure::usage)?);
+    let dims: BTreeMap<String, i64> = dims_given.into_iter().collect();
     let given = options::parse_args(&args.args).map_err(Failure::usage)?;
-    let input = session.seed(&dims, &given, args.seed).map_err(|e| failure(src, e))?;
+    let mut input = session.seed(&dims, &given, args.seed).map_err(|e| failure(src, e))?;
+    let names: Vec<Option<String>> = session
+        .graph
+        .params
+        .iter()
+        .map(|p| session.graph.values[p.0 as usize].name.as_ref().map(|n| n.to_string()))
+        .collect();
+    crate::run_inputs::apply(&names, &files, &mut input.args).map_err(Failure::usage)?;
     if !input.assumed.is_empty() {
         let assumed: Vec<String> = input.assumed.iter().map(|(s, v)| format!("{s}={v}")).collect();
         eprintln!("note: assuming {} (no --dims value)", assumed.join(", "));
@@ -48,6 +59,7 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         "target": run.target.name(),
         "dims": input.symbols,
         "args": input.scalars.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        "inputs_from_files": crate::run_inputs::to_json(&files),
         "schedule": {},
         "kernels": plan.kernels.iter().map(|k| json!({"name": k.name, "summary": k.summary})).collect::<Vec<_>>(),
         "correct": run.correct(),
@@ -64,7 +76,8 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
-        print!("{}", report_text(src, args, &input.symbols, &input.scalars, plan.kernels.len(), &run));
+        let files_line = crate::run_inputs::describe(&files);
+        print!("{}", report_text(src, args, &input, files_line, plan.kernels.len(), &run));
     }
     if let Some(dir) = &args.save {
         save(dir, &session.graph, &input.args, &run.returned, &report).map_err(Failure::usage)?;
@@ -75,8 +88,8 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
 fn report_text(
     src: &Source,
     args: &RunArgs,
-    symbols: &BTreeMap<String, i64>,
-    scalars: &[(String, String)],
+    input: &GraphInputs,
+    files_line: Option<String>,
     planned: usize,
     run: &GraphRun,
 ) -> String {
@@ -87,11 +100,14 @@ fn report_text(
         _ => "the reference interpreter",
     };
     let _ = writeln!(s, "{} ({}) on {device_text}, target {}", args.kernel, src.shown, run.target.name());
-    let dims: Vec<String> = symbols.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let dims: Vec<String> = input.symbols.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(s, "  dims      {}", dims.join(", "));
-    if !scalars.is_empty() {
-        let list: Vec<String> = scalars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if !input.scalars.is_empty() {
+        let list: Vec<String> = input.scalars.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(s, "  args      {}", list.join(", "));
+    }
+    if let Some(line) = files_line {
+        let _ = writeln!(s, "  inputs    {line}");
     }
     let _ =
         writeln!(s, "  plan      {planned} kernels (tessera lower --kernel {} --generated shows them)", args.kernel);
