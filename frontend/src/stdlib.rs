@@ -7,6 +7,8 @@ pub const FILES: &[(&str, &str)] = &[
     ("softmax.tsr", include_str!("../stdlib/softmax.tsr")),
     ("norms.tsr", include_str!("../stdlib/norms.tsr")),
     ("attention.tsr", include_str!("../stdlib/attention.tsr")),
+    ("optim.tsr", include_str!("../stdlib/optim.tsr")),
+    ("rotary.tsr", include_str!("../stdlib/rotary.tsr")),
 ];
 
 /// The names of the functions the stdlib defines (for `from tessera.stdlib import X`).

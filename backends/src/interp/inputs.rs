@@ -141,6 +141,18 @@ pub fn seeded(func: &Func, symbols: &BTreeMap<String, i64>, seed: u64) -> Result
     seeded_for(&abi, &param_access(func), symbols, seed)
 }
 
+/// Makes the tensor argument of parameter `name` non-negative (|x|), for parameters
+/// whose valid values are (Adam's second moment): seeded inputs are normal numbers.
+pub fn make_nonnegative(abi: &KernelAbi, args: &mut [Arg], name: &str) -> Result<(), String> {
+    let i = abi.params.iter().position(|p| p.name() == name).ok_or_else(|| format!("no parameter `{name}`"))?;
+    let Arg::Tensor(t) = &mut args[i] else { return Err(format!("`{name}` is not a tensor")) };
+    for j in 0..t.numel() {
+        let x = t.get(j);
+        t.set(j, x.abs());
+    }
+    Ok(())
+}
+
 /// Replaces the scalar argument of parameter `name` (an `eps`, a `causal` flag).
 pub fn set_scalar(abi: &KernelAbi, args: &mut [Arg], name: &str, value: f64) -> Result<(), String> {
     let i = abi.params.iter().position(|p| p.name() == name).ok_or_else(|| format!("no parameter `{name}`"))?;
