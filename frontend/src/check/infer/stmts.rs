@@ -135,6 +135,7 @@ impl<'a> Infer<'a> {
                 let saved_grid = self.grid.take();
                 for item in items {
                     let ty = self.expr(item.value);
+                    self.with_item_kind(item.value);
                     if let Some(alias) = item.alias {
                         self.assign(alias, ty, None);
                     }
@@ -142,6 +143,40 @@ impl<'a> Infer<'a> {
                 self.stmts(with_body);
                 self.grid = saved_grid;
             }
+        }
+    }
+
+    /// A `with` item is a placement: `device(...)` or `prefetch(...)` in a graph function
+    /// (what Graph IR records), nothing in a kernel, whose placement is its schedule.
+    fn with_item_kind(&mut self, value: ExprId) {
+        let placement = match self.body.expr(value) {
+            Expr::Call { func, .. } => match &self.out.expr_types[func.0 as usize] {
+                Ty::Builtin(path) => matches!(path.rsplit('.').next(), Some("device" | "prefetch")),
+                _ => false,
+            },
+            _ => false,
+        };
+        match self.mode {
+            // A placement call in a kernel is already E0503 as a graph-level operation.
+            Mode::Kernel if !placement => self.error(
+                Code::E0503,
+                self.range(value),
+                "`with` is graph-level placement (`device`, `prefetch`); a kernel places data with its schedule \
+                 and `tile.alloc_shared` / `tile.cp_async`",
+            ),
+            Mode::Graph if !placement => {
+                let d = Diagnostic::new(
+                    Code::E0802,
+                    self.range(value),
+                    format!(
+                        "`with {}`: a `with` item in a graph function is `device(...)` or `prefetch(...)`",
+                        self.text(value)
+                    ),
+                )
+                .with_note("`with device(gpu):` places the block's ops; `with prefetch(x, into=\"smem\"):` stages x");
+                self.push(d);
+            }
+            _ => {}
         }
     }
 
