@@ -6,8 +6,9 @@
 use super::*;
 
 /// The operand dtypes the stdlib matmul kernels are instantiated for; they accumulate in
-/// f32 (or in a narrower `@accum(T)`).
-const MATMUL_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+/// f32 (or in a narrower `@accum(T)`). fp8 operands take K in steps of 32, which every
+/// `BK` of the stdlib space is.
+const MATMUL_DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Fp8E4m3, DType::Fp8E5m2];
 
 impl Planner<'_> {
     pub(super) fn matmul_kernel(
@@ -27,7 +28,8 @@ impl Planner<'_> {
         if adt != bdt || !MATMUL_DTYPES.contains(&adt) {
             return unsupported(
                 format!(
-                    "a matmul of {adt} x {bdt} tensors: the stdlib matmul kernels take two f32, f16 or bf16 operands"
+                    "a matmul of {adt} x {bdt} tensors: the stdlib matmul kernels take two operands of one dtype \
+                     (f32, f16, bf16, fp8_e4m3 or fp8_e5m2)"
                 ),
                 &loc,
             );
@@ -41,7 +43,12 @@ impl Planner<'_> {
             Some((_, Attr::DType(t))) if crate::ir::policy::rounds_each_step(*t) => Some(*t),
             _ => None,
         };
-        let operand = narrow.map_or(adt.to_string(), |t| format!("{adt} @accum({t})"));
+        // fp8 operands say how they accumulate, as the stdlib kernel does (W0404 otherwise).
+        let operand = match narrow {
+            Some(t) => format!("{adt} @accum({t})"),
+            None if adt.bits() == 8 => format!("{adt} @accum(f32)"),
+            None => adt.to_string(),
+        };
         let batched = bd.len() > 2;
         let mut sig = Signature::default();
         // Batch indices of the operands other than the stdlib's `c % BX`, as
