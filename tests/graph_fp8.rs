@@ -20,6 +20,14 @@ def mm_e5m2_relu(a: Tensor["M", "K", fp8_e5m2 @accum(f32)], b: Tensor["K", "N", 
     return relu(matmul(a, b))
 
 @jit
+def sat_mul(a: Tensor["M", "N", fp8_e4m3 @saturate], b: Tensor["M", "N", fp8_e4m3 @saturate]):
+    return a * b * 128.0
+
+@jit
+def sat_mm(a: Tensor["M", "K", fp8_e4m3 @accum(f32) @saturate], b: Tensor["K", "N", fp8_e4m3 @accum(f32) @saturate]):
+    return a @ (b * 16.0)
+
+@jit
 def bmm_e4m3(a: Tensor["B", "M", "K", fp8_e4m3 @accum(f32)], b: Tensor["B", "K", "N", fp8_e4m3 @accum(f32)]):
     return a @ b
 "#;
@@ -30,8 +38,9 @@ def bmm_e4m3(a: Tensor["B", "M", "K", fp8_e4m3 @accum(f32)], b: Tensor["B", "K",
 const PRELUDE: &str = r#"
 import sys, numpy as np
 d = sys.argv[1]
-def fp8(x, fmt):
+def fp8(x, fmt, saturate=False):
     mbits, emin, largest, over = {'e4m3': (3, -6, 448.0, np.nan), 'e5m2': (2, -14, 57344.0, np.inf)}[fmt]
+    over = largest if saturate else over
     x = np.asarray(x, dtype=np.float64)
     a = np.abs(x)
     _, e = np.frexp(a)
@@ -59,6 +68,23 @@ const CASES: &[Case] = &[
         function: "mm_e5m2_relu",
         dims: "M=33,K=64,N=70",
         oracle: "check(np.maximum(fp8(load('a.npy') @ load('b.npy'), 'e5m2'), 0.0))",
+    },
+    // `@saturate`: every fp8 result clamps to ±448 instead of becoming NaN.
+    Case {
+        function: "sat_mul",
+        dims: "M=24,N=40",
+        oracle: "s = lambda x: fp8(x, 'e4m3', True)\n\
+                 want = s(s(load('a.npy') * load('b.npy')) * 128.0)\n\
+                 assert np.mean(np.abs(want) == 448.0) > 0.01\n\
+                 check(want)",
+    },
+    Case {
+        function: "sat_mm",
+        dims: "M=16,K=256,N=16",
+        oracle: "s = lambda x: fp8(x, 'e4m3', True)\n\
+                 want = s(load('a.npy') @ s(load('b.npy') * 16.0))\n\
+                 assert np.mean(np.abs(want) == 448.0) > 0.01\n\
+                 check(want)",
     },
     Case {
         function: "bmm_e4m3",

@@ -4,6 +4,19 @@
 use super::*;
 
 impl Planner<'_> {
+    /// The element type of `v` as a generated kernel declares it: the dtype, with
+    /// `@saturate` where it applies (fp8 and integers), so the kernel's fp8 arithmetic
+    /// and its stores clamp as the graph's values do.
+    pub(super) fn elem_text(&self, v: ValueId) -> String {
+        let Type::Tensor(t) = self.ty(v) else { return self.ty(v).dtype().unwrap_or(DType::F32).to_string() };
+        let elem = tessera_frontend::check::ElemType { dtype: t.dtype, policies: t.policies.clone() };
+        if crate::ir::policy::wants_saturate(&elem) {
+            format!("{} @saturate", t.dtype)
+        } else {
+            t.dtype.to_string()
+        }
+    }
+
     pub(super) fn seed(&mut self, loc: &Loc) -> ValueId {
         if let Some(s) = self.seed {
             return s;
@@ -124,7 +137,7 @@ impl Planner<'_> {
                     // A smaller stored tensor broadcast over the window.
                     let stored = self.store(o, &loc)?;
                     let d = self.ty(o).dims().to_vec();
-                    let odt = self.ty(o).dtype().unwrap_or(DType::F32);
+                    let odt = self.elem_text(o);
                     let trimmed: Vec<Dim> = d.iter().skip_while(|x| x.as_const() == Some(1)).cloned().collect();
                     let name = format!("I{inputs}");
                     inputs += 1;
@@ -155,7 +168,7 @@ impl Planner<'_> {
                     }
                 } else {
                     let stored = self.store(o, &loc)?;
-                    let odt = self.ty(o).dtype().unwrap_or(DType::F32);
+                    let odt = self.elem_text(o);
                     let name = format!("I{inputs}");
                     inputs += 1;
                     let view = self.view(stored, full(&rows, &cols), &loc);
@@ -262,6 +275,7 @@ impl Planner<'_> {
                 },
             };
             let view = self.view(buffer, full(&rows, &cols), &loc);
+            let odt = self.elem_text(o);
             sig.push(format!("O{k}: Tensor[{of}\"{}\", \"{}\", {odt}]", w.rows, w.cols), view);
             let _ = writeln!(out, "{}O{k}[{window}] = {value}", w.indent);
         }

@@ -49,6 +49,9 @@ impl Planner<'_> {
             None if adt.bits() == 8 => format!("{adt} @accum(f32)"),
             None => adt.to_string(),
         };
+        // `@saturate` operands: the kernel's rounding of the sum to fp8 clamps.
+        let saturate = self.elem_text(a).ends_with("@saturate") || self.elem_text(b).ends_with("@saturate");
+        let operand = if saturate { format!("{operand} @saturate") } else { operand };
         let batched = bd.len() > 2;
         let mut sig = Signature::default();
         // Batch indices of the operands other than the stdlib's `c % BX`, as
@@ -97,7 +100,11 @@ impl Planner<'_> {
         let acc_dtype = narrow.unwrap_or(DType::F32);
         let rdt = self.ty(result).dtype().unwrap_or(DType::F32);
         let mut vars = HashMap::new();
-        vars.insert(result, if rdt == acc_dtype { "acc".to_string() } else { format!("tile.cast(acc, {rdt})") });
+        let cast = match self.elem_text(result) {
+            t if t.contains('@') => format!("tile.cast(acc, \"{t}\")"),
+            t => format!("tile.cast(acc, {t})"),
+        };
+        vars.insert(result, if rdt == acc_dtype { "acc".to_string() } else { cast });
         let w = Window {
             row: "m0",
             col: "n0",

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use tessera_frontend::check::{DType, Dim};
+use tessera_frontend::check::{DType, Dim, ElemType};
 use tessera_passes::ir::rand::uniform;
 use tessera_passes::ir::{policy, Attr, Func, Op, OpId, OpKind, Type, ValueId};
 
@@ -434,6 +434,15 @@ impl Machine<'_> {
         }
     }
 
+    /// fp8 and integer arithmetic on `@saturate` values clamps its result (language.md,
+    /// "Which conversion"), as the kernels do when they store it.
+    fn saturates(&self, r: ValueId) -> bool {
+        match self.func.ty(r) {
+            Type::Tensor(t) => policy::wants_saturate(&ElemType { dtype: t.dtype, policies: t.policies.clone() }),
+            _ => false,
+        }
+    }
+
     fn make(&self, id: OpId, r: ValueId, dims: Vec<usize>, data: Vec<f64>) -> R<Val> {
         if data.len() != numel(&dims) {
             return Err(self.err(id, format!("internal error: {} values for a {dims:?} tensor", data.len())));
@@ -441,7 +450,8 @@ impl Machine<'_> {
         self.check_dims(id, r, &dims)?;
         let dtype = self.result_dtype(id, r)?;
         let dom = Domain::of_dtype(dtype);
-        Ok(Val::Tensor(Tensor { dtype, dims, data: data.into_iter().map(|x| dom.convert(x)).collect() }))
+        let saturate = self.saturates(r);
+        Ok(Val::Tensor(Tensor { dtype, dims, data: data.into_iter().map(|x| dom.convert_with(x, saturate)).collect() }))
     }
 
     fn op(&self, id: OpId, op: &Op) -> R<Vec<Val>> {
@@ -652,7 +662,8 @@ impl Machine<'_> {
             self.err(id, format!("graph.matmul of {:?} and {:?}: batch dims do not broadcast", a.dims, b.dims))
         })?;
         let dtype = self.result_dtype(id, r)?;
-        let dom = Domain::of_dtype(dtype);
+        // A saturating float result is rounded once, by `make`, which clamps.
+        let dom = Domain::of_dtype(if self.saturates(r) && !dtype.is_int() { DType::F64 } else { dtype });
         // Batch offsets (in matrices) of each operand for every batch index.
         let strides = |x: &[usize]| {
             broadcast_strides(x, &batch).ok_or_else(|| self.err(id, format!("batch dims {x:?} vs {batch:?}")))
