@@ -194,6 +194,14 @@ pub enum Ty {
         of: String,
         wrt: Vec<String>,
     },
+    /// `vmap(f, in_axes=..., out_axes=...)`: `f` mapped over one axis of its arguments
+    /// (`check::ops::transforms`): an axis or None per parameter, an axis per output
+    /// (one entry: every output).
+    Vmap {
+        of: String,
+        in_axes: Vec<Option<i64>>,
+        out_axes: Vec<i64>,
+    },
     Schedule(Box<ScheduleValue>),
     /// The result of `tile.context()`.
     Context,
@@ -260,7 +268,7 @@ impl Ty {
             Ty::Dict(_) => "a dict",
             Ty::DType(_) => "a dtype",
             Ty::Namespace(_) => "a namespace",
-            Ty::Builtin(_) | Ty::Function(_) | Ty::Grad { .. } => "a function",
+            Ty::Builtin(_) | Ty::Function(_) | Ty::Grad { .. } | Ty::Vmap { .. } => "a function",
             Ty::Schedule(_) => "a schedule",
             Ty::Context => "a schedule context",
             Ty::Range(_) => "a range",
@@ -313,6 +321,7 @@ impl fmt::Display for Ty {
             Ty::Function(name) => write!(f, "function {name}"),
             Ty::Grad { of, wrt } if wrt.is_empty() => write!(f, "grad({of})"),
             Ty::Grad { of, wrt } => write!(f, "grad({of}, wrt={wrt:?})"),
+            Ty::Vmap { of, in_axes, out_axes } => write!(f, "{}", super::ops::vmap_text(of, in_axes, out_axes)),
             Ty::Schedule(s) => write!(f, "{s}"),
             Ty::Context => f.write_str("schedule context"),
             Ty::Range(LoopKind::Parallel) => f.write_str("tile.parallel range"),

@@ -16,6 +16,7 @@ use super::kernel::{ir_type, LowerError};
 use crate::ir::*;
 
 mod losses;
+mod transforms;
 
 type R<T> = Result<T, LowerError>;
 
@@ -511,6 +512,7 @@ impl Body<'_, '_, '_> {
             Ty::Builtin(p) => p,
             Ty::Function(name) => return self.inline_call(&name, args, range),
             Ty::Grad { of, wrt } => return self.grad_call(&of, &wrt, args, range),
+            Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
             other => return unsupported(format!("calling {other} in a graph function"), range),
         };
         let name = path.rsplit('.').next().unwrap_or(path);
@@ -722,6 +724,9 @@ impl Body<'_, '_, '_> {
                     None => Ok(Val::One(self.op1(OpKind::FlashAttention, vec![q, k, v], t, attrs, &loc))),
                 }
             }
+            "jvp" => self.jvp_call(args, range),
+            // `g = vmap(f, ...)`: the function value is its type; a call of `g` lowers it.
+            "vmap" => Ok(Val::None),
             "dropout" => {
                 let x = self.value(need(arg("x", 0), "x")?)?;
                 let p = self.value(need(arg("p", 1), "p")?)?;

@@ -48,6 +48,9 @@ mod linalg;
 mod losses;
 mod schedule;
 mod tile;
+mod transforms;
+
+pub(crate) use transforms::vmap_text;
 
 /// An evaluated call argument.
 #[derive(Clone, Debug)]
@@ -86,6 +89,7 @@ impl<'a> Infer<'a> {
             Ty::Builtin(path) => self.builtin_call(id, func, path, &vals),
             Ty::Function(name) => self.user_call(id, func, &name, &vals),
             Ty::Grad { of, wrt } => self.grad_call(id, &of, &wrt, &vals),
+            Ty::Vmap { of, in_axes, out_axes } => self.vmap_call(id, &of, &in_axes, &out_axes, &vals),
             Ty::Method { recv, name } => self.method_call(id, func, *recv, &name, &vals),
             Ty::DType(elem) if vals.len() == 1 => {
                 // `f32(x)`: a scalar conversion.
@@ -726,6 +730,8 @@ impl<'a> Infer<'a> {
                 }
             }
             (false, "grad") => self.grad(a),
+            (false, "vmap") => self.vmap(a),
+            (false, "jvp") => self.jvp(id, a),
             // ---- scalars ----
             (false, "float") => Ty::Float(None),
             (false, "int") => match &arg!(a, "int" => ty "x") {
