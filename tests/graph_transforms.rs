@@ -5,7 +5,9 @@
 //! result from the saved inputs: `vmap(f)` as a Python loop over the mapped axis of a
 //! NumPy `f`, `grad` of a sum of a vmapped loss by its gradient written out in NumPy and
 //! by central differences, and `jvp` against central finite differences in f64 of a
-//! NumPy `f` (and its primal output against that `f`).
+//! NumPy `f` (and its primal output against that `f`). The transforms compose: `grad`
+//! inside `vmap` (per-example gradients), `vmap` of a vmapped function, `jvp` through
+//! both.
 
 mod graph_oracles;
 
@@ -70,6 +72,41 @@ def smooth(x: Tensor["M", "K", f32], W: Tensor["K", "N", f32]):
 @jit
 def smooth_jvp(x: Tensor["M", "K", f32], W: Tensor["K", "N", f32], tx: Tensor["M", "K", f32], tW: Tensor["K", "N", f32]):
     return jvp(smooth, (x, W), (tx, tW))
+
+@autodiff
+@jit
+def loss_ad(x: Tensor["S", "D", f32], W: Tensor["D", "H", f32]):
+    return example_loss(x, W)
+
+@jit
+def example_grad(x: Tensor["S", "D", f32], W: Tensor["D", "H", f32]):
+    dx, dW = grad(loss_ad)(x, W)
+    return dW
+
+@jit
+def per_example_grads(xs: Tensor["B", "S", "D", f32], W: Tensor["D", "H", f32]):
+    return vmap(example_grad, in_axes=(0, None))(xs, W)
+
+@jit
+def row_norm(x: Tensor["D", f32], w: Tensor["D", f32]):
+    return sqrt(sum(x * x)) * w, w * 2.0
+
+@jit
+def rows(x: Tensor["N", "D", f32], w: Tensor["D", f32]):
+    return vmap(row_norm, in_axes=(0, None))(x, w)
+
+@jit
+def grid(x: Tensor["M", "N", "D", f32], w: Tensor["D", f32]):
+    return vmap(rows, in_axes=(1, None), out_axes=(0, 1))(x, w)
+
+@jit
+def first_of_grid(x: Tensor["M", "N", "D", f32], w: Tensor["D", f32]):
+    a, b = grid(x, w)
+    return a + 1.0
+
+@jit
+def grid_jvp(x: Tensor["M", "N", "D", f32], w: Tensor["D", f32], tx: Tensor["M", "N", "D", f32], tw: Tensor["D", f32]):
+    return jvp(first_of_grid, (x, w), (tx, tw))
 
 @jit
 def layer_sum(x: Tensor["S", "D", f32], W: Tensor["D", "H", f32], b: Tensor["H", f32]):
@@ -225,6 +262,46 @@ near("return0", (4, 5), f(x, W, b), rel=1e-5)
 near("return1", (4, 5), fd(f, (x, W, b), (0 * x, tW, 0 * b)), rel=1e-4)
 "#,
     },
+    Case {
+        // grad inside vmap: per-example gradients.
+        function: "per_example_grads",
+        dims: "B=3,S=4,D=6,H=5",
+        oracle: r#"
+xs, W = load("xs"), load("W")
+B, S, D = xs.shape
+H = W.shape[1]
+def example_grad(x):
+    t = np.tanh(x @ W)
+    return x.T @ (2 * t * (1 - t * t) / (S * H))
+near("return", (B, D, H), np.stack([example_grad(x) for x in xs]), rel=1e-4)
+"#,
+    },
+    Case {
+        // vmap of a vmapped function, an output no mapped argument reaches (broadcast),
+        // and a tuple of out_axes.
+        function: "grid",
+        dims: "M=3,N=4,D=5",
+        oracle: r#"
+x, w = load("x"), load("w")
+M, N, D = x.shape
+row_norm = lambda r: (np.sqrt((r * r).sum()) * w, w * 2.0)
+rows = lambda m: [row_norm(r) for r in m]
+loop = [rows(x[:, n, :]) for n in range(N)]
+near("return0", (N, M, D), np.stack([np.stack([a for a, _ in r]) for r in loop]))
+near("return1", (M, N, D), np.stack([np.stack([b for _, b in r]) for r in loop], axis=1), rel=0)
+"#,
+    },
+    Case {
+        // jvp through the nested vmaps.
+        function: "grid_jvp",
+        dims: "M=3,N=4,D=5",
+        oracle: r#"
+x, w, tx, tw = load("x"), load("w"), load("tx"), load("tw")
+f = lambda x, w: np.sqrt((x * x).sum(-1))[..., None].transpose(1, 0, 2) * w + 1.0
+near("return0", (4, 3, 5), f(x, w))
+near("return1", (4, 3, 5), fd(f, (x, w), (tx, tw)), rel=1e-4)
+"#,
+    },
 ];
 
 #[test]
@@ -248,6 +325,8 @@ fn the_oracles_refuse_a_wrong_result() {
         ("batch_grad", "return1", "y * 1.001"),
         ("smooth_jvp", "return1", "-y"),
         ("smooth_jvp", "return0", "y + 1e-3"),
+        ("per_example_grads", "return", "y[::-1]"),
+        ("grid", "return1", "y * 0.999"),
     ] {
         let case = CASES.iter().find(|c| c.function == function).unwrap();
         let out = dir.path().join(format!("{function}_{name}"));
