@@ -46,6 +46,23 @@ impl<'a> Infer<'a> {
         let name = match &f.ty {
             Ty::Function(n) => n.clone(),
             Ty::Unknown => return None,
+            Ty::Grad { .. } | Ty::Vmap { .. } => {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0802,
+                        self.range(f.expr),
+                        format!(
+                            "`{what}` takes a function by name, not the transformed function `{}`",
+                            self.text(f.expr)
+                        ),
+                    )
+                    .with_note(format!(
+                        "write a @jit function that returns `{}(...)` and pass its name to `{what}`",
+                        self.text(f.expr)
+                    )),
+                );
+                return None;
+            }
             other => {
                 self.wrong_kind(f.expr, what, "a @jit function", &other.clone());
                 return None;
