@@ -57,6 +57,7 @@ codes! {
     W0406 Warning "loss scale is not a power of two";
     W0407 Warning "numerics bound can be violated";
     E0408 Error "probability out of range";
+    W0409 Warning "dtype policy without effect here";
     E0500 Error "shared memory budget exceeded";
     E0501 Error "shared-memory race";
     E0502 Error "tensor-core shape not supported";

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::builtins::{self, Level, ParamSpec};
 use super::dims::Dim;
-use super::dtype::{DType, ElemType};
+use super::dtype::{DType, ElemType, Policy};
 use super::infer::{Infer, Mode};
 use super::schedule::ScheduleValue;
 use super::shapes;
@@ -44,10 +44,13 @@ macro_rules! arg {
 
 mod calls;
 mod dist;
+mod kernel_call;
 mod linalg;
 mod losses;
 mod schedule;
 mod tile;
+
+pub use kernel_call::kernel_written_params;
 mod transforms;
 
 pub(crate) use transforms::vmap_text;
@@ -635,6 +638,16 @@ impl<'a> Infer<'a> {
                 let Some(elem) = self.dtype_arg(&d) else {
                     return Ty::Unknown;
                 };
+                if self.mode == Mode::Graph && elem.policies.contains(&Policy::StochasticRound) {
+                    self.push(
+                        Diagnostic::new(
+                            Code::W0409,
+                            self.range(d.expr),
+                            "`@stochastic_round` has no effect in a graph function: its casts round to nearest",
+                        )
+                        .with_note("round stochastically in a kernel: `tile.cast(x, \"bf16 @stochastic_round\")`"),
+                    );
+                }
                 match self.operand(x.ty.clone()) {
                     Ty::Tensor(t) => Ty::Tensor(TensorType::new(t.dims, elem)),
                     Ty::Scalar(_) | Ty::Int(_) | Ty::Float(_) => Ty::Scalar(elem),
