@@ -109,6 +109,15 @@ def grid_jvp(x: Tensor["M", "N", "D", f32], w: Tensor["D", f32], tx: Tensor["M",
     return jvp(first_of_grid, (x, w), (tx, tw))
 
 @jit
+def attend(qkv: Tensor["B", "S", "E", bf16]):
+    q, k, v = split_qkv(qkv, heads=2)
+    return merge_heads(flash_attention(q, k, v, causal=True))
+
+@jit
+def attend_all(qkv: Tensor["V", "B", "S", "E", bf16]):
+    return vmap(attend)(qkv)
+
+@jit
 def layer_sum(x: Tensor["S", "D", f32], W: Tensor["D", "H", f32], b: Tensor["H", f32]):
     y, s = layer(x, W, b)
     return y * 3.0 + s
@@ -302,6 +311,25 @@ near("return0", (4, 3, 5), f(x, w))
 near("return1", (4, 3, 5), fd(f, (x, w), (tx, tw)), rel=1e-4)
 "#,
     },
+    Case {
+        // Attention per example: split_qkv, flash_attention and merge_heads fold the
+        // mapped axis into their own batch dim. bf16 (the stdlib attention kernel's).
+        function: "attend_all",
+        dims: "V=2,B=2,S=16,E=96",
+        oracle: r#"
+qkv = load("qkv")
+V, B, S, E = qkv.shape
+h, Dh = 2, E // 6
+def attend(x):
+    q, k, v = x.reshape(B, S, 3, h, Dh).transpose(2, 0, 3, 1, 4)
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(Dh) + np.triu(np.full((S, S), -np.inf), 1)
+    p = softmax(s, -1)
+    return (p @ v).transpose(0, 2, 1, 3).reshape(B, S, -1)
+ref = np.stack([attend(x) for x in qkv])
+y = np.load(d + "/return.out.npy").astype(np.float64)
+close("return", y, ref, 2.0 ** -7 * (1 + np.abs(ref)))
+"#,
+    },
 ];
 
 #[test]
@@ -327,6 +355,7 @@ fn the_oracles_refuse_a_wrong_result() {
         ("smooth_jvp", "return0", "y + 1e-3"),
         ("per_example_grads", "return", "y[::-1]"),
         ("grid", "return1", "y * 0.999"),
+        ("attend_all", "return", "y[::-1]"),
     ] {
         let case = CASES.iter().find(|c| c.function == function).unwrap();
         let out = dir.path().join(format!("{function}_{name}"));

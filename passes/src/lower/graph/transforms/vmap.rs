@@ -399,6 +399,41 @@ impl Body<'_, '_, '_> {
                     vm.map.insert(r, B::Same(nr));
                 }
             }
+            OpKind::SplitQkv | OpKind::MergeHeads | OpKind::FlashAttention => {
+                // Ops of a fixed rank with a batch dim of their own in front: the mapped
+                // axis is folded into it ([V, B, ...] → [V·B, ...]) and unfolded after.
+                if op.kind == OpKind::FlashAttention && op.operands.len() > 3 {
+                    return self.refuse(vm, op, " with dropout: its mask would be drawn over the folded batch");
+                }
+                let mut xs = Vec::new();
+                for (b, &was) in operands.iter().zip(&batched) {
+                    let v = value(b);
+                    if !matches!(self.vty(v), Type::Tensor(_)) {
+                        xs.push(v);
+                        continue;
+                    }
+                    let v = if was { v } else { self.batch_broadcast(v, vm, &loc) };
+                    let dims = self.vty(v).dims().to_vec();
+                    let mut folded = vec![dims[0].mul_plain(&dims[1])];
+                    folded.extend(dims[2..].iter().cloned());
+                    xs.push(self.vreshape(v, folded, vm, &loc));
+                }
+                let folded_types: Vec<Type> = result_types
+                    .iter()
+                    .map(|t| {
+                        let mut d = t.dims().to_vec();
+                        d[0] = vm.size.mul_plain(&d[0]);
+                        with_dims(t, d)
+                    })
+                    .collect();
+                let (k, t) = self.tag(vm);
+                let results = self.emit_tagged(op.kind, xs, folded_types, op.attrs.clone(), (k, &t), &loc);
+                for ((&r, nr), per) in op.results.iter().zip(results).zip(&result_types) {
+                    let dims = Self::batched_type(per, vm).dims().to_vec();
+                    let unfolded = self.vreshape(nr, dims, vm, &loc);
+                    vm.map.insert(r, B::Batched(unfolded));
+                }
+            }
             OpKind::Dropout => {
                 return self.refuse(
                     vm,
