@@ -12,6 +12,7 @@
 
 mod codegen;
 mod copy;
+mod kernel_call;
 mod library;
 mod matmul;
 mod reduce;
@@ -35,6 +36,9 @@ pub struct PlannedKernel {
     pub name: String,
     /// What it computes, for listings ("stdlib matmul + epilogue: cast, sub").
     pub summary: String,
+    /// A kernel of the graph function's own file (a `@kernel` it calls), not of the
+    /// generated module.
+    pub in_source: bool,
 }
 
 /// The kernels of a graph function and the Schedule IR that launches them.
@@ -151,6 +155,9 @@ enum Kind {
     Elementwise,
     Matmul { op: OpId, a: ValueId, b: ValueId, result: ValueId },
     Single(OpId),
+    /// The argument `src` of a kernel call's written parameter copied into the buffer of
+    /// the call's result `dst` (`kernel_call`).
+    Copy { call: OpId, src: ValueId, dst: ValueId },
 }
 
 #[derive(Clone, Debug)]
@@ -186,6 +193,8 @@ struct Planner<'g> {
     seed: Option<ValueId>,
     /// Prefetched graph values (`graph.prefetch`) and their hint text.
     prefetch: Vec<(ValueId, String)>,
+    /// Kernel results whose buffers start as a constant (`kernel_call`): their fill.
+    fills: HashMap<ValueId, Splat>,
 }
 
 fn sched_value(s: &mut Func, ty: Type, name: Option<&str>) -> ValueId {
@@ -392,6 +401,7 @@ impl Planner<'_> {
             k if k.is_elementwise() || matches!(k, OpKind::Dropout | OpKind::Random | OpKind::GBroadcast) => {
                 self.elementwise(id, &op)
             }
+            OpKind::CallKernel => self.call_kernel(id, &op),
             OpKind::MatMul => {
                 for &o in &op.operands {
                     if self.splat.contains_key(&o) {
@@ -446,7 +456,7 @@ impl Planner<'_> {
                     || (trimmed.len() == 1 && n >= 1 && *trimmed[0] == out[n - 1])
                     || (d.len() == n && n >= 1 && d[n - 1].as_const() == Some(1) && d[..n - 1] == out[..n - 1])
             }
-            Kind::Single(_) => false,
+            Kind::Single(_) | Kind::Copy { .. } => false,
             _ => true,
         }
     }
@@ -522,6 +532,7 @@ pub fn plan(graph: &Func) -> R<GraphPlan> {
         known: HashMap::new(),
         seed: None,
         prefetch: Vec::new(),
+        fills: HashMap::new(),
     };
     for &id in &graph.body.ops {
         p.op(id)?;

@@ -36,6 +36,6 @@ pub mod units;
 pub use config::{Config, DEFAULT_SHAPE};
 pub use diagnostics::{file_diagnostics, prefetch_lints};
 pub use error::LowerError;
-pub use queries::{decorator_error, default_config, graph_ir, module_function, sched_ir, tile_ir};
+pub use queries::{decorator_error, default_config, graph_ir, module_function, planned_kernel, sched_ir, tile_ir};
 pub use stages::{lowering_text, plan_module, print_ir, print_target, FileLocs, LoweredText, Stage};
 pub use target::Target;

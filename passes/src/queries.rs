@@ -129,6 +129,18 @@ pub fn module_function<'db>(db: &'db dyn Db, module: SourceFile, name: &str) -> 
     item_index(db, module).function(db, name).map(|f| f.key)
 }
 
+/// The kernel a launch of `function`'s plan runs: a generated kernel of `module`, or
+/// (`in_source`: a `@kernel` the function calls) a kernel of the function's own file.
+pub fn planned_kernel<'db>(
+    db: &'db dyn Db,
+    function: FnKey<'db>,
+    module: SourceFile,
+    name: &str,
+    in_source: bool,
+) -> Option<FnKey<'db>> {
+    module_function(db, if in_source { function.file(db) } else { module }, name)
+}
+
 /// The configuration a kernel is shown and checked with when none is chosen: the
 /// fixed schedule (or each autotune key's first candidate) and the shape symbols its
 /// tiles use, from `dims` or [`DEFAULT_SHAPE`]. Also returns the symbols assumed.

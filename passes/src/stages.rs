@@ -15,7 +15,7 @@ use crate::error::LowerError;
 use crate::ir::print::Printed;
 use crate::ir::{self, Func};
 pub use crate::locs::FileLocs;
-use crate::queries::{default_config, graph_ir, module_function, sched_ir, tile_ir};
+use crate::queries::{default_config, graph_ir, planned_kernel, sched_ir, tile_ir};
 use crate::target::{Target, TargetCode};
 use crate::{codegen, graph_plan};
 
@@ -147,13 +147,14 @@ fn graph_lowering_text(
     }
     let mut out = LoweredText::default();
     for k in &plan.kernels {
-        let kkey = module_function(db, module, &k.name).ok_or_else(|| LowerError {
+        let kkey = planned_kernel(db, key, module, &k.name, k.in_source).ok_or_else(|| LowerError {
             message: format!("internal error: no generated kernel `{}`", k.name),
             range: TextRange::default(),
         })?;
         let (config, _) = default_config(db, kkey, shapes)?;
+        let file = if k.in_source { key.file(db) } else { module };
         let text = match stage {
-            Stage::Tile => print_ir(db, module, &*tile_ir(db, kkey, config, target).clone()?).text,
+            Stage::Tile => print_ir(db, file, &*tile_ir(db, kkey, config, target).clone()?).text,
             _ => codegen::target_code(db, kkey, config, target).clone()?.text.clone(),
         };
         out.text.push_str(&format!("// ===== {}: {} =====\n", k.name, k.summary));

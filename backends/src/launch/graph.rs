@@ -27,7 +27,7 @@ use tessera_passes::{LowerError, Target};
 
 use super::{allows_nonfinite, numerics_violations, Device, DeviceRequest, ErrorKind, NumericsViolation, Verdict};
 use crate::interp::compare::{compare_with, Comparison, Tolerance};
-use crate::interp::graph::{run_graph_f64_with_dims, run_plan_with_dims, InterpExecutor, KernelExecutor};
+use crate::interp::graph::{run_graph_f64_with_kernels, run_plan_with_dims, InterpExecutor, KernelExecutor};
 use crate::interp::InterpError;
 use crate::tensor::{round_to, Arg, HostTensor};
 
@@ -292,7 +292,9 @@ impl<'db> GraphSession<'db> {
         let target = options.target.unwrap_or(if device == Device::Cpu { Target::Cpu } else { Target::Sm90 });
         let repeat = options.repeat.unwrap_or(if device == Device::Cpu { 5 } else { 1 }).max(1);
         let seed = inputs.seed as i64;
-        let reference = run_graph_f64_with_dims(&self.graph, &inputs.args, &inputs.symbols, seed)
+        // A kernel the function calls is run by its own f64 reference (`kernel_reference`).
+        let kernels = super::kernel_reference::FileKernels { db, file: key.file(db) };
+        let reference = run_graph_f64_with_kernels(&self.graph, &inputs.args, &inputs.symbols, seed, &kernels)
             .map_err(GraphRunError::Reference)?;
         let allow_nonfinite = allows_nonfinite(db, key);
         let mut times = Vec::new();

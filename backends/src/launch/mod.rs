@@ -51,6 +51,7 @@ mod execute;
 mod flops;
 pub mod graph;
 mod info;
+mod kernel_reference;
 mod plan;
 pub use device::*;
 pub use error::*;

@@ -265,7 +265,7 @@ impl Planner<'_> {
             let odt = self.ty(o).dtype().unwrap_or(DType::F32);
             let value = match vars.get(&o) {
                 Some(v) => v.clone(),
-                None => match self.splat.get(&o).cloned() {
+                None => match self.splat.get(&o).or_else(|| self.fills.get(&o)).cloned() {
                     Some(Splat::Const(c)) => format!("tile.full({tile_shape}, {}, {odt})", float_literal(c)),
                     Some(Splat::Host(h)) => {
                         let n = self.scalar_param(sig, &mut scalars, h);
@@ -376,20 +376,26 @@ impl Planner<'_> {
                 continue;
             }
             self.prune(g);
+            // A kernel of the function's own file keeps its name (`kernel_call`).
+            let user = self.user_kernel(g);
             let label = match &self.groups[g].kind {
+                Kind::Copy { .. } => "copy".to_string(),
                 Kind::Elementwise => "elementwise".to_string(),
                 Kind::Matmul { .. } => "matmul".to_string(),
                 Kind::Single(id) => self.g.op(*id).kind.name().rsplit('.').next().unwrap_or("op").to_string(),
             };
-            let name = format!("{fname}__k{}_{label}", kernels.len());
+            let name = user.clone().unwrap_or_else(|| format!("{fname}__k{}_{label}", kernels.len()));
             let (text, args, summary) = match self.groups[g].kind.clone() {
                 Kind::Elementwise => self.elementwise_kernel(g, &name)?,
                 Kind::Matmul { a, b, result, .. } => self.matmul_kernel(g, &name, a, b, result)?,
                 Kind::Single(id) => self.library_kernel(g, id, &name)?,
+                Kind::Copy { src, dst, .. } => self.copy_kernel(&name, src, dst)?,
             };
-            let _ = write!(source, "\n\n{}\n", text.trim_end());
+            if user.is_none() {
+                let _ = write!(source, "\n\n{}\n", text.trim_end());
+            }
             let loc = match &self.groups[g].kind {
-                Kind::Single(id) => self.g.op(*id).loc.clone(),
+                Kind::Single(id) | Kind::Copy { call: id, .. } => self.g.op(*id).loc.clone(),
                 Kind::Matmul { op, .. } => self.g.op(*op).loc.clone(),
                 Kind::Elementwise => self.groups[g]
                     .ops
@@ -398,6 +404,9 @@ impl Planner<'_> {
                     .unwrap_or_else(|| self.g.loc.clone()),
             };
             let mut attrs = vec![("callee", Attr::Str(SmolStr::new(&name)))];
+            if user.is_some() {
+                attrs.push(("source", Attr::Str(SmolStr::new("file"))));
+            }
             // `with prefetch(...)` of a tensor this launch reads in memory.
             let hints: Vec<String> = self
                 .prefetch
@@ -413,7 +422,7 @@ impl Planner<'_> {
             }
             self.s.ops.push(Op { kind: OpKind::Kernel, operands: args, results: vec![], attrs, regions: vec![], loc });
             launches.push(OpId(self.s.ops.len() as u32 - 1));
-            kernels.push(PlannedKernel { name, summary });
+            kernels.push(PlannedKernel { name, summary, in_source: user.is_some() });
         }
         let (operands, loc) = self.returns.take().unwrap_or((vec![], self.g.loc.clone()));
         self.s.ops.push(Op { kind: OpKind::Return, operands, results: vec![], attrs: vec![], regions: vec![], loc });

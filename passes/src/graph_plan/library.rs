@@ -173,6 +173,7 @@ impl Planner<'_> {
                 );
                 Ok((text, sig.args, "copy: transpose".into()))
             }
+            OpKind::CallKernel => self.user_kernel_launch(&op),
             OpKind::Concat => self.concat_kernel(&op, name),
             OpKind::Split => self.split_kernel(&op, name),
             OpKind::GReduce => self.reduce_kernel(&op, name),

@@ -213,6 +213,8 @@ ops! {
     Fill = "graph.full",
     Iota = "graph.arange",
     Launch = "graph.launch",
+    // `k(args)` of a `@kernel` in a graph function: the new values of the parameters `k` writes
+    CallKernel = "graph.call_kernel",
     SplitQkv = "graph.split_qkv",
     MergeHeads = "graph.merge_heads",
     // the first ordering token of a graph function's effects

@@ -15,6 +15,7 @@ use tessera_frontend::text::TextRange;
 use super::kernel::{ir_type, LowerError};
 use crate::ir::*;
 
+mod kernel_call;
 mod losses;
 mod transforms;
 
@@ -510,7 +511,12 @@ impl Body<'_, '_, '_> {
         let callee_ty = self.ty_of(func).clone();
         let path = match callee_ty {
             Ty::Builtin(p) => p,
-            Ty::Function(name) => return self.inline_call(&name, args, range),
+            Ty::Function(name) => {
+                if let Some(kernel) = self.kernel_callee(&name) {
+                    return self.kernel_call(e, &kernel, &name, args);
+                }
+                return self.inline_call(&name, args, range);
+            }
             Ty::Grad { of, wrt } => return self.grad_call(&of, &wrt, args, range),
             Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
             other => return unsupported(format!("calling {other} in a graph function"), range),

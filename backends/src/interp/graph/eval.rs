@@ -17,7 +17,10 @@ use super::arith::{
 use super::values::{broadcast_shapes, broadcast_strides, gather, numel, row_major_strides, Offsets, Tensor, Val};
 use super::{stream_seed, GraphArg, R};
 
+mod kernel_call;
 mod layout;
+
+pub use kernel_call::KernelReference;
 mod random;
 
 /// Binds a graph function's parameters (Graph or Schedule IR of a graph function) to
@@ -168,19 +171,31 @@ pub fn run_graph_f64_with_dims(
     dims: &BTreeMap<String, i64>,
     seed: i64,
 ) -> Result<Vec<GraphArg>, InterpError> {
-    run_graph_with(func, args, dims, seed, true).map(|(out, _)| out)
+    run_graph_with(func, args, dims, seed, true, None).map(|(out, _)| out)
+}
+
+/// [`run_graph_f64_with_dims`] for a function that calls kernels (`graph.call_kernel`):
+/// `kernels` runs each called kernel's own reference.
+pub fn run_graph_f64_with_kernels(
+    func: &Func,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    kernels: &dyn KernelReference,
+) -> Result<Vec<GraphArg>, InterpError> {
+    run_graph_with(func, args, dims, seed, true, Some(kernels)).map(|(out, _)| out)
 }
 
 /// The f64 reference of a graph function: every op computes in f64 and rounds once to
 /// its result's dtype (each graph value is a tensor of its declared dtype), where
 /// [`run_graph`] computes 16- and 8-bit floats in f32 as the kernels do.
 pub fn run_graph_f64(func: &Func, args: &[GraphArg], seed: i64) -> Result<Vec<GraphArg>, InterpError> {
-    run_graph_with(func, args, &BTreeMap::new(), seed, true).map(|(out, _)| out)
+    run_graph_with(func, args, &BTreeMap::new(), seed, true, None).map(|(out, _)| out)
 }
 
 /// [`run_graph`], also returning every intermediate value.
 pub fn run_graph_traced(func: &Func, args: &[GraphArg], seed: i64) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
-    run_graph_with(func, args, &BTreeMap::new(), seed, false)
+    run_graph_with(func, args, &BTreeMap::new(), seed, false, None)
 }
 
 fn run_graph_with(
@@ -189,9 +204,10 @@ fn run_graph_with(
     dims: &BTreeMap<String, i64>,
     seed: i64,
     exact: bool,
+    kernels: Option<&dyn KernelReference>,
 ) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
     let (params, symbols) = bind_params(func, args, dims)?;
-    let mut m = Machine { func, vals: vec![None; func.values.len()], symbols, seed, exact };
+    let mut m = Machine { func, vals: vec![None; func.values.len()], symbols, seed, exact, kernels };
     for (&p, v) in func.params.iter().zip(params) {
         m.vals[p.0 as usize] = Some(v);
     }
@@ -226,6 +242,8 @@ struct Machine<'f> {
     seed: i64,
     /// Compute in f64 ([`run_graph_f64`]).
     exact: bool,
+    /// The references of called kernels ([`run_graph_f64_with_kernels`]).
+    kernels: Option<&'f dyn KernelReference>,
 }
 
 fn float_attr(op: &Op, key: &str) -> Option<f64> {
@@ -469,6 +487,7 @@ impl Machine<'_> {
         let one = |v: R<Val>| v.map(|v| vec![v]);
         match op.kind {
             OpKind::EffectToken => Ok(vec![Val::Token]),
+            OpKind::CallKernel => self.call_kernel(id, op),
             // A placement effect: moves nothing the reference can see.
             OpKind::Prefetch => Ok(op.results.iter().map(|_| Val::Token).collect()),
             OpKind::TensorDim => {

@@ -179,7 +179,9 @@ pub fn run_plan_with_dims(
                         }
                     }
                 }
-                let kkey = tessera_passes::module_function(db, module, callee)
+                // A `@kernel` the function calls is one of its own file's (`source = "file"`).
+                let in_source = op.str_attr("source") == Some("file");
+                let kkey = tessera_passes::planned_kernel(db, key, module, callee, in_source)
                     .ok_or_else(|| err(id, format!("the generated module has no kernel `{callee}`")))?;
                 let ksymbols = kernel_symbols(db, kkey, &kargs).map_err(|m| err(id, format!("`{callee}`: {m}")))?;
                 let cache_key = (callee.to_string(), ksymbols.clone());
@@ -225,7 +227,7 @@ pub fn run_plan_with_dims(
 }
 
 /// The dim symbols of a generated kernel's parameters bound by the launch's arguments.
-fn kernel_symbols(db: &dyn Db, kkey: FnKey<'_>, args: &[Arg]) -> Result<BTreeMap<String, i64>, String> {
+pub(crate) fn kernel_symbols(db: &dyn Db, kkey: FnKey<'_>, args: &[Arg]) -> Result<BTreeMap<String, i64>, String> {
     let graph = tessera_passes::graph_ir(db, kkey).clone().map_err(|e| e.message)?;
     if graph.params.len() != args.len() {
         return Err(format!("takes {} arguments, the plan passes {}", graph.params.len(), args.len()));

@@ -25,6 +25,9 @@ impl<'a> Infer<'a> {
         let Some((key, sig)) = callee_signature(self.db, self.file, &name) else {
             return Ty::Unknown;
         };
+        if sig.autodiff && self.grad_through_kernel(f.expr, &name, key) {
+            return Ty::Unknown;
+        }
         if !sig.autodiff {
             self.push(
                 Diagnostic::new(
@@ -153,8 +156,8 @@ impl<'a> Infer<'a> {
             return Ty::Unknown;
         };
         match &sig.ret {
+            _ if sig.kind == FunctionKind::Kernel => self.kernel_call_result(func, name, key, &sig, &subst),
             Some(r) => substitute_ty(r, &subst),
-            None if sig.kind == FunctionKind::Kernel => Ty::NoneVal,
             None => {
                 let ret = callee_inference(self.db, key).return_ty.clone().unwrap_or(Ty::Unknown);
                 substitute_ty(&ret, &subst)

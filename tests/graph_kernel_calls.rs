@@ -1,0 +1,188 @@
+//! Calling `@kernel` functions from `@jit` graph functions end to end (`docs/language.md`,
+//! "Calling kernels"): the call's value is the new contents of the parameters the kernel
+//! writes, each starting from the argument passed for it. Each graph function runs
+//! through the real `tessera run --save` on the interpreter and, where it is built, the
+//! CPU backend; the run must pass its own check against the f64 reference (which runs the
+//! called kernel's own f64 reference, not the plan's code), and a NumPy oracle recomputes
+//! every result from the saved inputs.
+
+mod graph_oracles;
+
+use graph_oracles::*;
+
+const PROGRAM: &str = r#"from tessera import *
+
+@kernel
+def saxpy(a: f32, x: Tensor["N", f32], y: Tensor["N", f32]):
+    for i in tile.parallel(0, N, 256):
+        y[i:i + 256] = a * x[i:i + 256] + y[i:i + 256]
+
+@kernel
+def row_softmax(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        x = tile.load(X[r0:r0 + ctx.BM, 0:C])
+        e = tile.exp(x - tile.row_max(x)[:, None])
+        Y[r0:r0 + ctx.BM, 0:C] = e / tile.row_sum(e)[:, None]
+
+@kernel
+def split_signs(x: Tensor["M", "N", f32], s: f32, lo: Tensor["M", "N", f32], hi: Tensor["M", "N", f32]):
+    for m0 in tile.parallel(0, M, 16):
+        for n0 in tile.parallel(0, N, 64):
+            t = tile.load(x[m0:m0 + 16, n0:n0 + 64]) * s
+            tile.store(lo[m0:m0 + 16, n0:n0 + 64], t - tile.relu(t))
+            hi[m0:m0 + 16, n0:n0 + 64] = tile.relu(t)
+
+@jit
+def step(x: Tensor["N", f32], y: Tensor["N", f32]):
+    z = saxpy(2.0, x, y)
+    w = saxpy(0.5, z, z * 3.0)
+    return z, w, y
+
+@jit
+def probs(x: Tensor["R", "C", f32]):
+    p = row_softmax(x * 2.0, zeros((R, C), dtype=f32))
+    return p, p + 1.0
+
+@jit
+def parts(x: Tensor["M", "N", f32]):
+    lo, hi = split_signs(x, 1.5, zeros((M, N), dtype=f32), x)
+    return lo + hi, hi
+"#;
+
+const PRELUDE: &str = r#"
+import sys, numpy as np
+d = sys.argv[1]
+def load(name):
+    return np.load(d + "/" + name + ".npy").astype(np.float32)
+def result(name, shape):
+    y = np.load(d + "/" + name + ".out.npy")
+    assert y.dtype == np.float32, (name, y.dtype)
+    assert y.shape == tuple(shape), (name, y.shape, shape)
+    return y.astype(np.float64)
+def close(name, ref, rel=2e-6):
+    ref = np.asarray(ref, dtype=np.float64)
+    y = result(name, ref.shape)
+    bad = ~(np.abs(y - ref) <= rel * (np.abs(ref) + 1e-6))
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{name}: {bad.sum()} of {bad.size} differ; at {i}: got {y[i]}, want {ref[i]}")
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+"#;
+
+const CASES: &[Case] = &[
+    Case {
+        // A kernel that reads what it writes (`y`), called twice; the caller's `y` stays.
+        function: "step",
+        dims: "N=1000",
+        oracle: r#"
+x, y = load("x"), load("y")
+z = np.float32(2.0) * x + y
+close("return0", z)
+close("return1", np.float32(0.5) * z + z * np.float32(3.0))
+close("return2", y, rel=0.0)
+"#,
+    },
+    Case {
+        // A tiled row softmax into a `zeros` output, its result read by a fused kernel.
+        function: "probs",
+        dims: "R=37,C=48",
+        oracle: r#"
+x = load("x").astype(np.float64)
+p = softmax(2.0 * x)
+close("return0", p, rel=1e-5)
+close("return1", p + 1.0, rel=1e-5)
+"#,
+    },
+    Case {
+        // Two written parameters (a tuple) and a scalar argument; one output starts as
+        // `zeros`, the other as a copy of `x`, which the kernel overwrites.
+        function: "parts",
+        dims: "M=40,N=100",
+        oracle: r#"
+x = load("x")
+t = np.float32(1.5) * x
+close("return0", t)
+close("return1", np.maximum(t, 0))
+"#,
+    },
+];
+
+#[test]
+fn kernel_calls_match_numpy_on_every_device() {
+    run_every_case("graph_kernel_calls.tsr", PROGRAM, PRELUDE, CASES);
+}
+
+/// The oracles can fail: SAXPY's result with `a` and `y` swapped, and a softmax over the
+/// wrong axis, are refused.
+#[test]
+fn the_oracles_refuse_a_wrong_result() {
+    if !numpy() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path(), "graph_kernel_calls.tsr", PROGRAM);
+    let setup = "x = np.load(d + '/x.npy').astype(np.float64)";
+    for (function, name, wrong) in [
+        ("step", "return0", "y + 1e-3 * np.abs(y) + 1e-3"),
+        ("probs", "return0", "np.exp(2 * x) / np.exp(2 * x).sum(axis=0, keepdims=True)"),
+        ("parts", "return1", "np.minimum(1.5 * x, 0)"),
+    ] {
+        let case = CASES.iter().find(|c| c.function == function).unwrap();
+        assert_oracle_refuses(&file, PRELUDE, case, &dir.path().join(function), name, setup, wrong);
+    }
+}
+
+/// Graph IR shows each call as `graph.call_kernel` with its callee and written
+/// parameters; the plan launches the file's own kernel (not a generated copy of it) after
+/// copying or filling its written arguments.
+#[test]
+fn graph_ir_and_plan_show_the_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path(), "graph_kernel_calls.tsr", PROGRAM);
+    let lower = |function: &str, args: &[&str]| {
+        let o = tessera()
+            .args(["lower", file.to_str().unwrap(), "--kernel", function])
+            .args(args)
+            .output()
+            .expect("tessera runs");
+        assert_eq!(o.status.code(), Some(0), "{function}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let graph = lower("step", &["--stage", "graph"]);
+    assert_eq!(graph.matches("graph.call_kernel").count(), 2, "{graph}");
+    assert!(graph.contains("{callee = \"saxpy\", written = [2]}"), "{graph}");
+    let graph = lower("parts", &["--stage", "graph"]);
+    assert!(graph.contains("{callee = \"split_signs\", written = [2, 3]}"), "{graph}");
+    let sched = lower("step", &["--stage", "sched"]);
+    assert_eq!(sched.matches("{callee = \"saxpy\", source = \"file\"}").count(), 2, "{sched}");
+    assert_eq!(sched.matches("copy: a kernel's written argument").count(), 2, "{sched}");
+    assert!(sched.contains("saxpy: user kernel `saxpy`"), "{sched}");
+    // A `zeros` output is filled in place: no copy.
+    let sched = lower("probs", &["--stage", "sched"]);
+    assert!(!sched.contains("copy:"), "{sched}");
+    assert!(sched.contains("row_softmax: user kernel `row_softmax`"), "{sched}");
+    let generated = lower("step", &["--generated"]);
+    assert!(!generated.contains("def saxpy("), "{generated}");
+    // Tile IR of the plan includes the user's kernel, lowered from the user's file.
+    let tile = lower("probs", &["--stage", "tile", "--dims", "R=37,C=48"]);
+    assert!(tile.contains("// ===== row_softmax: user kernel `row_softmax` ====="), "{tile}");
+}
+
+/// What the checker says about calls: the value's type, a kernel that writes nothing, and
+/// `grad` through a call.
+#[test]
+fn calls_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad_calls.tsr");
+    let bad = "from tessera import *\n\n\n@kernel\ndef peek(x: Tensor[\"N\", f32]):\n    for i in tile.parallel(0, N, 256):\n        v = tile.load(x[i:i + 256])\n\n\n@kernel\ndef twice(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32]):\n    for i in tile.parallel(0, N, 256):\n        y[i:i + 256] = x[i:i + 256] * 2.0\n\n\n@jit\ndef f(a: Tensor[\"N\", f32]):\n    peek(a)\n    return a\n\n\n@jit\ndef g(a: Tensor[\"N\", f32], b: Tensor[\"M\", f32]) -> Tensor[\"M\", f32]:\n    return twice(a, b)\n\n\n@autodiff\ndef loss(a: Tensor[\"N\", f32]):\n    return sum(twice(a, a))\n\n\n@jit\ndef h(a: Tensor[\"N\", f32]):\n    return grad(loss)(a)\n";
+    std::fs::write(&file, bad).unwrap();
+    let o = tessera().args(["check", file.to_str().unwrap()]).output().expect("tessera runs");
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("E0504") && out.contains("`peek` stores into none of its parameters"), "{out}");
+    assert!(out.contains("E0301") && out.contains("symbol N is bound to N by `a` and to M by `b`"), "{out}");
+    assert!(out.contains("E0807") && out.contains("differentiate through the kernel `twice`"), "{out}");
+}
