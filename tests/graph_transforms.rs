@@ -118,6 +118,14 @@ def attend_all(qkv: Tensor["V", "B", "S", "E", bf16]):
     return vmap(attend)(qkv)
 
 @jit
+def normed(x: Tensor["M", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32]):
+    return layernorm_safe(x, weight=w, bias=b) * 2.0 + rmsnorm_safe(x * 3.0, weight=w) + layernorm_safe(x)
+
+@jit
+def normed_jvp(x: Tensor["M", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32], tx: Tensor["M", "D", f32], tw: Tensor["D", f32], tb: Tensor["D", f32]):
+    return jvp(normed, (x, w, b), (tx, tw, tb))
+
+@jit
 def layer_sum(x: Tensor["S", "D", f32], W: Tensor["D", "H", f32], b: Tensor["H", f32]):
     y, s = layer(x, W, b)
     return y * 3.0 + s
@@ -330,6 +338,21 @@ y = np.load(d + "/return.out.npy").astype(np.float64)
 close("return", y, ref, 2.0 ** -7 * (1 + np.abs(ref)))
 "#,
     },
+    Case {
+        // The norms' tangents, along the input and the affine weight and bias.
+        function: "normed_jvp",
+        dims: "M=5,D=8",
+        oracle: r#"
+x, w, b, tx, tw, tb = (load(n) for n in ("x", "w", "b", "tx", "tw", "tb"))
+def ln(x, eps=1e-5):
+    c = x - x.mean(-1, keepdims=True)
+    return c / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
+rms = lambda x, eps=1e-6: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+f = lambda x, w, b: (ln(x) * w + b) * 2.0 + rms(x * 3.0) * w + ln(x)
+near("return0", (5, 8), f(x, w, b))
+near("return1", (5, 8), fd(f, (x, w, b), (tx, tw, tb)), rel=1e-4)
+"#,
+    },
 ];
 
 #[test]
@@ -356,6 +379,7 @@ fn the_oracles_refuse_a_wrong_result() {
         ("per_example_grads", "return", "y[::-1]"),
         ("grid", "return1", "y * 0.999"),
         ("attend_all", "return", "y[::-1]"),
+        ("normed_jvp", "return1", "y[:, ::-1]"),
     ] {
         let case = CASES.iter().find(|c| c.function == function).unwrap();
         let out = dir.path().join(format!("{function}_{name}"));

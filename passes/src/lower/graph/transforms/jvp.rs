@@ -466,6 +466,10 @@ impl Body<'_, '_, '_> {
                 let t = self.jemit(jv, OpKind::GReduce, vec![pt], rty.clone(), attrs, &loc);
                 set(jv, Some(t));
             }
+            OpKind::LayerNorm | OpKind::RmsNorm => {
+                let t = self.norm_tangent(jv, op, &prim, &tan, &loc);
+                set(jv, Some(t));
+            }
             OpKind::Dropout => {
                 // The same mask scales the tangent: replay the primal's stream.
                 let t0 = tan[0].expect("a tangent");
@@ -479,6 +483,76 @@ impl Body<'_, '_, '_> {
             _ => return self.refuse_jvp(jv, op, " yet"),
         }
         Ok(())
+    }
+
+    /// The tangent of `layernorm_safe` / `rmsnorm_safe` over the last axis: with
+    /// `c = x − mean(x)` (`x` for rmsnorm), `x̂ = c · rsqrt(mean(c²) + eps)` and
+    /// `dc = tx − mean(tx)` (`tx`), `dx̂ = rsqrt(mean(c²) + eps) · (dc − x̂ · mean(x̂ · dc))`,
+    /// and `dy = dx̂ · w + x̂ · tw + tb`.
+    fn norm_tangent(&mut self, jv: &Jvp, op: &Op, prim: &[ValueId], tan: &[Option<ValueId>], loc: &Loc) -> ValueId {
+        let layer = op.kind == OpKind::LayerNorm;
+        let x = prim[0];
+        let ty = self.vty(x);
+        let axis = ty.dims().len() as i64 - 1;
+        let eps = op.attr("eps").and_then(Attr::as_float).unwrap_or(if layer { 1e-5 } else { 1e-6 });
+        let c = if layer {
+            let m = self.mean_keep(jv, x, axis, loc);
+            self.jbin(jv, OpKind::Sub, x, m, loc)
+        } else {
+            x
+        };
+        let c2 = self.jbin(jv, OpKind::Mul, c, c, loc);
+        let var = self.mean_keep(jv, c2, axis, loc);
+        let e = self.jconst(jv, eps, &ty, loc);
+        let ve = self.jbin(jv, OpKind::Add, var, e, loc);
+        let rstd = self.jemit(jv, OpKind::Rsqrt, vec![ve], ty.clone(), vec![], loc);
+        let xhat = self.jbin(jv, OpKind::Mul, c, rstd, loc);
+        let affine: Vec<String> =
+            op.str_attr("affine").map(|a| a.split(',').map(|r| r.trim().to_string()).collect()).unwrap_or_default();
+        let role = |name: &str| affine.iter().position(|r| r == name).map(|i| i + 1);
+        let mut out: Option<ValueId> = None;
+        if let Some(tx) = tan[0] {
+            let dc = if layer {
+                let m = self.mean_keep(jv, tx, axis, loc);
+                self.jbin(jv, OpKind::Sub, tx, m, loc)
+            } else {
+                tx
+            };
+            let xd = self.jbin(jv, OpKind::Mul, xhat, dc, loc);
+            let mxd = self.mean_keep(jv, xd, axis, loc);
+            let proj = self.jbin(jv, OpKind::Mul, xhat, mxd, loc);
+            let inner = self.jbin(jv, OpKind::Sub, dc, proj, loc);
+            let mut dxhat = self.jbin(jv, OpKind::Mul, rstd, inner, loc);
+            if let Some(w) = role("weight") {
+                let wb = self.jemit(jv, OpKind::GBroadcast, vec![prim[w]], ty.clone(), vec![], loc);
+                dxhat = self.jbin(jv, OpKind::Mul, dxhat, wb, loc);
+            }
+            out = Some(dxhat);
+        }
+        for (name, scaled) in [("weight", true), ("bias", false)] {
+            let Some(t) = role(name).and_then(|i| tan[i]) else { continue };
+            let tb = self.jemit(jv, OpKind::GBroadcast, vec![t], ty.clone(), vec![], loc);
+            let term = if scaled { self.jbin(jv, OpKind::Mul, xhat, tb, loc) } else { tb };
+            out = Some(match out {
+                Some(o) => self.jbin(jv, OpKind::Add, o, term, loc),
+                None => term,
+            });
+        }
+        out.unwrap_or_else(|| self.jzero(jv, &ty, loc))
+    }
+
+    /// `mean_axis v` with the axis kept, broadcast back to `v`'s shape.
+    fn mean_keep(&mut self, jv: &Jvp, v: ValueId, axis: i64, loc: &Loc) -> ValueId {
+        let t = self.vty(v);
+        let mut keep: Vec<Dim> = t.dims().to_vec();
+        if let Some(d) = usize::try_from(axis).ok().and_then(|a| keep.get_mut(a)) {
+            *d = Dim::constant(1);
+        }
+        let mut attrs =
+            vec![("kind", Attr::Str("mean".into())), ("axes", Attr::Ints(vec![axis])), ("keepdim", Attr::Bool(true))];
+        attrs.extend(policy::acc_attrs(&[&t]));
+        let s = self.jemit(jv, OpKind::GReduce, vec![v], with_dims(&t, keep), attrs, loc);
+        self.jemit(jv, OpKind::GBroadcast, vec![s], t, vec![], loc)
     }
 
     /// `Σ_axis v` with the axis kept, broadcast back to `v`'s shape.
