@@ -126,6 +126,19 @@ def normed_jvp(x: Tensor["M", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32
     return jvp(normed, (x, w, b), (tx, tw, tb))
 
 @jit
+def heads_mm(a: Tensor["M", "K", f32], b: Tensor["H", "K", "N", f32]):
+    return sum((a @ b) ** 2)
+
+@autodiff
+@jit
+def mapped_loss(a: Tensor["B", "M", "K", f32], b: Tensor["B", "H", "K", "N", f32]):
+    return sum(vmap(heads_mm)(a, b))
+
+@jit
+def mapped_grad(a: Tensor["B", "M", "K", f32], b: Tensor["B", "H", "K", "N", f32]):
+    return grad(mapped_loss)(a, b)
+
+@jit
 def layer_sum(x: Tensor["S", "D", f32], W: Tensor["D", "H", f32], b: Tensor["H", f32]):
     y, s = layer(x, W, b)
     return y * 3.0 + s
@@ -351,6 +364,17 @@ rms = lambda x, eps=1e-6: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
 f = lambda x, w, b: (ln(x) * w + b) * 2.0 + rms(x * 3.0) * w + ln(x)
 near("return0", (5, 8), f(x, w, b))
 near("return1", (5, 8), fd(f, (x, w, b), (tx, tw, tb)), rel=1e-4)
+"#,
+    },
+    Case {
+        // grad of a vmapped matmul whose operands have different batch ranks per example.
+        function: "mapped_grad",
+        dims: "B=2,M=3,K=4,H=2,N=5",
+        oracle: r#"
+a, b = load("a"), load("b")
+y = np.einsum("bmk,bhkn->bhmn", a, b)
+near("return0", a.shape, np.einsum("bhmn,bhkn->bmk", 2 * y, b), rel=1e-4)
+near("return1", b.shape, np.einsum("bmk,bhmn->bhkn", a, 2 * y), rel=1e-4)
 "#,
     },
 ];

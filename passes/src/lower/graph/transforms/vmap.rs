@@ -309,12 +309,37 @@ impl Body<'_, '_, '_> {
                 let (a, b) = (value(&operands[0]), value(&operands[1]));
                 let (ra, rb) = (f.ty(op.operands[0]).dims().len(), f.ty(op.operands[1]).dims().len());
                 let r = ra.max(rb) - 2;
+                // The example's batch dims, broadcast (NumPy: aligned from the right).
+                let batch_of = |t: &Type| {
+                    let d = t.dims();
+                    let mut out = vec![Dim::constant(1); r - (d.len() - 2)];
+                    out.extend(d[..d.len() - 2].iter().cloned());
+                    out
+                };
+                let (ba, bb) = (batch_of(f.ty(op.operands[0])), batch_of(f.ty(op.operands[1])));
+                let full: Vec<Dim> = ba
+                    .iter()
+                    .zip(&bb)
+                    .map(|(x, y)| if x.as_const() == Some(1) { y.clone() } else { x.clone() })
+                    .collect();
+                // A mapped operand gets the batch dim, then every batch dim of the product
+                // (a broadcast, which `grad` sums back), so both operands of a matmul of
+                // mapped operands have equal batch dims.
                 let pad = |body: &mut Self, vm: &Vmap, x: ValueId, rank: usize| {
                     let dims = body.vty(x).dims().to_vec();
                     let mut d = vec![dims[0].clone()];
                     d.extend(std::iter::repeat_n(Dim::constant(1), r - (rank - 2)));
                     d.extend(dims[1..].iter().cloned());
-                    body.vreshape(x, d, vm, &loc)
+                    let padded = body.vreshape(x, d, vm, &loc);
+                    let mut want = vec![vm.size.clone()];
+                    want.extend(full.iter().cloned());
+                    want.extend(dims[dims.len() - 2..].iter().cloned());
+                    let t = body.vty(padded);
+                    if t.dims() == want.as_slice() {
+                        padded
+                    } else {
+                        body.vemit(vm, OpKind::GBroadcast, vec![padded], with_dims(&t, want), vec![], &loc)
+                    }
                 };
                 match (batched[0], batched[1]) {
                     (true, false) => {
