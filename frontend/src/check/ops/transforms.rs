@@ -203,7 +203,7 @@ impl<'a> Infer<'a> {
         };
         let mut out_axes = Vec::new();
         for (i, t) in outputs.iter().enumerate() {
-            let axis = raw[i.min(raw.len() - 1)];
+            let axis = raw.get(i).or(raw.last()).copied().unwrap_or(0);
             let rank = t.rank() as i64 + 1;
             if axis < -rank || axis >= rank {
                 let range = self.range(out_arg.as_ref().map(|v| v.expr).unwrap_or(f.expr));
@@ -338,9 +338,13 @@ impl<'a> Infer<'a> {
         };
         match substitute_ty(&ret, &subst) {
             Ty::Tuple(items) => Ty::Tuple(
-                items.iter().enumerate().map(|(i, t)| add_axis(t, out_axes[i.min(out_axes.len() - 1)])).collect(),
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| add_axis(t, out_axes.get(i).or(out_axes.last()).copied().unwrap_or(0)))
+                    .collect(),
             ),
-            one => add_axis(&one, out_axes[0]),
+            one => add_axis(&one, out_axes.first().copied().unwrap_or(0)),
         }
     }
 

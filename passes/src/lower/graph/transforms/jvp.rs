@@ -93,7 +93,9 @@ impl Body<'_, '_, '_> {
         let [out] = traced.outputs[..] else {
             return unsupported(format!("`jvp({of})` needs `{of}` to return one tensor"), range);
         };
-        let (y, ty) = jv.map[&out];
+        let Some(&(y, ty)) = jv.map.get(&out) else {
+            return unsupported(format!("`jvp({of})`: the output has no value"), range);
+        };
         let loc = self.loc(range);
         let ty = match ty {
             Some(t) => t,

@@ -109,7 +109,7 @@ impl Body<'_, '_, '_> {
         }
         let mut outs = Vec::new();
         for (i, &o) in traced.outputs.iter().enumerate() {
-            let axis = out_axes[i.min(out_axes.len() - 1)] as usize;
+            let axis = out_axes.get(i).or(out_axes.last()).copied().unwrap_or(0).max(0) as usize;
             let b = match vm.map.get(&o) {
                 Some(B::Batched(v)) => *v,
                 Some(B::Same(v)) => {
@@ -308,6 +308,9 @@ impl Body<'_, '_, '_> {
             OpKind::MatMul => {
                 let (a, b) = (value(&operands[0]), value(&operands[1]));
                 let (ra, rb) = (f.ty(op.operands[0]).dims().len(), f.ty(op.operands[1]).dims().len());
+                if ra < 2 || rb < 2 {
+                    return self.refuse(vm, op, ": an operand has fewer than two dims");
+                }
                 let r = ra.max(rb) - 2;
                 // The example's batch dims, broadcast (NumPy: aligned from the right).
                 let batch_of = |t: &Type| {
@@ -429,6 +432,10 @@ impl Body<'_, '_, '_> {
                 // axis is folded into it ([V, B, ...] → [V·B, ...]) and unfolded after.
                 if op.kind == OpKind::FlashAttention && op.operands.len() > 3 {
                     return self.refuse(vm, op, " with dropout: its mask would be drawn over the folded batch");
+                }
+                let rank0 = |t: &Type| matches!(t, Type::Tensor(_)) && t.dims().is_empty();
+                if result_types.iter().any(rank0) || op.operands.iter().any(|&o| rank0(f.ty(o))) {
+                    return self.refuse(vm, op, ": a rank-0 operand or result");
                 }
                 let mut xs = Vec::new();
                 for (b, &was) in operands.iter().zip(&batched) {
