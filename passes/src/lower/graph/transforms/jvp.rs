@@ -404,10 +404,15 @@ impl Body<'_, '_, '_> {
             }
             OpKind::GReduce => {
                 let kind = op.str_attr("kind").unwrap_or("sum");
+                let t0 = tan[0].expect("a tangent");
+                if matches!(kind, "max" | "min") {
+                    let t = self.extremum_tangent(jv, op, x(0), r.expect("a result"), t0, &loc);
+                    set(jv, Some(t));
+                    return Ok(());
+                }
                 if !matches!(kind, "sum" | "mean") {
                     return self.refuse_jvp(jv, op, &format!(" for `{kind}` yet"));
                 }
-                let t0 = tan[0].expect("a tangent");
                 let t = self.jemit(jv, OpKind::GReduce, vec![t0], rty.clone(), op.attrs.clone(), &loc);
                 set(jv, Some(t));
             }
@@ -541,6 +546,41 @@ impl Body<'_, '_, '_> {
             });
         }
         out.unwrap_or_else(|| self.jzero(jv, &ty, loc))
+    }
+
+    /// The tangent of a `max`/`min` reduction: the mean of the tangents where `x` equals
+    /// the result (one place unless there are ties; JAX's convention for ties).
+    fn extremum_tangent(&mut self, jv: &Jvp, op: &Op, x: ValueId, r: ValueId, t: ValueId, loc: &Loc) -> ValueId {
+        let xt = self.vty(x);
+        let rt = self.vty(r);
+        let rank = xt.dims().len() as i64;
+        let axes: Vec<i64> = match op.attr("axes") {
+            Some(Attr::Ints(a)) => a.clone(),
+            _ => (0..rank).collect(),
+        };
+        let keep: Vec<Dim> = xt
+            .dims()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| if axes.contains(&(i as i64)) { Dim::constant(1) } else { d.clone() })
+            .collect();
+        let rk = if rt.dims() == keep.as_slice() {
+            r
+        } else {
+            self.jemit(jv, OpKind::Reshape, vec![r], with_dims(&rt, keep), vec![], loc)
+        };
+        let rb = self.jemit(jv, OpKind::GBroadcast, vec![rk], xt.clone(), vec![], loc);
+        let zero = self.jzero(jv, &xt, loc);
+        let one = self.jconst(jv, 1.0, &xt, loc);
+        let hit = self.jselect(jv, (x, "eq", rb), t, zero, loc);
+        let count = self.jselect(jv, (x, "eq", rb), one, zero, loc);
+        let mut attrs: Vec<(&'static str, Attr)> =
+            op.attrs.iter().filter(|(k, _)| *k != "kind" && *k != "jvp").cloned().collect();
+        attrs.insert(0, ("kind", Attr::Str("sum".into())));
+        attrs.extend(policy::acc_attrs(&[&xt]));
+        let num = self.jemit(jv, OpKind::GReduce, vec![hit], rt.clone(), attrs.clone(), loc);
+        let den = self.jemit(jv, OpKind::GReduce, vec![count], rt, attrs, loc);
+        self.jbin(jv, OpKind::Div, num, den, loc)
     }
 
     /// `mean_axis v` with the axis kept, broadcast back to `v`'s shape.
