@@ -4,13 +4,15 @@
 //! through the real `tessera run --save` on the interpreter and, where it is built, the
 //! CPU backend; the run must pass its own check against the f64 reference (which runs the
 //! called kernel's own f64 reference, not the plan's code), and a NumPy oracle recomputes
-//! every result from the saved inputs.
+//! every result from the saved inputs. The standard library's kernels are called the same
+//! way, instantiated for the dtype of their arguments.
 
 mod graph_oracles;
 
 use graph_oracles::*;
 
 const PROGRAM: &str = r#"from tessera import *
+from tessera.stdlib import rms_normalize, stable_softmax
 
 @kernel
 def saxpy(a: f32, x: Tensor["N", f32], y: Tensor["N", f32]):
@@ -48,6 +50,11 @@ def probs(x: Tensor["R", "C", f32]):
 def parts(x: Tensor["M", "N", f32]):
     lo, hi = split_signs(x, 1.5, zeros((M, N), dtype=f32), x)
     return lo + hi, hi
+
+@jit
+def normed(x: Tensor["R", "C", f16], y: Tensor["R", "C", f32]):
+    n = rms_normalize(x, zeros((R, C), dtype=f16), eps=1e-5)
+    return n, stable_softmax(y, y) * 2.0
 "#;
 
 const PRELUDE: &str = r#"
@@ -55,14 +62,14 @@ import sys, numpy as np
 d = sys.argv[1]
 def load(name):
     return np.load(d + "/" + name + ".npy").astype(np.float32)
-def result(name, shape):
+def result(name, shape, dtype=np.float32):
     y = np.load(d + "/" + name + ".out.npy")
-    assert y.dtype == np.float32, (name, y.dtype)
+    assert y.dtype == dtype, (name, y.dtype)
     assert y.shape == tuple(shape), (name, y.shape, shape)
     return y.astype(np.float64)
-def close(name, ref, rel=2e-6):
+def close(name, ref, rel=2e-6, dtype=np.float32):
     ref = np.asarray(ref, dtype=np.float64)
-    y = result(name, ref.shape)
+    y = result(name, ref.shape, dtype)
     bad = ~(np.abs(y - ref) <= rel * (np.abs(ref) + 1e-6))
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
@@ -108,6 +115,18 @@ close("return0", t)
 close("return1", np.maximum(t, 0))
 "#,
     },
+    Case {
+        // Stdlib kernels: `rms_normalize` instantiated for f16 into a `zeros` output, and
+        // `stable_softmax` (f32) reading and writing one argument.
+        function: "normed",
+        dims: "R=37,C=300",
+        oracle: r#"
+x = np.load(d + "/x.npy").astype(np.float64)
+n = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5)
+close("return0", n.astype(np.float16), rel=2e-3, dtype=np.float16)
+close("return1", 2.0 * softmax(load("y").astype(np.float64)), rel=1e-5)
+"#,
+    },
 ];
 
 #[test]
@@ -129,6 +148,7 @@ fn the_oracles_refuse_a_wrong_result() {
         ("step", "return0", "y + 1e-3 * np.abs(y) + 1e-3"),
         ("probs", "return0", "np.exp(2 * x) / np.exp(2 * x).sum(axis=0, keepdims=True)"),
         ("parts", "return1", "np.minimum(1.5 * x, 0)"),
+        ("normed", "return0", "x / np.sqrt((x * x).mean(axis=0, keepdims=True) + 1e-5)"),
     ] {
         let case = CASES.iter().find(|c| c.function == function).unwrap();
         assert_oracle_refuses(&file, PRELUDE, case, &dir.path().join(function), name, setup, wrong);
@@ -169,6 +189,13 @@ fn graph_ir_and_plan_show_the_calls() {
     // Tile IR of the plan includes the user's kernel, lowered from the user's file.
     let tile = lower("probs", &["--stage", "tile", "--dims", "R=37,C=48"]);
     assert!(tile.contains("// ===== row_softmax: user kernel `row_softmax` ====="), "{tile}");
+    // A stdlib kernel is its instance for the argument's dtype.
+    let graph = lower("normed", &["--stage", "graph"]);
+    assert!(graph.contains("{callee = \"rms_normalize\", written = [1], stdlib = \"f16\"}"), "{graph}");
+    assert!(graph.contains("{callee = \"stable_softmax\", written = [1], stdlib = \"f32\"}"), "{graph}");
+    let sched = lower("normed", &["--stage", "sched"]);
+    assert!(sched.contains("{callee = \"rms_normalize\", source = \"stdlib f16\"}"), "{sched}");
+    assert!(sched.contains("rms_normalize: stdlib kernel `rms_normalize` (f16)"), "{sched}");
 }
 
 /// What the checker says about calls: the value's type, a kernel that writes nothing, and

@@ -36,9 +36,10 @@ pub struct PlannedKernel {
     pub name: String,
     /// What it computes, for listings ("stdlib matmul + epilogue: cast, sub").
     pub summary: String,
-    /// A kernel of the graph function's own file (a `@kernel` it calls), not of the
-    /// generated module.
-    pub in_source: bool,
+    /// Where the kernel is when it is not a generated one (the `source` of its launch,
+    /// `queries::planned_kernel`): `"file"` for a `@kernel` of the function's own file,
+    /// `"stdlib f16"` for a stdlib kernel instantiated for f16.
+    pub source: Option<String>,
 }
 
 /// The kernels of a graph function and the Schedule IR that launches them.

@@ -58,6 +58,11 @@ pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, Lowe
         FunctionKind::Graph => {
             let file = key.file(db);
             let resolve = |name: &str| -> Option<lower::graph::Callee> {
+                // A stdlib kernel's instance for a dtype (`lower::graph::stdlib_callee_name`).
+                let (file, name) = match lower::graph::stdlib_callee(name) {
+                    Some((kernel, dtype)) => (tessera_frontend::check::stdlib_instance(db, kernel, dtype)?, kernel),
+                    None => (file, name),
+                };
                 let index = item_index(db, file);
                 let entry = index.function(db, name)?;
                 Some(lower::graph::Callee {
@@ -129,16 +134,26 @@ pub fn module_function<'db>(db: &'db dyn Db, module: SourceFile, name: &str) -> 
     item_index(db, module).function(db, name).map(|f| f.key)
 }
 
-/// The kernel a launch of `function`'s plan runs: a generated kernel of `module`, or
-/// (`in_source`: a `@kernel` the function calls) a kernel of the function's own file.
+/// The kernel a launch of `function`'s plan runs, by the launch's `source` (the
+/// `sched.kernel` attribute): a generated kernel of `module` (none), a `@kernel` of the
+/// function's own file that it calls (`"file"`), or a stdlib kernel it calls, instantiated
+/// for a dtype (`"stdlib f16"`: `tessera_frontend::check::stdlib_instance`).
 pub fn planned_kernel<'db>(
     db: &'db dyn Db,
     function: FnKey<'db>,
     module: SourceFile,
     name: &str,
-    in_source: bool,
+    source: Option<&str>,
 ) -> Option<FnKey<'db>> {
-    module_function(db, if in_source { function.file(db) } else { module }, name)
+    let file = match source {
+        None => module,
+        Some("file") => function.file(db),
+        Some(s) => {
+            let dtype = tessera_frontend::check::DType::from_name(s.strip_prefix("stdlib ")?)?;
+            tessera_frontend::check::stdlib_instance(db, name, dtype)?
+        }
+    };
+    module_function(db, file, name)
 }
 
 /// The configuration a kernel is shown and checked with when none is chosen: the

@@ -147,12 +147,12 @@ fn graph_lowering_text(
     }
     let mut out = LoweredText::default();
     for k in &plan.kernels {
-        let kkey = planned_kernel(db, key, module, &k.name, k.in_source).ok_or_else(|| LowerError {
+        let kkey = planned_kernel(db, key, module, &k.name, k.source.as_deref()).ok_or_else(|| LowerError {
             message: format!("internal error: no generated kernel `{}`", k.name),
             range: TextRange::default(),
         })?;
         let (config, _) = default_config(db, kkey, shapes)?;
-        let file = if k.in_source { key.file(db) } else { module };
+        let file = kkey.file(db);
         let text = match stage {
             Stage::Tile => print_ir(db, file, &*tile_ir(db, kkey, config, target).clone()?).text,
             _ => codegen::target_code(db, kkey, config, target).clone()?.text.clone(),

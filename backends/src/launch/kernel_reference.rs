@@ -5,6 +5,7 @@
 //! interpreter, the generators) is shared; the launch grid comes from the kernel's ABI,
 //! as for `tessera run`.
 
+use tessera_frontend::check::{stdlib_instance, DType};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Db, SourceFile};
 use tessera_passes::abi::KernelAbi;
@@ -14,16 +15,23 @@ use crate::interp::graph::{kernel_symbols, KernelReference};
 use crate::semantics;
 use crate::tensor::Arg;
 
-/// The kernels of one source file, run by their f64 reference.
+/// The kernels of one source file (and the stdlib's instances it calls), run by their f64
+/// reference.
 pub(super) struct FileKernels<'db> {
     pub db: &'db dyn Db,
     pub file: SourceFile,
 }
 
 impl KernelReference for FileKernels<'_> {
-    fn run(&self, callee: &str, args: &mut [Arg]) -> Result<(), String> {
+    fn run(&self, callee: &str, stdlib: Option<&str>, args: &mut [Arg]) -> Result<(), String> {
         let db = self.db;
-        let key = item_index(db, self.file).function(db, callee).map(|f| f.key).ok_or("no such kernel in the file")?;
+        let file = match stdlib {
+            Some(dtype) => {
+                DType::from_name(dtype).and_then(|d| stdlib_instance(db, callee, d)).ok_or("no such stdlib kernel")?
+            }
+            None => self.file,
+        };
+        let key = item_index(db, file).function(db, callee).map(|f| f.key).ok_or("no such kernel in the file")?;
         let symbols = kernel_symbols(db, key, args)?;
         let (config, _) = default_config(db, key, &symbols).map_err(|e| e.message)?;
         let graph = graph_ir(db, key).clone().map_err(|e| e.message)?;

@@ -404,8 +404,9 @@ impl Planner<'_> {
                     .unwrap_or_else(|| self.g.loc.clone()),
             };
             let mut attrs = vec![("callee", Attr::Str(SmolStr::new(&name)))];
-            if user.is_some() {
-                attrs.push(("source", Attr::Str(SmolStr::new("file"))));
+            let source = self.kernel_source(g);
+            if let Some(s) = &source {
+                attrs.push(("source", Attr::Str(SmolStr::new(s))));
             }
             // `with prefetch(...)` of a tensor this launch reads in memory.
             let hints: Vec<String> = self
@@ -422,7 +423,7 @@ impl Planner<'_> {
             }
             self.s.ops.push(Op { kind: OpKind::Kernel, operands: args, results: vec![], attrs, regions: vec![], loc });
             launches.push(OpId(self.s.ops.len() as u32 - 1));
-            kernels.push(PlannedKernel { name, summary, in_source: user.is_some() });
+            kernels.push(PlannedKernel { name, summary, source });
         }
         let (operands, loc) = self.returns.take().unwrap_or((vec![], self.g.loc.clone()));
         self.s.ops.push(Op { kind: OpKind::Return, operands, results: vec![], attrs: vec![], regions: vec![], loc });

@@ -74,6 +74,17 @@ impl Planner<'_> {
         }
     }
 
+    /// The `source` of group `g`'s launch when it calls a kernel: `"file"`, or
+    /// `"stdlib T"` for a stdlib kernel instantiated for `T`.
+    pub(super) fn kernel_source(&self, g: usize) -> Option<String> {
+        self.user_kernel(g)?;
+        let Kind::Single(id) = &self.groups[g].kind else { return None };
+        Some(match self.g.op(*id).str_attr("stdlib") {
+            Some(dtype) => format!("stdlib {dtype}"),
+            None => "file".to_string(),
+        })
+    }
+
     /// The launch of a called kernel: no generated text, its arguments in parameter order.
     pub(super) fn user_kernel_launch(&mut self, op: &Op) -> R<(String, Vec<ValueId>, String)> {
         let written = Self::written(op)?;
@@ -88,7 +99,11 @@ impl Planner<'_> {
                 *self.host.get(&v).ok_or_else(|| internal(format!("`{callee}`'s argument %{} is not stored", v.0)))?,
             );
         }
-        Ok((String::new(), args, format!("user kernel `{callee}`")))
+        let summary = match op.str_attr("stdlib") {
+            Some(dtype) => format!("stdlib kernel `{callee}` ({dtype})"),
+            None => format!("user kernel `{callee}`"),
+        };
+        Ok((String::new(), args, summary))
     }
 
     /// `Y = X` over `[rows, cols]` views: the written argument `src` copied into `dst`.

@@ -16,6 +16,7 @@ use super::kernel::{ir_type, LowerError};
 use crate::ir::*;
 
 mod kernel_call;
+pub use kernel_call::{stdlib_callee, stdlib_callee_name};
 mod losses;
 mod transforms;
 
@@ -510,10 +511,11 @@ impl Body<'_, '_, '_> {
         let arg = |name: &str, pos: usize| kw(name).or_else(|| positional.get(pos).copied());
         let callee_ty = self.ty_of(func).clone();
         let path = match callee_ty {
+            Ty::Builtin(p) if self.is_stdlib_kernel(p) => return self.stdlib_kernel_call(e, p, args),
             Ty::Builtin(p) => p,
             Ty::Function(name) => {
                 if let Some(kernel) = self.kernel_callee(&name) {
-                    return self.kernel_call(e, &kernel, &name, args);
+                    return self.kernel_call(e, &kernel, &name, args, None);
                 }
                 return self.inline_call(&name, args, range);
             }

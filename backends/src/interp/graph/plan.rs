@@ -179,9 +179,8 @@ pub fn run_plan_with_dims(
                         }
                     }
                 }
-                // A `@kernel` the function calls is one of its own file's (`source = "file"`).
-                let in_source = op.str_attr("source") == Some("file");
-                let kkey = tessera_passes::planned_kernel(db, key, module, callee, in_source)
+                // A kernel the function calls: its own file's or a stdlib instance (`source`).
+                let kkey = tessera_passes::planned_kernel(db, key, module, callee, op.str_attr("source"))
                     .ok_or_else(|| err(id, format!("the generated module has no kernel `{callee}`")))?;
                 let ksymbols = kernel_symbols(db, kkey, &kargs).map_err(|m| err(id, format!("`{callee}`: {m}")))?;
                 let cache_key = (callee.to_string(), ksymbols.clone());

@@ -10,14 +10,56 @@
 use std::collections::BTreeMap;
 
 use crate::check::dims::Dim;
-use crate::check::infer::{callee_inference, callee_signature, Infer};
+use crate::check::dtype::DType;
+use crate::check::infer::{callee_inference, callee_signature, Infer, Mode};
 use crate::check::types::*;
 use crate::check::{FunctionKind, Inference, Resolution, Signature};
-use crate::db::{function_def, FnKey};
+use crate::db::{function_def, Db, FnKey, SourceFile};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::syntax::ast::*;
+use crate::text::TextRange;
 
-use super::substitute_ty;
+use super::{substitute_ty, ArgVal};
+
+/// The stdlib file that defines `kernel` and its text.
+fn stdlib_file_of(kernel: &str) -> Option<(&'static str, &'static str)> {
+    let def = format!("def {kernel}(");
+    crate::stdlib::FILES.iter().copied().find(|(_, src)| src.lines().any(|l| l.starts_with(&def)))
+}
+
+/// The index of the first parameter of the stdlib kernel `kernel` whose dtype is the
+/// file's `T` (`X: Tensor["R", "C", T]`): the argument there chooses the instance.
+pub fn stdlib_dtype_param(kernel: &str) -> Option<usize> {
+    let (_, src) = stdlib_file_of(kernel)?;
+    let start = src.find(&format!("\ndef {kernel}("))? + kernel.len() + 6;
+    let header = &src[start..start + src[start..].find("):")?];
+    let mut depth = 0;
+    let mut params = vec![String::new()];
+    for c in header.chars() {
+        match c {
+            '[' | '(' => depth += 1,
+            ']' | ')' => depth -= 1,
+            ',' if depth == 0 => {
+                params.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        params.last_mut()?.push(c);
+    }
+    params.iter().position(|p| p.trim_end().ends_with(", T]"))
+}
+
+/// The stdlib file defining `kernel` with its dtype `T` set to `dtype` (its `T = ...` line
+/// rewritten), as a file of the database: the instance is checked, lowered and run like
+/// any kernel. `None` when no stdlib file defines `kernel`.
+pub fn stdlib_instance(db: &dyn Db, kernel: &str, dtype: DType) -> Option<SourceFile> {
+    let (name, src) = stdlib_file_of(kernel)?;
+    let text: String =
+        src.lines().map(|l| if l.starts_with("T = ") { format!("T = {dtype}\n") } else { format!("{l}\n") }).collect();
+    let stem = name.trim_end_matches(".tsr");
+    Some(db.generated_file(std::path::Path::new(&format!("<tessera.stdlib>/{stem}.{dtype}.tsr")), &text))
+}
 
 /// The indices (in signature order) of the parameters a kernel's body stores into.
 pub fn kernel_written_params(def: &FunctionDef, inf: &Inference) -> Vec<usize> {
@@ -76,7 +118,14 @@ pub(crate) fn kernel_called_by(db: &dyn crate::db::Db, key: FnKey<'_>) -> Option
         let inf = callee_inference(db, key);
         for e in &def.arena.exprs {
             let Expr::Call { func, .. } = e else { continue };
-            let Ty::Function(name) = inf.type_of(*func) else { continue };
+            let name = match inf.type_of(*func) {
+                Ty::Function(name) => name,
+                Ty::Builtin(path) if crate::check::builtins::lookup(path).is_none() => {
+                    // A stdlib kernel (`from tessera.stdlib import ...`).
+                    return Some((path.to_string(), key.name(db).clone()));
+                }
+                _ => continue,
+            };
             let Some((callee, sig)) = callee_signature(db, key.file(db), name) else { continue };
             if sig.kind == FunctionKind::Kernel {
                 return Some((name.clone(), key.name(db).clone()));
@@ -142,5 +191,43 @@ impl Infer<'_> {
             )),
         );
         true
+    }
+
+    /// A call of a stdlib kernel (`from tessera.stdlib import stable_softmax`) in a graph
+    /// function: checked as a call of the kernel instantiated for the dtype of the argument
+    /// of its first `T` parameter ([`stdlib_instance`]).
+    pub(super) fn stdlib_kernel_call(
+        &mut self,
+        id: ExprId,
+        func: ExprId,
+        name: &str,
+        vals: &[(Option<(String, TextRange)>, ArgVal)],
+    ) -> Ty {
+        if self.mode == Mode::Kernel {
+            self.error(
+                Code::E0503,
+                self.range(func),
+                format!("`{name}` is a kernel: a kernel cannot launch another kernel"),
+            );
+            return Ty::Unknown;
+        }
+        let Some(first) = stdlib_instance(self.db, name, DType::F32) else { return Ty::Unknown };
+        let generic = crate::check::fn_signature(self.db, FnKey::new(self.db, first, name.to_string(), 0)).clone();
+        let dtype = stdlib_dtype_param(name)
+            .and_then(|i| {
+                let p = &generic.params.get(i)?.name;
+                let positional = vals.iter().filter(|(k, _)| k.is_none()).nth(i);
+                let by_name = vals.iter().find(|(k, _)| k.as_ref().is_some_and(|(k, _)| k == p));
+                match &by_name.or(positional)?.1.ty {
+                    Ty::Tensor(t) => Some(t.elem.dtype),
+                    _ => None,
+                }
+            })
+            .unwrap_or(DType::F32);
+        let Some(file) = stdlib_instance(self.db, name, dtype) else { return Ty::Unknown };
+        let key = FnKey::new(self.db, file, name.to_string(), 0);
+        let sig = crate::check::fn_signature(self.db, key).clone();
+        let Some(subst) = self.bind_user(id, name, &sig, vals) else { return Ty::Unknown };
+        self.kernel_call_result(func, name, key, &sig, &subst)
     }
 }

@@ -50,7 +50,7 @@ mod losses;
 mod schedule;
 mod tile;
 
-pub use kernel_call::kernel_written_params;
+pub use kernel_call::{kernel_written_params, stdlib_dtype_param, stdlib_instance};
 mod transforms;
 
 pub(crate) use transforms::vmap_text;
@@ -233,8 +233,8 @@ impl<'a> Infer<'a> {
         vals: &[(Option<(String, TextRange)>, ArgVal)],
     ) -> Ty {
         let Some(b) = builtins::lookup(path) else {
-            // A stdlib kernel: checked as a kernel call by the graph lowering.
-            return Ty::Unknown;
+            // A stdlib kernel (`kernel_call`).
+            return self.stdlib_kernel_call(id, func, path, vals);
         };
         // `max(a, b)` / `min(a, b)` on scalars are the Python helpers, usable anywhere.
         let scalar_minmax = matches!(path, "max" | "min")

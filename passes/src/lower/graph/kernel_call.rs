@@ -5,9 +5,21 @@
 //! kernel runs on copies of its arguments: a written parameter starts from the value
 //! passed for it, and the caller's tensors never change.
 
-use tessera_frontend::check::kernel_written_params;
+use tessera_frontend::check::{builtins, kernel_written_params, stdlib_dtype_param};
 
 use super::*;
+
+/// How a graph function's lowering asks its [`Resolver`] for a stdlib kernel instantiated
+/// for a dtype: `tessera.stdlib:<kernel>:<dtype>` (`stdlib_callee` reads it back).
+pub fn stdlib_callee_name(kernel: &str, dtype: DType) -> String {
+    format!("tessera.stdlib:{kernel}:{dtype}")
+}
+
+/// The kernel and dtype of a [`stdlib_callee_name`].
+pub fn stdlib_callee(name: &str) -> Option<(&str, DType)> {
+    let (kernel, dtype) = name.strip_prefix("tessera.stdlib:")?.split_once(':')?;
+    Some((kernel, DType::from_name(dtype)?))
+}
 
 impl Body<'_, '_, '_> {
     /// The kernel of this file named `name`, when `name` is one.
@@ -15,7 +27,40 @@ impl Body<'_, '_, '_> {
         (self.resolve)(name).filter(|c| c.is_kernel)
     }
 
-    pub(super) fn kernel_call(&mut self, e: ExprId, callee: &Callee, name: &str, args: &[Arg]) -> R<Val> {
+    /// Whether a built-in path names a stdlib kernel (imported from `tessera.stdlib`).
+    pub(super) fn is_stdlib_kernel(&self, path: &str) -> bool {
+        builtins::lookup(path).is_none() && tessera_frontend::stdlib::kernel_names().contains(&path)
+    }
+
+    /// A stdlib kernel's call: the kernel instantiated for the dtype of the argument of its
+    /// first `T` parameter (as the checker chose it), then as any kernel call.
+    pub(super) fn stdlib_kernel_call(&mut self, e: ExprId, name: &str, args: &[Arg]) -> R<Val> {
+        let range = self.range(e);
+        let missing = || LowerError { message: format!("the stdlib has no kernel `{name}`"), range };
+        let generic = (self.resolve)(&stdlib_callee_name(name, DType::F32)).ok_or_else(missing)?;
+        let dtype = stdlib_dtype_param(name)
+            .and_then(|i| {
+                let p = generic.sig.params.get(i)?.name.as_str();
+                let by_name = args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == p));
+                let a = by_name.or_else(|| args.iter().filter(|a| a.name.is_none()).nth(i))?;
+                match self.ty_of(a.value) {
+                    Ty::Tensor(t) => Some(t.elem.dtype),
+                    _ => None,
+                }
+            })
+            .unwrap_or(DType::F32);
+        let callee = (self.resolve)(&stdlib_callee_name(name, dtype)).ok_or_else(missing)?;
+        self.kernel_call(e, &callee, name, args, Some(dtype))
+    }
+
+    pub(super) fn kernel_call(
+        &mut self,
+        e: ExprId,
+        callee: &Callee,
+        name: &str,
+        args: &[Arg],
+        stdlib: Option<DType>,
+    ) -> R<Val> {
         let range = self.range(e);
         let loc = self.loc(range);
         let env = self.bind_arguments(callee, args, range)?;
@@ -59,10 +104,13 @@ impl Body<'_, '_, '_> {
                 range,
             })?);
         }
-        let attrs = vec![
+        let mut attrs = vec![
             ("callee", Attr::Str(SmolStr::new(name))),
             ("written", Attr::Ints(written.iter().map(|&i| i as i64).collect())),
         ];
+        if let Some(dtype) = stdlib {
+            attrs.push(("stdlib", Attr::Str(SmolStr::new(dtype.to_string()))));
+        }
         let results = self.g.b.op(OpKind::CallKernel, operands, types, attrs, &loc);
         Ok(match results.as_slice() {
             [one] => Val::One(*one),

@@ -12,8 +12,8 @@ use crate::tensor::Arg;
 /// Runs a kernel a graph function calls, by name, with the reference's numerics.
 pub trait KernelReference {
     /// Runs `callee` on `args` (one per parameter); the tensors it writes are updated in
-    /// place.
-    fn run(&self, callee: &str, args: &mut [Arg]) -> Result<(), String>;
+    /// place. `stdlib`: the dtype of a stdlib kernel's instance (the op's `stdlib`).
+    fn run(&self, callee: &str, stdlib: Option<&str>, args: &mut [Arg]) -> Result<(), String>;
 }
 
 impl Machine<'_> {
@@ -31,7 +31,9 @@ impl Machine<'_> {
             let v = self.get(id, o)?;
             args.push(v.to_arg().ok_or_else(|| self.err(id, format!("passes {} to a kernel", v.describe())))?);
         }
-        kernels.run(callee, &mut args).map_err(|m| self.err(id, format!("the kernel `{callee}`: {m}")))?;
+        kernels
+            .run(callee, op.str_attr("stdlib"), &mut args)
+            .map_err(|m| self.err(id, format!("the kernel `{callee}`: {m}")))?;
         written
             .iter()
             .map(|&i| match args.get(i) {
