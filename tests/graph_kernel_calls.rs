@@ -198,6 +198,24 @@ fn graph_ir_and_plan_show_the_calls() {
     assert!(sched.contains("rms_normalize: stdlib kernel `rms_normalize` (f16)"), "{sched}");
 }
 
+/// A kernel whose symbol only a compound dim names (`B` of `"B*H"`) gets no value from
+/// the call's arguments: the run is refused, naming the symbol, instead of assuming one.
+#[test]
+fn a_symbol_no_argument_binds_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("compound.tsr");
+    let source = "from tessera import *\n\n\n@kernel\ndef flat(x: Tensor[\"B*H\", \"N\", f32], y: Tensor[\"B*H\", \"N\", f32]):\n    for r in tile.parallel(0, B * H):\n        for c in tile.parallel(0, N, 64):\n            y[r, c:c + 64] = x[r, c:c + 64] * 2.0\n\n\n@jit\ndef f(x: Tensor[\"M\", \"N\", f32]):\n    return flat(x, x)\n";
+    std::fs::write(&file, source).unwrap();
+    let o = tessera().args(["check", file.to_str().unwrap()]).output().expect("tessera runs");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = tessera()
+        .args(["run", file.to_str().unwrap(), "--kernel", "f", "--dims", "M=4,N=64", "--device", "interp"])
+        .output()
+        .expect("tessera runs");
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("no argument binds `B` (it occurs only in the compound dim B*H)"), "{}", text(&o));
+}
+
 /// What the checker says about calls: the value's type, a kernel that writes nothing, and
 /// `grad` through a call.
 #[test]

@@ -33,8 +33,20 @@ impl KernelReference for FileKernels<'_> {
         };
         let key = item_index(db, file).function(db, callee).map(|f| f.key).ok_or("no such kernel in the file")?;
         let symbols = kernel_symbols(db, key, args)?;
-        let (config, _) = default_config(db, key, &symbols).map_err(|e| e.message)?;
         let graph = graph_ir(db, key).clone().map_err(|e| e.message)?;
+        // A symbol only a compound dim names (`B` of `"B*H"`) gets no value from the
+        // arguments: the configuration would assume one, and the grid not fit them.
+        for &p in &graph.params {
+            for d in graph.ty(p).dims() {
+                if let Some(s) = d.symbols().into_iter().find(|s| !symbols.contains_key(s)) {
+                    return Err(format!(
+                        "no argument binds `{s}` (it occurs only in the compound dim {d}); \
+                         a kernel called from a graph function needs a plain `\"{s}\"` dim"
+                    ));
+                }
+            }
+        }
+        let (config, _) = default_config(db, key, &symbols).map_err(|e| e.message)?;
         let tile = tile_ir(db, key, config.clone(), Target::Cpu).clone().map_err(|e| e.message)?;
         let abi = KernelAbi::of(&tile)?;
         let shapes: Vec<Vec<i64>> = args

@@ -156,7 +156,7 @@ impl<'a> Infer<'a> {
             return Ty::Unknown;
         };
         match &sig.ret {
-            _ if sig.kind == FunctionKind::Kernel => self.kernel_call_result(func, name, key, &sig, &subst),
+            _ if sig.kind == FunctionKind::Kernel => self.kernel_call_result(func, name, key, &sig, &subst, vals),
             Some(r) => substitute_ty(r, &subst),
             None => {
                 let ret = callee_inference(self.db, key).return_ty.clone().unwrap_or(Ty::Unknown);

@@ -139,6 +139,24 @@ pub(crate) fn kernel_called_by(db: &dyn crate::db::Db, key: FnKey<'_>) -> Option
     None
 }
 
+/// The argument a call passes for parameter `i` of `sig`: by keyword, else by position
+/// among the parameters that are not keyword-only.
+fn argument_for<'v>(
+    sig: &Signature,
+    i: usize,
+    vals: &'v [(Option<(String, TextRange)>, ArgVal)],
+) -> Option<&'v ArgVal> {
+    let p = &sig.params[i];
+    if let Some((_, v)) = vals.iter().find(|(k, _)| k.as_ref().is_some_and(|(k, _)| *k == p.name)) {
+        return Some(v);
+    }
+    if p.keyword_only {
+        return None;
+    }
+    let position = sig.params[..i].iter().filter(|q| !q.keyword_only).count();
+    vals.iter().filter(|(k, _)| k.is_none()).nth(position).map(|(_, v)| v)
+}
+
 impl Infer<'_> {
     /// The value of a kernel call in a graph function: the written parameters' types
     /// under the call's substitution (one value, or a tuple in parameter order). A kernel
@@ -150,6 +168,7 @@ impl Infer<'_> {
         key: FnKey<'_>,
         sig: &Signature,
         subst: &BTreeMap<String, Dim>,
+        vals: &[(Option<(String, TextRange)>, ArgVal)],
     ) -> Ty {
         let Some(def) = function_def(self.db, key).clone() else { return Ty::Unknown };
         let written = kernel_written_params(&def, callee_inference(self.db, key));
@@ -167,7 +186,18 @@ impl Infer<'_> {
             );
             return Ty::Unknown;
         }
-        let mut tys: Vec<Ty> = written.iter().map(|&i| substitute_ty(&sig.params[i].ty, subst)).collect();
+        // A written parameter starts as its argument, so its value has the argument's dims
+        // (also where the parameter's dims are compound, `"B*H"`, and bind no symbol).
+        let mut tys: Vec<Ty> = written
+            .iter()
+            .map(|&i| {
+                let declared = substitute_ty(&sig.params[i].ty, subst);
+                match (argument_for(sig, i, vals).map(|a| self.operand(a.ty.clone())), &declared) {
+                    (Some(Ty::Tensor(a)), Ty::Tensor(p)) => Ty::Tensor(TensorType { dims: a.dims, ..p.clone() }),
+                    _ => declared,
+                }
+            })
+            .collect();
         if tys.len() == 1 {
             tys.pop().unwrap_or(Ty::Unknown)
         } else {
@@ -228,6 +258,6 @@ impl Infer<'_> {
         let key = FnKey::new(self.db, file, name.to_string(), 0);
         let sig = crate::check::fn_signature(self.db, key).clone();
         let Some(subst) = self.bind_user(id, name, &sig, vals) else { return Ty::Unknown };
-        self.kernel_call_result(func, name, key, &sig, &subst)
+        self.kernel_call_result(func, name, key, &sig, &subst, vals)
     }
 }
