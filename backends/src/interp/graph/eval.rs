@@ -20,7 +20,7 @@ use super::{stream_seed, GraphArg, R};
 mod kernel_call;
 mod layout;
 
-pub use kernel_call::KernelReference;
+pub use kernel_call::{run_graph_f64_with_kernels, KernelReference};
 mod random;
 
 /// Binds a graph function's parameters (Graph or Schedule IR of a graph function) to
@@ -172,18 +172,6 @@ pub fn run_graph_f64_with_dims(
     seed: i64,
 ) -> Result<Vec<GraphArg>, InterpError> {
     run_graph_with(func, args, dims, seed, true, None).map(|(out, _)| out)
-}
-
-/// [`run_graph_f64_with_dims`] for a function that calls kernels (`graph.call_kernel`):
-/// `kernels` runs each called kernel's own reference.
-pub fn run_graph_f64_with_kernels(
-    func: &Func,
-    args: &[GraphArg],
-    dims: &BTreeMap<String, i64>,
-    seed: i64,
-    kernels: &dyn KernelReference,
-) -> Result<Vec<GraphArg>, InterpError> {
-    run_graph_with(func, args, dims, seed, true, Some(kernels)).map(|(out, _)| out)
 }
 
 /// The f64 reference of a graph function: every op computes in f64 and rounds once to

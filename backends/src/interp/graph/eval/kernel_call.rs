@@ -3,11 +3,27 @@
 //! reference: its Graph IR walked by `crate::semantics`, which shares nothing with the
 //! plan's Tile IR), and the op's results are the new values of the written parameters.
 
-use tessera_passes::ir::{Attr, Op, OpId};
+use std::collections::BTreeMap;
+
+use tessera_passes::ir::{Attr, Func, Op, OpId};
 
 use super::super::values::{Tensor, Val};
-use super::{Machine, R};
+use super::super::GraphArg;
+use super::{run_graph_with, Machine, R};
+use crate::interp::InterpError;
 use crate::tensor::Arg;
+
+/// [`super::run_graph_f64_with_dims`] for a function that calls kernels
+/// (`graph.call_kernel`): `kernels` runs each called kernel's own reference.
+pub fn run_graph_f64_with_kernels(
+    func: &Func,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    kernels: &dyn KernelReference,
+) -> Result<Vec<GraphArg>, InterpError> {
+    run_graph_with(func, args, dims, seed, true, Some(kernels)).map(|(out, _)| out)
+}
 
 /// Runs a kernel a graph function calls, by name, with the reference's numerics.
 pub trait KernelReference {
