@@ -231,3 +231,57 @@ fn calls_are_checked() {
     assert!(out.contains("E0301") && out.contains("symbol N is bound to N by `a` and to M by `b`"), "{out}");
     assert!(out.contains("E0807") && out.contains("differentiate through the kernel `twice`"), "{out}");
 }
+
+/// The f64 reference does not run the plan's code for a called kernel: a plan whose launch
+/// of `saxpy` is corrupted (an executor that adds 1 to the first element `saxpy` writes)
+/// disagrees with the reference, which keeps the right value.
+#[test]
+fn the_reference_does_not_run_the_plans_kernel() {
+    use std::collections::BTreeMap;
+    use tessera_backends::interp::graph::{run_plan_with_dims, InterpExecutor, KernelExecutor};
+    use tessera_backends::launch::graph::{GraphRunOptions, GraphSession};
+    use tessera_backends::launch::{Device, DeviceRequest};
+    use tessera_backends::tensor::{Arg, HostTensor};
+
+    struct Corrupt(InterpExecutor);
+    impl KernelExecutor for Corrupt {
+        fn launch(&mut self, tile_ir: &tessera_passes::ir::Func, args: &mut [Arg]) -> Result<(), String> {
+            self.0.launch(tile_ir, args)?;
+            if tile_ir.name == "saxpy" {
+                if let Arg::Tensor(t) = &mut args[2] {
+                    let mut v = t.to_f64();
+                    v[0] += 1.0;
+                    *t = HostTensor::from_f64(t.dtype, &t.dims, &v);
+                }
+            }
+            Ok(())
+        }
+    }
+    let first = |a: &Arg| match a {
+        Arg::Tensor(t) => t.to_f64()[0],
+        other => panic!("a tensor, not {other:?}"),
+    };
+
+    let db = tessera_frontend::Database::default();
+    let file = tessera_frontend::SourceFile::new(&db, "calls.tsr".into(), PROGRAM.to_string(), None);
+    let key = tessera_frontend::db::item_index(&db, file).function(&db, "step").expect("step").key;
+    let session = GraphSession::open(&db, key).expect("step plans");
+    let dims = BTreeMap::from([("N".to_string(), 300)]);
+    let inputs = session.seed(&dims, &[], 0).expect("seeded");
+    let options = GraphRunOptions { device: DeviceRequest::Only(Device::Interpreter), ..Default::default() };
+    let run = session.run(&inputs, &options).expect("step runs");
+    assert!(run.correct(), "{:?}", run.checks);
+    let corrupted = run_plan_with_dims(
+        &db,
+        key,
+        tessera_passes::Target::Sm90,
+        &inputs.args,
+        &inputs.symbols,
+        inputs.seed as i64,
+        &mut Corrupt(InterpExecutor::default()),
+    )
+    .expect("the corrupted plan runs");
+    let (want, got) = (first(&run.reference[0]), first(&corrupted[0]));
+    assert_eq!(run.returned[0].1.to_f64()[0], want);
+    assert!((got - want - 1.0).abs() < 1e-3, "the corrupted plan gave {got}, the reference {want}");
+}
