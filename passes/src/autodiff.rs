@@ -472,26 +472,36 @@ impl Ad<'_, '_> {
                 let gt = tensor_type(&self.ty(g)).cloned().expect("a tensor");
                 // The backward matmuls accumulate as the forward one does (`@accum`).
                 let acc = policy::acc_attrs(&[&self.ty(a), &self.ty(b), &self.ty(g)]);
+                // The batch dims of the result: both operands' broadcast (NumPy's matmul).
+                let out_batch = gt.dims[..gt.dims.len() - 2].to_vec();
+                let last2 = |t: &TensorType| t.dims[t.dims.len() - 2..].to_vec();
                 if diff(a, self) {
-                    // dA = g @ Bᵀ
+                    // dA = g @ Bᵀ over the result's batch dims, summed back over the dims
+                    // A was broadcast along.
                     let b_t = self.transpose_last2(b);
-                    let d = self.op(OpKind::MatMul, vec![g, b_t], Type::Tensor(at.clone()), acc.clone());
+                    let dims = [out_batch.clone(), last2(&at)].concat();
+                    let full = Type::Tensor(TensorType { dims, ..at.clone() });
+                    let d = self.op(OpKind::MatMul, vec![g, b_t], full, acc.clone());
+                    let d = self.unbroadcast(d, &at);
                     self.accumulate(a, d);
                 }
                 if diff(b, self) {
                     let d = if bt.dims.len() == 2 && at.dims.len() > 2 {
-                        // dB = Σ_batch Aᵀ @ g: fold the batch dims into M.
+                        // dB = Σ_batch Aᵀ @ g: fold the batch dims into M (one matmul).
                         let m: Dim =
                             at.dims[..at.dims.len() - 1].iter().fold(Dim::constant(1), |acc, d| acc.mul_plain(d));
                         let a2 = self.reshape(a, vec![m.clone(), at.dims[at.dims.len() - 1].clone()]);
                         let g2 = self.reshape(g, vec![m, gt.dims[gt.dims.len() - 1].clone()]);
                         let a2t = self.transpose_last2(a2);
                         self.op(OpKind::MatMul, vec![a2t, g2], Type::Tensor(bt.clone()), acc.clone())
-                    } else if bt.dims.len() == at.dims.len() {
-                        let a_t = self.transpose_last2(a);
-                        self.op(OpKind::MatMul, vec![a_t, g], Type::Tensor(bt.clone()), acc.clone())
                     } else {
-                        return self.err("grad of a matmul with a batched right operand and a 2-D left one".into());
+                        // dB = Aᵀ @ g over the result's batch dims, summed back over the
+                        // dims B was broadcast along.
+                        let a_t = self.transpose_last2(a);
+                        let dims = [out_batch.clone(), last2(&bt)].concat();
+                        let full = Type::Tensor(TensorType { dims, ..bt.clone() });
+                        let d = self.op(OpKind::MatMul, vec![a_t, g], full, acc.clone());
+                        self.unbroadcast(d, &bt)
                     };
                     self.accumulate(b, d);
                 }
