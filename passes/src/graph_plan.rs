@@ -154,11 +154,20 @@ enum Splat {
 #[derive(Clone, Debug)]
 enum Kind {
     Elementwise,
-    Matmul { op: OpId, a: ValueId, b: ValueId, result: ValueId },
+    Matmul {
+        op: OpId,
+        a: ValueId,
+        b: ValueId,
+        result: ValueId,
+    },
     Single(OpId),
     /// The argument `src` of a kernel call's written parameter copied into the buffer of
     /// the call's result `dst` (`kernel_call`).
-    Copy { call: OpId, src: ValueId, dst: ValueId },
+    Copy {
+        call: OpId,
+        src: ValueId,
+        dst: ValueId,
+    },
 }
 
 #[derive(Clone, Debug)]
