@@ -20,6 +20,13 @@ use crate::ir::*;
 
 type R<T> = Result<T, LowerError>;
 
+/// The attribute `checkpoint(f)` puts on each op of `f`'s forward graph: `grad` computes
+/// those ops again for the backward pass (a copy tagged [`REMAT`]) instead of reading the
+/// forward pass's values.
+pub const CHECKPOINT: &str = "checkpoint";
+/// The attribute on the backward pass's recomputed copy of a checkpointed op.
+pub const REMAT: &str = "remat";
+
 struct Ad<'b, 'f> {
     b: &'b mut Builder<'f>,
     loc: Loc,
@@ -201,6 +208,27 @@ impl Ad<'_, '_> {
             return x;
         }
         self.op(OpKind::Reshape, vec![x], Type::Tensor(TensorType { dims, ..t }), vec![])
+    }
+
+    /// Copies of the forward ops `checkpoint(f)` tagged, in order, at the start of the
+    /// backward pass (tagged `remat = "f"`); returns each forward value's copy. They
+    /// compute the same numbers: random ops replay their streams.
+    fn rematerialize(&mut self, forward: &[OpId]) -> HashMap<ValueId, ValueId> {
+        let mut copies: HashMap<ValueId, ValueId> = HashMap::new();
+        for &id in forward {
+            let op = self.b.func.op(id).clone();
+            let Some(of) = op.attr(CHECKPOINT).cloned() else { continue };
+            let operands = op.operands.iter().map(|o| *copies.get(o).unwrap_or(o)).collect();
+            let types = op.results.iter().map(|&r| self.ty(r)).collect();
+            let mut attrs: Vec<(&'static str, Attr)> =
+                op.attrs.iter().filter(|(k, _)| *k != CHECKPOINT).cloned().collect();
+            attrs.push((REMAT, of));
+            let results = self.b.op(op.kind, operands, types, attrs, &op.loc);
+            for (&r, copy) in op.results.iter().zip(results) {
+                copies.insert(r, copy);
+            }
+        }
+        copies
     }
 
     fn transpose_last2(&mut self, x: ValueId) -> ValueId {
@@ -614,6 +642,8 @@ pub fn backward(
         None => ad.filled(1.0, &lt),
     };
     ad.adjoint.insert(loss, seed);
+    let recomputed = ad.rematerialize(forward);
+    let first_backward = ad.b.func.ops.len();
     for &id in forward.iter().rev() {
         let op = ad.b.func.op(id).clone();
         let first = ad.b.func.ops.len();
@@ -623,6 +653,16 @@ pub fn backward(
             for back in &mut ad.b.func.ops[first..] {
                 if back.attr("device").is_none() {
                     back.attrs.push(("device", device.clone()));
+                }
+            }
+        }
+    }
+    // The backward pass reads the recomputed values of checkpointed ops.
+    if !recomputed.is_empty() {
+        for op in &mut ad.b.func.ops[first_backward..] {
+            for v in op.operands.iter_mut() {
+                if let Some(&copy) = recomputed.get(v) {
+                    *v = copy;
                 }
             }
         }

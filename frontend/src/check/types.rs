@@ -202,6 +202,11 @@ pub enum Ty {
         in_axes: Vec<Option<i64>>,
         out_axes: Vec<i64>,
     },
+    /// `checkpoint(f)` / `remat(f)`: `f`, whose values `grad` recomputes in the backward
+    /// pass instead of keeping them from the forward one.
+    Checkpoint {
+        of: String,
+    },
     Schedule(Box<ScheduleValue>),
     /// The result of `tile.context()`.
     Context,
@@ -268,7 +273,9 @@ impl Ty {
             Ty::Dict(_) => "a dict",
             Ty::DType(_) => "a dtype",
             Ty::Namespace(_) => "a namespace",
-            Ty::Builtin(_) | Ty::Function(_) | Ty::Grad { .. } | Ty::Vmap { .. } => "a function",
+            Ty::Builtin(_) | Ty::Function(_) | Ty::Grad { .. } | Ty::Vmap { .. } | Ty::Checkpoint { .. } => {
+                "a function"
+            }
             Ty::Schedule(_) => "a schedule",
             Ty::Context => "a schedule context",
             Ty::Range(_) => "a range",
@@ -322,6 +329,7 @@ impl fmt::Display for Ty {
             Ty::Grad { of, wrt } if wrt.is_empty() => write!(f, "grad({of})"),
             Ty::Grad { of, wrt } => write!(f, "grad({of}, wrt={wrt:?})"),
             Ty::Vmap { of, in_axes, out_axes } => write!(f, "{}", super::ops::vmap_text(of, in_axes, out_axes)),
+            Ty::Checkpoint { of } => write!(f, "checkpoint({of})"),
             Ty::Schedule(s) => write!(f, "{s}"),
             Ty::Context => f.write_str("schedule context"),
             Ty::Range(LoopKind::Parallel) => f.write_str("tile.parallel range"),

@@ -521,6 +521,7 @@ impl Body<'_, '_, '_> {
             }
             Ty::Grad { of, wrt } => return self.grad_call(&of, &wrt, args, range),
             Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
+            Ty::Checkpoint { of } => return self.checkpoint_call(&of, args, range),
             other => return unsupported(format!("calling {other} in a graph function"), range),
         };
         let name = path.rsplit('.').next().unwrap_or(path);
@@ -887,6 +888,20 @@ impl Body<'_, '_, '_> {
         let out = inner.stmts(&callee.def.body)?.unwrap_or(Val::None);
         self.g.depth -= 1;
         Ok(out)
+    }
+
+    /// `checkpoint(f)(args)`: `f` inlined, each of its ops tagged `checkpoint = "f"` (an
+    /// inner checkpoint keeps its own name); `grad` recomputes them for the backward pass
+    /// (`autodiff::backward`).
+    fn checkpoint_call(&mut self, of: &str, args: &[Arg], range: TextRange) -> R<Val> {
+        let first = self.g.b.func.ops.len();
+        let value = self.inline_call(of, args, range)?;
+        for op in &mut self.g.b.func.ops[first..] {
+            if op.attr(crate::autodiff::CHECKPOINT).is_none() {
+                op.attrs.push((crate::autodiff::CHECKPOINT, Attr::Str(SmolStr::new(of))));
+            }
+        }
+        Ok(value)
     }
 
     /// `grad(f, wrt=...)(args)`: `f`'s forward graph, then the backward graph from its

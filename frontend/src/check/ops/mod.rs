@@ -93,6 +93,8 @@ impl<'a> Infer<'a> {
             Ty::Function(name) => self.user_call(id, func, &name, &vals),
             Ty::Grad { of, wrt } => self.grad_call(id, &of, &wrt, &vals),
             Ty::Vmap { of, in_axes, out_axes } => self.vmap_call(id, &of, &in_axes, &out_axes, &vals),
+            // The call is `f`'s; only `grad` sees the difference.
+            Ty::Checkpoint { of } => self.user_call(id, func, &of, &vals),
             Ty::Method { recv, name } => self.method_call(id, func, *recv, &name, &vals),
             Ty::DType(elem) if vals.len() == 1 => {
                 // `f32(x)`: a scalar conversion.
@@ -744,6 +746,7 @@ impl<'a> Infer<'a> {
             }
             (false, "grad") => self.grad(a),
             (false, "vmap") => self.vmap(a),
+            (false, "checkpoint" | "remat") => self.checkpoint(a, path),
             (false, "jvp") => self.jvp(id, a),
             // ---- scalars ----
             (false, "float") => Ty::Float(None),

@@ -46,7 +46,7 @@ impl<'a> Infer<'a> {
         let name = match &f.ty {
             Ty::Function(n) => n.clone(),
             Ty::Unknown => return None,
-            Ty::Grad { .. } | Ty::Vmap { .. } => {
+            Ty::Grad { .. } | Ty::Vmap { .. } | Ty::Checkpoint { .. } => {
                 self.push(
                     Diagnostic::new(
                         Code::E0802,
@@ -97,6 +97,16 @@ impl<'a> Infer<'a> {
     }
 
     // ----- vmap ----------------------------------------------------------------------
+
+    /// `checkpoint(f)` / `remat(f)`: `f` itself for the checker (its calls are `f`'s).
+    pub(super) fn checkpoint(&mut self, a: &Bound, path: &str) -> Ty {
+        let what = path.rsplit('.').next().unwrap_or(path);
+        let f = arg!(a, "checkpoint" | "remat" => "f").unwrap().clone();
+        match self.transform_target(&f, what) {
+            Some((name, _, _)) => Ty::Checkpoint { of: name },
+            None => Ty::Unknown,
+        }
+    }
 
     pub(super) fn vmap(&mut self, a: &Bound) -> Ty {
         let f = arg!(a, "vmap" => "f").unwrap().clone();
