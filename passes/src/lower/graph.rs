@@ -18,6 +18,7 @@ use crate::ir::*;
 mod kernel_call;
 pub use kernel_call::{stdlib_callee, stdlib_callee_name};
 mod losses;
+mod scan;
 mod transforms;
 
 type R<T> = Result<T, LowerError>;
@@ -673,6 +674,10 @@ impl Body<'_, '_, '_> {
                 };
                 let axis = if axis < 0 { axis + rank } else { axis };
                 Ok(Val::One(self.op1(OpKind::Concat, xs, t, vec![("axis", Attr::Int(axis))], &loc)))
+            }
+            "scan" => {
+                let (f, init, xs) = (need(arg("f", 0), "f")?, need(arg("init", 1), "init")?, need(arg("xs", 2), "xs")?);
+                self.scan_call(f, init, xs, range)
             }
             "split" => {
                 let x = self.value(need(arg("x", 0), "x")?)?;

@@ -47,6 +47,7 @@ mod dist;
 mod kernel_call;
 mod linalg;
 mod losses;
+mod scan;
 mod schedule;
 mod tile;
 
@@ -747,6 +748,7 @@ impl<'a> Infer<'a> {
             (false, "grad") => self.grad(a),
             (false, "vmap") => self.vmap(a),
             (false, "checkpoint" | "remat") => self.checkpoint(a, path),
+            (false, "scan") => self.scan(id, a),
             (false, "jvp") => self.jvp(id, a),
             // ---- scalars ----
             (false, "float") => Ty::Float(None),

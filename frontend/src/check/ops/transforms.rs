@@ -42,7 +42,7 @@ fn returned_tensors(ret: &Ty) -> Option<Vec<TensorType>> {
 
 impl<'a> Infer<'a> {
     /// `f` of a transform: a graph function or helper of this file, with its signature.
-    fn transform_target(&mut self, f: &ArgVal, what: &str) -> Option<(String, Signature, Ty)> {
+    pub(super) fn transform_target(&mut self, f: &ArgVal, what: &str) -> Option<(String, Signature, Ty)> {
         let name = match &f.ty {
             Ty::Function(n) => n.clone(),
             Ty::Unknown => return None,
