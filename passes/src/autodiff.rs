@@ -26,6 +26,29 @@ type R<T> = Result<T, LowerError>;
 pub const CHECKPOINT: &str = "checkpoint";
 /// The attribute on the backward pass's recomputed copy of a checkpointed op.
 pub const REMAT: &str = "remat";
+/// The attribute `custom_vjp(f, backward)` puts on each op of `f` (the call's index in
+/// the lowering's list of [`CustomVjp`]s): `grad` skips their rules.
+pub const CUSTOM_VJP: &str = "custom_vjp";
+/// The attribute on the ops of a custom backward, naming `f`.
+pub const CUSTOM_BACKWARD: &str = "custom_backward";
+
+/// One `custom_vjp(f, backward)(args)` call: `backward`'s graph traced alone, its
+/// parameters standing for `f`'s arguments and then for the gradient of `f`'s result.
+#[derive(Clone, Debug)]
+pub struct CustomVjp {
+    pub name: SmolStr,
+    pub func: Func,
+    /// (scratch parameter, the caller's value) in `backward`'s parameter order; the last
+    /// stands for the gradient.
+    pub inputs: Vec<(ValueId, ValueId)>,
+    /// `backward`'s results: one gradient per value of `grads_for`.
+    pub outputs: Vec<ValueId>,
+    /// `f`'s result.
+    pub output: ValueId,
+    pub grads_for: Vec<ValueId>,
+    /// The index of the first op `f` emitted.
+    pub start: usize,
+}
 
 struct Ad<'b, 'f> {
     b: &'b mut Builder<'f>,
@@ -208,6 +231,37 @@ impl Ad<'_, '_> {
             return x;
         }
         self.op(OpKind::Reshape, vec![x], Type::Tensor(TensorType { dims, ..t }), vec![])
+    }
+
+    /// `backward`'s graph for one `custom_vjp` call, with the adjoint of `f`'s result as
+    /// its gradient; its results accumulate into the adjoints of `f`'s arguments.
+    fn custom_rule(&mut self, c: &CustomVjp) {
+        let Some(&g) = self.adjoint.get(&c.output) else { return };
+        let last = c.inputs.len().saturating_sub(1);
+        let mut map: HashMap<ValueId, ValueId> = c
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, &(scratch, value))| (scratch, if i == last { g } else { value }))
+            .collect();
+        for &id in &c.func.body.ops {
+            let op = c.func.op(id);
+            if op.kind == OpKind::Return {
+                continue;
+            }
+            let operands = op.operands.iter().map(|o| *map.get(o).unwrap_or(o)).collect();
+            let types = op.results.iter().map(|&r| c.func.ty(r).clone()).collect();
+            let mut attrs = op.attrs.clone();
+            attrs.push((CUSTOM_BACKWARD, Attr::Str(c.name.clone())));
+            let results = self.b.op(op.kind, operands, types, attrs, &op.loc);
+            for (&r, new) in op.results.iter().zip(results) {
+                map.insert(r, new);
+            }
+        }
+        for (&out, &x) in c.outputs.iter().zip(&c.grads_for) {
+            let grad = *map.get(&out).unwrap_or(&out);
+            self.accumulate(x, grad);
+        }
     }
 
     /// Copies of the forward ops `checkpoint(f)` tagged, in order, at the start of the
@@ -618,6 +672,7 @@ pub fn backward(
     forward: &[OpId],
     loss: ValueId,
     wrt: &[ValueId],
+    custom: &[CustomVjp],
     loc: &Loc,
 ) -> Result<Vec<ValueId>, LowerError> {
     let mut ad = Ad { b, loc: loc.clone(), adjoint: HashMap::new() };
@@ -644,8 +699,20 @@ pub fn backward(
     ad.adjoint.insert(loss, seed);
     let recomputed = ad.rematerialize(forward);
     let first_backward = ad.b.func.ops.len();
+    // Custom backwards of calls in this forward graph, the latest first: each is emitted
+    // once the reverse walk has passed every op after its call.
+    let first_forward = forward.first().map_or(usize::MAX, |id| id.0 as usize);
+    let mut pending: Vec<&CustomVjp> = custom.iter().filter(|c| c.start >= first_forward).collect();
+    pending.sort_by_key(|c| std::cmp::Reverse(c.start));
+    let mut pending = pending.into_iter().peekable();
     for &id in forward.iter().rev() {
+        while let Some(c) = pending.next_if(|c| c.start > id.0 as usize) {
+            ad.custom_rule(c);
+        }
         let op = ad.b.func.op(id).clone();
+        if op.attr(CUSTOM_VJP).is_some() {
+            continue;
+        }
         let first = ad.b.func.ops.len();
         ad.rule(&op)?;
         // The backward ops of an op placed by `with device(X)` are placed there too.
@@ -656,6 +723,9 @@ pub fn backward(
                 }
             }
         }
+    }
+    for c in pending {
+        ad.custom_rule(c);
     }
     // The backward pass reads the recomputed values of checkpointed ops.
     if !recomputed.is_empty() {

@@ -167,6 +167,7 @@ builtins! {
     "grad" "(f, wrt=None)" Graph "function" "For an @autodiff function returning a rank-0 float tensor: a function that returns one gradient per selected floating parameter.";
     "checkpoint" "(f)" Graph "function" "f, whose intermediate values grad recomputes in the backward pass instead of keeping them (rematerialization); the same values and gradients.";
     "remat" "(f)" Graph "function" "Another name for checkpoint(f).";
+    "custom_vjp" "(f, backward)" Graph "function" "f, whose gradients grad takes from backward(*args, g) (f's arguments, then the gradient of f's result), one per float tensor parameter of f, instead of differentiating f.";
     "scan" "(f, init, xs)" Graph "(carry, ys)" "f(carry, x) over the first axis of xs (a constant, unrolled): returns the last carry and the ys stacked along a new first axis.";
     "vmap" "(f, in_axes=0, out_axes=0)" Graph "function" "f mapped over an axis of its arguments: in_axes is an axis (every parameter) or a tuple of an axis or None per parameter; each output gets the mapped axis at out_axes.";
     "jvp" "(f, primals, tangents)" Graph "(output, tangent)" "Forward mode: f(*primals) and its derivative along tangents (a tuple of one tensor per parameter, each of its primal's shape and dtype).";

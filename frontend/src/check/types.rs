@@ -207,6 +207,12 @@ pub enum Ty {
     Checkpoint {
         of: String,
     },
+    /// `custom_vjp(f, backward)`: `f`, whose gradients `grad` takes from
+    /// `backward(*args, g)` instead of differentiating `f`'s body.
+    CustomVjp {
+        of: String,
+        backward: String,
+    },
     Schedule(Box<ScheduleValue>),
     /// The result of `tile.context()`.
     Context,
@@ -273,9 +279,12 @@ impl Ty {
             Ty::Dict(_) => "a dict",
             Ty::DType(_) => "a dtype",
             Ty::Namespace(_) => "a namespace",
-            Ty::Builtin(_) | Ty::Function(_) | Ty::Grad { .. } | Ty::Vmap { .. } | Ty::Checkpoint { .. } => {
-                "a function"
-            }
+            Ty::Builtin(_)
+            | Ty::Function(_)
+            | Ty::Grad { .. }
+            | Ty::Vmap { .. }
+            | Ty::Checkpoint { .. }
+            | Ty::CustomVjp { .. } => "a function",
             Ty::Schedule(_) => "a schedule",
             Ty::Context => "a schedule context",
             Ty::Range(_) => "a range",
@@ -330,6 +339,7 @@ impl fmt::Display for Ty {
             Ty::Grad { of, wrt } => write!(f, "grad({of}, wrt={wrt:?})"),
             Ty::Vmap { of, in_axes, out_axes } => write!(f, "{}", super::ops::vmap_text(of, in_axes, out_axes)),
             Ty::Checkpoint { of } => write!(f, "checkpoint({of})"),
+            Ty::CustomVjp { of, backward } => write!(f, "custom_vjp({of}, {backward})"),
             Ty::Schedule(s) => write!(f, "{s}"),
             Ty::Context => f.write_str("schedule context"),
             Ty::Range(LoopKind::Parallel) => f.write_str("tile.parallel range"),

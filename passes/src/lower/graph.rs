@@ -17,6 +17,7 @@ use crate::ir::*;
 
 mod kernel_call;
 pub use kernel_call::{stdlib_callee, stdlib_callee_name};
+mod custom_vjp;
 mod losses;
 mod scan;
 mod transforms;
@@ -57,6 +58,10 @@ struct Graph<'f> {
     streams: i64,
     /// Inlining depth, to stop recursion.
     depth: u32,
+    /// The `custom_vjp(f, backward)` calls lowered so far (`grad` reads them).
+    custom_vjps: Vec<crate::autodiff::CustomVjp>,
+    /// Lowering a transform's scratch copy of a function (`transforms::trace`).
+    tracing: bool,
 }
 
 pub fn graph_function_to_ir(
@@ -81,7 +86,7 @@ pub fn graph_function_to_ir(
     func.set_attr("decorator", Attr::Str(SmolStr::new(sig.decorators.join(","))));
     let mut b = Builder::new(&mut func);
     let token = b.op1(OpKind::EffectToken, vec![], Type::Token, vec![], &loc);
-    let mut g = Graph { b, token, streams: 0, depth: 0 };
+    let mut g = Graph { b, token, streams: 0, depth: 0, custom_vjps: Vec::new(), tracing: false };
     let ret = {
         let mut body = Body { g: &mut g, name: SmolStr::new(name), def, sig, inf, resolve, env: HashMap::new() };
         for (p, v) in sig.params.iter().zip(&params) {
@@ -523,6 +528,7 @@ impl Body<'_, '_, '_> {
             Ty::Grad { of, wrt } => return self.grad_call(&of, &wrt, args, range),
             Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
             Ty::Checkpoint { of } => return self.checkpoint_call(&of, args, range),
+            Ty::CustomVjp { of, backward } => return self.custom_vjp_call(&of, &backward, args, range),
             other => return unsupported(format!("calling {other} in a graph function"), range),
         };
         let name = path.rsplit('.').next().unwrap_or(path);
@@ -939,7 +945,10 @@ impl Body<'_, '_, '_> {
         };
         let forward: Vec<OpId> = (first_op..self.g.b.func.ops.len()).map(|i| OpId(i as u32)).collect();
         let loc = self.loc(range);
-        let grads = crate::autodiff::backward(&mut self.g.b, &forward, loss, &wrt_values, &loc)?;
+        let custom = std::mem::take(&mut self.g.custom_vjps);
+        let grads = crate::autodiff::backward(&mut self.g.b, &forward, loss, &wrt_values, &custom, &loc);
+        self.g.custom_vjps = custom;
+        let grads = grads?;
         Ok(Val::Many(grads))
     }
 }

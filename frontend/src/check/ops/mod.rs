@@ -43,6 +43,7 @@ macro_rules! arg {
 }
 
 mod calls;
+mod custom_vjp;
 mod dist;
 mod kernel_call;
 mod linalg;
@@ -96,6 +97,7 @@ impl<'a> Infer<'a> {
             Ty::Vmap { of, in_axes, out_axes } => self.vmap_call(id, &of, &in_axes, &out_axes, &vals),
             // The call is `f`'s; only `grad` sees the difference.
             Ty::Checkpoint { of } => self.user_call(id, func, &of, &vals),
+            Ty::CustomVjp { of, backward } => self.custom_vjp_call(id, func, &of, &backward, &vals),
             Ty::Method { recv, name } => self.method_call(id, func, *recv, &name, &vals),
             Ty::DType(elem) if vals.len() == 1 => {
                 // `f32(x)`: a scalar conversion.
@@ -749,6 +751,7 @@ impl<'a> Infer<'a> {
             (false, "vmap") => self.vmap(a),
             (false, "checkpoint" | "remat") => self.checkpoint(a, path),
             (false, "scan") => self.scan(id, a),
+            (false, "custom_vjp") => self.custom_vjp(a),
             (false, "jvp") => self.jvp(id, a),
             // ---- scalars ----
             (false, "float") => Ty::Float(None),

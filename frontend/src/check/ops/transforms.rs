@@ -46,7 +46,7 @@ impl<'a> Infer<'a> {
         let name = match &f.ty {
             Ty::Function(n) => n.clone(),
             Ty::Unknown => return None,
-            Ty::Grad { .. } | Ty::Vmap { .. } | Ty::Checkpoint { .. } => {
+            Ty::Grad { .. } | Ty::Vmap { .. } | Ty::Checkpoint { .. } | Ty::CustomVjp { .. } => {
                 self.push(
                     Diagnostic::new(
                         Code::E0802,

@@ -19,7 +19,7 @@ use tessera_frontend::check::Dim;
 use tessera_frontend::syntax::ast::Arg;
 use tessera_frontend::text::TextRange;
 
-use super::{unsupported, Body, Graph, Val, R};
+use super::{unsupported, Body, Callee, Graph, Val, R};
 use crate::ir::*;
 
 /// `f`'s graph alone: its parameters (one per argument value, in the order the
@@ -56,6 +56,18 @@ impl Body<'_, '_, '_> {
     pub(super) fn trace(&mut self, of: &str, args: &[Arg], range: TextRange, retype: &Retype<'_>) -> R<Traced> {
         let callee = self.callee(of, range)?;
         let env = self.bind_arguments(&callee, args, range)?;
+        self.trace_env(of, &callee, env, range, retype)
+    }
+
+    /// [`Body::trace`] with `f`'s parameters already bound to the caller's values.
+    pub(in crate::lower::graph) fn trace_env(
+        &mut self,
+        of: &str,
+        callee: &Callee,
+        env: HashMap<SmolStr, Val>,
+        range: TextRange,
+        retype: &Retype<'_>,
+    ) -> R<Traced> {
         let loc = self.loc(range);
         let mut func = Func::new(&callee.def.name, FuncKind::Graph, Level::Graph, loc.clone());
         let mut inputs = Vec::new();
@@ -92,7 +104,14 @@ impl Body<'_, '_, '_> {
         let (outputs, token, streams) = {
             let mut b = Builder::new(&mut func);
             let token = b.op1(OpKind::EffectToken, vec![], Type::Token, vec![], &loc);
-            let mut g = Graph { b, token, streams: self.g.streams, depth: self.g.depth + 1 };
+            let mut g = Graph {
+                b,
+                token,
+                streams: self.g.streams,
+                depth: self.g.depth + 1,
+                custom_vjps: Vec::new(),
+                tracing: true,
+            };
             let out = {
                 let mut inner = Body {
                     g: &mut g,
