@@ -11,15 +11,9 @@ use tessera_frontend::check::{Dim, Ty};
 use tessera_frontend::syntax::ast::ExprId;
 use tessera_frontend::text::TextRange;
 
+use super::transforms::with_dims;
 use super::{unsupported, Body, Val, R};
 use crate::ir::*;
-
-fn with_dims(t: &Type, dims: Vec<Dim>) -> Type {
-    match t {
-        Type::Tensor(tt) => Type::Tensor(TensorType { dims, dtype: tt.dtype, policies: tt.policies.clone() }),
-        other => other.clone(),
-    }
-}
 
 impl Body<'_, '_, '_> {
     pub(super) fn scan_call(&mut self, f: ExprId, init: ExprId, xs: ExprId, range: TextRange) -> R<Val> {
