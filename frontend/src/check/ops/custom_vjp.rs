@@ -64,20 +64,16 @@ impl<'a> Infer<'a> {
             .collect();
         let mut inner: Vec<(Option<(String, TextRange)>, ArgVal)> = vals.to_vec();
         inner.push((None, ArgVal { expr: id, ty: result.clone() }));
-        let Some((_, bsig)) = crate::check::infer::callee_signature(self.db, self.file, backward) else {
+        let Some((key, bsig)) = crate::check::infer::callee_signature(self.db, self.file, backward) else {
             return result;
         };
         let bsig = bsig.clone();
-        let Some(subst) = self.bind_user(id, backward, &bsig, &inner) else {
-            return result;
-        };
         let ret = match &bsig.ret {
             Some(r) => r.clone(),
-            None => crate::check::infer::callee_signature(self.db, self.file, backward)
-                .map(|(key, _)| {
-                    crate::check::infer::callee_inference(self.db, key).return_ty.clone().unwrap_or(Ty::Unknown)
-                })
-                .unwrap_or(Ty::Unknown),
+            None => crate::check::infer::callee_inference(self.db, key).return_ty.clone().unwrap_or(Ty::Unknown),
+        };
+        let Some(subst) = self.bind_user(id, backward, &bsig, &inner) else {
+            return result;
         };
         let grads = match super::substitute_ty(&ret, &subst) {
             Ty::Tuple(items) => items,

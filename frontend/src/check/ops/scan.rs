@@ -16,7 +16,7 @@ impl<'a> Infer<'a> {
         let f = arg!(a, "scan" => "f").unwrap().clone();
         let init = arg!(a, "scan" => "init").unwrap().clone();
         let xs = arg!(a, "scan" => "xs").unwrap().clone();
-        let Some((name, sig, _)) = self.transform_target(&f, "scan") else {
+        let Some((name, sig, ret)) = self.transform_target(&f, "scan") else {
             return Ty::Unknown;
         };
         if sig.params.len() != 2 {
@@ -60,14 +60,6 @@ impl<'a> Infer<'a> {
         let inner = vec![(None, init.clone()), (None, x)];
         let Some(subst) = self.bind_user(id, &name, &sig, &inner) else {
             return Ty::Unknown;
-        };
-        let ret = match &sig.ret {
-            Some(r) => r.clone(),
-            None => crate::check::infer::callee_signature(self.db, self.file, &name)
-                .map(|(key, _)| {
-                    crate::check::infer::callee_inference(self.db, key).return_ty.clone().unwrap_or(Ty::Unknown)
-                })
-                .unwrap_or(Ty::Unknown),
         };
         let (carry, y) = match substitute_ty(&ret, &subst) {
             Ty::Tuple(items) if items.len() == 2 => (items[0].clone(), items[1].clone()),
