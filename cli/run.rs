@@ -89,7 +89,9 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
         let graph = tessera_passes::graph_ir(src.db(), key)
             .clone()
             .map_err(|e| Failure::usage(format!("{}: {}", args.kernel, e.message)))?;
-        dims_given.extend(run_inputs::implied_dims(&graph, &inputs, &given).map_err(Failure::usage)?);
+        let implied = run_inputs::implied_dims(&graph, &inputs, &given).map_err(Failure::usage)?;
+        // `setup` takes the `--dims` text.
+        dims_given.extend(implied.into_iter().map(|(s, v)| format!("{s}={v}")));
     }
     let setup = setup(src, &args.kernel, args.device, args.target, &dims_given, &args.args)?;
     print_notes(&setup);

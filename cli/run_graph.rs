@@ -29,7 +29,7 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
     let files = crate::run_inputs::read(&args.inputs).map_err(Failure::usage)?;
     let mut dims_given = options::parse_dims(&args.dims).map_err(Failure::usage)?;
     let implied = crate::run_inputs::implied_dims(&session.graph, &files, &dims_given).map_err(Failure::usage)?;
-    dims_given.extend(options::parse_dims(&implied).map_err(Failure::usage)?);
+    dims_given.extend(implied);
     let dims: BTreeMap<String, i64> = dims_given.into_iter().collect();
     let given = options::parse_args(&args.args).map_err(Failure::usage)?;
     let mut input = session.seed(&dims, &given, args.seed).map_err(|e| failure(src, e))?;

@@ -69,7 +69,7 @@ fn shape_text(dims: &[usize]) -> String {
     }
 }
 
-/// `SYM=VALUE` for each shape symbol a file fixes and `given` (the `--dims` pairs) does
+/// The value of each shape symbol a file fixes and `given` (the `--dims` pairs) does
 /// not: a dim that is a symbol takes the file's extent, and a dim linear in one symbol
 /// still unknown (`2*H`) is solved for it. Two files that disagree on a symbol, or a
 /// file of the wrong rank or constant extent, are errors naming both sides; what
@@ -78,7 +78,7 @@ pub(crate) fn implied_dims(
     graph: &Func,
     inputs: &[GivenInput],
     given: &[(String, i64)],
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<(String, i64)>, String> {
     let params = tensor_params(graph);
     let mut implied: BTreeMap<String, (i64, String)> = BTreeMap::new();
     let mut linear: Vec<(&Dim, i64, &GivenInput)> = Vec::new();
@@ -133,7 +133,7 @@ pub(crate) fn implied_dims(
             imply(&mut implied, symbol, (extent - a) / slope, &input.name, &input.tensor.dims)?;
         }
     }
-    Ok(implied.into_iter().map(|(s, (v, _))| format!("{s}={v}")).collect())
+    Ok(implied.into_iter().map(|(s, (v, _))| (s, v)).collect())
 }
 
 fn imply(
