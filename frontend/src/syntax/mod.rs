@@ -2,6 +2,7 @@
 
 pub mod ast;
 pub mod chunks;
+pub mod fast;
 pub mod lexical;
 pub mod lower;
 pub mod render;
@@ -77,6 +78,22 @@ thread_local! {
 /// Lexical checks, tree-sitter and lowering for one chunk of text.
 pub fn parse_chunk(text: &str) -> ChunkParse {
     let lexical = lexical::scan(text, None);
+    // The common case, an error-free chunk, without tree-sitter (see `fast`).
+    if lexical.diagnostics.is_empty() {
+        if let Some(items) = fast::parse_items(text) {
+            return ChunkParse { items, diagnostics: Vec::new() };
+        }
+    }
+    parse_chunk_with_tree_sitter(text, lexical)
+}
+
+/// [`parse_chunk`] without the fast path: tree-sitter and the lowering of its tree.
+/// The fast parser's tests compare the two.
+pub fn parse_chunk_tree_sitter(text: &str) -> ChunkParse {
+    parse_chunk_with_tree_sitter(text, lexical::scan(text, None))
+}
+
+fn parse_chunk_with_tree_sitter(text: &str, lexical: lexical::LexicalReport) -> ChunkParse {
     let tree = PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();
         let parser = slot.get_or_insert_with(|| {

@@ -2,7 +2,7 @@
 //! prefixes, escapes). Pure functions of the source text, kept apart from the tree walk
 //! so that they can be tested on their own.
 
-pub(super) fn parse_int(src: &str) -> Option<i64> {
+pub(crate) fn parse_int(src: &str) -> Option<i64> {
     let s = src.replace('_', "");
     let lower = s.to_ascii_lowercase();
     if let Some(hex) = lower.strip_prefix("0x") {

@@ -24,6 +24,7 @@ mod python_side;
 
 use body::Cx;
 use errors::collect_syntax_errors;
+pub(crate) use literals::parse_int;
 pub use literals::unquote;
 
 /// Expressions nested deeper than this are not lowered (and reported): it bounds the
