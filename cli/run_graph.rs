@@ -16,8 +16,20 @@ use crate::options::{self, Source};
 use crate::run_args::RunArgs;
 
 fn failure(src: &Source, e: GraphRunError) -> Failure {
-    match e {
+    match &e {
         GraphRunError::Plan(_) => Failure { code: 1, message: e.to_string(), kind: Some("fault") },
+        // A KV cache that overflows its capacity (or a prune past its length) is the
+        // program's fault at these dims, shown at the `append`/`prune` that does it.
+        GraphRunError::Reference(r) if matches!(r.op_name(), Some("graph.cache_append" | "graph.cache_prune")) => {
+            use tessera_passes::ir::print::LocResolver;
+            let at = r
+                .site
+                .as_ref()
+                .and_then(|site| tessera_passes::FileLocs::new(src.db(), src.file()).resolve(&site.loc))
+                .map(|(path, line, col)| format!("{path}:{line}:{col}: "))
+                .unwrap_or_default();
+            Failure { code: 1, message: format!("{at}{}", r.message), kind: Some("fault") }
+        }
         GraphRunError::NoGraphIr(_) | GraphRunError::NoPlan { .. } => Failure::usage(format!("{}: {}", src.shown, e)),
         _ => Failure::usage(e.to_string()),
     }

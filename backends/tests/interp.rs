@@ -182,8 +182,22 @@ fn spec(kernel: &str) -> Option<Spec> {
                 out(2, r::rmsnorm(&values(a, 0), &values(a, 1), rows, cols, scalar(a, 3)), cols)
             }),
         },
-        "flash_attention" | "flash_attention_2" => Spec {
+        "flash_attention" => Spec {
             shapes: ["BH=2,S=128,D=64", "BH=2,S=100,D=64"],
+            scalars: &[("causal", 1.0), ("dropout", 0.0), ("seed", 0.0)],
+            reference: Some(|a, d| {
+                let (bh, sl, dd) = (s(d, "BH"), s(d, "S"), s(d, "D"));
+                let causal = scalar(a, 4) != 0.0;
+                let v = values(a, 2);
+                let o = r::attention(&values(a, 0), &values(a, 1), &v, bh, sl, dd, causal);
+                // P is rounded to bf16 before P @ V: the error is bounded by 2^-9 max|V|.
+                let max_v = v.iter().fold(0f64, |m, x| m.max(x.abs()));
+                vec![Out { param: 3, values: o, k: sl, scale: Some(max_v) }]
+            }),
+        },
+        // The keys' length `SK` equals the queries' here (`r::attention` has one S).
+        "flash_attention_2" => Spec {
+            shapes: ["BH=2,S=128,SK=128,D=64", "BH=2,S=100,SK=100,D=64"],
             scalars: &[("causal", 1.0), ("dropout", 0.0), ("seed", 0.0)],
             reference: Some(|a, d| {
                 let (bh, sl, dd) = (s(d, "BH"), s(d, "S"), s(d, "D"));

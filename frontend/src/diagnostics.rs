@@ -46,6 +46,7 @@ codes! {
     E0303 Error "returned shape differs from the annotation";
     E0304 Error "index or slice out of bounds";
     E0305 Error "return annotation uses an unbound symbol";
+    E0306 Error "KV cache capacity exceeded";
     E0310 Error "mesh shape does not match the device count";
     E0311 Error "unknown mesh axis";
     E0312 Error "sharded dimension not divisible by its mesh axis";

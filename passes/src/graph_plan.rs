@@ -8,7 +8,8 @@
 //!
 //! This file plans; `codegen` writes the generated kernels and the Schedule IR,
 //! `library` instantiates the standard-library kernels, `matmul` the (batched) matmuls
-//! with their epilogues and `reduce` reductions over any axes and `copy` the copies of `concat` and `split`.
+//! with their epilogues and `reduce` reductions over any axes and `copy` the copies of `concat` and `split`;
+//! `state` copies a KV cache's keys and values for `cache_append` and `cache_prune`.
 
 mod codegen;
 mod copy;
@@ -16,6 +17,7 @@ mod kernel_call;
 mod library;
 mod matmul;
 mod reduce;
+mod state;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

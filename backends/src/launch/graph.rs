@@ -328,7 +328,7 @@ impl<'db> GraphSession<'db> {
             .enumerate()
             .map(|(i, k)| KernelTime { kernel: k.clone(), time: measured.get(i).map_or(Duration::ZERO, |m| m.1) })
             .collect();
-        let names = return_names(outputs.len());
+        let names = graph_return_names(&self.graph, outputs.len());
         // `@accum(T)` narrower than f32 rounds the running sums to T at every step, where
         // the reference sums in f64: the budget widens with the accumulator's precision
         // and the longest input dim (an upper bound on a sum's length), as for kernels.
@@ -419,6 +419,37 @@ fn seed_inputs(
 ) -> Result<GraphInputs, String> {
     let mut symbols = dims.clone();
     let mut assumed = Vec::new();
+    // A KV cache's length (`cache.len`) is 0, an empty cache, unless `--arg cache.len=N`
+    // gives it; its capacity (`S_max`) is a shape symbol as any other.
+    let caches = cache_lengths(graph);
+    let mut given_rest = Vec::new();
+    for (name, value) in given {
+        if caches.contains(name) {
+            let n = value
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| format!("--arg {name}={value}: a KV cache's length is a non-negative integer"))?;
+            if dims.contains_key(name) {
+                return Err(format!("--arg {name} and --dims {name} both give the cache's length"));
+            }
+            symbols.insert(name.clone(), n);
+        } else {
+            given_rest.push((name.clone(), value.clone()));
+        }
+    }
+    let given = &given_rest[..];
+    for len in &caches {
+        symbols.entry(len.clone()).or_insert(0);
+    }
+    for capacity in cache_capacities(graph) {
+        for s in capacity.symbols() {
+            if !symbols.contains_key(&s) {
+                symbols.insert(s.clone(), DEFAULT_GRAPH_DIM);
+                assumed.push((s.clone(), DEFAULT_GRAPH_DIM));
+            }
+        }
+    }
     for &p in &graph.params {
         for d in graph.ty(p).dims() {
             for s in d.symbols() {
@@ -519,6 +550,46 @@ pub fn graph_tolerance(d: DType, kernels: usize) -> Tolerance {
     }
     let k = (kernels.max(1)) as f64;
     Tolerance { rtol: base.rtol * k, atol: base.atol * k, ..base }
+}
+
+/// The length symbols of the function's KV cache parameters (`cache.len` for the
+/// parameters `cache.K` and `cache.V`).
+fn cache_lengths(graph: &Func) -> Vec<String> {
+    let mut out = Vec::new();
+    for &p in &graph.params {
+        let name = graph.values[p.0 as usize].name.as_deref().unwrap_or_default();
+        if let Some(cache) = name.strip_suffix(".K") {
+            let len = tessera_frontend::check::cache_len_symbol(cache);
+            if graph.ty(p).dims().get(2).and_then(|d| d.as_sym()) == Some(len.as_str()) {
+                out.push(len);
+            }
+        }
+    }
+    out
+}
+
+/// The capacities (`S_max`) of the function's KV cache ops.
+fn cache_capacities(graph: &Func) -> Vec<Dim> {
+    let mut out = Vec::new();
+    for id in graph.walk() {
+        let op = graph.op(id);
+        if matches!(op.kind, OpKind::CacheAppend | OpKind::CachePrune) {
+            if let Some(tessera_passes::ir::Attr::Dims(d)) = op.attr("capacity") {
+                out.extend(d.iter().cloned());
+            }
+        }
+    }
+    out
+}
+
+/// The names of a graph function's returned values: a returned KV cache is its keys and
+/// values, named `cache.K` and `cache.V` (the function's `returns` attribute), the other
+/// values as [`return_names`] names them.
+pub fn graph_return_names(graph: &Func, n: usize) -> Vec<String> {
+    match graph.attr("returns").and_then(|a| a.as_str()) {
+        Some(names) if names.split(',').count() == n => names.split(',').map(String::from).collect(),
+        _ => return_names(n),
+    }
 }
 
 /// `return` for one returned value, `return0`, `return1`, ... for a tuple (the names

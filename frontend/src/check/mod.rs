@@ -24,7 +24,10 @@ use crate::text::TextRange;
 pub use dims::{Dim, Obligation};
 pub use dtype::{DType, ElemType, Policy};
 pub use numerics::numerics_lints;
-pub use ops::{kernel_written_params, stdlib_dtype_param, stdlib_instance};
+pub use ops::{
+    cache_capacity, cache_len, cache_len_symbol, cache_param_type, cache_view, kernel_written_params,
+    stdlib_dtype_param, stdlib_instance,
+};
 pub use schedule::{KernelSchedule, KeyValue, ScheduleKeys, ScheduleValue};
 pub use scope::{module_scope, ModuleScope, ScopeEntry};
 pub use types::{LoopKind, Namespace, SharedType, Swizzle, TensorKind, TensorType, TileType, Ty};

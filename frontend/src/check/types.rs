@@ -51,14 +51,21 @@ pub fn fmt_dims(dims: &[Dim]) -> String {
 impl fmt::Display for TensorType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}[", self.kind.name())?;
-        for d in &self.dims {
+        // A KV cache's fifth dim is its current length, shown after the annotation's form.
+        let cache_len = (self.kind == TensorKind::KVCache && self.dims.len() == 5).then(|| &self.dims[4]);
+        let shown = if cache_len.is_some() { &self.dims[..4] } else { &self.dims[..] };
+        for d in shown {
             if d.as_const().is_some() {
                 write!(f, "{d}, ")?;
             } else {
                 write!(f, "\"{d}\", ")?;
             }
         }
-        write!(f, "{}]", self.elem)
+        write!(f, "{}]", self.elem)?;
+        if let Some(len) = cache_len {
+            write!(f, " (length {len})")?;
+        }
+        Ok(())
     }
 }
 

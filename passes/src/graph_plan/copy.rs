@@ -19,7 +19,7 @@ impl Planner<'_> {
     }
 
     /// The result of `op` in memory (a result nobody reads is still written somewhere).
-    fn stored_result(&mut self, op: &Op, i: usize) -> R<ValueId> {
+    pub(super) fn stored_result(&mut self, op: &Op, i: usize) -> R<ValueId> {
         let r = op.results[i];
         if !self.host.contains_key(&r) {
             self.store(r, &op.loc)?;

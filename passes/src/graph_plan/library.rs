@@ -175,6 +175,7 @@ impl Planner<'_> {
             }
             OpKind::CallKernel => self.user_kernel_launch(&op),
             OpKind::Concat => self.concat_kernel(&op, name),
+            OpKind::CacheAppend | OpKind::CachePrune => self.cache_kernel(&op, name),
             OpKind::Split => self.split_kernel(&op, name),
             OpKind::GReduce => self.reduce_kernel(&op, name),
             OpKind::LogSumExp => self.logsumexp_kernel(&op, name),

@@ -210,6 +210,10 @@ ops! {
     Random = "graph.randn",
     // `with prefetch(obj, into=..., overlap=...)`: a placement effect, computes nothing
     Prefetch = "graph.prefetch",
+    // a KV cache's state update: `%K', %V', %tok' = graph.cache_append %K, %V, %k, %v, %tok`
+    CacheAppend = "graph.cache_append",
+    // `%K', %V', %tok' = graph.cache_prune %K, %V, %tok {keep}`: the last `keep` positions
+    CachePrune = "graph.cache_prune",
     Fill = "graph.full",
     Iota = "graph.arange",
     Launch = "graph.launch",
@@ -296,6 +300,8 @@ impl OpKind {
                 | OpKind::Dropout
                 | OpKind::Random
                 | OpKind::Prefetch
+                | OpKind::CacheAppend
+                | OpKind::CachePrune
                 | OpKind::EffectToken
                 | OpKind::Kernel
                 | OpKind::AllGather

@@ -20,6 +20,7 @@ pub use kernel_call::{stdlib_callee, stdlib_callee_name};
 mod custom_vjp;
 mod losses;
 mod scan;
+mod state;
 mod transforms;
 
 type R<T> = Result<T, LowerError>;
@@ -47,6 +48,10 @@ enum Val {
     /// Compile-time values (`heads=` literal ints, `causal=True`) stay as constants too,
     /// but a Python `None` has no IR value.
     None,
+    /// A `KVCache` (`state`): its keys and values.
+    Cache(state::CacheVal),
+    /// A tuple with a cache among its items (other tuples are `Many`).
+    Tuple(Vec<Val>),
 }
 
 /// The shared state of one graph function's lowering (inlined callees included).
@@ -74,14 +79,25 @@ pub fn graph_function_to_ir(
     let loc = Loc::new(name, def.name_range);
     let mut func = Func::new(name, FuncKind::Graph, Level::Graph, loc.clone());
     let mut params = Vec::new();
+    let mut caches = HashMap::new();
     for p in &sig.params {
+        if let Some((ty, capacity, policies)) = state::cache_parts(&p.ty) {
+            // A cache parameter is its keys and values (`state`).
+            let k = func.new_value(ty.clone(), Some(&format!("{}.K", p.name)));
+            let v = func.new_value(ty, Some(&format!("{}.V", p.name)));
+            func.params.extend([k, v]);
+            let name = SmolStr::new(&p.name);
+            caches.insert(name.clone(), state::CacheVal { k, v, name, capacity, policies });
+            params.push(None);
+            continue;
+        }
         let ty = param_type(&p.ty).ok_or_else(|| LowerError {
             message: format!("parameter `{}` of type {} cannot be passed to a graph function", p.name, p.ty),
             range: p.name_range,
         })?;
         let v = func.new_value(ty, Some(&p.name));
         func.params.push(v);
-        params.push(v);
+        params.push(Some(v));
     }
     func.set_attr("decorator", Attr::Str(SmolStr::new(sig.decorators.join(","))));
     let mut b = Builder::new(&mut func);
@@ -90,13 +106,33 @@ pub fn graph_function_to_ir(
     let ret = {
         let mut body = Body { g: &mut g, name: SmolStr::new(name), def, sig, inf, resolve, env: HashMap::new() };
         for (p, v) in sig.params.iter().zip(&params) {
-            body.env.insert(SmolStr::new(&p.name), Val::One(*v));
+            let val = match v {
+                Some(v) => Val::One(*v),
+                None => Val::Cache(caches[p.name.as_str()].clone()),
+            };
+            body.env.insert(SmolStr::new(&p.name), val);
         }
         body.stmts(&def.body)?
     };
     let operands = match ret {
         Some(Val::One(v)) => vec![v],
         Some(Val::Many(vs)) => vs,
+        Some(Val::Cache(c)) => {
+            func_returns(&mut g, &[Val::Cache(c.clone())]);
+            vec![c.k, c.v]
+        }
+        Some(Val::Tuple(vals)) => {
+            func_returns(&mut g, &vals);
+            let mut out = Vec::new();
+            for v in vals {
+                match v {
+                    Val::One(v) => out.push(v),
+                    Val::Cache(c) => out.extend([c.k, c.v]),
+                    _ => return unsupported("a nested tuple or `None` in a returned tuple", def.name_range),
+                }
+            }
+            out
+        }
         _ => vec![],
     };
     g.b.op(OpKind::Return, operands, vec![], vec![], &loc);
@@ -104,6 +140,13 @@ pub fn graph_function_to_ir(
     // The backward graph computes adjoints of every input; keep the ones used.
     crate::tile::remove_dead_ops(&mut func);
     Ok(func)
+}
+
+/// Records the names of returned values when a cache is among them (`state::return_names`).
+fn func_returns(g: &mut Graph<'_>, vals: &[Val]) {
+    if let Some(names) = state::return_names(vals) {
+        g.b.func.set_attr("returns", Attr::Str(SmolStr::new(names.join(","))));
+    }
 }
 
 /// The IR type of a graph parameter: tensors, and scalars (`lr: float`, `heads: int`).
@@ -266,7 +309,8 @@ impl Body<'_, '_, '_> {
                 let mut operands = match self.expr(obj)? {
                     Val::One(v) => vec![v],
                     Val::Many(vs) => vs,
-                    Val::None => return unsupported("a prefetch of `None`", self.range(obj)),
+                    Val::Cache(c) => vec![c.k, c.v],
+                    Val::None | Val::Tuple(_) => return unsupported("a prefetch of this value", self.range(obj)),
                 };
                 operands.push(self.g.token);
                 let loc = self.loc(range);
@@ -296,6 +340,12 @@ impl Body<'_, '_, '_> {
             (Expr::Tuple(items) | Expr::List(items), Val::Many(vs)) if items.len() == vs.len() => {
                 for (item, v) in items.into_iter().zip(vs) {
                     self.bind(item, Val::One(v))?;
+                }
+                Ok(())
+            }
+            (Expr::Tuple(items) | Expr::List(items), Val::Tuple(vs)) if items.len() == vs.len() => {
+                for (item, v) in items.into_iter().zip(vs) {
+                    self.bind(item, v)?;
                 }
                 Ok(())
             }
@@ -337,11 +387,24 @@ impl Body<'_, '_, '_> {
             Expr::NoneLit => Ok(Val::None),
             Expr::Paren(inner) => self.expr(inner),
             Expr::Tuple(items) | Expr::List(items) => {
+                let mut vals = Vec::new();
+                for &i in &items {
+                    vals.push(self.expr(i)?);
+                }
+                if vals.iter().any(|v| matches!(v, Val::Cache(_))) {
+                    return Ok(Val::Tuple(vals));
+                }
                 let mut vs = Vec::new();
-                for i in items {
-                    vs.push(self.value(i)?);
+                for (v, &i) in vals.into_iter().zip(&items) {
+                    match v {
+                        Val::One(v) => vs.push(v),
+                        _ => return unsupported("a tuple or `None` where one value is expected", self.range(i)),
+                    }
                 }
                 Ok(Val::Many(vs))
+            }
+            Expr::Attribute { object, name, .. } if matches!(name.as_str(), "K" | "V") && self.is_cache(object) => {
+                self.cache_view_of(object, &name)
             }
             Expr::Attribute { object, name, .. } if name == "T" => {
                 let x = self.value(object)?;
@@ -526,6 +589,12 @@ impl Body<'_, '_, '_> {
                 return self.inline_call(&name, args, range);
             }
             Ty::Grad { of, wrt } => return self.grad_call(&of, &wrt, args, range),
+            Ty::Method { name, .. } => {
+                let Expr::Attribute { object, .. } = self.def.arena.expr(func).clone() else {
+                    return unsupported("a method call of this form", range);
+                };
+                return self.cache_method(e, object, &name, args);
+            }
             Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
             Ty::Checkpoint { of } => return self.checkpoint_call(&of, args, range),
             Ty::CustomVjp { of, backward } => return self.custom_vjp_call(&of, &backward, args, range),
@@ -670,7 +739,7 @@ impl Body<'_, '_, '_> {
                 let xs = match self.expr(need(arg("xs", 0), "xs")?)? {
                     Val::Many(vs) => vs,
                     Val::One(v) => vec![v],
-                    Val::None => return unsupported("concat of no tensors", range),
+                    Val::None | Val::Cache(_) | Val::Tuple(_) => return unsupported("concat of these values", range),
                 };
                 let t = result.clone()?;
                 let rank = t.dims().len() as i64;
@@ -717,8 +786,12 @@ impl Body<'_, '_, '_> {
             }
             "flash_attention" => {
                 let q = self.value(need(arg("q", 0), "q")?)?;
-                let k = self.value(need(arg("k", 1), "k")?)?;
-                let v = self.value(need(arg("v", 2), "v")?)?;
+                // `flash_attention(q, cache)`: k and v are the cache's.
+                let (k, v) = match self.expr(need(arg("k", 1), "k")?)? {
+                    Val::Cache(c) => (c.k, c.v),
+                    Val::One(k) => (k, self.value(need(arg("v", 2), "v")?)?),
+                    _ => return unsupported("flash_attention's k must be a tensor or a KVCache", range),
+                };
                 let causal = arg("causal", 3).is_some_and(|c| matches!(self.ty_of(c), Ty::Bool(Some(true))));
                 let t = result.clone()?;
                 let mut attrs = vec![("causal", Attr::Bool(causal))];

@@ -303,7 +303,8 @@ pub(super) fn attention<T: Real>(
             let qi: Vec<T> = q[(bh * s.sq + i) * s.d..(bh * s.sq + i + 1) * s.d].iter().map(|&x| T::of(x)).collect();
             let mut m = T::NEG_INFINITY;
             for (j, ej) in e.iter_mut().enumerate() {
-                *ej = if causal && j > i {
+                // Bottom-right aligned: the queries are the last `sq` of the `sk` positions.
+                *ej = if causal && j + s.sq > i + s.sk {
                     T::NEG_INFINITY
                 } else {
                     let dot = qi.iter().zip(&kb[j * s.d..(j + 1) * s.d]).fold(T::ZERO, |acc, (&a, &b)| a.fma(b, acc));

@@ -22,6 +22,7 @@ mod layout;
 
 pub use kernel_call::{run_graph_f64_with_kernels, KernelReference};
 mod random;
+mod state;
 
 /// Binds a graph function's parameters (Graph or Schedule IR of a graph function) to
 /// arguments: checks dtypes, ranks and constant dims, and gives each dim symbol (and each
@@ -478,6 +479,8 @@ impl Machine<'_> {
             OpKind::CallKernel => self.call_kernel(id, op),
             // A placement effect: moves nothing the reference can see.
             OpKind::Prefetch => Ok(op.results.iter().map(|_| Val::Token).collect()),
+            OpKind::CacheAppend => self.cache_append(id, op),
+            OpKind::CachePrune => self.cache_prune(id, op),
             OpKind::TensorDim => {
                 let t = self.tensor(id, self.operand(id, op, 0)?)?;
                 let axis = op.int_attr("axis").ok_or_else(|| self.err(id, "tile.dim needs `axis`".into()))?;

@@ -187,6 +187,17 @@ fn tensor_annotation(cx: &mut Infer, kind: TensorKind, indices: &[ExprId], outer
         }
     }
     let state = kind == TensorKind::KVCache;
+    if state && ok && dims.len() != 4 {
+        cx.push(
+            Diagnostic::new(
+                Code::E0300,
+                cx.range(last),
+                format!("a KVCache has 4 dims (batch, heads, maximum sequence length, head dim), got {}", dims.len()),
+            )
+            .with_note("for example `KVCache[\"B\", \"H\", \"S_max\", \"D_h\", bf16]`"),
+        );
+        ok = false;
+    }
     let mut elem = elem_type(cx, last, state);
     if !outer_policies.is_empty() {
         let policies: Vec<(Policy, TextRange)> = outer_policies.iter().filter_map(|&p| policy(cx, p)).collect();

@@ -168,6 +168,8 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionDef, info: 
             }
             other => other,
         };
+        // A KV cache parameter carries its current length, the symbol `NAME.len`.
+        let ty = crate::check::ops::cache_param_type(&p.name, ty);
         if let Ty::Tensor(t) = &ty {
             for d in &t.dims {
                 for s in d.symbols() {

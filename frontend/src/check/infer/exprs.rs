@@ -182,9 +182,10 @@ impl<'a> Infer<'a> {
             "shape" => Ty::Tuple(t.dims.iter().map(|d| Ty::Int(Some(d.clone()))).collect()),
             "ndim" => Ty::Int(Some(Dim::constant(t.dims.len() as i64))),
             "dtype" => Ty::DType(t.elem),
-            "K" | "V" if t.kind == TensorKind::KVCache => {
-                Ty::Tensor(TensorType { kind: TensorKind::Tensor, dims: t.dims, elem: t.elem })
-            }
+            "K" | "V" if t.kind == TensorKind::KVCache => match crate::check::ops::cache_view(&t) {
+                Some(view) => Ty::Tensor(view),
+                None => Ty::Unknown,
+            },
             "append" | "prune" if t.kind == TensorKind::KVCache => {
                 Ty::Method { recv: Box::new(Ty::Tensor(t)), name: name.to_string() }
             }

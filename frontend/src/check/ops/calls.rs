@@ -356,31 +356,8 @@ impl<'a> Infer<'a> {
         match recv {
             Ty::Schedule(s) => self.schedule_method(id, *s, name, vals),
             Ty::Function(kernel) if name == "with_schedule" => self.with_schedule(id, kernel, vals),
-            Ty::Tensor(cache) if cache.kind == TensorKind::KVCache => match name {
-                "append" => {
-                    let positional: Vec<&ArgVal> = vals.iter().map(|(_, v)| v).collect();
-                    if positional.len() != 2 {
-                        self.error(Code::E0801, self.range(id), "`append` takes 2 arguments (k, v)");
-                        return Ty::Unknown;
-                    }
-                    for arg in positional {
-                        if let Ty::Tensor(t) = &arg.ty {
-                            let ok = t.rank() == cache.rank()
-                                && t.dims.iter().zip(&cache.dims).enumerate().all(|(i, (a, b))| i == 2 || a == b);
-                            if !ok {
-                                self.error(
-                                    Code::E0301,
-                                    self.range(arg.expr),
-                                    format!("KVCache.append: `{}` is {} but the cache is {} (all dims but the sequence dim must match)", self.text(arg.expr), fmt_dims(&t.dims), fmt_dims(&cache.dims)),
-                                );
-                                return Ty::Unknown;
-                            }
-                        }
-                    }
-                    Ty::Tensor(cache)
-                }
-                _ => Ty::Tensor(cache),
-            },
+            Ty::Builtin(kernel) if name == "with_schedule" => self.with_schedule(id, kernel.to_string(), vals),
+            Ty::Tensor(cache) if cache.kind == TensorKind::KVCache => self.cache_method(id, cache, name, vals),
             _ => {
                 let _ = func;
                 Ty::Unknown

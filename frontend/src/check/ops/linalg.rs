@@ -285,7 +285,25 @@ impl<'a> Infer<'a> {
             return Ty::Unknown;
         };
         let kv_cache = matches!(&k.ty, Ty::Tensor(t) if t.kind == TensorKind::KVCache);
-        let mut others = vec![("k", k.clone())];
+        // A cache as `k` is its `.K` (and `.V`): `[B, H, len, D_h]`.
+        let k_view = match &k.ty {
+            Ty::Tensor(t) if kv_cache => match super::cache_view(t) {
+                Some(view) => ArgVal { expr: k.expr, ty: Ty::Tensor(view) },
+                None => return Ty::Unknown,
+            },
+            _ => k.clone(),
+        };
+        if kv_cache {
+            if let Some(v) = arg!(a, "flash_attention" => "v").filter(|v| !matches!(v.ty, Ty::NoneVal)) {
+                self.error(
+                    Code::E0801,
+                    self.range(v.expr),
+                    "flash_attention: `v` comes from the KVCache given as `k`; pass only q and the cache",
+                );
+                return Ty::Unknown;
+            }
+        }
+        let mut others = vec![("k", k_view)];
         if !kv_cache {
             match arg!(a, "flash_attention" => "v") {
                 Some(v) if !matches!(v.ty, Ty::NoneVal) => others.push(("v", v.clone())),

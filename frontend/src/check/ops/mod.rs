@@ -50,9 +50,11 @@ mod linalg;
 mod losses;
 mod scan;
 mod schedule;
+mod state;
 mod tile;
 
 pub use kernel_call::{kernel_written_params, stdlib_dtype_param, stdlib_instance};
+pub use state::{cache_capacity, cache_len, cache_len_symbol, cache_param_type, cache_view};
 mod transforms;
 
 pub(crate) use transforms::vmap_text;

@@ -45,7 +45,8 @@ impl Body<'_, '_, '_> {
         let many = |v: Val| match v {
             Val::One(x) => vec![x],
             Val::Many(xs) => xs,
-            Val::None => vec![],
+            // A KV cache is not a tangent (the checker refuses it).
+            Val::None | Val::Cache(_) | Val::Tuple(_) => vec![],
         };
         let tangents = many(self.expr(t)?);
         // `f`'s arguments are the primals' items, by position: the tuple expression's

@@ -98,6 +98,9 @@ impl Body<'_, '_, '_> {
                     Val::Many(ss)
                 }
                 Val::None => Val::None,
+                Val::Cache(_) | Val::Tuple(_) => {
+                    return unsupported(format!("a KVCache argument of `{of}` in a transform"), range)
+                }
             };
             scratch_env.insert(SmolStr::new(&p.name), scratch);
         }
@@ -128,6 +131,9 @@ impl Body<'_, '_, '_> {
                 Val::One(v) => vec![v],
                 Val::Many(vs) => vs,
                 Val::None => return unsupported(format!("`{of}` returns nothing to transform"), range),
+                Val::Cache(_) | Val::Tuple(_) => {
+                    return unsupported(format!("`{of}` returns a KVCache, which is not transformed"), range)
+                }
             };
             g.b.op(OpKind::Return, outputs.clone(), vec![], vec![], &loc);
             let streams = g.streams;
