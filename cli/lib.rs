@@ -7,6 +7,7 @@ pub mod autotune;
 pub mod check;
 pub mod check_cache;
 pub mod config;
+mod devices;
 pub mod emit;
 pub mod explore;
 mod failure;
@@ -63,6 +64,8 @@ enum Command {
     },
     /// Open the terminal explorer (same as `tessera-explore`).
     Explore(explore::ExploreArgs),
+    /// Say what this machine can run on: the GPU, the CPU backend, the interpreter, NCCL.
+    Devices,
 }
 
 pub fn main() -> ExitCode {
@@ -84,6 +87,7 @@ pub fn main() -> ExitCode {
         Command::Autotune(args) => autotune::run(args),
         Command::Lsp { args } => Ok(tessera_lsp::main(args)),
         Command::Explore(args) => return explore::run(args),
+        Command::Devices => devices::run(),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

@@ -6,6 +6,8 @@ pub mod autotune;
 pub mod files;
 pub mod interp;
 pub mod launch;
+pub mod mesh;
+pub mod nccl;
 pub mod npy;
 pub mod reference;
 pub mod semantics;

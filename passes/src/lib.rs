@@ -16,6 +16,7 @@ pub mod bounds;
 pub mod codegen;
 pub mod config;
 pub mod diagnostics;
+pub mod dist;
 pub mod error;
 pub mod errors;
 pub mod graph_plan;

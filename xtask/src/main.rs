@@ -164,6 +164,16 @@ const SUITES: &[Suite] = &[
         program: "cargo",
         args: &["test", "--workspace"],
     },
+    // The `nccl` feature builds here (cudarc's NCCL bindings load at run time) and its
+    // probe says "no NCCL" cleanly on a machine without the library.
+    Suite {
+        name: "NCCL feature (build and probe)",
+        needs: LLVM,
+        optional: false,
+        dir: ".",
+        program: "cargo",
+        args: &["test", "-p", "tessera-backends", "--features", "nccl", "--test", "nccl"],
+    },
     Suite {
         name: "tree-sitter test",
         needs: &["tree-sitter"],
