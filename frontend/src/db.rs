@@ -120,7 +120,9 @@ pub fn with_schedule_call(c: &ast::ConstantAst) -> Option<(&ast::Name, ast::Expr
 
 /// What [`DerivedKernel`] `key` is, when its name is bound by a `with_schedule`
 /// assignment (the first binding of the name, and no `def` of it) whose receiver leads,
-/// through at most 16 such assignments, to a function of the same file.
+/// through at most 16 such assignments, to a function of the same file or to a
+/// standard-library kernel the file imports (`from tessera.stdlib import matmul`): then
+/// `original` is that kernel in its f32 instance (`stdlib::instance`), a file of its own.
 #[salsa::tracked]
 pub fn derived_kernel<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<DerivedKernel<'db>> {
     let file = key.file(db);
@@ -136,9 +138,50 @@ pub fn derived_kernel<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<DerivedKe
             let original = FnKey::new(db, file, receiver.as_str(), 0);
             return Some(DerivedKernel { original, assignment });
         }
+        if parse.constant(receiver.as_str(), 0).is_none() {
+            let kernel = stdlib_import(parse, receiver.as_str())?;
+            let (path, text) = crate::stdlib::instance(&kernel, "f32")?;
+            let instance = db.generated_file(std::path::Path::new(&path), &text);
+            let original = FnKey::new(db, instance, kernel.as_str(), 0);
+            return Some(DerivedKernel { original, assignment });
+        }
         name = receiver.to_string();
     }
     None
+}
+
+/// The standard-library kernel `name` is bound to by a `from tessera.stdlib import
+/// kernel [as name]` of the file.
+fn stdlib_import(parse: &Parse, name: &str) -> Option<String> {
+    for item in &parse.module.items {
+        let ast::ItemKind::Import(ast::ImportAst::From { module, names, .. }) = &item.kind else {
+            continue;
+        };
+        if !module.iter().map(|m| m.as_str()).eq(["tessera", "stdlib"]) {
+            continue;
+        }
+        for n in names {
+            let member = n.path.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(".");
+            let binding = n.alias.as_ref().map_or(member.as_str(), |a| a.as_str());
+            if binding == name && crate::stdlib::file_of(&member).is_some() {
+                return Some(member);
+            }
+        }
+    }
+    None
+}
+
+/// The derived kernel `key` when its original is a standard-library kernel (another
+/// file): its body's ranges count from nothing in the user's file, so its index entry
+/// is anchored at the assignment and what it reports goes to the assignment's name.
+pub fn stdlib_derived<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<DerivedKernel<'db>> {
+    (*derived_kernel(db, key)).filter(|d| d.original.file(db) != key.file(db))
+}
+
+/// The file whose module scope resolves the names of `key`'s body and signature: the
+/// original's for a derived standard-library kernel, else `key`'s own.
+pub fn home_file(db: &dyn Db, key: FnKey<'_>) -> SourceFile {
+    stdlib_derived(db, key).map_or(key.file(db), |d| d.original.file(db))
 }
 
 /// A function's definition alone: equal (and backdated) when only its decorators
@@ -264,10 +307,17 @@ pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
         let Some(derived) = *derived_kernel(db, key) else {
             continue;
         };
-        let Some(anchor) = index.functions.iter().find(|f| f.key == derived.original).map(|f| f.anchor) else {
-            continue;
-        };
         let entry = &index.constants[c];
+        let anchor = if derived.original.file(db) != file {
+            // A standard-library original: anchored at the assignment (nothing of the
+            // body is reported in this file; its IR points at the assignment's name).
+            entry.anchor
+        } else {
+            let Some(anchor) = index.functions.iter().find(|f| f.key == derived.original).map(|f| f.anchor) else {
+                continue;
+            };
+            anchor
+        };
         let (range, name_range) = (entry.range, entry.names[0].1);
         index.functions.push(FunctionEntry { key, anchor, range, name_range });
     }

@@ -25,3 +25,20 @@ pub fn kernel_names() -> Vec<&'static str> {
     }
     names
 }
+
+/// The stdlib file (name, text) that defines the kernel `kernel`.
+pub fn file_of(kernel: &str) -> Option<(&'static str, &'static str)> {
+    let def = format!("def {kernel}(");
+    FILES.iter().copied().find(|(_, src)| src.lines().any(|l| l.starts_with(&def)))
+}
+
+/// The path and text of the stdlib file defining `kernel` with its dtype `T` set to
+/// `dtype` (its `T = ...` line rewritten): what the database holds as that instance
+/// (`check::stdlib_instance`, and the original of a derived stdlib kernel).
+pub fn instance(kernel: &str, dtype: &str) -> Option<(String, String)> {
+    let (name, src) = file_of(kernel)?;
+    let text: String =
+        src.lines().map(|l| if l.starts_with("T = ") { format!("T = {dtype}\n") } else { format!("{l}\n") }).collect();
+    let stem = name.trim_end_matches(".tsr");
+    Some((format!("<tessera.stdlib>/{stem}.{dtype}.tsr"), text))
+}

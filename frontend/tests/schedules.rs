@@ -194,9 +194,12 @@ fn a_bad_with_schedule_names_the_bad_part() {
     assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0503, "k.with_schedule(base)"), "{d:?}");
     let d = found("a = k.with_schedule(base.with_warps(3))");
     assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0701, "3"), "{d:?}");
+    // A standard-library kernel derives like a kernel of the file; its arguments are
+    // checked the same way.
     let d = found("from tessera.stdlib import flash_attention_2\na = flash_attention_2.with_schedule(base)");
-    assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0201, "with_schedule"), "{d:?}");
-    assert!(d[0].1.contains("standard-library kernel"), "{d:?}");
+    assert_eq!(d, vec![], "{d:?}");
+    let d = found("from tessera.stdlib import matmul as mm\na = mm.with_schedule(base.with_warps(3))");
+    assert_eq!((d[0].0, d[0].2.as_str()), (Code::E0701, "3"), "{d:?}");
     // Inside a body it defines nothing.
     let d = diagnostics(&derived_file("@kernel\ndef j(x: Tensor[\"N\", f32]):\n    s = k.with_schedule(base)\n"));
     assert!(d.iter().any(|d| d.0 == Code::E0503 && d.2 == "k.with_schedule(base)"), "{d:?}");
@@ -227,6 +230,47 @@ fn the_editor_shows_a_derived_kernel_at_its_assignment() {
         let _ = ide::hover(&db, file, offset);
         let _ = ide::completions(&db, file, offset);
         let _ = ide::goto_definition(&db, file, offset);
+        let _ = ide::find_references(&db, file, offset, true);
+    }
+    let _ = ide::inlay_hints(&db, file, None);
+    let _ = ide::highlight(&db, file);
+}
+
+/// A derived standard-library kernel: its original is the kernel's f32 instance (a file
+/// of its own), its entry is anchored at the assignment, and no editor feature fails or
+/// points into the stdlib text.
+#[test]
+fn a_stdlib_kernel_derives_with_its_entry_at_the_assignment() {
+    use tessera_frontend::ide;
+    let src = "from tessera import *\nfrom tessera.stdlib import matmul, stable_softmax as ssm\n\n\
+               small = matmul.with_schedule(Schedule(block=(64, 64), k=32))\n\
+               soft = ssm.with_schedule(Schedule(block=(4, 256)))\n\
+               again = small.with_schedule(Schedule(block=(32, 32)))\n"
+        .to_string();
+    let db = Database::default();
+    let file = SourceFile::new(&db, "t.tsr".into(), src.clone(), None);
+    assert_eq!(diagnostics(&src), vec![]);
+    let index = tessera_frontend::db::item_index(&db, file);
+    for (name, original, bm) in [("small", "matmul", 64), ("soft", "stable_softmax", 4), ("again", "matmul", 32)] {
+        let entry = index.function(&db, name).unwrap_or_else(|| panic!("`{name}` is a function"));
+        assert!(src[entry.anchor as usize..].starts_with(&format!("{name} = ")), "{name}");
+        let derived = tessera_frontend::db::stdlib_derived(&db, entry.key).unwrap();
+        assert_eq!(derived.original.name(&db), original);
+        assert!(derived.original.file(&db).path(&db).to_string_lossy().ends_with(".f32.tsr"));
+        let info = fn_decorators(&db, entry.key);
+        assert_eq!(info.kind, tessera_frontend::check::FunctionKind::Kernel);
+        assert_eq!(info.schedule.clone().unwrap().configurations()[0].int("BM"), Some(bm), "{name}");
+        let sig = tessera_frontend::check::fn_signature(&db, entry.key);
+        assert!(sig.diagnostics.is_empty(), "{name}: {:?}", sig.diagnostics);
+        assert!(tessera_frontend::check::infer_function(&db, entry.key).diagnostics.is_empty(), "{name}");
+    }
+    let len = src.len() as u32;
+    for offset in 0..=len {
+        let _ = ide::hover(&db, file, offset);
+        let _ = ide::completions(&db, file, offset);
+        for t in ide::goto_definition(&db, file, offset) {
+            assert!(t.range.end <= len, "{t:?}");
+        }
         let _ = ide::find_references(&db, file, offset, true);
     }
     let _ = ide::inlay_hints(&db, file, None);

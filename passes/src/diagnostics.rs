@@ -2,7 +2,8 @@
 //! with their fix-its resolved against the text — and the parallel pre-pass that computes
 //! the lints first. The one entry point `tessera check`, the server and the explorer use.
 
-use tessera_frontend::db::{derived_kernel, function_def, item_index};
+use tessera_frontend::check::at_derived_name;
+use tessera_frontend::db::{derived_kernel, function_def, item_index, stdlib_derived};
 use tessera_frontend::diagnostics::Diagnostic;
 use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey, SourceFile};
@@ -64,6 +65,14 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Di
             let def = function_def(db, d.original).clone()?;
             Some((def.name_range.shift(entry.anchor), def.name.to_string()))
         });
+        if let Some(d) = stdlib_derived(db, entry.key) {
+            // A standard-library body: every lint goes to the assignment's name.
+            let (name, original) = (entry.key.name(db), d.original.name(db));
+            for lint in lints.body.iter().chain(&lints.decorators) {
+                out.push(at_derived_name(lint.diagnostic.clone(), entry.name_range, name, original));
+            }
+            continue;
+        }
         for (lints, offset) in [(&lints.body, entry.anchor), (&lints.decorators, entry.range.start)] {
             for lint in lints {
                 let mut d = lint.diagnostic.clone().shift(offset);

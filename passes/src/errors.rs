@@ -65,7 +65,8 @@ pub fn own_first_error<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Option<FirstErr
 /// The first error of `key` or of a user function it reaches through calls (depth
 /// first, in the order of the calls), with the name of the function that has it.
 pub fn reachable_error(db: &dyn Db, key: FnKey<'_>) -> Option<(String, FirstError)> {
-    let file = key.file(db);
+    // A derived standard-library kernel's body calls what its own file defines.
+    let file = tessera_frontend::db::home_file(db, key);
     let mut stack = vec![key];
     let mut seen = vec![key];
     while let Some(k) = stack.pop() {

@@ -54,7 +54,21 @@ pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, Lowe
     let signature = fn_signature(db, key);
     let inference = infer_function(db, key);
     let func = match signature.kind {
-        FunctionKind::Kernel => lower::kernel::kernel_to_graph(key.name(db), &ast, signature, inference)?,
+        FunctionKind::Kernel => match stdlib_derived_name(db, key) {
+            // A derived standard-library kernel: every location is the assignment's name
+            // (the body's ranges count from the stdlib file, not the user's).
+            Some(at) => {
+                let mut func = lower::kernel::kernel_to_graph(key.name(db), &ast, signature, inference)
+                    .map_err(|e| LowerError { range: at, ..e })?;
+                let loc = crate::ir::Loc::new(key.name(db), at);
+                func.loc = loc.clone();
+                for op in &mut func.ops {
+                    op.loc = loc.clone();
+                }
+                func
+            }
+            None => lower::kernel::kernel_to_graph(key.name(db), &ast, signature, inference)?,
+        },
         FunctionKind::Graph => {
             let file = key.file(db);
             let resolve = |name: &str| -> Option<lower::graph::Callee> {
@@ -77,6 +91,14 @@ pub fn graph_ir<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Result<Arc<Func>, Lowe
         FunctionKind::Helper => unreachable!("rejected by precondition"),
     };
     verified("graph lowering", func)
+}
+
+/// The name a derived standard-library kernel's assignment defines, relative to the
+/// assignment (its index entry's anchor); `None` for any other function.
+fn stdlib_derived_name(db: &dyn Db, key: FnKey<'_>) -> Option<TextRange> {
+    let derived = tessera_frontend::db::stdlib_derived(db, key)?;
+    let assignment = tessera_frontend::db::constant_ast(db, derived.assignment).clone()?;
+    assignment.names.first().map(|(_, range)| *range)
 }
 
 /// Schedule IR of a kernel for one configuration and target.

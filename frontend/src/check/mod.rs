@@ -324,7 +324,7 @@ fn derived_decorators(db: &dyn Db, derived: db::DerivedKernel<'_>) -> DecoratorI
 pub fn fn_signature<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Signature> {
     let info = fn_decorators(db, key);
     match db::function_def(db, key) {
-        Some(def) => Arc::new(annot::signature(db, key.file(db), def, info)),
+        Some(def) => Arc::new(annot::signature(db, db::home_file(db, key), def, info)),
         None => Arc::new(untyped_helper(Vec::new(), Vec::new())),
     }
 }
@@ -341,7 +341,7 @@ pub fn infer_function<'db>(db: &'db dyn Db, key: FnKey<'db>) -> Arc<Inference> {
         return Arc::new(Inference::default());
     };
     let signature = fn_signature(db, key);
-    Arc::new(infer::infer_body(db, key.file(db), ast, signature))
+    Arc::new(infer::infer_body(db, db::home_file(db, key), ast, signature))
 }
 
 /// The value of a module constant and its item-relative diagnostics.
@@ -396,7 +396,16 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     let mut unimported: Vec<TextRange> = Vec::new();
     for entry in &index.functions {
         if let Some(derived) = *db::derived_kernel(db, entry.key) {
-            out.extend(derived_diagnostics(db, entry.key, derived.original).map(|d| d.shift(entry.anchor)));
+            let found = derived_diagnostics(db, entry.key, derived.original);
+            if derived.original.file(db) == file {
+                out.extend(found.map(|d| d.shift(entry.anchor)));
+            } else {
+                // A standard-library body: what the schedule breaks in it is reported at
+                // the name the assignment defines, never at stdlib text.
+                let name = entry.key.name(db);
+                let original = derived.original.name(db);
+                out.extend(found.map(|d| at_derived_name(d, entry.name_range, name, original)));
+            }
             continue;
         }
         let info = fn_decorators(db, entry.key);
@@ -457,6 +466,20 @@ fn derived_diagnostics<'db>(
     };
     let theirs = of(original);
     of(key).into_iter().filter(move |d| !theirs.contains(d))
+}
+
+/// A diagnostic found in a standard-library kernel's body under a derived kernel's
+/// schedule, moved to the derived name (`name_range`, absolute): labels and fixes in the
+/// stdlib text are dropped, and the message names the kernel it is in.
+pub fn at_derived_name(mut d: Diagnostic, name_range: TextRange, name: &str, original: &str) -> Diagnostic {
+    d.message = format!(
+        "{} (in the standard-library kernel `{original}` under `{name} = {original}.with_schedule(...)`)",
+        d.message
+    );
+    d.range = name_range;
+    d.labels.clear();
+    d.fix = None;
+    d
 }
 
 pub fn sort_diagnostics(diagnostics: &mut [Diagnostic]) {

@@ -143,16 +143,10 @@ impl<'a> Infer<'a> {
             }
             Ty::Mesh(_) => self.no_attribute("a mesh", name, name_range, &[]),
             Ty::Function(f) if name == "with_schedule" => self.with_schedule_member(&f, name_range),
+            // A standard-library kernel derives like a kernel of the file (its f32
+            // instance: `db::derived_kernel`).
             Ty::Builtin(kernel) if name == "with_schedule" && crate::check::scope::stdlib_member(kernel).is_some() => {
-                self.error(
-                    Code::E0201,
-                    name_range,
-                    format!(
-                        "`with_schedule` of a standard-library kernel (`{kernel}`) is not supported yet; \
-                         copy the kernel into the file and derive from the copy"
-                    ),
-                );
-                Ty::Unknown
+                Ty::Method { recv: Box::new(Ty::Builtin(kernel)), name: "with_schedule".into() }
             }
             _ => {
                 self.error(Code::E0201, name_range, format!("{} has no attribute `{name}`", obj.kind_name()));

@@ -365,7 +365,12 @@ pub(crate) fn eval_constant(db: &dyn Db, key: ConstKey<'_>, ast: &ConstantAst) -
         .unwrap_or(0);
     let mut cx = Infer::new(db, file, &ast.arena, Mode::Constant { position }, None);
     cx.with_schedule_root = crate::db::with_schedule_call(ast).map(|(_, call, _)| call);
-    let ty = cx.expr(ast.value);
+    let mut ty = cx.expr(ast.value);
+    if cx.with_schedule_root.is_some() && matches!(ty, Ty::Function(_)) {
+        // `name = kernel.with_schedule(S)` is the kernel `name` (`db::derived_kernel`):
+        // a call of `name` runs it under `S`, not `kernel`.
+        ty = Ty::Function(key.name(db).to_string());
+    }
     let mut names = BTreeMap::new();
     collect_const_names(&ast.arena, ast.target, &ty, &mut names);
     let inference = cx.finish();

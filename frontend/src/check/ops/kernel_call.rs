@@ -23,8 +23,7 @@ use super::{substitute_ty, ArgVal};
 
 /// The stdlib file that defines `kernel` and its text.
 fn stdlib_file_of(kernel: &str) -> Option<(&'static str, &'static str)> {
-    let def = format!("def {kernel}(");
-    crate::stdlib::FILES.iter().copied().find(|(_, src)| src.lines().any(|l| l.starts_with(&def)))
+    crate::stdlib::file_of(kernel)
 }
 
 /// The index of the first parameter of the stdlib kernel `kernel` whose dtype is the
@@ -54,11 +53,8 @@ pub fn stdlib_dtype_param(kernel: &str) -> Option<usize> {
 /// rewritten), as a file of the database: the instance is checked, lowered and run like
 /// any kernel. `None` when no stdlib file defines `kernel`.
 pub fn stdlib_instance(db: &dyn Db, kernel: &str, dtype: DType) -> Option<SourceFile> {
-    let (name, src) = stdlib_file_of(kernel)?;
-    let text: String =
-        src.lines().map(|l| if l.starts_with("T = ") { format!("T = {dtype}\n") } else { format!("{l}\n") }).collect();
-    let stem = name.trim_end_matches(".tsr");
-    Some(db.generated_file(std::path::Path::new(&format!("<tessera.stdlib>/{stem}.{dtype}.tsr")), &text))
+    let (path, text) = crate::stdlib::instance(kernel, &dtype.to_string())?;
+    Some(db.generated_file(std::path::Path::new(&path), &text))
 }
 
 /// The indices (in signature order) of the parameters a kernel's body stores into.
