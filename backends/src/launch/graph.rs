@@ -518,7 +518,33 @@ fn seed_inputs(
             other => return Err(format!("parameter `{name}` of type {other} cannot be given")),
         }
     }
+    optimizer_states(graph, &mut args)?;
     Ok(GraphInputs { args, symbols, assumed, scalars, seed })
+}
+
+/// An optimizer state starts fresh: its moments `NAME.m`, `NAME.v` zero (`NAME.step` is
+/// a scalar, 0 unless given), and its master copy `NAME.master` the f32 values of the
+/// parameter it is for (the function's `optimizer_states` attribute: `state=W`).
+fn optimizer_states(graph: &Func, args: &mut [Arg]) -> Result<(), String> {
+    let Some(states) = graph.attr("optimizer_states").and_then(|a| a.as_str()) else { return Ok(()) };
+    let index =
+        |name: &str| graph.params.iter().position(|&p| graph.values[p.0 as usize].name.as_deref() == Some(name));
+    for entry in states.split(',') {
+        let Some((state, target)) = entry.split_once('=') else { continue };
+        for moment in ["m", "v"] {
+            if let Some(i) = index(&format!("{state}.{moment}")) {
+                if let Arg::Tensor(t) = &args[i] {
+                    let zeros = vec![0.0; t.numel()];
+                    args[i] = Arg::Tensor(HostTensor::from_f64(t.dtype, &t.dims.clone(), &zeros));
+                }
+            }
+        }
+        if let (Some(i), Some(w)) = (index(&format!("{state}.master")), index(target)) {
+            let Arg::Tensor(w) = &args[w] else { return Err(format!("`{target}` of `{state}` is not a tensor")) };
+            args[i] = Arg::Tensor(HostTensor::from_f64(DType::F32, &w.dims.clone(), &w.to_f64()));
+        }
+    }
+    Ok(())
 }
 
 fn values(a: &Arg) -> Vec<f64> {

@@ -48,8 +48,8 @@ enum Val {
     /// Compile-time values (`heads=` literal ints, `causal=True`) stay as constants too,
     /// but a Python `None` has no IR value.
     None,
-    /// A `KVCache` (`state`): its keys and values.
-    Cache(state::CacheVal),
+    /// A `KVCache` or an `OptimizerState` (`state`): the tensors it is.
+    State(state::StateVal),
     /// A tuple with a cache among its items (other tuples are `Many`).
     Tuple(Vec<Val>),
 }
@@ -79,15 +79,11 @@ pub fn graph_function_to_ir(
     let loc = Loc::new(name, def.name_range);
     let mut func = Func::new(name, FuncKind::Graph, Level::Graph, loc.clone());
     let mut params = Vec::new();
-    let mut caches = HashMap::new();
-    for p in &sig.params {
-        if let Some((ty, capacity, policies)) = state::cache_parts(&p.ty) {
-            // A cache parameter is its keys and values (`state`).
-            let k = func.new_value(ty.clone(), Some(&format!("{}.K", p.name)));
-            let v = func.new_value(ty, Some(&format!("{}.V", p.name)));
-            func.params.extend([k, v]);
-            let name = SmolStr::new(&p.name);
-            caches.insert(name.clone(), state::CacheVal { k, v, name, capacity, policies });
+    let mut states = HashMap::new();
+    for (i, p) in sig.params.iter().enumerate() {
+        // A KV cache or optimizer state parameter is the tensors it holds (`state`).
+        if let Some(s) = state::state_param(&mut func, p, def, i) {
+            states.insert(SmolStr::new(&p.name), s);
             params.push(None);
             continue;
         }
@@ -108,7 +104,7 @@ pub fn graph_function_to_ir(
         for (p, v) in sig.params.iter().zip(&params) {
             let val = match v {
                 Some(v) => Val::One(*v),
-                None => Val::Cache(caches[p.name.as_str()].clone()),
+                None => Val::State(states[p.name.as_str()].clone()),
             };
             body.env.insert(SmolStr::new(&p.name), val);
         }
@@ -117,9 +113,9 @@ pub fn graph_function_to_ir(
     let operands = match ret {
         Some(Val::One(v)) => vec![v],
         Some(Val::Many(vs)) => vs,
-        Some(Val::Cache(c)) => {
-            func_returns(&mut g, &[Val::Cache(c.clone())]);
-            vec![c.k, c.v]
+        Some(Val::State(c)) => {
+            func_returns(&mut g, &[Val::State(c.clone())]);
+            c.values()
         }
         Some(Val::Tuple(vals)) => {
             func_returns(&mut g, &vals);
@@ -127,7 +123,7 @@ pub fn graph_function_to_ir(
             for v in vals {
                 match v {
                     Val::One(v) => out.push(v),
-                    Val::Cache(c) => out.extend([c.k, c.v]),
+                    Val::State(c) => out.extend(c.values()),
                     _ => return unsupported("a nested tuple or `None` in a returned tuple", def.name_range),
                 }
             }
@@ -309,7 +305,7 @@ impl Body<'_, '_, '_> {
                 let mut operands = match self.expr(obj)? {
                     Val::One(v) => vec![v],
                     Val::Many(vs) => vs,
-                    Val::Cache(c) => vec![c.k, c.v],
+                    Val::State(c) => c.values(),
                     Val::None | Val::Tuple(_) => return unsupported("a prefetch of this value", self.range(obj)),
                 };
                 operands.push(self.g.token);
@@ -391,7 +387,7 @@ impl Body<'_, '_, '_> {
                 for &i in &items {
                     vals.push(self.expr(i)?);
                 }
-                if vals.iter().any(|v| matches!(v, Val::Cache(_))) {
+                if vals.iter().any(|v| matches!(v, Val::State(_))) {
                     return Ok(Val::Tuple(vals));
                 }
                 let mut vs = Vec::new();
@@ -403,9 +399,7 @@ impl Body<'_, '_, '_> {
                 }
                 Ok(Val::Many(vs))
             }
-            Expr::Attribute { object, name, .. } if matches!(name.as_str(), "K" | "V") && self.is_cache(object) => {
-                self.cache_view_of(object, &name)
-            }
+            Expr::Attribute { object, name, .. } if self.is_state(object) => self.state_attribute(object, &name),
             Expr::Attribute { object, name, .. } if name == "T" => {
                 let x = self.value(object)?;
                 let rank = self.vty(x).dims().len();
@@ -593,7 +587,7 @@ impl Body<'_, '_, '_> {
                 let Expr::Attribute { object, .. } = self.def.arena.expr(func).clone() else {
                     return unsupported("a method call of this form", range);
                 };
-                return self.cache_method(e, object, &name, args);
+                return self.state_method(e, object, &name, args);
             }
             Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
             Ty::Checkpoint { of } => return self.checkpoint_call(&of, args, range),
@@ -739,7 +733,7 @@ impl Body<'_, '_, '_> {
                 let xs = match self.expr(need(arg("xs", 0), "xs")?)? {
                     Val::Many(vs) => vs,
                     Val::One(v) => vec![v],
-                    Val::None | Val::Cache(_) | Val::Tuple(_) => return unsupported("concat of these values", range),
+                    Val::None | Val::State(_) | Val::Tuple(_) => return unsupported("concat of these values", range),
                 };
                 let t = result.clone()?;
                 let rank = t.dims().len() as i64;
@@ -788,7 +782,7 @@ impl Body<'_, '_, '_> {
                 let q = self.value(need(arg("q", 0), "q")?)?;
                 // `flash_attention(q, cache)`: k and v are the cache's.
                 let (k, v) = match self.expr(need(arg("k", 1), "k")?)? {
-                    Val::Cache(c) => (c.k, c.v),
+                    Val::State(state::StateVal::Cache(c)) => (c.k, c.v),
                     Val::One(k) => (k, self.value(need(arg("v", 2), "v")?)?),
                     _ => return unsupported("flash_attention's k must be a tensor or a KVCache", range),
                 };

@@ -169,10 +169,15 @@ fn split_policies(body: &Body, mut e: ExprId) -> (ExprId, Vec<ExprId>) {
 
 fn tensor_annotation(cx: &mut Infer, kind: TensorKind, indices: &[ExprId], outer_policies: &[ExprId]) -> Ty {
     if kind == TensorKind::OptimizerState {
-        // OptimizerState[param] names a parameter; its policies are still checked.
+        // OptimizerState[param] names a parameter; its policies are still checked. The
+        // signature resolves the parameter (`check::ops::optimizer_state_param_type`):
+        // until then the type has no dims, and its policies are the ones written.
         let policies: Vec<(Policy, TextRange)> = outer_policies.iter().filter_map(|&p| policy(cx, p)).collect();
-        validate_policies(cx, DType::F32, &policies, true);
-        return Ty::Unknown;
+        let elem = validate_policies(cx, DType::F32, &policies, true);
+        return match (indices, elem) {
+            ([_], Some(elem)) => Ty::Tensor(TensorType { kind, dims: Vec::new(), elem }),
+            _ => Ty::Unknown,
+        };
     }
     let Some((&last, dims_exprs)) = indices.split_last() else {
         cx.error(Code::E0401, TextRange::default(), "a tensor type needs at least a dtype");

@@ -170,6 +170,8 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionDef, info: 
         };
         // A KV cache parameter carries its current length, the symbol `NAME.len`.
         let ty = crate::check::ops::cache_param_type(&p.name, ty);
+        // `OptimizerState[W]` takes W's dims and dtype.
+        let ty = crate::check::ops::optimizer_state_param_type(&mut cx, p.annotation, ty, &params);
         if let Ty::Tensor(t) = &ty {
             for d in &t.dims {
                 for s in d.symbols() {

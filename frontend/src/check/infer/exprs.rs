@@ -156,6 +156,9 @@ impl<'a> Infer<'a> {
     }
 
     pub(super) fn tensor_attribute(&mut self, t: TensorType, name: &str, name_range: TextRange, tile: bool) -> Ty {
+        if t.kind == TensorKind::OptimizerState {
+            return self.optimizer_attribute(t, name, name_range);
+        }
         let wrap = |this: &Self, t: TensorType| -> Ty {
             if tile {
                 Ty::Tile(TileType { dims: t.dims, elem: t.elem })

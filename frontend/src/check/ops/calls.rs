@@ -358,6 +358,7 @@ impl<'a> Infer<'a> {
             Ty::Function(kernel) if name == "with_schedule" => self.with_schedule(id, kernel, vals),
             Ty::Builtin(kernel) if name == "with_schedule" => self.with_schedule(id, kernel.to_string(), vals),
             Ty::Tensor(cache) if cache.kind == TensorKind::KVCache => self.cache_method(id, cache, name, vals),
+            Ty::Tensor(state) if state.kind == TensorKind::OptimizerState => self.optimizer_method(id, state, vals),
             _ => {
                 let _ = func;
                 Ty::Unknown

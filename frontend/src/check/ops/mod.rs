@@ -54,7 +54,10 @@ mod state;
 mod tile;
 
 pub use kernel_call::{kernel_written_params, stdlib_dtype_param, stdlib_instance};
-pub use state::{cache_capacity, cache_len, cache_len_symbol, cache_param_type, cache_view};
+pub use state::{
+    cache_capacity, cache_len, cache_len_symbol, cache_param_type, cache_view, has_fp32_master,
+    optimizer_state_param_type,
+};
 mod transforms;
 
 pub(crate) use transforms::vmap_text;

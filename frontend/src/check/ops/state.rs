@@ -9,6 +9,7 @@
 //! length as a dim like any other.
 
 use super::*;
+use crate::check::ParamInfo;
 
 /// The capacity's position in a cache's dims.
 const CAPACITY: usize = 2;
@@ -189,5 +190,156 @@ impl Infer<'_> {
             }
             _ => Ty::Unknown,
         }
+    }
+}
+
+// ----- optimizer state ---------------------------------------------------------------
+
+/// The name `OptimizerState[W]` (with or without policies) refers to.
+fn optimizer_target(body: &Body, ann: ExprId) -> Option<(String, ExprId)> {
+    let mut e = body.unparen(ann);
+    while let Expr::Binary { op: BinOp::MatMul, lhs, .. } = body.expr(e) {
+        e = body.unparen(*lhs);
+    }
+    match body.expr(e) {
+        Expr::Subscript { indices, .. } => match indices[..] {
+            [i] => match body.expr(i) {
+                Expr::Name(n) => Some((n.to_string(), i)),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// An `OptimizerState[W] @policies` parameter's type: W's dims and dtype (W a tensor
+/// parameter declared before it) with the state's policies. Other types are returned as
+/// they are; a W that is not such a parameter is E0802 (the type is then unknown).
+pub fn optimizer_state_param_type(cx: &mut Infer, ann: Option<ExprId>, ty: Ty, params: &[ParamInfo]) -> Ty {
+    let Ty::Tensor(t) = &ty else { return ty };
+    if t.kind != TensorKind::OptimizerState || !t.dims.is_empty() {
+        return ty;
+    }
+    let Some((name, at)) = ann.and_then(|a| optimizer_target(cx.body, a)) else {
+        if let Some(a) = ann {
+            cx.error(Code::E0802, cx.range(a), "OptimizerState[W] names one tensor parameter W of the function");
+        }
+        return Ty::Unknown;
+    };
+    match params.iter().find(|p| p.name == name).map(|p| &p.ty) {
+        Some(Ty::Tensor(w)) if w.kind == TensorKind::Tensor && w.elem.dtype.is_float() => {
+            let elem = ElemType { dtype: w.elem.dtype, policies: t.elem.policies.clone() };
+            Ty::Tensor(TensorType { kind: TensorKind::OptimizerState, dims: w.dims.clone(), elem })
+        }
+        Some(Ty::Unknown) => Ty::Unknown,
+        _ => {
+            cx.push(
+                Diagnostic::new(
+                    Code::E0802,
+                    cx.range(at),
+                    format!("OptimizerState[{name}]: `{name}` is not a float tensor parameter declared before it"),
+                )
+                .with_note(
+                    "the state belongs to a parameter: `W: Tensor[\"K\", \"N\", bf16], state: OptimizerState[W]`",
+                ),
+            );
+            Ty::Unknown
+        }
+    }
+}
+
+/// Whether an optimizer state keeps an f32 master copy of its parameter.
+pub fn has_fp32_master(t: &TensorType) -> bool {
+    t.elem.policies.iter().any(|p| matches!(p, Policy::Fp32Master))
+}
+
+impl Infer<'_> {
+    /// `.m`, `.v`, `.step`, `.master` and `.adam` of an optimizer state.
+    pub(crate) fn optimizer_attribute(&mut self, t: TensorType, name: &str, range: TextRange) -> Ty {
+        let f32_like = |t: &TensorType| {
+            Ty::Tensor(TensorType { kind: TensorKind::Tensor, dims: t.dims.clone(), elem: ElemType::plain(DType::F32) })
+        };
+        match name {
+            "m" | "v" => f32_like(&t),
+            "master" if has_fp32_master(&t) => f32_like(&t),
+            "step" => Ty::Scalar(ElemType::plain(DType::F32)),
+            "adam" => Ty::Method { recv: Box::new(Ty::Tensor(t)), name: name.to_string() },
+            _ => {
+                let mut known = vec!["m", "v", "step", "adam"];
+                if has_fp32_master(&t) {
+                    known.push("master");
+                }
+                let d = Diagnostic::new(Code::E0201, range, format!("an optimizer state has no attribute `{name}`"));
+                self.push(d.with_note(format!("available: {}", known.join(", "))));
+                Ty::Unknown
+            }
+        }
+    }
+
+    /// `state.adam(W, g, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)`:
+    /// `(W', state')`.
+    pub(super) fn optimizer_method(
+        &mut self,
+        id: ExprId,
+        state: TensorType,
+        vals: &[(Option<(String, TextRange)>, ArgVal)],
+    ) -> Ty {
+        const KEYWORDS: [&str; 5] = ["lr", "beta1", "beta2", "eps", "weight_decay"];
+        let positional: Vec<&ArgVal> = vals.iter().filter(|(n, _)| n.is_none()).map(|(_, v)| v).collect();
+        for (n, v) in vals {
+            if let Some((k, range)) = n {
+                if !KEYWORDS.contains(&k.as_str()) {
+                    self.error(
+                        Code::E0804,
+                        *range,
+                        format!("`adam` has no parameter `{k}` (it takes {})", KEYWORDS.join(", ")),
+                    );
+                    return Ty::Unknown;
+                }
+                if !matches!(v.ty, Ty::Float(_) | Ty::Int(_) | Ty::Scalar(_) | Ty::Unknown) {
+                    let ty = v.ty.clone();
+                    return self.wrong_kind(v.expr, "adam", "a number", &ty);
+                }
+            }
+        }
+        if positional.len() != 2 {
+            self.error(
+                Code::E0801,
+                self.range(id),
+                "`adam` takes the parameter and its gradient (W, g), then keywords",
+            );
+            return Ty::Unknown;
+        }
+        for (what, arg) in [("W", positional[0]), ("g", positional[1])] {
+            let t = match &arg.ty {
+                Ty::Tensor(t) if t.kind == TensorKind::Tensor => t.clone(),
+                Ty::Unknown => return Ty::Unknown,
+                other => {
+                    let other = other.clone();
+                    return self.wrong_kind(arg.expr, "adam", "a tensor", &other);
+                }
+            };
+            if t.dims != state.dims {
+                self.error(
+                    if t.rank() == state.rank() { Code::E0301 } else { Code::E0300 },
+                    self.range(arg.expr),
+                    format!("adam: {what} is {} but the state is for {}", fmt_dims(&t.dims), fmt_dims(&state.dims)),
+                );
+                return Ty::Unknown;
+            }
+            let bad = if what == "W" { t.elem.dtype != state.elem.dtype } else { !t.elem.dtype.is_float() };
+            if bad {
+                self.error(
+                    Code::E0400,
+                    self.range(arg.expr),
+                    format!("adam: {what} is {} but the state is for a {} parameter", t.elem.dtype, state.elem.dtype),
+                );
+                return Ty::Unknown;
+            }
+        }
+        let w =
+            TensorType { kind: TensorKind::Tensor, dims: state.dims.clone(), elem: ElemType::plain(state.elem.dtype) };
+        Ty::Tuple(vec![Ty::Tensor(w), Ty::Tensor(state)])
     }
 }

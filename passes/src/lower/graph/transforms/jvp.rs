@@ -46,7 +46,7 @@ impl Body<'_, '_, '_> {
             Val::One(x) => vec![x],
             Val::Many(xs) => xs,
             // A KV cache is not a tangent (the checker refuses it).
-            Val::None | Val::Cache(_) | Val::Tuple(_) => vec![],
+            Val::None | Val::State(_) | Val::Tuple(_) => vec![],
         };
         let tangents = many(self.expr(t)?);
         // `f`'s arguments are the primals' items, by position: the tuple expression's

@@ -98,7 +98,7 @@ impl Body<'_, '_, '_> {
                     Val::Many(ss)
                 }
                 Val::None => Val::None,
-                Val::Cache(_) | Val::Tuple(_) => {
+                Val::State(_) | Val::Tuple(_) => {
                     return unsupported(format!("a KVCache argument of `{of}` in a transform"), range)
                 }
             };
@@ -131,7 +131,7 @@ impl Body<'_, '_, '_> {
                 Val::One(v) => vec![v],
                 Val::Many(vs) => vs,
                 Val::None => return unsupported(format!("`{of}` returns nothing to transform"), range),
-                Val::Cache(_) | Val::Tuple(_) => {
+                Val::State(_) | Val::Tuple(_) => {
                     return unsupported(format!("`{of}` returns a KVCache, which is not transformed"), range)
                 }
             };
