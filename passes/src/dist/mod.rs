@@ -1,4 +1,7 @@
-//! Distribution: the device mesh's cost model for collectives. Sharding propagation
-//! and the collectives' place in Graph IR build on it (see `docs/mesh.md`).
+//! Distribution: sharding propagation over Graph IR (`propagate`), the collectives it
+//! implies put into Graph IR as effects (`insert`), and the device mesh's cost model
+//! for them (`cost`); see `docs/mesh.md`.
 
 pub mod cost;
+pub mod insert;
+pub mod propagate;

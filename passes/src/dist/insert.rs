@@ -1,0 +1,192 @@
+//! Puts the collectives a [`Propagation`] found into Graph IR, as effects on the token
+//! chain: `%x', %tok' = dist.all_gather %x, %tok {axis, dim, ...}`,
+//! `%a', %b', %tok' = dist.all_reduce %a, %b, %tok {axis, combine, bucket, ...}` (a
+//! bucket is one op). Each carries its cost on the mesh (`bytes` per device, the
+//! `algorithm` and `time_us` of `cost::estimate`), so `tessera lower` shows what the
+//! layout costs. The values keep their global types: Graph IR stays the global view.
+
+use std::collections::HashMap;
+
+use smol_str::SmolStr;
+
+use super::cost::{self, Collective, Link, DEVICES_PER_NODE};
+use super::propagate::Propagation;
+use crate::ir::{Attr, Func, Op, OpId, OpKind, Region, Type, ValueId};
+
+/// A mesh's axes and sizes, row-major (the last axis varies fastest).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MeshAxes(pub Vec<(SmolStr, usize)>);
+
+impl MeshAxes {
+    pub fn size(&self, axis: &str) -> usize {
+        self.0.iter().find(|(a, _)| a == axis).map_or(1, |(_, s)| *s)
+    }
+
+    /// NVLink when every group of `axis` stays inside one node of
+    /// [`DEVICES_PER_NODE`] consecutive devices, InfiniBand otherwise.
+    pub fn link(&self, axis: &str) -> Link {
+        let Some(i) = self.0.iter().position(|(a, _)| a == axis) else { return cost::LINKS[0] };
+        let span: usize = self.0[i..].iter().map(|(_, s)| s).product();
+        let within = span <= DEVICES_PER_NODE && DEVICES_PER_NODE.is_multiple_of(span);
+        let name = if within { "nvlink4" } else { "ib-ndr" };
+        cost::link(name).unwrap_or(cost::LINKS[0])
+    }
+}
+
+/// `f` with the collectives of `p` inserted. `value_bytes` gives a value's global size.
+pub fn insert_collectives(
+    f: &Func,
+    p: &Propagation,
+    mesh: &MeshAxes,
+    value_bytes: &dyn Fn(ValueId) -> Option<u64>,
+) -> Func {
+    let mut out = f.clone();
+    let mut uses: HashMap<(OpId, usize), Vec<usize>> = HashMap::new();
+    for &(op, operand, index) in &p.uses {
+        uses.entry((op, operand)).or_default().push(index);
+    }
+    // The bytes one device holds of `v`: its global size over the axes splitting it.
+    let local_bytes = |v: ValueId| -> Option<u64> {
+        let split: usize =
+            p.sharding(v).map_or(1, |s| s.dims.iter().flatten().map(|a| mesh.size(a)).product::<usize>());
+        value_bytes(v).map(|b| b / split.max(1) as u64)
+    };
+    let mut token: Option<ValueId> = None;
+    let mut renamed_token: HashMap<ValueId, ValueId> = HashMap::new();
+    // (input value, collective index) → output value: each collective once.
+    let mut done: HashMap<(ValueId, usize), ValueId> = HashMap::new();
+    let mut body = Vec::with_capacity(f.body.ops.len() + p.collectives.len());
+    for &id in &f.body.ops {
+        let op = f.op(id).clone();
+        // Bucketed all-reduces before the return: one op per bucket.
+        if op.kind == OpKind::Return {
+            let mut buckets: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+            for (i, _) in op.operands.iter().enumerate() {
+                for &c in uses.get(&(id, i)).map(Vec::as_slice).unwrap_or(&[]) {
+                    if let Some(b) = p.collectives[c].bucket {
+                        match buckets.iter_mut().find(|(bb, _)| *bb == b) {
+                            Some((_, members)) => members.push((i, c)),
+                            None => buckets.push((b, vec![(i, c)])),
+                        }
+                    }
+                }
+            }
+            let mut operands = op.operands.clone();
+            for (bucket, members) in buckets {
+                let first = &p.collectives[members[0].1];
+                let inputs: Vec<ValueId> = members.iter().map(|&(i, _)| operands[i]).collect();
+                let results: Vec<ValueId> = inputs
+                    .iter()
+                    .map(|&v| out.new_value(f.ty(v).clone(), f.values[v.0 as usize].name.as_deref()))
+                    .collect();
+                let bytes: Option<u64> = inputs.iter().map(|&v| local_bytes(v)).sum();
+                let mut attrs = vec![
+                    ("axis", Attr::Str(first.axis.clone())),
+                    ("combine", Attr::Str(SmolStr::new(first.combine.name()))),
+                    ("bucket", Attr::Int(bucket as i64)),
+                ];
+                cost_attrs(&mut attrs, Collective::AllReduce, bytes, mesh, &first.axis);
+                let old_token = token;
+                let new_op =
+                    collective_op(&mut out, OpKind::AllReduce, inputs, results.clone(), attrs, &op, &mut token);
+                if let (Some(old), Some(new)) = (old_token, token) {
+                    renamed_token.insert(old, new);
+                }
+                body.push(new_op);
+                for (&(i, _), &r) in members.iter().zip(&results) {
+                    operands[i] = r;
+                }
+            }
+            rename_tokens(&mut operands, &renamed_token);
+            out.op_mut(id).operands = operands;
+            body.push(id);
+            continue;
+        }
+        let mut operands = op.operands.clone();
+        rename_tokens(&mut operands, &renamed_token);
+        for (i, slot) in operands.iter_mut().enumerate() {
+            for &c in uses.get(&(id, i)).map(Vec::as_slice).unwrap_or(&[]) {
+                let input = *slot;
+                if let Some(&v) = done.get(&(input, c)) {
+                    *slot = v;
+                    continue;
+                }
+                let n = &p.collectives[c];
+                let result = out.new_value(f.ty(input).clone(), f.values[input.0 as usize].name.as_deref());
+                let mut attrs = vec![("axis", Attr::Str(n.axis.clone()))];
+                let (kind, bytes) = match n.kind {
+                    Collective::AllGather => {
+                        attrs.push(("dim", Attr::Int(n.dim.unwrap_or(0) as i64)));
+                        (OpKind::AllGather, local_bytes(input).map(|b| b * mesh.size(&n.axis) as u64))
+                    }
+                    _ => {
+                        attrs.push(("combine", Attr::Str(SmolStr::new(n.combine.name()))));
+                        (OpKind::AllReduce, local_bytes(input))
+                    }
+                };
+                cost_attrs(&mut attrs, n.kind, bytes, mesh, &n.axis);
+                let old_token = token;
+                let new_op = collective_op(&mut out, kind, vec![input], vec![result], attrs, &op, &mut token);
+                if let (Some(old), Some(new)) = (old_token, token) {
+                    renamed_token.insert(old, new);
+                }
+                body.push(new_op);
+                done.insert((input, c), result);
+                *slot = result;
+            }
+        }
+        rename_tokens(&mut operands, &renamed_token);
+        out.op_mut(id).operands = operands;
+        if let Some(&t) = op.results.iter().find(|&&r| matches!(f.ty(r), Type::Token)) {
+            token = Some(t);
+        }
+        body.push(id);
+    }
+    out.body = Region { args: f.body.args.clone(), ops: body };
+    out
+}
+
+/// Follows the token renames to the newest token.
+fn rename_tokens(operands: &mut [ValueId], renamed: &HashMap<ValueId, ValueId>) {
+    for v in operands {
+        while let Some(&n) = renamed.get(v) {
+            *v = n;
+        }
+    }
+}
+
+/// A collective op at `at`'s location, threaded on the token chain when there is one.
+fn collective_op(
+    out: &mut Func,
+    kind: OpKind,
+    mut operands: Vec<ValueId>,
+    mut results: Vec<ValueId>,
+    attrs: Vec<(&'static str, Attr)>,
+    at: &Op,
+    token: &mut Option<ValueId>,
+) -> OpId {
+    if let Some(t) = *token {
+        operands.push(t);
+        let next = out.new_value(Type::Token, None);
+        results.push(next);
+        *token = Some(next);
+    }
+    out.ops.push(Op { kind, operands, results, attrs, regions: Vec::new(), loc: at.loc.clone() });
+    OpId(out.ops.len() as u32 - 1)
+}
+
+fn cost_attrs(
+    attrs: &mut Vec<(&'static str, Attr)>,
+    kind: Collective,
+    bytes: Option<u64>,
+    mesh: &MeshAxes,
+    axis: &str,
+) {
+    let Some(bytes) = bytes else { return };
+    let link = mesh.link(axis);
+    let estimate = cost::estimate(kind, bytes, mesh.size(axis), link);
+    attrs.push(("bytes", Attr::Int(bytes as i64)));
+    attrs.push(("algorithm", Attr::Str(SmolStr::new(estimate.algorithm.name()))));
+    attrs.push(("link", Attr::Str(SmolStr::new(link.name))));
+    attrs.push(("time_us", Attr::float((estimate.time_us * 100.0).round() / 100.0)));
+}

@@ -1,0 +1,620 @@
+//! Sharding propagation over Graph IR, in the manner of GSPMD: from the shardings of a
+//! graph function's parameters, the sharding of every tensor value, and the collectives
+//! the program needs — no more.
+//!
+//! A [`Sharding`] says, per dim, which mesh axis the dim is split over, and over which
+//! axes the value is only a partial result (each device holds a full-size term of a
+//! sum, or of a max/min, that an all-reduce completes). Rules, op by op in program
+//! order:
+//! - Elementwise ops keep their operands' split dims (a replicated operand is sliced
+//!   locally, for free). Partial sums pass through linear ops: `+`/`-` of equally
+//!   partial operands, `*` and `/` with one partial operand (the divisor never),
+//!   negation, widening casts, dropout, broadcasts, transposes and reshapes; any other
+//!   use of a partial value all-reduces it first.
+//! - `matmul` takes M from the left operand, N from the right, batch dims from both; a
+//!   split contracting dim K (on either side: the other is sliced locally) makes the
+//!   result a partial sum over that axis.
+//! - `sum`/`mean` over a split dim give a partial sum; `max`/`min` a partial max/min.
+//! - softmax, logsumexp and the norms need their normalized dim whole, concat and split
+//!   their axis, attention its keys' sequence and head dims: those dims are all-gathered.
+//! - A function's results are all-reduced where partial; the all-reduces of the
+//!   results (a data-parallel step's gradients) are grouped into buckets of at most
+//!   [`BUCKET_BYTES`].
+//! - Two operands split differently (one dim over two axes, or one axis over two dims)
+//!   cannot be reconciled without re-laying a tensor out: that is a [`Conflict`], an
+//!   error for the user, never a silent all-to-all.
+//! - Ops without a rule here (kernel calls, KV-cache updates, ops with regions) get
+//!   their operands whole (all-gathered and all-reduced) and replicated results.
+//!
+//! A collective of the same value over the same axis and dim is needed once, where it
+//! is first needed; later uses reuse it.
+
+use smol_str::SmolStr;
+
+use super::cost::Collective;
+use tessera_frontend::check::dims::Dim;
+
+use crate::ir::{Attr, Func, OpId, OpKind, Type, ValueId};
+
+/// Gradient all-reduces are grouped into buckets of at most this many bytes (PyTorch
+/// DDP's default bucket is 25 MB; the seeds say 16 MB).
+pub const BUCKET_BYTES: u64 = 16 << 20;
+
+/// How partial terms combine.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Combine {
+    Sum,
+    Max,
+    Min,
+}
+
+impl Combine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Combine::Sum => "sum",
+            Combine::Max => "max",
+            Combine::Min => "min",
+        }
+    }
+}
+
+/// The layout of one tensor value on the mesh.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Sharding {
+    /// Per dim, the mesh axis it is split over (`None`: whole on every device).
+    pub dims: Vec<Option<SmolStr>>,
+    /// Axes over which the value is a partial result.
+    pub partial: Vec<(SmolStr, Combine)>,
+}
+
+impl Sharding {
+    pub fn replicated(rank: usize) -> Sharding {
+        Sharding { dims: vec![None; rank], partial: Vec::new() }
+    }
+
+    /// `dims` given as axis names or `None`.
+    pub fn split(dims: &[Option<&str>]) -> Sharding {
+        Sharding { dims: dims.iter().map(|d| d.map(SmolStr::new)).collect(), partial: Vec::new() }
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        self.partial.is_empty() && self.dims.iter().all(Option::is_none)
+    }
+
+    /// `[dp, -, -]`, with ` partial(sum over tp)` when partial.
+    pub fn describe(&self) -> String {
+        let dims: Vec<&str> = self.dims.iter().map(|d| d.as_deref().unwrap_or("-")).collect();
+        let mut s = format!("[{}]", dims.join(", "));
+        for (axis, combine) in &self.partial {
+            s.push_str(&format!(" partial({} over {axis})", combine.name()));
+        }
+        s
+    }
+}
+
+/// One collective the program needs.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Needed {
+    /// The first op that needs it (the collective goes right before it).
+    pub before: OpId,
+    pub value: ValueId,
+    pub kind: Collective,
+    pub axis: SmolStr,
+    /// The dim an all-gather makes whole.
+    pub dim: Option<usize>,
+    pub combine: Combine,
+    /// For the all-reduces of the function's results: the bucket they share.
+    pub bucket: Option<usize>,
+    pub reason: String,
+}
+
+/// Operands split in ways no collective short of a re-layout reconciles.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Conflict {
+    pub op: OpId,
+    pub message: String,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Propagation {
+    /// Per value; `None` for values that are not tensors.
+    pub shardings: Vec<Option<Sharding>>,
+    pub collectives: Vec<Needed>,
+    pub conflicts: Vec<Conflict>,
+    /// Which collectives (indices into `collectives`, in the order they apply) each
+    /// (op, operand index) reads through.
+    pub uses: Vec<(OpId, usize, usize)>,
+}
+
+impl Propagation {
+    pub fn sharding(&self, v: ValueId) -> Option<&Sharding> {
+        self.shardings.get(v.0 as usize).and_then(Option::as_ref)
+    }
+
+    /// How many collective ops the program runs: one per bucket for bucketed
+    /// all-reduces, one per entry otherwise.
+    pub fn collective_count(&self, kind: Collective) -> usize {
+        let mut buckets = std::collections::BTreeSet::new();
+        let mut count = 0;
+        for n in self.collectives.iter().filter(|n| n.kind == kind) {
+            match n.bucket {
+                Some(b) => {
+                    buckets.insert(b);
+                }
+                None => count += 1,
+            }
+        }
+        count + buckets.len()
+    }
+}
+
+/// Propagates `params` (one per parameter of `f`; `None` is replicated) through `f`.
+/// `value_bytes` gives a value's global size in bytes where the dims are known (for
+/// bucketing).
+pub fn propagate(f: &Func, params: &[Option<Sharding>], value_bytes: &dyn Fn(ValueId) -> Option<u64>) -> Propagation {
+    let mut p = Propagator { f, out: Propagation { shardings: vec![None; f.values.len()], ..Default::default() } };
+    for (i, &v) in f.params.iter().enumerate() {
+        if let Type::Tensor(t) = f.ty(v) {
+            let s = params.get(i).cloned().flatten().unwrap_or_else(|| Sharding::replicated(t.dims.len()));
+            p.out.shardings[v.0 as usize] = Some(s);
+        }
+    }
+    for &id in &f.body.ops {
+        p.op(id);
+    }
+    bucketize(&mut p.out, f, value_bytes);
+    p.out
+}
+
+struct Propagator<'f> {
+    f: &'f Func,
+    out: Propagation,
+}
+
+/// The operand shardings one op sees, after the collectives it needs.
+type Operands = Vec<Option<Sharding>>;
+
+impl Propagator<'_> {
+    fn rank(&self, v: ValueId) -> Option<usize> {
+        match self.f.ty(v) {
+            Type::Tensor(t) => Some(t.dims.len()),
+            _ => None,
+        }
+    }
+
+    fn current(&self, v: ValueId) -> Option<Sharding> {
+        let rank = self.rank(v)?;
+        Some(self.out.shardings[v.0 as usize].clone().unwrap_or_else(|| Sharding::replicated(rank)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn need(
+        &mut self,
+        before: OpId,
+        operand: usize,
+        value: ValueId,
+        kind: Collective,
+        axis: &SmolStr,
+        dim: Option<usize>,
+        combine: Combine,
+        reason: &str,
+    ) {
+        let existing = self.out.collectives.iter().position(|n| {
+            n.value == value && n.kind == kind && n.axis == *axis && n.dim == dim && n.combine == combine
+        });
+        let index = existing.unwrap_or(self.out.collectives.len());
+        self.out.uses.push((before, operand, index));
+        if existing.is_none() {
+            self.out.collectives.push(Needed {
+                before,
+                value,
+                kind,
+                axis: axis.clone(),
+                dim,
+                combine,
+                bucket: None,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// All-reduces operand `i` where it is partial.
+    fn reduce(&mut self, id: OpId, ops: &mut Operands, i: usize, reason: &str) {
+        let v = self.f.op(id).operands[i];
+        let Some(s) = ops[i].as_mut() else { return };
+        for (axis, combine) in std::mem::take(&mut s.partial) {
+            self.need(id, i, v, Collective::AllReduce, &axis, None, combine, reason);
+        }
+    }
+
+    /// All-gathers dim `d` of operand `i` where it is split.
+    fn gather(&mut self, id: OpId, ops: &mut Operands, i: usize, d: usize, reason: &str) {
+        let v = self.f.op(id).operands[i];
+        let Some(s) = ops[i].as_mut() else { return };
+        if let Some(axis) = s.dims.get_mut(d).and_then(Option::take) {
+            self.need(id, i, v, Collective::AllGather, &axis, Some(d), Combine::Sum, reason);
+        }
+    }
+
+    fn whole(&mut self, id: OpId, ops: &mut Operands, i: usize, reason: &str) {
+        self.reduce(id, ops, i, reason);
+        for d in 0..ops[i].as_ref().map_or(0, |s| s.dims.len()) {
+            self.gather(id, ops, i, d, reason);
+        }
+    }
+
+    fn conflict(&mut self, id: OpId, message: String) {
+        self.out.conflicts.push(Conflict { op: id, message });
+    }
+
+    fn set(&mut self, v: ValueId, s: Sharding) {
+        if self.rank(v) == Some(s.dims.len()) {
+            self.out.shardings[v.0 as usize] = Some(s);
+        }
+    }
+
+    fn op(&mut self, id: OpId) {
+        let op = self.f.op(id);
+        let mut ops: Operands = op.operands.iter().map(|&v| self.current(v)).collect();
+        let tensors: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].is_some()).collect();
+        if tensors.is_empty() && op.kind != OpKind::Return {
+            return; // results replicated (the default)
+        }
+        let name = op.kind.name();
+        let result = |p: &Self| op.results.first().and_then(|&r| p.rank(r));
+        match op.kind {
+            // A dim's size is the global one whatever the layout: nothing moves.
+            OpKind::TensorDim => {}
+            OpKind::Return => {
+                for i in tensors {
+                    self.reduce(id, &mut ops, i, "a result of the function is whole");
+                }
+            }
+            _ if !op.regions.is_empty() => self.fallback(id, &mut ops, &tensors),
+            k if k.is_elementwise() || matches!(k, OpKind::Select | OpKind::Dropout) => {
+                let Some(rank) = result(self) else { return self.fallback(id, &mut ops, &tensors) };
+                if tensors.iter().any(|&i| ops[i].as_ref().is_some_and(|s| s.dims.len() != rank)) {
+                    return self.fallback(id, &mut ops, &tensors);
+                }
+                self.elementwise_partials(id, &mut ops, &tensors);
+                let s = self.merge(id, &ops, &tensors, rank, name);
+                let partial = tensors.iter().find_map(|&i| ops[i].as_ref().filter(|s| !s.partial.is_empty()));
+                let partial = partial.map(|s| s.partial.clone()).unwrap_or_default();
+                for &r in &op.results {
+                    self.set(r, Sharding { dims: s.dims.clone(), partial: partial.clone() });
+                }
+            }
+            OpKind::MatMul => self.matmul(id, &mut ops),
+            OpKind::GReduce => self.reduction(id, &mut ops),
+            OpKind::Softmax | OpKind::LogSumExp | OpKind::Concat | OpKind::Split => {
+                let rank = ops[tensors[0]].as_ref().map_or(0, |s| s.dims.len());
+                let axis = op.int_attr("axis").unwrap_or(rank as i64 - 1).rem_euclid(rank.max(1) as i64) as usize;
+                for &i in &tensors {
+                    self.reduce(id, &mut ops, i, &format!("`{name}` of a partial sum"));
+                    self.gather(id, &mut ops, i, axis, &format!("`{name}` needs its axis {axis} whole"));
+                }
+                let s = self.merge(id, &ops, &tensors, rank, name);
+                for &r in &op.results {
+                    let mut rs = s.clone();
+                    if self.rank(r) == Some(rank.saturating_sub(1)) {
+                        rs.dims.remove(axis.min(rs.dims.len().saturating_sub(1)));
+                    }
+                    self.set(r, rs);
+                }
+            }
+            OpKind::LayerNorm | OpKind::RmsNorm => {
+                for &i in &tensors {
+                    self.reduce(id, &mut ops, i, &format!("`{name}` of a partial sum"));
+                    let last = ops[i].as_ref().map_or(0, |s| s.dims.len()).saturating_sub(1);
+                    self.gather(id, &mut ops, i, last, &format!("`{name}` normalizes its last dim whole"));
+                }
+                let s = ops[0].clone().unwrap_or_default();
+                self.set(op.results[0], s);
+            }
+            OpKind::GTranspose => {
+                let Some(s) = ops[0].clone() else { return };
+                let perm: Vec<usize> = match op.attr("perm") {
+                    Some(Attr::Ints(p)) => p.iter().map(|&x| x as usize).collect(),
+                    _ => (0..s.dims.len()).rev().collect(),
+                };
+                let dims = perm.iter().map(|&d| s.dims.get(d).cloned().flatten()).collect();
+                self.set(op.results[0], Sharding { dims, partial: s.partial });
+            }
+            OpKind::GBroadcast | OpKind::GExpandDims | OpKind::Reshape => self.reshape_like(id, &mut ops),
+            OpKind::FlashAttention => self.attention(id, &mut ops, &tensors),
+            _ => self.fallback(id, &mut ops, &tensors),
+        }
+    }
+
+    /// Whole operands, replicated results.
+    fn fallback(&mut self, id: OpId, ops: &mut Operands, tensors: &[usize]) {
+        let name = self.f.op(id).kind.name();
+        for &i in tensors {
+            self.whole(id, ops, i, &format!("`{name}` has no sharding rule: it takes whole operands"));
+        }
+    }
+
+    /// Which partial operands an elementwise op may keep partial (see the module doc);
+    /// the others are all-reduced.
+    fn elementwise_partials(&mut self, id: OpId, ops: &mut Operands, tensors: &[usize]) {
+        let op = self.f.op(id);
+        let partial: Vec<usize> =
+            tensors.iter().copied().filter(|&i| ops[i].as_ref().is_some_and(|s| !s.partial.is_empty())).collect();
+        if partial.is_empty() {
+            return;
+        }
+        let sums = |i: usize| ops[i].as_ref().is_some_and(|s| s.partial.iter().all(|(_, c)| *c == Combine::Sum));
+        let widening = |p: &Self| {
+            let bits = |v: ValueId| p.f.ty(v).dtype().map(|d| d.bits());
+            matches!((bits(op.operands[0]), bits(op.results[0])), (Some(a), Some(b)) if b >= a)
+        };
+        let keep: Option<usize> = match op.kind {
+            OpKind::Add | OpKind::Sub => {
+                let first = ops[partial[0]].as_ref().map(|s| s.partial.clone());
+                let equal = tensors.iter().all(|&i| ops[i].as_ref().map(|s| s.partial.clone()) == first);
+                if equal && sums(partial[0]) {
+                    return;
+                }
+                None
+            }
+            OpKind::Mul if sums(partial[0]) => Some(partial[0]),
+            OpKind::Div if partial[0] == 0 && sums(0) => Some(0),
+            OpKind::Neg | OpKind::Dropout if sums(partial[0]) => Some(partial[0]),
+            OpKind::Cast if widening(self) && sums(partial[0]) => Some(partial[0]),
+            _ => None,
+        };
+        let name = op.kind.name();
+        for &i in &partial {
+            if Some(i) != keep {
+                self.reduce(id, ops, i, &format!("`{name}` is not linear in this operand"));
+            }
+        }
+    }
+
+    /// The split dims several operands of one rank agree on; disagreements are
+    /// conflicts (the first operand's split wins).
+    fn merge(&mut self, id: OpId, ops: &Operands, tensors: &[usize], rank: usize, name: &str) -> Sharding {
+        let mut dims: Vec<Option<SmolStr>> = vec![None; rank];
+        for &i in tensors {
+            let Some(s) = &ops[i] else { continue };
+            for (d, axis) in s.dims.iter().enumerate().take(rank) {
+                let Some(axis) = axis else { continue };
+                match &dims[d] {
+                    None => {
+                        if let Some(other) = dims.iter().position(|x| x.as_ref() == Some(axis)) {
+                            self.conflict(
+                                id,
+                                format!(
+                                    "operands of `{name}` split dims {other} and {d} over the same mesh axis `{axis}`"
+                                ),
+                            );
+                            continue;
+                        }
+                        dims[d] = Some(axis.clone());
+                    }
+                    Some(existing) if existing != axis => {
+                        self.conflict(
+                            id,
+                            format!("operands of `{name}` split dim {d} over different mesh axes, `{existing}` and `{axis}`"),
+                        );
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Sharding { dims, partial: Vec::new() }
+    }
+
+    fn matmul(&mut self, id: OpId, ops: &mut Operands) {
+        let op = self.f.op(id);
+        let (Some(mut a), Some(mut b)) = (ops[0].clone(), ops.get(1).cloned().flatten()) else {
+            return self.fallback(id, ops, &[0, 1]);
+        };
+        let Some(rank) = op.results.first().and_then(|&r| self.rank(r)) else { return };
+        if a.dims.len() < 2 || b.dims.len() < 2 {
+            return self.fallback(id, ops, &[0, 1]);
+        }
+        // Linear in each operand: one partial operand stays partial.
+        if !a.partial.is_empty() && !b.partial.is_empty() {
+            self.reduce(id, ops, 1, "`matmul` of two partial sums");
+            b.partial.clear();
+        }
+        for (s, i) in [(&mut a, 0), (&mut b, 1)] {
+            if s.partial.iter().any(|(_, c)| *c != Combine::Sum) {
+                self.reduce(id, ops, i, "`matmul` of a partial max/min");
+                s.partial.clear();
+            }
+        }
+        let (ra, rb) = (a.dims.len(), b.dims.len());
+        let (m, ka) = (a.dims[ra - 2].clone(), a.dims[ra - 1].clone());
+        let (kb, n) = (b.dims[rb - 2].clone(), b.dims[rb - 1].clone());
+        let mut partial: Vec<(SmolStr, Combine)> = a.partial.iter().chain(&b.partial).cloned().collect();
+        match (&ka, &kb) {
+            (Some(x), Some(y)) if x != y => {
+                self.conflict(
+                    id,
+                    format!("the contracting dim of `matmul` is split over `{x}` on the left and `{y}` on the right"),
+                );
+            }
+            (Some(x), _) | (None, Some(x)) => partial.push((x.clone(), Combine::Sum)),
+            (None, None) => {}
+        }
+        let mut dims: Vec<Option<SmolStr>> = vec![None; rank];
+        // Batch dims, aligned from the right.
+        let batch = rank.saturating_sub(2);
+        for (d, slot) in dims.iter_mut().enumerate().take(batch) {
+            let from = |s: &Sharding, r: usize| {
+                (d + r).checked_sub(rank).and_then(|i| (i < r - 2).then(|| s.dims[i].clone()).flatten())
+            };
+            match (from(&a, ra), from(&b, rb)) {
+                (Some(x), Some(y)) if x != y => {
+                    self.out.conflicts.push(Conflict {
+                        op: id,
+                        message: format!("batch dim {d} of `matmul` is split over `{x}` and `{y}`"),
+                    });
+                }
+                (x, y) => *slot = x.or(y),
+            }
+        }
+        dims[rank - 2] = m;
+        dims[rank - 1] = n;
+        let mut seen: Vec<&SmolStr> = Vec::new();
+        for axis in dims.iter().flatten().chain(partial.iter().map(|(a, _)| a)) {
+            if seen.contains(&axis) {
+                self.conflict(id, format!("`matmul` would split its result twice over mesh axis `{axis}`"));
+            }
+            seen.push(axis);
+        }
+        self.set(op.results[0], Sharding { dims, partial });
+    }
+
+    fn reduction(&mut self, id: OpId, ops: &mut Operands) {
+        let op = self.f.op(id);
+        let Some(s) = ops[0].clone() else { return };
+        let kind = op.str_attr("kind").unwrap_or("sum");
+        let combine = match kind {
+            "max" => Combine::Max,
+            "min" => Combine::Min,
+            _ => Combine::Sum,
+        };
+        let mut s = s;
+        if !s.partial.is_empty() && (combine != Combine::Sum || s.partial.iter().any(|(_, c)| *c != Combine::Sum)) {
+            self.reduce(id, ops, 0, &format!("`{kind}` of a partial result"));
+            s.partial.clear();
+        }
+        let axes: Vec<usize> = match op.attr("axes") {
+            Some(Attr::Ints(a)) => a.iter().map(|&x| x as usize).collect(),
+            _ => (0..s.dims.len()).collect(),
+        };
+        let keepdim = matches!(op.attr("keepdim"), Some(Attr::Bool(true)));
+        let mut dims = Vec::new();
+        for (d, axis) in s.dims.iter().enumerate() {
+            if axes.contains(&d) {
+                if let Some(a) = axis {
+                    s.partial.push((a.clone(), combine));
+                }
+                if keepdim {
+                    dims.push(None);
+                }
+            } else {
+                dims.push(axis.clone());
+            }
+        }
+        self.set(op.results[0], Sharding { dims, partial: s.partial });
+    }
+
+    /// Broadcast, expand_dims and reshape: a split dim carries over to the result dim
+    /// of the same size in the same place (aligned from the right for broadcasts), or
+    /// leads a merged dim; otherwise it is gathered first.
+    fn reshape_like(&mut self, id: OpId, ops: &mut Operands) {
+        let op = self.f.op(id);
+        let Some(s) = ops[0].clone() else { return };
+        let (Type::Tensor(src), Some(Type::Tensor(dst))) =
+            (self.f.ty(op.operands[0]), op.results.first().map(|&r| self.f.ty(r)))
+        else {
+            return self.fallback(id, ops, &[0]);
+        };
+        let mut dims: Vec<Option<SmolStr>> = vec![None; dst.dims.len()];
+        let offset = dst.dims.len() as i64 - src.dims.len() as i64;
+        let name = op.kind.name();
+        for (d, axis) in s.dims.iter().enumerate() {
+            let Some(axis) = axis else { continue };
+            let target = match op.kind {
+                OpKind::GBroadcast => Some(d as i64 + offset),
+                OpKind::GExpandDims => {
+                    let at = op.int_attr("axis").unwrap_or(0).rem_euclid(dst.dims.len().max(1) as i64);
+                    Some(if (d as i64) < at { d as i64 } else { d as i64 + 1 })
+                }
+                _ => reshape_target(&src.dims, &dst.dims, d).map(|t| t as i64),
+            };
+            match target.filter(|&t| t >= 0).map(|t| t as usize) {
+                Some(t) if t < dims.len() && (dst.dims[t] == src.dims[d] || op.kind == OpKind::Reshape) => {
+                    dims[t] = Some(axis.clone())
+                }
+                _ => {
+                    self.gather(id, ops, 0, d, &format!("`{name}` moves dim {d}, which is split"));
+                }
+            }
+        }
+        let partial = ops[0].as_ref().map(|s| s.partial.clone()).unwrap_or_default();
+        self.set(op.results[0], Sharding { dims, partial });
+    }
+
+    fn attention(&mut self, id: OpId, ops: &mut Operands, tensors: &[usize]) {
+        for &i in tensors {
+            self.reduce(id, ops, i, "attention of a partial sum");
+        }
+        // q [B, H, Sq, D]; k, v [B, H, Sk, D]: keys need their sequence whole, every
+        // operand its head dim.
+        for &i in tensors.iter().filter(|&&i| i < 3) {
+            if i > 0 {
+                self.gather(id, ops, i, 2, "attention reads the whole key/value sequence");
+            }
+            self.gather(id, ops, i, 3, "attention needs whole head dims");
+        }
+        for &i in tensors.iter().filter(|&&i| i >= 3) {
+            self.whole(id, ops, i, "attention takes this operand whole");
+        }
+        let qkv: Vec<usize> = tensors.iter().copied().filter(|&i| i < 3).collect();
+        let merged = self.merge(id, ops, &qkv, 4, "flash_attention");
+        let mut dims = merged.dims;
+        dims[2] = ops[0].as_ref().and_then(|s| s.dims[2].clone());
+        self.set(self.f.op(id).results[0], Sharding { dims, partial: Vec::new() });
+    }
+}
+
+/// Where dim `d` of a reshape's source goes: the same dim in an unchanged prefix, or
+/// the result dim it leads when it and the dims after it merge into one (`[B, S, D]`
+/// → `[B*S, D]` keeps a split `B`), with the rest unchanged.
+fn reshape_target(src: &[Dim], dst: &[Dim], d: usize) -> Option<usize> {
+    let prefix = src.iter().zip(dst).take_while(|(a, b)| a == b).count();
+    if d < prefix {
+        return Some(d);
+    }
+    if d != prefix || prefix >= dst.len() {
+        return None;
+    }
+    let mut product = src[d].clone();
+    for k in d + 1..=src.len() {
+        let rest_src = &src[k..];
+        let rest_dst = &dst[prefix + 1..];
+        if product == dst[prefix] && rest_src == rest_dst {
+            return Some(prefix);
+        }
+        if k < src.len() {
+            product = product.mul_plain(&src[k]);
+        }
+    }
+    None
+}
+
+/// Groups the all-reduces of the function's results into buckets of at most
+/// [`BUCKET_BYTES`], in result order, per axis; a value of unknown size gets a bucket
+/// of its own.
+fn bucketize(out: &mut Propagation, f: &Func, value_bytes: &dyn Fn(ValueId) -> Option<u64>) {
+    let Some(&ret) = f.body.ops.last().filter(|&&r| f.op(r).kind == OpKind::Return) else { return };
+    let mut next = 0usize;
+    let mut open: Vec<(SmolStr, usize, u64)> = Vec::new();
+    for n in out.collectives.iter_mut() {
+        if n.before != ret || n.kind != Collective::AllReduce || n.combine != Combine::Sum {
+            continue;
+        }
+        let bytes = value_bytes(n.value);
+        let slot =
+            open.iter_mut().find(|(axis, _, used)| *axis == n.axis && bytes.is_some_and(|b| used + b <= BUCKET_BYTES));
+        match (slot, bytes) {
+            (Some((_, bucket, used)), Some(b)) => {
+                *used += b;
+                n.bucket = Some(*bucket);
+            }
+            _ => {
+                n.bucket = Some(next);
+                if let Some(b) = bytes {
+                    open.retain(|(axis, _, _)| *axis != n.axis);
+                    open.push((n.axis.clone(), next, b));
+                }
+                next += 1;
+            }
+        }
+    }
+}
