@@ -234,7 +234,7 @@ builtins! {
     "tile.mma" "(a, b, accumulator=f32)" Kernel "tile" "Like tile.dot; with an accumulator tile, returns acc + a@b.";
     "tile.transpose" "(t)" Kernel "tile" "Swaps the two dims of a 2-D tile (same as t.T).";
     "tile.broadcast" "(t, shape)" Kernel "tile" "Broadcasts a tile to `shape`.";
-    "tile.cast" "(t, dtype)" Kernel "tile" "Converts a tile to another dtype (round to nearest even).";
+    "tile.cast" "(t, dtype, uniform=None)" Kernel "tile" "Converts a tile to another dtype (round to nearest even). `uniform=`: an f32 tile of `t`'s shape with numbers in [0, 1), the draws a `@stochastic_round` conversion uses instead of its own.";
     "tile.exp" "(x)" Kernel "tile" "Elementwise e^x.";
     "tile.log" "(x)" Kernel "tile" "Elementwise natural logarithm.";
     "tile.sqrt" "(x)" Kernel "tile" "Elementwise square root.";

@@ -196,6 +196,20 @@ impl Planner<'_> {
                 OpKind::Max => format!("tile.maximum({}, {})", a(0), a(1)),
                 OpKind::Min => format!("tile.minimum({}, {})", a(0), a(1)),
                 OpKind::Neg => format!("-{}", a(0)),
+                // A graph function's stochastic cast: its stream's uniforms at the element's
+                // (row, col) in the flat window, as the f64 reference draws them.
+                OpKind::Cast if op.str_attr(crate::ir::policy::ROUNDING) == Some(crate::ir::policy::STOCHASTIC) => {
+                    let stream = op.int_attr("stream").unwrap_or(0);
+                    let seed = self.stream_seed(stream, &loc);
+                    let seed_name = self.scalar_param(sig, &mut scalars, seed);
+                    let saturate = if crate::ir::policy::saturates(&op) { " @saturate" } else { "" };
+                    format!(
+                        "tile.cast({x}, \"{dt} @stochastic_round{saturate}\", uniform=tile.rand({tile_shape}, {seed_name}, ({}, {})))",
+                        row_coord,
+                        w.col,
+                        x = a(0),
+                    )
+                }
                 OpKind::Cast if crate::ir::policy::saturates(&op) => format!("tile.cast({}, \"{dt} @saturate\")", a(0)),
                 OpKind::Cast => format!("tile.cast({}, {dt})", a(0)),
                 OpKind::Select => format!("tile.where({}, {}, {})", a(0), a(1), a(2)),

@@ -558,6 +558,21 @@ impl Body<'_, '_, '_> {
         results[0]
     }
 
+    /// The stream of a stochastic cast of `x` to `t`: a float tensor converted to a bf16,
+    /// f16 or fp8 tensor type that carries `@stochastic_round` (the checker dropped it
+    /// where it does not act, W0409).
+    fn stochastic_stream(&mut self, x: ValueId, t: &Type) -> Option<i64> {
+        let Type::Tensor(tt) = t else { return None };
+        let narrow = matches!(tt.dtype, DType::BF16 | DType::F16) || tt.dtype.is_fp8();
+        let from_float = self.vty(x).dtype().is_some_and(DType::is_float);
+        if !(narrow && from_float && tt.policies.contains(&tessera_frontend::check::Policy::StochasticRound)) {
+            return None;
+        }
+        let stream = self.g.streams;
+        self.g.streams += 1;
+        Some(stream)
+    }
+
     fn dropout(&mut self, x: ValueId, p: ValueId, loc: &Loc) -> R<ValueId> {
         let p = self.coerce(p, &Type::Scalar(DType::F32), loc)?;
         let stream = self.g.streams;
@@ -634,7 +649,13 @@ impl Body<'_, '_, '_> {
                     }),
                     _ => false,
                 };
-                let attrs = if saturate { vec![(crate::ir::policy::SATURATE, Attr::Bool(true))] } else { vec![] };
+                let mut attrs = if saturate { vec![(crate::ir::policy::SATURATE, Attr::Bool(true))] } else { vec![] };
+                // `cast(x, "bf16 @stochastic_round")`: rounds with the uniforms of its own
+                // stream (numbered like dropout's), `{rounding = "stochastic", stream}`.
+                if let Some(stream) = self.stochastic_stream(x, &t) {
+                    attrs.push((crate::ir::policy::ROUNDING, Attr::Str(crate::ir::policy::STOCHASTIC.into())));
+                    attrs.push(("stream", Attr::Int(stream)));
+                }
                 Ok(Val::One(self.op1(OpKind::Cast, vec![x], t, attrs, &loc)))
             }
             "matmul" | "gemm" => {

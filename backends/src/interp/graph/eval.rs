@@ -23,6 +23,7 @@ mod layout;
 pub use kernel_call::{run_graph_f64_with_kernels, KernelReference};
 mod random;
 mod state;
+mod stochastic;
 
 /// Binds a graph function's parameters (Graph or Schedule IR of a graph function) to
 /// arguments: checks dtypes, ranks and constant dims, and gives each dim symbol (and each
@@ -602,6 +603,11 @@ impl Machine<'_> {
                 out.extend(
                     (0..xs[0].data.len()).map(|e| if xs[0].data[e] != 0.0 { xs[1].data[e] } else { xs[2].data[e] }),
                 );
+            }
+            OpKind::Cast if op.str_attr(policy::ROUNDING) == Some(policy::STOCHASTIC) => {
+                let seed = stream_seed(self.seed, self.stream(id, op)?);
+                let cols = dims.last().copied().unwrap_or(1);
+                stochastic::round(dom, &xs[0].data, cols, seed, policy::saturates(op), &mut out);
             }
             OpKind::Cast => {
                 let saturate = policy::saturates(op);

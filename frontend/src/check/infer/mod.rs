@@ -71,6 +71,9 @@ pub(crate) struct Infer<'a> {
     /// The call that is the whole value of a `name = kernel.with_schedule(S)` constant:
     /// the one place `with_schedule` defines a kernel.
     pub with_schedule_root: Option<ExprId>,
+    /// The value of the `return` being checked, in a function that declares no return
+    /// type: a `@stochastic_round` cast there does not act (W0409).
+    pub undeclared_result: Option<ExprId>,
 }
 
 impl<'a> Infer<'a> {
@@ -99,6 +102,7 @@ impl<'a> Infer<'a> {
             locals_indexed: 0,
             signature_names: None,
             with_schedule_root: None,
+            undeclared_result: None,
         }
     }
 
@@ -353,6 +357,16 @@ pub(crate) fn infer_body(db: &dyn Db, file: SourceFile, ast: &FunctionDef, sig: 
     cx.stmts(&ast.body);
     cx.check_returns(sig, ast.return_type);
     cx.finish()
+}
+
+impl Infer<'_> {
+    /// `e` without the parentheses around it.
+    pub(crate) fn strip_parens(&self, mut e: ExprId) -> ExprId {
+        while let Expr::Paren(inner) = self.body.expr(e) {
+            e = *inner;
+        }
+        e
+    }
 }
 
 pub(crate) fn eval_constant(db: &dyn Db, key: ConstKey<'_>, ast: &ConstantAst) -> super::ConstValue {

@@ -61,10 +61,15 @@ impl<'a> Infer<'a> {
                 self.assign_aug(target, *op_range, current, result, value);
             }
             Stmt::Return(value) => {
+                // A graph function's result with no declared return type (W0409 for a
+                // `@stochastic_round` cast there: `Infer::undeclared_result`).
+                let undeclared = self.sig.is_some_and(|s| s.ret.is_none());
+                self.undeclared_result = value.filter(|_| undeclared).map(|v| self.strip_parens(v));
                 let ty = match value {
                     Some(v) => self.expr(*v),
                     None => Ty::NoneVal,
                 };
+                self.undeclared_result = None;
                 let r = value.map(|v| self.range(v)).unwrap_or(range);
                 self.returns.push((r, ty));
             }

@@ -645,18 +645,29 @@ impl<'a> Infer<'a> {
             (false, "cast") => {
                 let x = arg!(a, "cast" => "x").unwrap().clone();
                 let d = arg!(a, "cast" => "dtype").unwrap().clone();
-                let Some(elem) = self.dtype_arg(&d) else {
+                let Some(mut elem) = self.dtype_arg(&d) else {
                     return Ty::Unknown;
                 };
-                if self.mode == Mode::Graph && elem.policies.contains(&Policy::StochasticRound) {
+                // A graph function's casts round stochastically (docs/language.md, "Numerics
+                // policies"), except the result of a function that declares no return type:
+                // its type would carry the policy to every caller, so there it is W0409 and
+                // dropped from the type (the lowering reads the policy from the type).
+                if self.mode == Mode::Graph
+                    && elem.policies.contains(&Policy::StochasticRound)
+                    && self.undeclared_result == Some(id)
+                {
                     self.push(
                         Diagnostic::new(
                             Code::W0409,
                             self.range(d.expr),
-                            "`@stochastic_round` has no effect in a graph function: its casts round to nearest",
+                            "`@stochastic_round` has no effect on the result of a graph function that declares no \
+                             return type: it rounds to nearest",
                         )
-                        .with_note("round stochastically in a kernel: `tile.cast(x, \"bf16 @stochastic_round\")`"),
+                        .with_note(
+                            "declare the return type (`-> Tensor[..., bf16]`) and the cast rounds stochastically",
+                        ),
                     );
+                    elem.policies.retain(|p| *p != Policy::StochasticRound);
                 }
                 match self.operand(x.ty.clone()) {
                     Ty::Tensor(t) => Ty::Tensor(TensorType::new(t.dims, elem)),

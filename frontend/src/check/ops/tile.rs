@@ -220,6 +220,18 @@ impl<'a> Infer<'a> {
                 let Some(elem) = self.dtype_arg(&d) else {
                     return Ty::Unknown;
                 };
+                if let Some(u) = arg!(a, "tile.cast" => "uniform").cloned() {
+                    // The draws of a stochastic conversion: an f32 tile of `t`'s shape.
+                    let same = match (self.operand(u.ty.clone()), self.operand(t.ty.clone())) {
+                        (Ty::Tile(ut), Ty::Tile(tt)) => ut.dims == tt.dims,
+                        (Ty::Unknown, _) | (_, Ty::Unknown) => true,
+                        _ => false,
+                    };
+                    if !same {
+                        let ty = u.ty.clone();
+                        return self.wrong_kind(u.expr, "tile.cast", "an f32 tile of `t`'s shape", &ty);
+                    }
+                }
                 match self.operand(t.ty.clone()) {
                     Ty::Tile(tt) => Ty::Tile(TileType { dims: tt.dims, elem }),
                     Ty::Scalar(_) | Ty::Int(_) | Ty::Float(_) => Ty::Scalar(elem),

@@ -160,6 +160,19 @@ impl Lower<'_, '_> {
                 let v = self.operand(v, x)?;
                 let t = self.result_type(e)?;
                 let elem = policy::elem_of(self.ty_of(e)).cloned();
+                // `uniform=`: a stochastic conversion's draws, given (the graph plan's casts).
+                let stochastic = elem.as_ref().is_some_and(policy::wants_stochastic)
+                    && matches!(t, Type::Tile(_))
+                    && self.vty(v).dtype().is_some_and(DType::is_float);
+                if let Some(u) = kw("uniform").filter(|_| stochastic) {
+                    let u = self.value(u)?;
+                    let u = self.operand(u, e)?;
+                    let mut attrs = vec![(policy::ROUNDING, Attr::Str(policy::STOCHASTIC.into()))];
+                    if elem.as_ref().is_some_and(policy::wants_saturate) {
+                        attrs.push((policy::SATURATE, Attr::Bool(true)));
+                    }
+                    return Ok(Val::One(self.b.op1(OpKind::Cast, vec![v, u], t, attrs, &loc)));
+                }
                 Ok(Val::One(self.convert(v, t, elem.as_ref(), None, &loc)))
             }
             "transpose" => {
