@@ -84,6 +84,7 @@ codes! {
     E0807 Error "gradient of a function that is not @autodiff";
     E0900 Error "internal compiler error";
 }
+    E0808 Error "operation the transform cannot transform";
 
 impl Code {
     pub fn parse(s: &str) -> Option<Code> {
