@@ -50,6 +50,8 @@ codes! {
     E0310 Error "mesh shape does not match the device count";
     E0311 Error "unknown mesh axis";
     E0312 Error "sharded dimension not divisible by its mesh axis";
+    E0313 Error "a mesh axis splits two dims of one tensor";
+    E0314 Error "incompatible shardings";
     E0400 Error "mixed or invalid dtypes";
     E0401 Error "unknown dtype";
     E0402 Error "invalid dtype policy";

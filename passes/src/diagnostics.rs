@@ -58,6 +58,10 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Di
     let index = item_index(db, file);
     let before = out.len();
     for entry in &index.functions {
+        // A sharded graph function's layouts that no collective reconciles (E0314).
+        for d in crate::dist::function::sharding_diagnostics(db, entry.key) {
+            out.push(d.shift(entry.anchor));
+        }
         let lints = analysis::kernel_lints(db, entry.key, target);
         // A derived kernel's lints are its schedule's: those at the kernel's name go to
         // the assignment's name, those in the body stay there with a label at it.

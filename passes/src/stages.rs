@@ -15,7 +15,7 @@ use crate::error::LowerError;
 use crate::ir::print::Printed;
 use crate::ir::{self, Func};
 pub use crate::locs::FileLocs;
-use crate::queries::{default_config, graph_ir, planned_kernel, sched_ir, tile_ir};
+use crate::queries::{default_config, planned_kernel, sched_ir, tile_ir};
 use crate::target::{Target, TargetCode};
 use crate::{codegen, graph_plan};
 
@@ -89,7 +89,8 @@ pub fn lowering_text(
         return graph_lowering_text(db, key, stage, target, &config.shapes);
     }
     let func = match stage {
-        Stage::Graph => graph_ir(db, key).clone()?,
+        // A sharded graph function shows the collectives its layout needs.
+        Stage::Graph => crate::dist::function::graph_with_collectives(db, key, &config.shapes)?.0,
         Stage::Sched => sched_ir(db, key, config.clone(), target).clone()?,
         Stage::Tile => tile_ir(db, key, config.clone(), target).clone()?,
         Stage::Target => {

@@ -64,6 +64,15 @@ pub struct ParamInfo {
     /// Item-relative.
     pub range: TextRange,
     pub name_range: TextRange,
+    /// `@shard(mesh, ...)` on a graph function's tensor parameter.
+    pub sharding: Option<ParamSharding>,
+}
+
+/// A parameter's layout on a device mesh: per dim, the mesh axis that splits it.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ParamSharding {
+    pub mesh: types::MeshValue,
+    pub dims: Vec<Option<String>>,
 }
 
 /// The arguments of `@verify.numerics(stable=..., bounded=[lo, hi], allow_nonfinite=...)`,
@@ -260,6 +269,7 @@ fn signature_cycle(db: &dyn Db, _id: salsa::Id, key: FnKey<'_>) -> Arc<Signature
             keyword_only: p.keyword_only,
             range: p.range,
             name_range: p.name_range,
+            sharding: None,
         })
         .collect();
     let diagnostics = def.iter().map(|d| self_reference(d.name_range, key.name(db))).collect();

@@ -3,5 +3,6 @@
 //! for them (`cost`); see `docs/mesh.md`.
 
 pub mod cost;
+pub mod function;
 pub mod insert;
 pub mod propagate;

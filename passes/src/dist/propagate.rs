@@ -260,7 +260,7 @@ impl Propagator<'_> {
         if tensors.is_empty() && op.kind != OpKind::Return {
             return; // results replicated (the default)
         }
-        let name = op.kind.name();
+        let name = op_label(op.kind);
         let result = |p: &Self| op.results.first().and_then(|&r| p.rank(r));
         match op.kind {
             // A dim's size is the global one whatever the layout: nothing moves.
@@ -328,7 +328,7 @@ impl Propagator<'_> {
 
     /// Whole operands, replicated results.
     fn fallback(&mut self, id: OpId, ops: &mut Operands, tensors: &[usize]) {
-        let name = self.f.op(id).kind.name();
+        let name = op_label(self.f.op(id).kind);
         for &i in tensors {
             self.whole(id, ops, i, &format!("`{name}` has no sharding rule: it takes whole operands"));
         }
@@ -363,7 +363,7 @@ impl Propagator<'_> {
             OpKind::Cast if widening(self) && sums(partial[0]) => Some(partial[0]),
             _ => None,
         };
-        let name = op.kind.name();
+        let name = op_label(op.kind);
         for &i in &partial {
             if Some(i) != keep {
                 self.reduce(id, ops, i, &format!("`{name}` is not linear in this operand"));
@@ -516,7 +516,7 @@ impl Propagator<'_> {
         };
         let mut dims: Vec<Option<SmolStr>> = vec![None; dst.dims.len()];
         let offset = dst.dims.len() as i64 - src.dims.len() as i64;
-        let name = op.kind.name();
+        let name = op_label(op.kind);
         for (d, axis) in s.dims.iter().enumerate() {
             let Some(axis) = axis else { continue };
             let target = match op.kind {
@@ -616,5 +616,18 @@ fn bucketize(out: &mut Propagation, f: &Func, value_bytes: &dyn Fn(ValueId) -> O
                 next += 1;
             }
         }
+    }
+}
+
+/// How diagnostics name an op: the operator or function the user wrote.
+fn op_label(kind: OpKind) -> &'static str {
+    match kind {
+        OpKind::Add => "+",
+        OpKind::Sub => "-",
+        OpKind::Mul => "*",
+        OpKind::Div => "/",
+        OpKind::MatMul => "matmul",
+        OpKind::Select => "where",
+        k => k.name().split_once('.').map_or(k.name(), |(_, n)| n),
     }
 }

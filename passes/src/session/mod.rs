@@ -242,7 +242,12 @@ impl<'db> Analysis<'db> {
             }
             let graph =
                 crate::queries::graph_ir(db, f.key).clone().map_err(|e| SessionError::lowering(f.anchor, &e))?;
-            let (config, assumed) = crate::config::config_for(&graph, schedule, &dims);
+            let (mut config, assumed) = crate::config::config_for(&graph, schedule, &dims);
+            // A graph function specializes no tile dims; the dims given still size its
+            // collectives and buffers.
+            if graph.kind == crate::ir::FuncKind::Graph {
+                config.shapes.extend(dims);
+            }
             Ok(Configured { config, assumed, space: declared.space.clone(), auto: declared.auto, symbols, rejected })
         });
         computed?

@@ -400,6 +400,14 @@ fn policy(cx: &mut Infer, e: ExprId) -> Option<(Policy, TextRange)> {
                 _ => Policy::RollingWindow,
             }
         }
+        "shard" => {
+            cx.error(
+                Code::E0402,
+                range,
+                "`@shard(mesh, ...)` lays out a parameter of a @jit function: write it last in the parameter's annotation",
+            );
+            return None;
+        }
         _ => {
             let mut d =
                 Diagnostic::new(Code::E0402, cx.range(name_expr), format!("unknown policy `@{}`", path.join(".")))

@@ -17,6 +17,7 @@ use crate::syntax::ast::*;
 use crate::text::TextRange;
 
 mod annotation;
+mod shard;
 mod space_chain;
 
 use annotation::is_tessera_alias;
@@ -139,8 +140,13 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionDef, info: 
     let mut params = Vec::new();
     let mut symbols: Vec<String> = Vec::new();
     for p in &ast.params {
+        let mut sharding = None;
         let ty = match p.annotation {
-            Some(a) => annotation_type(&mut cx, a),
+            Some(a) => {
+                let (ty, s) = shard::param_annotation(&mut cx, a, kind == FunctionKind::Graph);
+                sharding = s;
+                ty
+            }
             None => {
                 if kind != FunctionKind::Helper {
                     cx.push(
@@ -212,6 +218,7 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionDef, info: 
             keyword_only: p.keyword_only,
             range: p.range,
             name_range: p.name_range,
+            sharding,
         });
     }
     let ret = ast.return_type.map(|r| {

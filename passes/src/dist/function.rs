@@ -1,0 +1,101 @@
+//! A graph function's shardings, from its parameters' `@shard(mesh, ...)`, and its Graph
+//! IR with the collectives they imply: what `tessera lower --stage graph` and
+//! `tessera check` show for a sharded function.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use smol_str::SmolStr;
+use tessera_frontend::check::fn_signature;
+use tessera_frontend::diagnostics::{Code, Diagnostic};
+use tessera_frontend::FnKey;
+
+use super::insert::{insert_collectives, MeshAxes};
+use super::propagate::{propagate, Propagation, Sharding};
+use crate::error::LowerError;
+use crate::ir::{Func, Origin, Type, ValueId};
+use crate::queries::graph_ir;
+use tessera_frontend::db::Db;
+
+/// The mesh and the per-parameter shardings of Graph IR's parameters, when any
+/// parameter of the function has `@shard`. Graph IR's parameters are matched to the
+/// signature's by name (a KV cache or optimizer state parameter expands to several,
+/// none of them sharded).
+pub fn parameter_shardings(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    graph: &Func,
+) -> Result<Option<(MeshAxes, Vec<Option<Sharding>>)>, LowerError> {
+    let signature = fn_signature(db, key);
+    let sharded: Vec<_> = signature.params.iter().filter(|p| p.sharding.is_some()).collect();
+    let Some(first) = sharded.first() else { return Ok(None) };
+    let mesh = first.sharding.as_ref().expect("filtered").mesh.clone();
+    if let Some(other) = sharded.iter().find(|p| p.sharding.as_ref().is_some_and(|s| s.mesh != mesh)) {
+        return Err(LowerError {
+            message: format!(
+                "parameters `{}` and `{}` are sharded over different meshes; one function runs on one mesh",
+                first.name, other.name
+            ),
+            range: other.range,
+        });
+    }
+    let axes = MeshAxes(mesh.axes.iter().zip(&mesh.shape).map(|(a, &s)| (SmolStr::new(a), s as usize)).collect());
+    let params = graph
+        .params
+        .iter()
+        .map(|&v| {
+            let name = graph.values[v.0 as usize].name.as_deref()?;
+            let p = signature.params.iter().find(|p| p.name == name)?;
+            let s = p.sharding.as_ref()?;
+            Some(Sharding::split(&s.dims.iter().map(|d| d.as_deref()).collect::<Vec<_>>()))
+        })
+        .collect();
+    Ok(Some((axes, params)))
+}
+
+/// The function's Graph IR with its collectives (itself when no parameter is sharded),
+/// and the propagation behind it. `dims` gives sizes for the collectives' bytes.
+pub fn graph_with_collectives(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    dims: &BTreeMap<String, i64>,
+) -> Result<(Arc<Func>, Option<Propagation>), LowerError> {
+    let graph = graph_ir(db, key).clone()?;
+    let Some((mesh, params)) = parameter_shardings(db, key, &graph)? else { return Ok((graph, None)) };
+    let bytes = |v: ValueId| value_bytes(&graph, v, dims);
+    let propagation = propagate(&graph, &params, &bytes);
+    let with = insert_collectives(&graph, &propagation, &mesh, &bytes);
+    Ok((Arc::new(with), Some(propagation)))
+}
+
+/// E0314 for each conflict of a sharded function, item-relative: at the op when it
+/// comes from the function's own body, else at the function's name.
+pub fn sharding_diagnostics(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
+    if fn_signature(db, key).params.iter().all(|p| p.sharding.is_none()) {
+        return Vec::new();
+    }
+    let Ok((graph, Some(p))) = graph_with_collectives(db, key, &BTreeMap::new()) else { return Vec::new() };
+    let name = key.name(db);
+    let fallback = tessera_frontend::db::function_def(db, key).as_ref().map(|d| d.name_range).unwrap_or_default();
+    let mut out: Vec<Diagnostic> = Vec::new();
+    for c in &p.conflicts {
+        let loc = &graph.op(c.op).loc;
+        let at = match &loc.origin {
+            Origin::Function(f) if f == name => loc.range,
+            _ => fallback,
+        };
+        if out.iter().any(|d| d.range == at && d.message == c.message) {
+            continue;
+        }
+        out.push(Diagnostic::new(Code::E0314, at, c.message.clone()).with_note(
+            "split the operands the same way, or give one of them whole: no re-layout is inserted silently",
+        ));
+    }
+    out
+}
+
+fn value_bytes(graph: &Func, v: ValueId, dims: &BTreeMap<String, i64>) -> Option<u64> {
+    let Type::Tensor(t) = graph.ty(v) else { return None };
+    let n: Option<i64> = t.dims.iter().map(|d| d.eval(&|s| dims.get(s).copied())).product();
+    n.map(|n| n.max(0) as u64 * u64::from(t.dtype.bytes()))
+}
