@@ -3,9 +3,10 @@
 //! not differentiate through such a call.
 //!
 //! A parameter is *written* when the kernel's body stores into it: `P[...] = v`,
-//! `P[...] += v` or `tile.store(P[...], v)` with `P` the parameter itself. The rule is
-//! syntactic (no alias analysis), and the graph lowering asks the same function, so the
-//! checked type of a call and its Graph IR always agree.
+//! `P[...] += v` or `tile.store(P[...], v)` with `P` the parameter itself or a local
+//! assigned the parameter whole (`out = P`, through at most 8 locals). The rule is
+//! syntactic, and the graph lowering asks the same function, so the checked type of a
+//! call and its Graph IR always agree.
 
 use std::collections::BTreeMap;
 
@@ -60,21 +61,41 @@ pub fn stdlib_instance(db: &dyn Db, kernel: &str, dtype: DType) -> Option<Source
 /// The indices (in signature order) of the parameters a kernel's body stores into.
 pub fn kernel_written_params(def: &FunctionDef, inf: &Inference) -> Vec<usize> {
     let arena = &def.arena;
-    // The parameter a store target names: `P`, `P[...]`, `(P[...])`.
-    let param_of = |mut e: ExprId| -> Option<usize> {
-        loop {
-            match arena.expr(e) {
-                Expr::Subscript { value, .. } => e = *value,
-                Expr::Paren(inner) => e = *inner,
-                Expr::Name(_) => {
-                    return match inf.resolution(e) {
-                        Some(Resolution::Param(i)) => Some(*i as usize),
-                        _ => None,
-                    }
-                }
-                _ => return None,
+    // What each local is assigned (`o = Y[m0:m0 + BM]`): a store through it stores into
+    // the parameter its value names.
+    let mut assigned: Vec<(u32, ExprId)> = Vec::new();
+    for stmt in &arena.stmts {
+        if let Stmt::Assign { target, value, .. } = stmt {
+            if let (Expr::Name(_), Some(Resolution::Local(l))) = (arena.expr(*target), inf.resolution(*target)) {
+                assigned.push((*l, *value));
             }
         }
+    }
+    // The parameter a store target names: `P`, `P[...]`, `(P[...])`, with `P` the
+    // parameter or a local assigned it whole (`out = P`, through at most 8 locals; a
+    // local holding a slice is a view the kernel references do not store through).
+    let param_of = |e: ExprId| -> Option<usize> {
+        let mut todo = vec![(e, 0u32)];
+        while let Some((mut e, depth)) = todo.pop() {
+            loop {
+                match arena.expr(e) {
+                    Expr::Subscript { value, .. } if depth == 0 => e = *value,
+                    Expr::Paren(inner) => e = *inner,
+                    Expr::Name(_) => {
+                        match inf.resolution(e) {
+                            Some(Resolution::Param(i)) => return Some(*i as usize),
+                            Some(Resolution::Local(l)) if depth < 8 => {
+                                todo.extend(assigned.iter().filter(|(a, _)| a == l).map(|(_, v)| (*v, depth + 1)));
+                            }
+                            _ => {}
+                        }
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        None
     };
     let mut written = Vec::new();
     for stmt in &arena.stmts {
