@@ -111,6 +111,19 @@ pub fn all_reduce<T: Element>(
     algorithm: Algorithm,
     net: &mut Network,
 ) -> Result<(), String> {
+    all_reduce_with(bufs, mesh, axis, algorithm, net, |a, b| a + b)
+}
+
+/// [`all_reduce`] with another combining function (max, min), applied in the same
+/// order as the sum.
+pub fn all_reduce_with<T: Element>(
+    bufs: &mut [Vec<T>],
+    mesh: &Mesh,
+    axis: usize,
+    algorithm: Algorithm,
+    net: &mut Network,
+    combine: impl Fn(T, T) -> T + Copy,
+) -> Result<(), String> {
     check_devices(bufs, mesh, net)?;
     let groups = groups_of(bufs, mesh, axis, "all_reduce")?;
     let p = mesh.axis_size(axis);
@@ -118,7 +131,7 @@ pub fn all_reduce<T: Element>(
         _ if p == 1 => {}
         Algorithm::Local => return Err(format!("a local all_reduce over an axis of {p} devices")),
         Algorithm::Ring => {
-            ring_reduce_scatter(bufs, &groups, net);
+            ring_reduce_scatter(bufs, &groups, net, combine);
             ring_all_gather(bufs, &groups, net);
         }
         Algorithm::Tree => {
@@ -136,7 +149,7 @@ pub fn all_reduce<T: Element>(
                         }
                     }
                 };
-                step(bufs, net, sends, |buf, _, data| buf.iter_mut().zip(data).for_each(|(a, b)| *a = *a + b));
+                step(bufs, net, sends, |buf, _, data| buf.iter_mut().zip(data).for_each(|(a, b)| *a = combine(*a, b)));
             }
             // Broadcast, the same tree top-down.
             for k in (0..depth).rev() {
@@ -160,7 +173,12 @@ pub fn all_reduce<T: Element>(
 /// Ring reduce-scatter in place: at step s position i sends chunk i−1−s to position
 /// i+1, which adds it to its own copy; after p−1 steps position i holds the whole sum
 /// of chunk i (its other chunks hold partial sums).
-fn ring_reduce_scatter<T: Element>(bufs: &mut [Vec<T>], groups: &[Vec<usize>], net: &mut Network) {
+fn ring_reduce_scatter<T: Element>(
+    bufs: &mut [Vec<T>],
+    groups: &[Vec<usize>],
+    net: &mut Network,
+    combine: impl Fn(T, T) -> T + Copy,
+) {
     let p = groups[0].len();
     for s in 0..p - 1 {
         let sends = |bufs: &[Vec<T>], send: &mut dyn FnMut(usize, Message<T>)| {
@@ -174,7 +192,7 @@ fn ring_reduce_scatter<T: Element>(bufs: &mut [Vec<T>], groups: &[Vec<usize>], n
         };
         step(bufs, net, sends, |buf, c, data| {
             let range = chunk(buf.len(), p, c);
-            buf[range].iter_mut().zip(data).for_each(|(a, b)| *a = *a + b);
+            buf[range].iter_mut().zip(data).for_each(|(a, b)| *a = combine(*a, b));
         });
     }
 }
@@ -230,7 +248,7 @@ pub fn reduce_scatter<T: Element>(
     let groups = groups_of(bufs, mesh, axis, "reduce_scatter")?;
     let p = mesh.axis_size(axis);
     if p > 1 {
-        ring_reduce_scatter(bufs, &groups, net);
+        ring_reduce_scatter(bufs, &groups, net, |a, b| a + b);
     }
     for g in &groups {
         for (i, &r) in g.iter().enumerate() {

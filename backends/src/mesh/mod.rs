@@ -6,7 +6,7 @@
 
 pub mod collectives;
 
-pub use collectives::{all_gather, all_reduce, all_to_all, reduce_scatter, Element, Network};
+pub use collectives::{all_gather, all_reduce, all_reduce_with, all_to_all, reduce_scatter, Element, Network};
 
 /// A mesh of devices with named axes; ranks are row-major (the last axis varies
 /// fastest), as `dist.mesh(axes=("dp", "tp"), shape=(4, 2))` numbers its devices.

@@ -10,12 +10,15 @@ use tessera_frontend::check::fn_signature;
 use tessera_frontend::diagnostics::{Code, Diagnostic};
 use tessera_frontend::FnKey;
 
-use super::insert::{insert_collectives, MeshAxes};
+use super::insert::{insert_collectives, insert_with_shardings, Inserted, MeshAxes};
 use super::propagate::{propagate, Propagation, Sharding};
 use crate::error::LowerError;
 use crate::ir::{Func, Origin, Type, ValueId};
 use crate::queries::graph_ir;
 use tessera_frontend::db::Db;
+
+/// A function's mesh and the sharding of each Graph IR parameter (`None`: replicated).
+pub type ParameterShardings = (MeshAxes, Vec<Option<Sharding>>);
 
 /// The mesh and the per-parameter shardings of Graph IR's parameters, when any
 /// parameter of the function has `@shard`. Graph IR's parameters are matched to the
@@ -25,7 +28,7 @@ pub fn parameter_shardings(
     db: &dyn Db,
     key: FnKey<'_>,
     graph: &Func,
-) -> Result<Option<(MeshAxes, Vec<Option<Sharding>>)>, LowerError> {
+) -> Result<Option<ParameterShardings>, LowerError> {
     let signature = fn_signature(db, key);
     let sharded: Vec<_> = signature.params.iter().filter(|p| p.sharding.is_some()).collect();
     let Some(first) = sharded.first() else { return Ok(None) };
@@ -66,6 +69,28 @@ pub fn graph_with_collectives(
     let propagation = propagate(&graph, &params, &bytes);
     let with = insert_collectives(&graph, &propagation, &mesh, &bytes);
     Ok((Arc::new(with), Some(propagation)))
+}
+
+/// A sharded function as the mesh runs it.
+pub struct ShardedProgram {
+    /// Graph IR with its collectives, and every value's sharding.
+    pub inserted: Inserted,
+    pub mesh: MeshAxes,
+    pub propagation: Propagation,
+}
+
+/// The function as the mesh runs it (`None` when no parameter is sharded).
+pub fn sharded_program(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    dims: &BTreeMap<String, i64>,
+) -> Result<Option<ShardedProgram>, LowerError> {
+    let graph = graph_ir(db, key).clone()?;
+    let Some((mesh, params)) = parameter_shardings(db, key, &graph)? else { return Ok(None) };
+    let bytes = |v: ValueId| value_bytes(&graph, v, dims);
+    let propagation = propagate(&graph, &params, &bytes);
+    let inserted = insert_with_shardings(&graph, &propagation, &mesh, &bytes);
+    Ok(Some(ShardedProgram { inserted, mesh, propagation }))
 }
 
 /// E0314 for each conflict of a sharded function, item-relative: at the op when it

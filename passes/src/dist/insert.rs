@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use smol_str::SmolStr;
 
 use super::cost::{self, Collective, Link, DEVICES_PER_NODE};
-use super::propagate::Propagation;
+use super::propagate::{Propagation, Sharding};
 use crate::ir::{Attr, Func, Op, OpId, OpKind, Region, Type, ValueId};
 
 /// A mesh's axes and sizes, row-major (the last axis varies fastest).
@@ -33,6 +33,14 @@ impl MeshAxes {
     }
 }
 
+/// Graph IR with its collectives, and the sharding of each of its values (the
+/// collectives' results included).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Inserted {
+    pub func: Func,
+    pub shardings: Vec<Option<Sharding>>,
+}
+
 /// `f` with the collectives of `p` inserted. `value_bytes` gives a value's global size.
 pub fn insert_collectives(
     f: &Func,
@@ -40,7 +48,18 @@ pub fn insert_collectives(
     mesh: &MeshAxes,
     value_bytes: &dyn Fn(ValueId) -> Option<u64>,
 ) -> Func {
+    insert_with_shardings(f, p, mesh, value_bytes).func
+}
+
+/// [`insert_collectives`], with every value's sharding.
+pub fn insert_with_shardings(
+    f: &Func,
+    p: &Propagation,
+    mesh: &MeshAxes,
+    value_bytes: &dyn Fn(ValueId) -> Option<u64>,
+) -> Inserted {
     let mut out = f.clone();
+    let mut shardings = p.shardings.clone();
     let mut uses: HashMap<(OpId, usize), Vec<usize>> = HashMap::new();
     for &(op, operand, index) in &p.uses {
         uses.entry((op, operand)).or_default().push(index);
@@ -94,6 +113,11 @@ pub fn insert_collectives(
                 }
                 body.push(new_op);
                 for (&(i, _), &r) in members.iter().zip(&results) {
+                    let reduced = shardings.get(operands[i].0 as usize).cloned().flatten().map(|mut s| {
+                        s.partial.retain(|(a, _)| *a != first.axis);
+                        s
+                    });
+                    set_sharding(&mut shardings, r, reduced);
                     operands[i] = r;
                 }
             }
@@ -131,6 +155,18 @@ pub fn insert_collectives(
                     renamed_token.insert(old, new);
                 }
                 body.push(new_op);
+                let after = shardings.get(input.0 as usize).cloned().flatten().map(|mut s| {
+                    match n.kind {
+                        Collective::AllGather => {
+                            if let Some(d) = n.dim.and_then(|d| s.dims.get_mut(d)) {
+                                *d = None;
+                            }
+                        }
+                        _ => s.partial.retain(|(a, c)| !(*a == n.axis && *c == n.combine)),
+                    }
+                    s
+                });
+                set_sharding(&mut shardings, result, after);
                 done.insert((input, c), result);
                 *slot = result;
             }
@@ -143,7 +179,15 @@ pub fn insert_collectives(
         body.push(id);
     }
     out.body = Region { args: f.body.args.clone(), ops: body };
-    out
+    shardings.resize(out.values.len(), None);
+    Inserted { func: out, shardings }
+}
+
+fn set_sharding(shardings: &mut Vec<Option<Sharding>>, v: ValueId, s: Option<Sharding>) {
+    if shardings.len() <= v.0 as usize {
+        shardings.resize(v.0 as usize + 1, None);
+    }
+    shardings[v.0 as usize] = s;
 }
 
 /// Follows the token renames to the newest token.

@@ -1,0 +1,460 @@
+//! A graph function on the simulated mesh: each device runs the Graph IR on its own
+//! shards (values of their local shapes), op by op in lock-step with the others, and
+//! the collectives that sharding propagation inserted move real data between the
+//! devices through `crate::mesh` (ring or tree, as the op's cost estimate chose).
+//!
+//! What each device does differently from a single-device run:
+//! - its parameters are its blocks of the arguments (a split dim holds the device's
+//!   block along its mesh axis);
+//! - an operand whose dim is whole where the op's result is split is sliced to the
+//!   device's block first (free: no data moves, as in GSPMD);
+//! - `tile.dim` gives the global size, and `mean` over a split dim divides by the global
+//!   count (its result is a partial sum);
+//! - `dist.all_gather` and `dist.all_reduce` run across the devices of each group.
+//!
+//! The results are assembled from the devices' blocks into global tensors.
+
+use std::collections::BTreeMap;
+
+use tessera_frontend::check::Dim;
+use tessera_passes::dist::cost::{self, Algorithm, Collective};
+use tessera_passes::dist::insert::MeshAxes;
+use tessera_passes::dist::propagate::{Combine, Sharding};
+use tessera_passes::ir::{Func, Op, OpId, OpKind, Type, ValueId};
+
+use super::super::values::{numel, row_major_strides, Tensor, Val};
+use super::super::{GraphArg, R};
+use super::{bind_params, eval_dims, Machine};
+use crate::interp::InterpError;
+use crate::mesh::{all_gather, all_reduce_with, Mesh, Network};
+
+/// What a mesh run gives: the global results and what moved between the devices.
+pub struct MeshRun {
+    pub results: Vec<GraphArg>,
+    pub network: Network,
+}
+
+/// Runs `func` (Graph IR with its collectives, `shardings` for each of its values) on
+/// the devices of `mesh`, with global `args`; `exact` as the f64 reference.
+pub fn run_graph_on_mesh(
+    func: &Func,
+    shardings: &[Option<Sharding>],
+    mesh: &MeshAxes,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    exact: bool,
+) -> Result<MeshRun, InterpError> {
+    let devices =
+        Mesh::new(&mesh.0.iter().map(|(a, s)| (a.as_str(), *s)).collect::<Vec<_>>()).map_err(InterpError::new)?;
+    let (params, symbols) = bind_params(func, args, dims)?;
+    let layout = Layout { func, shardings, devices: &devices, symbols: &symbols };
+    let local = layout.local_func()?;
+    let n = devices.devices();
+    let mut machines: Vec<Machine> = (0..n)
+        .map(|_| Machine {
+            func: &local,
+            vals: vec![None; local.values.len()],
+            symbols: symbols.clone(),
+            seed,
+            exact,
+            kernels: None,
+        })
+        .collect();
+    for (&p, v) in func.params.iter().zip(&params) {
+        for (rank, m) in machines.iter_mut().enumerate() {
+            m.vals[p.0 as usize] = Some(layout.block_of(p, v, rank)?);
+        }
+    }
+    let mut network = Network::new(n);
+    for &id in &func.body.ops {
+        let op = func.op(id);
+        match op.kind {
+            OpKind::Return => {
+                let results =
+                    op.operands.iter().map(|&v| layout.assemble(id, v, &machines)).collect::<Result<Vec<_>, _>>()?;
+                return Ok(MeshRun { results, network });
+            }
+            OpKind::AllGather | OpKind::AllReduce => layout.collective(id, op, &mut machines, &mut network)?,
+            OpKind::Random | OpKind::Dropout | OpKind::CallKernel | OpKind::CacheAppend | OpKind::CachePrune => {
+                return Err(InterpError::at_op(func, id, format!("`{}` does not run on a mesh yet", op.kind.name())))
+            }
+            _ if !op.regions.is_empty() => {
+                return Err(InterpError::at_op(func, id, "ops with regions do not run on a mesh yet".into()))
+            }
+            _ => {
+                for (rank, m) in machines.iter_mut().enumerate() {
+                    let results = layout.device_op(id, op, m, rank)?;
+                    for (&r, v) in op.results.iter().zip(results) {
+                        m.vals[r.0 as usize] = Some(v);
+                    }
+                }
+            }
+        }
+    }
+    Err(InterpError::new(format!("`{}` has no func.return", func.name)))
+}
+
+struct Layout<'a> {
+    func: &'a Func,
+    shardings: &'a [Option<Sharding>],
+    devices: &'a Mesh,
+    symbols: &'a BTreeMap<String, i64>,
+}
+
+impl Layout<'_> {
+    fn sharding(&self, v: ValueId) -> Option<&Sharding> {
+        self.shardings.get(v.0 as usize).and_then(Option::as_ref)
+    }
+
+    fn axis(&self, id: OpId, name: &str) -> R<usize> {
+        self.devices
+            .axis(name)
+            .ok_or_else(|| InterpError::at_op(self.func, id, format!("the mesh has no axis `{name}`")))
+    }
+
+    fn global_dims(&self, v: ValueId) -> Option<Vec<usize>> {
+        match self.func.ty(v) {
+            Type::Tensor(t) => eval_dims(&t.dims, self.symbols),
+            _ => None,
+        }
+    }
+
+    /// Each split dim's (dim, mesh axis index, parts).
+    fn splits(&self, s: &Sharding) -> R<Vec<(usize, usize, usize)>> {
+        let mut out = Vec::new();
+        for (d, axis) in s.dims.iter().enumerate() {
+            if let Some(a) = axis {
+                let i = self.devices.axis(a).ok_or_else(|| InterpError::new(format!("the mesh has no axis `{a}`")))?;
+                out.push((d, i, self.devices.axis_size(i)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The function with every tensor value's type at its local, concrete dims.
+    fn local_func(&self) -> R<Func> {
+        let mut local = self.func.clone();
+        for (i, info) in local.values.iter_mut().enumerate() {
+            let Type::Tensor(t) = &mut info.ty else { continue };
+            let v = ValueId(i as u32);
+            let Some(mut dims) = eval_dims(&t.dims, self.symbols) else { continue };
+            if let Some(s) = self.sharding(v) {
+                for (d, _, parts) in self.splits(s)? {
+                    if dims[d] % parts != 0 {
+                        return Err(InterpError::new(format!(
+                            "dim {d} of %{i} has {} elements, which do not split over {parts} devices (E0312)",
+                            dims[d]
+                        )));
+                    }
+                    dims[d] /= parts;
+                }
+            }
+            t.dims = dims.iter().map(|&x| Dim::constant(x as i64)).collect();
+        }
+        Ok(local)
+    }
+
+    /// Device `rank`'s block of a whole value `v` laid out as `v`'s sharding says.
+    fn block_of(&self, v: ValueId, val: &Val, rank: usize) -> R<Val> {
+        let (Val::Tensor(t), Some(s)) = (val, self.sharding(v)) else { return Ok(val.clone()) };
+        let coords = self.devices.coords(rank);
+        let mut t = t.clone();
+        for (d, axis, parts) in self.splits(s)? {
+            t = take_block(&t, d, parts, coords[axis]);
+        }
+        Ok(Val::Tensor(t))
+    }
+
+    /// One op on one device, its operands sliced where the op's result is split and
+    /// they are whole.
+    fn device_op(&self, id: OpId, op: &Op, m: &mut Machine, rank: usize) -> R<Vec<Val>> {
+        if op.kind == OpKind::TensorDim {
+            let global = self.global_dims(op.operands[0]).unwrap_or_default();
+            let axis = op.int_attr("axis").unwrap_or(0).rem_euclid(global.len().max(1) as i64) as usize;
+            return Ok(vec![Val::Index(global.get(axis).copied().unwrap_or(0) as i64)]);
+        }
+        if op.kind == OpKind::FlashAttention
+            && op.attr("causal") == Some(&tessera_passes::ir::Attr::Bool(true))
+            && op
+                .results
+                .first()
+                .and_then(|&r| self.sharding(r))
+                .is_some_and(|s| s.dims.get(2).is_some_and(Option::is_some))
+        {
+            return Err(InterpError::at_op(
+                self.func,
+                id,
+                "causal attention with the queries split over the mesh does not run on a mesh yet".into(),
+            ));
+        }
+        let coords = self.devices.coords(rank);
+        let mut saved = Vec::new();
+        for (i, slices) in self.operand_slices(op)?.into_iter().enumerate() {
+            if slices.is_empty() {
+                continue;
+            }
+            let v = op.operands[i];
+            let Some(Val::Tensor(t)) = m.vals[v.0 as usize].clone() else { continue };
+            let mut sliced = t.clone();
+            for (d, axis, parts) in slices {
+                sliced = take_block(&sliced, d, parts, coords[axis]);
+            }
+            saved.push((v, m.vals[v.0 as usize].replace(Val::Tensor(sliced))));
+        }
+        let result = m.op(id, op);
+        for (v, old) in saved.into_iter().rev() {
+            m.vals[v.0 as usize] = old;
+        }
+        let mut results = result?;
+        // `mean` over split dims: each device's term of the sum is its local sum over
+        // the global count.
+        if op.kind == OpKind::GReduce && op.str_attr("kind") == Some("mean") {
+            let parts = self.reduced_split_parts(op)?;
+            if parts > 1 {
+                if let Some(Val::Tensor(t)) = results.first_mut() {
+                    for x in &mut t.data {
+                        *x /= parts as f64;
+                    }
+                    *t = rounded(t);
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    fn reduced_split_parts(&self, op: &Op) -> R<usize> {
+        let Some(s) = self.sharding(op.operands[0]) else { return Ok(1) };
+        let axes: Vec<usize> = match op.attr("axes") {
+            Some(tessera_passes::ir::Attr::Ints(a)) => a.iter().map(|&x| x as usize).collect(),
+            _ => (0..s.dims.len()).collect(),
+        };
+        Ok(self.splits(s)?.iter().filter(|(d, _, _)| axes.contains(d)).map(|(_, _, p)| p).product())
+    }
+
+    /// Per operand, the (dim, axis, parts) to slice it by: where it is whole but the op
+    /// computes on blocks.
+    fn operand_slices(&self, op: &Op) -> R<Vec<Vec<(usize, usize, usize)>>> {
+        let mut out = vec![Vec::new(); op.operands.len()];
+        let Some(result) = op.results.first().and_then(|&r| self.sharding(r)) else { return Ok(out) };
+        let operand = |i: usize| self.sharding(op.operands[i]).cloned();
+        let axis_parts = |a: &str| -> R<(usize, usize)> {
+            let i = self.devices.axis(a).ok_or_else(|| InterpError::new(format!("the mesh has no axis `{a}`")))?;
+            Ok((i, self.devices.axis_size(i)))
+        };
+        let elementwise = op.kind.is_elementwise() || matches!(op.kind, OpKind::Select);
+        if elementwise {
+            for (i, slot) in out.iter_mut().enumerate() {
+                let Some(s) = operand(i) else { continue };
+                if s.dims.len() != result.dims.len() {
+                    continue;
+                }
+                for (d, (mine, want)) in s.dims.iter().zip(&result.dims).enumerate() {
+                    if let (None, Some(a)) = (mine, want) {
+                        let (axis, parts) = axis_parts(a)?;
+                        slot.push((d, axis, parts));
+                    }
+                }
+            }
+        } else if op.kind == OpKind::MatMul && op.operands.len() >= 2 {
+            let (Some(a), Some(b)) = (operand(0), operand(1)) else { return Ok(out) };
+            let (ra, rb, rank) = (a.dims.len(), b.dims.len(), result.dims.len());
+            // Batch, M and N dims follow the result; K follows the other operand.
+            for (i, s, r) in [(0, &a, ra), (1, &b, rb)] {
+                for d in 0..r {
+                    let want = if d + 2 >= r {
+                        let is_k = (i == 0 && d == r - 1) || (i == 1 && d == r - 2);
+                        if is_k {
+                            let other = if i == 0 { &b.dims[rb - 2] } else { &a.dims[ra - 1] };
+                            other.clone()
+                        } else if i == 0 {
+                            result.dims[rank - 2].clone()
+                        } else {
+                            result.dims[rank - 1].clone()
+                        }
+                    } else {
+                        (d + rank).checked_sub(r).and_then(|x| result.dims[x].clone())
+                    };
+                    if let (None, Some(axis)) = (&s.dims[d], want) {
+                        let (ax, parts) = axis_parts(&axis)?;
+                        out[i].push((d, ax, parts));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A `dist.all_gather` or `dist.all_reduce` across the devices of each group.
+    fn collective(&self, id: OpId, op: &Op, machines: &mut [Machine], net: &mut Network) -> R<()> {
+        let err = |m: String| InterpError::at_op(self.func, id, m);
+        let axis_name = op.str_attr("axis").ok_or_else(|| err("a collective without `axis`".into()))?;
+        let axis = self.axis(id, axis_name)?;
+        let tensors: Vec<usize> =
+            (0..op.operands.len()).filter(|&i| !matches!(self.func.ty(op.operands[i]), Type::Token)).collect();
+        for &i in &tensors {
+            let v = op.operands[i];
+            let mut locals: Vec<Tensor> = machines
+                .iter()
+                .map(|m| match &m.vals[v.0 as usize] {
+                    Some(Val::Tensor(t)) => Ok(t.clone()),
+                    other => Err(err(format!("a collective of {:?}", other.as_ref().map(Val::describe)))),
+                })
+                .collect::<R<_>>()?;
+            let dtype = locals[0].dtype;
+            let out: Vec<Tensor> = if op.kind == OpKind::AllGather {
+                let d = op.int_attr("dim").unwrap_or(0) as usize;
+                let before = locals[0].dims.clone();
+                let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
+                all_gather(&mut bufs, self.devices, axis, net).map_err(err)?;
+                let parts = self.devices.axis_size(axis);
+                let mut front = before.clone();
+                front.remove(d);
+                front.insert(0, before[d] * parts);
+                bufs.into_iter().map(|data| move_from_front(&Tensor { dtype, dims: front.clone(), data }, d)).collect()
+            } else {
+                let combine = match op.str_attr("combine") {
+                    Some("max") => Combine::Max,
+                    Some("min") => Combine::Min,
+                    _ => Combine::Sum,
+                };
+                let algorithm = match op.str_attr("algorithm") {
+                    Some("tree") => Algorithm::Tree,
+                    Some("ring") => Algorithm::Ring,
+                    _ => {
+                        let bytes = numel(&locals[0].dims) as u64 * u64::from(dtype.bytes());
+                        let link = cost::LINKS[0];
+                        cost::estimate(Collective::AllReduce, bytes, self.devices.axis_size(axis), link).algorithm
+                    }
+                };
+                let mut bufs: Vec<Vec<f64>> = locals.iter_mut().map(|t| std::mem::take(&mut t.data)).collect();
+                let f = match combine {
+                    Combine::Sum => |a: f64, b: f64| a + b,
+                    Combine::Max => f64::max,
+                    Combine::Min => f64::min,
+                };
+                all_reduce_with(&mut bufs, self.devices, axis, algorithm, net, f).map_err(err)?;
+                locals
+                    .iter()
+                    .zip(bufs)
+                    .map(|(t, data)| rounded(&Tensor { dtype, dims: t.dims.clone(), data }))
+                    .collect()
+            };
+            let r = op.results[i];
+            for (m, t) in machines.iter_mut().zip(out) {
+                m.vals[r.0 as usize] = Some(Val::Tensor(t));
+            }
+        }
+        for (i, &r) in op.results.iter().enumerate() {
+            if !tensors.contains(&i) {
+                for m in machines.iter_mut() {
+                    m.vals[r.0 as usize] = Some(Val::Token);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The global value of `v` from the devices' blocks.
+    fn assemble(&self, id: OpId, v: ValueId, machines: &[Machine]) -> R<GraphArg> {
+        let first = machines[0].vals[v.0 as usize]
+            .as_ref()
+            .ok_or_else(|| InterpError::at_op(self.func, id, "an undefined result".into()))?;
+        let (Val::Tensor(t0), Some(s)) = (first, self.sharding(v)) else {
+            return first.to_arg().ok_or_else(|| InterpError::at_op(self.func, id, "a token result".into()));
+        };
+        if !s.partial.is_empty() {
+            return Err(InterpError::at_op(self.func, id, "a partial result was not all-reduced".into()));
+        }
+        let splits = self.splits(s)?;
+        if splits.is_empty() {
+            return Ok(Val::Tensor(t0.clone()).to_arg().expect("a tensor"));
+        }
+        let global =
+            self.global_dims(v).ok_or_else(|| InterpError::at_op(self.func, id, "a result of unknown size".into()))?;
+        let mut out = Tensor { dtype: t0.dtype, dims: global.clone(), data: vec![0.0; numel(&global)] };
+        for (rank, m) in machines.iter().enumerate() {
+            let Some(Val::Tensor(t)) = &m.vals[v.0 as usize] else { continue };
+            let coords = self.devices.coords(rank);
+            let mut offsets = vec![0; global.len()];
+            for &(d, axis, _) in &splits {
+                offsets[d] = coords[axis] * t.dims[d];
+            }
+            put_block(&mut out, t, &offsets);
+        }
+        Ok(Val::Tensor(out).to_arg().expect("a tensor"))
+    }
+}
+
+/// Block `index` of `parts` equal blocks of `t` along dim `d`.
+fn take_block(t: &Tensor, d: usize, parts: usize, index: usize) -> Tensor {
+    let mut dims = t.dims.clone();
+    let size = dims[d] / parts.max(1);
+    dims[d] = size;
+    let outer: usize = t.dims[..d].iter().product();
+    let inner: usize = t.dims[d + 1..].iter().product();
+    let mut data = Vec::with_capacity(numel(&dims));
+    for o in 0..outer {
+        let base = (o * t.dims[d] + index * size) * inner;
+        data.extend_from_slice(&t.data[base..base + size * inner]);
+    }
+    Tensor { dtype: t.dtype, dims, data }
+}
+
+/// Writes `block` into `out` at `offsets` (per dim).
+fn put_block(out: &mut Tensor, block: &Tensor, offsets: &[usize]) {
+    let strides = row_major_strides(&out.dims);
+    let mut idx = vec![0usize; block.dims.len()];
+    for &x in &block.data {
+        let at: usize = idx.iter().zip(offsets).zip(&strides).map(|((i, o), s)| (i + o) * s).sum();
+        out.data[at] = x;
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < block.dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// `t` with dim `d` moved to the front (row-major data permuted).
+fn move_to_front(t: &Tensor, d: usize) -> Tensor {
+    let outer: usize = t.dims[..d].iter().product();
+    let inner: usize = t.dims[d + 1..].iter().product();
+    let n = t.dims[d];
+    let mut data = Vec::with_capacity(t.data.len());
+    for k in 0..n {
+        for o in 0..outer {
+            let base = (o * n + k) * inner;
+            data.extend_from_slice(&t.data[base..base + inner]);
+        }
+    }
+    let mut dims = t.dims.clone();
+    dims.remove(d);
+    dims.insert(0, n);
+    Tensor { dtype: t.dtype, dims, data }
+}
+
+/// The inverse of [`move_to_front`]: `t`'s first dim goes back to position `d`.
+fn move_from_front(t: &Tensor, d: usize) -> Tensor {
+    let n = t.dims[0];
+    let mut dims = t.dims[1..].to_vec();
+    dims.insert(d, n);
+    let outer: usize = dims[..d].iter().product();
+    let inner: usize = dims[d + 1..].iter().product();
+    let mut data = vec![0.0; t.data.len()];
+    for k in 0..n {
+        for o in 0..outer {
+            let src = (k * outer + o) * inner;
+            let dst = (o * n + k) * inner;
+            data[dst..dst + inner].copy_from_slice(&t.data[src..src + inner]);
+        }
+    }
+    Tensor { dtype: t.dtype, dims, data }
+}
+
+/// `t` rounded to its dtype (values stay exactly representable in it).
+fn rounded(t: &Tensor) -> Tensor {
+    Tensor::from_host(&t.to_host())
+}
