@@ -23,6 +23,7 @@ pub mod run;
 mod run_args;
 mod run_graph;
 mod run_inputs;
+mod run_mesh;
 mod sarif;
 mod save;
 mod startup;

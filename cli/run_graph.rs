@@ -58,6 +58,12 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
     }
     let options = GraphRunOptions { device: args.device, target: args.target, repeat: args.repeat, threads: None };
     let run = session.run(&input, &options).map_err(|e| failure(src, e))?;
+    // A function with `@shard` parameters also runs on its simulated mesh.
+    let mesh = launch::graph::run_on_mesh(db, key, &input, &run).map_err(|message| Failure {
+        code: 1,
+        message,
+        kind: Some("fault"),
+    })?;
     let plan = &session.plan;
     let verdict = match run.verdict {
         Verdict::Correct => "correct",
@@ -84,17 +90,22 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         "time_ms": {"median": run.median_ms(), "min": run.min_ms()},
         "tflops": Value::Null,
         "gbps": Value::Null,
+        "mesh": mesh.as_ref().map_or(Value::Null, crate::run_mesh::json),
     });
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         let files_line = crate::run_inputs::describe(&files);
         print!("{}", report_text(src, args, &input, files_line, plan.kernels.len(), &run));
+        if let Some(m) = &mesh {
+            print!("{}", crate::run_mesh::text(m));
+        }
     }
     if let Some(dir) = &args.save {
         save(dir, &session.graph, &input.args, &run.returned, &report).map_err(Failure::usage)?;
     }
-    Ok(if run.correct() && run.numerics.is_empty() { 0 } else { 1 })
+    let mesh_correct = mesh.as_ref().is_none_or(|m| m.verdict == Verdict::Correct);
+    Ok(if run.correct() && run.numerics.is_empty() && mesh_correct { 0 } else { 1 })
 }
 
 fn report_text(

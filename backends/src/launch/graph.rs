@@ -31,6 +31,9 @@ use crate::interp::graph::{run_graph_f64_with_kernels, run_plan_with_dims, Inter
 use crate::interp::InterpError;
 use crate::tensor::{round_to, Arg, HostTensor};
 
+mod mesh;
+pub use mesh::{run_on_mesh, CollectiveInfo, MeshCheck};
+
 /// Shape symbols get this value when the request does not give one: small enough for
 /// the interpreter that checks the run.
 pub const DEFAULT_GRAPH_DIM: i64 = 64;

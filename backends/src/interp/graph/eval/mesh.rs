@@ -141,9 +141,13 @@ impl Layout<'_> {
             let Some(mut dims) = eval_dims(&t.dims, self.symbols) else { continue };
             if let Some(s) = self.sharding(v) {
                 for (d, _, parts) in self.splits(s)? {
-                    if dims[d] % parts != 0 {
+                    if !dims[d].is_multiple_of(parts) {
+                        let what = match &info.name {
+                            Some(n) => format!("`{n}`"),
+                            None => format!("%{i}"),
+                        };
                         return Err(InterpError::new(format!(
-                            "dim {d} of %{i} has {} elements, which do not split over {parts} devices (E0312)",
+                            "dim {d} of {what} has {} elements, which do not split over {parts} devices (E0312)",
                             dims[d]
                         )));
                     }
@@ -302,11 +306,13 @@ impl Layout<'_> {
                 })
                 .collect::<R<_>>()?;
             let dtype = locals[0].dtype;
+            // The devices hold f64 copies of `dtype` values: count what `dtype` would move.
+            let mut moved = Network::new(net.sent.len());
             let out: Vec<Tensor> = if op.kind == OpKind::AllGather {
                 let d = op.int_attr("dim").unwrap_or(0) as usize;
                 let before = locals[0].dims.clone();
                 let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
-                all_gather(&mut bufs, self.devices, axis, net).map_err(err)?;
+                all_gather(&mut bufs, self.devices, axis, &mut moved).map_err(err)?;
                 let parts = self.devices.axis_size(axis);
                 let mut front = before.clone();
                 front.remove(d);
@@ -333,13 +339,17 @@ impl Layout<'_> {
                     Combine::Max => f64::max,
                     Combine::Min => f64::min,
                 };
-                all_reduce_with(&mut bufs, self.devices, axis, algorithm, net, f).map_err(err)?;
+                all_reduce_with(&mut bufs, self.devices, axis, algorithm, &mut moved, f).map_err(err)?;
                 locals
                     .iter()
                     .zip(bufs)
                     .map(|(t, data)| rounded(&Tensor { dtype, dims: t.dims.clone(), data }))
                     .collect()
             };
+            for (total, sent) in net.sent.iter_mut().zip(&moved.sent) {
+                *total += sent / 8 * u64::from(dtype.bytes());
+            }
+            net.steps += moved.steps;
             let r = op.results[i];
             for (m, t) in machines.iter_mut().zip(out) {
                 m.vals[r.0 as usize] = Some(Val::Tensor(t));

@@ -1,0 +1,118 @@
+//! A sharded graph function on the simulated mesh, checked against the same f64
+//! reference as the single-device run: `tessera run` of a function whose parameters
+//! have `@shard` also runs it on the mesh its program declares, and reports the mesh,
+//! its collectives (with the bytes they moved) and a verdict of their own.
+
+use tessera_frontend::{Db, FnKey};
+use tessera_passes::dist::function::sharded_program;
+use tessera_passes::ir::{Attr, OpKind};
+
+use super::{arg_dims, dtype, graph_tolerance, values, GraphCheck, GraphInputs, GraphRun};
+use crate::interp::compare::compare_with;
+use crate::interp::graph::run_graph_on_mesh;
+use crate::launch::Verdict;
+
+/// One collective of the program, as Graph IR describes it.
+#[derive(Clone, Debug)]
+pub struct CollectiveInfo {
+    /// `all_reduce` or `all_gather`.
+    pub kind: String,
+    pub axis: String,
+    /// Bytes one device holds of the operand(s), where the dims are known.
+    pub bytes: Option<i64>,
+    pub algorithm: Option<String>,
+    pub time_us: Option<f64>,
+}
+
+/// What the mesh run found.
+#[derive(Clone, Debug)]
+pub struct MeshCheck {
+    pub axes: Vec<(String, usize)>,
+    pub collectives: Vec<CollectiveInfo>,
+    /// Bytes the busiest device sent, counted by the simulated network.
+    pub bytes_sent: u64,
+    pub steps: u32,
+    /// One per returned value, against the f64 reference.
+    pub checks: Vec<GraphCheck>,
+    pub verdict: Verdict,
+}
+
+impl MeshCheck {
+    pub fn devices(&self) -> usize {
+        self.axes.iter().map(|(_, s)| s).product()
+    }
+
+    pub fn estimated_us(&self) -> f64 {
+        self.collectives.iter().filter_map(|c| c.time_us).sum()
+    }
+}
+
+/// Runs `key` on its mesh when a parameter is sharded (`Ok(None)` otherwise).
+pub fn run_on_mesh(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    inputs: &GraphInputs,
+    run: &GraphRun,
+) -> Result<Option<MeshCheck>, String> {
+    let Some(program) = sharded_program(db, key, &inputs.symbols).map_err(|e| e.message)? else { return Ok(None) };
+    if let Some(c) = program.propagation.conflicts.first() {
+        return Err(format!("the shardings conflict: {}", c.message));
+    }
+    let func = &program.inserted.func;
+    let mesh_run = run_graph_on_mesh(
+        func,
+        &program.inserted.shardings,
+        &program.mesh,
+        &inputs.args,
+        &inputs.symbols,
+        inputs.seed as i64,
+        true,
+    )
+    .map_err(|e| format!("on the simulated mesh: {e}"))?;
+    let names: Vec<String> = run.checks.iter().map(|c| c.name.clone()).collect();
+    let checks: Vec<GraphCheck> = run
+        .reference
+        .iter()
+        .zip(&mesh_run.results)
+        .enumerate()
+        .map(|(i, (want, got))| {
+            let d = dtype(want);
+            GraphCheck {
+                name: names.get(i).cloned().unwrap_or_else(|| format!("return{i}")),
+                dtype: d,
+                dims: arg_dims(want),
+                comparison: compare_with(&values(want), &values(got), &graph_tolerance(d, 1)),
+            }
+        })
+        .collect();
+    let same = run.reference.len() == mesh_run.results.len();
+    let verdict = if same && checks.iter().all(|c| c.verdict() == Verdict::Correct) {
+        Verdict::Correct
+    } else if !same || checks.iter().any(|c| c.verdict() == Verdict::Wrong) {
+        Verdict::Wrong
+    } else {
+        Verdict::NonFinite
+    };
+    let collectives = func
+        .body
+        .ops
+        .iter()
+        .map(|&id| func.op(id))
+        .filter(|op| matches!(op.kind, OpKind::AllGather | OpKind::AllReduce))
+        .map(|op| CollectiveInfo {
+            kind: op.kind.name().trim_start_matches("dist.").to_string(),
+            axis: op.str_attr("axis").unwrap_or("").to_string(),
+            bytes: op.int_attr("bytes"),
+            algorithm: op.str_attr("algorithm").map(str::to_string),
+            time_us: op.attr("time_us").and_then(Attr::as_float),
+        })
+        .collect();
+    Ok(Some(MeshCheck {
+        axes: program.mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
+        collectives,
+        bytes_sent: mesh_run.network.busiest(),
+        steps: mesh_run.network.steps,
+        checks,
+        verdict,
+    }))
+}

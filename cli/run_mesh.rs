@@ -1,0 +1,76 @@
+//! The mesh part of `tessera run` for a sharded graph function: the simulated mesh, the
+//! collectives Graph IR holds (with their estimated cost) and what the run moved, and the
+//! mesh run's own check against the f64 reference.
+
+use serde_json::{json, Value};
+use tessera_backends::launch::graph::MeshCheck;
+use tessera_backends::launch::Verdict;
+
+pub(crate) fn json(m: &MeshCheck) -> Value {
+    json!({
+        "devices": m.devices(),
+        "axes": m.axes.iter().map(|(a, s)| json!({"name": a, "size": s})).collect::<Vec<_>>(),
+        "collectives": m.collectives.iter().map(|c| json!({
+            "kind": c.kind,
+            "axis": c.axis,
+            "bytes_per_device": c.bytes,
+            "algorithm": c.algorithm,
+            "estimated_us": c.time_us,
+        })).collect::<Vec<_>>(),
+        "estimated_collective_us": m.estimated_us(),
+        "bytes_sent_busiest_device": m.bytes_sent,
+        "steps": m.steps,
+        "verdict": verdict(m.verdict),
+        "max_abs_err": m.checks.iter().map(|c| c.comparison.max_abs).fold(0.0, f64::max),
+        "max_rel_err": m.checks.iter().map(|c| c.comparison.max_rel).fold(0.0, f64::max),
+    })
+}
+
+fn verdict(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Correct => "correct",
+        Verdict::Wrong => "wrong",
+        _ => "non-finite",
+    }
+}
+
+pub(crate) fn text(m: &MeshCheck) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let axes: Vec<String> = m.axes.iter().map(|(a, n)| format!("{a}={n}")).collect();
+    let _ = writeln!(s, "  mesh      {} simulated devices ({}), one process", m.devices(), axes.join(", "));
+    for c in &m.collectives {
+        let bytes = c.bytes.map_or("? bytes".to_string(), |b| format!("{b} bytes/device"));
+        let cost = match (&c.algorithm, c.time_us) {
+            (Some(a), Some(t)) => format!(", {a}, ~{t:.1} µs estimated"),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "            {} over {}: {bytes}{cost}", c.kind, c.axis);
+    }
+    if m.collectives.is_empty() {
+        let _ = writeln!(s, "            no collectives: every op runs on its own blocks");
+    }
+    let _ = writeln!(
+        s,
+        "            moved {} bytes from the busiest device in {} steps (counted by the simulated network)",
+        m.bytes_sent, m.steps
+    );
+    for c in &m.checks {
+        let state = if c.comparison.passed { "ok" } else { "MISMATCHES" };
+        let _ = writeln!(
+            s,
+            "  check     {} on the mesh: against the f64 reference, max abs err {:.3e}, max rel err {:.3e}: {state}",
+            c.name, c.comparison.max_abs, c.comparison.max_rel
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  mesh      {}",
+        match m.verdict {
+            Verdict::Correct => "correct",
+            Verdict::Wrong => "WRONG: the mesh run differs from the f64 reference",
+            _ => "non-finite",
+        }
+    );
+    s
+}
