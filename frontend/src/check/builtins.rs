@@ -152,7 +152,7 @@ builtins! {
     "split" "(x, n, axis=0)" Graph "tuple" "Splits `x` into `n` equal parts along `axis`.";
     "split_qkv" "(qkv, heads)" Graph "(q, k, v)" "[B,S,3*D] -> three [B,heads,S,D//heads] tensors.";
     "merge_heads" "(x)" Graph "[B, S, h*Dh]" "[B,h,S,Dh] -> [B,S,h*Dh].";
-    "flash_attention" "(q, k, v=None, causal=False, dropout=0.0, scale=None)" Graph "[B, H, Sq, Dh]" "Fused attention: q [B,H,Sq,Dh], k/v [B,H,Sk,Dh] (or a KVCache as k) -> [B,H,Sq,Dh].";
+    "flash_attention" "(q, k, v=None, causal=False, dropout=0.0, scale=None)" Graph "[B, H, Sq, Dh]" "Fused attention: q [B,H,Sq,Dh], k/v [B,H,Sk,Dh] (or a KVCache as k) -> [B,H,Sq,Dh]; causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq).";
     "dropout" "(x, p)" Graph "same shape" "Zeroes elements with probability p and rescales the rest (an effect: uses randomness).";
     "mse" "(pred, target)" Graph "rank-0 tensor" "Mean squared error: mean((pred - target) ** 2) over every element; equal shapes.";
     "cross_entropy" "(logits, target)" Graph "rank-0 tensor" "Cross entropy with class probabilities (or one-hot rows) along the last axis: the mean over rows of -sum(target * log_softmax(logits)); equal shapes.";
@@ -184,8 +184,8 @@ builtins! {
     // ---- types ----
     "Tensor" - Type "type" "A device tensor: Tensor[dims..., dtype @policies]. Dims are ints or strings (\"M\", \"B*H\").";
     "KTile" - Type "type" "A tensor seen from inside a kernel: KTile[dims..., dtype]. Checked like Tensor.";
-    "KVCache" - Type "type" "A key/value cache: KVCache[B, H, S_max, D_h, dtype] @policies. Has .append(k, v), .K, .V, .prune(n).";
-    "OptimizerState" - Type "type" "Optimizer state for a parameter: OptimizerState[name] @policies.";
+    "KVCache" - Type "type" "A key/value cache: KVCache[B, H, S_max, D_h, dtype] @policies, of length NAME.len. Has .append(k, v) (a new cache), .K, .V ([B, H, len, D_h]), .prune(n) (the last n positions).";
+    "OptimizerState" - Type "type" "Adam's state for a parameter: OptimizerState[W] @policies. Has .m, .v, .step, .master (@fp32_master) and .adam(W, g, lr=...) -> (W', state').";
     // ---- decorators ----
     "kernel" - Decorator "decorator" "A tile kernel: the body runs once per tile program of the launch grid.";
     "kernel.autotune" "(space, metric=\"latency_ms\", budget_ms=None, cache=None)" Decorator "decorator" "A kernel with a schedule search space: space=dict(KEY=[candidates, ...]).";
