@@ -29,14 +29,15 @@ fn a_sharded_mlp_runs_on_the_simulated_mesh_and_reports_its_all_reduce() {
     assert_eq!(collectives.len(), 1, "{mesh}");
     assert_eq!(collectives[0]["kind"], "all_reduce");
     assert_eq!(collectives[0]["axis"], "tp");
-    // [B/dp, D] bf16 on each device: 4 × 32 × 2 bytes; a 2-device ring sends it once.
-    assert_eq!(collectives[0]["bytes_per_device"], 256);
-    assert_eq!(mesh["bytes_sent_busiest_device"], 256, "{mesh}");
+    // [B/dp, D] on each device, a partial sum reduced in f32: 4 × 32 × 4 bytes; a
+    // 2-device ring sends it once.
+    assert_eq!(collectives[0]["bytes_per_device"], 512);
+    assert_eq!(mesh["bytes_sent_busiest_device"], 512, "{mesh}");
 
     let (code, text, _) = tessera(&["run", "--kernel", "mlp", "--device", "interp", "--dims", "B=16,D=32,F=64", MLP]);
     assert_eq!(code, 0);
     assert!(text.contains("mesh      8 simulated devices (dp=4, tp=2)"), "{text}");
-    assert!(text.contains("all_reduce over tp: 256 bytes/device, ring"), "{text}");
+    assert!(text.contains("all_reduce over tp: 512 bytes/device, ring"), "{text}");
     assert!(text.contains("mesh      correct"), "{text}");
 }
 

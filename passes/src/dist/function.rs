@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use smol_str::SmolStr;
-use tessera_frontend::check::fn_signature;
+use tessera_frontend::check::{fn_signature, ParamSharding, Ty};
 use tessera_frontend::diagnostics::{Code, Diagnostic};
+use tessera_frontend::syntax::ast::Expr;
 use tessera_frontend::FnKey;
 
 use super::insert::{insert_collectives, insert_with_shardings, Inserted, MeshAxes};
@@ -30,30 +31,63 @@ pub fn parameter_shardings(
     graph: &Func,
 ) -> Result<Option<ParameterShardings>, LowerError> {
     let signature = fn_signature(db, key);
-    let sharded: Vec<_> = signature.params.iter().filter(|p| p.sharding.is_some()).collect();
-    let Some(first) = sharded.first() else { return Ok(None) };
-    let mesh = first.sharding.as_ref().expect("filtered").mesh.clone();
-    if let Some(other) = sharded.iter().find(|p| p.sharding.as_ref().is_some_and(|s| s.mesh != mesh)) {
+    // Each Graph IR parameter's layout: its `@shard`, or for a module-level
+    // `dist.tensor` the function reads (an implicit parameter), its `ShardSpec`.
+    let mut layouts: Vec<Option<(String, ParamSharding)>> = Vec::with_capacity(graph.params.len());
+    for &v in &graph.params {
+        let name = graph.values[v.0 as usize].name.as_deref().unwrap_or("");
+        let layout = match signature.params.iter().find(|p| p.name == name) {
+            Some(p) => p.sharding.clone(),
+            None => global_layout(db, key, name),
+        };
+        layouts.push(layout.map(|l| (name.to_string(), l)));
+    }
+    let Some((first_name, first)) = layouts.iter().flatten().next().cloned() else { return Ok(None) };
+    if let Some((other, _)) = layouts.iter().flatten().find(|(_, l)| l.mesh != first.mesh) {
         return Err(LowerError {
             message: format!(
-                "parameters `{}` and `{}` are sharded over different meshes; one function runs on one mesh",
-                first.name, other.name
+                "`{first_name}` and `{other}` are sharded over different meshes; one function runs on one mesh"
             ),
-            range: other.range,
+            range: tessera_frontend::db::function_def(db, key).as_ref().map(|d| d.name_range).unwrap_or_default(),
         });
     }
+    let mesh = &first.mesh;
     let axes = MeshAxes(mesh.axes.iter().zip(&mesh.shape).map(|(a, &s)| (SmolStr::new(a), s as usize)).collect());
-    let params = graph
-        .params
+    let params = layouts
         .iter()
-        .map(|&v| {
-            let name = graph.values[v.0 as usize].name.as_deref()?;
-            let p = signature.params.iter().find(|p| p.name == name)?;
-            let s = p.sharding.as_ref()?;
-            Some(Sharding::split(&s.dims.iter().map(|d| d.as_deref()).collect::<Vec<_>>()))
-        })
+        .map(|l| l.as_ref().map(|(_, l)| Sharding::split(&l.dims.iter().map(|d| d.as_deref()).collect::<Vec<_>>())))
         .collect();
     Ok(Some((axes, params)))
+}
+
+/// The layout of the module-level `NAME = dist.tensor(shape=..., layout=ShardSpec(...),
+/// mesh=...)` of the function's file: `partition` entries `"row"` (dim 0), `"col"` (the
+/// last dim) or a dim index, each split over the `mesh_axes` entry at its position.
+fn global_layout(db: &dyn Db, key: FnKey<'_>, name: &str) -> Option<ParamSharding> {
+    let file = key.file(db);
+    let index = tessera_frontend::db::item_index(db, file);
+    let entry = index.constants.iter().find(|c| c.names.iter().any(|(n, _)| n == name))?;
+    let ast = tessera_frontend::db::constant_ast(db, entry.key).clone()?;
+    let value = tessera_frontend::check::const_value(db, entry.key);
+    let tessera_frontend::check::Ty::DistTensor(t) = &value.ty else { return None };
+    let Expr::Call { args, .. } = ast.arena.expr(ast.arena.unparen(ast.value)) else { return None };
+    let arg = |n: &str| args.iter().find(|a| a.name.as_ref().is_some_and(|(k, _)| k == n)).map(|a| a.value);
+    let (Ty::ShardSpec { partition, mesh_axes }, Ty::Mesh(mesh)) =
+        (value.inference.type_of(arg("layout")?), value.inference.type_of(arg("mesh")?))
+    else {
+        return None;
+    };
+    let rank = t.dims.len();
+    let mut dims: Vec<Option<String>> = vec![None; rank];
+    for (p, axis) in partition.iter().zip(mesh_axes) {
+        let d = match p.as_str() {
+            "row" => 0,
+            "col" => rank.checked_sub(1)?,
+            other => other.parse::<usize>().ok()?,
+        };
+        *dims.get_mut(d)? = Some(axis.clone());
+    }
+    Some(ParamSharding { mesh: mesh.clone(), dims })
 }
 
 /// The function's Graph IR with its collectives (itself when no parameter is sharded),

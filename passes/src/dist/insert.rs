@@ -64,11 +64,27 @@ pub fn insert_with_shardings(
     for &(op, operand, index) in &p.uses {
         uses.entry((op, operand)).or_default().push(index);
     }
+    // A collective's result has its input's global size: `origin` leads a new value
+    // back to a value of `f`, which `value_bytes` knows.
+    let mut origin: HashMap<ValueId, ValueId> = HashMap::new();
     // The bytes one device holds of `v`: its global size over the axes splitting it.
-    let local_bytes = |v: ValueId| -> Option<u64> {
-        let split: usize =
-            p.sharding(v).map_or(1, |s| s.dims.iter().flatten().map(|a| mesh.size(a)).product::<usize>());
-        value_bytes(v).map(|b| b / split.max(1) as u64)
+    let local_bytes = |v: ValueId, shardings: &[Option<Sharding>], origin: &HashMap<ValueId, ValueId>| {
+        let split: usize = shardings
+            .get(v.0 as usize)
+            .and_then(Option::as_ref)
+            .map_or(1, |s| s.dims.iter().flatten().map(|a| mesh.size(a)).product::<usize>());
+        let mut source = v;
+        while let Some(&o) = origin.get(&source) {
+            source = o;
+        }
+        value_bytes(source).map(|b| b / split.max(1) as u64)
+    };
+    // A partial sum of a 16- or 8-bit float is reduced in f32 (it is an accumulator),
+    // so its all-reduce moves 4 bytes per element.
+    let reduced_bytes = |v: ValueId, bytes: Option<u64>, out: &Func| -> Option<u64> {
+        let dtype = out.ty(v).dtype()?;
+        let narrow = dtype.is_float() && dtype.bits() < 32;
+        bytes.map(|b| if narrow { b / u64::from(dtype.bytes()) * 4 } else { b })
     };
     let mut token: Option<ValueId> = None;
     let mut renamed_token: HashMap<ValueId, ValueId> = HashMap::new();
@@ -96,9 +112,13 @@ pub fn insert_with_shardings(
                 let inputs: Vec<ValueId> = members.iter().map(|&(i, _)| operands[i]).collect();
                 let results: Vec<ValueId> = inputs
                     .iter()
-                    .map(|&v| out.new_value(f.ty(v).clone(), f.values[v.0 as usize].name.as_deref()))
+                    .map(|&v| out.new_value(out.ty(v).clone(), out.values[v.0 as usize].name.clone().as_deref()))
                     .collect();
-                let bytes: Option<u64> = inputs.iter().map(|&v| local_bytes(v)).sum();
+                let bytes: Option<u64> =
+                    inputs.iter().map(|&v| reduced_bytes(v, local_bytes(v, &shardings, &origin), &out)).sum();
+                for (&i, &r) in inputs.iter().zip(&results) {
+                    origin.insert(r, i);
+                }
                 let mut attrs = vec![
                     ("axis", Attr::Str(first.axis.clone())),
                     ("combine", Attr::Str(SmolStr::new(first.combine.name()))),
@@ -136,16 +156,20 @@ pub fn insert_with_shardings(
                     continue;
                 }
                 let n = &p.collectives[c];
-                let result = out.new_value(f.ty(input).clone(), f.values[input.0 as usize].name.as_deref());
+                let result = out.new_value(out.ty(input).clone(), out.values[input.0 as usize].name.clone().as_deref());
+                origin.insert(result, input);
                 let mut attrs = vec![("axis", Attr::Str(n.axis.clone()))];
                 let (kind, bytes) = match n.kind {
                     Collective::AllGather => {
                         attrs.push(("dim", Attr::Int(n.dim.unwrap_or(0) as i64)));
-                        (OpKind::AllGather, local_bytes(input).map(|b| b * mesh.size(&n.axis) as u64))
+                        (
+                            OpKind::AllGather,
+                            local_bytes(input, &shardings, &origin).map(|b| b * mesh.size(&n.axis) as u64),
+                        )
                     }
                     _ => {
                         attrs.push(("combine", Attr::Str(SmolStr::new(n.combine.name()))));
-                        (OpKind::AllReduce, local_bytes(input))
+                        (OpKind::AllReduce, reduced_bytes(input, local_bytes(input, &shardings, &origin), &out))
                     }
                 };
                 cost_attrs(&mut attrs, n.kind, bytes, mesh, &n.axis);

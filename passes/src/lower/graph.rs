@@ -67,6 +67,8 @@ struct Graph<'f> {
     custom_vjps: Vec<crate::autodiff::CustomVjp>,
     /// Lowering a transform's scratch copy of a function (`transforms::trace`).
     tracing: bool,
+    /// Module-level `dist.tensor`s the function reads, each an implicit parameter.
+    globals: HashMap<SmolStr, ValueId>,
 }
 
 pub fn graph_function_to_ir(
@@ -98,7 +100,8 @@ pub fn graph_function_to_ir(
     func.set_attr("decorator", Attr::Str(SmolStr::new(sig.decorators.join(","))));
     let mut b = Builder::new(&mut func);
     let token = b.op1(OpKind::EffectToken, vec![], Type::Token, vec![], &loc);
-    let mut g = Graph { b, token, streams: 0, depth: 0, custom_vjps: Vec::new(), tracing: false };
+    let mut g =
+        Graph { b, token, streams: 0, depth: 0, custom_vjps: Vec::new(), tracing: false, globals: HashMap::new() };
     let ret = {
         let mut body = Body { g: &mut g, name: SmolStr::new(name), def, sig, inf, resolve, env: HashMap::new() };
         for (p, v) in sig.params.iter().zip(&params) {
@@ -441,8 +444,38 @@ impl Body<'_, '_, '_> {
                 let s = s.clone();
                 self.symbol_value(&s, self.loc(self.range(e)))
             }
+            Some(Resolution::Constant(_)) if matches!(self.inf.type_of(e), Ty::DistTensor(_)) => {
+                let Ty::DistTensor(t) = self.inf.type_of(e).clone() else { unreachable!("matched above") };
+                self.global_tensor(n, t, self.range(e))
+            }
             _ => unsupported(format!("`{n}` here (only parameters and local values are lowered)"), self.range(e)),
         }
+    }
+
+    /// A module-level `dist.tensor` read by the function: an implicit parameter of the
+    /// function, named after the constant (its layout comes from the constant's
+    /// `ShardSpec`; `dist::function::parameter_shardings`). Graph IR lists them in the
+    /// function's `globals` attribute.
+    fn global_tensor(&mut self, n: &str, t: tessera_frontend::check::types::TensorType, range: TextRange) -> R<Val> {
+        if let Some(&v) = self.g.globals.get(n) {
+            return Ok(Val::One(v));
+        }
+        let ty = param_type(&Ty::Tensor(t)).ok_or_else(|| LowerError {
+            message: format!("the distributed tensor `{n}` cannot be passed to a graph function"),
+            range,
+        })?;
+        let func = &mut *self.g.b.func;
+        let v = func.new_value(ty, Some(n));
+        func.params.push(v);
+        let mut names: Vec<String> = func
+            .attr("globals")
+            .and_then(|a| a.as_str())
+            .map(|s| s.split(',').map(str::to_string).collect())
+            .unwrap_or_default();
+        names.push(n.to_string());
+        func.set_attr("globals", Attr::Str(SmolStr::new(names.join(","))));
+        self.g.globals.insert(SmolStr::new(n), v);
+        Ok(Val::One(v))
     }
 
     /// A dim symbol's value: the size of the first parameter tensor that has it.

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use tessera_frontend::check::Dim;
+use tessera_frontend::check::{DType, Dim};
 use tessera_passes::dist::cost::{self, Algorithm, Collective};
 use tessera_passes::dist::insert::MeshAxes;
 use tessera_passes::dist::propagate::{Combine, Sharding};
@@ -120,6 +120,13 @@ impl Layout<'_> {
         }
     }
 
+    /// The dtype `v` has on a device: its own, or f32 while it is a partial sum.
+    fn local_ty(&self, v: ValueId) -> Option<DType> {
+        let Type::Tensor(t) = self.func.ty(v) else { return None };
+        let partial = self.sharding(v).is_some_and(|s| !s.partial.is_empty());
+        Some(if partial && t.dtype.is_float() && t.dtype.bits() < 32 { DType::F32 } else { t.dtype })
+    }
+
     /// Each split dim's (dim, mesh axis index, parts).
     fn splits(&self, s: &Sharding) -> R<Vec<(usize, usize, usize)>> {
         let mut out = Vec::new();
@@ -152,6 +159,12 @@ impl Layout<'_> {
                         )));
                     }
                     dims[d] /= parts;
+                }
+                // A partial sum stays in f32 until its all-reduce rounds the total once,
+                // as accumulation does on one device (an accumulator is never bf16).
+                if !s.partial.is_empty() && t.dtype.is_float() && t.dtype.bits() < 32 {
+                    t.dtype = DType::F32;
+                    t.policies.clear();
                 }
             }
             t.dims = dims.iter().map(|&x| Dim::constant(x as i64)).collect();
@@ -340,10 +353,12 @@ impl Layout<'_> {
                     Combine::Min => f64::min,
                 };
                 all_reduce_with(&mut bufs, self.devices, axis, algorithm, &mut moved, f).map_err(err)?;
+                // The result is rounded to its own dtype (a partial's f32 sum to bf16).
+                let result_dtype = self.local_ty(op.results[i]).unwrap_or(dtype);
                 locals
                     .iter()
                     .zip(bufs)
-                    .map(|(t, data)| rounded(&Tensor { dtype, dims: t.dims.clone(), data }))
+                    .map(|(t, data)| rounded(&Tensor { dtype: result_dtype, dims: t.dims.clone(), data }))
                     .collect()
             };
             for (total, sent) in net.sent.iter_mut().zip(&moved.sent) {

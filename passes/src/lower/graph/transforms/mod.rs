@@ -114,6 +114,7 @@ impl Body<'_, '_, '_> {
                 depth: self.g.depth + 1,
                 custom_vjps: Vec::new(),
                 tracing: true,
+                globals: HashMap::new(),
             };
             let out = {
                 let mut inner = Body {
