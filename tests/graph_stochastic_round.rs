@@ -171,4 +171,16 @@ fn the_ir_shows_the_stream_and_an_undeclared_result_is_w0409() {
     assert!(text(&o).contains("W0409"), "{}", text(&o));
     let o = tessera().args(["lower", undeclared.to_str().unwrap(), "--kernel", "f"]).output().unwrap();
     assert!(!text(&o).contains("stochastic\""), "{}", text(&o));
+    // `tile.cast(..., uniform=)` on a conversion that rounds to nearest is W0409 too.
+    let kernel = dir.path().join("k.tsr");
+    std::fs::write(
+        &kernel,
+        "from tessera import *\n\n@kernel\ndef k(X: Tensor[\"N\", f32], Y: Tensor[\"N\", bf16]):\n    \
+         ctx = tile.context()\n    for i in tile.parallel(0, N, ctx.BM):\n        \
+         x = tile.load(X[i:i + ctx.BM])\n        \
+         Y[i:i + ctx.BM] = tile.cast(x, bf16, uniform=tile.rand((ctx.BM,), 3, (i,)))\n",
+    )
+    .unwrap();
+    let o = tessera().args(["check", kernel.to_str().unwrap(), "--format", "concise"]).output().unwrap();
+    assert!(text(&o).contains(":8:54: warning[W0409] `uniform=` has no effect"), "{}", text(&o));
 }

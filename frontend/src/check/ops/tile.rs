@@ -231,6 +231,18 @@ impl<'a> Infer<'a> {
                         let ty = u.ty.clone();
                         return self.wrong_kind(u.expr, "tile.cast", "an f32 tile of `t`'s shape", &ty);
                     }
+                    if !elem.policies.contains(&crate::check::dtype::Policy::StochasticRound) {
+                        self.push(
+                            Diagnostic::new(
+                                Code::W0409,
+                                self.range(u.expr),
+                                "`uniform=` has no effect: this conversion rounds to nearest",
+                            )
+                            .with_note(
+                                "the draws are for a `@stochastic_round` conversion (`\"bf16 @stochastic_round\"`)",
+                            ),
+                        );
+                    }
                 }
                 match self.operand(t.ty.clone()) {
                     Ty::Tile(tt) => Ty::Tile(TileType { dims: tt.dims, elem }),
