@@ -654,6 +654,9 @@ impl LanguageServer for Backend {
                 HoverSubject::SharedBuffer { kernel, buffer } => {
                     Analysis::new(&s.db, s.file).buffer_hover(kernel, buffer, s.target)
                 }
+                HoverSubject::GraphValue { function, value } => {
+                    Analysis::new(&s.db, s.file).sharding_hover(function, value)
+                }
                 HoverSubject::Other => None,
             };
             if let Some(extra) = extra {

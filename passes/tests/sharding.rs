@@ -194,3 +194,46 @@ fn graph_ir_shows_the_collectives_on_the_token_chain_with_their_cost() {
         assert!(ret.contains(result), "{ret} does not return {result}");
     }
 }
+
+/// Hover on a sharded value (`$0` marks the cursor): its layout, global shape and the
+/// shape each device holds, through the same path the language server takes.
+#[test]
+fn hover_on_a_sharded_value_shows_its_layout_and_per_device_shape() {
+    use tessera_frontend::ide::{self, HoverSubject};
+    use tessera_passes::session::Analysis;
+
+    let fixture = r#"from tessera import *
+
+mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5", "cuda:6", "cuda:7"],
+                 axes=("dp", "tp"), shape=(4, 2))
+
+@jit
+def mlp(x: Tensor["B", "D", f32] @shard(mesh, "dp", None),
+        W1: Tensor["D", "F", f32] @shard(mesh, None, "tp"),
+        W2: Tensor["F", "D", f32] @shard(mesh, "tp", None)) -> Tensor["B", "D", f32]:
+    h = gelu(matmul(x, W1))
+    y = matmul(h, W2)
+    return y$0
+"#;
+    let text = fixture.replace("$0", "");
+    let offset = fixture.find("$0").unwrap() as u32 - 1;
+    let db = Database::default();
+    let file = SourceFile::new(&db, "p.tsr".into(), text.clone(), None);
+    let h = ide::hover(&db, file, offset).expect("a hover on y");
+    let extra = match &h.subject {
+        HoverSubject::GraphValue { function, value } => Analysis::new(&db, file).sharding_hover(function, value),
+        other => panic!("{other:?}"),
+    };
+    let extra = extra.expect("a sharding hover");
+    assert!(extra.contains("mesh (dp=4, tp=2)"), "{extra}");
+    assert!(extra.contains("layout `[dp, -] partial(sum over tp)`"), "{extra}");
+    assert!(extra.contains("global `[B, D]`, each device holds `[B/4, D]`"), "{extra}");
+    assert!(extra.contains("partial sum"), "{extra}");
+
+    // A parameter: its @shard layout.
+    let at = text.find("W1: Tensor").unwrap() as u32;
+    let h = ide::hover(&db, file, at).expect("a hover on W1");
+    let HoverSubject::GraphValue { function, value } = &h.subject else { panic!("{:?}", h.subject) };
+    let extra = Analysis::new(&db, file).sharding_hover(function, value).expect("a sharding hover");
+    assert!(extra.contains("layout `[-, tp]`") && extra.contains("each device holds `[D, F/2]`"), "{extra}");
+}

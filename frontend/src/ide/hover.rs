@@ -25,6 +25,12 @@ pub enum HoverSubject {
         kernel: String,
         buffer: String,
     },
+    /// A tensor parameter or local `value` of the graph function `function` (its layout
+    /// on a mesh, when the function is sharded).
+    GraphValue {
+        function: String,
+        value: String,
+    },
     Other,
 }
 
@@ -55,6 +61,9 @@ pub fn hover(db: &dyn Db, file: SourceFile, offset: u32) -> Option<HoverResult> 
                     subject = HoverSubject::SharedBuffer { kernel: f.name().to_string(), buffer: info.name.clone() };
                 }
             }
+            if let (Ty::Tensor(_), FunctionKind::Graph) = (ty, f.sig.kind) {
+                subject = HoverSubject::GraphValue { function: f.name().to_string(), value: info.name.clone() };
+            }
             let mut out = code(&format!("{}: {}", info.name, ty));
             out += &format!("\n\nlocal of {} `{}`", f.sig.kind.name(), f.name());
             out += &explain_ty(ty);
@@ -76,6 +85,9 @@ pub fn hover(db: &dyn Db, file: SourceFile, offset: u32) -> Option<HoverResult> 
                 f.name()
             );
             out += &explain_ty(&p.ty);
+            if let (Ty::Tensor(_), FunctionKind::Graph) = (&p.ty, f.sig.kind) {
+                subject = HoverSubject::GraphValue { function: f.name().to_string(), value: p.name.clone() };
+            }
             out
         }
         Definition::DimSymbol { function, name } => {

@@ -67,4 +67,53 @@ impl Analysis<'_> {
         }
         Some(md)
     }
+
+    /// Extra markdown for the hover of a tensor `value` of the sharded graph function
+    /// `function`: its layout on the mesh, its global shape and the shape each device
+    /// holds (sharding propagation's answer for the value's last definition). `None`
+    /// when the function is not sharded.
+    pub fn sharding_hover(&self, function: &str, value: &str) -> Option<String> {
+        let f = self.function(function).ok()?;
+        let program = crate::dist::function::sharded_program(self.db, f.key, &Default::default()).ok()??;
+        let graph = crate::queries::graph_ir(self.db, f.key).clone().ok()?;
+        // The value's last definition: SSA names repeat as `h`, `h_1`, ... in order.
+        let v = graph
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, info)| {
+                info.name.as_deref().is_some_and(|n| {
+                    n == value
+                        || n.strip_prefix(value)
+                            .and_then(|r| r.strip_prefix('_'))
+                            .is_some_and(|r| r.parse::<u32>().is_ok())
+                })
+            })
+            .map(|(i, _)| crate::ir::ValueId(i as u32))
+            .next_back()?;
+        let s = program.propagation.sharding(v)?;
+        let crate::ir::Type::Tensor(t) = graph.ty(v) else { return None };
+        let mesh: Vec<String> = program.mesh.0.iter().map(|(a, n)| format!("{a}={n}")).collect();
+        let global: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
+        let local: Vec<String> = t
+            .dims
+            .iter()
+            .zip(&s.dims)
+            .map(|(d, axis)| match axis {
+                Some(a) => format!("{d}/{}", program.mesh.size(a)),
+                None => d.to_string(),
+            })
+            .collect();
+        let mut md = format!(
+            "**Sharded** on the mesh ({}): layout `{}`\n\nglobal `[{}]`, each device holds `[{}]`",
+            mesh.join(", "),
+            s.describe(),
+            global.join(", "),
+            local.join(", ")
+        );
+        if !s.partial.is_empty() {
+            md.push_str(" (a partial sum: an all-reduce completes it)");
+        }
+        Some(md)
+    }
 }
