@@ -84,9 +84,9 @@ codes! {
     E0804 Error "unknown keyword argument";
     E0806 Error "gradient of a non-scalar function";
     E0807 Error "gradient of a function that is not @autodiff";
+    E0808 Error "operation the transform cannot transform";
     E0900 Error "internal compiler error";
 }
-    E0808 Error "operation the transform cannot transform";
 
 impl Code {
     pub fn parse(s: &str) -> Option<Code> {

@@ -440,6 +440,8 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
             out.push(d.clone().shift(entry.anchor));
         }
     }
+    // Operations `vmap`/`jvp` cannot transform, at the operation (E0808).
+    out.extend(transform_ops::transform_refusals(db, file));
     for entry in &index.constants {
         let value = const_value(db, entry.key);
         for d in &value.diagnostics {
@@ -450,8 +452,6 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
     if let Some(first) = unimported.iter().min_by_key(|r| r.start) {
         out.push(scope::unimported_alias(db, file, *first, unimported.len()));
     }
-    // Operations `vmap`/`jvp` cannot transform, at the operation (E0808).
-    out.extend(transform_ops::transform_refusals(db, file));
     sort_diagnostics(&mut out);
     // A cycle through a function's decorators and its signature reports the same
     // self-reference from both.
