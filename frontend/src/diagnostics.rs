@@ -52,6 +52,7 @@ codes! {
     E0312 Error "sharded dimension not divisible by its mesh axis";
     E0313 Error "a mesh axis splits two dims of one tensor";
     E0314 Error "incompatible shardings";
+    W0315 Warning "large all-gather on every call";
     E0400 Error "mixed or invalid dtypes";
     E0401 Error "unknown dtype";
     E0402 Error "invalid dtype policy";

@@ -14,7 +14,7 @@ use tessera_frontend::FnKey;
 use super::insert::{insert_collectives, insert_with_shardings, Inserted, MeshAxes};
 use super::propagate::{propagate, Propagation, Sharding};
 use crate::error::LowerError;
-use crate::ir::{Func, Origin, Type, ValueId};
+use crate::ir::{Func, OpKind, Origin, Type, ValueId};
 use crate::queries::graph_ir;
 use tessera_frontend::db::Db;
 
@@ -130,7 +130,12 @@ pub fn sharded_program(
 /// E0314 for each conflict of a sharded function, item-relative: at the op when it
 /// comes from the function's own body, else at the function's name.
 pub fn sharding_diagnostics(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
-    if fn_signature(db, key).params.iter().all(|p| p.sharding.is_none()) {
+    // Only functions with a sharded parameter or a module-level `dist.tensor` in their
+    // body can have any: the others skip lowering here.
+    let sharded_param = fn_signature(db, key).params.iter().any(|p| p.sharding.is_some());
+    let reads_global =
+        || tessera_frontend::check::infer_function(db, key).expr_types.iter().any(|t| matches!(t, Ty::DistTensor(_)));
+    if !sharded_param && !reads_global() {
         return Vec::new();
     }
     let Ok((graph, Some(p))) = graph_with_collectives(db, key, &BTreeMap::new()) else { return Vec::new() };
@@ -150,8 +155,38 @@ pub fn sharding_diagnostics(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
             "split the operands the same way, or give one of them whole: no re-layout is inserted silently",
         ));
     }
+    // Large all-gathers, where the sizes are static: each call of the function moves them.
+    for &id in &graph.body.ops {
+        let op = graph.op(id);
+        if op.kind != OpKind::AllGather {
+            continue;
+        }
+        let Some(bytes) = op.int_attr("bytes").filter(|&b| b as u64 >= LARGE_GATHER_BYTES) else { continue };
+        let at = match &op.loc.origin {
+            Origin::Function(f) if f == name => op.loc.range,
+            _ => fallback,
+        };
+        let what = op.operands.first().and_then(|v| graph.values[v.0 as usize].name.clone());
+        let axis = op.str_attr("axis").unwrap_or("?");
+        let time = op.attr("time_us").and_then(|a| a.as_float()).map(|t| format!(", ~{t:.0} µs")).unwrap_or_default();
+        out.push(
+            Diagnostic::new(
+                Code::W0315,
+                at,
+                format!(
+                    "this all-gathers {} over `{axis}` on every call: {} per device{time}",
+                    what.map_or("an operand".to_string(), |n| format!("`{n}`")),
+                    crate::units::bytes(bytes as u64)
+                ),
+            )
+            .with_note("keep the operand whole (no @shard), or split its consumer the same way"),
+        );
+    }
     out
 }
+
+/// An all-gather of at least this many bytes per device is worth a warning (W0315).
+pub const LARGE_GATHER_BYTES: u64 = 16 << 20;
 
 fn value_bytes(graph: &Func, v: ValueId, dims: &BTreeMap<String, i64>) -> Option<u64> {
     let Type::Tensor(t) = graph.ty(v) else { return None };
