@@ -123,6 +123,9 @@ pub(crate) fn annotate_grid(f: &mut Func) {
 
 /// Each `tile.dot` gets its MMA instruction shape and warp arrangement.
 pub(crate) fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerError> {
+    if !f.has_op_of(&[OpKind::Dot]) {
+        return Ok(());
+    }
     // Row reductions and chained dots (attention's P @ V) want whole rows per warp.
     let rows_per_warp = f.walk().into_iter().any(|id| f.op(id).kind == OpKind::Reduce)
         || f.walk().into_iter().filter(|&id| f.op(id).kind == OpKind::Dot).count() > 1;
@@ -161,6 +164,10 @@ pub(crate) fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerEr
 /// Loads feeding a dot operand are staged through shared memory (GPU): inside a
 /// sequential loop they are pipelined `stages` deep.
 pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
+    // Staging comes from dot operands and explicit copies only.
+    if !f.has_op_of(&[OpKind::Dot, OpKind::CpAsync]) {
+        return;
+    }
     let defs = f.definitions();
     // Values that flow into a dot operand (through casts and transposes).
     let mut staged: HashSet<ValueId> = HashSet::new();
@@ -233,39 +240,30 @@ pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
 /// Ops between an accumulator loop's result and its store are the loop's epilogue:
 /// they run once per tile program on the accumulator in registers.
 pub(crate) fn annotate_epilogues(f: &mut Func) {
-    let defs = f.definitions();
-    let loop_results: HashMap<ValueId, OpId> = f
-        .walk()
-        .into_iter()
-        .filter(|&id| f.op(id).kind == OpKind::For && f.op(id).str_attr("kind") == Some("sequential"))
-        .flat_map(|id| f.op(id).results.clone().into_iter().map(move |r| (r, id)))
-        .collect();
+    let sequential = |op: &crate::ir::Op| op.kind == OpKind::For && op.str_attr("kind") == Some("sequential");
+    if !f.ops.iter().any(sequential) {
+        return;
+    }
+    let chains = |kind: OpKind| kind.is_elementwise() || matches!(kind, OpKind::Broadcast | OpKind::ExpandDims);
+    // Whether each value reaches back to a sequential loop's result through elementwise
+    // ops only; program order defines every value before its uses, so one pass does.
+    let mut from_loop = vec![false; f.values.len()];
     let mut epilogue: Vec<OpId> = Vec::new();
     for id in f.walk() {
         let op = f.op(id);
-        if !(op.kind.is_elementwise() || matches!(op.kind, OpKind::Broadcast | OpKind::ExpandDims)) {
+        if sequential(op) {
+            for &r in &op.results {
+                from_loop[r.0 as usize] = true;
+            }
             continue;
         }
-        // Reaches back to a loop result through elementwise ops only.
-        let mut stack: Vec<ValueId> = op.operands.clone();
-        let mut seen = HashSet::new();
-        let mut from_loop = false;
-        while let Some(v) = stack.pop() {
-            if !seen.insert(v) {
-                continue;
-            }
-            if loop_results.contains_key(&v) {
-                from_loop = true;
-                break;
-            }
-            if let Some(d) = defs[v.0 as usize] {
-                let def = f.op(d);
-                if def.kind.is_elementwise() || matches!(def.kind, OpKind::Broadcast | OpKind::ExpandDims) {
-                    stack.extend(def.operands.iter().copied());
-                }
-            }
+        if !chains(op.kind) || !op.operands.iter().any(|v| from_loop[v.0 as usize]) {
+            continue;
         }
-        if from_loop && matches!(f.ty(op.results[0]), Type::Tile(_)) {
+        for &r in &op.results {
+            from_loop[r.0 as usize] = true;
+        }
+        if matches!(f.ty(op.results[0]), Type::Tile(_)) {
             epilogue.push(id);
         }
     }
@@ -277,6 +275,9 @@ pub(crate) fn annotate_epilogues(f: &mut Func) {
 /// `acc + tile.dot(a, b)` becomes `tile.dot(a, b, acc)`: the product accumulates into
 /// the accumulator's registers instead of a zeroed temporary of the same size.
 pub(crate) fn fold_dot_accumulate(f: &mut Func) {
+    if !f.has_op_of(&[OpKind::Dot]) {
+        return;
+    }
     let defs = f.definitions();
     let mut uses: HashMap<ValueId, usize> = HashMap::new();
     for id in f.walk() {

@@ -448,6 +448,10 @@ fn clone_chain(
 /// Explicit copies outside pipelined loops: a commit after each run of copies, and a
 /// wait before each barrier (the barrier's contract is "copies visible to the block").
 pub(crate) fn commit_explicit_copies(f: &mut Func) {
+    // It commits copies and waits for them before barriers: nothing to do without either.
+    if !f.has_op_of(&[OpKind::CpAsync, OpKind::Barrier]) {
+        return;
+    }
     // Inside a pipelined loop the copies are waited for per stage; a full wait before
     // the user's barriers would serialize the ring.
     fn visit(f: &mut Func, region: Region, in_pipeline: bool) -> Region {
@@ -487,6 +491,9 @@ pub(crate) fn commit_explicit_copies(f: &mut Func) {
 /// `tile.transpose(tile.load_shared %buf)` reads the buffer transposed: one load with
 /// `transpose = true` (for a dot operand, `ldmatrix` without a register shuffle).
 pub(crate) fn fold_transposed_loads(f: &mut Func) {
+    if !f.has_op_of(&[OpKind::Transpose]) {
+        return;
+    }
     let defs = f.definitions();
     let mut uses = vec![0u32; f.values.len()];
     for id in f.walk() {

@@ -421,6 +421,13 @@ impl Func {
         }
     }
 
+    /// Whether any op of the function (reachable or not) is of one of `kinds`: passes
+    /// that only rewrite such ops return at once without them, exactly as if they had
+    /// walked the function and found nothing (autotune pruning lowers every candidate).
+    pub fn has_op_of(&self, kinds: &[OpKind]) -> bool {
+        self.ops.iter().any(|op| kinds.contains(&op.kind))
+    }
+
     /// Every op reachable from the body, pre-order (an op before the ops of its regions).
     pub fn walk(&self) -> Vec<OpId> {
         // Reachable ops are at most all ops: one allocation instead of a growing vector
