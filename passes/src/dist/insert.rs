@@ -93,6 +93,9 @@ pub fn insert_with_shardings(
     let mut body = Vec::with_capacity(f.body.ops.len() + p.collectives.len());
     for &id in &f.body.ops {
         let op = f.op(id).clone();
+        let mut operands = op.operands.clone();
+        // The collectives the bucket ops below already did.
+        let mut bucketed: Vec<usize> = Vec::new();
         // Bucketed all-reduces before the return: one op per bucket.
         if op.kind == OpKind::Return {
             let mut buckets: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
@@ -106,8 +109,8 @@ pub fn insert_with_shardings(
                     }
                 }
             }
-            let mut operands = op.operands.clone();
             for (bucket, members) in buckets {
+                bucketed.extend(members.iter().map(|&(_, c)| c));
                 let first = &p.collectives[members[0].1];
                 let inputs: Vec<ValueId> = members.iter().map(|&(i, _)| operands[i]).collect();
                 let results: Vec<ValueId> = inputs
@@ -141,15 +144,13 @@ pub fn insert_with_shardings(
                     operands[i] = r;
                 }
             }
-            rename_tokens(&mut operands, &renamed_token);
-            out.op_mut(id).operands = operands;
-            body.push(id);
-            continue;
         }
-        let mut operands = op.operands.clone();
         rename_tokens(&mut operands, &renamed_token);
         for (i, slot) in operands.iter_mut().enumerate() {
             for &c in uses.get(&(id, i)).map(Vec::as_slice).unwrap_or(&[]) {
+                if bucketed.contains(&c) {
+                    continue;
+                }
                 let input = *slot;
                 if let Some(&v) = done.get(&(input, c)) {
                     *slot = v;

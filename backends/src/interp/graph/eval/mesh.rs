@@ -254,7 +254,14 @@ impl Layout<'_> {
     fn operand_slices(&self, op: &Op) -> R<Vec<Vec<(usize, usize, usize)>>> {
         let mut out = vec![Vec::new(); op.operands.len()];
         let Some(result) = op.results.first().and_then(|&r| self.sharding(r)) else { return Ok(out) };
-        let operand = |i: usize| self.sharding(op.operands[i]).cloned();
+        // A tensor no op gave a layout (a broadcast constant) is whole on every device.
+        let operand = |i: usize| {
+            let v = op.operands[i];
+            self.sharding(v).cloned().or_else(|| match self.func.ty(v) {
+                Type::Tensor(t) => Some(Sharding::replicated(t.dims.len())),
+                _ => None,
+            })
+        };
         let axis_parts = |a: &str| -> R<(usize, usize)> {
             let i = self.devices.axis(a).ok_or_else(|| InterpError::new(format!("the mesh has no axis `{a}`")))?;
             Ok((i, self.devices.axis_size(i)))
