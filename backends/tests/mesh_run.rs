@@ -135,6 +135,15 @@ mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("a", "b
         ("transposed", &[&["M", "N"], &["N", "M"]], "return x.T + y"),
         ("norm", &[&["M", "N"]], "return rmsnorm_safe(x)"),
         ("mse_grad", &[&["M", "K"], &["K", "N"]], "return mse(matmul(x, y), matmul(x, y) * 0.5)"),
+        ("row_broadcast", &[&["M", "N"], &["N"]], "return x * y + y"),
+        ("flatten", &[&["M", "N"]], "return reshape(x, (M * N,)) * 3.0"),
+        ("kept_sum", &[&["M", "N"]], "return x - sum(x, axis=1, keepdim=True)"),
+        ("stacked", &[&["M", "N"], &["M", "N"]], "return concat([x, y], axis=0)"),
+        ("halves", &[&["M", "N"]], "a, b = split(x, 2, axis=1)\n    return a * b"),
+        ("scaled_norm", &[&["M", "N"], &["N"]], "return layernorm_safe(x, weight=y, bias=y)"),
+        ("batched", &[&["B", "M", "K"], &["K", "N"]], "return matmul(x, y)"),
+        ("permuted", &[&["B", "M", "N"]], "return transpose(x, axes=(2, 0, 1)) * 2.0"),
+        ("attention", &[&["B", "M", "N", "K"], &["B", "M", "N", "K"]], "return flash_attention(x, y, y)"),
     ];
     let layouts = |rank: usize| -> Vec<Vec<Option<&'static str>>> {
         let mut out = vec![vec![]];
@@ -190,7 +199,7 @@ mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("a", "b
             let file = SourceFile::new(&db, "p.tsr".into(), source.clone(), None);
             let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == *name).expect("fn").key;
             let dims: BTreeMap<String, i64> =
-                [("M", 4), ("N", 4), ("K", 4)].iter().map(|(s, v)| (s.to_string(), *v)).collect();
+                [("M", 4), ("N", 4), ("K", 4), ("B", 2)].iter().map(|(s, v)| (s.to_string(), *v)).collect();
             let graph = graph_ir(&db, key).clone().unwrap_or_else(|e| panic!("{source}\n{}", e.message));
             let program =
                 sharded_program(&db, key, &dims).unwrap_or_else(|e| panic!("{source}\n{}", e.message)).unwrap();
@@ -198,8 +207,14 @@ mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("a", "b
                 conflicts += 1;
                 continue;
             }
-            let args: Vec<Arg> =
-                ranks.iter().enumerate().map(|(i, r)| tensor(&vec![4; r.len()], 11 + i as u64)).collect();
+            let args: Vec<Arg> = ranks
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let shape: Vec<usize> = r.iter().map(|d| if *d == "B" { 2 } else { 4 }).collect();
+                    tensor(&shape, 11 + i as u64)
+                })
+                .collect();
             let single = run_graph_f64(&graph, &args, 3).unwrap_or_else(|e| panic!("{source}\none device: {e}"));
             let run = run_graph_on_mesh(
                 &program.inserted.func,

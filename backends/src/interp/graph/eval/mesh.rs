@@ -207,11 +207,28 @@ impl Layout<'_> {
         }
         let coords = self.devices.coords(rank);
         let mut saved = Vec::new();
-        for (i, slices) in self.operand_slices(op)?.into_iter().enumerate() {
+        let plan: Vec<(usize, Vec<(usize, usize, usize)>)> = self.operand_slices(op)?.into_iter().enumerate().collect();
+        // Two different slicings of one value (`matmul(x, x)` with only one side split)
+        // would need two copies of it.
+        for (i, slices) in &plan {
+            let v = op.operands[*i];
+            if plan.iter().any(|(j, other)| op.operands[*j] == v && other != slices) {
+                return Err(InterpError::at_op(
+                    self.func,
+                    id,
+                    "one value at two operands with different layouts does not run on a mesh yet".into(),
+                ));
+            }
+        }
+        for (i, slices) in plan {
             if slices.is_empty() {
                 continue;
             }
             let v = op.operands[i];
+            // A value at two operand positions is sliced once (checked equal above).
+            if saved.iter().any(|(w, _)| *w == v) {
+                continue;
+            }
             let Some(Val::Tensor(t)) = m.vals[v.0 as usize].clone() else { continue };
             let mut sliced = t.clone();
             for (d, axis, parts) in slices {
@@ -275,6 +292,28 @@ impl Layout<'_> {
                 }
                 for (d, (mine, want)) in s.dims.iter().zip(&result.dims).enumerate() {
                     if let (None, Some(a)) = (mine, want) {
+                        let (axis, parts) = axis_parts(a)?;
+                        slot.push((d, axis, parts));
+                    }
+                }
+            }
+        } else if matches!(op.kind, OpKind::Concat | OpKind::FlashAttention) {
+            // Dims that correspond one to one with the result's: every dim but a
+            // concat's axis; attention's batch and head dims (q, k and v).
+            let rank = result.dims.len();
+            let axis = op.int_attr("axis").unwrap_or(0).rem_euclid(rank.max(1) as i64) as usize;
+            for (i, slot) in out.iter_mut().enumerate() {
+                let Some(s) = operand(i) else { continue };
+                if s.dims.len() != rank {
+                    continue;
+                }
+                let dims: Vec<usize> = match op.kind {
+                    OpKind::Concat => (0..rank).filter(|&d| d != axis).collect(),
+                    _ if i < 3 => vec![0, 1],
+                    _ => Vec::new(),
+                };
+                for d in dims {
+                    if let (None, Some(a)) = (&s.dims[d], &result.dims[d]) {
                         let (axis, parts) = axis_parts(a)?;
                         slot.push((d, axis, parts));
                     }
