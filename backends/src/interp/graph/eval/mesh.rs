@@ -95,6 +95,9 @@ pub fn run_graph_on_mesh(
     Err(InterpError::new(format!("`{}` has no func.return", func.name)))
 }
 
+/// A slice of one dim: (dim, mesh axis index, parts).
+type Slice = (usize, usize, usize);
+
 struct Layout<'a> {
     func: &'a Func,
     shardings: &'a [Option<Sharding>],
@@ -207,7 +210,7 @@ impl Layout<'_> {
         }
         let coords = self.devices.coords(rank);
         let mut saved = Vec::new();
-        let plan: Vec<(usize, Vec<(usize, usize, usize)>)> = self.operand_slices(op)?.into_iter().enumerate().collect();
+        let plan: Vec<(usize, Vec<Slice>)> = self.operand_slices(op)?.into_iter().enumerate().collect();
         // Two different slicings of one value (`matmul(x, x)` with only one side split)
         // would need two copies of it.
         for (i, slices) in &plan {
