@@ -127,6 +127,17 @@ struct Spec {
     reference: Option<Reference>,
 }
 
+/// The stdlib attention kernels' reference (keys as long as the queries here).
+fn attention_reference(a: &[Arg], d: &BTreeMap<String, i64>) -> Expected {
+    let (bh, sl, dd) = (s(d, "BH"), s(d, "S"), s(d, "D"));
+    let causal = scalar(a, 4) != 0.0;
+    let v = values(a, 2);
+    let o = r::attention(&values(a, 0), &values(a, 1), &v, bh, sl, dd, causal);
+    // P is rounded to bf16 before P @ V: the error is bounded by 2^-9 max|V|.
+    let max_v = v.iter().fold(0f64, |m, x| m.max(x.abs()));
+    vec![Out { param: 3, values: o, k: sl, scale: Some(max_v) }]
+}
+
 fn s(m: &BTreeMap<String, i64>, k: &str) -> usize {
     m[k] as usize
 }
@@ -185,29 +196,13 @@ fn spec(kernel: &str) -> Option<Spec> {
         "flash_attention" => Spec {
             shapes: ["BH=2,S=128,D=64", "BH=2,S=100,D=64"],
             scalars: &[("causal", 1.0), ("dropout", 0.0), ("seed", 0.0)],
-            reference: Some(|a, d| {
-                let (bh, sl, dd) = (s(d, "BH"), s(d, "S"), s(d, "D"));
-                let causal = scalar(a, 4) != 0.0;
-                let v = values(a, 2);
-                let o = r::attention(&values(a, 0), &values(a, 1), &v, bh, sl, dd, causal);
-                // P is rounded to bf16 before P @ V: the error is bounded by 2^-9 max|V|.
-                let max_v = v.iter().fold(0f64, |m, x| m.max(x.abs()));
-                vec![Out { param: 3, values: o, k: sl, scale: Some(max_v) }]
-            }),
+            reference: Some(attention_reference),
         },
         // The keys' length `SK` equals the queries' here (`r::attention` has one S).
         "flash_attention_2" => Spec {
             shapes: ["BH=2,S=128,SK=128,D=64", "BH=2,S=100,SK=100,D=64"],
             scalars: &[("causal", 1.0), ("dropout", 0.0), ("seed", 0.0)],
-            reference: Some(|a, d| {
-                let (bh, sl, dd) = (s(d, "BH"), s(d, "S"), s(d, "D"));
-                let causal = scalar(a, 4) != 0.0;
-                let v = values(a, 2);
-                let o = r::attention(&values(a, 0), &values(a, 1), &v, bh, sl, dd, causal);
-                // P is rounded to bf16 before P @ V: the error is bounded by 2^-9 max|V|.
-                let max_v = v.iter().fold(0f64, |m, x| m.max(x.abs()));
-                vec![Out { param: 3, values: o, k: sl, scale: Some(max_v) }]
-            }),
+            reference: Some(attention_reference),
         },
         // One block of BLOCK = 1024 elements: larger `n` meets the grid bug of
         // `saxpy_grid_covers_every_element` below.

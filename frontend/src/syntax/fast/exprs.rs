@@ -54,21 +54,20 @@ impl Parser<'_> {
     }
 
     fn or_test(&mut self) -> Option<E> {
-        let mut lhs = self.and_test()?;
-        while self.at_kw(Kw::Or) {
-            self.bump();
-            let rhs = self.and_test()?;
-            lhs = self.alloc(Expr::BoolOp { op: BoolOp::Or, lhs: lhs.id, rhs: rhs.id }, lhs.start, rhs.end);
-        }
-        Some(lhs)
+        self.bool_chain(Kw::Or, BoolOp::Or, Self::and_test)
     }
 
     fn and_test(&mut self) -> Option<E> {
-        let mut lhs = self.not_test()?;
-        while self.at_kw(Kw::And) {
+        self.bool_chain(Kw::And, BoolOp::And, Self::not_test)
+    }
+
+    /// `a kw b kw c`, left-associative, with operands at the next level.
+    fn bool_chain(&mut self, kw: Kw, op: BoolOp, operand: fn(&mut Self) -> Option<E>) -> Option<E> {
+        let mut lhs = operand(self)?;
+        while self.at_kw(kw) {
             self.bump();
-            let rhs = self.not_test()?;
-            lhs = self.alloc(Expr::BoolOp { op: BoolOp::And, lhs: lhs.id, rhs: rhs.id }, lhs.start, rhs.end);
+            let rhs = operand(self)?;
+            lhs = self.alloc(Expr::BoolOp { op, lhs: lhs.id, rhs: rhs.id }, lhs.start, rhs.end);
         }
         Some(lhs)
     }

@@ -470,24 +470,21 @@ impl<'a> Parser<'a> {
             end = e;
             branches.push(IfBranch { cond: cond.id, body });
         }
-        let orelse = match self.else_clause()? {
-            Some((body, e)) => {
-                end = e;
-                Some(body)
-            }
-            None => None,
-        };
+        let orelse = self.else_clause(&mut end)?;
         let range = self.rel(start, end);
         Some(S { id: self.body.alloc_stmt(Stmt::If { branches, orelse }, range) })
     }
 
-    fn else_clause(&mut self) -> Option<Option<(Vec<StmtId>, u32)>> {
+    /// An optional `else:` suite; moves `end` to its end when there is one.
+    fn else_clause(&mut self, end: &mut u32) -> Option<Option<Vec<StmtId>>> {
         if !self.at_kw(Kw::Else) {
             return Some(None);
         }
         self.bump();
         self.expect(Kind::P(P::Colon))?;
-        Some(Some(self.suite()?))
+        let (body, e) = self.suite()?;
+        *end = e;
+        Some(Some(body))
     }
 
     fn for_statement(&mut self) -> Option<S> {
@@ -497,13 +494,7 @@ impl<'a> Parser<'a> {
         let iter = self.expr()?;
         self.expect(Kind::P(P::Colon))?;
         let (body, mut end) = self.suite()?;
-        let orelse = match self.else_clause()? {
-            Some((body, e)) => {
-                end = e;
-                Some(body)
-            }
-            None => None,
-        };
+        let orelse = self.else_clause(&mut end)?;
         let range = self.rel(start, end);
         let stmt = Stmt::For { target: target.id, iter: iter.id, body, orelse };
         Some(S { id: self.body.alloc_stmt(stmt, range) })
