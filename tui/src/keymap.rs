@@ -95,10 +95,10 @@ pub const BINDINGS: &[Binding] = &[
     b!(Global, "?", [c('?')], Action::Help, "this help"),
     b!(
         Global,
-        "1-5",
-        [c('1'), c('2'), c('3'), c('4'), c('5')],
+        "1-6",
+        [c('1'), c('2'), c('3'), c('4'), c('5'), c('6')],
         Action::Tab(0),
-        "explore · passes · lints · schedule · run"
+        "explore · passes · lints · schedule · run · mesh"
     ),
     b!(Global, "Tab", [k(KeyCode::Tab)], Action::FocusNext, "focus the next pane"),
     b!(Global, "S-Tab", [k(KeyCode::BackTab)], Action::FocusPrev, "focus the previous pane"),

@@ -17,10 +17,11 @@ pub enum Tab {
     Lints,
     Schedule,
     Run,
+    Mesh,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [Tab::Explore, Tab::Passes, Tab::Lints, Tab::Schedule, Tab::Run];
+    pub const ALL: [Tab; 6] = [Tab::Explore, Tab::Passes, Tab::Lints, Tab::Schedule, Tab::Run, Tab::Mesh];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -29,6 +30,7 @@ impl Tab {
             Tab::Lints => "Lints",
             Tab::Schedule => "Schedule",
             Tab::Run => "Run",
+            Tab::Mesh => "Mesh",
         }
     }
 
@@ -40,6 +42,7 @@ impl Tab {
             Tab::Lints => &[Pane::Lints],
             Tab::Schedule => &[Pane::Schedule, Pane::Ir],
             Tab::Run => &[Pane::Results],
+            Tab::Mesh => &[Pane::Mesh],
         }
     }
 }
@@ -53,6 +56,7 @@ pub enum Pane {
     Lints,
     Schedule,
     Results,
+    Mesh,
 }
 
 impl Pane {
@@ -64,6 +68,7 @@ impl Pane {
             Pane::Lints => Context::Lints,
             Pane::Schedule => Context::Schedule,
             Pane::Results => Context::Run,
+            Pane::Mesh => Context::Nav,
         }
     }
 }

@@ -192,6 +192,30 @@ fn view_graph_function() {
     }
 }
 
+/// The Mesh tab of a sharded graph function (the corpus's Megatron MLP): its mesh, each
+/// parameter's layout with its global and per-device shapes, and the one all-reduce with
+/// its bytes and estimated time at the dims given.
+#[test]
+fn view_mesh() {
+    const SHARDED: &str = include_str!("../../tests/corpus/valid/megatron_mlp_sharded.tsr");
+    for (w, h) in [(80, 24), (160, 48)] {
+        let ws = Workspace::from_text(Path::new("megatron_mlp_sharded.tsr"), SHARDED.to_string());
+        let mut options = Options { kernel: Some("mlp".into()), target: Target::Sm90, ..Options::default() };
+        options.dims = vec![("B".into(), "16".into()), ("D".into(), "32".into()), ("F".into(), "64".into())];
+        let app = App::with_workspace(ws, &options).expect("the file opens");
+        let mut ui = Ui { app, term: Terminal::new(TestBackend::new(w, h)).unwrap() };
+        ui.keys(&["6"]);
+        let screen = ui.screen();
+        assert!(screen.contains("mesh: 8 devices (dp=4, tp=2)"), "{screen}");
+        assert!(screen.contains("all_reduce over tp"), "{screen}");
+        snapshot(&format!("mesh_{w}x{h}"), &screen);
+    }
+    // Not sharded: the tab says why it is empty.
+    let mut ui = Ui::new(Some("mlp"), 80, 24);
+    ui.keys(&["6"]);
+    assert!(ui.screen().contains("is not a sharded graph function"), "{}", ui.screen());
+}
+
 // ----- key-scripted flows -----
 
 #[test]

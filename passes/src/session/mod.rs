@@ -18,6 +18,8 @@
 
 pub mod capture;
 mod hover;
+mod mesh;
+pub use mesh::{MeshCollective, MeshValue, MeshView};
 pub mod overrides;
 
 use std::collections::BTreeMap;

@@ -50,6 +50,7 @@ pub struct App {
     pub src: Scroll,
     pub ir: Scroll,
     pub lints: Scroll,
+    pub mesh: Scroll,
     pub sched: Scroll,
     pub show_loc: bool,
     pub diff_mode: bool,
@@ -115,6 +116,7 @@ impl App {
             src: Scroll::default(),
             ir: Scroll::default(),
             lints: Scroll::default(),
+            mesh: Scroll::default(),
             sched: Scroll::default(),
             show_loc: false,
             diff_mode: false,
@@ -261,6 +263,51 @@ impl App {
 
     // ----- derived values the views read -----
 
+    /// The Mesh tab's lines for the current function: its mesh, each parameter's
+    /// layout, and the collectives with their cost at the dims given (`--dims`).
+    pub fn mesh_lines(&self) -> Vec<(MeshLine, String)> {
+        let Some(name) = self.kernel.as_deref() else {
+            return vec![(MeshLine::Note, "no function selected".into())];
+        };
+        let dims: std::collections::BTreeMap<String, i64> =
+            self.overrides.dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let Some(view) = self.ws.analysis().mesh_view(name, &dims) else {
+            return vec![(
+                MeshLine::Note,
+                format!("`{name}` is not a sharded graph function: give a parameter @shard(mesh, ...)"),
+            )];
+        };
+        let axes: Vec<String> = view.axes.iter().map(|(a, n)| format!("{a}={n}")).collect();
+        let devices: usize = view.axes.iter().map(|(_, n)| n).product();
+        let mut lines = vec![(MeshLine::Header, format!("mesh: {devices} devices ({})", axes.join(", ")))];
+        lines.push((MeshLine::Header, "parameters".into()));
+        for v in &view.values {
+            lines.push((
+                MeshLine::Row,
+                format!("  {:<6} {:<16} {} → {} per device", v.name, v.layout, v.global, v.per_device),
+            ));
+        }
+        lines.push((MeshLine::Header, format!("collectives ({})", view.collectives.len())));
+        if view.collectives.is_empty() {
+            lines.push((MeshLine::Note, "  none: every op runs on its own blocks".into()));
+        }
+        for c in &view.collectives {
+            let bytes = c.bytes.map_or("? bytes (pass --dims)".to_string(), |b| format!("{b} bytes/device"));
+            let cost = match (&c.algorithm, c.time_us) {
+                (Some(a), Some(t)) => format!(", {a}, ~{t:.1} µs"),
+                _ => String::new(),
+            };
+            lines.push((
+                MeshLine::Row,
+                format!("  {} over {} of {}: {bytes}{cost}", c.kind, c.axis, c.values.join(", ")),
+            ));
+        }
+        for c in &view.conflicts {
+            lines.push((MeshLine::Error, format!("conflict: {c}")));
+        }
+        lines
+    }
+
     /// The pass pipeline of the kernel on screen (computed on first use).
     pub fn passes(&self) -> &PassList {
         self.view.passes(&self.ws, self.target)
@@ -350,7 +397,7 @@ impl App {
             Action::Quit => self.quit = true,
             Action::Help => self.overlay = Overlay::Help { scroll: 0 },
             Action::Close => {}
-            Action::Tab(i) => self.set_tab(Tab::ALL[(i as usize).min(4)]),
+            Action::Tab(i) => self.set_tab(Tab::ALL[(i as usize).min(Tab::ALL.len() - 1)]),
             Action::FocusNext | Action::FocusPrev => {
                 let panes = self.tab.panes();
                 let at = panes.iter().position(|p| *p == self.focus).unwrap_or(0);
@@ -406,6 +453,11 @@ impl App {
             Pane::Lints => self.lints_action(action),
             Pane::Schedule => self.schedule_action(action),
             Pane::Results => self.results_action(action),
+            Pane::Mesh => {
+                let len = self.mesh_lines().len();
+                let h = self.geometry.height(Pane::Mesh);
+                self.mesh.nav(action, len, h);
+            }
         }
     }
 
@@ -612,4 +664,13 @@ impl App {
     pub fn error(&mut self, text: String) {
         self.message = Some(Message { level: Level::Error, text });
     }
+}
+
+/// How the Mesh tab shows a line.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum MeshLine {
+    Header,
+    Row,
+    Note,
+    Error,
 }

@@ -64,6 +64,10 @@ impl App {
                         self.sched.cursor = self.sched.top + row;
                         self.sched.clamp(self.schedule_rows().len(), rect.height as usize);
                     }
+                    Pane::Mesh => {
+                        self.mesh.cursor = self.mesh.top + row;
+                        self.mesh.clamp(self.mesh_lines().len(), rect.height as usize);
+                    }
                     Pane::Results => {
                         // The first row of the results pane is the table header.
                         self.run.scroll.cursor = (self.run.scroll.top + row).saturating_sub(1);

@@ -8,6 +8,7 @@
 mod explore;
 mod graph_run;
 mod lints;
+mod mesh;
 mod passes;
 mod run;
 mod schedule;
@@ -86,6 +87,7 @@ pub fn layout(area: Rect, app: &App) -> Geometry {
             let [_, _, results, _] = run::areas(main);
             g.panes.push((Pane::Results, inner(results)));
         }
+        Tab::Mesh => g.panes.push((Pane::Mesh, inner(main))),
     }
     g
 }
@@ -108,6 +110,7 @@ pub fn view(f: &mut Frame, app: &App) {
         Tab::Lints => lints::draw(f, main, app),
         Tab::Schedule => schedule::draw(f, main, app),
         Tab::Run => run::draw(f, main, app),
+        Tab::Mesh => mesh::draw(f, main, app),
     }
     draw_status(f.buffer_mut(), status, app);
     draw_hints(f.buffer_mut(), hints, app);
@@ -228,6 +231,7 @@ fn draw_hints(buf: &mut Buffer, area: Rect, app: &App) {
         Pane::Lints => &[("Enter", "jump to source")],
         Pane::Schedule => &[("h/l", "value"), ("e", "edit"), ("Bksp", "reset")],
         Pane::Results => &[("b", "device"), ("Enter", "use config")],
+        Pane::Mesh => &[("j/k", "scroll")],
     };
     let common: &[(&str, &str)] = &[
         ("[/]", "stage"),

@@ -1,0 +1,94 @@
+//! The explorer's Mesh view of a sharded graph function: the mesh, each parameter's
+//! layout with its global and per-device shape, and each collective Graph IR holds with
+//! its bytes and estimated time (`dist`'s answers, as `tessera lower` shows them).
+
+use std::collections::BTreeMap;
+
+use super::Analysis;
+use crate::ir::{Attr, OpKind, Type};
+
+/// One tensor parameter's layout.
+#[derive(Clone, PartialEq, Debug)]
+pub struct MeshValue {
+    pub name: String,
+    pub layout: String,
+    pub global: String,
+    pub per_device: String,
+}
+
+/// One collective of the function.
+#[derive(Clone, PartialEq, Debug)]
+pub struct MeshCollective {
+    /// `all_reduce` or `all_gather`.
+    pub kind: String,
+    pub axis: String,
+    /// The values it makes whole or complete.
+    pub values: Vec<String>,
+    pub bytes: Option<i64>,
+    pub algorithm: Option<String>,
+    pub time_us: Option<f64>,
+}
+
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct MeshView {
+    pub axes: Vec<(String, usize)>,
+    pub values: Vec<MeshValue>,
+    pub collectives: Vec<MeshCollective>,
+    pub conflicts: Vec<String>,
+}
+
+impl Analysis<'_> {
+    /// The Mesh view of `function` at `dims` (for the bytes); `None` when it is not a
+    /// sharded graph function.
+    pub fn mesh_view(&self, function: &str, dims: &BTreeMap<String, i64>) -> Option<MeshView> {
+        let f = self.function(function).ok()?;
+        let program = crate::dist::function::sharded_program(self.db, f.key, dims).ok()??;
+        let func = &program.inserted.func;
+        let mesh = &program.mesh;
+        let name = |v: crate::ir::ValueId| {
+            func.values[v.0 as usize].name.clone().map_or(format!("%{}", v.0), |n| n.to_string())
+        };
+        let values = func
+            .params
+            .iter()
+            .filter_map(|&v| {
+                let Type::Tensor(t) = func.ty(v) else { return None };
+                let s = program.propagation.sharding(v)?;
+                let global: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
+                let local: Vec<String> = t
+                    .dims
+                    .iter()
+                    .zip(&s.dims)
+                    .map(|(d, a)| a.as_ref().map_or(d.to_string(), |a| format!("{d}/{}", mesh.size(a))))
+                    .collect();
+                Some(MeshValue {
+                    name: name(v),
+                    layout: s.describe(),
+                    global: format!("[{}]", global.join(", ")),
+                    per_device: format!("[{}]", local.join(", ")),
+                })
+            })
+            .collect();
+        let collectives = func
+            .body
+            .ops
+            .iter()
+            .map(|&id| func.op(id))
+            .filter(|op| matches!(op.kind, OpKind::AllGather | OpKind::AllReduce))
+            .map(|op| MeshCollective {
+                kind: op.kind.name().trim_start_matches("dist.").to_string(),
+                axis: op.str_attr("axis").unwrap_or("").to_string(),
+                values: op.operands.iter().filter(|&&v| !matches!(func.ty(v), Type::Token)).map(|&v| name(v)).collect(),
+                bytes: op.int_attr("bytes"),
+                algorithm: op.str_attr("algorithm").map(str::to_string),
+                time_us: op.attr("time_us").and_then(Attr::as_float),
+            })
+            .collect();
+        Some(MeshView {
+            axes: mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
+            values,
+            collectives,
+            conflicts: program.propagation.conflicts.iter().map(|c| c.message.clone()).collect(),
+        })
+    }
+}
