@@ -11,7 +11,7 @@ use tessera_frontend::diagnostics::{Code, Diagnostic};
 use tessera_frontend::syntax::ast::Expr;
 use tessera_frontend::FnKey;
 
-use super::insert::{insert_collectives, insert_with_shardings, Inserted, MeshAxes};
+use super::insert::{insert_with_shardings, Inserted, MeshAxes};
 use super::propagate::{propagate, Propagation, Sharding};
 use crate::error::LowerError;
 use crate::ir::{Func, OpKind, Origin, Type, ValueId};
@@ -97,12 +97,10 @@ pub fn graph_with_collectives(
     key: FnKey<'_>,
     dims: &BTreeMap<String, i64>,
 ) -> Result<(Arc<Func>, Option<Propagation>), LowerError> {
-    let graph = graph_ir(db, key).clone()?;
-    let Some((mesh, params)) = parameter_shardings(db, key, &graph)? else { return Ok((graph, None)) };
-    let bytes = |v: ValueId| value_bytes(&graph, v, dims);
-    let propagation = propagate(&graph, &params, &bytes);
-    let with = insert_collectives(&graph, &propagation, &mesh, &bytes);
-    Ok((Arc::new(with), Some(propagation)))
+    Ok(match sharded_program(db, key, dims)? {
+        Some(p) => (Arc::new(p.inserted.func), Some(p.propagation)),
+        None => (graph_ir(db, key).clone()?, None),
+    })
 }
 
 /// A sharded function as the mesh runs it.

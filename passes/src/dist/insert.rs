@@ -33,12 +33,60 @@ impl MeshAxes {
     }
 }
 
+impl MeshAxes {
+    /// `[B, D]` and what each device holds of it under `s`, `[B/4, D]`.
+    pub fn shapes(&self, dims: &[tessera_frontend::check::dims::Dim], s: &Sharding) -> (String, String) {
+        let global: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+        let local: Vec<String> = dims
+            .iter()
+            .zip(&s.dims)
+            .map(|(d, axis)| axis.as_ref().map_or(d.to_string(), |a| format!("{d}/{}", self.size(a))))
+            .collect();
+        (format!("[{}]", global.join(", ")), format!("[{}]", local.join(", ")))
+    }
+}
+
+/// One collective of [`Inserted::func`], as its op describes it.
+#[derive(Clone, PartialEq, Debug)]
+pub struct CollectiveOp {
+    /// `all_reduce` or `all_gather`.
+    pub kind: String,
+    pub axis: String,
+    /// The tensors it makes whole or complete.
+    pub operands: Vec<ValueId>,
+    /// Bytes one device holds of the operand(s), where the dims are known.
+    pub bytes: Option<i64>,
+    pub algorithm: Option<String>,
+    pub time_us: Option<f64>,
+}
+
 /// Graph IR with its collectives, and the sharding of each of its values (the
 /// collectives' results included).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Inserted {
     pub func: Func,
     pub shardings: Vec<Option<Sharding>>,
+}
+
+impl Inserted {
+    /// The collectives, in program order.
+    pub fn collectives(&self) -> Vec<CollectiveOp> {
+        let f = &self.func;
+        f.body
+            .ops
+            .iter()
+            .map(|&id| f.op(id))
+            .filter(|op| matches!(op.kind, OpKind::AllGather | OpKind::AllReduce))
+            .map(|op| CollectiveOp {
+                kind: op.kind.name().trim_start_matches("dist.").to_string(),
+                axis: op.str_attr("axis").unwrap_or("").to_string(),
+                operands: op.operands.iter().copied().filter(|&v| !matches!(f.ty(v), Type::Token)).collect(),
+                bytes: op.int_attr("bytes"),
+                algorithm: op.str_attr("algorithm").map(str::to_string),
+                time_us: op.attr("time_us").and_then(Attr::as_float),
+            })
+            .collect()
+    }
 }
 
 /// `f` with the collectives of `p` inserted. `value_bytes` gives a value's global size.

@@ -94,22 +94,11 @@ impl Analysis<'_> {
         let s = program.propagation.sharding(v)?;
         let crate::ir::Type::Tensor(t) = graph.ty(v) else { return None };
         let mesh: Vec<String> = program.mesh.0.iter().map(|(a, n)| format!("{a}={n}")).collect();
-        let global: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
-        let local: Vec<String> = t
-            .dims
-            .iter()
-            .zip(&s.dims)
-            .map(|(d, axis)| match axis {
-                Some(a) => format!("{d}/{}", program.mesh.size(a)),
-                None => d.to_string(),
-            })
-            .collect();
+        let (global, local) = program.mesh.shapes(&t.dims, s);
         let mut md = format!(
-            "**Sharded** on the mesh ({}): layout `{}`\n\nglobal `[{}]`, each device holds `[{}]`",
+            "**Sharded** on the mesh ({}): layout `{}`\n\nglobal `{global}`, each device holds `{local}`",
             mesh.join(", "),
             s.describe(),
-            global.join(", "),
-            local.join(", ")
         );
         if !s.partial.is_empty() {
             md.push_str(" (a partial sum: an all-reduce completes it)");

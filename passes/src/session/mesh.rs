@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::Analysis;
-use crate::ir::{Attr, OpKind, Type};
+use crate::ir::Type;
 
 /// One tensor parameter's layout.
 #[derive(Clone, PartialEq, Debug)]
@@ -54,34 +54,21 @@ impl Analysis<'_> {
             .filter_map(|&v| {
                 let Type::Tensor(t) = func.ty(v) else { return None };
                 let s = program.propagation.sharding(v)?;
-                let global: Vec<String> = t.dims.iter().map(|d| d.to_string()).collect();
-                let local: Vec<String> = t
-                    .dims
-                    .iter()
-                    .zip(&s.dims)
-                    .map(|(d, a)| a.as_ref().map_or(d.to_string(), |a| format!("{d}/{}", mesh.size(a))))
-                    .collect();
-                Some(MeshValue {
-                    name: name(v),
-                    layout: s.describe(),
-                    global: format!("[{}]", global.join(", ")),
-                    per_device: format!("[{}]", local.join(", ")),
-                })
+                let (global, per_device) = mesh.shapes(&t.dims, s);
+                Some(MeshValue { name: name(v), layout: s.describe(), global, per_device })
             })
             .collect();
-        let collectives = func
-            .body
-            .ops
-            .iter()
-            .map(|&id| func.op(id))
-            .filter(|op| matches!(op.kind, OpKind::AllGather | OpKind::AllReduce))
-            .map(|op| MeshCollective {
-                kind: op.kind.name().trim_start_matches("dist.").to_string(),
-                axis: op.str_attr("axis").unwrap_or("").to_string(),
-                values: op.operands.iter().filter(|&&v| !matches!(func.ty(v), Type::Token)).map(|&v| name(v)).collect(),
-                bytes: op.int_attr("bytes"),
-                algorithm: op.str_attr("algorithm").map(str::to_string),
-                time_us: op.attr("time_us").and_then(Attr::as_float),
+        let collectives = program
+            .inserted
+            .collectives()
+            .into_iter()
+            .map(|c| MeshCollective {
+                kind: c.kind,
+                axis: c.axis,
+                values: c.operands.iter().map(|&v| name(v)).collect(),
+                bytes: c.bytes,
+                algorithm: c.algorithm,
+                time_us: c.time_us,
             })
             .collect();
         Some(MeshView {

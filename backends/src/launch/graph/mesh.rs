@@ -5,7 +5,6 @@
 
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::dist::function::sharded_program;
-use tessera_passes::ir::{Attr, OpKind};
 
 use super::{arg_dims, dtype, graph_tolerance, values, GraphCheck, GraphInputs, GraphRun};
 use crate::interp::compare::compare_with;
@@ -13,16 +12,7 @@ use crate::interp::graph::run_graph_on_mesh;
 use crate::launch::Verdict;
 
 /// One collective of the program, as Graph IR describes it.
-#[derive(Clone, Debug)]
-pub struct CollectiveInfo {
-    /// `all_reduce` or `all_gather`.
-    pub kind: String,
-    pub axis: String,
-    /// Bytes one device holds of the operand(s), where the dims are known.
-    pub bytes: Option<i64>,
-    pub algorithm: Option<String>,
-    pub time_us: Option<f64>,
-}
+pub use tessera_passes::dist::insert::CollectiveOp as CollectiveInfo;
 
 /// What the mesh run found.
 #[derive(Clone, Debug)]
@@ -93,20 +83,7 @@ pub fn run_on_mesh(
     } else {
         Verdict::NonFinite
     };
-    let collectives = func
-        .body
-        .ops
-        .iter()
-        .map(|&id| func.op(id))
-        .filter(|op| matches!(op.kind, OpKind::AllGather | OpKind::AllReduce))
-        .map(|op| CollectiveInfo {
-            kind: op.kind.name().trim_start_matches("dist.").to_string(),
-            axis: op.str_attr("axis").unwrap_or("").to_string(),
-            bytes: op.int_attr("bytes"),
-            algorithm: op.str_attr("algorithm").map(str::to_string),
-            time_us: op.attr("time_us").and_then(Attr::as_float),
-        })
-        .collect();
+    let collectives = program.inserted.collectives();
     Ok(Some(MeshCheck {
         axes: program.mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
         collectives,
