@@ -65,11 +65,7 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         kind: Some("fault"),
     })?;
     let plan = &session.plan;
-    let verdict = match run.verdict {
-        Verdict::Correct => "correct",
-        Verdict::Wrong => "wrong",
-        _ => "non-finite",
-    };
+    let verdict = crate::verdict::verdict_name(run.verdict);
     let report = json!({
         "kernel": args.kernel,
         "kind": "graph",

@@ -20,18 +20,10 @@ pub(crate) fn json(m: &MeshCheck) -> Value {
         "estimated_collective_us": m.estimated_us(),
         "bytes_sent_busiest_device": m.bytes_sent,
         "steps": m.steps,
-        "verdict": verdict(m.verdict),
+        "verdict": crate::verdict::verdict_name(m.verdict),
         "max_abs_err": m.checks.iter().map(|c| c.comparison.max_abs).fold(0.0, f64::max),
         "max_rel_err": m.checks.iter().map(|c| c.comparison.max_rel).fold(0.0, f64::max),
     })
-}
-
-fn verdict(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Correct => "correct",
-        Verdict::Wrong => "wrong",
-        _ => "non-finite",
-    }
 }
 
 pub(crate) fn text(m: &MeshCheck) -> String {
