@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The GPU acceptance run, as one script for a short lease on a GPU machine:
+#   1. the machine: nvidia-smi, `tessera devices`;
+#   2. every @kernel and @jit function of tests/corpus/valid and examples/ through
+#      `tessera run --device gpu --json` (checked against the f64 reference), one JSON
+#      object per line in corpus.jsonl;
+#   3. bf16 GEMM 4096^3 and causal flash attention (B*H=32, S=4096, D=128): autotuned on
+#      timings alone (`--check none`: a sampled f64 check of every candidate at these sizes
+#      takes minutes), then the winner run and checked against the f64 reference, beside torch.matmul and scaled_dot_product_attention (benches/gpu/torch_peer.py);
+#   4. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
+#      prebuilt test binaries are there.
+# Usage: benches/gpu/acceptance.sh BINDIR OUTDIR [ARCHIVE]
+#   With ARCHIVE, OUTDIR is packed into it after every step (a lease's copy-back takes few
+#   files, and a step that runs out of time must not lose the ones before it).
+#   BINDIR holds `tessera` (built without LLVM: `cargo build --release -p tessera
+#   --features nccl`) and optionally the test binaries `cuda-test` and `nccl-test`.
+set -u
+BIN=$(cd "$1" && pwd)
+OUT=$2
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+T=$BIN/tessera
+ARCHIVE=${3:-}
+# STEPS picks steps by name (default: all of them).
+STEPS=${STEPS:-machine peers untuned sweep tune nccl cuda-test}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+log() {
+    echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"
+    if [ -n "$ARCHIVE" ]; then tar czf "$ARCHIVE.tmp" -C "$OUT" . && mv "$ARCHIVE.tmp" "$ARCHIVE"; fi
+}
+
+# NCCL ships as libnccl.so.2 in the PyTorch wheels; the probe looks for libnccl.so.
+nccl=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
+if [ -n "$nccl" ]; then
+    mkdir -p /tmp/nccl-link && ln -sf "$nccl" /tmp/nccl-link/libnccl.so
+    export LD_LIBRARY_PATH=/tmp/nccl-link:$(dirname "$nccl")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+if want machine; then
+log "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/machine.txt"
+echo "nccl: ${nccl:-none}" | tee -a "$OUT/machine.txt"
+"$T" devices 2>&1 | tee -a "$OUT/machine.txt"
+
+fi
+if want peers; then
+log "peers (torch)"
+timeout 120 python3 benches/gpu/torch_peer.py > "$OUT/torch_peer.json" 2> "$OUT/torch_peer.err"
+cat "$OUT/torch_peer.json"
+
+fi
+if want untuned; then
+log "GEMM and attention at the benchmark sizes, untuned (the first configuration)"
+timeout 60 "$T" run examples/gemm.tsr --kernel gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled --json \
+    > "$OUT/gemm_untuned.json" 2> "$OUT/gemm_untuned.err"
+echo "rc=$?"; grep -A3 '"time_ms"' "$OUT/gemm_untuned.json"; tail -5 "$OUT/gemm_untuned.err"
+timeout 60 "$T" run examples/flash_attention.tsr --kernel flash_attention --dims BH=32,S=4096,D=128 \
+    --arg causal=true --device gpu --check sampled --json > "$OUT/fa_untuned.json" 2> "$OUT/fa_untuned.err"
+echo "rc=$?"; grep -A3 '"time_ms"' "$OUT/fa_untuned.json"; tail -5 "$OUT/fa_untuned.err"
+
+fi
+if want sweep; then
+log "corpus and examples on the GPU"
+SWEEP_END=$((SECONDS + ${SWEEP_SECONDS:-170}))
+python3 - "$ROOT" > "$OUT/functions.txt" <<'PY'
+# Lines "FILE FUNCTION DIMS ARGS": every @kernel/@jit function. Kernels take the tool's
+# default dims ("-"); graph functions get small ones (every symbol 128, a batch B of 4),
+# since their f64 reference holds every intermediate.
+import re, sys, pathlib
+root = pathlib.Path(sys.argv[1])
+for d in ["tests/corpus/valid", "examples"]:
+    for f in sorted((root / d).glob("*.tsr")):
+        lines = f.read_text().splitlines()
+        decorators = []
+        for i, line in enumerate(lines):
+            s = line.strip()
+            if s.startswith("@"):
+                decorators.append(s)
+                continue
+            m = re.match(r"def (\w+)\(", s)
+            if m and not line[0].isspace() and any(("kernel" in x or "jit" in x) for x in decorators):
+                dims, args = "-", "-"
+                if not any("kernel" in x for x in decorators):
+                    sig = ""
+                    for l in lines[i:]:
+                        sig += l
+                        if l.rstrip().endswith(":"):
+                            break
+                    symbols = sorted({t for q in re.findall(r'"([^"]+)"', " ".join(re.findall(r"\[([^\]]*)\]", sig))) for t in re.findall(r"[A-Za-z_]\w*", q)})
+                    size = lambda t: 4 if t == "B" else 256 if "max" in t else 128
+                    dims = ",".join(f"{t}={size(t)}" for t in symbols) or "-"
+                    extra = [a for a, v in (("heads", "heads=2"), ("p", "p=0.0")) if re.search(rf"\b{a}\s*:", sig)]
+                    args = ",".join(v for a, v in (("heads", "heads=2"), ("p", "p=0.0")) if a in extra) or "-"
+                print(f"{d}/{f.name} {m.group(1)} {dims} {args}")
+            # A top-level line other than a decorator ends them (their arguments'
+            # continuation lines are indented).
+            if s and not s.startswith("#") and not line[0].isspace() and not s.startswith(")"):
+                decorators = []
+PY
+: > "$OUT/corpus.jsonl"
+while read -r file fn dims args; do
+    [ $SECONDS -lt $((SWEEP_END)) ] || { echo "$file $fn skipped: the sweep's time is up" | tee -a "$OUT/steps.log"; continue; }
+    start=$(date +%s%N)
+    extra=()
+    [ "$dims" = - ] || extra+=(--dims "$dims")
+    [ "$args" = - ] || extra+=(--arg "$args")
+    json=$(timeout 30 "$T" run "$file" --kernel "$fn" --device "${DEVICE:-gpu}" --repeat 20 --warmup 3 --json "${extra[@]}" 2> /tmp/run.err)
+    rc=$?
+    secs=$(( ($(date +%s%N) - start) / 1000000 ))e-3
+    err=$(tail -c 600 /tmp/run.err)
+    python3 - "$file" "$fn" "$rc" "$secs" "$err" "$json" >> "$OUT/corpus.jsonl" <<'PY'
+import json, sys
+file, fn, rc, secs, err, text = sys.argv[1:7]
+try:
+    report = json.loads(text)
+except Exception:
+    report = {"unparsed": text[-600:]}
+print(json.dumps({"file": file, "function": fn, "rc": int(rc), "seconds": float(secs), "stderr": err, "report": report}))
+PY
+    echo "$file $fn $dims rc=$rc ${secs}s"
+done < "$OUT/functions.txt"
+
+fi
+if want tune; then
+log "GEMM 4096^3: autotune, then run"
+timeout ${TUNE_SECONDS:-90} "$T" autotune examples/gemm.tsr --kernel gemm --dims M=4096,N=4096,K=4096 --device gpu --check none \
+    --repeat 30 --json > "$OUT/gemm_autotune.json" 2> "$OUT/gemm_autotune.err"
+echo "rc=$?"; tail -c 3000 "$OUT/gemm_autotune.json"; tail -5 "$OUT/gemm_autotune.err"
+timeout 60 "$T" run examples/gemm.tsr --kernel gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled --json \
+    > "$OUT/gemm_run.json" 2> "$OUT/gemm_run.err"
+tail -c 1500 "$OUT/gemm_run.json"; cat "$OUT/gemm_run.err"
+
+log "flash attention BH=32 S=4096 D=128 causal: autotune, then run"
+timeout ${TUNE_SECONDS:-90} "$T" autotune examples/flash_attention.tsr --kernel flash_attention --dims BH=32,S=4096,D=128 \
+    --arg causal=true --device gpu --check none --repeat 30 --json > "$OUT/fa_autotune.json" 2> "$OUT/fa_autotune.err"
+echo "rc=$?"; tail -c 3000 "$OUT/fa_autotune.json"; tail -5 "$OUT/fa_autotune.err"
+timeout 60 "$T" run examples/flash_attention.tsr --kernel flash_attention --dims BH=32,S=4096,D=128 \
+    --arg causal=true --device gpu --check sampled --json > "$OUT/fa_run.json" 2> "$OUT/fa_run.err"
+tail -c 1500 "$OUT/fa_run.json"; cat "$OUT/fa_run.err"
+
+fi
+if want nccl && [ -x "$BIN/nccl-test" ]; then
+    log "NCCL one-rank all-reduce"
+    timeout 60 "$BIN/nccl-test" --nocapture 2>&1 | tee "$OUT/nccl.txt"
+fi
+if want cuda-test && [ -x "$BIN/cuda-test" ]; then
+    log "every kernel and candidate at two shapes against the interpreter (backends/tests/cuda.rs)"
+    # The test finds the sources through the path it was built at.
+    built_at=$(cat "$BIN/cuda-test.root" 2>/dev/null)
+    if [ -n "$built_at" ] && [ ! -e "$built_at" ]; then mkdir -p "$(dirname "$built_at")" && ln -s "$ROOT" "$built_at"; fi
+    TESSERA_REQUIRE_GPU=1 timeout "${CUDA_TEST_SECONDS:-240}" "$BIN/cuda-test" --nocapture --test-threads 1 > "$OUT/cuda_test.txt" 2>&1
+    echo "cuda-test rc=$?"; tail -40 "$OUT/cuda_test.txt"
+fi
+log "done"
