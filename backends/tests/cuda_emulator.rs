@@ -440,3 +440,54 @@ fn policies_in_ptx_compute_what_the_interpreter_computes() {
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
+
+// ----- every candidate of an autotune space -------------------------------------------
+
+/// Every configuration of the example flash attention's autotune space at head dim 128
+/// (the benchmark's), at one ragged sequence length with several key blocks: on an H200
+/// one candidate (BM=64, BN=128, 8 warps, 3 stages) never finished at D = 128, while
+/// `cuda.rs` runs every candidate at D = 64 only.
+#[test]
+fn every_flash_attention_candidate_at_head_dim_128() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let path = root.join("examples/flash_attention.tsr");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let db = Database::default();
+    let file = SourceFile::new(&db, path.clone(), text, None);
+    let entry = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == "flash_attention").cloned().unwrap();
+    let dims: BTreeMap<String, i64> = [("D".to_string(), 128)].into();
+    let (default, _) = default_config(&db, entry.key, &dims).unwrap();
+    let space = tessera_frontend::check::fn_decorators(&db, entry.key).schedule.as_ref().unwrap().configurations();
+    // TESSERA_EMULATE_SCHEDULE='"BN": Int(128)' keeps the candidates whose schedule's
+    // debug text contains it; TESSERA_EMULATE_SHAPE=BH=1,S=700,D=128 runs longer sequences
+    // (more trips around the copy pipeline's stages).
+    let only = std::env::var("TESSERA_EMULATE_SCHEDULE").ok();
+    let shape = std::env::var("TESSERA_EMULATE_SHAPE").unwrap_or_else(|_| "BH=1,S=200,D=128".into());
+    let mut failures = Vec::new();
+    let mut covered = 0;
+    for schedule in space {
+        let config = tessera_passes::Config { schedule, shapes: default.shapes.clone() };
+        let label = format!("{:?}", config.schedule);
+        if only.as_deref().is_some_and(|o| !label.contains(o)) {
+            continue;
+        }
+        let func = match tile_ir(&db, entry.key, config.clone(), Target::Sm90).clone() {
+            Ok(f) => f,
+            Err(e) => {
+                failures.push(format!("{label}: tile IR: {}", e.message));
+                continue;
+            }
+        };
+        let code = match tessera_passes::ptx::emit(&func, Target::Sm90) {
+            Ok(c) => c,
+            Err(e) => {
+                failures.push(format!("{label}: PTX: {}", e.message));
+                continue;
+            }
+        };
+        failures.extend(check_kernel("examples/flash_attention.tsr", "flash_attention", &func, &code, &shape));
+        covered += 1;
+    }
+    assert!(covered > 0);
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
