@@ -23,7 +23,7 @@ use tessera_frontend::check::{KeyValue, ScheduleValue};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::abi::AbiParam;
-use tessera_passes::analysis::prune_reason;
+use tessera_passes::analysis::prune_candidates;
 use tessera_passes::{graph_ir, Config, Target};
 
 use crate::launch::{
@@ -280,8 +280,8 @@ impl Space {
 /// Every configuration of the kernel's space (`KernelSchedule::configurations()`) at these
 /// dims, pruned with the checks of W0702/E0703: tensor-core shape multiples, lowering
 /// errors, and on GPU targets the shared-memory and register budgets of
-/// `kernel_budget` (the same per-configuration query the lints use, here with the
-/// launch's tile shape values).
+/// `kernel_budget` (the same search over the space the lints use, here with the
+/// launch's tile shape values: `tessera_passes::analysis::prune_candidates`).
 pub fn space(
     db: &dyn Db,
     key: FnKey<'_>,
@@ -296,9 +296,12 @@ pub fn space(
     let configurations = schedule.configurations();
     let total = configurations.len();
     let mut out = Space { keys, total, candidates: Vec::new(), pruned: Vec::new() };
-    for schedule in configurations {
-        let config = launch::config_for(db, key, schedule.clone(), dims)?;
-        let reason = prune_reason(db, key, &config, target);
+    let configs = configurations
+        .iter()
+        .map(|schedule| launch::config_for(db, key, schedule.clone(), dims))
+        .collect::<Result<Vec<_>, _>>()?;
+    let reasons = prune_candidates(db, key, &configs, target, Vec::new());
+    for ((schedule, config), reason) in configurations.into_iter().zip(configs).zip(reasons) {
         match reason {
             Some(reason) => out.pruned.push(Pruned { schedule, reason }),
             None => out.candidates.push(Candidate { schedule, config }),

@@ -13,6 +13,7 @@ pub mod banks;
 pub mod limits;
 pub mod masked_rows;
 pub mod patterns;
+pub mod prune;
 pub mod races;
 pub mod registers;
 
@@ -347,8 +348,18 @@ fn config_of(graph: &Func, schedule: ScheduleValue) -> Config {
 /// by the lints and the autotuner.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum PruneReason {
-    SharedMemory { bytes: u64, limit: u64 },
-    Registers { estimate: u32, limit: u32 },
+    /// `at_least`: not lowered; `bytes` is a smaller candidate's figure, a lower bound
+    /// of its own ([`prune`]).
+    SharedMemory {
+        bytes: u64,
+        limit: u64,
+        at_least: bool,
+    },
+    Registers {
+        estimate: u32,
+        limit: u32,
+        at_least: bool,
+    },
     MmaShape(String),
     Lowering(String),
 }
@@ -366,14 +377,29 @@ impl PruneReason {
 
     pub fn detail(&self) -> String {
         match self {
-            PruneReason::SharedMemory { bytes, limit } => {
-                format!("{} of shared memory > {} per block", crate::units::bytes(*bytes), crate::units::bytes(*limit))
-            }
-            PruneReason::Registers { estimate, limit } => {
-                format!("~{estimate} registers per thread > {limit} (spills)")
-            }
+            PruneReason::SharedMemory { bytes, limit, at_least } => format!(
+                "{}{} of shared memory > {} per block{}",
+                if *at_least { "at least " } else { "" },
+                crate::units::bytes(*bytes),
+                crate::units::bytes(*limit),
+                inferred_note(*at_least)
+            ),
+            PruneReason::Registers { estimate, limit, at_least } => format!(
+                "{}~{estimate} registers per thread > {limit} (spills){}",
+                if *at_least { "at least " } else { "" },
+                inferred_note(*at_least)
+            ),
             PruneReason::MmaShape(why) | PruneReason::Lowering(why) => why.clone(),
         }
+    }
+}
+
+/// What a bound inherited from a smaller candidate adds to a prune reason ([`prune`]).
+fn inferred_note(at_least: bool) -> &'static str {
+    if at_least {
+        " (the figure of a configuration of the space no larger in any tile key; this one was not lowered)"
+    } else {
+        ""
     }
 }
 
@@ -406,30 +432,62 @@ fn mma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config) -> Option<PruneReaso
 /// The budget check of [`prune_reason`]: shared memory first, then registers.
 fn over_budget(b: &Budget, limits: &GpuLimits) -> Option<PruneReason> {
     if b.smem_bytes > limits.smem_per_block as u64 {
-        Some(PruneReason::SharedMemory { bytes: b.smem_bytes, limit: limits.smem_per_block as u64 })
+        Some(PruneReason::SharedMemory { bytes: b.smem_bytes, limit: limits.smem_per_block as u64, at_least: false })
     } else if b.register_peak > limits.max_registers_per_thread {
-        Some(PruneReason::Registers { estimate: b.register_peak, limit: limits.max_registers_per_thread })
+        Some(PruneReason::Registers {
+            estimate: b.register_peak,
+            limit: limits.max_registers_per_thread,
+            at_least: false,
+        })
     } else {
         None
     }
 }
 
-/// [`prune_reason`] on a GPU target, lowering the candidate here: a survivor comes back
-/// with its Tile IR, so the lints of the chosen configuration need no second lowering.
-fn prune_or_lower(
+/// The prune reason of every candidate of an autotune space (None: it fits), as
+/// [`prune_reason`] gives it for each, without lowering each on a GPU target: the
+/// budgets are monotone in the tile keys, so a few lowered candidates answer for the
+/// rest ([`prune`]). `seed` holds candidates the caller lowered already.
+pub fn prune_candidates(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    configs: &[Config],
+    target: Target,
+    seed: Vec<(usize, prune::Evaluated)>,
+) -> Vec<Option<PruneReason>> {
+    let Some(limits) = GpuLimits::of(target) else {
+        return configs.iter().map(|c| prune_reason(db, key, c, target)).collect();
+    };
+    let schedules: Vec<ScheduleValue> = configs.iter().map(|c| c.schedule.clone()).collect();
+    prune::prune_space(
+        &schedules,
+        limits,
+        |i| mma_reason(db, key, &configs[i]),
+        |i| match kernel_budget(db, key, configs[i].clone(), target) {
+            Ok(b) => prune::Evaluated::Budget(*b),
+            Err(e) => prune::Evaluated::Out(PruneReason::Lowering(e.message.clone())),
+        },
+        seed,
+    )
+}
+
+/// Lowers one candidate on a GPU target for [`kernel_lints`]: its budget for the search,
+/// and its Tile IR when it fits (the lints of the chosen configuration need no second
+/// lowering).
+fn lower_candidate(
     db: &dyn Db,
     key: FnKey<'_>,
     config: &Config,
     target: Target,
     limits: &GpuLimits,
-) -> Result<Func, PruneReason> {
-    if let Some(reason) = mma_reason(db, key, config) {
-        return Err(reason);
-    }
-    let tile = transient_tile_ir(db, key, config, target).map_err(|e| PruneReason::Lowering(e.message))?;
-    match over_budget(&budget_of(&tile), limits) {
-        Some(reason) => Err(reason),
-        None => Ok(tile),
+) -> (prune::Evaluated, Option<Func>) {
+    match transient_tile_ir(db, key, config, target) {
+        Err(e) => (prune::Evaluated::Out(PruneReason::Lowering(e.message)), None),
+        Ok(tile) => {
+            let budget = budget_of(&tile);
+            let fits = over_budget(&budget, limits).is_none();
+            (prune::Evaluated::Budget(budget), fits.then_some(tile))
+        }
     }
 }
 
@@ -465,25 +523,28 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     // `@kernel.auto` gets its default space here (crate::auto_space).
     let schedule = crate::auto_space::kernel_schedule(db, key, target);
     let chosen = if schedule.is_autotuned() {
-        let configs = schedule.configurations();
-        let total = configs.len();
-        let mut pruned: Vec<(ScheduleValue, PruneReason)> = Vec::new();
+        let schedules = schedule.configurations();
+        let total = schedules.len();
+        let configs: Vec<Config> = schedules.iter().map(|s| config_of(&graph, s.clone())).collect();
+        // The candidates up to the first that fits are lowered here, in order, so the
+        // chosen one's Tile IR gives its resources and bank conflicts without a second
+        // lowering; they seed the search over the rest.
+        let mut seed = Vec::new();
         let mut first_survivor: Option<(Config, Func)> = None;
-        for candidate in configs {
-            let config = config_of(&graph, candidate.clone());
-            if first_survivor.is_some() {
-                if let Some(reason) = prune_reason(db, key, &config, target) {
-                    pruned.push((candidate, reason));
-                }
+        for (i, config) in configs.iter().enumerate() {
+            if mma_reason(db, key, config).is_some() {
                 continue;
             }
-            // Until the first survivor, candidates are lowered here, so the chosen one's
-            // Tile IR gives its resources and bank conflicts without a second lowering.
-            match prune_or_lower(db, key, &config, target, limits) {
-                Err(reason) => pruned.push((candidate, reason)),
-                Ok(tile) => first_survivor = Some((config, tile)),
+            let (evaluated, tile) = lower_candidate(db, key, config, target, limits);
+            seed.push((i, evaluated));
+            if let Some(tile) = tile {
+                first_survivor = Some((config.clone(), tile));
+                break;
             }
         }
+        let reasons = prune_candidates(db, key, &configs, target, seed);
+        let pruned: Vec<(ScheduleValue, PruneReason)> =
+            schedules.into_iter().zip(reasons).filter_map(|(s, r)| r.map(|r| (s, r))).collect();
         if let (Some(range), false) = (schedule.space_range, pruned.is_empty()) {
             out.decorators.push(Lint { diagnostic: pruning_diagnostic(range, total, &pruned, limits), fix: None });
         }

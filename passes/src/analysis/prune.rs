@@ -1,0 +1,224 @@
+//! Pruning an autotune space without lowering every candidate.
+//!
+//! Whether a candidate fits a GPU is two questions about its [`Budget`]: is its shared
+//! memory over the per-block limit, is its register estimate over the per-thread limit.
+//! Both answers are monotone in the *tile keys* (`BM`, `BN`, `BK`, `stages`): among
+//! candidates equal in every other key, a configuration at least as large in each tile
+//! key has at least the shared memory and at least the registers of the smaller one (a
+//! bigger tile, or one more stage of a ring, never removes a buffer or a live value).
+//! `passes/tests/pruning.rs` checks that property on every kernel of the corpus, the
+//! examples and the standard library over a grid of tile sizes, and that this search
+//! prunes exactly the candidates that lowering each of them prunes.
+//!
+//! So one lowered candidate answers for many: over a limit, every larger candidate of
+//! its class is over it too; under it, every smaller one is under. The search lowers
+//! the candidate that settles the most open questions, until none is left, and names a
+//! candidate it did not lower by the bound it inherits (`at_least`). A typical space
+//! (32 GEMM candidates that all fit) needs two lowerings instead of 32.
+//!
+//! Tensor-core shape multiples are checked on every candidate (no lowering needed), and
+//! a candidate that fails to lower says nothing about the others.
+
+use tessera_frontend::check::ScheduleValue;
+
+use super::limits::GpuLimits;
+use super::{Budget, PruneReason};
+
+/// The keys whose growth never shrinks a budget.
+const TILE_KEYS: [&str; 4] = ["BM", "BN", "BK", "stages"];
+
+/// What lowering one candidate told: its budget, or why it is out regardless of budgets.
+pub enum Evaluated {
+    Budget(Budget),
+    Out(PruneReason),
+}
+
+/// One of the two budget questions, for one candidate: unknown, or known with the
+/// budget figure that decided it and whether that figure is the candidate's own.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Answer {
+    Unknown,
+    /// Over the limit: the figure is the candidate's own or a smaller candidate's (a lower bound).
+    Over {
+        figure: u64,
+        own: bool,
+    },
+    Under,
+}
+
+/// A candidate's state during the search.
+struct Candidate {
+    /// Evaluated separately (tensor-core shape, lowering error): out of the order.
+    out: Option<PruneReason>,
+    smem: Answer,
+    registers: Answer,
+    lowered: bool,
+}
+
+impl Candidate {
+    /// Still undecided: shared memory decides first (over it, the registers do not matter).
+    fn open(&self) -> bool {
+        self.out.is_none()
+            && match self.smem {
+                Answer::Unknown => true,
+                Answer::Over { .. } => false,
+                Answer::Under => self.registers == Answer::Unknown,
+            }
+    }
+
+    /// Which budget prunes it (0 shared memory, 1 registers), if one does.
+    fn pruned_by(&self) -> Option<usize> {
+        match (self.out.is_some(), self.smem, self.registers) {
+            (true, _, _) => None,
+            (_, Answer::Over { .. }, _) => Some(0),
+            (_, _, Answer::Over { .. }) => Some(1),
+            _ => None,
+        }
+    }
+}
+
+/// `a` ≤ `b`: equal in every key but the tile keys, and no larger in those.
+fn below(a: &ScheduleValue, b: &ScheduleValue) -> bool {
+    if a.values.len() != b.values.len() {
+        return false;
+    }
+    a.values.iter().all(|(key, va)| {
+        let Some(vb) = b.values.get(key) else { return false };
+        if TILE_KEYS.contains(&key.as_str()) {
+            match (va.as_int(), vb.as_int()) {
+                (Some(x), Some(y)) => x <= y,
+                _ => va == vb,
+            }
+        } else {
+            va == vb
+        }
+    })
+}
+
+/// Equal in every key but the tile keys.
+fn same_class(a: &ScheduleValue, b: &ScheduleValue) -> bool {
+    a.values.len() == b.values.len()
+        && a.values.iter().all(|(key, va)| TILE_KEYS.contains(&key.as_str()) || b.values.get(key) == Some(va))
+}
+
+/// The prune reason of every candidate of `schedules` (None: it fits). `precheck` is the
+/// check that needs no lowering (tensor-core shapes); `evaluate` lowers one candidate.
+/// `seed` holds candidates already lowered by the caller.
+pub fn prune_space(
+    schedules: &[ScheduleValue],
+    limits: &GpuLimits,
+    precheck: impl Fn(usize) -> Option<PruneReason>,
+    mut evaluate: impl FnMut(usize) -> Evaluated,
+    seed: Vec<(usize, Evaluated)>,
+) -> Vec<Option<PruneReason>> {
+    let n = schedules.len();
+    let mut state: Vec<Candidate> = (0..n)
+        .map(|i| Candidate { out: precheck(i), smem: Answer::Unknown, registers: Answer::Unknown, lowered: false })
+        .collect();
+    // The order, once: below[i] lists the candidates j with j ≤ i (j ≠ i).
+    let below_of: Vec<Vec<usize>> =
+        (0..n).map(|i| (0..n).filter(|&j| j != i && below(&schedules[j], &schedules[i])).collect()).collect();
+    let above_of: Vec<Vec<usize>> = (0..n).map(|i| (0..n).filter(|&j| below_of[j].contains(&i)).collect()).collect();
+    let smem_limit = limits.smem_per_block as u64;
+    let reg_limit = limits.max_registers_per_thread as u64;
+    let record = |state: &mut [Candidate], i: usize, result: Evaluated| {
+        state[i].lowered = true;
+        let budget = match result {
+            Evaluated::Out(reason) => {
+                state[i].out = Some(reason);
+                return;
+            }
+            Evaluated::Budget(b) => b,
+        };
+        let answers = [(budget.smem_bytes, smem_limit), (budget.register_peak as u64, reg_limit)];
+        for (question, (figure, limit)) in answers.into_iter().enumerate() {
+            let own = if figure > limit { Answer::Over { figure, own: true } } else { Answer::Under };
+            set(&mut state[i], question, own);
+            // Over: every larger candidate is over, by at least this figure. Under: every
+            // smaller one is under.
+            let (others, inherited) = match own {
+                Answer::Over { .. } => (&above_of[i], Answer::Over { figure, own: false }),
+                _ => (&below_of[i], Answer::Under),
+            };
+            for &j in others {
+                if state[j].out.is_none() && get(&state[j], question) == Answer::Unknown {
+                    set(&mut state[j], question, inherited);
+                }
+            }
+        }
+    };
+    for (i, result) in seed {
+        record(&mut state, i, result);
+    }
+    // Which candidates share their non-tile keys (a class: only they are comparable).
+    let class: Vec<usize> =
+        (0..n).map(|i| (0..=i).find(|&j| same_class(&schedules[j], &schedules[i])).unwrap_or(i)).collect();
+    // Lower open candidates until none is open. In a class nothing is known of yet, its
+    // largest candidate first: most spaces fit, and then it answers for the whole class.
+    // Afterwards the candidate that splits the open ones most evenly (a bisection of the
+    // boundary between fitting and not).
+    while let Some(next) = (0..n).filter(|&i| state[i].open()).max_by_key(|&i| {
+        let open_below = below_of[i].iter().filter(|&&j| state[j].open()).count();
+        let open_above = above_of[i].iter().filter(|&&j| state[j].open()).count();
+        let untouched = (0..n).all(|j| class[j] != class[i] || !state[j].lowered);
+        let score = if untouched { (open_below, 0) } else { (open_below.min(open_above), open_below.max(open_above)) };
+        // Ties: the earliest candidate (max_by_key keeps the last maximum).
+        (score, std::cmp::Reverse(i))
+    }) {
+        let result = evaluate(next);
+        record(&mut state, next, result);
+    }
+    // The first pruned candidate of each kind is the one W0702 shows: give it its own
+    // figure, not an inherited bound.
+    let mut shown = [false; 2];
+    for i in 0..n {
+        let Some(kind) = state[i].pruned_by() else { continue };
+        if shown[kind] {
+            continue;
+        }
+        if !state[i].lowered {
+            let result = evaluate(i);
+            // Its own figures replace the inherited ones (and decide it, should they
+            // ever disagree with the order).
+            state[i].smem = Answer::Unknown;
+            state[i].registers = Answer::Unknown;
+            record(&mut state, i, result);
+        }
+        if let Some(kind) = state[i].pruned_by() {
+            shown[kind] = true;
+        }
+    }
+    state
+        .into_iter()
+        .map(|c| {
+            if let Some(out) = c.out {
+                return Some(out);
+            }
+            match (c.smem, c.registers) {
+                (Answer::Over { figure, own }, _) => {
+                    Some(PruneReason::SharedMemory { bytes: figure, limit: smem_limit, at_least: !own })
+                }
+                (_, Answer::Over { figure, own }) => {
+                    Some(PruneReason::Registers { estimate: figure as u32, limit: reg_limit as u32, at_least: !own })
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn get(c: &Candidate, question: usize) -> Answer {
+    if question == 0 {
+        c.smem
+    } else {
+        c.registers
+    }
+}
+
+fn set(c: &mut Candidate, question: usize, a: Answer) {
+    if question == 0 {
+        c.smem = a;
+    } else {
+        c.registers = a;
+    }
+}
