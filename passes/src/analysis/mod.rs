@@ -407,7 +407,7 @@ fn inferred_note(at_least: bool) -> &'static str {
 /// shape multiples, lowering errors, and on GPUs the shared-memory and register budgets
 /// of [`kernel_budget`].
 pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
-    if let Some(reason) = mma_reason(db, key, config) {
+    if let Some(reason) = mma_reason(db, key, &config.schedule) {
         return Some(reason);
     }
     let Some(limits) = GpuLimits::of(target) else {
@@ -425,8 +425,8 @@ pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target
 }
 
 /// The tensor-core shape check of [`prune_reason`].
-fn mma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config) -> Option<PruneReason> {
-    mma_violation(&infer_function(db, key).mma_sites, &config.schedule).map(PruneReason::MmaShape)
+fn mma_reason(db: &dyn Db, key: FnKey<'_>, schedule: &ScheduleValue) -> Option<PruneReason> {
+    mma_violation(&infer_function(db, key).mma_sites, schedule).map(PruneReason::MmaShape)
 }
 
 /// The budget check of [`prune_reason`]: shared memory first, then registers.
@@ -451,19 +451,19 @@ fn over_budget(b: &Budget, limits: &GpuLimits) -> Option<PruneReason> {
 pub fn prune_candidates(
     db: &dyn Db,
     key: FnKey<'_>,
-    configs: &[Config],
+    schedules: &[ScheduleValue],
+    config_of: impl Fn(usize) -> Config,
     target: Target,
     seed: Vec<(usize, prune::Evaluated)>,
 ) -> Vec<Option<PruneReason>> {
     let Some(limits) = GpuLimits::of(target) else {
-        return configs.iter().map(|c| prune_reason(db, key, c, target)).collect();
+        return (0..schedules.len()).map(|i| prune_reason(db, key, &config_of(i), target)).collect();
     };
-    let schedules: Vec<ScheduleValue> = configs.iter().map(|c| c.schedule.clone()).collect();
     prune::prune_space(
-        &schedules,
+        schedules,
         limits,
-        |i| mma_reason(db, key, &configs[i]),
-        |i| match kernel_budget(db, key, configs[i].clone(), target) {
+        |i| mma_reason(db, key, &schedules[i]),
+        |i| match kernel_budget(db, key, config_of(i), target) {
             Ok(b) => prune::Evaluated::Budget(*b),
             Err(e) => prune::Evaluated::Out(PruneReason::Lowering(e.message.clone())),
         },
@@ -525,24 +525,24 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     let chosen = if schedule.is_autotuned() {
         let schedules = schedule.configurations();
         let total = schedules.len();
-        let configs: Vec<Config> = schedules.iter().map(|s| config_of(&graph, s.clone())).collect();
         // The candidates up to the first that fits are lowered here, in order, so the
         // chosen one's Tile IR gives its resources and bank conflicts without a second
         // lowering; they seed the search over the rest.
         let mut seed = Vec::new();
         let mut first_survivor: Option<(Config, Func)> = None;
-        for (i, config) in configs.iter().enumerate() {
-            if mma_reason(db, key, config).is_some() {
+        for (i, schedule) in schedules.iter().enumerate() {
+            if mma_reason(db, key, schedule).is_some() {
                 continue;
             }
-            let (evaluated, tile) = lower_candidate(db, key, config, target, limits);
+            let config = config_of(&graph, schedule.clone());
+            let (evaluated, tile) = lower_candidate(db, key, &config, target, limits);
             seed.push((i, evaluated));
             if let Some(tile) = tile {
-                first_survivor = Some((config.clone(), tile));
+                first_survivor = Some((config, tile));
                 break;
             }
         }
-        let reasons = prune_candidates(db, key, &configs, target, seed);
+        let reasons = prune_candidates(db, key, &schedules, |i| config_of(&graph, schedules[i].clone()), target, seed);
         let pruned: Vec<(ScheduleValue, PruneReason)> =
             schedules.into_iter().zip(reasons).filter_map(|(s, r)| r.map(|r| (s, r))).collect();
         if let (Some(range), false) = (schedule.space_range, pruned.is_empty()) {

@@ -19,7 +19,7 @@
 //! Tensor-core shape multiples are checked on every candidate (no lowering needed), and
 //! a candidate that fails to lower says nothing about the others.
 
-use tessera_frontend::check::ScheduleValue;
+use tessera_frontend::check::{KeyValue, ScheduleValue};
 
 use super::limits::GpuLimits;
 use super::{Budget, PruneReason};
@@ -77,28 +77,37 @@ impl Candidate {
     }
 }
 
-/// `a` ≤ `b`: equal in every key but the tile keys, and no larger in those.
-fn below(a: &ScheduleValue, b: &ScheduleValue) -> bool {
-    if a.values.len() != b.values.len() {
-        return false;
-    }
-    a.values.iter().all(|(key, va)| {
-        let Some(vb) = b.values.get(key) else { return false };
-        if TILE_KEYS.contains(&key.as_str()) {
-            match (va.as_int(), vb.as_int()) {
-                (Some(x), Some(y)) => x <= y,
-                _ => va == vb,
-            }
-        } else {
-            va == vb
-        }
-    })
+/// A candidate's place in the order: its class (the values of every key but the tile
+/// keys) and its tile key values.
+struct Point {
+    class: usize,
+    tiles: [i64; TILE_KEYS.len()],
 }
 
-/// Equal in every key but the tile keys.
-fn same_class(a: &ScheduleValue, b: &ScheduleValue) -> bool {
-    a.values.len() == b.values.len()
-        && a.values.iter().all(|(key, va)| TILE_KEYS.contains(&key.as_str()) || b.values.get(key) == Some(va))
+/// `a` ≤ `b`: the same class, and no larger in any tile key.
+fn below(a: &Point, b: &Point) -> bool {
+    a.class == b.class && a.tiles.iter().zip(&b.tiles).all(|(x, y)| x <= y)
+}
+
+fn points(schedules: &[ScheduleValue]) -> Vec<Point> {
+    let mut classes: Vec<Vec<(&String, &KeyValue)>> = Vec::new();
+    schedules
+        .iter()
+        .map(|s| {
+            // A tile key without an integer value is compared for equality, as a class key.
+            let key_of = |k: &str| s.values.get(k).and_then(KeyValue::as_int);
+            let class_key: Vec<(&String, &KeyValue)> =
+                s.values.iter().filter(|(k, v)| !TILE_KEYS.contains(&k.as_str()) || v.as_int().is_none()).collect();
+            let class = match classes.iter().position(|c| *c == class_key) {
+                Some(c) => c,
+                None => {
+                    classes.push(class_key);
+                    classes.len() - 1
+                }
+            };
+            Point { class, tiles: TILE_KEYS.map(|k| key_of(k).unwrap_or(0)) }
+        })
+        .collect()
 }
 
 /// The prune reason of every candidate of `schedules` (None: it fits). `precheck` is the
@@ -115,10 +124,12 @@ pub fn prune_space(
     let mut state: Vec<Candidate> = (0..n)
         .map(|i| Candidate { out: precheck(i), smem: Answer::Unknown, registers: Answer::Unknown, lowered: false })
         .collect();
-    // The order, once: below[i] lists the candidates j with j ≤ i (j ≠ i).
+    // The order, once: below_of[i] lists the candidates j < i, above_of[i] those j > i.
+    let points = points(schedules);
     let below_of: Vec<Vec<usize>> =
-        (0..n).map(|i| (0..n).filter(|&j| j != i && below(&schedules[j], &schedules[i])).collect()).collect();
-    let above_of: Vec<Vec<usize>> = (0..n).map(|i| (0..n).filter(|&j| below_of[j].contains(&i)).collect()).collect();
+        (0..n).map(|i| (0..n).filter(|&j| j != i && below(&points[j], &points[i])).collect()).collect();
+    let above_of: Vec<Vec<usize>> =
+        (0..n).map(|i| (0..n).filter(|&j| j != i && below(&points[i], &points[j])).collect()).collect();
     let smem_limit = limits.smem_per_block as u64;
     let reg_limit = limits.max_registers_per_thread as u64;
     let record = |state: &mut [Candidate], i: usize, result: Evaluated| {
@@ -150,23 +161,28 @@ pub fn prune_space(
     for (i, result) in seed {
         record(&mut state, i, result);
     }
-    // Which candidates share their non-tile keys (a class: only they are comparable).
-    let class: Vec<usize> =
-        (0..n).map(|i| (0..=i).find(|&j| same_class(&schedules[j], &schedules[i])).unwrap_or(i)).collect();
     // Lower open candidates until none is open. In a class nothing is known of yet, its
-    // largest candidate first: most spaces fit, and then it answers for the whole class.
-    // Afterwards the candidate that splits the open ones most evenly (a bisection of the
-    // boundary between fitting and not).
+    // largest candidate first: most spaces fit, and then it answers for the whole class
+    // (unless a largest candidate was already over a budget in another class). Otherwise
+    // the candidate that splits the open ones most evenly: a bisection of the boundary
+    // between fitting and not.
+    let mut largest_was_over = false;
     while let Some(next) = (0..n).filter(|&i| state[i].open()).max_by_key(|&i| {
         let open_below = below_of[i].iter().filter(|&&j| state[j].open()).count();
         let open_above = above_of[i].iter().filter(|&&j| state[j].open()).count();
-        let untouched = (0..n).all(|j| class[j] != class[i] || !state[j].lowered);
-        let score = if untouched { (open_below, 0) } else { (open_below.min(open_above), open_below.max(open_above)) };
+        let untouched = (0..n).all(|j| points[j].class != points[i].class || !state[j].lowered);
+        let score = if untouched && !largest_was_over {
+            (open_below, 0)
+        } else {
+            (open_below.min(open_above), open_below.max(open_above))
+        };
         // Ties: the earliest candidate (max_by_key keeps the last maximum).
         (score, std::cmp::Reverse(i))
     }) {
+        let largest = above_of[next].is_empty();
         let result = evaluate(next);
         record(&mut state, next, result);
+        largest_was_over |= largest && state[next].pruned_by().is_some();
     }
     // The first pruned candidate of each kind is the one W0702 shows: give it its own
     // figure, not an inherited bound.
