@@ -69,7 +69,12 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
     let report = json!({
         "kernel": args.kernel,
         "kind": "graph",
-        "device": if run.device == Device::Cpu { "cpu" } else { "interp" },
+        "device": match run.device {
+            Device::Cpu => "cpu",
+            Device::Gpu => "gpu",
+            Device::Interpreter => "interp",
+        },
+        "device_name": run.device_name,
         "target": run.target.name(),
         "dims": input.symbols,
         "args": input.scalars.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
@@ -114,11 +119,7 @@ fn report_text(
 ) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let device_text = match run.device {
-        Device::Cpu => "CPU backend (LLVM JIT)",
-        _ => "the reference interpreter",
-    };
-    let _ = writeln!(s, "{} ({}) on {device_text}, target {}", args.kernel, src.shown, run.target.name());
+    let _ = writeln!(s, "{} ({}) on {}, target {}", args.kernel, src.shown, run.device_name, run.target.name());
     let dims: Vec<String> = input.symbols.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(s, "  dims      {}", dims.join(", "));
     if !input.scalars.is_empty() {

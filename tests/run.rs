@@ -602,6 +602,15 @@ fn the_gpu_is_asked_for_by_name() {
         // With a GPU: it runs and matches, or the backend says precisely what it lacks.
         assert!(matches!(o.status.code(), Some(0) | Some(2)), "{}{}", stdout(&o), stderr(&o));
     }
+    // A graph function's plan on the GPU: the same refusal where there is none.
+    let o = run(&["run", "examples/train_step.tsr", "--kernel", "mse_loss", "--device", "gpu", "--repeat", "1"]);
+    if !gpu_here {
+        assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("--device gpu: ") && e.contains("no NVIDIA GPU"), "{e}");
+    } else {
+        assert!(matches!(o.status.code(), Some(0) | Some(2)), "{}{}", stdout(&o), stderr(&o));
+    }
     // `auto` never fails for want of a GPU: it says what it chose instead.
     let o = run(&[
         "run",

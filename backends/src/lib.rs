@@ -31,6 +31,24 @@ pub const NO_CPU_BACKEND: &str = "this build has no CPU backend: it was built wi
      (LLVM 14). Install with `cargo install --path . --locked --features llvm`, or run with \
      `--device interp` (the reference interpreter)";
 
+/// A launch-plan executor with the target its kernels are lowered for and the device's
+/// description.
+pub type PlanExecutorOn = (Box<dyn interp::graph::KernelExecutor>, tessera_passes::Target, String);
+
+/// The first NVIDIA GPU as a launch-plan executor, or why there is none.
+pub fn gpu_plan_executor() -> Result<PlanExecutorOn, String> {
+    #[cfg(feature = "cuda")]
+    {
+        let executor = cuda::plan_executor::GpuPlanExecutor::open()?;
+        let (target, name) = (executor.target(), executor.description());
+        Ok((Box::new(executor), target, name))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err("this build has no NVIDIA backend (the `cuda` feature is off)".into())
+    }
+}
+
 /// The CPU backend as a launch-plan executor using `threads` threads, when this build
 /// has it: each kernel's Tile IR is compiled (and cached by its IR) and launched across
 /// the threads.

@@ -491,3 +491,89 @@ fn every_flash_attention_candidate_at_head_dim_128() {
     assert!(covered > 0);
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
+
+// ----- graph functions' launch plans ---------------------------------------------------
+
+/// The GPU's launch-plan executor with the emulator in the GPU's place: the same PTX
+/// (`kernel_code`) for every planned kernel.
+struct EmulatedGpu {
+    launches: usize,
+}
+
+impl tessera_backends::interp::graph::KernelExecutor for EmulatedGpu {
+    fn launch(&mut self, tile_ir: &tessera_passes::ir::Func, args: &mut [Arg]) -> Result<(), String> {
+        let code = tessera_backends::cuda::plan_executor::kernel_code(tile_ir, Target::Sm90)?;
+        self.launches += 1;
+        emulate(&code, args).map(|_| ()).map_err(|e| format!("`{}`: {e}", tile_ir.name))
+    }
+}
+
+/// Graph functions of the examples and the corpus run through their launch plans with
+/// every kernel's PTX emulated (what `tessera run --device gpu` launches), against the
+/// plan on the Tile IR interpreter and against the f64 reference of the Graph IR.
+#[test]
+fn graph_plans_emulated_as_ptx_match_the_interpreter_and_the_reference() {
+    use tessera_backends::interp::graph::{run_plan_with_dims, InterpExecutor};
+    use tessera_backends::launch::graph::{graph_tolerance, GraphSession};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let cases = [
+        ("examples/train_step.tsr", "mse_loss", "B=8,D=32,N=16", ""),
+        ("examples/train_step.tsr", "sgd_step", "B=8,D=32,N=16", ""),
+        ("examples/transformer_block.tsr", "transformer_block", "B=1,S=16,D=32,F=32", "heads=2,p=0.0"),
+        ("tests/corpus/valid/transforms_vmap_jvp.tsr", "smooth", "M=16,K=16,N=16", ""),
+        ("tests/corpus/valid/checkpoint_remat.tsr", "step", "M=16,N=16", ""),
+    ];
+    let mut failures = Vec::new();
+    let mut launches = 0;
+    for (file, function, dims, scalars) in cases {
+        let path = root.join(file);
+        let db = Database::default();
+        let file_id = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
+        let key = item_index(&db, file_id).functions.iter().find(|f| f.key.name(&db) == function).unwrap().key;
+        let session = GraphSession::open(&db, key).unwrap_or_else(|e| panic!("{file} `{function}`: {e}"));
+        let dims: BTreeMap<String, i64> = dims
+            .split(',')
+            .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.parse().unwrap())).unwrap())
+            .collect();
+        let scalars: Vec<(String, String)> = scalars
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).unwrap())
+            .collect();
+        let inputs = session.seed(&dims, &scalars, 3).unwrap_or_else(|e| panic!("{file} `{function}`: {e}"));
+        let seed = inputs.seed as i64;
+        let mut gpu = EmulatedGpu { launches: 0 };
+        let emulated = run_plan_with_dims(&db, key, Target::Sm90, &inputs.args, &inputs.symbols, seed, &mut gpu);
+        let mut interp = InterpExecutor::default();
+        let interpreted = run_plan_with_dims(&db, key, Target::Sm90, &inputs.args, &inputs.symbols, seed, &mut interp);
+        launches += gpu.launches;
+        let (emulated, interpreted) = match (emulated, interpreted) {
+            (Ok(e), Ok(i)) => (e, i),
+            (e, i) => {
+                failures.push(format!("{file} `{function}`: emulated {:?}, interpreted {:?}", e.err(), i.err()));
+                continue;
+            }
+        };
+        // The f64 reference, through the session's own run on the interpreter.
+        let reference =
+            session.run(&inputs, &Default::default()).unwrap_or_else(|e| panic!("{file} `{function}`: {e}")).reference;
+        for (i, ((e, t), r)) in emulated.iter().zip(&interpreted).zip(&reference).enumerate() {
+            let (Arg::Tensor(e), Arg::Tensor(t), Arg::Tensor(r)) = (e, t, r) else { continue };
+            if e.to_f64()
+                .iter()
+                .zip(t.to_f64())
+                .any(|(a, b)| a.to_bits() != b.to_bits() && (a - b).abs() > 1e-6 * b.abs().max(1.0))
+            {
+                failures.push(format!("{file} `{function}`: value {i}: the emulated PTX and the interpreter differ"));
+            }
+            let tol = graph_tolerance(r.dtype, session.plan.kernels.len());
+            let c = tessera_backends::interp::compare::compare_with(&r.to_f64(), &e.to_f64(), &tol);
+            if !c.passed {
+                failures.push(format!("{file} `{function}`: value {i} against the f64 reference: {c}"));
+            }
+        }
+        assert_eq!(emulated.len(), reference.len(), "{file} `{function}`");
+    }
+    assert!(launches >= 10, "{launches} kernel launches emulated");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use tessera_backends::launch::graph::{run_graph_function, GraphRunError, GraphRunRequest, GraphSession};
+use tessera_backends::launch::graph::{
+    run_graph_function, GraphRunError, GraphRunOptions, GraphRunRequest, GraphSession,
+};
 use tessera_backends::launch::{Device, DeviceRequest, ErrorKind, Verdict};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, FnKey, SourceFile};
@@ -49,7 +51,14 @@ fn graph_run_errors_are_values() {
     let bad = session.seed(&BTreeMap::new(), &[("x".to_string(), "1".to_string())], 0).unwrap_err();
     assert!(matches!(bad, GraphRunError::Input(_)), "{bad:?}");
     assert_eq!(bad.kind(), ErrorKind::Input);
-    let gpu = GraphSession::device(DeviceRequest::Only(Device::Gpu)).unwrap_err();
-    assert_eq!(gpu, GraphRunError::GpuUnsupported);
-    assert_eq!(gpu.kind(), ErrorKind::Unavailable);
+    // A GPU run of a plan without a GPU says why, as a kernel run does.
+    assert_eq!(GraphSession::device(DeviceRequest::Only(Device::Gpu)), Ok(Device::Gpu));
+    if tessera_backends::gpu_plan_executor().is_err() {
+        let options = GraphRunOptions { device: DeviceRequest::Only(Device::Gpu), ..GraphRunOptions::default() };
+        let inputs = session.seed(&BTreeMap::new(), &[], 0).unwrap();
+        let gpu = session.run(&inputs, &options).unwrap_err();
+        assert!(matches!(&gpu, GraphRunError::NoGpu(why) if why.contains("GPU")), "{gpu:?}");
+        assert!(gpu.to_string().starts_with("--device gpu: "), "{gpu}");
+        assert_eq!(gpu.kind(), ErrorKind::Unavailable);
+    }
 }

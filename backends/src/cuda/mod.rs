@@ -9,6 +9,7 @@
 //! context report that they must be loaded again instead of touching freed handles.
 
 pub mod args;
+pub mod plan_executor;
 
 use std::ffi::{c_void, CStr, CString};
 use std::fmt;

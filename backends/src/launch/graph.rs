@@ -49,8 +49,8 @@ pub enum GraphRunError {
     NoPlan { function: String, error: LowerError },
     /// A dim or argument value is wrong (or a tensor was given a value).
     Input(String),
-    /// A GPU was asked for: a launch plan runs on the CPU backend or the interpreter.
-    GpuUnsupported,
+    /// A GPU was asked for and there is none (or this build has no NVIDIA backend): why.
+    NoGpu(String),
     /// The CPU backend was asked for and this build has none.
     NoCpuBackend,
     /// The f64 reference failed.
@@ -65,7 +65,7 @@ impl GraphRunError {
         match self {
             GraphRunError::NoGraphIr(_) | GraphRunError::NoPlan { .. } => ErrorKind::NotRunnable,
             GraphRunError::Input(_) => ErrorKind::Input,
-            GraphRunError::GpuUnsupported | GraphRunError::NoCpuBackend => ErrorKind::Unavailable,
+            GraphRunError::NoGpu(_) | GraphRunError::NoCpuBackend => ErrorKind::Unavailable,
             GraphRunError::Reference(_) => ErrorKind::NotRunnable,
             GraphRunError::Plan(_) => ErrorKind::Fault,
         }
@@ -88,9 +88,7 @@ impl fmt::Display for GraphRunError {
             GraphRunError::NoGraphIr(e) => f.write_str(&e.message),
             GraphRunError::NoPlan { function, error } => write!(f, "cannot plan `{function}`: {}", error.message),
             GraphRunError::Input(m) => f.write_str(m),
-            GraphRunError::GpuUnsupported => f.write_str(
-                "--device gpu for a graph function: its launch plan runs on the CPU backend or the interpreter (--device cpu|interp)",
-            ),
+            GraphRunError::NoGpu(why) => write!(f, "--device gpu: {why}"),
             GraphRunError::NoCpuBackend => f.write_str(crate::NO_CPU_BACKEND),
             GraphRunError::Reference(e) => write!(f, "the f64 reference (the Graph IR in f64): {e}"),
             GraphRunError::Plan(e) => write!(f, "the launch plan failed: {e}"),
@@ -193,6 +191,8 @@ impl GraphCheck {
 #[derive(Clone, Debug)]
 pub struct GraphRun {
     pub device: Device,
+    /// The device as reports name it ("CPU backend (LLVM JIT)", the GPU's name).
+    pub device_name: String,
     pub target: Target,
     pub repeat: u32,
     /// Every kernel of the plan, with its time.
@@ -281,7 +281,7 @@ impl<'db> GraphSession<'db> {
     pub fn device(request: DeviceRequest) -> Result<Device, GraphRunError> {
         Ok(match request {
             DeviceRequest::Only(Device::Interpreter) => Device::Interpreter,
-            DeviceRequest::Only(Device::Gpu) => return Err(GraphRunError::GpuUnsupported),
+            DeviceRequest::Only(Device::Gpu) => Device::Gpu,
             _ if crate::HAS_CPU_BACKEND => Device::Cpu,
             _ => Device::Interpreter,
         })
@@ -292,7 +292,23 @@ impl<'db> GraphSession<'db> {
     pub fn run(&self, inputs: &GraphInputs, options: &GraphRunOptions) -> Result<GraphRun, GraphRunError> {
         let (db, key) = (self.db, self.key);
         let device = Self::device(options.device)?;
-        let target = options.target.unwrap_or(if device == Device::Cpu { Target::Cpu } else { Target::Sm90 });
+        // On the GPU the plan's kernels are launched through one executor for the whole
+        // run (its loaded modules serve every repetition).
+        let mut gpu = match device {
+            Device::Gpu => Some(crate::gpu_plan_executor().map_err(GraphRunError::NoGpu)?),
+            _ => None,
+        };
+        let target = match (&gpu, options.target) {
+            (Some((_, gpu_target, _)), Some(t)) if t != *gpu_target => {
+                return Err(GraphRunError::Input(format!(
+                    "--target {t}: the GPU here runs {gpu_target} code; omit --target or give {gpu_target}"
+                )))
+            }
+            (Some((_, gpu_target, _)), _) => *gpu_target,
+            (None, Some(t)) => t,
+            (None, None) if device == Device::Cpu => Target::Cpu,
+            (None, None) => Target::Sm90,
+        };
         let repeat = options.repeat.unwrap_or(if device == Device::Cpu { 5 } else { 1 }).max(1);
         let seed = inputs.seed as i64;
         // A kernel the function calls is run by its own f64 reference (`kernel_reference`).
@@ -314,7 +330,13 @@ impl<'db> GraphSession<'db> {
                     let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
                     (got, exec.kernels)
                 }
-                _ => {
+                Device::Gpu => {
+                    let inner = &mut gpu.as_mut().expect("opened above for a GPU run").0;
+                    let mut exec = Timed { inner, kernels: Vec::new() };
+                    let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
+                    (got, exec.kernels)
+                }
+                Device::Interpreter => {
                     let mut exec = Timed { inner: InterpExecutor::default(), kernels: Vec::new() };
                     let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
                     (got, exec.kernels)
@@ -377,7 +399,24 @@ impl<'db> GraphSession<'db> {
             None => Vec::new(),
         };
         times.sort();
-        Ok(GraphRun { device, target, repeat, kernels, reference, returned, checks, verdict, numerics, times })
+        let device_name = match (&gpu, device) {
+            (Some((_, _, name)), _) => format!("{name}: each kernel's tensors copied in and out"),
+            (None, Device::Cpu) => "CPU backend (LLVM JIT)".to_string(),
+            (None, _) => "the reference interpreter".to_string(),
+        };
+        Ok(GraphRun {
+            device,
+            device_name,
+            target,
+            repeat,
+            kernels,
+            reference,
+            returned,
+            checks,
+            verdict,
+            numerics,
+            times,
+        })
     }
 }
 

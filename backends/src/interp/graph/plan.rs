@@ -27,6 +27,12 @@ impl KernelExecutor for Box<dyn KernelExecutor> {
     }
 }
 
+impl<E: KernelExecutor + ?Sized> KernelExecutor for &mut E {
+    fn launch(&mut self, tile_ir: &Func, args: &mut [Arg]) -> Result<(), String> {
+        (**self).launch(tile_ir, args)
+    }
+}
+
 /// The Tile IR interpreter as a [`KernelExecutor`].
 #[derive(Clone, Debug, Default)]
 pub struct InterpExecutor {
