@@ -205,7 +205,7 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
     let tensor_shapes: Vec<Vec<i64>> = shapes.iter().flatten().map(|d| d.iter().map(|&x| x as i64).collect()).collect();
     let binding = abi.bind(&tensor_shapes).map_err(LaunchError::input)?;
     check_memory(&abi, &shapes, req.max_memory)?;
-    let mut args = inputs::seeded_for(&abi, &access, &req.dims, req.seed).map_err(LaunchError::input)?;
+    let mut args = inputs::seeded_for_cached(&abi, &access, &req.dims, req.seed).map_err(LaunchError::input)?;
     let mut scalars = Vec::new();
     for (i, p) in abi.params.iter().enumerate() {
         let ty = match p {
