@@ -12,6 +12,7 @@ pub(crate) fn json(m: &MeshCheck) -> Value {
         "axes": m.axes.iter().map(|(a, s)| json!({"name": a, "size": s})).collect::<Vec<_>>(),
         "collectives": m.collectives.iter().map(|c| json!({
             "kind": c.kind,
+            "explicit": c.explicit,
             "axis": c.axis,
             "bytes_per_device": c.bytes,
             "algorithm": c.algorithm,
@@ -37,7 +38,8 @@ pub(crate) fn text(m: &MeshCheck) -> String {
             (Some(a), Some(t)) => format!(", {a}, ~{t:.1} µs estimated"),
             _ => String::new(),
         };
-        let _ = writeln!(s, "            {} over {}: {bytes}{cost}", c.kind, c.axis);
+        let written = if c.explicit { " (written)" } else { "" };
+        let _ = writeln!(s, "            {}{written} over {}: {bytes}{cost}", c.kind, c.axis);
     }
     if m.collectives.is_empty() {
         let _ = writeln!(s, "            no collectives: every op runs on its own blocks");

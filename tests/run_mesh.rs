@@ -49,3 +49,36 @@ fn a_dim_that_does_not_split_is_a_clean_failure_at_run_time() {
     assert!(err.contains("do not split over 4 devices"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+const SEQUENCE_PARALLEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/sequence_parallel_mlp.tsr");
+
+#[test]
+fn written_collectives_run_on_one_device_and_on_the_mesh() {
+    let (code, out, err) = tessera(&[
+        "run",
+        "--kernel",
+        "mlp",
+        "--device",
+        "interp",
+        "--dims",
+        "B=4,S=8,D=16,F=32",
+        "--json",
+        SEQUENCE_PARALLEL,
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // On one device a collective is its operand: the plan launches nothing for it.
+    assert_eq!(report["verdict"], "correct");
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let collectives: Vec<(&str, bool)> = mesh["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["kind"].as_str().unwrap(), c["explicit"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(collectives, [("reduce_scatter", true), ("all_gather", true)], "{mesh}");
+    // [B/dp, S, D] = [1, 8, 16] f32 on each device: 512 bytes reduce-scattered over 2
+    // devices (256 sent), then 256-byte halves gathered back (256 sent).
+    assert_eq!(mesh["bytes_sent_busiest_device"], 512, "{mesh}");
+}

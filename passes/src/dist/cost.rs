@@ -98,6 +98,8 @@ impl Collective {
 pub enum Algorithm {
     Ring,
     Tree,
+    /// All-to-all's pairwise exchange: at step s device i sends to device i+s.
+    Pairwise,
     /// A group of one device: nothing moves.
     Local,
 }
@@ -107,6 +109,7 @@ impl Algorithm {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
+            Algorithm::Pairwise => "pairwise",
             Algorithm::Local => "local",
         }
     }
@@ -164,6 +167,9 @@ pub fn estimate(collective: Collective, bytes: u64, group: usize, link: Link) ->
         let time_us = f64::from(steps) * link.latency_us + bytes_sent as f64 / (link.bandwidth_gb_s * 1e3);
         Cost { algorithm, steps, bytes_sent, time_us }
     };
+    if collective == Collective::AllToAll {
+        return cost_of(Algorithm::Pairwise);
+    }
     let ring = cost_of(Algorithm::Ring);
     if collective != Collective::AllReduce {
         return ring;

@@ -25,6 +25,13 @@
 //!   error for the user, never a silent all-to-all.
 //! - Ops without a rule here (kernel calls, KV-cache updates, ops with regions) get
 //!   their operands whole (all-gathered and all-reduced) and replicated results.
+//! - Collectives the program writes (`dist.all_reduce(x, axis="tp")`) need their
+//!   operand laid out for them and move only that layout: an all-reduce completes a
+//!   partial result over its axis, an all-gather makes the dim split over its axis whole,
+//!   a reduce-scatter turns a partial sum into a split of `dim`, an all-to-all moves the
+//!   split from `concat_dim` to `split_dim`. Partial sums pass through the gather and the
+//!   all-to-all (they move data, they do not combine it). An operand not laid out for its
+//!   collective is [`Propagation::misplaced`] (E0316).
 //!
 //! A collective of the same value over the same axis and dim is needed once, where it
 //! is first needed; later uses reuse it.
@@ -115,12 +122,26 @@ pub struct Conflict {
     pub message: String,
 }
 
+/// What propagation decided for a collective the program writes (`dist.all_gather(x,
+/// axis="tp")`): the dim an all-gather makes whole, the combine an all-reduce completes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Written {
+    pub op: OpId,
+    pub dim: Option<usize>,
+    pub combine: Option<Combine>,
+}
+
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct Propagation {
     /// Per value; `None` for values that are not tensors.
     pub shardings: Vec<Option<Sharding>>,
     pub collectives: Vec<Needed>,
     pub conflicts: Vec<Conflict>,
+    /// The collectives the program writes, as their operands' layouts complete them.
+    pub written: Vec<Written>,
+    /// Written collectives whose operand is not laid out for them (an all-gather of a
+    /// tensor not split over its axis, an all-reduce of one that is not partial): E0316.
+    pub misplaced: Vec<Conflict>,
     /// Which collectives (indices into `collectives`, in the order they apply) each
     /// (op, operand index) reads through.
     pub uses: Vec<(OpId, usize, usize)>,
@@ -322,7 +343,101 @@ impl Propagator<'_> {
             }
             OpKind::GBroadcast | OpKind::GExpandDims | OpKind::Reshape => self.reshape_like(id, &mut ops),
             OpKind::FlashAttention => self.attention(id, &mut ops, &tensors),
+            k if k.is_collective() => self.written(id, &ops),
             _ => self.fallback(id, &mut ops, &tensors),
+        }
+    }
+
+    /// A collective the program writes: it needs its operand laid out for it (split over
+    /// its axis, or partial over it) and moves that layout, nothing else. A misplaced one
+    /// leaves the layout as it was, so that nothing after it is reported again.
+    fn written(&mut self, id: OpId, ops: &Operands) {
+        let op = self.f.op(id);
+        let Some(mut s) = ops.first().cloned().flatten() else { return };
+        let axis = SmolStr::new(op.str_attr("axis").unwrap_or(""));
+        let layout = s.describe();
+        let name = op_label(op.kind);
+        let split_at = |s: &Sharding| s.dims.iter().position(|d| d.as_ref() == Some(&axis));
+        let mut written = Written { op: id, dim: None, combine: None };
+        let problem: Option<String> = match op.kind {
+            OpKind::AllReduce => match s.partial.iter().position(|(a, _)| *a == axis) {
+                Some(i) => {
+                    written.combine = Some(s.partial.remove(i).1);
+                    None
+                }
+                None => Some(format!(
+                    "`{name}` over `{axis}` has nothing to complete: its operand is not a partial result over \
+                     `{axis}` (its layout is {layout})"
+                )),
+            },
+            OpKind::AllGather => match split_at(&s) {
+                Some(d) => {
+                    s.dims[d] = None;
+                    written.dim = Some(d);
+                    None
+                }
+                None => Some(format!(
+                    "`{name}` over `{axis}` has nothing to gather: its operand is not split over `{axis}` (its \
+                     layout is {layout})"
+                )),
+            },
+            OpKind::ReduceScatter => {
+                let d = op.int_attr("dim").unwrap_or(0) as usize;
+                match s.partial.iter().position(|(a, _)| *a == axis) {
+                    None => Some(format!(
+                        "`{name}` over `{axis}` has nothing to reduce: its operand is not a partial sum over \
+                         `{axis}` (its layout is {layout})"
+                    )),
+                    Some(i) if s.partial[i].1 != Combine::Sum => Some(format!(
+                        "`{name}` sums, but its operand is a partial {} over `{axis}`: complete it with \
+                         `dist.all_reduce`",
+                        s.partial[i].1.name()
+                    )),
+                    Some(_) if d >= s.dims.len() => {
+                        Some(format!("`{name}` scatters dim {d} of a rank-{} tensor", s.dims.len()))
+                    }
+                    Some(_) if s.dims[d].is_some() => Some(format!(
+                        "`{name}` would split dim {d} over `{axis}`, but it is split over `{}` already (the \
+                         operand's layout is {layout})",
+                        s.dims[d].as_deref().unwrap_or("?")
+                    )),
+                    Some(i) => {
+                        s.partial.remove(i);
+                        s.dims[d] = Some(axis.clone());
+                        written.dim = Some(d);
+                        None
+                    }
+                }
+            }
+            OpKind::AllToAll => {
+                let split = op.int_attr("split_dim").unwrap_or(0) as usize;
+                let concat = op.int_attr("concat_dim").unwrap_or(0) as usize;
+                if split >= s.dims.len() || concat >= s.dims.len() {
+                    Some(format!("`{name}` names dims {split} and {concat} of a rank-{} tensor", s.dims.len()))
+                } else if s.dims[concat].as_ref() != Some(&axis) {
+                    Some(format!(
+                        "`{name}` over `{axis}` moves the split of dim {concat} (concat_dim), but its operand's dim \
+                         {concat} is not split over `{axis}` (its layout is {layout})"
+                    ))
+                } else if let Some(other) = &s.dims[split] {
+                    Some(format!(
+                        "`{name}` would split dim {split} (split_dim) over `{axis}`, but it is split over `{other}` \
+                         already (the operand's layout is {layout})"
+                    ))
+                } else {
+                    s.dims[concat] = None;
+                    s.dims[split] = Some(axis.clone());
+                    None
+                }
+            }
+            _ => None,
+        };
+        match problem {
+            Some(message) => self.out.misplaced.push(Conflict { op: id, message }),
+            None => self.out.written.push(written),
+        }
+        if let Some(&r) = op.results.first() {
+            self.set(r, s);
         }
     }
 
@@ -628,6 +743,8 @@ fn op_label(kind: OpKind) -> &'static str {
         OpKind::Div => "/",
         OpKind::MatMul => "matmul",
         OpKind::Select => "where",
+        // The function the user wrote: `dist.all_reduce`.
+        k if k.is_collective() => k.name(),
         k => k.name().split_once('.').map_or(k.name(), |(_, n)| n),
     }
 }

@@ -230,10 +230,12 @@ ops! {
     SchedDim = "sched.dim",
     Kernel = "sched.kernel",
     Buffer = "sched.buffer",
-    // collectives implied by sharding
+    // collectives: implied by sharding (inserted by `dist::insert`), or written by the
+    // user (`dist.all_reduce(x, axis="tp")`, `{explicit = true}`)
     AllGather = "dist.all_gather",
     ReduceScatter = "dist.reduce_scatter",
     AllReduce = "dist.all_reduce",
+    AllToAll = "dist.all_to_all",
 }
 
 impl OpKind {
@@ -307,7 +309,13 @@ impl OpKind {
                 | OpKind::AllGather
                 | OpKind::ReduceScatter
                 | OpKind::AllReduce
+                | OpKind::AllToAll
         )
+    }
+
+    /// The collectives (`dist.*` ops that move data between the devices of a mesh axis).
+    pub fn is_collective(self) -> bool {
+        matches!(self, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllReduce | OpKind::AllToAll)
     }
 }
 

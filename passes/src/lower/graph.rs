@@ -18,6 +18,7 @@ use crate::ir::*;
 mod kernel_call;
 pub use kernel_call::{stdlib_callee, stdlib_callee_name};
 mod custom_vjp;
+mod dist;
 mod losses;
 mod scan;
 mod state;
@@ -642,6 +643,9 @@ impl Body<'_, '_, '_> {
             Ty::CustomVjp { of, backward } => return self.custom_vjp_call(&of, &backward, args, range),
             other => return unsupported(format!("calling {other} in a graph function"), range),
         };
+        if path.starts_with("dist.") {
+            return self.collective_call(e, path, args);
+        }
         let name = path.rsplit('.').next().unwrap_or(path);
         let need = |slot: Option<ExprId>, what: &str| {
             slot.ok_or_else(|| LowerError { message: format!("`{name}` needs `{what}`"), range })

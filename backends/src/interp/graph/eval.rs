@@ -482,6 +482,16 @@ impl Machine<'_> {
             OpKind::CallKernel => self.call_kernel(id, op),
             // A placement effect: moves nothing the reference can see.
             OpKind::Prefetch => Ok(op.results.iter().map(|_| Val::Token).collect()),
+            // On one device a collective is its operands' values (Graph IR is the global
+            // view: a collective changes where data lives, not what it is).
+            k if k.is_collective() => op
+                .operands
+                .iter()
+                .map(|&v| match self.func.ty(v) {
+                    Type::Token => Ok(Val::Token),
+                    _ => self.get(id, v).cloned(),
+                })
+                .collect(),
             OpKind::CacheAppend => self.cache_append(id, op),
             OpKind::CachePrune => self.cache_prune(id, op),
             OpKind::TensorDim => {

@@ -811,6 +811,9 @@ impl<'a> Infer<'a> {
             }
             (false, "dist.mesh") => self.dist_mesh(id, a),
             (false, "dist.tensor") => self.dist_tensor(a),
+            (false, "dist.all_reduce" | "dist.all_gather" | "dist.reduce_scatter" | "dist.all_to_all") => {
+                self.dist_collective(path, a)
+            }
             (false, "device") => Ty::NoneVal,
             (false, "prefetch") => {
                 if let Some(into) = arg!(a, "prefetch" => "into") {

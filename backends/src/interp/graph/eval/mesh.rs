@@ -10,7 +10,9 @@
 //!   device's block first (free: no data moves, as in GSPMD);
 //! - `tile.dim` gives the global size, and `mean` over a split dim divides by the global
 //!   count (its result is a partial sum);
-//! - `dist.all_gather` and `dist.all_reduce` run across the devices of each group.
+//! - the collectives (`dist.all_gather`, `dist.all_reduce`, `dist.reduce_scatter`,
+//!   `dist.all_to_all`, inserted by propagation or written by the program) run across
+//!   the devices of each group.
 //!
 //! The results are assembled from the devices' blocks into global tensors.
 
@@ -26,7 +28,7 @@ use super::super::values::{numel, row_major_strides, Tensor, Val};
 use super::super::{GraphArg, R};
 use super::{bind_params, eval_dims, Machine};
 use crate::interp::InterpError;
-use crate::mesh::{all_gather, all_reduce_with, Mesh, Network};
+use crate::mesh::{all_gather, all_reduce_with, all_to_all, reduce_scatter, Mesh, Network};
 
 /// What a mesh run gives: the global results and what moved between the devices.
 pub struct MeshRun {
@@ -75,7 +77,7 @@ pub fn run_graph_on_mesh(
                     op.operands.iter().map(|&v| layout.assemble(id, v, &machines)).collect::<Result<Vec<_>, _>>()?;
                 return Ok(MeshRun { results, network });
             }
-            OpKind::AllGather | OpKind::AllReduce => layout.collective(id, op, &mut machines, &mut network)?,
+            k if k.is_collective() => layout.collective(id, op, &mut machines, &mut network)?,
             OpKind::Random | OpKind::Dropout | OpKind::CallKernel | OpKind::CacheAppend | OpKind::CachePrune => {
                 return Err(InterpError::at_op(func, id, format!("`{}` does not run on a mesh yet", op.kind.name())))
             }
@@ -351,7 +353,7 @@ impl Layout<'_> {
         Ok(out)
     }
 
-    /// A `dist.all_gather` or `dist.all_reduce` across the devices of each group.
+    /// A collective across the devices of each group of its axis.
     fn collective(&self, id: OpId, op: &Op, machines: &mut [Machine], net: &mut Network) -> R<()> {
         let err = |m: String| InterpError::at_op(self.func, id, m);
         let axis_name = op.str_attr("axis").ok_or_else(|| err("a collective without `axis`".into()))?;
@@ -370,16 +372,43 @@ impl Layout<'_> {
             let dtype = locals[0].dtype;
             // The devices hold f64 copies of `dtype` values: count what `dtype` would move.
             let mut moved = Network::new(net.sent.len());
+            let dim = |key: &str| -> R<usize> {
+                let d = op.int_attr(key).ok_or_else(|| err(format!("`{}` without `{key}`", op.kind.name())))?;
+                usize::try_from(d)
+                    .ok()
+                    .filter(|&d| d < locals[0].dims.len())
+                    .ok_or_else(|| err(format!("`{key}` = {d} of a rank-{} tensor", locals[0].dims.len())))
+            };
+            let parts = self.devices.axis_size(axis);
             let out: Vec<Tensor> = if op.kind == OpKind::AllGather {
-                let d = op.int_attr("dim").unwrap_or(0) as usize;
+                let d = dim("dim")?;
                 let before = locals[0].dims.clone();
                 let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
                 all_gather(&mut bufs, self.devices, axis, &mut moved).map_err(err)?;
-                let parts = self.devices.axis_size(axis);
                 let mut front = before.clone();
                 front.remove(d);
                 front.insert(0, before[d] * parts);
                 bufs.into_iter().map(|data| move_from_front(&Tensor { dtype, dims: front.clone(), data }, d)).collect()
+            } else if op.kind == OpKind::ReduceScatter {
+                // Dim `d` at the front: chunk i of the flat buffer is block i of dim `d`.
+                let d = dim("dim")?;
+                let before = locals[0].dims.clone();
+                if !before[d].is_multiple_of(parts) {
+                    return Err(err(format!("dim {d} of {} elements does not split over {parts} devices", before[d])));
+                }
+                let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
+                reduce_scatter(&mut bufs, self.devices, axis, &mut moved).map_err(err)?;
+                let mut front = before.clone();
+                front.remove(d);
+                front.insert(0, before[d] / parts);
+                let result_dtype = self.local_ty(op.results[i]).unwrap_or(dtype);
+                bufs.into_iter()
+                    .map(|data| {
+                        rounded(&move_from_front(&Tensor { dtype: result_dtype, dims: front.clone(), data }, d))
+                    })
+                    .collect()
+            } else if op.kind == OpKind::AllToAll {
+                self.all_to_all(&locals, dim("split_dim")?, dim("concat_dim")?, axis, &mut moved).map_err(err)?
             } else {
                 let combine = match op.str_attr("combine") {
                     Some("max") => Combine::Max,
@@ -427,6 +456,51 @@ impl Layout<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Each device's block after an all-to-all over `axis` that moves the split from
+    /// `concat` to `split`: with `split` at the front, chunk j of device i's buffer (its
+    /// block j of `split`) goes to device j, which puts what device i sent at block i of
+    /// `concat`.
+    fn all_to_all(
+        &self,
+        locals: &[Tensor],
+        split: usize,
+        concat: usize,
+        axis: usize,
+        net: &mut Network,
+    ) -> Result<Vec<Tensor>, String> {
+        let parts = self.devices.axis_size(axis);
+        let dims = locals[0].dims.clone();
+        if !dims[split].is_multiple_of(parts) {
+            return Err(format!("dim {split} of {} elements does not split over {parts} devices", dims[split]));
+        }
+        let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, split).data).collect();
+        all_to_all(&mut bufs, self.devices, axis, net)?;
+        // What one sender's chunk is, `split` back in place: `split` a block, `concat` the
+        // sender's block.
+        let mut chunk_front = dims.clone();
+        chunk_front.remove(split);
+        chunk_front.insert(0, dims[split] / parts);
+        let chunk_len: usize = chunk_front.iter().product();
+        let mut out_dims = dims.clone();
+        out_dims[split] /= parts;
+        out_dims[concat] *= parts;
+        let dtype = locals[0].dtype;
+        Ok(bufs
+            .into_iter()
+            .map(|buf| {
+                let mut t = Tensor { dtype, dims: out_dims.clone(), data: vec![0.0; numel(&out_dims)] };
+                for (sender, data) in buf.chunks(chunk_len.max(1)).enumerate() {
+                    let block =
+                        move_from_front(&Tensor { dtype, dims: chunk_front.clone(), data: data.to_vec() }, split);
+                    let mut offsets = vec![0; out_dims.len()];
+                    offsets[concat] = sender * block.dims[concat];
+                    put_block(&mut t, &block, &offsets);
+                }
+                t
+            })
+            .collect())
     }
 
     /// The global value of `v` from the devices' blocks.
