@@ -82,3 +82,28 @@ fn written_collectives_run_on_one_device_and_on_the_mesh() {
     // devices (256 sent), then 256-byte halves gathered back (256 sent).
     assert_eq!(mesh["bytes_sent_busiest_device"], 512, "{mesh}");
 }
+
+const MOE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/moe_expert_parallel.tsr");
+
+#[test]
+fn a_mixture_of_experts_runs_on_one_device_and_with_its_experts_over_the_mesh() {
+    // `C` is an int parameter and a dim: `--dims C=3` gives both, and a disagreeing
+    // `--arg` is refused rather than run with two values.
+    let dims = "G=4,S=16,M=8,E=8,F=16,C=3";
+    let (code, out, err) = tessera(&["run", "--kernel", "moe", "--device", "interp", "--dims", dims, "--json", MOE]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["verdict"], "correct");
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let kinds: Vec<&str> =
+        mesh["collectives"].as_array().unwrap().iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["all_to_all", "all_to_all"], "{mesh}");
+    // Each device's [1, 8, 3, 8] f32 block (768 bytes), 3/4 of it sent, twice.
+    assert_eq!(mesh["collectives"][0]["bytes_per_device"], 768, "{mesh}");
+    assert_eq!(mesh["bytes_sent_busiest_device"], 1152, "{mesh}");
+    let (code, _, err) =
+        tessera(&["run", "--kernel", "moe", "--device", "interp", "--dims", dims, "--arg", "C=2", MOE]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--arg C=2 and the dim C = 3 disagree"), "{err}");
+}

@@ -649,7 +649,8 @@ impl Ad<'_, '_> {
             | OpKind::EffectToken
             | OpKind::Prefetch
             | OpKind::Cmp
-            | OpKind::Random => {}
+            | OpKind::Random
+            | OpKind::Iota => {}
             other => return self.err(format!("grad through `{}` is not supported yet", other.name())),
         }
         Ok(())

@@ -424,7 +424,9 @@ impl Planner<'_> {
                 self.lazy.insert(op.results[0], id);
                 Ok(())
             }
-            k if k.is_elementwise() || matches!(k, OpKind::Dropout | OpKind::Random | OpKind::GBroadcast) => {
+            k if k.is_elementwise()
+                || matches!(k, OpKind::Dropout | OpKind::Random | OpKind::GBroadcast | OpKind::Iota) =>
+            {
                 self.elementwise(id, &op)
             }
             OpKind::CallKernel => self.call_kernel(id, &op),

@@ -431,6 +431,10 @@ impl Body<'_, '_, '_> {
                 Ok(Val::One(self.op1(OpKind::Neg, vec![v], t, vec![], &loc)))
             }
             Expr::Unary { op: UnaryOp::Pos, operand } => self.expr(operand),
+            Expr::Compare { op, lhs, rhs } => {
+                let (l, r) = (self.value(lhs)?, self.value(rhs)?);
+                Ok(Val::One(self.compare(op, l, r, e)?))
+            }
             Expr::Str(_) => Ok(Val::None),
             _ => unsupported("this expression in a graph function", range),
         }
@@ -565,6 +569,36 @@ impl Body<'_, '_, '_> {
         let t = self.result_type(e)?;
         let (l, r) = (self.coerce(l, &t, &loc)?, self.coerce(r, &t, &loc)?);
         Ok(self.op1(kind, vec![l, r], t, vec![], &loc))
+    }
+
+    /// `a < b`, `a == b`, ...: an elementwise `arith.cmp {pred}` whose operands are
+    /// broadcast to the result's dims in the tensor operand's dtype (a Python number
+    /// adopts it, as in arithmetic); the result is a bool tensor (or a bool scalar).
+    fn compare(&mut self, op: CmpOp, l: ValueId, r: ValueId, e: ExprId) -> R<ValueId> {
+        let range = self.range(e);
+        let loc = self.loc(range);
+        let pred = match op {
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            other => return unsupported(format!("`{}` in a graph function", other.symbol()), range),
+        };
+        let t = self.result_type(e)?;
+        let attrs = vec![("pred", Attr::Str(SmolStr::new(pred)))];
+        let Type::Tensor(rt) = &t else { return Ok(self.op1(OpKind::Cmp, vec![l, r], t, attrs, &loc)) };
+        let operand_elem = [l, r].into_iter().find_map(|v| match self.vty(v) {
+            Type::Tensor(tt) => Some((tt.dtype, tt.policies)),
+            _ => None,
+        });
+        let Some((dtype, policies)) = operand_elem else {
+            return unsupported("a tensor comparison without a tensor operand", range);
+        };
+        let want = Type::Tensor(TensorType { dims: rt.dims.clone(), dtype, policies });
+        let (l, r) = (self.coerce(l, &want, &loc)?, self.coerce(r, &want, &loc)?);
+        Ok(self.op1(OpKind::Cmp, vec![l, r], t, attrs, &loc))
     }
 
     fn matmul(&mut self, a: ValueId, b: ValueId, t: Type, loc: &Loc) -> R<ValueId> {
@@ -915,6 +949,10 @@ impl Body<'_, '_, '_> {
                 self.g.streams += 1;
                 let attrs = vec![("stream", Attr::Int(stream))];
                 Ok(Val::One(self.effect(OpKind::Random, operands, t, attrs, &loc)))
+            }
+            "arange" => {
+                let t = result.clone()?;
+                Ok(Val::One(self.op1(OpKind::Iota, vec![], t, vec![], &loc)))
             }
             "zeros" | "ones" | "full" => {
                 let value = match name {

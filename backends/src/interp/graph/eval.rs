@@ -522,6 +522,13 @@ impl Machine<'_> {
                 let n = numel(&dims);
                 one(self.make(id, r, dims, vec![value; n]))
             }
+            // `arange(n)`: 0, 1, ..., n-1 along the one dim.
+            OpKind::Iota => {
+                let [r] = op.results[..] else { return Err(self.err(id, "needs one result".into())) };
+                let dims = self.declared_dims(id, r)?;
+                let n = numel(&dims);
+                one(self.make(id, r, dims, (0..n).map(|i| i as f64).collect()))
+            }
             k if k.is_elementwise() => one(self.elementwise(id, op)),
             OpKind::GBroadcast => one(self.broadcast(id, op)),
             OpKind::Reshape => {
