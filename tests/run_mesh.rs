@@ -107,3 +107,28 @@ fn a_mixture_of_experts_runs_on_one_device_and_with_its_experts_over_the_mesh() 
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--arg C=2 and the dim C = 3 disagree"), "{err}");
 }
+
+const PIPELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/pipeline_mlp.tsr");
+
+#[test]
+fn a_pipeline_runs_its_gpipe_schedule_on_the_mesh_and_shows_it() {
+    let (code, out, err) =
+        tessera(&["run", "--kernel", "mlp", "--device", "interp", "--dims", "B=8,D=4,F=8", "--json", PIPELINE]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["verdict"], "correct");
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let pipeline = &mesh["pipelines"][0];
+    assert_eq!((pipeline["stages"].as_u64(), pipeline["microbatches"].as_u64()), (Some(2), Some(4)), "{mesh}");
+    assert_eq!(pipeline["schedule"], serde_json::json!([[0, 1, 2, 3, null], [null, 0, 1, 2, 3]]), "{mesh}");
+    // Four [2, 4] f32 activations from stage 0 to stage 1.
+    assert_eq!(mesh["bytes_sent_busiest_device"], 128, "{mesh}");
+
+    // `tessera lower` shows the schedule Graph IR holds.
+    let (code, text, err) = tessera(&["lower", "--kernel", "mlp", "--stage", "graph", PIPELINE]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("// GPipe over `pp`: 2 stages x 4 microbatches in 5 ticks"), "{text}");
+    assert!(text.contains("//   stage 1     .   m0   m1   m2   m3"), "{text}");
+    assert_eq!(text.matches("dist.send").count(), 4, "{text}");
+}

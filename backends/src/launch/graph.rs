@@ -32,7 +32,7 @@ use crate::interp::InterpError;
 use crate::tensor::{round_to, Arg, HostTensor};
 
 mod mesh;
-pub use mesh::{run_on_mesh, CollectiveInfo, MeshCheck};
+pub use mesh::{run_on_mesh, CollectiveInfo, MeshCheck, PipelineSchedule};
 
 /// Shape symbols get this value when the request does not give one: small enough for
 /// the interpreter that checks the run.

@@ -126,6 +126,10 @@ fn refusals_in(db: &dyn Db, file: SourceFile, key: FnKey<'_>, def: &FunctionDef,
                     Transform::Jvp => "`jvp` has no custom forward rule to take from it",
                 }
             )),
+            Ty::Builtin("dist.pipeline") => Some(format!(
+                "`{tn}` cannot transform `dist.pipeline` (in `{of}`): its schedule places each stage on the devices \
+                 of its mesh axis"
+            )),
             Ty::Builtin(path @ ("dist.all_reduce" | "dist.all_gather" | "dist.reduce_scatter" | "dist.all_to_all")) => {
                 Some(format!(
                     "`{tn}` cannot transform the collective `{path}` (in `{of}`): its axis and dims name the \

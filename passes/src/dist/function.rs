@@ -183,6 +183,20 @@ pub fn sharding_diagnostics(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
             ),
         ));
     }
+    // Pipelines over a mesh that only module-level `dist.tensor`s give (the checker
+    // compared the stages with a `@shard` parameter's mesh already).
+    for pipeline in super::schedule::pipeline_schedules(graph).iter().filter(|_| !sharded_param) {
+        let size = program.mesh.0.iter().find(|(a, _)| *a == pipeline.axis).map(|(_, s)| *s);
+        let message = match size {
+            None => format!("the pipeline's axis `{}` is not an axis of the function's mesh", pipeline.axis),
+            Some(n) if n != pipeline.stages => format!(
+                "{} pipeline stages over mesh axis `{}`, which has {n} devices: each stage runs at one position of the axis",
+                pipeline.stages, pipeline.axis
+            ),
+            Some(_) => continue,
+        };
+        out.push(Diagnostic::new(if size.is_none() { Code::E0311 } else { Code::E0317 }, fallback, message));
+    }
     for m in p.misplaced.iter().filter(|m| !unknown_axis.contains(&m.op)) {
         out.push(Diagnostic::new(Code::E0316, at(m.op), m.message.clone()).with_note(
             "a collective moves a layout its operand has (Graph IR is the global view: the value stays the same); \

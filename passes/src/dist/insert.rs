@@ -269,6 +269,7 @@ pub fn insert_with_shardings(
                 OpKind::AllGather => (Collective::AllGather, held.map(|b| b * mesh.size(&axis) as u64)),
                 OpKind::AllReduce => (Collective::AllReduce, reduced_bytes(input, held, &out)),
                 OpKind::ReduceScatter => (Collective::ReduceScatter, reduced_bytes(input, held, &out)),
+                OpKind::Send => (Collective::SendRecv, held),
                 _ => (Collective::AllToAll, held),
             };
             cost_attrs(&mut attrs, collective, bytes, mesh, &axis);
@@ -313,6 +314,13 @@ fn collective_op(
     at: &Op,
     token: &mut Option<ValueId>,
 ) -> OpId {
+    // A collective a pipeline stage's op needs runs on that stage's devices.
+    let mut attrs = attrs;
+    for key in ["pipeline", "stage", "microbatch", "tick"] {
+        if let Some(v) = at.attr(key) {
+            attrs.push((key, v.clone()));
+        }
+    }
     if let Some(t) = *token {
         operands.push(t);
         let next = out.new_value(Type::Token, None);

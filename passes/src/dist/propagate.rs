@@ -32,6 +32,11 @@
 //!   split from `concat_dim` to `split_dim`. Partial sums pass through the gather and the
 //!   all-to-all (they move data, they do not combine it). An operand not laid out for its
 //!   collective is [`Propagation::misplaced`] (E0316).
+//! - A `dist.pipeline`'s values live at its stages ([`Propagation::located`]): the split
+//!   of a parameter stacked over the pipeline's axis gives part k to stage k without
+//!   moving data, an op of stage k gives stage k's values, and `dist.send` moves a
+//!   value to the next stage. A stage's operands are never split over the pipeline's
+//!   axis (a conflict).
 //!
 //! A collective of the same value over the same axis and dim is needed once, where it
 //! is first needed; later uses reuse it.
@@ -142,6 +147,10 @@ pub struct Propagation {
     /// Written collectives whose operand is not laid out for them (an all-gather of a
     /// tensor not split over its axis, an all-reduce of one that is not partial): E0316.
     pub misplaced: Vec<Conflict>,
+    /// Per value, the pipeline stage it lives at (the pipeline's mesh axis and the
+    /// stage's position on it), for the values of a `dist.pipeline`; `None`: wherever
+    /// its layout says.
+    pub located: Vec<Option<(SmolStr, usize)>>,
     /// Which collectives (indices into `collectives`, in the order they apply) each
     /// (op, operand index) reads through.
     pub uses: Vec<(OpId, usize, usize)>,
@@ -173,7 +182,14 @@ impl Propagation {
 /// `value_bytes` gives a value's global size in bytes where the dims are known (for
 /// bucketing).
 pub fn propagate(f: &Func, params: &[Option<Sharding>], value_bytes: &dyn Fn(ValueId) -> Option<u64>) -> Propagation {
-    let mut p = Propagator { f, out: Propagation { shardings: vec![None; f.values.len()], ..Default::default() } };
+    let mut p = Propagator {
+        f,
+        out: Propagation {
+            shardings: vec![None; f.values.len()],
+            located: vec![None; f.values.len()],
+            ..Default::default()
+        },
+    };
     for (i, &v) in f.params.iter().enumerate() {
         if let Type::Tensor(t) = f.ty(v) {
             let s = params.get(i).cloned().flatten().unwrap_or_else(|| Sharding::replicated(t.dims.len()));
@@ -275,6 +291,86 @@ impl Propagator<'_> {
     }
 
     fn op(&mut self, id: OpId) {
+        if !self.pipeline_op(id) {
+            return;
+        }
+        self.layout_op(id);
+    }
+
+    /// Where a pipeline's values live: an op of stage k (`{pipeline, stage}`) reads
+    /// values of stage k or values every stage holds, and its results are stage k's; a
+    /// `dist.send` moves a value from one stage to the next; the split of a stacked
+    /// parameter over the pipeline's axis gives part k to stage k, with no
+    /// communication. Other ops keep the location of their operands. False when the op's
+    /// layout is decided here (the stacked split).
+    fn pipeline_op(&mut self, id: OpId) -> bool {
+        let op = self.f.op(id);
+        let stage = match (op.str_attr("pipeline"), op.int_attr("stage")) {
+            (Some(axis), Some(k)) => Some((SmolStr::new(axis), k as usize)),
+            _ => None,
+        };
+        let tensors: Vec<ValueId> = op.operands.iter().copied().filter(|&v| self.rank(v).is_some()).collect();
+        if op.kind == OpKind::Split && op.str_attr("pipeline").is_some() && op.str_attr("role") == Some("stages") {
+            let axis = SmolStr::new(op.str_attr("pipeline").unwrap_or(""));
+            let Some(s) = self.current(op.operands[0]) else { return true };
+            if s.dims.first() != Some(&Some(axis.clone())) {
+                return true; // replicated over the pipeline's axis: every stage slices it
+            }
+            for (k, &r) in op.results.iter().enumerate() {
+                let mut part = s.clone();
+                part.dims[0] = None;
+                self.set(r, part);
+                self.out.located[r.0 as usize] = Some((axis.clone(), k));
+            }
+            return false;
+        }
+        let from: Vec<(SmolStr, usize)> =
+            tensors.iter().filter_map(|v| self.out.located[v.0 as usize].clone()).collect();
+        let here = match (&stage, op.kind) {
+            (_, OpKind::Send) => {
+                let axis = SmolStr::new(op.str_attr("axis").unwrap_or(""));
+                let (a, b) = (op.int_attr("from").unwrap_or(0) as usize, op.int_attr("to").unwrap_or(0) as usize);
+                if from.iter().any(|l| *l != (axis.clone(), a)) {
+                    self.conflict(
+                        id,
+                        format!("internal error: `dist.send` from stage {a} of a value that is not there"),
+                    );
+                }
+                Some((axis, b))
+            }
+            (Some(st), _) => {
+                if let Some(other) = from.iter().find(|l| *l != st) {
+                    let message = format!(
+                        "internal error: an op of pipeline stage {} reads a value of stage {} without a send",
+                        st.1, other.1
+                    );
+                    self.conflict(id, message);
+                }
+                if tensors.iter().any(|&v| self.current(v).is_some_and(|s| s.dims.contains(&Some(st.0.clone())))) {
+                    let message = format!(
+                        "a pipeline stage's operand is split over the pipeline's axis `{}`: each stage holds its \
+                         operands on its own devices",
+                        st.0
+                    );
+                    self.conflict(id, message);
+                }
+                Some(st.clone())
+            }
+            (None, OpKind::Return) => None,
+            (None, _) => {
+                if from.windows(2).any(|w| w[0] != w[1]) {
+                    self.conflict(id, "an op reads values of two pipeline stages".into());
+                }
+                from.first().cloned()
+            }
+        };
+        for &r in &op.results {
+            self.out.located[r.0 as usize] = here.clone();
+        }
+        true
+    }
+
+    fn layout_op(&mut self, id: OpId) {
         let op = self.f.op(id);
         let mut ops: Operands = op.operands.iter().map(|&v| self.current(v)).collect();
         let tensors: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].is_some()).collect();
@@ -343,6 +439,12 @@ impl Propagator<'_> {
             }
             OpKind::GBroadcast | OpKind::GExpandDims | OpKind::Reshape => self.reshape_like(id, &mut ops),
             OpKind::FlashAttention => self.attention(id, &mut ops, &tensors),
+            // A send moves a stage's value whole to the next stage (`pipeline_op` says
+            // where); its layout over the other axes stays.
+            OpKind::Send => {
+                let s = ops[0].clone().unwrap_or_default();
+                self.set(op.results[0], s);
+            }
             k if k.is_collective() => self.written(id, &ops),
             _ => self.fallback(id, &mut ops, &tensors),
         }
@@ -682,6 +784,15 @@ impl Propagator<'_> {
 /// the result dim it leads when it and the dims after it merge into one (`[B, S, D]`
 /// → `[B*S, D]` keeps a split `B`), with the rest unchanged.
 fn reshape_target(src: &[Dim], dst: &[Dim], d: usize) -> Option<usize> {
+    // Dims of size 1 added or dropped (`[1, D, F]` → `[D, F]`): the other dims keep their
+    // order, and a split dim (never of size 1) goes to its counterpart.
+    let unit = |x: &&Dim| x.as_const() == Some(1);
+    let (src_rest, dst_rest): (Vec<&Dim>, Vec<&Dim>) =
+        (src.iter().filter(|x| !unit(x)).collect(), dst.iter().filter(|x| !unit(x)).collect());
+    if src_rest == dst_rest && !unit(&&src[d]) {
+        let nth = src[..d].iter().filter(|x| !unit(x)).count();
+        return dst.iter().enumerate().filter(|(_, x)| !unit(x)).nth(nth).map(|(i, _)| i);
+    }
     let prefix = src.iter().zip(dst).take_while(|(a, b)| a == b).count();
     if d < prefix {
         return Some(d);

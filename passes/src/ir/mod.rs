@@ -236,6 +236,9 @@ ops! {
     ReduceScatter = "dist.reduce_scatter",
     AllReduce = "dist.all_reduce",
     AllToAll = "dist.all_to_all",
+    // a pipeline's activation from the devices of one stage to those of the next:
+    // `%y, %tok' = dist.send %x, %tok {axis, from, to}`
+    Send = "dist.send",
 }
 
 impl OpKind {
@@ -310,12 +313,14 @@ impl OpKind {
                 | OpKind::ReduceScatter
                 | OpKind::AllReduce
                 | OpKind::AllToAll
+                | OpKind::Send
         )
     }
 
-    /// The collectives (`dist.*` ops that move data between the devices of a mesh axis).
+    /// The collectives (`dist.*` ops that move data between the devices of a mesh axis;
+    /// a pipeline's `dist.send` between two positions of one).
     pub fn is_collective(self) -> bool {
-        matches!(self, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllReduce | OpKind::AllToAll)
+        matches!(self, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllReduce | OpKind::AllToAll | OpKind::Send)
     }
 }
 

@@ -4,7 +4,7 @@
 //! inlined, and `grad(f, wrt=...)(args)` expanded into `f`'s forward graph followed by
 //! its backward graph (`crate::autodiff`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use smol_str::SmolStr;
@@ -20,6 +20,7 @@ pub use kernel_call::{stdlib_callee, stdlib_callee_name};
 mod custom_vjp;
 mod dist;
 mod losses;
+mod pipeline;
 mod scan;
 mod state;
 mod transforms;
@@ -104,7 +105,16 @@ pub fn graph_function_to_ir(
     let mut g =
         Graph { b, token, streams: 0, depth: 0, custom_vjps: Vec::new(), tracing: false, globals: HashMap::new() };
     let ret = {
-        let mut body = Body { g: &mut g, name: SmolStr::new(name), def, sig, inf, resolve, env: HashMap::new() };
+        let mut body = Body {
+            g: &mut g,
+            name: SmolStr::new(name),
+            def,
+            sig,
+            inf,
+            resolve,
+            env: HashMap::new(),
+            dims: BTreeMap::new(),
+        };
         for (p, v) in sig.params.iter().zip(&params) {
             let val = match v {
                 Some(v) => Val::One(*v),
@@ -168,6 +178,11 @@ struct Body<'a, 'g, 'f> {
     inf: &'a Inference,
     resolve: &'a Resolver<'a>,
     env: HashMap<SmolStr, Val>,
+    /// An inlined callee's dim symbols as the caller's dims (`b` of a helper's
+    /// `Tensor["b", "D"]` called with a `[B//4, D]` microbatch is `B//4`): the types the
+    /// callee's inference gives are rewritten with them, so Graph IR speaks only of the
+    /// graph function's own symbols.
+    dims: BTreeMap<String, Dim>,
 }
 
 impl Body<'_, '_, '_> {
@@ -188,9 +203,21 @@ impl Body<'_, '_, '_> {
     }
 
     fn result_type(&self, e: ExprId) -> R<Type> {
-        param_type(self.ty_of(e)).ok_or_else(|| LowerError {
+        self.ir_type(self.ty_of(e)).ok_or_else(|| LowerError {
             message: format!("a value of type {} in a graph function", self.ty_of(e)),
             range: self.range(e),
+        })
+    }
+
+    /// The IR type of a checked type, in the graph function's dims ([`Body::dims`]).
+    fn ir_type(&self, ty: &Ty) -> Option<Type> {
+        let t = param_type(ty)?;
+        Some(match t {
+            Type::Tensor(mut tt) if !self.dims.is_empty() => {
+                tt.dims = tt.dims.iter().map(|d| d.substitute(&|s| self.dims.get(s).cloned())).collect();
+                Type::Tensor(tt)
+            }
+            other => other,
         })
     }
 
@@ -675,8 +702,16 @@ impl Body<'_, '_, '_> {
             Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
             Ty::Checkpoint { of } => return self.checkpoint_call(&of, args, range),
             Ty::CustomVjp { of, backward } => return self.custom_vjp_call(&of, &backward, args, range),
+            Ty::Pipeline { of, stages, microbatches, axis } => {
+                return self.pipeline_call(e, &of, (stages, microbatches), &axis, args)
+            }
             other => return unsupported(format!("calling {other} in a graph function"), range),
         };
+        // `p = dist.pipeline(stage, ...)`: the function value is its type; a call of `p`
+        // lowers it.
+        if path == "dist.pipeline" {
+            return Ok(Val::None);
+        }
         if path.starts_with("dist.") {
             return self.collective_call(e, path, args);
         }
@@ -845,7 +880,7 @@ impl Body<'_, '_, '_> {
                 let Ty::Tuple(items) = self.ty_of(e).clone() else {
                     return unsupported("split without a known result type", range);
                 };
-                let types: Vec<Type> = items.iter().filter_map(param_type).collect();
+                let types: Vec<Type> = items.iter().filter_map(|t| self.ir_type(t)).collect();
                 let rank = self.vty(x).dims().len() as i64;
                 let axis = match arg("axis", 2) {
                     Some(a) => self.int_list(a)?.first().copied().unwrap_or(0),
@@ -861,7 +896,7 @@ impl Body<'_, '_, '_> {
                 let Ty::Tuple(items) = self.ty_of(e).clone() else {
                     return unsupported("split_qkv without a known result type", range);
                 };
-                let types: Vec<Type> = items.iter().filter_map(param_type).collect();
+                let types: Vec<Type> = items.iter().filter_map(|t| self.ir_type(t)).collect();
                 let results = self.g.b.op(OpKind::SplitQkv, vec![x, heads], types, vec![], &loc);
                 Ok(Val::Many(results))
             }
@@ -1018,6 +1053,7 @@ impl Body<'_, '_, '_> {
                             inf: &callee.inf,
                             resolve: self.resolve,
                             env: HashMap::new(),
+                            dims: BTreeMap::new(),
                         };
                         let v = inner.expr(default)?;
                         env.insert(SmolStr::new(&p.name), v);
@@ -1041,6 +1077,21 @@ impl Body<'_, '_, '_> {
         Ok(callee)
     }
 
+    /// The callee's dim symbols that its arguments give other dims (see [`Body::dims`]).
+    fn callee_dims(&self, callee: &Callee, env: &HashMap<SmolStr, Val>) -> BTreeMap<String, Dim> {
+        let mut dims = BTreeMap::new();
+        for p in &callee.sig.params {
+            let (Ty::Tensor(pt), Some(Val::One(v))) = (&p.ty, env.get(p.name.as_str())) else { continue };
+            let Type::Tensor(at) = self.vty(*v) else { continue };
+            for (pd, ad) in pt.dims.iter().zip(&at.dims) {
+                if let Some(sym) = pd.as_sym().filter(|_| pd != ad) {
+                    dims.entry(sym.to_string()).or_insert_with(|| ad.clone());
+                }
+            }
+        }
+        dims
+    }
+
     /// Inlines a helper or graph function; returns its return value.
     fn inline_call(&mut self, name: &str, args: &[Arg], range: TextRange) -> R<Val> {
         let callee = self.callee(name, range)?;
@@ -1049,6 +1100,7 @@ impl Body<'_, '_, '_> {
     }
 
     fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>) -> R<Val> {
+        let dims = self.callee_dims(callee, &env);
         self.g.depth += 1;
         let mut inner = Body {
             g: &mut *self.g,
@@ -1058,6 +1110,7 @@ impl Body<'_, '_, '_> {
             inf: &callee.inf,
             resolve: self.resolve,
             env,
+            dims,
         };
         let out = inner.stmts(&callee.def.body)?.unwrap_or(Val::None);
         self.g.depth -= 1;
@@ -1107,6 +1160,14 @@ impl Body<'_, '_, '_> {
             _ => return unsupported(format!("`{of}` must return one rank-0 tensor to be differentiated"), range),
         };
         let forward: Vec<OpId> = (first_op..self.g.b.func.ops.len()).map(|i| OpId(i as u32)).collect();
+        // The backward of a pipeline is a schedule of its own (GPipe's backward ticks, or
+        // 1F1B's interleaving), which is not built yet.
+        if forward.iter().any(|&id| self.g.b.func.op(id).attr("pipeline").is_some()) {
+            return unsupported(
+                format!("`grad` through `dist.pipeline` (in `{of}`) is not supported yet: its backward schedule is not built"),
+                range,
+            );
+        }
         let loc = self.loc(range);
         let custom = std::mem::take(&mut self.g.custom_vjps);
         let grads = crate::autodiff::backward(&mut self.g.b, &forward, loss, &wrt_values, &custom, &loc);

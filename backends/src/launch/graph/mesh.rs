@@ -5,6 +5,8 @@
 
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::dist::function::sharded_program;
+use tessera_passes::dist::schedule::pipeline_schedules;
+pub use tessera_passes::dist::schedule::PipelineSchedule;
 
 use super::{arg_dims, dtype, graph_tolerance, values, GraphCheck, GraphInputs, GraphRun};
 use crate::interp::compare::compare_with;
@@ -22,6 +24,8 @@ pub struct MeshCheck {
     /// Bytes the busiest device sent, counted by the simulated network.
     pub bytes_sent: u64,
     pub steps: u32,
+    /// The function's pipelines, as Graph IR schedules them.
+    pub pipelines: Vec<PipelineSchedule>,
     /// One per returned value, against the f64 reference.
     pub checks: Vec<GraphCheck>,
     pub verdict: Verdict,
@@ -84,11 +88,13 @@ pub fn run_on_mesh(
         Verdict::NonFinite
     };
     let collectives = program.inserted.collectives();
+    let pipelines = pipeline_schedules(func);
     Ok(Some(MeshCheck {
         axes: program.mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
         collectives,
         bytes_sent: mesh_run.network.busiest(),
         steps: mesh_run.network.steps,
+        pipelines,
         checks,
         verdict,
     }))
