@@ -10,6 +10,7 @@ pub(crate) fn json(m: &MeshCheck) -> Value {
     json!({
         "devices": m.devices(),
         "axes": m.axes.iter().map(|(a, s)| json!({"name": a, "size": s})).collect::<Vec<_>>(),
+        "layouts": m.layouts.iter().map(|(n, l)| (n.clone(), Value::String(l.clone()))).collect::<serde_json::Map<_, _>>(),
         "collectives": m.collectives.iter().map(|c| json!({
             "kind": c.kind,
             "explicit": c.explicit,
@@ -40,6 +41,10 @@ pub(crate) fn text(m: &MeshCheck) -> String {
     let mut s = String::new();
     let axes: Vec<String> = m.axes.iter().map(|(a, n)| format!("{a}={n}")).collect();
     let _ = writeln!(s, "  mesh      {} simulated devices ({}), one process", m.devices(), axes.join(", "));
+    let layouts: Vec<String> = m.layouts.iter().map(|(n, l)| format!("{n} {l}")).collect();
+    if !layouts.is_empty() {
+        let _ = writeln!(s, "  layout    {}", layouts.join("; "));
+    }
     // Collectives alike one after the other (a pipeline's sends) on one line: `4 × ...`.
     let mut i = 0;
     while i < m.collectives.len() {

@@ -132,3 +132,62 @@ fn a_pipeline_runs_its_gpipe_schedule_on_the_mesh_and_shows_it() {
     assert!(text.contains("//   stage 1     .   m0   m1   m2   m3"), "{text}");
     assert_eq!(text.matches("dist.send").count(), 4, "{text}");
 }
+
+#[test]
+fn mesh_n_runs_an_unsharded_function_data_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dp.tsr");
+    std::fs::write(
+        &file,
+        r#"from tessera import *
+
+@jit
+def loss(x: Tensor["B", "D", f32], W: Tensor["D", "E", f32], y: Tensor["B", "E", f32]):
+    p = softmax_safe(matmul(x, W))
+    return mean((p - y) * (p - y)), p
+
+@kernel
+def scale(x: Tensor["N", f32]):
+    i = tile.linear_id()
+    tile.store(x[i], tile.load(x[i]) * 2.0, mask=i < N)
+"#,
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let (code, out, err) = tessera(&[
+        "run",
+        "--kernel",
+        "loss",
+        "--device",
+        "interp",
+        "--dims",
+        "B=16,D=8,E=4",
+        "--mesh",
+        "8",
+        "--json",
+        path,
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["devices"], 8, "{mesh}");
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    // The batch (dim 0 of x, and of y, which shares it) over dp; W whole everywhere.
+    assert_eq!(mesh["layouts"], serde_json::json!({"x": "[dp, -]", "W": "[-, -]", "y": "[dp, -]"}), "{mesh}");
+    // The mean over the batch is a partial sum on each device: one all-reduce.
+    let kinds: Vec<&str> =
+        mesh["collectives"].as_array().unwrap().iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["all_reduce"], "{mesh}");
+
+    // A batch that does not split, a sharded function and a kernel are refused cleanly.
+    let (code, _, err) =
+        tessera(&["run", "--kernel", "loss", "--device", "interp", "--dims", "B=6,D=8,E=4", "--mesh", "4", path]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("dim 0 of `x` has 6 elements, which do not split over 4 devices"), "{err}");
+    let (code, _, err) = tessera(&["run", "--kernel", "mlp", "--device", "interp", "--mesh", "4", MLP]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--mesh is for unsharded functions"), "{err}");
+    let (code, _, err) = tessera(&["run", "--kernel", "scale", "--device", "interp", "--mesh", "4", path]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`scale` is a kernel"), "{err}");
+}

@@ -119,10 +119,60 @@ pub fn sharded_program(
 ) -> Result<Option<ShardedProgram>, LowerError> {
     let graph = graph_ir(db, key).clone()?;
     let Some((mesh, params)) = parameter_shardings(db, key, &graph)? else { return Ok(None) };
-    let bytes = |v: ValueId| value_bytes(&graph, v, dims);
-    let propagation = propagate(&graph, &params, &bytes);
-    let inserted = insert_with_shardings(&graph, &propagation, &mesh, &bytes);
-    Ok(Some(ShardedProgram { inserted, mesh, propagation }))
+    Ok(Some(laid_out(&graph, mesh, &params, dims)))
+}
+
+/// The mesh `tessera run --mesh N` gives an unsharded function: one axis, `dp`.
+pub const DATA_PARALLEL_AXIS: &str = "dp";
+
+/// An unsharded function run data-parallel over `devices` devices (`tessera run --mesh
+/// N`): a one-axis mesh `dp`; the batch is dim 0 of the first tensor parameter, and each
+/// tensor parameter whose dim 0 is that same dim is split over `dp` there, the others
+/// whole on every device. Propagation then decides the rest, as for `@shard`.
+pub fn data_parallel_program(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    dims: &BTreeMap<String, i64>,
+    devices: usize,
+) -> Result<ShardedProgram, LowerError> {
+    let graph = graph_ir(db, key).clone()?;
+    let at = tessera_frontend::db::function_def(db, key).as_ref().map(|d| d.name_range).unwrap_or_default();
+    let refuse = |message: String| LowerError { message, range: at };
+    let name = key.name(db);
+    if parameter_shardings(db, key, &graph)?.is_some() {
+        return Err(refuse(format!(
+            "`{name}` lays out its parameters with `@shard` and runs on its own mesh: --mesh is for unsharded functions"
+        )));
+    }
+    let leading = |v: &ValueId| match graph.ty(*v) {
+        Type::Tensor(t) => t.dims.first().cloned(),
+        _ => None,
+    };
+    let Some(batch) = graph.params.iter().find_map(leading) else {
+        return Err(refuse(format!("`{name}` has no tensor parameter whose dim 0 could be split over --mesh devices")));
+    };
+    let params: Vec<Option<Sharding>> = graph
+        .params
+        .iter()
+        .map(|v| match graph.ty(*v) {
+            Type::Tensor(t) if leading(v).as_ref() == Some(&batch) => {
+                let mut dims = vec![None; t.dims.len()];
+                dims[0] = Some(DATA_PARALLEL_AXIS);
+                Some(Sharding::split(&dims))
+            }
+            _ => None,
+        })
+        .collect();
+    let mesh = MeshAxes(vec![(SmolStr::new(DATA_PARALLEL_AXIS), devices)]);
+    Ok(laid_out(&graph, mesh, &params, dims))
+}
+
+/// `graph` with `params`' layouts on `mesh`: propagated, and its collectives inserted.
+fn laid_out(graph: &Func, mesh: MeshAxes, params: &[Option<Sharding>], dims: &BTreeMap<String, i64>) -> ShardedProgram {
+    let bytes = |v: ValueId| value_bytes(graph, v, dims);
+    let propagation = propagate(graph, params, &bytes);
+    let inserted = insert_with_shardings(graph, &propagation, &mesh, &bytes);
+    ShardedProgram { inserted, mesh, propagation }
 }
 
 /// E0314 for each conflict of a sharded function, E0316 for each collective it writes
