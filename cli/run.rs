@@ -81,6 +81,12 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     if tessera_frontend::check::fn_signature(src.db(), key).kind == tessera_frontend::check::FunctionKind::Graph {
         return crate::run_graph::run(src, args, key);
     }
+    if args.mesh.is_some() {
+        return Err(Failure::usage(format!(
+            "--mesh runs a graph function (@jit) on simulated devices; `{}` is a kernel",
+            args.kernel
+        )));
+    }
     let overrides = options::parse_schedule(&args.schedule).map_err(Failure::usage)?;
     let inputs = run_inputs::read(&args.inputs).map_err(Failure::usage)?;
     let mut dims_given = args.dims.clone();

@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// none, or auto (full below a work threshold, sampled above).
     #[arg(long, default_value = "auto", value_parser = parse_check)]
     pub check: CheckMode,
+    /// Also run an unsharded graph function data-parallel on N simulated devices (a mesh
+    /// `dp` of N: dim 0 of the first tensor parameter, and of every parameter with the same
+    /// dim 0, split over it), checked against the same f64 reference.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub mesh: Option<u32>,
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,

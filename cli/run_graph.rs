@@ -38,6 +38,14 @@ fn failure(src: &Source, e: GraphRunError) -> Failure {
 pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, Failure> {
     let db = src.db();
     let session = GraphSession::open(db, key).map_err(|e| failure(src, e))?;
+    if args.mesh.is_some()
+        && tessera_passes::dist::function::parameter_shardings(db, key, &session.graph).ok().flatten().is_some()
+    {
+        return Err(Failure::usage(format!(
+            "--mesh is for unsharded functions: `{}` lays out its parameters with @shard and runs on its own mesh",
+            args.kernel
+        )));
+    }
     let files = crate::run_inputs::read(&args.inputs).map_err(Failure::usage)?;
     let mut dims_given = options::parse_dims(&args.dims).map_err(Failure::usage)?;
     let implied = crate::run_inputs::implied_dims(&session.graph, &files, &dims_given).map_err(Failure::usage)?;
@@ -58,12 +66,10 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
     }
     let options = GraphRunOptions { device: args.device, target: args.target, repeat: args.repeat, threads: None };
     let run = session.run(&input, &options).map_err(|e| failure(src, e))?;
-    // A function with `@shard` parameters also runs on its simulated mesh.
-    let mesh = launch::graph::run_on_mesh(db, key, &input, &run).map_err(|message| Failure {
-        code: 1,
-        message,
-        kind: Some("fault"),
-    })?;
+    // A function with `@shard` parameters also runs on its simulated mesh, and with
+    // `--mesh N` an unsharded one data-parallel on N simulated devices.
+    let mesh = launch::graph::run_on_mesh(db, key, &input, &run, args.mesh.map(|n| n as usize))
+        .map_err(|message| Failure { code: 1, message, kind: Some("fault") })?;
     let plan = &session.plan;
     let verdict = crate::verdict::verdict_name(run.verdict);
     let report = json!({

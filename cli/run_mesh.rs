@@ -3,19 +3,29 @@
 //! mesh run's own check against the f64 reference.
 
 use serde_json::{json, Value};
-use tessera_backends::launch::graph::MeshCheck;
+use tessera_backends::launch::graph::{CollectiveInfo, MeshCheck};
 use tessera_backends::launch::Verdict;
 
 pub(crate) fn json(m: &MeshCheck) -> Value {
     json!({
         "devices": m.devices(),
         "axes": m.axes.iter().map(|(a, s)| json!({"name": a, "size": s})).collect::<Vec<_>>(),
+        "layouts": m.layouts.iter().map(|(n, l)| (n.clone(), Value::String(l.clone()))).collect::<serde_json::Map<_, _>>(),
         "collectives": m.collectives.iter().map(|c| json!({
             "kind": c.kind,
+            "explicit": c.explicit,
             "axis": c.axis,
             "bytes_per_device": c.bytes,
             "algorithm": c.algorithm,
             "estimated_us": c.time_us,
+        })).collect::<Vec<_>>(),
+        "pipelines": m.pipelines.iter().map(|p| json!({
+            "axis": p.axis,
+            "stages": p.stages,
+            "microbatches": p.microbatches,
+            "ticks": p.ticks,
+            "bubble": p.bubble(),
+            "schedule": p.cells,
         })).collect::<Vec<_>>(),
         "estimated_collective_us": m.estimated_us(),
         "bytes_sent_busiest_device": m.bytes_sent,
@@ -31,13 +41,33 @@ pub(crate) fn text(m: &MeshCheck) -> String {
     let mut s = String::new();
     let axes: Vec<String> = m.axes.iter().map(|(a, n)| format!("{a}={n}")).collect();
     let _ = writeln!(s, "  mesh      {} simulated devices ({}), one process", m.devices(), axes.join(", "));
-    for c in &m.collectives {
+    let layouts: Vec<String> = m.layouts.iter().map(|(n, l)| format!("{n} {l}")).collect();
+    if !layouts.is_empty() {
+        let _ = writeln!(s, "  layout    {}", layouts.join("; "));
+    }
+    // Collectives alike one after the other (a pipeline's sends) on one line: `4 × ...`.
+    let mut i = 0;
+    while i < m.collectives.len() {
+        let c = &m.collectives[i];
+        let alike = |d: &CollectiveInfo| {
+            (&d.kind, &d.axis, d.explicit, d.bytes, &d.algorithm, d.time_us)
+                == (&c.kind, &c.axis, c.explicit, c.bytes, &c.algorithm, c.time_us)
+        };
+        let n = m.collectives[i..].iter().take_while(|d| alike(d)).count();
         let bytes = c.bytes.map_or("? bytes".to_string(), |b| format!("{b} bytes/device"));
+        let each = if n > 1 { " each" } else { "" };
         let cost = match (&c.algorithm, c.time_us) {
-            (Some(a), Some(t)) => format!(", {a}, ~{t:.1} µs estimated"),
+            (Some(a), Some(t)) => format!(", {a}, ~{t:.1} µs estimated{each}"),
             _ => String::new(),
         };
-        let _ = writeln!(s, "            {} over {}: {bytes}{cost}", c.kind, c.axis);
+        let written = if c.explicit { " (written)" } else { "" };
+        let times = if n > 1 { format!("{n} × ") } else { String::new() };
+        let _ = writeln!(s, "            {times}{}{written} over {}: {bytes}{cost}", c.kind, c.axis);
+        i += n;
+    }
+    for p in &m.pipelines {
+        let _ = writeln!(s, "  pipeline  {}", p.summary());
+        s.push_str(&p.table("            "));
     }
     if m.collectives.is_empty() {
         let _ = writeln!(s, "            no collectives: every op runs on its own blocks");

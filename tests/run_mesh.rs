@@ -49,3 +49,145 @@ fn a_dim_that_does_not_split_is_a_clean_failure_at_run_time() {
     assert!(err.contains("do not split over 4 devices"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+const SEQUENCE_PARALLEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/sequence_parallel_mlp.tsr");
+
+#[test]
+fn written_collectives_run_on_one_device_and_on_the_mesh() {
+    let (code, out, err) = tessera(&[
+        "run",
+        "--kernel",
+        "mlp",
+        "--device",
+        "interp",
+        "--dims",
+        "B=4,S=8,D=16,F=32",
+        "--json",
+        SEQUENCE_PARALLEL,
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // On one device a collective is its operand: the plan launches nothing for it.
+    assert_eq!(report["verdict"], "correct");
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let collectives: Vec<(&str, bool)> = mesh["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["kind"].as_str().unwrap(), c["explicit"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(collectives, [("reduce_scatter", true), ("all_gather", true)], "{mesh}");
+    // [B/dp, S, D] = [1, 8, 16] f32 on each device: 512 bytes reduce-scattered over 2
+    // devices (256 sent), then 256-byte halves gathered back (256 sent).
+    assert_eq!(mesh["bytes_sent_busiest_device"], 512, "{mesh}");
+}
+
+const MOE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/moe_expert_parallel.tsr");
+
+#[test]
+fn a_mixture_of_experts_runs_on_one_device_and_with_its_experts_over_the_mesh() {
+    // `C` is an int parameter and a dim: `--dims C=3` gives both, and a disagreeing
+    // `--arg` is refused rather than run with two values.
+    let dims = "G=4,S=16,M=8,E=8,F=16,C=3";
+    let (code, out, err) = tessera(&["run", "--kernel", "moe", "--device", "interp", "--dims", dims, "--json", MOE]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["verdict"], "correct");
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let kinds: Vec<&str> =
+        mesh["collectives"].as_array().unwrap().iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["all_to_all", "all_to_all"], "{mesh}");
+    // Each device's [1, 8, 3, 8] f32 block (768 bytes), 3/4 of it sent, twice.
+    assert_eq!(mesh["collectives"][0]["bytes_per_device"], 768, "{mesh}");
+    assert_eq!(mesh["bytes_sent_busiest_device"], 1152, "{mesh}");
+    let (code, _, err) =
+        tessera(&["run", "--kernel", "moe", "--device", "interp", "--dims", dims, "--arg", "C=2", MOE]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--arg C=2 and the dim C = 3 disagree"), "{err}");
+}
+
+const PIPELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/pipeline_mlp.tsr");
+
+#[test]
+fn a_pipeline_runs_its_gpipe_schedule_on_the_mesh_and_shows_it() {
+    let (code, out, err) =
+        tessera(&["run", "--kernel", "mlp", "--device", "interp", "--dims", "B=8,D=4,F=8", "--json", PIPELINE]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["verdict"], "correct");
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let pipeline = &mesh["pipelines"][0];
+    assert_eq!((pipeline["stages"].as_u64(), pipeline["microbatches"].as_u64()), (Some(2), Some(4)), "{mesh}");
+    assert_eq!(pipeline["schedule"], serde_json::json!([[0, 1, 2, 3, null], [null, 0, 1, 2, 3]]), "{mesh}");
+    // Four [2, 4] f32 activations from stage 0 to stage 1.
+    assert_eq!(mesh["bytes_sent_busiest_device"], 128, "{mesh}");
+
+    // `tessera lower` shows the schedule Graph IR holds.
+    let (code, text, err) = tessera(&["lower", "--kernel", "mlp", "--stage", "graph", PIPELINE]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("// GPipe over `pp`: 2 stages x 4 microbatches in 5 ticks"), "{text}");
+    assert!(text.contains("//   stage 1     .   m0   m1   m2   m3"), "{text}");
+    assert_eq!(text.matches("dist.send").count(), 4, "{text}");
+}
+
+#[test]
+fn mesh_n_runs_an_unsharded_function_data_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dp.tsr");
+    std::fs::write(
+        &file,
+        r#"from tessera import *
+
+@jit
+def loss(x: Tensor["B", "D", f32], W: Tensor["D", "E", f32], y: Tensor["B", "E", f32]):
+    p = softmax_safe(matmul(x, W))
+    return mean((p - y) * (p - y)), p
+
+@kernel
+def scale(x: Tensor["N", f32]):
+    i = tile.linear_id()
+    tile.store(x[i], tile.load(x[i]) * 2.0, mask=i < N)
+"#,
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let (code, out, err) = tessera(&[
+        "run",
+        "--kernel",
+        "loss",
+        "--device",
+        "interp",
+        "--dims",
+        "B=16,D=8,E=4",
+        "--mesh",
+        "8",
+        "--json",
+        path,
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["devices"], 8, "{mesh}");
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    // The batch (dim 0 of x, and of y, which shares it) over dp; W whole everywhere.
+    assert_eq!(mesh["layouts"], serde_json::json!({"x": "[dp, -]", "W": "[-, -]", "y": "[dp, -]"}), "{mesh}");
+    // The mean over the batch is a partial sum on each device: one all-reduce.
+    let kinds: Vec<&str> =
+        mesh["collectives"].as_array().unwrap().iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["all_reduce"], "{mesh}");
+
+    // A batch that does not split, a sharded function and a kernel are refused cleanly.
+    let (code, _, err) =
+        tessera(&["run", "--kernel", "loss", "--device", "interp", "--dims", "B=6,D=8,E=4", "--mesh", "4", path]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("dim 0 of `x` has 6 elements, which do not split over 4 devices"), "{err}");
+    let (code, _, err) = tessera(&["run", "--kernel", "mlp", "--device", "interp", "--mesh", "4", MLP]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--mesh is for unsharded functions"), "{err}");
+    let (code, _, err) = tessera(&["run", "--kernel", "scale", "--device", "interp", "--mesh", "4", path]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`scale` is a kernel"), "{err}");
+}

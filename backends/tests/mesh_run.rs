@@ -2,11 +2,14 @@
 //! one device (the f64 reference): the layouts change where data lives and which
 //! collectives run, never the numbers beyond summation order.
 
+mod mesh_common;
+
 use std::collections::BTreeMap;
 
+use mesh_common::{layouts, tensor};
+
 use tessera_backends::interp::graph::{run_graph_f64, run_graph_on_mesh};
-use tessera_backends::tensor::{Arg, HostTensor};
-use tessera_frontend::check::DType;
+use tessera_backends::tensor::Arg;
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
 use tessera_passes::dist::function::sharded_program;
@@ -17,13 +20,6 @@ const MESH: &str = r#"from tessera import *
 mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5", "cuda:6", "cuda:7"],
                  axes=("dp", "tp"), shape=(4, 2))
 "#;
-
-fn tensor(dims: &[usize], seed: u64) -> Arg {
-    let n: usize = dims.iter().product();
-    let data: Vec<f64> =
-        (0..n).map(|i| (((i as u64 * 2654435761 + seed * 97) % 1000) as f64 - 500.0) / 700.0).collect();
-    Arg::Tensor(HostTensor::from_f64(DType::F32, dims, &data))
-}
 
 /// Runs `name` of `program` on one device and on the mesh; returns the largest
 /// difference relative to the largest magnitude, and the bytes the busiest device sent.
@@ -145,25 +141,6 @@ mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("a", "b
         ("permuted", &[&["B", "M", "N"]], "return transpose(x, axes=(2, 0, 1)) * 2.0"),
         ("attention", &[&["B", "M", "N", "K"], &["B", "M", "N", "K"]], "return flash_attention(x, y, y)"),
     ];
-    let layouts = |rank: usize| -> Vec<Vec<Option<&'static str>>> {
-        let mut out = vec![vec![]];
-        for _ in 0..rank {
-            out = out
-                .into_iter()
-                .flat_map(|prefix: Vec<Option<&str>>| {
-                    [None, Some("a"), Some("b")].into_iter().filter_map(move |c| {
-                        if c.is_some() && prefix.contains(&c) {
-                            return None;
-                        }
-                        let mut next = prefix.clone();
-                        next.push(c);
-                        Some(next)
-                    })
-                })
-                .collect();
-        }
-        out
-    };
     let (mut matched, mut conflicts) = (0, 0);
     for (name, ranks, body) in programs {
         let params_for = |choice: &[Vec<Option<&str>>]| -> String {
@@ -185,7 +162,7 @@ mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("a", "b
             choices = choices
                 .into_iter()
                 .flat_map(|c| {
-                    layouts(r.len()).into_iter().map(move |l| {
+                    layouts(r.len(), &["a", "b"]).into_iter().map(move |l| {
                         let mut next = c.clone();
                         next.push(l);
                         next

@@ -53,6 +53,8 @@ codes! {
     E0313 Error "a mesh axis splits two dims of one tensor";
     E0314 Error "incompatible shardings";
     W0315 Warning "large all-gather on every call";
+    E0316 Error "collective whose operand is not laid out for it";
+    E0317 Error "pipeline stages do not match the pipeline's mesh axis";
     E0400 Error "mixed or invalid dtypes";
     E0401 Error "unknown dtype";
     E0402 Error "invalid dtype policy";

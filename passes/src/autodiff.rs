@@ -639,6 +639,9 @@ impl Ad<'_, '_> {
                 }
             }
             OpKind::Concat => self.concat_rule(f_op, g)?,
+            // A collective is its operand's value (the global view): the gradient passes
+            // through, and sharding propagation lays the backward values out.
+            k if k.is_collective() => self.accumulate(x(0), g),
             // randn has no differentiable operand (its seed is an int).
             OpKind::Constant
             | OpKind::Fill
@@ -646,7 +649,8 @@ impl Ad<'_, '_> {
             | OpKind::EffectToken
             | OpKind::Prefetch
             | OpKind::Cmp
-            | OpKind::Random => {}
+            | OpKind::Random
+            | OpKind::Iota => {}
             other => return self.err(format!("grad through `{}` is not supported yet", other.name())),
         }
         Ok(())

@@ -395,6 +395,20 @@ impl Planner<'_> {
                 self.stored_by.insert(op.results[0], by);
                 Ok(())
             }
+            // On one device a collective is its operands' values (Graph IR is the global
+            // view): each result is its operand's buffer, nothing is launched.
+            k if k.is_collective() => {
+                for (&o, &r) in op.operands.iter().zip(&op.results) {
+                    if self.is_host(o) {
+                        continue;
+                    }
+                    let src = self.store(o, &loc)?;
+                    self.host.insert(r, src);
+                    let by = self.stored_by.get(&o).copied().unwrap_or(None);
+                    self.stored_by.insert(r, by);
+                }
+                Ok(())
+            }
             k if k.is_elementwise() && op.operands.iter().all(|o| self.splat.contains_key(o)) => {
                 // Arithmetic on constants is host arithmetic on scalars.
                 let mut scalars = Vec::new();
@@ -410,7 +424,9 @@ impl Planner<'_> {
                 self.lazy.insert(op.results[0], id);
                 Ok(())
             }
-            k if k.is_elementwise() || matches!(k, OpKind::Dropout | OpKind::Random | OpKind::GBroadcast) => {
+            k if k.is_elementwise()
+                || matches!(k, OpKind::Dropout | OpKind::Random | OpKind::GBroadcast | OpKind::Iota) =>
+            {
                 self.elementwise(id, &op)
             }
             OpKind::CallKernel => self.call_kernel(id, &op),

@@ -89,8 +89,17 @@ pub fn lowering_text(
         return graph_lowering_text(db, key, stage, target, &config.shapes);
     }
     let func = match stage {
-        // A sharded graph function shows the collectives its layout needs.
-        Stage::Graph => crate::dist::function::graph_with_collectives(db, key, &config.shapes)?.0,
+        // A sharded graph function shows the collectives its layout needs, and a
+        // pipeline its schedule.
+        Stage::Graph => {
+            let func = crate::dist::function::graph_with_collectives(db, key, &config.shapes)?.0;
+            let mut out = print_ir(db, file, &func);
+            for p in crate::dist::schedule::pipeline_schedules(&func) {
+                out.text.push_str(&format!("// {}\n", p.summary()));
+                out.text.push_str(&p.table("//   "));
+            }
+            return Ok(out);
+        }
         Stage::Sched => sched_ir(db, key, config.clone(), target).clone()?,
         Stage::Tile => tile_ir(db, key, config.clone(), target).clone()?,
         Stage::Target => {

@@ -114,6 +114,29 @@ fn grad_appends_the_backward_graph() {
     insta::assert_snapshot!("plan__sgd_step__module", plan.source);
 }
 
+/// A helper inlined with arguments of other dims than its own symbols (`b` bound to a
+/// `B//2` half): Graph IR speaks of the graph function's dims only, so that a run can
+/// evaluate every type (it used to keep the helper's `b`, which no argument binds).
+#[test]
+fn inlined_helpers_take_the_callers_dims() {
+    let text = r#"from tessera import *
+
+def twice(h: Tensor["b", "D", f32]) -> Tensor["b", "D", f32]:
+    return h * 2.0 + h
+
+@jit
+def f(x: Tensor["B", "D", f32]):
+    first, second = split(x, 2, axis=0)
+    return twice(first), twice(second)
+"#;
+    let db = Database::default();
+    let file = SourceFile::new(&db, "inline.tsr".into(), text.into(), None);
+    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == "f").unwrap().key;
+    let graph = lowering_text(&db, key, Stage::Graph, Target::Sm90, &Default::default()).unwrap().text;
+    assert!(!graph.contains("bxD"), "{graph}");
+    assert!(graph.contains("arith.mul") && graph.contains("tensor<(B//2)xDxf32>"), "{graph}");
+}
+
 #[test]
 fn example_stages_are_pinned() {
     for (path, text) in sources(&repo().join("examples"), "examples") {

@@ -32,7 +32,7 @@ use crate::interp::InterpError;
 use crate::tensor::{round_to, Arg, HostTensor};
 
 mod mesh;
-pub use mesh::{run_on_mesh, CollectiveInfo, MeshCheck};
+pub use mesh::{run_on_mesh, CollectiveInfo, MeshCheck, PipelineSchedule};
 
 /// Shape symbols get this value when the request does not give one: small enough for
 /// the interpreter that checks the run.
@@ -502,6 +502,30 @@ fn seed_inputs(
             }
         }
     }
+    // An int parameter is a dim symbol (`C: int` in `arange(C)`): `--dims C=3` gives it
+    // as well as `--arg C=3`, and both must agree, so that the run and what is derived
+    // from the dims (the collectives' bytes on a mesh) see one value.
+    let mut index_args: BTreeMap<String, i64> = BTreeMap::new();
+    for &p in &graph.params {
+        if *graph.ty(p) != Type::Index {
+            continue;
+        }
+        let name = graph.values[p.0 as usize].name.clone().unwrap_or_default().to_string();
+        let given = given.iter().find(|(k, _)| *k == name).map(|(_, v)| v);
+        let v = match (given, symbols.get(&name).copied()) {
+            (Some(v), known) => {
+                let v = v.parse::<i64>().map_err(|_| format!("--arg {name}={v}: not an integer"))?;
+                if let Some(d) = known.filter(|&d| d != v) {
+                    return Err(format!("--arg {name}={v} and the dim {name} = {d} disagree"));
+                }
+                v
+            }
+            (None, Some(d)) => d,
+            (None, None) => 2,
+        };
+        symbols.insert(name.clone(), v);
+        index_args.insert(name, v);
+    }
     let lookup = |d: &Dim| d.eval(&|s| symbols.get(s).copied());
     // Weights (right operands of matmuls) are scaled by 1/sqrt(K), as LeCun
     // initialization does, so activations stay O(1) through a stack of layers instead of
@@ -542,10 +566,7 @@ fn seed_inputs(
                 args.push(Arg::Tensor(HostTensor::from_f64(t.dtype, &shape, &values)));
             }
             Type::Index => {
-                let v = match &value {
-                    Some(v) => v.parse::<i64>().map_err(|_| format!("--arg {name}={v}: not an integer"))?,
-                    None => 2,
-                };
+                let v = index_args[&name];
                 scalars.push((name.clone(), v.to_string()));
                 args.push(Arg::Index(v));
             }

@@ -130,6 +130,9 @@ pub fn all_reduce_with<T: Element>(
     match algorithm {
         _ if p == 1 => {}
         Algorithm::Local => return Err(format!("a local all_reduce over an axis of {p} devices")),
+        Algorithm::Pairwise | Algorithm::PointToPoint => {
+            return Err(format!("all_reduce has no {} algorithm", algorithm.name()))
+        }
         Algorithm::Ring => {
             ring_reduce_scatter(bufs, &groups, net, combine);
             ring_all_gather(bufs, &groups, net);

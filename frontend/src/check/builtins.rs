@@ -200,6 +200,11 @@ builtins! {
     "ShardSpec" "(partition, mesh_axes)" Any "ShardSpec" "How a distributed tensor is split across mesh axes.";
     "dist.mesh" "(devices, axes, shape)" Any "mesh" "A device mesh: the product of shape must equal the number of devices.";
     "dist.tensor" "(shape, layout, mesh, dtype=\"f32\")" Any "distributed tensor" "A tensor sharded over a mesh by a ShardSpec.";
+    "dist.pipeline" "(stage, *, stages, microbatches, axis)" Graph "function" "Pipeline parallelism: a function called like `stage`, with each tensor parameter after the first stacked per stage ([stages, ...]); it splits the first argument's dim 0 into `microbatches` and runs stage k (with slice k of the stacked parameters) on the devices at position k of mesh axis `axis`, a GPipe schedule. The value is `stage` applied `stages` times to each microbatch.";
+    "dist.all_reduce" "(x, axis)" Graph "same value" "Completes x, a partial sum (or max, min) over mesh axis `axis`: afterwards every device of the axis holds the total. The value is x's (Graph IR is the global view); x must be partial over `axis`.";
+    "dist.all_gather" "(x, axis)" Graph "same value" "Makes the dim of x that is split over mesh axis `axis` whole on every device of the axis. The value is x's; x must be split over `axis`.";
+    "dist.reduce_scatter" "(x, axis, *, dim)" Graph "same value" "Completes x, a partial sum over mesh axis `axis`, and leaves each device of the axis its block of dim `dim`. The value is x's.";
+    "dist.all_to_all" "(x, axis, *, split_dim, concat_dim)" Graph "same value" "Moves x's split over mesh axis `axis` from dim `concat_dim` to dim `split_dim`: each device sends block j of its split_dim to device j of the axis and concatenates what it receives along concat_dim. The value is x's.";
     "device" "(kind)" Graph "placement" "`with device(gpu):` places the block's values (an effect recorded in Graph IR).";
     "gpu" - Any "device" "The GPU device kind.";
     "cpu" - Any "device" "The CPU device kind.";

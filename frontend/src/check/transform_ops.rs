@@ -5,7 +5,8 @@
 //! batching rule for `dropout` (its mask is drawn per call site) or for `flash_attention`
 //! with dropout; neither transform sees into a kernel call (`graph.call_kernel`: a
 //! `@kernel` of the file or a standard-library kernel); `jvp` has no forward rule for
-//! `flash_attention`; and a `custom_vjp(f, backward)` call inside either is refused
+//! `flash_attention`; neither transforms a collective (`dist.all_reduce`, ...: its dims
+//! are the untransformed layout's); and a `custom_vjp(f, backward)` call inside either is refused
 //! (**decision**: its backward would be lost by `vmap`, and `jvp` has no custom rule to
 //! take from it; docs/language.md, "Transforms").
 //!
@@ -125,6 +126,16 @@ fn refusals_in(db: &dyn Db, file: SourceFile, key: FnKey<'_>, def: &FunctionDef,
                     Transform::Jvp => "`jvp` has no custom forward rule to take from it",
                 }
             )),
+            Ty::Builtin("dist.pipeline") => Some(format!(
+                "`{tn}` cannot transform `dist.pipeline` (in `{of}`): its schedule places each stage on the devices \
+                 of its mesh axis"
+            )),
+            Ty::Builtin(path @ ("dist.all_reduce" | "dist.all_gather" | "dist.reduce_scatter" | "dist.all_to_all")) => {
+                Some(format!(
+                    "`{tn}` cannot transform the collective `{path}` (in `{of}`): its axis and dims name the \
+                     untransformed function's layout"
+                ))
+            }
             Ty::Builtin(path) if builtins::lookup(path).is_none() => {
                 Some(format!("`{tn}` cannot see into the standard-library kernel `{path}` (called in `{of}`)"))
             }

@@ -220,6 +220,15 @@ pub enum Ty {
         of: String,
         backward: String,
     },
+    /// `dist.pipeline(stage, stages=S, microbatches=M, axis="pp")`: `stage` applied
+    /// `stages` times, stage k with the k-th slice of each stacked parameter, to each
+    /// of `microbatches` slices of the first argument's dim 0 (`check::ops::pipeline`).
+    Pipeline {
+        of: String,
+        stages: i64,
+        microbatches: i64,
+        axis: String,
+    },
     Schedule(Box<ScheduleValue>),
     /// The result of `tile.context()`.
     Context,
@@ -291,7 +300,8 @@ impl Ty {
             | Ty::Grad { .. }
             | Ty::Vmap { .. }
             | Ty::Checkpoint { .. }
-            | Ty::CustomVjp { .. } => "a function",
+            | Ty::CustomVjp { .. }
+            | Ty::Pipeline { .. } => "a function",
             Ty::Schedule(_) => "a schedule",
             Ty::Context => "a schedule context",
             Ty::Range(_) => "a range",
@@ -347,6 +357,9 @@ impl fmt::Display for Ty {
             Ty::Vmap { of, in_axes, out_axes } => write!(f, "{}", super::ops::vmap_text(of, in_axes, out_axes)),
             Ty::Checkpoint { of } => write!(f, "checkpoint({of})"),
             Ty::CustomVjp { of, backward } => write!(f, "custom_vjp({of}, {backward})"),
+            Ty::Pipeline { of, stages, microbatches, axis } => {
+                write!(f, "dist.pipeline({of}, stages={stages}, microbatches={microbatches}, axis=\"{axis}\")")
+            }
             Ty::Schedule(s) => write!(f, "{s}"),
             Ty::Context => f.write_str("schedule context"),
             Ty::Range(LoopKind::Parallel) => f.write_str("tile.parallel range"),

@@ -325,7 +325,10 @@ fn member_completions(db: &dyn Db, file: SourceFile, f: Option<&FnCtx<'_>>, path
             }
         }
         Some(Definition::Namespace(ns)) => {
-            for b in builtins::members(ns.name()) {
+            // Inside a kernel, graph-level members (`dist.all_reduce`) are not offered,
+            // as top-level graph operations are not.
+            let in_kernel = f.is_some_and(|f| f.sig.kind == FunctionKind::Kernel);
+            for b in builtins::members(ns.name()).filter(|b| !(in_kernel && b.level == Level::Graph)) {
                 acc.add_builtin(0, b.name(), b);
             }
         }

@@ -12,6 +12,7 @@
 //! | all-gather | p−1, (p−1)/p · S | — (ring only) |
 //! | reduce-scatter | p−1, (p−1)/p · S | — (ring only) |
 //! | all-to-all | p−1 (pairwise exchange), (p−1)/p · S | — |
+//! | send (pipeline) | 1, S | — |
 //!
 //! S is the whole payload: the full tensor of an all-reduce, the gathered result of an
 //! all-gather, the input of a reduce-scatter, each device's whole buffer of an
@@ -81,6 +82,8 @@ pub enum Collective {
     AllGather,
     ReduceScatter,
     AllToAll,
+    /// One device to one other (a pipeline stage's activation to the next stage).
+    SendRecv,
 }
 
 impl Collective {
@@ -90,6 +93,7 @@ impl Collective {
             Collective::AllGather => "all_gather",
             Collective::ReduceScatter => "reduce_scatter",
             Collective::AllToAll => "all_to_all",
+            Collective::SendRecv => "send",
         }
     }
 }
@@ -98,6 +102,10 @@ impl Collective {
 pub enum Algorithm {
     Ring,
     Tree,
+    /// All-to-all's pairwise exchange: at step s device i sends to device i+s.
+    Pairwise,
+    /// A send from one device to one other.
+    PointToPoint,
     /// A group of one device: nothing moves.
     Local,
 }
@@ -107,6 +115,8 @@ impl Algorithm {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::PointToPoint => "p2p",
             Algorithm::Local => "local",
         }
     }
@@ -146,6 +156,8 @@ pub fn traffic(collective: Collective, algorithm: Algorithm, bytes: u64, group: 
         (Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll, _) => {
             (group as u32 - 1, (p - 1) * chunk)
         }
+        // The whole payload, in one step, whatever the group's size.
+        (Collective::SendRecv, _) => (1, bytes),
     }
 }
 
@@ -164,6 +176,12 @@ pub fn estimate(collective: Collective, bytes: u64, group: usize, link: Link) ->
         let time_us = f64::from(steps) * link.latency_us + bytes_sent as f64 / (link.bandwidth_gb_s * 1e3);
         Cost { algorithm, steps, bytes_sent, time_us }
     };
+    if collective == Collective::AllToAll {
+        return cost_of(Algorithm::Pairwise);
+    }
+    if collective == Collective::SendRecv {
+        return cost_of(Algorithm::PointToPoint);
+    }
     let ring = cost_of(Algorithm::Ring);
     if collective != Collective::AllReduce {
         return ring;

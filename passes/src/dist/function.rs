@@ -14,7 +14,7 @@ use tessera_frontend::FnKey;
 use super::insert::{insert_with_shardings, Inserted, MeshAxes};
 use super::propagate::{propagate, Propagation, Sharding};
 use crate::error::LowerError;
-use crate::ir::{Func, OpKind, Origin, Type, ValueId};
+use crate::ir::{Func, OpId, OpKind, Origin, Type, ValueId};
 use crate::queries::graph_ir;
 use tessera_frontend::db::Db;
 
@@ -119,33 +119,89 @@ pub fn sharded_program(
 ) -> Result<Option<ShardedProgram>, LowerError> {
     let graph = graph_ir(db, key).clone()?;
     let Some((mesh, params)) = parameter_shardings(db, key, &graph)? else { return Ok(None) };
-    let bytes = |v: ValueId| value_bytes(&graph, v, dims);
-    let propagation = propagate(&graph, &params, &bytes);
-    let inserted = insert_with_shardings(&graph, &propagation, &mesh, &bytes);
-    Ok(Some(ShardedProgram { inserted, mesh, propagation }))
+    Ok(Some(laid_out(&graph, mesh, &params, dims)))
 }
 
-/// E0314 for each conflict of a sharded function, item-relative: at the op when it
-/// comes from the function's own body, else at the function's name.
+/// The mesh `tessera run --mesh N` gives an unsharded function: one axis, `dp`.
+pub const DATA_PARALLEL_AXIS: &str = "dp";
+
+/// An unsharded function run data-parallel over `devices` devices (`tessera run --mesh
+/// N`): a one-axis mesh `dp`; the batch is dim 0 of the first tensor parameter, and each
+/// tensor parameter whose dim 0 is that same dim is split over `dp` there, the others
+/// whole on every device. Propagation then decides the rest, as for `@shard`.
+pub fn data_parallel_program(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    dims: &BTreeMap<String, i64>,
+    devices: usize,
+) -> Result<ShardedProgram, LowerError> {
+    let graph = graph_ir(db, key).clone()?;
+    let at = tessera_frontend::db::function_def(db, key).as_ref().map(|d| d.name_range).unwrap_or_default();
+    let refuse = |message: String| LowerError { message, range: at };
+    let name = key.name(db);
+    if parameter_shardings(db, key, &graph)?.is_some() {
+        return Err(refuse(format!(
+            "`{name}` lays out its parameters with `@shard` and runs on its own mesh: --mesh is for unsharded functions"
+        )));
+    }
+    let leading = |v: &ValueId| match graph.ty(*v) {
+        Type::Tensor(t) => t.dims.first().cloned(),
+        _ => None,
+    };
+    let Some(batch) = graph.params.iter().find_map(leading) else {
+        return Err(refuse(format!("`{name}` has no tensor parameter whose dim 0 could be split over --mesh devices")));
+    };
+    let params: Vec<Option<Sharding>> = graph
+        .params
+        .iter()
+        .map(|v| match graph.ty(*v) {
+            Type::Tensor(t) if leading(v).as_ref() == Some(&batch) => {
+                let mut dims = vec![None; t.dims.len()];
+                dims[0] = Some(DATA_PARALLEL_AXIS);
+                Some(Sharding::split(&dims))
+            }
+            _ => None,
+        })
+        .collect();
+    let mesh = MeshAxes(vec![(SmolStr::new(DATA_PARALLEL_AXIS), devices)]);
+    Ok(laid_out(&graph, mesh, &params, dims))
+}
+
+/// `graph` with `params`' layouts on `mesh`: propagated, and its collectives inserted.
+fn laid_out(graph: &Func, mesh: MeshAxes, params: &[Option<Sharding>], dims: &BTreeMap<String, i64>) -> ShardedProgram {
+    let bytes = |v: ValueId| value_bytes(graph, v, dims);
+    let propagation = propagate(graph, params, &bytes);
+    let inserted = insert_with_shardings(graph, &propagation, &mesh, &bytes);
+    ShardedProgram { inserted, mesh, propagation }
+}
+
+/// E0314 for each conflict of a sharded function, E0316 for each collective it writes
+/// whose operand is not laid out for it (E0311 for one over an axis its mesh lacks), and
+/// W0315 for large all-gathers; item-relative: at the op when it comes from the
+/// function's own body, else at the function's name.
 pub fn sharding_diagnostics(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
     // Only functions with a sharded parameter or a module-level `dist.tensor` in their
-    // body can have any: the others skip lowering here.
+    // body have a mesh: the others skip lowering here.
     let sharded_param = fn_signature(db, key).params.iter().any(|p| p.sharding.is_some());
     let reads_global =
         || tessera_frontend::check::infer_function(db, key).expr_types.iter().any(|t| matches!(t, Ty::DistTensor(_)));
     if !sharded_param && !reads_global() {
-        return Vec::new();
+        return collectives_without_mesh(db, key);
     }
-    let Ok((graph, Some(p))) = graph_with_collectives(db, key, &BTreeMap::new()) else { return Vec::new() };
+    let Ok(Some(program)) = sharded_program(db, key, &BTreeMap::new()) else { return Vec::new() };
+    let (graph, p) = (&program.inserted.func, &program.propagation);
     let name = key.name(db);
     let fallback = tessera_frontend::db::function_def(db, key).as_ref().map(|d| d.name_range).unwrap_or_default();
-    let mut out: Vec<Diagnostic> = Vec::new();
-    for c in &p.conflicts {
-        let loc = &graph.op(c.op).loc;
-        let at = match &loc.origin {
+    let at = |op: OpId| {
+        let loc = &graph.op(op).loc;
+        match &loc.origin {
             Origin::Function(f) if f == name => loc.range,
             _ => fallback,
-        };
+        }
+    };
+    let mut out: Vec<Diagnostic> = Vec::new();
+    for c in &p.conflicts {
+        let at = at(c.op);
         if out.iter().any(|d| d.range == at && d.message == c.message) {
             continue;
         }
@@ -153,17 +209,58 @@ pub fn sharding_diagnostics(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
             "split the operands the same way, or give one of them whole: no re-layout is inserted silently",
         ));
     }
+    // Collectives the function writes, over an axis its mesh does not have (the checker
+    // already said so where a parameter's `@shard` names the mesh).
+    let mut unknown_axis: Vec<OpId> = Vec::new();
+    for &id in &graph.body.ops {
+        let op = graph.op(id);
+        let axis = op.str_attr("axis").unwrap_or("");
+        if !op.kind.is_collective() || op.attr("explicit").is_none() || program.mesh.0.iter().any(|(a, _)| a == axis) {
+            continue;
+        }
+        unknown_axis.push(id);
+        if sharded_param {
+            continue;
+        }
+        let axes: Vec<&str> = program.mesh.0.iter().map(|(a, _)| a.as_str()).collect();
+        out.push(Diagnostic::new(
+            Code::E0311,
+            at(id),
+            format!(
+                "`{}` over `{axis}`: the function's mesh has no axis `{axis}` (its axes: {})",
+                op.kind.name(),
+                axes.join(", ")
+            ),
+        ));
+    }
+    // Pipelines over a mesh that only module-level `dist.tensor`s give (the checker
+    // compared the stages with a `@shard` parameter's mesh already).
+    for pipeline in super::schedule::pipeline_schedules(graph).iter().filter(|_| !sharded_param) {
+        let size = program.mesh.0.iter().find(|(a, _)| *a == pipeline.axis).map(|(_, s)| *s);
+        let message = match size {
+            None => format!("the pipeline's axis `{}` is not an axis of the function's mesh", pipeline.axis),
+            Some(n) if n != pipeline.stages => format!(
+                "{} pipeline stages over mesh axis `{}`, which has {n} devices: each stage runs at one position of the axis",
+                pipeline.stages, pipeline.axis
+            ),
+            Some(_) => continue,
+        };
+        out.push(Diagnostic::new(if size.is_none() { Code::E0311 } else { Code::E0317 }, fallback, message));
+    }
+    for m in p.misplaced.iter().filter(|m| !unknown_axis.contains(&m.op)) {
+        out.push(Diagnostic::new(Code::E0316, at(m.op), m.message.clone()).with_note(
+            "a collective moves a layout its operand has (Graph IR is the global view: the value stays the same); \
+             hover the operand to see its layout",
+        ));
+    }
     // Large all-gathers, where the sizes are static: each call of the function moves them.
     for &id in &graph.body.ops {
         let op = graph.op(id);
-        if op.kind != OpKind::AllGather {
+        if op.kind != OpKind::AllGather || op.attr("explicit").is_some() {
             continue;
         }
         let Some(bytes) = op.int_attr("bytes").filter(|&b| b as u64 >= LARGE_GATHER_BYTES) else { continue };
-        let at = match &op.loc.origin {
-            Origin::Function(f) if f == name => op.loc.range,
-            _ => fallback,
-        };
+        let at = at(id);
         let what = op.operands.first().and_then(|v| graph.values[v.0 as usize].name.clone());
         let axis = op.str_attr("axis").unwrap_or("?");
         let time = op.attr("time_us").and_then(|a| a.as_float()).map(|t| format!(", ~{t:.0} µs")).unwrap_or_default();
@@ -181,6 +278,71 @@ pub fn sharding_diagnostics(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
         );
     }
     out
+}
+
+/// E0316 at each collective a `@jit` function without a mesh writes, or reaches through
+/// the helpers it calls: nothing is laid out over any axis there, so there is nothing to
+/// move (item-relative, at the call in the function's own body).
+fn collectives_without_mesh(db: &dyn Db, key: FnKey<'_>) -> Vec<Diagnostic> {
+    if !fn_signature(db, key).jit {
+        return Vec::new();
+    }
+    let Some(def) = tessera_frontend::db::function_def(db, key).clone() else { return Vec::new() };
+    let inference = tessera_frontend::check::infer_function(db, key);
+    let name = key.name(db);
+    let mut out = Vec::new();
+    for (i, e) in def.arena.exprs.iter().enumerate() {
+        let Expr::Call { func, .. } = e else { continue };
+        let range = def.arena.expr_range(tessera_frontend::syntax::ast::ExprId(i as u32));
+        let message = match inference.type_of(*func) {
+            Ty::Builtin(path) if is_collective_builtin(path) => format!(
+                "`{path}` needs a mesh, and `{name}` has none (no parameter has `@shard` and it reads no \
+                 `dist.tensor`): nothing is split or partial over any axis here"
+            ),
+            Ty::Function(callee) => match helper_collective(db, key.file(db), callee, &mut vec![callee.clone()]) {
+                Some(path) => format!(
+                    "`{callee}` runs `{path}`, which needs a mesh, and `{name}` has none (no parameter has \
+                     `@shard` and it reads no `dist.tensor`)"
+                ),
+                None => continue,
+            },
+            _ => continue,
+        };
+        out.push(Diagnostic::new(Code::E0316, range, message).with_note(
+            "give a parameter its layout with `@shard(mesh, ...)`; on one device a collective would move nothing",
+        ));
+    }
+    out
+}
+
+fn is_collective_builtin(path: &str) -> bool {
+    matches!(path, "dist.all_reduce" | "dist.all_gather" | "dist.reduce_scatter" | "dist.all_to_all")
+}
+
+/// The first collective the helper `name` (or a function it calls, up to 16 deep) writes.
+fn helper_collective(
+    db: &dyn Db,
+    file: tessera_frontend::SourceFile,
+    name: &str,
+    seen: &mut Vec<String>,
+) -> Option<&'static str> {
+    let key = FnKey::new(db, file, name.to_string(), 0);
+    let def = tessera_frontend::db::function_def(db, key).clone()?;
+    let inference = tessera_frontend::check::infer_function(db, key);
+    for e in &def.arena.exprs {
+        let Expr::Call { func, .. } = e else { continue };
+        match inference.type_of(*func) {
+            Ty::Builtin(path) if is_collective_builtin(path) => return Some(path),
+            Ty::Function(callee) if seen.len() < 16 && !seen.contains(callee) => {
+                seen.push(callee.clone());
+                if let Some(path) = helper_collective(db, file, callee, seen) {
+                    return Some(path);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// An all-gather of at least this many bytes per device is worth a warning (W0315).

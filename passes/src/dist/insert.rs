@@ -49,8 +49,10 @@ impl MeshAxes {
 /// One collective of [`Inserted::func`], as its op describes it.
 #[derive(Clone, PartialEq, Debug)]
 pub struct CollectiveOp {
-    /// `all_reduce` or `all_gather`.
+    /// `all_reduce`, `all_gather`, `reduce_scatter` or `all_to_all`.
     pub kind: String,
+    /// Written by the user (`dist.all_reduce(...)`), not implied by the layouts.
+    pub explicit: bool,
     pub axis: String,
     /// The tensors it makes whole or complete.
     pub operands: Vec<ValueId>,
@@ -76,9 +78,10 @@ impl Inserted {
             .ops
             .iter()
             .map(|&id| f.op(id))
-            .filter(|op| matches!(op.kind, OpKind::AllGather | OpKind::AllReduce))
+            .filter(|op| op.kind.is_collective())
             .map(|op| CollectiveOp {
                 kind: op.kind.name().trim_start_matches("dist.").to_string(),
+                explicit: op.attr("explicit") == Some(&Attr::Bool(true)),
                 axis: op.str_attr("axis").unwrap_or("").to_string(),
                 operands: op.operands.iter().copied().filter(|&v| !matches!(f.ty(v), Type::Token)).collect(),
                 bytes: op.int_attr("bytes"),
@@ -245,6 +248,35 @@ pub fn insert_with_shardings(
             }
         }
         rename_tokens(&mut operands, &renamed_token);
+        if op.kind.is_collective() {
+            // A collective the program writes: what its operand's layout decided, and
+            // its cost.
+            let input = operands[0];
+            let mut attrs: Vec<(&'static str, Attr)> = Vec::new();
+            if let Some(w) = p.written.iter().find(|w| w.op == id) {
+                if let (Some(d), OpKind::AllGather) = (w.dim, op.kind) {
+                    attrs.push(("dim", Attr::Int(d as i64)));
+                }
+                if let Some(c) = w.combine {
+                    attrs.push(("combine", Attr::Str(SmolStr::new(c.name()))));
+                }
+            }
+            let axis = op.str_attr("axis").unwrap_or("").to_string();
+            let held = local_bytes(input, &shardings, &origin);
+            let (collective, bytes) = match op.kind {
+                // The payload each cost formula takes: the gathered tensor; the reduced
+                // buffer (a 16-bit partial sum in f32); each device's whole buffer.
+                OpKind::AllGather => (Collective::AllGather, held.map(|b| b * mesh.size(&axis) as u64)),
+                OpKind::AllReduce => (Collective::AllReduce, reduced_bytes(input, held, &out)),
+                OpKind::ReduceScatter => (Collective::ReduceScatter, reduced_bytes(input, held, &out)),
+                OpKind::Send => (Collective::SendRecv, held),
+                _ => (Collective::AllToAll, held),
+            };
+            cost_attrs(&mut attrs, collective, bytes, mesh, &axis);
+            for (k, v) in attrs {
+                out.op_mut(id).set_attr(k, v);
+            }
+        }
         out.op_mut(id).operands = operands;
         if let Some(&t) = op.results.iter().find(|&&r| matches!(f.ty(r), Type::Token)) {
             token = Some(t);
@@ -282,6 +314,13 @@ fn collective_op(
     at: &Op,
     token: &mut Option<ValueId>,
 ) -> OpId {
+    // A collective a pipeline stage's op needs runs on that stage's devices.
+    let mut attrs = attrs;
+    for key in ["pipeline", "stage", "microbatch", "tick"] {
+        if let Some(v) = at.attr(key) {
+            attrs.push((key, v.clone()));
+        }
+    }
     if let Some(t) = *token {
         operands.push(t);
         let next = out.new_value(Type::Token, None);

@@ -25,6 +25,18 @@
 //!   error for the user, never a silent all-to-all.
 //! - Ops without a rule here (kernel calls, KV-cache updates, ops with regions) get
 //!   their operands whole (all-gathered and all-reduced) and replicated results.
+//! - Collectives the program writes (`dist.all_reduce(x, axis="tp")`) need their
+//!   operand laid out for them and move only that layout: an all-reduce completes a
+//!   partial result over its axis, an all-gather makes the dim split over its axis whole,
+//!   a reduce-scatter turns a partial sum into a split of `dim`, an all-to-all moves the
+//!   split from `concat_dim` to `split_dim`. Partial sums pass through the gather and the
+//!   all-to-all (they move data, they do not combine it). An operand not laid out for its
+//!   collective is [`Propagation::misplaced`] (E0316).
+//! - A `dist.pipeline`'s values live at its stages ([`Propagation::located`]): the split
+//!   of a parameter stacked over the pipeline's axis gives part k to stage k without
+//!   moving data, an op of stage k gives stage k's values, and `dist.send` moves a
+//!   value to the next stage. A stage's operands are never split over the pipeline's
+//!   axis (a conflict).
 //!
 //! A collective of the same value over the same axis and dim is needed once, where it
 //! is first needed; later uses reuse it.
@@ -115,12 +127,30 @@ pub struct Conflict {
     pub message: String,
 }
 
+/// What propagation decided for a collective the program writes (`dist.all_gather(x,
+/// axis="tp")`): the dim an all-gather makes whole, the combine an all-reduce completes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Written {
+    pub op: OpId,
+    pub dim: Option<usize>,
+    pub combine: Option<Combine>,
+}
+
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct Propagation {
     /// Per value; `None` for values that are not tensors.
     pub shardings: Vec<Option<Sharding>>,
     pub collectives: Vec<Needed>,
     pub conflicts: Vec<Conflict>,
+    /// The collectives the program writes, as their operands' layouts complete them.
+    pub written: Vec<Written>,
+    /// Written collectives whose operand is not laid out for them (an all-gather of a
+    /// tensor not split over its axis, an all-reduce of one that is not partial): E0316.
+    pub misplaced: Vec<Conflict>,
+    /// Per value, the pipeline stage it lives at (the pipeline's mesh axis and the
+    /// stage's position on it), for the values of a `dist.pipeline`; `None`: wherever
+    /// its layout says.
+    pub located: Vec<Option<(SmolStr, usize)>>,
     /// Which collectives (indices into `collectives`, in the order they apply) each
     /// (op, operand index) reads through.
     pub uses: Vec<(OpId, usize, usize)>,
@@ -152,7 +182,14 @@ impl Propagation {
 /// `value_bytes` gives a value's global size in bytes where the dims are known (for
 /// bucketing).
 pub fn propagate(f: &Func, params: &[Option<Sharding>], value_bytes: &dyn Fn(ValueId) -> Option<u64>) -> Propagation {
-    let mut p = Propagator { f, out: Propagation { shardings: vec![None; f.values.len()], ..Default::default() } };
+    let mut p = Propagator {
+        f,
+        out: Propagation {
+            shardings: vec![None; f.values.len()],
+            located: vec![None; f.values.len()],
+            ..Default::default()
+        },
+    };
     for (i, &v) in f.params.iter().enumerate() {
         if let Type::Tensor(t) = f.ty(v) {
             let s = params.get(i).cloned().flatten().unwrap_or_else(|| Sharding::replicated(t.dims.len()));
@@ -254,6 +291,86 @@ impl Propagator<'_> {
     }
 
     fn op(&mut self, id: OpId) {
+        if !self.pipeline_op(id) {
+            return;
+        }
+        self.layout_op(id);
+    }
+
+    /// Where a pipeline's values live: an op of stage k (`{pipeline, stage}`) reads
+    /// values of stage k or values every stage holds, and its results are stage k's; a
+    /// `dist.send` moves a value from one stage to the next; the split of a stacked
+    /// parameter over the pipeline's axis gives part k to stage k, with no
+    /// communication. Other ops keep the location of their operands. False when the op's
+    /// layout is decided here (the stacked split).
+    fn pipeline_op(&mut self, id: OpId) -> bool {
+        let op = self.f.op(id);
+        let stage = match (op.str_attr("pipeline"), op.int_attr("stage")) {
+            (Some(axis), Some(k)) => Some((SmolStr::new(axis), k as usize)),
+            _ => None,
+        };
+        let tensors: Vec<ValueId> = op.operands.iter().copied().filter(|&v| self.rank(v).is_some()).collect();
+        if op.kind == OpKind::Split && op.str_attr("pipeline").is_some() && op.str_attr("role") == Some("stages") {
+            let axis = SmolStr::new(op.str_attr("pipeline").unwrap_or(""));
+            let Some(s) = self.current(op.operands[0]) else { return true };
+            if s.dims.first() != Some(&Some(axis.clone())) {
+                return true; // replicated over the pipeline's axis: every stage slices it
+            }
+            for (k, &r) in op.results.iter().enumerate() {
+                let mut part = s.clone();
+                part.dims[0] = None;
+                self.set(r, part);
+                self.out.located[r.0 as usize] = Some((axis.clone(), k));
+            }
+            return false;
+        }
+        let from: Vec<(SmolStr, usize)> =
+            tensors.iter().filter_map(|v| self.out.located[v.0 as usize].clone()).collect();
+        let here = match (&stage, op.kind) {
+            (_, OpKind::Send) => {
+                let axis = SmolStr::new(op.str_attr("axis").unwrap_or(""));
+                let (a, b) = (op.int_attr("from").unwrap_or(0) as usize, op.int_attr("to").unwrap_or(0) as usize);
+                if from.iter().any(|l| *l != (axis.clone(), a)) {
+                    self.conflict(
+                        id,
+                        format!("internal error: `dist.send` from stage {a} of a value that is not there"),
+                    );
+                }
+                Some((axis, b))
+            }
+            (Some(st), _) => {
+                if let Some(other) = from.iter().find(|l| *l != st) {
+                    let message = format!(
+                        "internal error: an op of pipeline stage {} reads a value of stage {} without a send",
+                        st.1, other.1
+                    );
+                    self.conflict(id, message);
+                }
+                if tensors.iter().any(|&v| self.current(v).is_some_and(|s| s.dims.contains(&Some(st.0.clone())))) {
+                    let message = format!(
+                        "a pipeline stage's operand is split over the pipeline's axis `{}`: each stage holds its \
+                         operands on its own devices",
+                        st.0
+                    );
+                    self.conflict(id, message);
+                }
+                Some(st.clone())
+            }
+            (None, OpKind::Return) => None,
+            (None, _) => {
+                if from.windows(2).any(|w| w[0] != w[1]) {
+                    self.conflict(id, "an op reads values of two pipeline stages".into());
+                }
+                from.first().cloned()
+            }
+        };
+        for &r in &op.results {
+            self.out.located[r.0 as usize] = here.clone();
+        }
+        true
+    }
+
+    fn layout_op(&mut self, id: OpId) {
         let op = self.f.op(id);
         let mut ops: Operands = op.operands.iter().map(|&v| self.current(v)).collect();
         let tensors: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].is_some()).collect();
@@ -322,7 +439,107 @@ impl Propagator<'_> {
             }
             OpKind::GBroadcast | OpKind::GExpandDims | OpKind::Reshape => self.reshape_like(id, &mut ops),
             OpKind::FlashAttention => self.attention(id, &mut ops, &tensors),
+            // A send moves a stage's value whole to the next stage (`pipeline_op` says
+            // where); its layout over the other axes stays.
+            OpKind::Send => {
+                let s = ops[0].clone().unwrap_or_default();
+                self.set(op.results[0], s);
+            }
+            k if k.is_collective() => self.written(id, &ops),
             _ => self.fallback(id, &mut ops, &tensors),
+        }
+    }
+
+    /// A collective the program writes: it needs its operand laid out for it (split over
+    /// its axis, or partial over it) and moves that layout, nothing else. A misplaced one
+    /// leaves the layout as it was, so that nothing after it is reported again.
+    fn written(&mut self, id: OpId, ops: &Operands) {
+        let op = self.f.op(id);
+        let Some(mut s) = ops.first().cloned().flatten() else { return };
+        let axis = SmolStr::new(op.str_attr("axis").unwrap_or(""));
+        let layout = s.describe();
+        let name = op_label(op.kind);
+        let split_at = |s: &Sharding| s.dims.iter().position(|d| d.as_ref() == Some(&axis));
+        let mut written = Written { op: id, dim: None, combine: None };
+        let problem: Option<String> = match op.kind {
+            OpKind::AllReduce => match s.partial.iter().position(|(a, _)| *a == axis) {
+                Some(i) => {
+                    written.combine = Some(s.partial.remove(i).1);
+                    None
+                }
+                None => Some(format!(
+                    "`{name}` over `{axis}` has nothing to complete: its operand is not a partial result over \
+                     `{axis}` (its layout is {layout})"
+                )),
+            },
+            OpKind::AllGather => match split_at(&s) {
+                Some(d) => {
+                    s.dims[d] = None;
+                    written.dim = Some(d);
+                    None
+                }
+                None => Some(format!(
+                    "`{name}` over `{axis}` has nothing to gather: its operand is not split over `{axis}` (its \
+                     layout is {layout})"
+                )),
+            },
+            OpKind::ReduceScatter => {
+                let d = op.int_attr("dim").unwrap_or(0) as usize;
+                match s.partial.iter().position(|(a, _)| *a == axis) {
+                    None => Some(format!(
+                        "`{name}` over `{axis}` has nothing to reduce: its operand is not a partial sum over \
+                         `{axis}` (its layout is {layout})"
+                    )),
+                    Some(i) if s.partial[i].1 != Combine::Sum => Some(format!(
+                        "`{name}` sums, but its operand is a partial {} over `{axis}`: complete it with \
+                         `dist.all_reduce`",
+                        s.partial[i].1.name()
+                    )),
+                    Some(_) if d >= s.dims.len() => {
+                        Some(format!("`{name}` scatters dim {d} of a rank-{} tensor", s.dims.len()))
+                    }
+                    Some(_) if s.dims[d].is_some() => Some(format!(
+                        "`{name}` would split dim {d} over `{axis}`, but it is split over `{}` already (the \
+                         operand's layout is {layout})",
+                        s.dims[d].as_deref().unwrap_or("?")
+                    )),
+                    Some(i) => {
+                        s.partial.remove(i);
+                        s.dims[d] = Some(axis.clone());
+                        written.dim = Some(d);
+                        None
+                    }
+                }
+            }
+            OpKind::AllToAll => {
+                let split = op.int_attr("split_dim").unwrap_or(0) as usize;
+                let concat = op.int_attr("concat_dim").unwrap_or(0) as usize;
+                if split >= s.dims.len() || concat >= s.dims.len() {
+                    Some(format!("`{name}` names dims {split} and {concat} of a rank-{} tensor", s.dims.len()))
+                } else if s.dims[concat].as_ref() != Some(&axis) {
+                    Some(format!(
+                        "`{name}` over `{axis}` moves the split of dim {concat} (concat_dim), but its operand's dim \
+                         {concat} is not split over `{axis}` (its layout is {layout})"
+                    ))
+                } else if let Some(other) = &s.dims[split] {
+                    Some(format!(
+                        "`{name}` would split dim {split} (split_dim) over `{axis}`, but it is split over `{other}` \
+                         already (the operand's layout is {layout})"
+                    ))
+                } else {
+                    s.dims[concat] = None;
+                    s.dims[split] = Some(axis.clone());
+                    None
+                }
+            }
+            _ => None,
+        };
+        match problem {
+            Some(message) => self.out.misplaced.push(Conflict { op: id, message }),
+            None => self.out.written.push(written),
+        }
+        if let Some(&r) = op.results.first() {
+            self.set(r, s);
         }
     }
 
@@ -567,6 +784,15 @@ impl Propagator<'_> {
 /// the result dim it leads when it and the dims after it merge into one (`[B, S, D]`
 /// → `[B*S, D]` keeps a split `B`), with the rest unchanged.
 fn reshape_target(src: &[Dim], dst: &[Dim], d: usize) -> Option<usize> {
+    // Dims of size 1 added or dropped (`[1, D, F]` → `[D, F]`): the other dims keep their
+    // order, and a split dim (never of size 1) goes to its counterpart.
+    let unit = |x: &&Dim| x.as_const() == Some(1);
+    let (src_rest, dst_rest): (Vec<&Dim>, Vec<&Dim>) =
+        (src.iter().filter(|x| !unit(x)).collect(), dst.iter().filter(|x| !unit(x)).collect());
+    if src_rest == dst_rest && !unit(&&src[d]) {
+        let nth = src[..d].iter().filter(|x| !unit(x)).count();
+        return dst.iter().enumerate().filter(|(_, x)| !unit(x)).nth(nth).map(|(i, _)| i);
+    }
     let prefix = src.iter().zip(dst).take_while(|(a, b)| a == b).count();
     if d < prefix {
         return Some(d);
@@ -628,6 +854,8 @@ fn op_label(kind: OpKind) -> &'static str {
         OpKind::Div => "/",
         OpKind::MatMul => "matmul",
         OpKind::Select => "where",
+        // The function the user wrote: `dist.all_reduce`.
+        k if k.is_collective() => k.name(),
         k => k.name().split_once('.').map_or(k.name(), |(_, n)| n),
     }
 }

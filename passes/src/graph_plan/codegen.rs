@@ -225,6 +225,11 @@ impl Planner<'_> {
                     format!("{} {pred} {}", bin(0, self), bin(1, self))
                 }
                 OpKind::GBroadcast => a(0),
+                // `arange(n)` (rank 1: one row): each element's column.
+                OpKind::Iota => format!(
+                    "tile.cast(tile.broadcast(tile.arange(ctx.BN)[None, :] + {c}, {tile_shape}), {dt})",
+                    c = w.col
+                ),
                 OpKind::Dropout => {
                     let stream = op.int_attr("stream").unwrap_or(0);
                     let seed = self.stream_seed(stream, &loc);

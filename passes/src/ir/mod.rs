@@ -230,10 +230,15 @@ ops! {
     SchedDim = "sched.dim",
     Kernel = "sched.kernel",
     Buffer = "sched.buffer",
-    // collectives implied by sharding
+    // collectives: implied by sharding (inserted by `dist::insert`), or written by the
+    // user (`dist.all_reduce(x, axis="tp")`, `{explicit = true}`)
     AllGather = "dist.all_gather",
     ReduceScatter = "dist.reduce_scatter",
     AllReduce = "dist.all_reduce",
+    AllToAll = "dist.all_to_all",
+    // a pipeline's activation from the devices of one stage to those of the next:
+    // `%y, %tok' = dist.send %x, %tok {axis, from, to}`
+    Send = "dist.send",
 }
 
 impl OpKind {
@@ -307,7 +312,15 @@ impl OpKind {
                 | OpKind::AllGather
                 | OpKind::ReduceScatter
                 | OpKind::AllReduce
+                | OpKind::AllToAll
+                | OpKind::Send
         )
+    }
+
+    /// The collectives (`dist.*` ops that move data between the devices of a mesh axis;
+    /// a pipeline's `dist.send` between two positions of one).
+    pub fn is_collective(self) -> bool {
+        matches!(self, OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllReduce | OpKind::AllToAll | OpKind::Send)
     }
 }
 

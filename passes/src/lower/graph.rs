@@ -4,7 +4,7 @@
 //! inlined, and `grad(f, wrt=...)(args)` expanded into `f`'s forward graph followed by
 //! its backward graph (`crate::autodiff`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use smol_str::SmolStr;
@@ -18,7 +18,10 @@ use crate::ir::*;
 mod kernel_call;
 pub use kernel_call::{stdlib_callee, stdlib_callee_name};
 mod custom_vjp;
+mod dist;
+mod inline;
 mod losses;
+mod pipeline;
 mod scan;
 mod state;
 mod transforms;
@@ -103,7 +106,16 @@ pub fn graph_function_to_ir(
     let mut g =
         Graph { b, token, streams: 0, depth: 0, custom_vjps: Vec::new(), tracing: false, globals: HashMap::new() };
     let ret = {
-        let mut body = Body { g: &mut g, name: SmolStr::new(name), def, sig, inf, resolve, env: HashMap::new() };
+        let mut body = Body {
+            g: &mut g,
+            name: SmolStr::new(name),
+            def,
+            sig,
+            inf,
+            resolve,
+            env: HashMap::new(),
+            dims: BTreeMap::new(),
+        };
         for (p, v) in sig.params.iter().zip(&params) {
             let val = match v {
                 Some(v) => Val::One(*v),
@@ -167,6 +179,11 @@ struct Body<'a, 'g, 'f> {
     inf: &'a Inference,
     resolve: &'a Resolver<'a>,
     env: HashMap<SmolStr, Val>,
+    /// An inlined callee's dim symbols as the caller's dims (`b` of a helper's
+    /// `Tensor["b", "D"]` called with a `[B//4, D]` microbatch is `B//4`): the types the
+    /// callee's inference gives are rewritten with them, so Graph IR speaks only of the
+    /// graph function's own symbols.
+    dims: BTreeMap<String, Dim>,
 }
 
 impl Body<'_, '_, '_> {
@@ -187,9 +204,21 @@ impl Body<'_, '_, '_> {
     }
 
     fn result_type(&self, e: ExprId) -> R<Type> {
-        param_type(self.ty_of(e)).ok_or_else(|| LowerError {
+        self.ir_type(self.ty_of(e)).ok_or_else(|| LowerError {
             message: format!("a value of type {} in a graph function", self.ty_of(e)),
             range: self.range(e),
+        })
+    }
+
+    /// The IR type of a checked type, in the graph function's dims ([`Body::dims`]).
+    fn ir_type(&self, ty: &Ty) -> Option<Type> {
+        let t = param_type(ty)?;
+        Some(match t {
+            Type::Tensor(mut tt) if !self.dims.is_empty() => {
+                tt.dims = tt.dims.iter().map(|d| d.substitute(&|s| self.dims.get(s).cloned())).collect();
+                Type::Tensor(tt)
+            }
+            other => other,
         })
     }
 
@@ -430,6 +459,10 @@ impl Body<'_, '_, '_> {
                 Ok(Val::One(self.op1(OpKind::Neg, vec![v], t, vec![], &loc)))
             }
             Expr::Unary { op: UnaryOp::Pos, operand } => self.expr(operand),
+            Expr::Compare { op, lhs, rhs } => {
+                let (l, r) = (self.value(lhs)?, self.value(rhs)?);
+                Ok(Val::One(self.compare(op, l, r, e)?))
+            }
             Expr::Str(_) => Ok(Val::None),
             _ => unsupported("this expression in a graph function", range),
         }
@@ -566,6 +599,36 @@ impl Body<'_, '_, '_> {
         Ok(self.op1(kind, vec![l, r], t, vec![], &loc))
     }
 
+    /// `a < b`, `a == b`, ...: an elementwise `arith.cmp {pred}` whose operands are
+    /// broadcast to the result's dims in the tensor operand's dtype (a Python number
+    /// adopts it, as in arithmetic); the result is a bool tensor (or a bool scalar).
+    fn compare(&mut self, op: CmpOp, l: ValueId, r: ValueId, e: ExprId) -> R<ValueId> {
+        let range = self.range(e);
+        let loc = self.loc(range);
+        let pred = match op {
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            other => return unsupported(format!("`{}` in a graph function", other.symbol()), range),
+        };
+        let t = self.result_type(e)?;
+        let attrs = vec![("pred", Attr::Str(SmolStr::new(pred)))];
+        let Type::Tensor(rt) = &t else { return Ok(self.op1(OpKind::Cmp, vec![l, r], t, attrs, &loc)) };
+        let operand_elem = [l, r].into_iter().find_map(|v| match self.vty(v) {
+            Type::Tensor(tt) => Some((tt.dtype, tt.policies)),
+            _ => None,
+        });
+        let Some((dtype, policies)) = operand_elem else {
+            return unsupported("a tensor comparison without a tensor operand", range);
+        };
+        let want = Type::Tensor(TensorType { dims: rt.dims.clone(), dtype, policies });
+        let (l, r) = (self.coerce(l, &want, &loc)?, self.coerce(r, &want, &loc)?);
+        Ok(self.op1(OpKind::Cmp, vec![l, r], t, attrs, &loc))
+    }
+
     fn matmul(&mut self, a: ValueId, b: ValueId, t: Type, loc: &Loc) -> R<ValueId> {
         let (Type::Tensor(ta), Type::Tensor(tb)) = (self.vty(a), self.vty(b)) else {
             return unsupported("`@` of non-tensors", loc.range);
@@ -640,8 +703,19 @@ impl Body<'_, '_, '_> {
             Ty::Vmap { of, in_axes, out_axes } => return self.vmap_call(&of, &in_axes, &out_axes, args, range),
             Ty::Checkpoint { of } => return self.checkpoint_call(&of, args, range),
             Ty::CustomVjp { of, backward } => return self.custom_vjp_call(&of, &backward, args, range),
+            Ty::Pipeline { of, stages, microbatches, axis } => {
+                return self.pipeline_call(e, &of, (stages, microbatches), &axis, args)
+            }
             other => return unsupported(format!("calling {other} in a graph function"), range),
         };
+        // `p = dist.pipeline(stage, ...)`: the function value is its type; a call of `p`
+        // lowers it.
+        if path == "dist.pipeline" {
+            return Ok(Val::None);
+        }
+        if path.starts_with("dist.") {
+            return self.collective_call(e, path, args);
+        }
         let name = path.rsplit('.').next().unwrap_or(path);
         let need = |slot: Option<ExprId>, what: &str| {
             slot.ok_or_else(|| LowerError { message: format!("`{name}` needs `{what}`"), range })
@@ -807,7 +881,7 @@ impl Body<'_, '_, '_> {
                 let Ty::Tuple(items) = self.ty_of(e).clone() else {
                     return unsupported("split without a known result type", range);
                 };
-                let types: Vec<Type> = items.iter().filter_map(param_type).collect();
+                let types: Vec<Type> = items.iter().filter_map(|t| self.ir_type(t)).collect();
                 let rank = self.vty(x).dims().len() as i64;
                 let axis = match arg("axis", 2) {
                     Some(a) => self.int_list(a)?.first().copied().unwrap_or(0),
@@ -823,7 +897,7 @@ impl Body<'_, '_, '_> {
                 let Ty::Tuple(items) = self.ty_of(e).clone() else {
                     return unsupported("split_qkv without a known result type", range);
                 };
-                let types: Vec<Type> = items.iter().filter_map(param_type).collect();
+                let types: Vec<Type> = items.iter().filter_map(|t| self.ir_type(t)).collect();
                 let results = self.g.b.op(OpKind::SplitQkv, vec![x, heads], types, vec![], &loc);
                 Ok(Val::Many(results))
             }
@@ -912,6 +986,10 @@ impl Body<'_, '_, '_> {
                 let attrs = vec![("stream", Attr::Int(stream))];
                 Ok(Val::One(self.effect(OpKind::Random, operands, t, attrs, &loc)))
             }
+            "arange" => {
+                let t = result.clone()?;
+                Ok(Val::One(self.op1(OpKind::Iota, vec![], t, vec![], &loc)))
+            }
             "zeros" | "ones" | "full" => {
                 let value = match name {
                     "zeros" => 0.0,
@@ -945,81 +1023,6 @@ impl Body<'_, '_, '_> {
                 .collect(),
             _ => unsupported("constant axes", self.range(e)),
         }
-    }
-
-    /// Binds a callee's parameters to the call's arguments.
-    fn bind_arguments(&mut self, callee: &Callee, args: &[Arg], range: TextRange) -> R<HashMap<SmolStr, Val>> {
-        let mut env = HashMap::new();
-        let mut positional = args.iter().filter(|a| a.name.is_none());
-        for p in &callee.sig.params {
-            let given = if p.keyword_only {
-                args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == p.name.as_str()))
-            } else {
-                args.iter()
-                    .find(|a| a.name.as_ref().is_some_and(|(n, _)| n == p.name.as_str()))
-                    .or_else(|| positional.next())
-            };
-            match given {
-                Some(a) => {
-                    let v = self.expr(a.value)?;
-                    env.insert(SmolStr::new(&p.name), v);
-                }
-                None if p.has_default => {
-                    // Defaults are constants the callee's own inference typed.
-                    let dp = callee.def.params.iter().find(|dp| dp.name == p.name.as_str());
-                    if let Some(default) = dp.and_then(|dp| dp.default) {
-                        let mut inner = Body {
-                            g: &mut *self.g,
-                            name: SmolStr::new(&callee.def.name),
-                            def: &callee.def,
-                            sig: &callee.sig,
-                            inf: &callee.inf,
-                            resolve: self.resolve,
-                            env: HashMap::new(),
-                        };
-                        let v = inner.expr(default)?;
-                        env.insert(SmolStr::new(&p.name), v);
-                    }
-                }
-                None => return unsupported(format!("no argument for `{}`", p.name), range),
-            }
-        }
-        Ok(env)
-    }
-
-    fn callee(&self, name: &str, range: TextRange) -> R<Callee> {
-        if self.g.depth > 16 {
-            return unsupported("graph functions call each other more than 16 deep (recursion?)", range);
-        }
-        let callee =
-            (self.resolve)(name).ok_or_else(|| LowerError { message: format!("no function `{name}`"), range })?;
-        if callee.is_kernel {
-            return unsupported(format!("calling the kernel `{name}` from a graph function is not lowered yet"), range);
-        }
-        Ok(callee)
-    }
-
-    /// Inlines a helper or graph function; returns its return value.
-    fn inline_call(&mut self, name: &str, args: &[Arg], range: TextRange) -> R<Val> {
-        let callee = self.callee(name, range)?;
-        let env = self.bind_arguments(&callee, args, range)?;
-        self.inline_body(&callee, env)
-    }
-
-    fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>) -> R<Val> {
-        self.g.depth += 1;
-        let mut inner = Body {
-            g: &mut *self.g,
-            name: SmolStr::new(&callee.def.name),
-            def: &callee.def,
-            sig: &callee.sig,
-            inf: &callee.inf,
-            resolve: self.resolve,
-            env,
-        };
-        let out = inner.stmts(&callee.def.body)?.unwrap_or(Val::None);
-        self.g.depth -= 1;
-        Ok(out)
     }
 
     /// `checkpoint(f)(args)`: `f` inlined, each of its ops tagged `checkpoint = "f"` (an
@@ -1065,6 +1068,14 @@ impl Body<'_, '_, '_> {
             _ => return unsupported(format!("`{of}` must return one rank-0 tensor to be differentiated"), range),
         };
         let forward: Vec<OpId> = (first_op..self.g.b.func.ops.len()).map(|i| OpId(i as u32)).collect();
+        // The backward of a pipeline is a schedule of its own (GPipe's backward ticks, or
+        // 1F1B's interleaving), which is not built yet.
+        if forward.iter().any(|&id| self.g.b.func.op(id).attr("pipeline").is_some()) {
+            return unsupported(
+                format!("`grad` through `dist.pipeline` (in `{of}`) is not supported yet: its backward schedule is not built"),
+                range,
+            );
+        }
         let loc = self.loc(range);
         let custom = std::mem::take(&mut self.g.custom_vjps);
         let grads = crate::autodiff::backward(&mut self.g.b, &forward, loss, &wrt_values, &custom, &loc);

@@ -19,8 +19,10 @@ pub struct MeshValue {
 /// One collective of the function.
 #[derive(Clone, PartialEq, Debug)]
 pub struct MeshCollective {
-    /// `all_reduce` or `all_gather`.
+    /// `all_reduce`, `all_gather`, `reduce_scatter` or `all_to_all`.
     pub kind: String,
+    /// Written by the program (`dist.all_reduce(...)`), not implied by the layouts.
+    pub explicit: bool,
     pub axis: String,
     /// The values it makes whole or complete.
     pub values: Vec<String>,
@@ -64,6 +66,7 @@ impl Analysis<'_> {
             .into_iter()
             .map(|c| MeshCollective {
                 kind: c.kind,
+                explicit: c.explicit,
                 axis: c.axis,
                 values: c.operands.iter().map(|&v| name(v)).collect(),
                 bytes: c.bytes,
@@ -75,7 +78,13 @@ impl Analysis<'_> {
             axes: mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
             values,
             collectives,
-            conflicts: program.propagation.conflicts.iter().map(|c| c.message.clone()).collect(),
+            conflicts: program
+                .propagation
+                .conflicts
+                .iter()
+                .chain(&program.propagation.misplaced)
+                .map(|c| c.message.clone())
+                .collect(),
         })
     }
 }

@@ -299,7 +299,13 @@ impl App {
             };
             lines.push((
                 MeshLine::Row,
-                format!("  {} over {} of {}: {bytes}{cost}", c.kind, c.axis, c.values.join(", ")),
+                format!(
+                    "  {}{} over {} of {}: {bytes}{cost}",
+                    c.kind,
+                    if c.explicit { " (written)" } else { "" },
+                    c.axis,
+                    c.values.join(", ")
+                ),
             ));
         }
         for c in &view.conflicts {

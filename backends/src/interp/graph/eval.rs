@@ -482,6 +482,16 @@ impl Machine<'_> {
             OpKind::CallKernel => self.call_kernel(id, op),
             // A placement effect: moves nothing the reference can see.
             OpKind::Prefetch => Ok(op.results.iter().map(|_| Val::Token).collect()),
+            // On one device a collective is its operands' values (Graph IR is the global
+            // view: a collective changes where data lives, not what it is).
+            k if k.is_collective() => op
+                .operands
+                .iter()
+                .map(|&v| match self.func.ty(v) {
+                    Type::Token => Ok(Val::Token),
+                    _ => self.get(id, v).cloned(),
+                })
+                .collect(),
             OpKind::CacheAppend => self.cache_append(id, op),
             OpKind::CachePrune => self.cache_prune(id, op),
             OpKind::TensorDim => {
@@ -511,6 +521,13 @@ impl Machine<'_> {
                 let dims = self.declared_dims(id, r)?;
                 let n = numel(&dims);
                 one(self.make(id, r, dims, vec![value; n]))
+            }
+            // `arange(n)`: 0, 1, ..., n-1 along the one dim.
+            OpKind::Iota => {
+                let [r] = op.results[..] else { return Err(self.err(id, "needs one result".into())) };
+                let dims = self.declared_dims(id, r)?;
+                let n = numel(&dims);
+                one(self.make(id, r, dims, (0..n).map(|i| i as f64).collect()))
             }
             k if k.is_elementwise() => one(self.elementwise(id, op)),
             OpKind::GBroadcast => one(self.broadcast(id, op)),

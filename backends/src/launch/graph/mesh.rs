@@ -4,7 +4,9 @@
 //! its collectives (with the bytes they moved) and a verdict of their own.
 
 use tessera_frontend::{Db, FnKey};
-use tessera_passes::dist::function::sharded_program;
+use tessera_passes::dist::function::{data_parallel_program, sharded_program};
+use tessera_passes::dist::schedule::pipeline_schedules;
+pub use tessera_passes::dist::schedule::PipelineSchedule;
 
 use super::{arg_dims, dtype, graph_tolerance, values, GraphCheck, GraphInputs, GraphRun};
 use crate::interp::compare::compare_with;
@@ -22,6 +24,10 @@ pub struct MeshCheck {
     /// Bytes the busiest device sent, counted by the simulated network.
     pub bytes_sent: u64,
     pub steps: u32,
+    /// Each tensor parameter's name and layout (`[dp, -]`).
+    pub layouts: Vec<(String, String)>,
+    /// The function's pipelines, as Graph IR schedules them.
+    pub pipelines: Vec<PipelineSchedule>,
     /// One per returned value, against the f64 reference.
     pub checks: Vec<GraphCheck>,
     pub verdict: Verdict,
@@ -37,14 +43,21 @@ impl MeshCheck {
     }
 }
 
-/// Runs `key` on its mesh when a parameter is sharded (`Ok(None)` otherwise).
+/// Runs `key` on its mesh when a parameter is sharded (`Ok(None)` otherwise), or, with
+/// `data_parallel = Some(n)` (`tessera run --mesh N`), an unsharded `key` data-parallel
+/// over `n` devices (`dist::function::data_parallel_program`).
 pub fn run_on_mesh(
     db: &dyn Db,
     key: FnKey<'_>,
     inputs: &GraphInputs,
     run: &GraphRun,
+    data_parallel: Option<usize>,
 ) -> Result<Option<MeshCheck>, String> {
-    let Some(program) = sharded_program(db, key, &inputs.symbols).map_err(|e| e.message)? else { return Ok(None) };
+    let program = match data_parallel {
+        Some(n) => Some(data_parallel_program(db, key, &inputs.symbols, n).map_err(|e| e.message)?),
+        None => sharded_program(db, key, &inputs.symbols).map_err(|e| e.message)?,
+    };
+    let Some(program) = program else { return Ok(None) };
     if let Some(c) = program.propagation.conflicts.first() {
         return Err(format!("the shardings conflict: {}", c.message));
     }
@@ -84,11 +97,22 @@ pub fn run_on_mesh(
         Verdict::NonFinite
     };
     let collectives = program.inserted.collectives();
+    let pipelines = pipeline_schedules(func);
+    let layouts = func
+        .params
+        .iter()
+        .filter_map(|&p| {
+            let s = program.propagation.sharding(p)?;
+            Some((func.values[p.0 as usize].name.as_deref().unwrap_or("?").to_string(), s.describe()))
+        })
+        .collect();
     Ok(Some(MeshCheck {
         axes: program.mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
         collectives,
         bytes_sent: mesh_run.network.busiest(),
         steps: mesh_run.network.steps,
+        layouts,
+        pipelines,
         checks,
         verdict,
     }))

@@ -200,6 +200,89 @@ impl<'a> Infer<'a> {
         Ty::DistTensor(TensorType::new(dims, elem))
     }
 
+    /// `dist.all_reduce(x, axis)`, `dist.all_gather(x, axis)`, `dist.reduce_scatter(x,
+    /// axis, dim=)` and `dist.all_to_all(x, axis, split_dim=, concat_dim=)`: x's value,
+    /// laid out differently (docs/language.md, "Explicit collectives"). Here: the
+    /// arguments, the axis against the mesh of the function's `@shard` parameters, and the
+    /// dims. Whether x is partial or split over the axis as the collective needs is known
+    /// only after sharding propagation, which reports it (E0316, `passes::dist`).
+    pub(super) fn dist_collective(&mut self, path: &'static str, a: &Bound) -> Ty {
+        let x = arg!(a, "dist.all_reduce" | "dist.all_gather" | "dist.reduce_scatter" | "dist.all_to_all" => "x")
+            .unwrap()
+            .clone();
+        let axis = arg!(a, "dist.all_reduce" | "dist.all_gather" | "dist.reduce_scatter" | "dist.all_to_all" => "axis")
+            .unwrap()
+            .clone();
+        let Some(t) = self.tensor_arg(&x, path) else { return Ty::Unknown };
+        let name = match &axis.ty {
+            Ty::Str(Some(s)) => s.clone(),
+            Ty::Unknown => return Ty::Unknown,
+            other => return self.wrong_kind(axis.expr, path, "a mesh axis name (\"tp\")", &other.clone()),
+        };
+        // The function's mesh, where a parameter's `@shard` gives it (a function that
+        // only reads module-level `dist.tensor`s has its axes checked by propagation).
+        let mesh = self.sig.and_then(|s| s.params.iter().find_map(|p| p.sharding.as_ref())).map(|s| s.mesh.clone());
+        let mut size = None;
+        if let Some(m) = &mesh {
+            let Some(i) = m.axes.iter().position(|a| *a == name) else {
+                let mut d = Diagnostic::new(
+                    Code::E0311,
+                    self.range(axis.expr),
+                    format!("the function's mesh has no axis `{name}` (its axes: {})", m.axes.join(", ")),
+                );
+                if let Some(s) = suggest(&name, m.axes.iter().map(String::as_str)) {
+                    d = d.with_did_you_mean(self.range(axis.expr), &format!("\"{s}\""));
+                }
+                self.push(d);
+                return Ty::Unknown;
+            };
+            size = Some(m.shape[i]);
+        }
+        let rank = t.rank();
+        let split_dim = match path {
+            "dist.reduce_scatter" => {
+                let Some(d) = self.axis_arg(arg!(a, "dist.reduce_scatter" => "dim"), rank, 0) else {
+                    return Ty::Unknown;
+                };
+                Some((d, arg!(a, "dist.reduce_scatter" => "dim").unwrap().expr))
+            }
+            "dist.all_to_all" => {
+                let split = self.axis_arg(arg!(a, "dist.all_to_all" => "split_dim"), rank, 0);
+                let concat = self.axis_arg(arg!(a, "dist.all_to_all" => "concat_dim"), rank, 0);
+                let (Some(split), Some(concat)) = (split, concat) else { return Ty::Unknown };
+                let split_expr = arg!(a, "dist.all_to_all" => "split_dim").unwrap().expr;
+                if split == concat {
+                    let concat_expr = arg!(a, "dist.all_to_all" => "concat_dim").unwrap().expr;
+                    self.push(
+                        Diagnostic::new(
+                            Code::E0802,
+                            self.range(split_expr),
+                            format!("`dist.all_to_all` moves a split from one dim to another: split_dim and concat_dim are both {split}"),
+                        )
+                        .with_label(self.range(concat_expr), "concat_dim"),
+                    );
+                    return Ty::Unknown;
+                }
+                Some((split, split_expr))
+            }
+            _ => None,
+        };
+        // The dim that becomes split must divide over the axis, where both are static.
+        if let (Some((d, expr)), Some(p)) = (split_dim, size) {
+            if let Some(n) = t.dims[d].as_const() {
+                if p > 0 && n % p != 0 {
+                    self.error(
+                        Code::E0312,
+                        self.range(expr),
+                        format!("dim {d} has {n} elements, which do not split evenly over the {p} devices of `{name}`"),
+                    );
+                    return Ty::Unknown;
+                }
+            }
+        }
+        Ty::Tensor(t)
+    }
+
     /// The range of the string literal `"axis"` inside a ShardSpec(... mesh_axes=(...)).
     pub(super) fn mesh_axis_range(&self, layout: ExprId, axis: &str) -> Option<TextRange> {
         let Expr::Call { args, .. } = self.body.expr(self.body.unparen(layout)) else {

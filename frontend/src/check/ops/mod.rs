@@ -48,6 +48,7 @@ mod dist;
 mod kernel_call;
 mod linalg;
 mod losses;
+mod pipeline;
 mod scan;
 mod schedule;
 mod state;
@@ -103,6 +104,7 @@ impl<'a> Infer<'a> {
             // The call is `f`'s; only `grad` sees the difference.
             Ty::Checkpoint { of } => self.user_call(id, func, &of, &vals),
             Ty::CustomVjp { of, backward } => self.custom_vjp_call(id, func, &of, &backward, &vals),
+            Ty::Pipeline { of, stages, microbatches, .. } => self.pipeline_call(id, &of, stages, microbatches, &vals),
             Ty::Method { recv, name } => self.method_call(id, func, *recv, &name, &vals),
             Ty::DType(elem) if vals.len() == 1 => {
                 // `f32(x)`: a scalar conversion.
@@ -811,6 +813,10 @@ impl<'a> Infer<'a> {
             }
             (false, "dist.mesh") => self.dist_mesh(id, a),
             (false, "dist.tensor") => self.dist_tensor(a),
+            (false, "dist.pipeline") => self.dist_pipeline(a),
+            (false, "dist.all_reduce" | "dist.all_gather" | "dist.reduce_scatter" | "dist.all_to_all") => {
+                self.dist_collective(path, a)
+            }
             (false, "device") => Ty::NoneVal,
             (false, "prefetch") => {
                 if let Some(into) = arg!(a, "prefetch" => "into") {

@@ -46,7 +46,7 @@ impl<'a> Infer<'a> {
         let name = match &f.ty {
             Ty::Function(n) => n.clone(),
             Ty::Unknown => return None,
-            Ty::Grad { .. } | Ty::Vmap { .. } | Ty::Checkpoint { .. } | Ty::CustomVjp { .. } => {
+            Ty::Grad { .. } | Ty::Vmap { .. } | Ty::Checkpoint { .. } | Ty::CustomVjp { .. } | Ty::Pipeline { .. } => {
                 self.push(
                     Diagnostic::new(
                         Code::E0802,
@@ -236,7 +236,7 @@ impl<'a> Infer<'a> {
 
     /// The parameter each call argument binds (by position or keyword), None where the
     /// binding fails (`bind_user` reports that).
-    fn param_of_args(sig: &Signature, vals: &Vals) -> Vec<Option<usize>> {
+    pub(super) fn param_of_args(sig: &Signature, vals: &Vals) -> Vec<Option<usize>> {
         let positional: Vec<usize> =
             sig.params.iter().enumerate().filter(|(_, p)| !p.keyword_only).map(|(i, _)| i).collect();
         let mut next = 0;

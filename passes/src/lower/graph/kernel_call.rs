@@ -99,7 +99,7 @@ impl Body<'_, '_, '_> {
         }
         let mut types = Vec::new();
         for t in &result_tys {
-            types.push(param_type(t).ok_or_else(|| LowerError {
+            types.push(self.ir_type(t).ok_or_else(|| LowerError {
                 message: format!("a kernel result of type {t} in a graph function"),
                 range,
             })?);

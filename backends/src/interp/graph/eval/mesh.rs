@@ -10,7 +10,9 @@
 //!   device's block first (free: no data moves, as in GSPMD);
 //! - `tile.dim` gives the global size, and `mean` over a split dim divides by the global
 //!   count (its result is a partial sum);
-//! - `dist.all_gather` and `dist.all_reduce` run across the devices of each group.
+//! - the collectives (`dist.all_gather`, `dist.all_reduce`, `dist.reduce_scatter`,
+//!   `dist.all_to_all`, inserted by propagation or written by the program) run across
+//!   the devices of each group.
 //!
 //! The results are assembled from the devices' blocks into global tensors.
 
@@ -26,7 +28,7 @@ use super::super::values::{numel, row_major_strides, Tensor, Val};
 use super::super::{GraphArg, R};
 use super::{bind_params, eval_dims, Machine};
 use crate::interp::InterpError;
-use crate::mesh::{all_gather, all_reduce_with, Mesh, Network};
+use crate::mesh::{all_gather, all_reduce_with, all_to_all, reduce_scatter, Mesh, Network};
 
 /// What a mesh run gives: the global results and what moved between the devices.
 pub struct MeshRun {
@@ -75,7 +77,9 @@ pub fn run_graph_on_mesh(
                     op.operands.iter().map(|&v| layout.assemble(id, v, &machines)).collect::<Result<Vec<_>, _>>()?;
                 return Ok(MeshRun { results, network });
             }
-            OpKind::AllGather | OpKind::AllReduce => layout.collective(id, op, &mut machines, &mut network)?,
+            OpKind::Send => layout.send(id, op, &mut machines, &mut network)?,
+            k if k.is_collective() => layout.collective(id, op, &mut machines, &mut network)?,
+            OpKind::Split if layout.stage_slices(op) => layout.split_stages(id, op, &mut machines)?,
             OpKind::Random | OpKind::Dropout | OpKind::CallKernel | OpKind::CacheAppend | OpKind::CachePrune => {
                 return Err(InterpError::at_op(func, id, format!("`{}` does not run on a mesh yet", op.kind.name())))
             }
@@ -84,6 +88,13 @@ pub fn run_graph_on_mesh(
             }
             _ => {
                 for (rank, m) in machines.iter_mut().enumerate() {
+                    if !layout.runs_on(id, op, m, rank)? {
+                        // Not this device's stage: no value, but the token chain goes on.
+                        for &r in &op.results {
+                            m.vals[r.0 as usize] = matches!(func.ty(r), Type::Token).then_some(Val::Token);
+                        }
+                        continue;
+                    }
                     let results = layout.device_op(id, op, m, rank)?;
                     for (&r, v) in op.results.iter().zip(results) {
                         m.vals[r.0 as usize] = Some(v);
@@ -351,7 +362,89 @@ impl Layout<'_> {
         Ok(out)
     }
 
-    /// A `dist.all_gather` or `dist.all_reduce` across the devices of each group.
+    /// Whether `op` runs on device `rank`: an op of a pipeline stage (`{pipeline,
+    /// stage}`) on the devices at that position of the pipeline's axis; any other where
+    /// its operands are (everywhere, outside pipelines).
+    fn runs_on(&self, id: OpId, op: &Op, m: &Machine, rank: usize) -> R<bool> {
+        if let (Some(axis), Some(stage)) = (op.str_attr("pipeline"), op.int_attr("stage")) {
+            let a = self.axis(id, axis)?;
+            return Ok(self.devices.coords(rank)[a] as i64 == stage);
+        }
+        let values: Vec<bool> = op
+            .operands
+            .iter()
+            .filter(|&&v| !matches!(self.func.ty(v), Type::Token))
+            .map(|&v| m.vals[v.0 as usize].is_some())
+            .collect();
+        if values.iter().all(|&h| h) {
+            return Ok(true);
+        }
+        if values.iter().all(|&h| !h) {
+            return Ok(false);
+        }
+        Err(InterpError::at_op(self.func, id, "an op reads values of two pipeline stages".into()))
+    }
+
+    /// Whether `op` is the split of a parameter stacked over a pipeline's axis whose
+    /// stage dim is split over that axis: each device already holds its stage's slice.
+    fn stage_slices(&self, op: &Op) -> bool {
+        let (Some(axis), Some("stages")) = (op.str_attr("pipeline"), op.str_attr("role")) else { return false };
+        self.sharding(op.operands[0]).is_some_and(|s| s.dims.first().and_then(|d| d.as_deref()) == Some(axis))
+    }
+
+    /// The stacked split: slice k is device k's own block (on the devices at position k
+    /// of the pipeline's axis), and no other device holds it.
+    fn split_stages(&self, id: OpId, op: &Op, machines: &mut [Machine]) -> R<()> {
+        let axis = self.axis(id, op.str_attr("pipeline").unwrap_or(""))?;
+        for (rank, m) in machines.iter_mut().enumerate() {
+            let block = m.vals[op.operands[0].0 as usize].clone();
+            let mine = self.devices.coords(rank)[axis];
+            for (k, &r) in op.results.iter().enumerate() {
+                m.vals[r.0 as usize] = if k == mine { block.clone() } else { None };
+            }
+        }
+        Ok(())
+    }
+
+    /// A pipeline's `dist.send {axis, from, to}`: each device at position `from` of
+    /// `axis` sends its value to the device at position `to` with its other coordinates,
+    /// all in one step.
+    fn send(&self, id: OpId, op: &Op, machines: &mut [Machine], net: &mut Network) -> R<()> {
+        let err = |m: String| InterpError::at_op(self.func, id, m);
+        let axis = self.axis(id, op.str_attr("axis").unwrap_or(""))?;
+        let (from, to) = (op.int_attr("from").unwrap_or(-1), op.int_attr("to").unwrap_or(-1));
+        let size = self.devices.axis_size(axis) as i64;
+        if !(0..size).contains(&from) || !(0..size).contains(&to) || from == to {
+            return Err(err(format!("a send from position {from} to {to} of an axis of {size}")));
+        }
+        let (v, r) = (op.operands[0], op.results[0]);
+        let mut delivered: Vec<(usize, Val)> = Vec::new();
+        for (rank, m) in machines.iter().enumerate() {
+            let mut coords = self.devices.coords(rank);
+            if coords[axis] as i64 != from {
+                continue;
+            }
+            let Some(Val::Tensor(t)) = &m.vals[v.0 as usize] else {
+                return Err(err(format!("device {rank} has nothing to send")));
+            };
+            net.sent[rank] += t.data.len() as u64 * u64::from(t.dtype.bytes());
+            coords[axis] = to as usize;
+            delivered.push((self.devices.rank(&coords), Val::Tensor(t.clone())));
+        }
+        net.steps += 1;
+        for m in machines.iter_mut() {
+            m.vals[r.0 as usize] = None;
+            for &t in &op.results[1..] {
+                m.vals[t.0 as usize] = Some(Val::Token);
+            }
+        }
+        for (rank, val) in delivered {
+            machines[rank].vals[r.0 as usize] = Some(val);
+        }
+        Ok(())
+    }
+
+    /// A collective across the devices of each group of its axis.
     fn collective(&self, id: OpId, op: &Op, machines: &mut [Machine], net: &mut Network) -> R<()> {
         let err = |m: String| InterpError::at_op(self.func, id, m);
         let axis_name = op.str_attr("axis").ok_or_else(|| err("a collective without `axis`".into()))?;
@@ -360,26 +453,70 @@ impl Layout<'_> {
             (0..op.operands.len()).filter(|&i| !matches!(self.func.ty(op.operands[i]), Type::Token)).collect();
         for &i in &tensors {
             let v = op.operands[i];
-            let mut locals: Vec<Tensor> = machines
+            // A pipeline stage's value is only on that stage's devices: the groups there
+            // run the collective, the others stand in with zeros, send nothing that is
+            // counted, and keep no result.
+            let held: Vec<Option<Tensor>> = machines
                 .iter()
                 .map(|m| match &m.vals[v.0 as usize] {
-                    Some(Val::Tensor(t)) => Ok(t.clone()),
-                    other => Err(err(format!("a collective of {:?}", other.as_ref().map(Val::describe)))),
+                    Some(Val::Tensor(t)) => Ok(Some(t.clone())),
+                    None => Ok(None),
+                    Some(other) => Err(err(format!("a collective of {}", other.describe()))),
                 })
                 .collect::<R<_>>()?;
+            let Some(template) = held.iter().flatten().next().cloned() else {
+                return Err(err("a collective of a value no device holds".into()));
+            };
+            for g in self.devices.groups(axis) {
+                if g.iter().any(|&r| held[r].is_some()) && g.iter().any(|&r| held[r].is_none()) {
+                    return Err(err(format!("a collective over `{axis_name}` of a value only some of a group hold")));
+                }
+            }
+            let absent: Vec<usize> = (0..held.len()).filter(|&r| held[r].is_none()).collect();
+            let mut locals: Vec<Tensor> = held
+                .into_iter()
+                .map(|t| t.unwrap_or_else(|| Tensor { data: vec![0.0; template.data.len()], ..template.clone() }))
+                .collect();
             let dtype = locals[0].dtype;
             // The devices hold f64 copies of `dtype` values: count what `dtype` would move.
             let mut moved = Network::new(net.sent.len());
+            let dim = |key: &str| -> R<usize> {
+                let d = op.int_attr(key).ok_or_else(|| err(format!("`{}` without `{key}`", op.kind.name())))?;
+                usize::try_from(d)
+                    .ok()
+                    .filter(|&d| d < locals[0].dims.len())
+                    .ok_or_else(|| err(format!("`{key}` = {d} of a rank-{} tensor", locals[0].dims.len())))
+            };
+            let parts = self.devices.axis_size(axis);
             let out: Vec<Tensor> = if op.kind == OpKind::AllGather {
-                let d = op.int_attr("dim").unwrap_or(0) as usize;
+                let d = dim("dim")?;
                 let before = locals[0].dims.clone();
                 let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
                 all_gather(&mut bufs, self.devices, axis, &mut moved).map_err(err)?;
-                let parts = self.devices.axis_size(axis);
                 let mut front = before.clone();
                 front.remove(d);
                 front.insert(0, before[d] * parts);
                 bufs.into_iter().map(|data| move_from_front(&Tensor { dtype, dims: front.clone(), data }, d)).collect()
+            } else if op.kind == OpKind::ReduceScatter {
+                // Dim `d` at the front: chunk i of the flat buffer is block i of dim `d`.
+                let d = dim("dim")?;
+                let before = locals[0].dims.clone();
+                if !before[d].is_multiple_of(parts) {
+                    return Err(err(format!("dim {d} of {} elements does not split over {parts} devices", before[d])));
+                }
+                let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
+                reduce_scatter(&mut bufs, self.devices, axis, &mut moved).map_err(err)?;
+                let mut front = before.clone();
+                front.remove(d);
+                front.insert(0, before[d] / parts);
+                let result_dtype = self.local_ty(op.results[i]).unwrap_or(dtype);
+                bufs.into_iter()
+                    .map(|data| {
+                        rounded(&move_from_front(&Tensor { dtype: result_dtype, dims: front.clone(), data }, d))
+                    })
+                    .collect()
+            } else if op.kind == OpKind::AllToAll {
+                self.all_to_all(&locals, dim("split_dim")?, dim("concat_dim")?, axis, &mut moved).map_err(err)?
             } else {
                 let combine = match op.str_attr("combine") {
                     Some("max") => Combine::Max,
@@ -410,13 +547,16 @@ impl Layout<'_> {
                     .map(|(t, data)| rounded(&Tensor { dtype: result_dtype, dims: t.dims.clone(), data }))
                     .collect()
             };
+            for &r in &absent {
+                moved.sent[r] = 0;
+            }
             for (total, sent) in net.sent.iter_mut().zip(&moved.sent) {
                 *total += sent / 8 * u64::from(dtype.bytes());
             }
             net.steps += moved.steps;
             let r = op.results[i];
-            for (m, t) in machines.iter_mut().zip(out) {
-                m.vals[r.0 as usize] = Some(Val::Tensor(t));
+            for (rank, (m, t)) in machines.iter_mut().zip(out).enumerate() {
+                m.vals[r.0 as usize] = (!absent.contains(&rank)).then_some(Val::Tensor(t));
             }
         }
         for (i, &r) in op.results.iter().enumerate() {
@@ -429,10 +569,57 @@ impl Layout<'_> {
         Ok(())
     }
 
+    /// Each device's block after an all-to-all over `axis` that moves the split from
+    /// `concat` to `split`: with `split` at the front, chunk j of device i's buffer (its
+    /// block j of `split`) goes to device j, which puts what device i sent at block i of
+    /// `concat`.
+    fn all_to_all(
+        &self,
+        locals: &[Tensor],
+        split: usize,
+        concat: usize,
+        axis: usize,
+        net: &mut Network,
+    ) -> Result<Vec<Tensor>, String> {
+        let parts = self.devices.axis_size(axis);
+        let dims = locals[0].dims.clone();
+        if !dims[split].is_multiple_of(parts) {
+            return Err(format!("dim {split} of {} elements does not split over {parts} devices", dims[split]));
+        }
+        let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, split).data).collect();
+        all_to_all(&mut bufs, self.devices, axis, net)?;
+        // What one sender's chunk is, `split` back in place: `split` a block, `concat` the
+        // sender's block.
+        let mut chunk_front = dims.clone();
+        chunk_front.remove(split);
+        chunk_front.insert(0, dims[split] / parts);
+        let chunk_len: usize = chunk_front.iter().product();
+        let mut out_dims = dims.clone();
+        out_dims[split] /= parts;
+        out_dims[concat] *= parts;
+        let dtype = locals[0].dtype;
+        Ok(bufs
+            .into_iter()
+            .map(|buf| {
+                let mut t = Tensor { dtype, dims: out_dims.clone(), data: vec![0.0; numel(&out_dims)] };
+                for (sender, data) in buf.chunks(chunk_len.max(1)).enumerate() {
+                    let block =
+                        move_from_front(&Tensor { dtype, dims: chunk_front.clone(), data: data.to_vec() }, split);
+                    let mut offsets = vec![0; out_dims.len()];
+                    offsets[concat] = sender * block.dims[concat];
+                    put_block(&mut t, &block, &offsets);
+                }
+                t
+            })
+            .collect())
+    }
+
     /// The global value of `v` from the devices' blocks.
     fn assemble(&self, id: OpId, v: ValueId, machines: &[Machine]) -> R<GraphArg> {
-        let first = machines[0].vals[v.0 as usize]
-            .as_ref()
+        // A pipeline's result is on its last stage's devices only.
+        let first = machines
+            .iter()
+            .find_map(|m| m.vals[v.0 as usize].as_ref())
             .ok_or_else(|| InterpError::at_op(self.func, id, "an undefined result".into()))?;
         let (Val::Tensor(t0), Some(s)) = (first, self.sharding(v)) else {
             return first.to_arg().ok_or_else(|| InterpError::at_op(self.func, id, "a token result".into()));

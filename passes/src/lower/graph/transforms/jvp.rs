@@ -487,7 +487,13 @@ impl Body<'_, '_, '_> {
                 set(jv, Some(t));
             }
             // No float tensor result, or a constant: no tangent.
-            OpKind::Cmp | OpKind::TensorDim | OpKind::Fill | OpKind::Constant | OpKind::Random | OpKind::Prefetch => {}
+            OpKind::Cmp
+            | OpKind::TensorDim
+            | OpKind::Fill
+            | OpKind::Iota
+            | OpKind::Constant
+            | OpKind::Random
+            | OpKind::Prefetch => {}
             _ => return self.refuse_jvp(jv, op, " yet"),
         }
         Ok(())

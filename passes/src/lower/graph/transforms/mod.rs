@@ -125,6 +125,7 @@ impl Body<'_, '_, '_> {
                     inf: &callee.inf,
                     resolve: self.resolve,
                     env: scratch_env,
+                    dims: std::collections::BTreeMap::new(),
                 };
                 inner.stmts(&callee.def.body)?.unwrap_or(Val::None)
             };

@@ -1,0 +1,105 @@
+//! Inlining: a helper or graph function called from a graph function is lowered into the
+//! caller's graph (its arguments bound to its parameters, its defaults evaluated in its
+//! own scope, its dim symbols rewritten to the caller's dims).
+
+use super::*;
+
+impl Body<'_, '_, '_> {
+    /// Binds a callee's parameters to the call's arguments.
+    pub(super) fn bind_arguments(
+        &mut self,
+        callee: &Callee,
+        args: &[Arg],
+        range: TextRange,
+    ) -> R<HashMap<SmolStr, Val>> {
+        let mut env = HashMap::new();
+        let mut positional = args.iter().filter(|a| a.name.is_none());
+        for p in &callee.sig.params {
+            let given = if p.keyword_only {
+                args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == p.name.as_str()))
+            } else {
+                args.iter()
+                    .find(|a| a.name.as_ref().is_some_and(|(n, _)| n == p.name.as_str()))
+                    .or_else(|| positional.next())
+            };
+            match given {
+                Some(a) => {
+                    let v = self.expr(a.value)?;
+                    env.insert(SmolStr::new(&p.name), v);
+                }
+                None if p.has_default => {
+                    // Defaults are constants the callee's own inference typed.
+                    let dp = callee.def.params.iter().find(|dp| dp.name == p.name.as_str());
+                    if let Some(default) = dp.and_then(|dp| dp.default) {
+                        let mut inner = Body {
+                            g: &mut *self.g,
+                            name: SmolStr::new(&callee.def.name),
+                            def: &callee.def,
+                            sig: &callee.sig,
+                            inf: &callee.inf,
+                            resolve: self.resolve,
+                            env: HashMap::new(),
+                            dims: BTreeMap::new(),
+                        };
+                        let v = inner.expr(default)?;
+                        env.insert(SmolStr::new(&p.name), v);
+                    }
+                }
+                None => return unsupported(format!("no argument for `{}`", p.name), range),
+            }
+        }
+        Ok(env)
+    }
+
+    pub(super) fn callee(&self, name: &str, range: TextRange) -> R<Callee> {
+        if self.g.depth > 16 {
+            return unsupported("graph functions call each other more than 16 deep (recursion?)", range);
+        }
+        let callee =
+            (self.resolve)(name).ok_or_else(|| LowerError { message: format!("no function `{name}`"), range })?;
+        if callee.is_kernel {
+            return unsupported(format!("calling the kernel `{name}` from a graph function is not lowered yet"), range);
+        }
+        Ok(callee)
+    }
+
+    /// The callee's dim symbols that its arguments give other dims (see [`Body::dims`]).
+    pub(super) fn callee_dims(&self, callee: &Callee, env: &HashMap<SmolStr, Val>) -> BTreeMap<String, Dim> {
+        let mut dims = BTreeMap::new();
+        for p in &callee.sig.params {
+            let (Ty::Tensor(pt), Some(Val::One(v))) = (&p.ty, env.get(p.name.as_str())) else { continue };
+            let Type::Tensor(at) = self.vty(*v) else { continue };
+            for (pd, ad) in pt.dims.iter().zip(&at.dims) {
+                if let Some(sym) = pd.as_sym().filter(|_| pd != ad) {
+                    dims.entry(sym.to_string()).or_insert_with(|| ad.clone());
+                }
+            }
+        }
+        dims
+    }
+
+    /// Inlines a helper or graph function; returns its return value.
+    pub(super) fn inline_call(&mut self, name: &str, args: &[Arg], range: TextRange) -> R<Val> {
+        let callee = self.callee(name, range)?;
+        let env = self.bind_arguments(&callee, args, range)?;
+        self.inline_body(&callee, env)
+    }
+
+    pub(super) fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>) -> R<Val> {
+        let dims = self.callee_dims(callee, &env);
+        self.g.depth += 1;
+        let mut inner = Body {
+            g: &mut *self.g,
+            name: SmolStr::new(&callee.def.name),
+            def: &callee.def,
+            sig: &callee.sig,
+            inf: &callee.inf,
+            resolve: self.resolve,
+            env,
+            dims,
+        };
+        let out = inner.stmts(&callee.def.body)?.unwrap_or(Val::None);
+        self.g.depth -= 1;
+        Ok(out)
+    }
+}
