@@ -11,13 +11,14 @@ pub(crate) fn json(m: &MeshCheck) -> Value {
         "devices": m.devices(),
         "axes": m.axes.iter().map(|(a, s)| json!({"name": a, "size": s})).collect::<Vec<_>>(),
         "layouts": m.layouts.iter().map(|(n, l)| (n.clone(), Value::String(l.clone()))).collect::<serde_json::Map<_, _>>(),
-        "collectives": m.collectives.iter().map(|c| json!({
+        "collectives": m.collectives.iter().enumerate().map(|(i, c)| json!({
             "kind": c.kind,
             "explicit": c.explicit,
             "axis": c.axis,
             "bytes_per_device": c.bytes,
             "algorithm": c.algorithm,
             "estimated_us": c.time_us,
+            "overlaps": m.overlaps.get(i).cloned().unwrap_or_default(),
         })).collect::<Vec<_>>(),
         "pipelines": m.pipelines.iter().map(|p| json!({
             "axis": p.axis,
@@ -63,6 +64,9 @@ pub(crate) fn text(m: &MeshCheck) -> String {
         let written = if c.explicit { " (written)" } else { "" };
         let times = if n > 1 { format!("{n} × ") } else { String::new() };
         let _ = writeln!(s, "            {times}{}{written} over {}: {bytes}{cost}", c.kind, c.axis);
+        if let Some(o) = m.overlaps.get(i).filter(|o| n == 1 && !o.is_empty()) {
+            let _ = writeln!(s, "              overlaps {}", o.join(", "));
+        }
         i += n;
     }
     for p in &m.pipelines {

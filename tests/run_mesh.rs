@@ -191,3 +191,26 @@ def scale(x: Tensor["N", f32]):
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("`scale` is a kernel"), "{err}");
 }
+
+#[test]
+fn the_program_on_the_mesh_overlaps_a_gradient_all_reduce_with_the_backward_pass() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/data_parallel_grad_buckets.tsr");
+    let (code, out, err) =
+        tessera(&["lower", file, "--kernel", "dp_mlp_step", "--stage", "sched", "--dims", "B=64,D=1024,F=4096"]);
+    assert_eq!(code, 0, "{err}");
+    let mesh = out.split("// on the mesh").nth(1).unwrap_or_else(|| panic!("no program on the mesh:\n{out}"));
+    assert_eq!(mesh.matches("sched.collective_start").count(), 2, "{mesh}");
+    assert_eq!(mesh.matches("sched.collective_wait").count(), 2, "{mesh}");
+    let overlapped = mesh.lines().find(|l| l.contains("overlaps = ")).unwrap_or_else(|| panic!("{mesh}"));
+    assert!(overlapped.contains("dp_mlp_step__k8_matmul"), "{overlapped}");
+    // The one-device plan has no collectives.
+    assert!(!out.split("// on the mesh").next().unwrap().contains("sched.collective"), "{out}");
+    // tessera run reports each collective's overlap too (none at small sizes: one bucket).
+    let (code, out, err) =
+        tessera(&["run", file, "--kernel", "dp_mlp_step", "--device", "interp", "--dims", "B=8,D=32,F=64", "--json"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let collectives = report["mesh"]["collectives"].as_array().unwrap();
+    assert_eq!(collectives.len(), 1, "{report}");
+    assert_eq!(collectives[0]["overlaps"], serde_json::json!([]), "{report}");
+}

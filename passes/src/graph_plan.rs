@@ -170,6 +170,9 @@ enum Kind {
         src: ValueId,
         dst: ValueId,
     },
+    /// A collective of the program on its mesh ([`plan_on_mesh`]): started on its
+    /// operands' buffers, its results those same buffers.
+    Collective(OpId),
 }
 
 #[derive(Clone, Debug)]
@@ -207,6 +210,9 @@ struct Planner<'g> {
     prefetch: Vec<(ValueId, String)>,
     /// Kernel results whose buffers start as a constant (`kernel_call`): their fill.
     fills: HashMap<ValueId, Splat>,
+    /// Planning the program on its mesh ([`plan_on_mesh`]): collectives are launched,
+    /// not the identity they are on one device.
+    on_mesh: bool,
 }
 
 fn sched_value(s: &mut Func, ty: Type, name: Option<&str>) -> ValueId {
@@ -395,6 +401,26 @@ impl Planner<'_> {
                 self.stored_by.insert(op.results[0], by);
                 Ok(())
             }
+            // On the mesh a collective is a step of its own, between the launch that
+            // writes its operands and those that read its results (no fusion across it);
+            // in Graph IR's global view its results are its operands' buffers.
+            k if k.is_collective() && self.on_mesh => {
+                let g = self.groups.len();
+                for &o in &op.operands {
+                    if !self.is_host(o) {
+                        self.store(o, &loc)?;
+                    }
+                }
+                self.groups.push(Group { kind: Kind::Collective(id), dims: vec![], ops: vec![], outputs: vec![] });
+                for (&o, &r) in op.operands.iter().zip(&op.results) {
+                    if self.is_host(o) {
+                        continue;
+                    }
+                    self.host.insert(r, self.host[&o]);
+                    self.stored_by.insert(r, Some(g));
+                }
+                Ok(())
+            }
             // On one device a collective is its operands' values (Graph IR is the global
             // view): each result is its operand's buffer, nothing is launched.
             k if k.is_collective() => {
@@ -536,6 +562,47 @@ impl Planner<'_> {
 
 /// Plans a graph function (Graph IR) into generated kernels and launches.
 pub fn plan(graph: &Func) -> R<GraphPlan> {
+    plan_with(graph, false)
+}
+
+/// The program of a sharded graph function on its mesh: `graph` is its Graph IR with the
+/// collectives (`dist::function::graph_with_collectives`). Each collective starts after
+/// the launch that writes its operands and is waited for right before the first launch
+/// that touches its buffers, so the launches in between overlap it (`sched.collective_wait
+/// {overlaps}` names them). Shapes stay global, as in Graph IR.
+pub fn plan_on_mesh(graph: &Func) -> R<GraphPlan> {
+    plan_with(graph, true)
+}
+
+/// For each collective of a [`plan_on_mesh`] schedule, in Graph IR's order: the kernels
+/// launched while it is in flight (its wait's `overlaps`).
+pub fn collective_overlaps(schedule: &Func) -> Vec<Vec<String>> {
+    // Starts were created in Graph IR's order, so their op ids are in that order.
+    let mut starts: Vec<(OpId, ValueId)> = schedule
+        .body
+        .ops
+        .iter()
+        .filter(|&&id| schedule.op(id).kind == OpKind::CollectiveStart)
+        .map(|&id| (id, schedule.op(id).results[0]))
+        .collect();
+    starts.sort_by_key(|(id, _)| id.0);
+    starts
+        .iter()
+        .map(|(_, token)| {
+            schedule
+                .body
+                .ops
+                .iter()
+                .map(|&id| schedule.op(id))
+                .find(|op| op.kind == OpKind::CollectiveWait && op.operands.first() == Some(token))
+                .and_then(|op| op.str_attr("overlaps"))
+                .map(|o| o.split(", ").map(str::to_string).collect())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn plan_with(graph: &Func, on_mesh: bool) -> R<GraphPlan> {
     let mut s = Func::new(&graph.name, FuncKind::Graph, Level::Schedule, graph.loc.clone());
     s.attrs = graph.attrs.clone();
     let mut host = HashMap::new();
@@ -561,6 +628,7 @@ pub fn plan(graph: &Func) -> R<GraphPlan> {
         seed: None,
         prefetch: Vec::new(),
         fills: HashMap::new(),
+        on_mesh,
     };
     for &id in &graph.body.ops {
         p.op(id)?;

@@ -153,6 +153,14 @@ fn graph_lowering_text(
         for k in &plan.kernels {
             out.text.push_str(&format!("//   {}: {}\n", k.name, k.summary));
         }
+        // A sharded function: its program on the mesh too, collectives overlapped.
+        if let Some(on_mesh) = crate::dist::function::mesh_plan(db, key, shapes)? {
+            out.text
+                .push_str("\n// on the mesh: each device's program (global shapes, as Graph IR), every collective\n");
+            out.text.push_str("// started after the launch that writes its buffers and waited for before the first\n");
+            out.text.push_str("// launch that touches them; `overlaps` names the launches that run meanwhile\n");
+            out.text.push_str(&print_ir(db, key.file(db), &on_mesh.schedule).text);
+        }
         return Ok(out);
     }
     let mut out = LoweredText::default();

@@ -103,6 +103,20 @@ pub fn graph_with_collectives(
     })
 }
 
+/// The program of a sharded function on its mesh, collectives overlapped with the
+/// launches that do not touch their buffers (`graph_plan::plan_on_mesh`); `None` when no
+/// parameter is sharded.
+pub fn mesh_plan(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    dims: &BTreeMap<String, i64>,
+) -> Result<Option<crate::graph_plan::GraphPlan>, LowerError> {
+    match sharded_program(db, key, dims)? {
+        Some(p) => Ok(Some(crate::graph_plan::plan_on_mesh(&p.inserted.func)?)),
+        None => Ok(None),
+    }
+}
+
 /// A sharded function as the mesh runs it.
 pub struct ShardedProgram {
     /// Graph IR with its collectives, and every value's sharding.

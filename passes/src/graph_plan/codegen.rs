@@ -383,6 +383,109 @@ impl Planner<'_> {
         self.groups[g].ops = keep;
     }
 
+    /// `sched.collective_start` of the collective `id` on its operands' buffers (emitted,
+    /// not yet placed): its token and the buffers.
+    fn collective_start(&mut self, id: OpId) -> (ValueId, Vec<ValueId>) {
+        let op = self.g.op(id).clone();
+        let buffers: Vec<ValueId> =
+            op.operands.iter().filter(|&&o| !self.is_host(o)).filter_map(|o| self.host.get(o).copied()).collect();
+        let mut attrs = vec![("kind", Attr::Str(SmolStr::new(op.kind.name().trim_start_matches("dist."))))];
+        for key in ["axis", "explicit", "bytes", "algorithm", "time_us", "from", "to"] {
+            if let Some(a) = op.attr(key) {
+                attrs.push((key, a.clone()));
+            }
+        }
+        let token = self.s.new_value(Type::Token, None);
+        self.s.ops.push(Op {
+            kind: OpKind::CollectiveStart,
+            operands: buffers.clone(),
+            results: vec![token],
+            attrs,
+            regions: vec![],
+            loc: op.loc.clone(),
+        });
+        (token, buffers)
+    }
+
+    /// The launch order with the collectives placed for overlap. Each collective starts as
+    /// early as its buffers allow (after the last kernel before it that touches them, and
+    /// after an earlier collective on the same buffers is complete) and is waited for as
+    /// late as they allow (before the first kernel after it that
+    /// touches them, else before the return). A buffer is touched by a launch that reads or
+    /// writes it or a view of it. The wait names the kernels that run meanwhile (`overlaps`).
+    fn with_waits(&mut self, launches: Vec<OpId>, started: &[(ValueId, Vec<ValueId>, usize)]) -> Vec<OpId> {
+        let views_of = |s: &Func, buffers: &[ValueId]| -> Vec<ValueId> {
+            let mut all = buffers.to_vec();
+            for op in &s.ops {
+                if op.kind == OpKind::Reshape && op.operands.first().is_some_and(|o| all.contains(o)) {
+                    all.extend(op.results.iter().copied());
+                }
+            }
+            all
+        };
+        // The kernel launches alone, and how many come before each collective.
+        let kernels: Vec<OpId> = launches.iter().copied().filter(|&l| self.s.op(l).kind == OpKind::Kernel).collect();
+        let kernels_before: Vec<usize> = (0..launches.len())
+            .map(|at| launches[..at].iter().filter(|&&l| self.s.op(l).kind == OpKind::Kernel).count())
+            .collect();
+        // Per slot (before kernel k, or before the return): the starts and the waits
+        // placed there, each with its buffers.
+        let mut starts: Vec<Vec<(OpId, Vec<ValueId>)>> = vec![Vec::new(); kernels.len() + 1];
+        let mut waits: Vec<Vec<(OpId, OpId, Vec<ValueId>)>> = vec![Vec::new(); kernels.len() + 1];
+        // (first kernel it must precede, buffers) of each placed one.
+        let mut placed: Vec<(usize, Vec<ValueId>)> = Vec::new();
+        for (token, buffers, at) in started {
+            let all = views_of(&self.s, buffers);
+            let touches = |k: usize| self.s.op(kernels[k]).operands.iter().any(|o| all.contains(o));
+            let here = kernels_before[*at];
+            let mut lo = (0..here).rev().find(|&k| touches(k)).map_or(0, |k| k + 1);
+            // One on the same buffers must be complete first. Others may start in another
+            // order than Graph IR's token chain gives: every device runs this same
+            // schedule, so they all issue the collectives in one order, as NCCL needs.
+            for (phi, pbufs) in &placed {
+                if pbufs.iter().any(|b| all.contains(b)) {
+                    lo = lo.max(*phi);
+                }
+            }
+            let hi = (here..kernels.len()).find(|&k| touches(k)).unwrap_or(kernels.len()).max(lo);
+            let overlaps: Vec<String> =
+                kernels[lo..hi].iter().filter_map(|&k| self.s.op(k).str_attr("callee").map(str::to_string)).collect();
+            let start_op = launches[*at];
+            let loc = self.s.op(start_op).loc.clone();
+            self.s.ops.push(Op {
+                kind: OpKind::CollectiveWait,
+                operands: vec![*token],
+                results: vec![],
+                attrs: if overlaps.is_empty() {
+                    vec![]
+                } else {
+                    vec![("overlaps", Attr::Str(SmolStr::new(overlaps.join(", "))))]
+                },
+                regions: vec![],
+                loc,
+            });
+            starts[lo].push((start_op, all.clone()));
+            waits[hi].push((OpId(self.s.ops.len() as u32 - 1), start_op, all.clone()));
+            placed.push((hi, all));
+        }
+        let mut ops = Vec::new();
+        for k in 0..=kernels.len() {
+            // In a slot, a wait goes before the starts only when another of them works on
+            // its buffers; the others after them, so that more collectives are in flight.
+            let (first, last): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut waits[k]).into_iter().partition(|(_, own, bufs)| {
+                    starts[k].iter().any(|(s, started)| s != own && started.iter().any(|b| bufs.contains(b)))
+                });
+            ops.extend(first.into_iter().map(|(w, _, _)| w));
+            ops.extend(starts[k].iter().map(|(s, _)| *s));
+            ops.extend(last.into_iter().map(|(w, _, _)| w));
+            if let Some(&l) = kernels.get(k) {
+                ops.push(l);
+            }
+        }
+        ops
+    }
+
     pub(super) fn finish(mut self) -> R<GraphPlan> {
         let fname = self.g.name.to_string();
         let mut source = format!(
@@ -390,7 +493,15 @@ impl Planner<'_> {
         );
         let mut kernels = Vec::new();
         let mut launches = Vec::new();
+        // Started collectives: their token, the buffers they work on, and where they start.
+        let mut started: Vec<(ValueId, Vec<ValueId>, usize)> = Vec::new();
         for g in 0..self.groups.len() {
+            if let Kind::Collective(id) = self.groups[g].kind {
+                let (token, buffers) = self.collective_start(id);
+                launches.push(OpId(self.s.ops.len() as u32 - 1));
+                started.push((token, buffers, launches.len() - 1));
+                continue;
+            }
             if self.groups[g].outputs.is_empty() {
                 continue;
             }
@@ -402,6 +513,7 @@ impl Planner<'_> {
                 Kind::Elementwise => "elementwise".to_string(),
                 Kind::Matmul { .. } => "matmul".to_string(),
                 Kind::Single(id) => self.g.op(*id).kind.name().rsplit('.').next().unwrap_or("op").to_string(),
+                Kind::Collective(_) => unreachable!("started above"),
             };
             let name = user.clone().unwrap_or_else(|| format!("{fname}__k{}_{label}", kernels.len()));
             let (text, args, summary) = match self.groups[g].kind.clone() {
@@ -409,13 +521,14 @@ impl Planner<'_> {
                 Kind::Matmul { a, b, result, .. } => self.matmul_kernel(g, &name, a, b, result)?,
                 Kind::Single(id) => self.library_kernel(g, id, &name)?,
                 Kind::Copy { src, dst, .. } => self.copy_kernel(&name, src, dst)?,
+                Kind::Collective(_) => unreachable!("started above"),
             };
             if user.is_none() {
                 let _ = write!(source, "\n\n{}\n", text.trim_end());
             }
             let loc = match &self.groups[g].kind {
                 Kind::Single(id) | Kind::Copy { call: id, .. } => self.g.op(*id).loc.clone(),
-                Kind::Matmul { op, .. } => self.g.op(*op).loc.clone(),
+                Kind::Matmul { op, .. } | Kind::Collective(op) => self.g.op(*op).loc.clone(),
                 Kind::Elementwise => self.groups[g]
                     .ops
                     .first()
@@ -448,7 +561,7 @@ impl Planner<'_> {
         self.s.ops.push(Op { kind: OpKind::Return, operands, results: vec![], attrs: vec![], regions: vec![], loc });
         let ret = OpId(self.s.ops.len() as u32 - 1);
         let mut ops = self.prologue.clone();
-        ops.extend(launches);
+        ops.extend(self.with_waits(launches, &started));
         ops.push(ret);
         self.s.body = Region { args: vec![], ops };
         if let Err(e) = crate::ir::verify::verify(&self.s) {

@@ -230,6 +230,12 @@ ops! {
     SchedDim = "sched.dim",
     Kernel = "sched.kernel",
     Buffer = "sched.buffer",
+    // a sharded function's program on its mesh: a collective started on buffers
+    // (`%pending = sched.collective_start %buf {kind, axis, ...} -> !token`), and the
+    // wait before the first launch that touches them (`sched.collective_wait %pending
+    // {overlaps}`); the launches in between overlap it
+    CollectiveStart = "sched.collective_start",
+    CollectiveWait = "sched.collective_wait",
     // collectives: implied by sharding (inserted by `dist::insert`), or written by the
     // user (`dist.all_reduce(x, axis="tp")`, `{explicit = true}`)
     AllGather = "dist.all_gather",

@@ -324,6 +324,21 @@ impl Verifier<'_> {
                     return Err(err(id, "graph.prefetch needs `into` (smem, l2 or hbm) and `overlap`"));
                 }
             }
+            OpKind::CollectiveStart | OpKind::CollectiveWait if level != Level::Schedule => {
+                return Err(err(id, format!("{name} exists only in Schedule IR")));
+            }
+            OpKind::CollectiveStart => {
+                n_results(1)?;
+                if !matches!(self.ty(op.results[0]), Type::Token) || op.operands.is_empty() {
+                    return Err(err(id, "sched.collective_start takes buffers and gives a token"));
+                }
+            }
+            OpKind::CollectiveWait => {
+                n_results(0)?;
+                if op.operands.len() != 1 || !matches!(self.ty(op.operands[0]), Type::Token) {
+                    return Err(err(id, "sched.collective_wait takes the token of its start"));
+                }
+            }
             OpKind::Kernel | OpKind::Buffer if level == Level::Graph => {
                 return Err(err(id, format!("{name} appears from Schedule IR on")));
             }

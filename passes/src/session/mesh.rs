@@ -29,6 +29,9 @@ pub struct MeshCollective {
     pub bytes: Option<i64>,
     pub algorithm: Option<String>,
     pub time_us: Option<f64>,
+    /// The kernels each device runs while it is in flight (the program on the mesh,
+    /// `graph_plan::plan_on_mesh`); empty when it overlaps nothing or cannot be planned.
+    pub overlaps: Vec<String>,
 }
 
 #[derive(Clone, PartialEq, Debug, Default)]
@@ -60,11 +63,16 @@ impl Analysis<'_> {
                 Some(MeshValue { name: name(v), layout: s.describe(), global, per_device })
             })
             .collect();
+        let overlaps = crate::graph_plan::plan_on_mesh(func)
+            .map(|p| crate::graph_plan::collective_overlaps(&p.schedule))
+            .unwrap_or_default();
         let collectives = program
             .inserted
             .collectives()
             .into_iter()
-            .map(|c| MeshCollective {
+            .enumerate()
+            .map(|(i, c)| MeshCollective {
+                overlaps: overlaps.get(i).cloned().unwrap_or_default(),
                 kind: c.kind,
                 explicit: c.explicit,
                 axis: c.axis,

@@ -307,6 +307,9 @@ impl App {
                     c.values.join(", ")
                 ),
             ));
+            if !c.overlaps.is_empty() {
+                lines.push((MeshLine::Note, format!("    overlaps {}", c.overlaps.join(", "))));
+            }
         }
         for c in &view.conflicts {
             lines.push((MeshLine::Error, format!("conflict: {c}")));

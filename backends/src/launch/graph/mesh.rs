@@ -21,6 +21,9 @@ pub use tessera_passes::dist::insert::CollectiveOp as CollectiveInfo;
 pub struct MeshCheck {
     pub axes: Vec<(String, usize)>,
     pub collectives: Vec<CollectiveInfo>,
+    /// Per collective: the kernels each device launches while it is in flight, in the
+    /// program on the mesh (`graph_plan::plan_on_mesh`).
+    pub overlaps: Vec<Vec<String>>,
     /// Bytes the busiest device sent, counted by the simulated network.
     pub bytes_sent: u64,
     pub steps: u32,
@@ -97,6 +100,9 @@ pub fn run_on_mesh(
         Verdict::NonFinite
     };
     let collectives = program.inserted.collectives();
+    let overlaps = tessera_passes::graph_plan::plan_on_mesh(func)
+        .map(|p| tessera_passes::graph_plan::collective_overlaps(&p.schedule))
+        .unwrap_or_default();
     let pipelines = pipeline_schedules(func);
     let layouts = func
         .params
@@ -109,6 +115,7 @@ pub fn run_on_mesh(
     Ok(Some(MeshCheck {
         axes: program.mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
         collectives,
+        overlaps,
         bytes_sent: mesh_run.network.busiest(),
         steps: mesh_run.network.steps,
         layouts,
