@@ -39,6 +39,10 @@ pub enum GpuError {
     OutOfMemory(String),
     /// The kernel faulted; the context was replaced (load kernels again).
     Fault(String),
+    /// A launch did not finish within the time limit ([`launch_timeout`]): the kernel
+    /// may never end (a deadlock, an endless loop). It cannot be stopped from the host
+    /// short of ending the process, so this device refuses every later call.
+    Timeout(String),
     /// Any other driver failure, with the call that failed.
     Driver(String),
 }
@@ -52,6 +56,7 @@ impl fmt::Display for GpuError {
             | GpuError::Resources(m)
             | GpuError::OutOfMemory(m)
             | GpuError::Fault(m)
+            | GpuError::Timeout(m)
             | GpuError::Driver(m) => f.write_str(m),
         }
     }
@@ -119,6 +124,38 @@ struct State {
     ctx: sys::CUcontext,
     /// Bumped when a fault replaces the context; handles of older generations are dead.
     generation: u64,
+    /// Set when a launch outran the time limit: the kernel still runs, so nothing else
+    /// can (and destroying the context could wait for it forever).
+    stuck: Option<String>,
+}
+
+/// How long one launch may run before it is given up as stuck: `TESSERA_GPU_TIMEOUT`
+/// seconds, default 120. (A flash-attention candidate at head dim 128 once ran without end
+/// on an H200 and the autotuner waited for it with it.)
+pub fn launch_timeout() -> std::time::Duration {
+    let seconds = std::env::var("TESSERA_GPU_TIMEOUT").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(120.0);
+    std::time::Duration::from_secs_f64(seconds.max(0.001))
+}
+
+/// Waits for `event` (recorded after a launch) until it completes, the driver reports an
+/// error, or `limit` passes.
+///
+/// SAFETY: `event` is a live event of the current context.
+unsafe fn wait_for(event: sys::CUevent, limit: std::time::Duration) -> Result<bool, GpuError> {
+    let start = std::time::Instant::now();
+    let mut nap = std::time::Duration::from_micros(20);
+    loop {
+        match sys::cuEventQuery(event) {
+            sys::CUresult::CUDA_SUCCESS => return Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => {}
+            code => check("cuEventQuery", code)?,
+        };
+        if start.elapsed() > limit {
+            return Ok(false);
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(std::time::Duration::from_millis(2));
+    }
 }
 
 // SAFETY: the context handle is only used with the mutex held, after making it current
@@ -148,6 +185,11 @@ impl State {
 
 impl Drop for State {
     fn drop(&mut self) {
+        // A stuck kernel still runs in the context, and destroying it would wait for the
+        // kernel: the process's end takes the context down instead.
+        if self.stuck.is_some() {
+            return;
+        }
         // SAFETY: the context was created by this state and is destroyed once.
         unsafe {
             let _ = sys::cuCtxDestroy_v2(self.ctx);
@@ -277,7 +319,7 @@ impl GpuDevice {
             let smem_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).map_err(no_gpu)?;
             let mut ctx = std::ptr::null_mut();
             check("cuCtxCreate", sys::cuCtxCreate_v2(&mut ctx, 0, device)).map_err(no_gpu)?;
-            let state = State { device, ctx, generation: 0 };
+            let state = State { device, ctx, generation: 0, stuck: None };
             Ok(GpuDevice {
                 state: Arc::new(Mutex::new(state)),
                 name,
@@ -310,6 +352,9 @@ impl GpuDevice {
 
     fn lock(&self) -> Result<MutexGuard<'_, State>, GpuError> {
         let state = self.state.lock().map_err(|_| GpuError::Driver("the GPU state lock is poisoned".into()))?;
+        if let Some(why) = &state.stuck {
+            return Err(GpuError::Timeout(format!("{why}; the GPU cannot run anything else in this process")));
+        }
         state.bind()?;
         Ok(state)
     }
@@ -507,11 +552,12 @@ impl GpuDevice {
             // valid pointer per PTX parameter (the ABI's slots, checked by `pack`), each
             // to 8 bytes; the events are created and destroyed here.
             unsafe {
+                // The end event is polled (a launch that never ends must not hang the
+                // tool); the start event only when timed.
                 let mut events = [std::ptr::null_mut(); 2];
+                check("cuEventCreate", sys::cuEventCreate(&mut events[1], 0))?;
                 if timed {
-                    for e in events.iter_mut() {
-                        check("cuEventCreate", sys::cuEventCreate(e, 0))?;
-                    }
+                    check("cuEventCreate", sys::cuEventCreate(&mut events[0], 0))?;
                     check("cuEventRecord", sys::cuEventRecord(events[0], std::ptr::null_mut()))?;
                 }
                 let launched = check(
@@ -530,14 +576,30 @@ impl GpuDevice {
                         std::ptr::null_mut(),
                     ),
                 );
-                let timing = match (&launched, timed) {
-                    (Ok(()), true) => (|| -> Result<Option<f64>, GpuError> {
+                let limit = launch_timeout();
+                let finished = match &launched {
+                    Ok(()) => (|| -> Result<bool, GpuError> {
                         check("cuEventRecord", sys::cuEventRecord(events[1], std::ptr::null_mut()))?;
-                        check("cuEventSynchronize", sys::cuEventSynchronize(events[1]))?;
+                        wait_for(events[1], limit)
+                    })(),
+                    Err(_) => Ok(true),
+                };
+                if matches!(finished, Ok(false)) {
+                    // The events stay: the stream still holds the kernel before them.
+                    return Err(GpuError::Timeout(format!(
+                        "`{}` did not finish within {:.0} s (TESSERA_GPU_TIMEOUT): a kernel that never ends, or \
+                         one far slower than expected",
+                        kernel.entry,
+                        limit.as_secs_f64()
+                    )));
+                }
+                let timing = match (&launched, &finished, timed) {
+                    (Ok(()), Ok(_), true) => (|| -> Result<Option<f64>, GpuError> {
                         let mut ms = 0f32;
                         check("cuEventElapsedTime", sys::cuEventElapsedTime(&mut ms, events[0], events[1]))?;
                         Ok(Some(ms as f64))
                     })(),
+                    (_, Err(e), _) => Err(e.clone()),
                     _ => Ok(None),
                 };
                 for e in events {
@@ -552,6 +614,10 @@ impl GpuDevice {
             }
         })();
         match result {
+            Err(GpuError::Timeout(m)) => {
+                state.stuck = Some(m.clone());
+                Err(GpuError::Timeout(m))
+            }
             Err(GpuError::Fault(m)) => {
                 let recovered = state.recreate();
                 let note = match recovered {

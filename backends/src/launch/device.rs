@@ -291,6 +291,7 @@ mod gpu_device {
             GpuError::Resources(_) => (ErrorKind::Resources, "the launch does not fit the GPU"),
             GpuError::OutOfMemory(_) => (ErrorKind::Resources, "out of GPU memory"),
             GpuError::Fault(_) => (ErrorKind::Fault, "the kernel faulted"),
+            GpuError::Timeout(_) => (ErrorKind::Fault, "the kernel did not finish"),
             GpuError::Driver(_) => (ErrorKind::Fault, "a CUDA driver call failed"),
         };
         LaunchError::new(kind, format!("`{kernel}` on the GPU: {what}: {e}"))
