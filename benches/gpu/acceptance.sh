@@ -7,7 +7,8 @@
 #   3. bf16 GEMM 4096^3 and causal flash attention (B*H=32, S=4096, D=128): autotuned on
 #      timings alone (`--check none`: a sampled f64 check of every candidate at these sizes
 #      takes minutes), then the winner run and checked against the f64 reference, beside torch.matmul and scaled_dot_product_attention (benches/gpu/torch_peer.py);
-#   4. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
+#   4. every flash-attention candidate alone at that size, under a launch time limit;
+#   5. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
 #      prebuilt test binaries are there.
 # Usage: benches/gpu/acceptance.sh BINDIR OUTDIR [ARCHIVE]
 #   With ARCHIVE, OUTDIR is packed into it after every step (a lease's copy-back takes few
@@ -23,7 +24,7 @@ cd "$ROOT"
 T=$BIN/tessera
 ARCHIVE=${3:-}
 # STEPS picks steps by name (default: all of them).
-STEPS=${STEPS:-machine peers untuned sweep tune nccl cuda-test}
+STEPS=${STEPS:-machine peers untuned sweep tune candidates nccl cuda-test}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 log() {
     echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"
@@ -139,6 +140,17 @@ timeout 60 "$T" run examples/flash_attention.tsr --kernel flash_attention --dims
     --arg causal=true --device gpu --check sampled --json > "$OUT/fa_run.json" 2> "$OUT/fa_run.err"
 tail -c 1500 "$OUT/fa_run.json"; cat "$OUT/fa_run.err"
 
+fi
+if want candidates; then
+log "flash attention at the benchmark size: every candidate alone (one never finished on an H200, 2026-11-28)"
+for s in BM=64,BN=64,warps=4,stages=2 BM=64,BN=64,warps=4,stages=3 BM=64,BN=64,warps=8,stages=2 \
+         BM=64,BN=64,warps=8,stages=3 BM=64,BN=128,warps=8,stages=2 BM=64,BN=128,warps=8,stages=3 \
+         BM=128,BN=64,warps=8,stages=2 BM=128,BN=64,warps=8,stages=3; do
+    TESSERA_GPU_TIMEOUT=20 timeout 60 "$T" run examples/flash_attention.tsr --kernel flash_attention \
+        --dims BH=32,S=4096,D=128 --arg causal=true --device gpu --check none --repeat 20 --warmup 3 \
+        --schedule "$s" --json > "$OUT/fa_$s.json" 2> "$OUT/fa_$s.err"
+    echo "$s rc=$? $(grep -A1 '"time_ms"' "$OUT/fa_$s.json" | grep median) $(tail -c 300 "$OUT/fa_$s.err")"
+done | tee "$OUT/fa_candidates.txt"
 fi
 if want nccl && [ -x "$BIN/nccl-test" ]; then
     log "NCCL one-rank all-reduce"
