@@ -123,6 +123,21 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
+    /// The predicate of an `arith.cmp` for an ordering or equality comparison (`lt`, ...);
+    /// `None` for membership and identity, which compare no numbers.
+    pub fn predicate(self) -> Option<&'static str> {
+        use CmpOp::*;
+        Some(match self {
+            Lt => "lt",
+            Le => "le",
+            Gt => "gt",
+            Ge => "ge",
+            Eq => "eq",
+            Ne => "ne",
+            In | NotIn | Is | IsNot => return None,
+        })
+    }
+
     pub fn symbol(self) -> &'static str {
         use CmpOp::*;
         match self {

@@ -605,14 +605,8 @@ impl Body<'_, '_, '_> {
     fn compare(&mut self, op: CmpOp, l: ValueId, r: ValueId, e: ExprId) -> R<ValueId> {
         let range = self.range(e);
         let loc = self.loc(range);
-        let pred = match op {
-            CmpOp::Lt => "lt",
-            CmpOp::Le => "le",
-            CmpOp::Gt => "gt",
-            CmpOp::Ge => "ge",
-            CmpOp::Eq => "eq",
-            CmpOp::Ne => "ne",
-            other => return unsupported(format!("`{}` in a graph function", other.symbol()), range),
+        let Some(pred) = op.predicate() else {
+            return unsupported(format!("`{}` in a graph function", op.symbol()), range);
         };
         let t = self.result_type(e)?;
         let attrs = vec![("pred", Attr::Str(SmolStr::new(pred)))];

@@ -473,14 +473,8 @@ impl Lower<'_, '_> {
     fn compare(&mut self, op: CmpOp, l: ValueId, r: ValueId, e: ExprId) -> R<ValueId> {
         let loc = self.eloc(e);
         let (l, r) = (self.operand(l, e)?, self.operand(r, e)?);
-        let pred = match op {
-            CmpOp::Lt => "lt",
-            CmpOp::Le => "le",
-            CmpOp::Gt => "gt",
-            CmpOp::Ge => "ge",
-            CmpOp::Eq => "eq",
-            CmpOp::Ne => "ne",
-            _ => return unsupported(format!("`{}` in a kernel", op.symbol()), loc.range),
+        let Some(pred) = op.predicate() else {
+            return unsupported(format!("`{}` in a kernel", op.symbol()), loc.range);
         };
         let (lt, rt) = (self.vty(l), self.vty(r));
         let (operand_ty, result_ty) = match (&lt, &rt) {

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Body<'_, '_, '_> {
+impl<'f> Body<'_, '_, 'f> {
     /// Binds a callee's parameters to the call's arguments.
     pub(super) fn bind_arguments(
         &mut self,
@@ -31,17 +31,7 @@ impl Body<'_, '_, '_> {
                     // Defaults are constants the callee's own inference typed.
                     let dp = callee.def.params.iter().find(|dp| dp.name == p.name.as_str());
                     if let Some(default) = dp.and_then(|dp| dp.default) {
-                        let mut inner = Body {
-                            g: &mut *self.g,
-                            name: SmolStr::new(&callee.def.name),
-                            def: &callee.def,
-                            sig: &callee.sig,
-                            inf: &callee.inf,
-                            resolve: self.resolve,
-                            env: HashMap::new(),
-                            dims: BTreeMap::new(),
-                        };
-                        let v = inner.expr(default)?;
+                        let v = self.in_callee(callee, HashMap::new(), BTreeMap::new()).expr(default)?;
                         env.insert(SmolStr::new(&p.name), v);
                     }
                 }
@@ -85,10 +75,14 @@ impl Body<'_, '_, '_> {
         self.inline_body(&callee, env)
     }
 
-    pub(super) fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>) -> R<Val> {
-        let dims = self.callee_dims(callee, &env);
-        self.g.depth += 1;
-        let mut inner = Body {
+    /// A body lowering `callee`'s code into the same graph, with its own names.
+    fn in_callee<'c>(
+        &'c mut self,
+        callee: &'c Callee,
+        env: HashMap<SmolStr, Val>,
+        dims: BTreeMap<String, Dim>,
+    ) -> Body<'c, 'c, 'f> {
+        Body {
             g: &mut *self.g,
             name: SmolStr::new(&callee.def.name),
             def: &callee.def,
@@ -97,8 +91,13 @@ impl Body<'_, '_, '_> {
             resolve: self.resolve,
             env,
             dims,
-        };
-        let out = inner.stmts(&callee.def.body)?.unwrap_or(Val::None);
+        }
+    }
+
+    pub(super) fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>) -> R<Val> {
+        let dims = self.callee_dims(callee, &env);
+        self.g.depth += 1;
+        let out = self.in_callee(callee, env, dims).stmts(&callee.def.body)?.unwrap_or(Val::None);
         self.g.depth -= 1;
         Ok(out)
     }
