@@ -21,7 +21,8 @@
 //! both emitted and evaluated), `threadmap` (layouts as affine maps of the thread id),
 //! `numerics` (element types and conversions), `memory` (global memory), `shared`
 //! (shared memory and async copies),
-//! `dot` (`mma.sync` and `ldmatrix`), `movement` (layout conversions, broadcasts,
+//! `dot` (`mma.sync` and `ldmatrix`), `wgmma` (warpgroup MMAs from shared memory
+//! through matrix descriptors, sm_90a), `movement` (layout conversions, broadcasts,
 //! reductions), `ptxas` (validation with NVIDIA's assembler).
 //!
 //! Validation: `passes/tests/ptx.rs` assembles every corpus and example kernel, every
@@ -42,6 +43,7 @@ mod policy;
 pub mod ptxas;
 mod shared;
 mod threadmap;
+pub mod wgmma;
 
 pub use emit::emit;
 pub use threadmap::ThreadMap;
