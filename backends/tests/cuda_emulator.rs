@@ -33,6 +33,10 @@ mod decode;
 mod execute;
 #[path = "cuda_emulator/instructions.rs"]
 mod instructions;
+#[path = "cuda_emulator/wgmma.rs"]
+mod wgmma;
+#[path = "cuda_emulator/wgmma_tests.rs"]
+mod wgmma_tests;
 
 use execute::emulate;
 
