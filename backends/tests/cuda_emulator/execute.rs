@@ -189,6 +189,18 @@ impl Cta<'_> {
         thread.written[r] = thread.executed;
     }
 
+    /// The 16-byte shared chunks that issued, not yet landed `cp.async`s of any thread
+    /// write: they may land at any moment until their `cp.async.wait_group`.
+    pub(crate) fn chunks_of_copies_in_flight(&self) -> std::collections::HashSet<u64> {
+        let mut out = std::collections::HashSet::new();
+        for t in &self.threads {
+            for c in t.open.iter().chain(t.groups.iter().flatten()) {
+                out.extend(c.dst / 16..(c.dst + c.size as u64).div_ceil(16));
+            }
+        }
+        out
+    }
+
     /// A generic-proxy write of shared bytes by thread `t` (see `unfenced`).
     pub(crate) fn note_generic_write(&mut self, t: usize, addr: u64, len: usize) {
         for chunk in addr / 16..(addr + len as u64).div_ceil(16) {

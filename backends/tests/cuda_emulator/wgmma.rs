@@ -25,8 +25,10 @@
 //!   wgmmas on the same accumulator). The shared bytes it read must be unchanged when it
 //!   completes (the hardware may read them any time until then).
 //! - `wgmma.fence` must come after any other write of the accumulator registers by the
-//!   thread, and shared bytes written through the generic proxy (`st.shared`, landed
-//!   `cp.async`) must have been followed by a `fence.proxy.async` of their writer.
+//!   thread, shared bytes written through the generic proxy (`st.shared`, landed
+//!   `cp.async`) must have been followed by a `fence.proxy.async` of their writer, and no
+//!   bytes a `cp.async` still in flight targets may be read (it may land any time before
+//!   its wait; the emulator lands it at the wait).
 //!
 //! Products of 16-bit operands are exact; the k16 sum and the accumulation are done in
 //! f64 and rounded once to f32 (the hardware's internal order differs; the comparison
@@ -264,7 +266,13 @@ impl Cta<'_> {
         }
         // The operands, element by element from shared memory.
         let mut reads = Vec::new();
+        let landing = self.chunks_of_copies_in_flight();
         let mut load = |s: &mut Self, addr: u64, ty: &str| -> Result<f64, String> {
+            if landing.contains(&(addr / 16)) {
+                return Err(
+                    s.err(pc, format!("wgmma reads shared byte {addr}, which a cp.async in flight may still write"))
+                );
+            }
             if let Some(&writer) = s.unfenced.get(&(addr / 16)) {
                 return Err(s.err(
                     pc,

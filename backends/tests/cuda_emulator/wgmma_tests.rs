@@ -19,60 +19,8 @@ use tessera_passes::{default_config, graph_ir, tile_ir, Config, Target};
 use super::execute::emulate;
 use super::{check_kernel, SEED};
 
-/// Kernels written for `wgmma`: two warpgroups, two m64 tiles per warpgroup, every
-/// descriptor swizzle (A rows of 32, 64, 128 bytes; B rows of 96 = 3 x 32 and 512 = 4 x
-/// 128 bytes), one stage, f16, a fused epilogue, explicit shared buffers, a derived kernel.
-pub(crate) const WGMMA: &str = r#"from tessera import *
-
-@kernel.schedule(Schedule(block=(128, 64), k=16, warps=8, stages=2, mma="wgmma"))
-def two_warpgroups(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N", f32]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f32)
-            for k0 in tile.range(0, K, ctx.BK):
-                acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc
-
-@kernel.schedule(Schedule(block=(128, 48), k=64, warps=4, stages=1, mma="wgmma"))
-def two_tiles_narrow_b(A: Tensor["M", "K", f16], B: Tensor["K", "N", f16], C: Tensor["M", "N", f16]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f32)
-            for k0 in tile.range(0, K, ctx.BK):
-                acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = tile.cast(acc, f16)
-
-@kernel.schedule(Schedule(block=(64, 256), k=32, warps=4, stages=3, mma="wgmma"))
-def wide_n_relu(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], bias: Tensor["N", f32], C: Tensor["M", "N", bf16]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f32)
-            for k0 in tile.range(0, K, ctx.BK):
-                acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))
-            b = tile.load(bias[n0:n0 + ctx.BN])
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = tile.cast(tile.relu(acc + b[None, :]), bf16)
-
-@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4, stages=2, mma="wgmma"))
-def explicit_buffers(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N", f32]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f32)
-            a_s = tile.alloc_shared((ctx.BM, ctx.BK), bf16, swizzle="xor")
-            b_s = tile.alloc_shared((ctx.BK, ctx.BN), bf16, pad=8)
-            for k0 in tile.range(0, K, ctx.BK):
-                tile.cp_async(a_s, A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])
-                tile.cp_async(b_s, B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])
-                tile.barrier()
-                acc = tile.mma(a_s, b_s, accumulator=acc)
-                tile.barrier()
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc
-
-derived_wgmma = explicit_buffers.with_schedule(Schedule(block=(128, 128), k=64, warps=8, stages=3, mma="wgmma"))
-"#;
+/// Kernels written for `wgmma` (see the file's header).
+const WGMMA_FIXTURE: &str = "tests/fixtures/wgmma/gemms.tsr";
 
 /// The GEMMs of the examples and the corpus the slice starts from.
 const GEMM_FILES: &[&str] = &[
@@ -208,9 +156,8 @@ fn emulate_file(label: &str, path: &Path, text: &str, all_candidates: bool) -> (
 #[test]
 fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
     let only = std::env::var("TESSERA_EMULATE").ok();
-    let mut sources: Vec<(String, PathBuf, String, bool)> =
-        vec![("wgmma.tsr".into(), PathBuf::from("wgmma.tsr"), WGMMA.to_string(), false)];
-    for f in GEMM_FILES {
+    let mut sources: Vec<(String, PathBuf, String, bool)> = Vec::new();
+    for f in std::iter::once(&WGMMA_FIXTURE).chain(GEMM_FILES) {
         let path = root().join(f);
         sources.push((f.to_string(), path.clone(), std::fs::read_to_string(&path).unwrap(), false));
     }
@@ -229,7 +176,7 @@ fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     if only.is_none() {
-        // Five kernels of wgmma.tsr (the derived one too), and the examples' and corpus's
+        // Five kernels of the fixture (the derived one too), and the examples' and corpus's
         // GEMMs whose default schedules admit wgmma: gemm (x2), linear_gelu,
         // narrow_matmul, chained_gemm, auto_gemm.
         assert!(covered >= 11, "only {covered} kernels ran with wgmma");
@@ -238,10 +185,11 @@ fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
 
 // ----- planted bugs ------------------------------------------------------------------
 
-/// PTX of a `wgmma.tsr` kernel, its Tile IR and the descriptors' constant words.
+/// PTX of a kernel of the fixture, its Tile IR and the descriptors' constant words.
 fn planted_case(kernel: &str) -> (Func, TargetCode, [u32; 2]) {
     let db = Database::default();
-    let file = SourceFile::new(&db, PathBuf::from("wgmma.tsr"), WGMMA.to_string(), None);
+    let path = root().join(WGMMA_FIXTURE);
+    let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
     let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
     let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
     let func = (*tile_ir(&db, key, config, Target::Sm90).clone().unwrap()).clone();

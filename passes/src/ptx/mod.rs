@@ -23,7 +23,7 @@
 //! (shared memory and async copies),
 //! `dot` (`mma.sync` and `ldmatrix`), `wgmma` (warpgroup MMAs from shared memory
 //! through matrix descriptors, sm_90a), `movement` (layout conversions, broadcasts,
-//! reductions), `ptxas` (validation with NVIDIA's assembler).
+//! reductions), `ptxas` (validation with NVIDIA's assembler), `nvdisasm` (the SASS it produced).
 //!
 //! Validation: `passes/tests/ptx.rs` assembles every corpus and example kernel, every
 //! autotune configuration, for both targets with `ptxas`; `backends/tests/
@@ -39,6 +39,7 @@ mod expr;
 mod memory;
 mod movement;
 mod numerics;
+pub mod nvdisasm;
 mod policy;
 pub mod ptxas;
 mod shared;
