@@ -63,6 +63,9 @@ pub struct BankConflict {
     pub at: Loc,
     /// The first layout change that makes every access of the buffer conflict free.
     pub fix: Option<BankFix>,
+    /// The buffer is read by `wgmma` through a matrix descriptor: its layout is the
+    /// descriptor's swizzle of this many bytes, which no `swizzle=`/`pad=` changes.
+    pub descriptor_swizzle: Option<u32>,
 }
 
 /// What one configuration of a kernel costs on a GPU.
@@ -276,13 +279,17 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
         let conflict_free = |candidate: &SmemType| accesses.iter().all(|a| access_ways(candidate, a, threads) < 2);
         let bytes = slot.dtype.bytes().max(1);
         let mut fix = None;
+        let descriptor_swizzle = match slot.swizzle {
+            Swizzle::Wgmma(width) => Some(width),
+            _ => None,
+        };
         if slot.swizzle == Swizzle::None {
             let swizzled = SmemType { swizzle: Swizzle::Xor, pad: 0, ..slot.clone() };
             if conflict_free(&swizzled) {
                 fix = Some(BankFix::Swizzle);
             }
         }
-        if fix.is_none() {
+        if fix.is_none() && descriptor_swizzle.is_none() {
             for pad in [1, 2, 4, 8, 16].into_iter().filter(|p| (p * bytes) % 4 == 0 || *p * bytes >= 4) {
                 let padded = SmemType { swizzle: Swizzle::None, pad, ..slot.clone() };
                 if conflict_free(&padded) {
@@ -299,6 +306,7 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
             access: access.description.clone(),
             at: f.op(access.op).loc.clone(),
             fix,
+            descriptor_swizzle,
         });
     }
     out
@@ -820,7 +828,13 @@ fn resource_lints(
         let fix_text = match &c.fix {
             Some(BankFix::Swizzle) => "swizzle=\"xor\" makes every access conflict free".to_string(),
             Some(BankFix::Pad(p)) => format!("pad={p} makes every access conflict free"),
-            None => "neither a swizzle nor a pad removes it; change the access pattern".to_string(),
+            None => match c.descriptor_swizzle {
+                Some(width) => format!(
+                    "`wgmma` reads this buffer through a matrix descriptor, so its layout is the descriptor's {width}-byte \
+                     swizzle (`swizzle=` and `pad=` do not apply); the order in which threads copy it decides the conflict"
+                ),
+                None => "neither a swizzle nor a pad removes it; change the access pattern".to_string(),
+            },
         };
         let mut d = Diagnostic::new(
             Code::W0601,
