@@ -81,7 +81,7 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<[
         return Err(format!("`@accum({t})` sums in {t}; `wgmma` here accumulates in f32"));
     }
     let warps = config.warps();
-    if warps % WARPGROUP_WARPS != 0 {
+    if !warps.is_multiple_of(WARPGROUP_WARPS) {
         return Err(format!("warps = {warps} is not a multiple of 4: `wgmma` runs on warpgroups of 4 warps"));
     }
     let groups = (warps / WARPGROUP_WARPS) as i64;

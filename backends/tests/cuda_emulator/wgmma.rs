@@ -228,7 +228,7 @@ impl Cta<'_> {
             .and_then(|s| s.strip_suffix("k16"))
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| self.err(pc, format!("shape `{shape}`: the emulator knows m64nNk16")))?;
-        if n == 0 || n % 8 != 0 || n > 256 || op.get(5).map(String::as_str) != Some("f32") {
+        if n == 0 || !n.is_multiple_of(8) || n > 256 || op.get(5).map(String::as_str) != Some("f32") {
             return Err(self.err(pc, "an m64nNk16 with N a multiple of 8 up to 256 and an f32 accumulator"));
         }
         let (atype, btype) = (op[6].clone(), op[7].clone());
