@@ -86,6 +86,16 @@ impl ScheduleValue {
         s
     }
 
+    /// The value a plain `@kernel` has for a standard key: [`Self::default_for_kernel`]'s,
+    /// and `"mma.sync"` for `mma` (left out of the default schedule, so configurations that
+    /// do not set it read as before).
+    pub fn kernel_default(key: &str) -> Option<KeyValue> {
+        match canonical_key(key) {
+            "mma" => Some(KeyValue::Str(MMA_SYNC.into())),
+            k => Self::default_for_kernel().get(k).cloned(),
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&KeyValue> {
         self.values.get(canonical_key(key))
     }
