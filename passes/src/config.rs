@@ -37,6 +37,11 @@ impl Config {
         self.schedule.stages().clamp(1, 8) as u32
     }
 
+    /// The tensor-core instruction family of `tile.dot` on GPU targets (`mma` key).
+    pub fn mma(&self) -> tessera_frontend::check::MmaFamily {
+        self.schedule.mma()
+    }
+
     pub fn vector(&self) -> u32 {
         self.schedule.int("vector").unwrap_or(4).clamp(1, 16) as u32
     }

@@ -33,6 +33,7 @@ pub mod stages;
 pub mod target;
 pub mod tile;
 pub mod units;
+pub mod wgmma;
 
 pub use config::{Config, DEFAULT_SHAPE};
 pub use diagnostics::{file_diagnostics, prefetch_lints};

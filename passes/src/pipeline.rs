@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::error::LowerError;
-use crate::ir::{Func, Level};
+use crate::ir::{Func, Level, OpKind};
 use crate::target::Target;
 use crate::{sched, tile};
+use tessera_frontend::check::MmaFamily;
+use tessera_frontend::text::TextRange;
 
 type PassFn = fn(&mut Func, &Config, Target) -> Result<(), LowerError>;
 
@@ -41,7 +43,7 @@ pub const SCHEDULE_PASSES: &[Pass] = &[
         sched::annotate_grid(f);
         Ok(())
     }),
-    pass("select-dot-instructions", Level::Schedule, true, |f, c, _| sched::annotate_dots(f, c)),
+    pass("select-dot-instructions", Level::Schedule, true, sched::annotate_dots),
     pass("mark-staging", Level::Schedule, true, |f, c, _| {
         sched::annotate_staging(f, c);
         Ok(())
@@ -68,6 +70,7 @@ pub const TILE_PASSES: &[Pass] = &[
         tile::fold_transposed_loads(f);
         Ok(())
     }),
+    pass("keep-wgmma-operands-in-shared", Level::Tile, true, |f, _, _| tile::keep_wgmma_operands_in_shared(f)),
     pass("assign-layouts", Level::Tile, true, |f, c, _| {
         tile::assign_layouts(f, c);
         Ok(())
@@ -133,6 +136,25 @@ pub fn graph_to_tile(graph: &Func, config: &Config, target: Target) -> Result<Fu
     }
     verified(&f, "lowering to Tile IR")?;
     Ok(f)
+}
+
+/// Why `graph` cannot use `mma = "wgmma"` under `config` on `target` (`crate::wgmma`), and
+/// the range of the dot it concerns; `None` when it can, or when the schedule does not
+/// ask for it. Runs the Schedule passes before `select-dot-instructions` on a copy of the
+/// Graph IR: the lints (E0704) and pruning ask this without lowering. A failure of those
+/// passes is `None` here: lowering reports it.
+pub fn wgmma_problem(graph: &Func, config: &Config, target: Target) -> Option<(String, TextRange)> {
+    if config.mma() != MmaFamily::Wgmma || !target.is_gpu() || !graph.has_op_of(&[OpKind::Dot]) {
+        return None;
+    }
+    let mut f = graph.clone();
+    f.level = Level::Schedule;
+    for pass in SCHEDULE_PASSES.iter().take_while(|p| p.name != "select-dot-instructions") {
+        if pass.applies_to(target) {
+            (pass.run)(&mut f, config, target).ok()?;
+        }
+    }
+    crate::wgmma::wgmma_problem(&f, config, target)
 }
 
 fn verified(f: &Func, after: &str) -> Result<(), LowerError> {

@@ -121,10 +121,14 @@ pub(crate) fn annotate_grid(f: &mut Func) {
     visit(f, body, 0);
 }
 
-/// Each `tile.dot` gets its MMA instruction shape and warp arrangement.
-pub(crate) fn annotate_dots(f: &mut Func, config: &Config) -> Result<(), LowerError> {
+/// Each `tile.dot` gets its MMA instruction shape and warp arrangement; under
+/// `mma = "wgmma"` its warpgroups instead, or the reason it cannot (`crate::wgmma`).
+pub(crate) fn annotate_dots(f: &mut Func, config: &Config, target: Target) -> Result<(), LowerError> {
     if !f.has_op_of(&[OpKind::Dot]) {
         return Ok(());
+    }
+    if config.mma() == tessera_frontend::check::MmaFamily::Wgmma {
+        return crate::wgmma::select_wgmma(f, config, target);
     }
     // Row reductions and chained dots (attention's P @ V) want whole rows per warp.
     let rows_per_warp = f.walk().into_iter().any(|id| f.op(id).kind == OpKind::Reduce)

@@ -181,11 +181,18 @@ pub(crate) fn stage_copies(f: &mut Func, config: &Config) -> Result<(), LowerErr
     Ok(())
 }
 
-fn smem_for(dims: &[Dim], dtype: DType, stages: u32) -> SmemType {
+/// The staging buffer of a load: `load` marked by `crate::wgmma` is read by a `wgmma`
+/// matrix descriptor, and takes its swizzle.
+fn smem_for(dims: &[Dim], dtype: DType, stages: u32, load: &Op) -> SmemType {
     // XOR-swizzle rows of at least 64 bytes (ldmatrix reads 16-byte rows of 8 lanes).
     let row_bytes = dims.last().and_then(Dim::as_const).unwrap_or(0) * dtype.bytes() as i64;
     let swizzle = if row_bytes >= 64 && dtype.bits() <= 16 { Swizzle::Xor } else { Swizzle::None };
-    SmemType { dims: dims.to_vec(), dtype, swizzle, pad: 0, stages }
+    let smem = SmemType { dims: dims.to_vec(), dtype, swizzle, pad: 0, stages };
+    if load.attr(crate::wgmma::DESCRIPTOR_LAYOUT).is_some() {
+        crate::wgmma::descriptor_layout(&smem)
+    } else {
+        smem
+    }
 }
 
 fn stage_region(
@@ -224,7 +231,7 @@ fn stage_region(
             f,
             OpKind::AllocShared,
             vec![],
-            Type::Smem(smem_for(&view.dims, view.dtype, 1)),
+            Type::Smem(smem_for(&view.dims, view.dtype, 1, &op)),
             vec![("staging", Attr::Bool(true))],
             &op.loc,
         );
@@ -236,7 +243,7 @@ fn stage_region(
         let load = f.op_mut(id);
         load.kind = OpKind::LoadShared;
         load.operands = vec![buf];
-        load.attrs.retain(|(k, _)| *k != "staging" && *k != "stages");
+        load.attrs.retain(|(k, _)| !matches!(*k, "staging" | "stages" | crate::wgmma::DESCRIPTOR_LAYOUT));
         ops.push(id);
     }
     Ok(Region { args: region.args, ops })
@@ -269,7 +276,7 @@ fn pipeline_loop(
                     f,
                     OpKind::AllocShared,
                     vec![],
-                    Type::Smem(smem_for(&view.dims, view.dtype, stages)),
+                    Type::Smem(smem_for(&view.dims, view.dtype, stages, &op)),
                     vec![("staging", Attr::Bool(true))],
                     &loc,
                 );
@@ -375,7 +382,7 @@ fn pipeline_loop(
             let load = f.op_mut(id);
             load.kind = OpKind::LoadShared;
             load.operands = vec![slot];
-            load.attrs.retain(|(k, _)| *k != "staging" && *k != "stages");
+            load.attrs.retain(|(k, _)| !matches!(*k, "staging" | "stages" | crate::wgmma::DESCRIPTOR_LAYOUT));
         } else {
             // Reads of explicit buffers use this iteration's slot; the user's first
             // barrier is subsumed by the wait + barrier above.
@@ -521,6 +528,39 @@ pub(crate) fn fold_transposed_loads(f: &mut Func) {
     }
 }
 
+/// A `wgmma` dot reads its operands where they are, in shared memory: its operands
+/// become the slots the `tile.load_shared`s read (which `remove-dead-ops` then drops
+/// unless something else uses their tiles). `crate::wgmma` admitted only operands that
+/// are staged loads or reads of the kernel's own buffers, so anything else here is an
+/// internal error.
+pub(crate) fn keep_wgmma_operands_in_shared(f: &mut Func) -> Result<(), LowerError> {
+    if !f.has_op_of(&[OpKind::Dot]) {
+        return Ok(());
+    }
+    let defs = f.definitions();
+    for id in f.walk() {
+        let op = f.op(id);
+        if op.kind != OpKind::Dot || op.str_attr("instr") != Some("wgmma") {
+            continue;
+        }
+        let mut operands = op.operands.clone();
+        for operand in operands.iter_mut().take(2) {
+            let load = defs[operand.0 as usize].map(|d| f.op(d));
+            match load {
+                Some(l) if l.kind == OpKind::LoadShared && l.attr("transpose").is_none() => *operand = l.operands[0],
+                _ => {
+                    return Err(LowerError {
+                        message: "internal error: a `wgmma` operand is not a read of a shared buffer in Tile IR".into(),
+                        range: op.loc.range,
+                    })
+                }
+            }
+        }
+        f.op_mut(id).operands = operands;
+    }
+    Ok(())
+}
+
 /// Removes ops without effects whose results nobody uses (views and index arithmetic
 /// the pipeliner re-created), to a fixpoint.
 pub(crate) fn remove_dead_ops(f: &mut Func) {
@@ -594,6 +634,14 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
     for &id in &ops {
         let op = f.op(id);
         if op.kind != OpKind::Dot {
+            continue;
+        }
+        if op.str_attr("instr") == Some("wgmma") {
+            // Operands stay in shared memory: only the accumulator has a layout.
+            let groups = op.int_attr("warpgroups").unwrap_or(1).max(1) as u32;
+            let acc = Layout::Wgmma { warpgroups: groups };
+            layout[op.operands[2].0 as usize].get_or_insert(acc.clone());
+            layout[op.results[0].0 as usize] = Some(acc);
             continue;
         }
         let fma = op.str_attr("instr") == Some("fma");

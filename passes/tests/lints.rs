@@ -302,3 +302,89 @@ fn the_pruning_budget_is_the_resources_figures() {
     }
     assert!(compared > 100, "only {compared} candidates compared");
 }
+
+// ----- mma = "wgmma" -------------------------------------------------------------------------
+
+/// A bf16 GEMM whose schedule asks for `wgmma` (its pieces replaced by each case).
+const WGMMA_GEMM: &str = r#"@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4, mma="wgmma"))
+def g(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N", f32]):
+    ctx = tile.context()
+    for m0 in tile.parallel(0, M, ctx.BM):
+        for n0 in tile.parallel(0, N, ctx.BN):
+            acc = tile.zeros((ctx.BM, ctx.BN), f32)
+            for k0 in tile.range(0, K, ctx.BK):
+                a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])
+                b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])
+                acc += tile.dot(a, b)
+            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc
+"#;
+
+/// Each reason E0704 gives, at the dot (line 12), and nothing on the clean kernel.
+#[test]
+fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
+    let clean = format!("{HEADER}{WGMMA_GEMM}");
+    assert!(!lint(&clean, Target::Sm90).iter().any(|l| l.starts_with('E')), "{:#?}", lint(&clean, Target::Sm90));
+    let cases: &[(&str, &str, Target, &str)] = &[
+        ("", "", Target::Sm80, "the target is sm_80"),
+        ("bf16", "f16", Target::Sm90, ""),
+        ("warps=4", "warps=2", Target::Sm90, "warps = 2 is not a multiple of 4"),
+        ("warps=4", "warps=8", Target::Sm90, "M = 64: 8 warps are 2 warpgroups"),
+        ("block=(64, 64)", "block=(64, 320)", Target::Sm90, "N = 320"),
+        ("block=(64, 64)", "block=(64, 8)", Target::Sm90, "a row of the [K, N] B operand is 16 bytes"),
+        (
+            "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])",
+            "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]) * 2.0",
+            Target::Sm90,
+            "A is computed in registers",
+        ),
+        (
+            "b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])",
+            "b = tile.load(B[n0:n0 + ctx.BN, k0:k0 + ctx.BK]).T",
+            Target::Sm90,
+            "B is transposed",
+        ),
+    ];
+    for (from, to, target, reason) in cases {
+        let mut text = clean.replace(from, to);
+        if from.starts_with("b = ") {
+            text = text.replace("B: Tensor[\"K\", \"N\", bf16]", "B: Tensor[\"N\", \"K\", bf16]");
+        }
+        let lints = lint(&text, *target);
+        let e0704: Vec<&String> = lints.iter().filter(|l| l.starts_with("E0704")).collect();
+        if reason.is_empty() {
+            assert!(e0704.is_empty(), "{from} -> {to}: {lints:#?}");
+            continue;
+        }
+        assert_eq!(e0704.len(), 1, "{from} -> {to} on {target}: {lints:#?}");
+        assert!(e0704[0].starts_with("E0704@12:") && e0704[0].contains(reason), "{from} -> {to}: {lints:#?}");
+    }
+    // f32 operands: the dtype is the reason (no tensor cores for f32 under mma.sync either).
+    let f32 = clean.replace("bf16", "f32");
+    assert!(lint(&f32, Target::Sm90).iter().any(|l| l.starts_with("E0704@12:") && l.contains("f32 x f32")));
+}
+
+/// In an autotune space the candidates that cannot take `wgmma` are pruned with the
+/// reason (W0702, category WGMMA); a space of nothing else is E0703.
+#[test]
+fn wgmma_candidates_that_cannot_run_are_pruned_with_the_reason() {
+    let space = format!(
+        "{HEADER}{}",
+        WGMMA_GEMM.replace(
+            "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4, mma=\"wgmma\"))",
+            "@kernel.autotune(space=dict(BM=[64], BN=[64], BK=[32], warps=[4, 8], mma=[\"mma.sync\", \"wgmma\"]))"
+        )
+    );
+    let lints = lint(&space, Target::Sm90);
+    assert!(
+        lints.iter().any(|l| l.starts_with("W0702@3:") && l.contains("1 of 4") && l.contains("1 by WGMMA")),
+        "{lints:#?}"
+    );
+    let lints = lint(&space, Target::Sm80);
+    assert!(
+        lints.iter().any(|l| l.starts_with("W0702@3:") && l.contains("2 of 4") && l.contains("2 by WGMMA")),
+        "{lints:#?}"
+    );
+    let only = space.replace("mma=[\"mma.sync\", \"wgmma\"]", "mma=[\"wgmma\"]");
+    assert!(lint(&only, Target::Sm80).iter().any(|l| l.starts_with("E0703@3:")), "{:#?}", lint(&only, Target::Sm80));
+    assert!(!lint(&only, Target::Sm90).iter().any(|l| l.starts_with('E')), "{:#?}", lint(&only, Target::Sm90));
+}

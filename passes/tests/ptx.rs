@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind, ScheduleValue};
+use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind, KeyValue, ScheduleValue};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
-use tessera_passes::ptx::ptxas;
+use tessera_passes::ptx::{nvdisasm, ptxas};
 use tessera_passes::{default_config, tile_ir, Config, Target};
 
 fn repo() -> PathBuf {
@@ -105,6 +105,10 @@ fn file_cases(path: &str, text: String, targets: &[Target], all_configs: bool, p
         }
         for &target in targets {
             for (config, is_default) in &configs {
+                // A `wgmma` candidate the target cannot take is pruned (W0702), not lowered.
+                if tessera_passes::analysis::wgmma_problem(&db, key, config, target).is_some() {
+                    continue;
+                }
                 let ptx = tile_ir(&db, key, config.clone(), target)
                     .clone()
                     .map_err(|e| format!("tile IR: {}", e.message))
@@ -251,4 +255,122 @@ fn lines_map_to_their_tile_ops() {
     assert!(mmas > 0);
     assert_eq!(code.entry, "gemm");
     assert!(code.smem_bytes > 0);
+}
+
+// ----- mma = "wgmma" (sm_90a) -------------------------------------------------------------
+
+/// The `wgmma` kernels of the fixture, and the GEMMs of the examples and the corpus under
+/// each of their schedules with `mma = "wgmma"` set, where the rule admits it.
+fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
+    let files = [
+        "tests/fixtures/wgmma/gemms.tsr",
+        "examples/gemm.tsr",
+        "examples/linear_gelu.tsr",
+        "tests/corpus/valid/gemm.tsr",
+        "tests/corpus/valid/schedules.tsr",
+        "tests/corpus/valid/search_spaces.tsr",
+        "tests/corpus/valid/derived_kernels.tsr",
+    ];
+    let mut out = Vec::new();
+    for f in files {
+        let db = Database::default();
+        let file = SourceFile::new(&db, f.into(), std::fs::read_to_string(repo().join(f)).unwrap(), None);
+        for entry in &item_index(&db, file).functions {
+            let key = entry.key;
+            if fn_signature(&db, key).kind != FunctionKind::Kernel {
+                continue;
+            }
+            let graph = tessera_passes::graph_ir(&db, key).clone().unwrap();
+            if !graph.walk().into_iter().any(|id| graph.op(id).kind == tessera_passes::ir::OpKind::Dot) {
+                continue;
+            }
+            let (default, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+            let space: Vec<ScheduleValue> =
+                fn_decorators(&db, key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
+            let mut configs = vec![default.clone()];
+            configs.extend(space.into_iter().map(|schedule| Config { schedule, shapes: default.shapes.clone() }));
+            let mut seen = BTreeSet::new();
+            for mut config in configs {
+                config.schedule.set("mma", KeyValue::Str("wgmma".into()));
+                if !seen.insert(config.to_string())
+                    || tessera_passes::analysis::wgmma_problem(&db, key, &config, Target::Sm90).is_some()
+                {
+                    continue;
+                }
+                let ptx = tile_ir(&db, key, config.clone(), Target::Sm90)
+                    .clone()
+                    .map_err(|e| format!("tile IR: {}", e.message))
+                    .and_then(|t| tessera_passes::ptx::emit(&t, Target::Sm90).map(|c| c.text).map_err(|e| e.message));
+                out.push((format!("{f} `{}`", key.name(&db)), short(&config.to_string()), ptx));
+            }
+        }
+    }
+    out
+}
+
+/// Every `wgmma` kernel is an sm_90a module that NVIDIA's `ptxas -arch=sm_90a` accepts,
+/// and the SASS it produced runs the dot on `HGMMA` (never `HMMA`, the `mma.sync` path).
+/// Without ptxas or nvdisasm the test says so loudly and fails under `CI=true`.
+#[test]
+fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
+    let in_ci = std::env::var_os("CI").is_some();
+    let ptxas_path = ptxas::locate();
+    let nvdisasm_path = nvdisasm::locate();
+    if ptxas_path.is_none() {
+        assert!(!in_ci, "ptxas is required in CI (set TESSERA_PTXAS)");
+        eprintln!("\n!!!!! ptxas NOT FOUND: wgmma PTX is generated but NOT assembled (set TESSERA_PTXAS) !!!!!\n");
+    }
+    if nvdisasm_path.is_none() {
+        assert!(!in_ci, "nvdisasm is required in CI (`cargo xtask install`, or set TESSERA_NVDISASM)");
+        eprintln!("\n!!!!! nvdisasm NOT FOUND: the SASS of the wgmma kernels is NOT checked for HGMMA !!!!!\n");
+    }
+    let cases = wgmma_cases();
+    let mut failures = Vec::new();
+    let mut rows = Vec::new();
+    for (what, config, ptx) in &cases {
+        let ptx = match ptx {
+            Ok(p) => p,
+            Err(e) => {
+                failures.push(format!("{what} [{config}]: {e}"));
+                continue;
+            }
+        };
+        if !ptx.contains("\n.target sm_90a\n") || !ptx.contains("wgmma.mma_async") || ptx.contains("mma.sync") {
+            failures.push(format!("{what} [{config}]: not an sm_90a module of wgmma instructions"));
+            continue;
+        }
+        let Some(ptxas) = &ptxas_path else { continue };
+        let (report, cubin) = match ptxas::assemble_to_cubin(ptxas, ptx, "sm_90") {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{what} [{config}]: ptxas -arch=sm_90a: {e}"));
+                continue;
+            }
+        };
+        let mut sass_note = String::from("(SASS not checked)");
+        if let Some(nvdisasm) = &nvdisasm_path {
+            match nvdisasm::disassemble(nvdisasm, &cubin) {
+                Ok(sass) => {
+                    let hgmma = sass.lines().filter(|l| l.contains("HGMMA.")).count();
+                    let hmma = sass.lines().filter(|l| l.contains("HMMA.")).count();
+                    let first = sass.lines().find(|l| l.contains("HGMMA.")).map(|l| l.trim().to_string());
+                    if hgmma == 0 || hmma != 0 {
+                        failures.push(format!("{what} [{config}]: {hgmma} HGMMA and {hmma} HMMA in the SASS"));
+                    }
+                    sass_note = format!("{hgmma:>3} HGMMA  {}", first.unwrap_or_default());
+                }
+                Err(e) => failures.push(format!("{what} [{config}]: nvdisasm: {e}")),
+            }
+        }
+        rows.push(format!(
+            "{what:<58} {config:<34} {:>4} regs {:>5} spill  {sass_note}",
+            report.registers, report.spill_stores
+        ));
+    }
+    for r in &rows {
+        eprintln!("{r}");
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    // The fixture's five kernels, and the example and corpus GEMMs under their schedules.
+    assert!(cases.len() >= 20, "only {} wgmma configurations", cases.len());
 }

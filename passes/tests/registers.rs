@@ -20,9 +20,14 @@ fn estimates_are_within_a_quarter_of_ptxas() {
         eprintln!("skipping: ptxas not found");
         return;
     };
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/valid");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("tests/corpus/valid");
     let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
+    // The `wgmma` kernels (sm_90 only: on sm_80 each is E0704): their accumulators are N/2
+    // f32 per thread per m64 tile, and their operands stay in shared memory.
+    let wgmma = root.join("tests/fixtures/wgmma/gemms.tsr");
+    files.push(wgmma.clone());
     let mut rows = Vec::new();
     let mut outside = Vec::new();
     for path in files {
@@ -34,7 +39,8 @@ fn estimates_are_within_a_quarter_of_ptxas() {
                 continue;
             }
             let name = entry.key.name(&db).to_string();
-            for target in [Target::Sm90, Target::Sm80] {
+            let targets: &[Target] = if path == wgmma { &[Target::Sm90] } else { &[Target::Sm90, Target::Sm80] };
+            for &target in targets {
                 let (config, _) = default_config(&db, entry.key, &BTreeMap::new()).unwrap();
                 let resources = kernel_resources(&db, entry.key, config.clone(), target).clone().unwrap();
                 let code = target_code(&db, entry.key, config, target).clone().unwrap();
@@ -69,4 +75,27 @@ fn estimates_are_within_a_quarter_of_ptxas() {
     }
     assert!(!rows.is_empty());
     assert!(outside.is_empty(), "outside ±25%:\n{}", outside.join("\n"));
+}
+
+/// A `wgmma` accumulator costs N/2 f32 registers per thread per m64 tile of the warpgroup,
+/// and its operands no fragments: in Tile IR they are shared slots (one address each).
+#[test]
+fn wgmma_accumulators_are_n_over_2_per_m64_tile_and_operands_stay_shared() {
+    use tessera_passes::analysis::registers::registers_of;
+    use tessera_passes::ir::{OpKind, Type};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/wgmma/gemms.tsr");
+    let db = Database::default();
+    let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
+    // (kernel, m64 tiles per warpgroup, N)
+    for (kernel, tiles, n) in [("two_warpgroups", 1, 64), ("two_tiles_narrow_b", 2, 48), ("wide_n_relu", 1, 256)] {
+        let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
+        let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+        let tile = tessera_passes::tile_ir(&db, key, config, Target::Sm90).clone().unwrap();
+        let dot = tile.walk().into_iter().map(|id| tile.op(id)).find(|op| op.kind == OpKind::Dot).unwrap();
+        assert_eq!(registers_of(tile.ty(dot.results[0])), tiles * n / 2, "{kernel}: accumulator");
+        for &operand in &dot.operands[..2] {
+            assert!(matches!(tile.ty(operand), Type::Smem(_)), "{kernel}: {}", tile.ty(operand));
+            assert_eq!(registers_of(tile.ty(operand)), 1, "{kernel}: an operand is one shared address");
+        }
+    }
 }

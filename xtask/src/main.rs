@@ -53,6 +53,8 @@ enum Probe {
     Pip,
     /// `ptxas`, as the PTX tests look for it.
     Ptxas,
+    /// `nvdisasm`, as the PTX tests look for it.
+    Nvdisasm,
 }
 
 /// Something a suite needs: how to tell it is there, and the package that provides it.
@@ -73,6 +75,7 @@ impl Need {
             Probe::Module(name) => module(name),
             Probe::Pip => pip(),
             Probe::Ptxas => ptxas(),
+            Probe::Nvdisasm => nvdisasm(),
         }
     }
 }
@@ -110,6 +113,8 @@ const NEEDS: &[Need] = &[
     Need { id: "pytest-lsp", probe: Probe::Module("pytest_lsp"), source: Source::Pip("pytest-lsp") },
     Need { id: "pre-commit", probe: Probe::Module("pre_commit"), source: Source::Pip("pre-commit") },
     Need { id: "ptxas", probe: Probe::Ptxas, source: Source::Pip("nvidia-cuda-nvcc-cu12") },
+    // passes/tests/ptx.rs disassembles the wgmma kernels' cubins to find HGMMA.
+    Need { id: "nvdisasm", probe: Probe::Nvdisasm, source: Source::Pip("nvidia-cuda-nvdisasm") },
     // Its npm package downloads the binary from GitHub; crates.io builds it (~3 minutes).
     Need {
         id: "tree-sitter",
@@ -158,7 +163,16 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "cargo test",
-        needs: &["llvm-14-dev", "libclang-common-14-dev", "zlib1g-dev", "libzstd-dev", "opt-14", "numpy", "ptxas"],
+        needs: &[
+            "llvm-14-dev",
+            "libclang-common-14-dev",
+            "zlib1g-dev",
+            "libzstd-dev",
+            "opt-14",
+            "numpy",
+            "ptxas",
+            "nvdisasm",
+        ],
         optional: false,
         dir: ".",
         program: "cargo",
@@ -321,6 +335,39 @@ fn ptxas() -> Option<String> {
         let p = Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("bin/ptxas");
         if is_executable(&p) {
             return Some(p.display().to_string());
+        }
+    }
+    None
+}
+
+/// `nvdisasm` in the order `tessera_passes::ptx::nvdisasm::locate` looks for it:
+/// `TESSERA_NVDISASM`, `PATH`, `CUDA_HOME`/`CUDA_PATH`/`/usr/local/cuda`, then the `bin/`
+/// folders of the `nvidia` packages of `python3` or `python` (the `nvidia-cuda-nvdisasm`
+/// wheel puts it in `nvidia/cu13/bin`).
+fn nvdisasm() -> Option<String> {
+    if let Some(p) = std::env::var_os("TESSERA_NVDISASM") {
+        return is_executable(Path::new(&p)).then(|| PathBuf::from(p).display().to_string());
+    }
+    if let Some(p) = tool("nvdisasm") {
+        return Some(p);
+    }
+    let homes = ["CUDA_HOME", "CUDA_PATH"].into_iter().filter_map(std::env::var_os).map(PathBuf::from);
+    for home in homes.chain([PathBuf::from("/usr/local/cuda")]) {
+        let p = home.join("bin/nvdisasm");
+        if is_executable(&p) {
+            return Some(p.display().to_string());
+        }
+    }
+    for python in ["python3", "python"] {
+        let script = "import nvidia; print('\\n'.join(list(nvidia.__path__)))";
+        let Some(out) = output(python, &["-c", script]).filter(|o| o.status.success()) else { continue };
+        for root in String::from_utf8_lossy(&out.stdout).lines() {
+            let Ok(entries) = std::fs::read_dir(root.trim()) else { continue };
+            let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            dirs.sort();
+            if let Some(p) = dirs.into_iter().map(|d| d.join("bin/nvdisasm")).find(|p| is_executable(p)) {
+                return Some(p.display().to_string());
+            }
         }
     }
     None

@@ -430,7 +430,9 @@ impl<'a> Runner<'a> {
             I::Dot { dst, a, b, acc, m, n, k, mode, dom, step } => {
                 let mut out = self.out_buf(*dst);
                 let how = (*mode, *dom, *step);
-                dot(self.tile(*a)?, self.tile(*b)?, self.tile(*acc)?, (*m, *n, *k), how, &mut out);
+                self.check_dot_operand(*a, op)?;
+                self.check_dot_operand(*b, op)?;
+                dot(self.dot_operand(*a)?, self.dot_operand(*b)?, self.tile(*acc)?, (*m, *n, *k), how, &mut out);
                 self.counters.dot_flops += 2 * (*m * *n * *k) as u64;
                 self.set(*dst, Value::Tile(out));
             }
@@ -682,6 +684,26 @@ impl<'a> Runner<'a> {
     }
 
     /// The (buffer, slot) a shared-memory operand designates.
+    /// A dot operand read in place from a shared slot (a `wgmma` operand) must hold
+    /// completed copies, like any shared read.
+    fn check_dot_operand(&mut self, r: Reg, op: OpId) -> R<()> {
+        if matches!(self.get(r)?, Value::Smem { .. }) {
+            let (buf, slot) = self.slot(r)?;
+            self.check_read(buf, slot, op)?;
+        }
+        Ok(())
+    }
+
+    /// A dot operand's elements: a register tile, or a shared slot's (row-major).
+    fn dot_operand(&self, r: Reg) -> R<&[f64]> {
+        if !matches!(self.get(r)?, Value::Smem { .. }) {
+            return self.tile(r);
+        }
+        let (buf, slot) = self.slot(r)?;
+        let b = self.smem[buf as usize].as_ref().expect("checked by slot()");
+        Ok(&b.data[slot * b.slot_len..(slot + 1) * b.slot_len])
+    }
+
     fn slot(&self, r: Reg) -> R<(u32, usize)> {
         let (buf, slot) = match self.get(r)? {
             Value::Smem { buf, slot } => (*buf, *slot),

@@ -655,7 +655,12 @@ impl Compiler<'_> {
             OpKind::Dot => {
                 let dst = self.result(id, op)?;
                 let (a, b, acc) = (self.operand(id, op, 0)?, self.operand(id, op, 1)?, self.operand(id, op, 2)?);
-                let (ad, bd, cd) = (self.tile_dims_of(id, a)?, self.tile_dims_of(id, b)?, self.tile_dims_of(id, acc)?);
+                // `wgmma` dots read their operands from shared buffers (slots) directly.
+                let operand_dims = |v: ValueId| match self.ty(v) {
+                    Type::Smem(_) => self.smem_dims(id, v),
+                    _ => self.tile_dims_of(id, v),
+                };
+                let (ad, bd, cd) = (operand_dims(a)?, operand_dims(b)?, self.tile_dims_of(id, acc)?);
                 if ad.len() != 2 || bd.len() != 2 || cd.len() != 2 || ad[1] != bd[0] || cd != [ad[0], bd[1]] {
                     return Err(
                         self.err(id, format!("tile.dot shapes {} x {} + {}", self.ty(a), self.ty(b), self.ty(acc)))

@@ -49,6 +49,7 @@ impl KernelInfo {
             "stages" => 6,
             "vector" => 7,
             "swizzle" => 8,
+            "mma" => 9,
             _ => 4,
         };
         let mut out: Vec<(String, tessera_frontend::check::KeyValue)> = schedule

@@ -32,9 +32,12 @@ impl Global {
 // ----- execution ---------------------------------------------------------------------
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum State {
+pub(crate) enum State {
     Run,
     Barrier,
+    /// At a warpgroup-collective `wgmma` instruction, until the warpgroup's other warps
+    /// reach it (`wgmma::Warpgroup`).
+    Warpgroup,
     Done,
 }
 
@@ -45,18 +48,50 @@ struct Copy {
     valid: usize,
 }
 
-struct Thread {
-    regs: Vec<Option<u64>>,
-    pc: usize,
-    state: State,
+pub(crate) struct Thread {
+    pub(crate) regs: Vec<Option<u64>>,
+    pub(crate) pc: usize,
+    pub(crate) state: State,
     open: Vec<Copy>,
     groups: Vec<Vec<Copy>>,
+    /// Instructions this thread executed (the clock of `written`).
+    pub(crate) executed: u64,
+    /// When each register was last written by an instruction of this thread (not by a
+    /// `wgmma` landing its result): `wgmma.fence` must come after it.
+    pub(crate) written: Vec<u64>,
+    /// `executed` at this thread's last `wgmma.fence` (None: never).
+    pub(crate) wgmma_fence: Option<u64>,
+    /// Registers an in-flight `wgmma.mma_async` writes (their value is absent until the
+    /// `wgmma.wait_group` that completes it).
+    pub(crate) in_flight: Vec<bool>,
+}
+
+impl Thread {
+    fn new(regs: usize) -> Thread {
+        Thread {
+            regs: vec![None; regs],
+            pc: 0,
+            state: State::Run,
+            open: Vec::new(),
+            groups: Vec::new(),
+            executed: 0,
+            written: vec![0; regs],
+            wgmma_fence: None,
+            in_flight: vec![false; regs],
+        }
+    }
 }
 
 pub(crate) struct Cta<'a> {
     pub(crate) m: &'a Module,
-    threads: Vec<Thread>,
-    smem: Vec<u8>,
+    pub(crate) threads: Vec<Thread>,
+    pub(crate) smem: Vec<u8>,
+    /// The `wgmma` state of each warpgroup (asynchronous groups and their reads).
+    pub(crate) warpgroups: Vec<super::wgmma::Warpgroup>,
+    /// 16-byte chunks of shared memory written by the generic proxy (`st.shared`, a
+    /// landed `cp.async`) and not yet followed by a `fence.proxy.async` of the writing
+    /// thread: the async proxy (`wgmma`) must not read them.
+    pub(crate) unfenced: HashMap<u64, usize>,
     pub(crate) global: &'a mut Global,
     params: &'a HashMap<String, u64>,
     ctaid: [u64; 3],
@@ -97,6 +132,16 @@ impl Cta<'_> {
 
     pub(crate) fn read(&self, t: usize, s: &Src, pc: usize) -> Result<u64, String> {
         Ok(match s {
+            Src::Reg(r) if self.threads[t].in_flight[*r] => {
+                return Err(self.err(
+                    pc,
+                    format!(
+                        "thread {t} reads {} while the wgmma.mma_async that writes it is in flight (before its \
+                         wgmma.wait_group)",
+                        self.m.names[*r]
+                    ),
+                ))
+            }
             Src::Reg(r) => self.threads[t].regs[*r]
                 .ok_or_else(|| self.err(pc, format!("thread {t} reads {} before any write", self.m.names[*r])))?,
             Src::Not(r) => (self.read(t, &Src::Reg(*r), pc)? == 0) as u64,
@@ -139,7 +184,28 @@ impl Cta<'_> {
     }
 
     pub(crate) fn set(&mut self, t: usize, r: usize, v: u64) {
-        self.threads[t].regs[r] = Some(v);
+        let thread = &mut self.threads[t];
+        thread.regs[r] = Some(v);
+        thread.written[r] = thread.executed;
+    }
+
+    /// The 16-byte shared chunks that issued, not yet landed `cp.async`s of any thread
+    /// write: they may land at any moment until their `cp.async.wait_group`.
+    pub(crate) fn chunks_of_copies_in_flight(&self) -> std::collections::HashSet<u64> {
+        let mut out = std::collections::HashSet::new();
+        for t in &self.threads {
+            for c in t.open.iter().chain(t.groups.iter().flatten()) {
+                out.extend(c.dst / 16..(c.dst + c.size as u64).div_ceil(16));
+            }
+        }
+        out
+    }
+
+    /// A generic-proxy write of shared bytes by thread `t` (see `unfenced`).
+    pub(crate) fn note_generic_write(&mut self, t: usize, addr: u64, len: usize) {
+        for chunk in addr / 16..(addr + len as u64).div_ceil(16) {
+            self.unfenced.insert(chunk, t);
+        }
     }
 
     pub(crate) fn smem(&mut self, addr: u64, len: usize, align: usize, pc: usize) -> Result<&mut [u8], String> {
@@ -170,6 +236,13 @@ impl Cta<'_> {
                 }
             }
             if !progressed {
+                if let Some(t) = self.threads.iter().position(|t| t.state == State::Warpgroup) {
+                    return Err(format!(
+                        "thread {t} waits at a warpgroup-collective wgmma instruction (PTX line {}) that the rest of \
+                         its warpgroup never reaches",
+                        self.m.code[self.threads[t].pc].line
+                    ));
+                }
                 let waiting = self.threads.iter().filter(|t| t.state == State::Barrier).count();
                 if waiting == 0 {
                     return Ok(());
@@ -204,6 +277,16 @@ impl Cta<'_> {
             } else {
                 self.threads[t].pc += 1;
             }
+        }
+        for &t in &on {
+            self.threads[t].executed += 1;
+        }
+        if op[0] == "wgmma" {
+            let full = self.threads.len().min(32 * (warp + 1)) - 32 * warp;
+            if on.len() != full {
+                return Err(self.err(pc, format!("{} of {full} lanes execute a warpgroup-collective wgmma", on.len())));
+            }
+            return self.arrive_at_wgmma(pc, &on, warp);
         }
         let collective = matches!(op[0], "shfl" | "ldmatrix" | "mma" | "bar");
         if collective {
@@ -247,6 +330,7 @@ impl Cta<'_> {
                     }
                 }
                 self.smem(c.dst, c.size, c.size, pc)?.copy_from_slice(&bytes);
+                self.note_generic_write(t, c.dst, c.size);
             }
         }
         Ok(())
@@ -260,6 +344,12 @@ impl Cta<'_> {
             "ret" => {
                 self.threads[t].state = State::Done;
                 return Ok(pc);
+            }
+            "trap" => return Err(self.err(pc, format!("thread {t} executes trap"))),
+            // `fence.proxy.async.shared::cta`: this thread's generic shared writes so
+            // far are visible to the async proxy.
+            "fence" if op.get(1) == Some(&"proxy") && op.get(2) == Some(&"async") => {
+                self.unfenced.retain(|_, writer| *writer != t);
             }
             "bra" => {
                 if let Opd::Label(l) = self.m.code[pc].args[0] {
@@ -414,19 +504,14 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
     for z in 0..gz {
         for y in 0..gy {
             for x in 0..gx {
-                let threads = (0..code.abi.threads)
-                    .map(|_| Thread {
-                        regs: vec![None; module.regs],
-                        pc: 0,
-                        state: State::Run,
-                        open: Vec::new(),
-                        groups: Vec::new(),
-                    })
-                    .collect();
+                let threads = (0..code.abi.threads).map(|_| Thread::new(module.regs)).collect();
                 let mut cta = Cta {
                     m: &module,
                     threads,
+                    // The shared window starts at address 0: aligned for any `.align`.
                     smem: vec![0xAB; code.smem_bytes as usize],
+                    warpgroups: (0..code.abi.threads.div_ceil(128)).map(|_| Default::default()).collect(),
+                    unfenced: HashMap::new(),
                     global: &mut global,
                     params: &values,
                     ctaid: [x, y, z],
@@ -436,6 +521,9 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
                 cta.run().map_err(|e| format!("program ({x}, {y}, {z}): {e}"))?;
                 if cta.threads.iter().any(|t| !t.groups.is_empty() || !t.open.is_empty()) {
                     return Err(format!("program ({x}, {y}, {z}) ends with asynchronous copies still pending"));
+                }
+                if cta.warpgroups.iter().any(|w| w.pending()) {
+                    return Err(format!("program ({x}, {y}, {z}) ends with wgmma.mma_async groups still in flight"));
                 }
                 steps += cta.steps;
             }

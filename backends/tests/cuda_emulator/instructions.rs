@@ -116,6 +116,7 @@ impl Cta<'_> {
                 }
             } else {
                 self.smem(addr, total, total, pc)?.copy_from_slice(&bytes);
+                self.note_generic_write(t, addr, total);
             }
         }
         Ok(())

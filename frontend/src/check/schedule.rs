@@ -6,7 +6,7 @@ use std::fmt;
 use crate::text::TextRange;
 
 /// The standard schedule keys the compiler itself consumes.
-pub const STANDARD_KEYS: &[&str] = &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"];
+pub const STANDARD_KEYS: &[&str] = &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle", "mma"];
 
 /// The methods of a `Schedule` value (each returns a new `Schedule`).
 pub const SCHEDULE_METHODS: &[&str] = &[
@@ -16,6 +16,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "with_stages",
     "with_vector",
     "with_swizzle",
+    "with_mma",
     "block",
     "k",
     "d",
@@ -23,6 +24,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "stages",
     "vector",
     "swizzle",
+    "mma",
 ];
 
 /// `ctx.m` ≡ `ctx.BM` and friends; Triton spellings of autotune keys map too.
@@ -40,7 +42,7 @@ pub fn canonical_key(key: &str) -> &str {
 
 /// Keys whose value the compiler uses even when the kernel never reads them (no W0705).
 pub fn consumed_by_compiler(key: &str) -> bool {
-    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle")
+    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle" | "mma")
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -84,6 +86,16 @@ impl ScheduleValue {
         s
     }
 
+    /// The value a plain `@kernel` has for a standard key: [`Self::default_for_kernel`]'s,
+    /// and `"mma.sync"` for `mma` (left out of the default schedule, so configurations that
+    /// do not set it read as before).
+    pub fn kernel_default(key: &str) -> Option<KeyValue> {
+        match canonical_key(key) {
+            "mma" => Some(KeyValue::Str(MMA_SYNC.into())),
+            k => Self::default_for_kernel().get(k).cloned(),
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&KeyValue> {
         self.values.get(canonical_key(key))
     }
@@ -112,6 +124,28 @@ impl ScheduleValue {
     pub fn stages(&self) -> i64 {
         self.int("stages").unwrap_or(2)
     }
+
+    /// The tensor-core instruction family `tile.dot` asks for: `mma` (absent: `mma.sync`).
+    pub fn mma(&self) -> MmaFamily {
+        match self.get("mma") {
+            Some(KeyValue::Str(s)) if s == WGMMA => MmaFamily::Wgmma,
+            _ => MmaFamily::MmaSync,
+        }
+    }
+}
+
+/// The value of the `mma` key that asks for Hopper's warpgroup MMA.
+pub const WGMMA: &str = "wgmma";
+/// The value of the `mma` key that asks for warp-level `mma.sync` (the default).
+pub const MMA_SYNC: &str = "mma.sync";
+
+/// The schedule key `mma`: which tensor-core instructions a GPU target's `tile.dot` uses.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum MmaFamily {
+    /// Warp-level `mma.sync` with `ldmatrix` operands (sm_80 and sm_90).
+    MmaSync,
+    /// Warpgroup `wgmma.mma_async` with both operands in shared memory (sm_90a).
+    Wgmma,
 }
 
 impl fmt::Display for ScheduleValue {
@@ -144,6 +178,10 @@ pub fn validate(key: &str, value: &KeyValue) -> Option<String> {
         ("swizzle", KeyValue::Str(s)) => {
             (!matches!(s.as_str(), "xor" | "none")).then(|| format!("swizzle must be \"xor\" or \"none\", got \"{s}\""))
         }
+        ("mma", KeyValue::Str(s)) => {
+            (s != MMA_SYNC && s != WGMMA).then(|| format!("mma must be \"{MMA_SYNC}\" or \"{WGMMA}\", got \"{s}\""))
+        }
+        ("mma", KeyValue::Int(_)) => Some(format!("mma must be \"{MMA_SYNC}\" or \"{WGMMA}\"")),
         ("BM" | "BN" | "BK" | "BD" | "warps" | "stages" | "vector", KeyValue::Str(_)) => {
             Some(format!("{key} must be an integer"))
         }
@@ -296,6 +334,10 @@ mod tests {
         assert!(validate("num_warps", &KeyValue::Int(8)).is_none());
         assert!(validate("stages", &KeyValue::Int(9)).is_some());
         assert!(validate("swizzle", &KeyValue::Str("zigzag".into())).is_some());
+        assert!(validate("mma", &KeyValue::Str("wgmma".into())).is_none());
+        assert!(validate("mma", &KeyValue::Str("mma.sync".into())).is_none());
+        assert!(validate("mma", &KeyValue::Str("hgmma".into())).is_some());
+        assert!(validate("mma", &KeyValue::Int(1)).is_some());
     }
 
     #[test]

@@ -351,7 +351,7 @@ fn value_member_completions(f: &FnCtx<'_>, ty: &Ty, acc: &mut Acc) {
                     format!("autotuned: {{{}}}", c.join(", "))
                 } else if let Some(v) = sched.fixed.get(&key) {
                     format!("= {v}")
-                } else if let Some(v) = crate::check::ScheduleValue::default_for_kernel().get(&key) {
+                } else if let Some(v) = crate::check::ScheduleValue::kernel_default(&key) {
                     format!("default {v}")
                 } else {
                     "schedule key".to_string()

@@ -325,7 +325,7 @@ fn symbol_hover(f: &FnCtx<'_>, name: &str) -> String {
 
 fn schedule_key_hover(f: &FnCtx<'_>, key: &str) -> String {
     let canon = canonical_key(key);
-    let mut out = code(&format!("ctx.{key}: {}", if canon == "swizzle" { "str" } else { "int" }));
+    let mut out = code(&format!("ctx.{key}: {}", if matches!(canon, "swizzle" | "mma") { "str" } else { "int" }));
     if canon != key {
         out += &format!("\n\nalias of `ctx.{canon}`");
     }
@@ -337,7 +337,7 @@ fn schedule_key_hover(f: &FnCtx<'_>, key: &str) -> String {
         out += &format!("\n\nschedule key of `{}`, autotuned over {{{}}}", f.name(), cands.join(", "));
     } else if let Some(v) = sched.fixed.get(canon) {
         out += &format!("\n\nschedule key of `{}`, fixed to {v}", f.name());
-    } else if let Some(v) = crate::check::ScheduleValue::default_for_kernel().get(canon) {
+    } else if let Some(v) = crate::check::ScheduleValue::kernel_default(canon) {
         out += &format!("\n\nschedule key of `{}`, default value {v}", f.name());
     }
     out

@@ -63,6 +63,9 @@ pub struct BankConflict {
     pub at: Loc,
     /// The first layout change that makes every access of the buffer conflict free.
     pub fix: Option<BankFix>,
+    /// The buffer is read by `wgmma` through a matrix descriptor: its layout is the
+    /// descriptor's swizzle of this many bytes, which no `swizzle=`/`pad=` changes.
+    pub descriptor_swizzle: Option<u32>,
 }
 
 /// What one configuration of a kernel costs on a GPU.
@@ -276,13 +279,17 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
         let conflict_free = |candidate: &SmemType| accesses.iter().all(|a| access_ways(candidate, a, threads) < 2);
         let bytes = slot.dtype.bytes().max(1);
         let mut fix = None;
+        let descriptor_swizzle = match slot.swizzle {
+            Swizzle::Wgmma(width) => Some(width),
+            _ => None,
+        };
         if slot.swizzle == Swizzle::None {
             let swizzled = SmemType { swizzle: Swizzle::Xor, pad: 0, ..slot.clone() };
             if conflict_free(&swizzled) {
                 fix = Some(BankFix::Swizzle);
             }
         }
-        if fix.is_none() {
+        if fix.is_none() && descriptor_swizzle.is_none() {
             for pad in [1, 2, 4, 8, 16].into_iter().filter(|p| (p * bytes) % 4 == 0 || *p * bytes >= 4) {
                 let padded = SmemType { swizzle: Swizzle::None, pad, ..slot.clone() };
                 if conflict_free(&padded) {
@@ -299,6 +306,7 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
             access: access.description.clone(),
             at: f.op(access.op).loc.clone(),
             fix,
+            descriptor_swizzle,
         });
     }
     out
@@ -361,6 +369,8 @@ pub enum PruneReason {
         at_least: bool,
     },
     MmaShape(String),
+    /// `mma = "wgmma"` cannot be used (`crate::wgmma`): the reason.
+    Wgmma(String),
     Lowering(String),
 }
 
@@ -371,6 +381,7 @@ impl PruneReason {
             PruneReason::SharedMemory { .. } => "shared memory",
             PruneReason::Registers { .. } => "registers",
             PruneReason::MmaShape(_) => "tensor-core shape",
+            PruneReason::Wgmma(_) => "WGMMA",
             PruneReason::Lowering(_) => "does not lower",
         }
     }
@@ -389,7 +400,7 @@ impl PruneReason {
                 if *at_least { "at least " } else { "" },
                 inferred_note(*at_least)
             ),
-            PruneReason::MmaShape(why) | PruneReason::Lowering(why) => why.clone(),
+            PruneReason::MmaShape(why) | PruneReason::Wgmma(why) | PruneReason::Lowering(why) => why.clone(),
         }
     }
 }
@@ -407,7 +418,7 @@ fn inferred_note(at_least: bool) -> &'static str {
 /// shape multiples, lowering errors, and on GPUs the shared-memory and register budgets
 /// of [`kernel_budget`].
 pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
-    if let Some(reason) = mma_reason(db, key, &config.schedule) {
+    if let Some(reason) = mma_reason(db, key, &config.schedule).or_else(|| wgmma_reason(db, key, config, target)) {
         return Some(reason);
     }
     let Some(limits) = GpuLimits::of(target) else {
@@ -427,6 +438,21 @@ pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target
 /// The tensor-core shape check of [`prune_reason`].
 fn mma_reason(db: &dyn Db, key: FnKey<'_>, schedule: &ScheduleValue) -> Option<PruneReason> {
     mma_violation(&infer_function(db, key).mma_sites, schedule).map(PruneReason::MmaShape)
+}
+
+/// The `mma = "wgmma"` check of [`prune_reason`] (E0704 for a fixed schedule).
+fn wgmma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
+    wgmma_problem(db, key, config, target).map(|(why, _)| PruneReason::Wgmma(why))
+}
+
+/// Why the kernel cannot use `mma = "wgmma"` under `config` on `target`, and where (the
+/// dot, item-relative): `crate::wgmma`'s rule on the kernel's Graph IR.
+pub fn wgmma_problem(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<(String, TextRange)> {
+    if config.mma() != tessera_frontend::check::MmaFamily::Wgmma {
+        return None;
+    }
+    let graph = graph_ir(db, key).as_ref().ok()?;
+    crate::pipeline::wgmma_problem(graph, config, target)
 }
 
 /// The budget check of [`prune_reason`]: shared memory first, then registers.
@@ -462,7 +488,7 @@ pub fn prune_candidates(
     prune::prune_space(
         schedules,
         limits,
-        |i| mma_reason(db, key, &schedules[i]),
+        |i| mma_reason(db, key, &schedules[i]).or_else(|| wgmma_reason(db, key, &config_of(i), target)),
         |i| match kernel_budget(db, key, config_of(i), target) {
             Ok(b) => prune::Evaluated::Budget(*b),
             Err(e) => prune::Evaluated::Out(PruneReason::Lowering(e.message.clone())),
@@ -531,10 +557,10 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         let mut seed = Vec::new();
         let mut first_survivor: Option<(Config, Func)> = None;
         for (i, schedule) in schedules.iter().enumerate() {
-            if mma_reason(db, key, schedule).is_some() {
+            let config = config_of(&graph, schedule.clone());
+            if mma_reason(db, key, schedule).is_some() || wgmma_reason(db, key, &config, target).is_some() {
                 continue;
             }
-            let config = config_of(&graph, schedule.clone());
             let (evaluated, tile) = lower_candidate(db, key, &config, target, limits);
             seed.push((i, evaluated));
             if let Some(tile) = tile {
@@ -554,6 +580,13 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         }
     } else {
         let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
+        // `mma = "wgmma"` where a dot cannot take it: the reason, at the dot.
+        if let Some((why, at)) = crate::pipeline::wgmma_problem(&graph, &config, target) {
+            let d = Diagnostic::new(Code::E0704, at, format!("mma=\"wgmma\" cannot be used on {target}: {why}"))
+                .with_note("the schedule asks for `mma=\"wgmma\"`; `mma=\"mma.sync\"` (the default) runs this dot on every GPU target");
+            out.body.push(Lint { diagnostic: d, fix: None });
+            return out;
+        }
         // A tile the target cannot hold is this schedule's error, named before anything
         // is built per element.
         if let Err(e) = crate::bounds::check_tiles(&graph, &config, target) {
@@ -795,7 +828,13 @@ fn resource_lints(
         let fix_text = match &c.fix {
             Some(BankFix::Swizzle) => "swizzle=\"xor\" makes every access conflict free".to_string(),
             Some(BankFix::Pad(p)) => format!("pad={p} makes every access conflict free"),
-            None => "neither a swizzle nor a pad removes it; change the access pattern".to_string(),
+            None => match c.descriptor_swizzle {
+                Some(width) => format!(
+                    "`wgmma` reads this buffer through a matrix descriptor, so its layout is the descriptor's {width}-byte \
+                     swizzle (`swizzle=` and `pad=` do not apply); the order in which threads copy it decides the conflict"
+                ),
+                None => "neither a swizzle nor a pad removes it; change the access pattern".to_string(),
+            },
         };
         let mut d = Diagnostic::new(
             Code::W0601,

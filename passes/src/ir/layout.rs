@@ -18,6 +18,14 @@ pub enum Layout {
     /// owning a contiguous block of the tile, covered by 16x8 fragments (4 elements per
     /// thread each: rows g and g+8, columns 2t and 2t+1, g = lane/4, t = lane%4).
     Mma { warps: [u32; 2] },
+    /// The f32 accumulator of `wgmma.mma_async.m64nNk16` (PTX ISA, "Register fragment
+    /// layout for the wgmma accumulator D"). Warpgroups (4 consecutive warps) split the
+    /// rows into contiguous blocks of M / warpgroups; a warpgroup covers its block with
+    /// m64 tiles of all N columns, one instruction each. In a tile, warp `w % 4` of the
+    /// warpgroup owns rows `16 (w % 4) ..+16` in the m16n8 C-fragment pattern repeated
+    /// over N: lane l (g = l/4, t = l%4) holds, in registers `4j .. 4j+3`, rows g and g+8
+    /// of columns `8j + 2t` and `+1` — N / 2 f32 registers per tile.
+    Wgmma { warpgroups: u32 },
     /// An operand of `mma.sync`: A (`op = 0`, m16 x k) or B (`op = 1`, k x n8) fragments
     /// matching the parent accumulator layout; `k_width` elements share a 32-bit register
     /// (2 for 16-bit types, 4 for 8-bit).
@@ -97,6 +105,7 @@ impl Layout {
         match self {
             Layout::Blocked { warps_per_cta, .. } => warps_per_cta.iter().product(),
             Layout::Mma { warps } => warps[0] * warps[1],
+            Layout::Wgmma { warpgroups } => 4 * warpgroups,
             Layout::DotOperand { parent, .. } | Layout::Slice { parent, .. } => parent.warps(),
         }
     }
@@ -112,6 +121,7 @@ impl Layout {
                 blocked_elements(shape, size_per_thread, threads_per_warp, warps_per_cta, tid)
             }
             Layout::Mma { warps } => mma_elements(shape, *warps, tid),
+            Layout::Wgmma { warpgroups } => wgmma_elements(shape, *warpgroups, tid),
             Layout::DotOperand { op, parent, k_width } => match parent.as_ref() {
                 Layout::Mma { warps } => dot_operand_elements(shape, *op, *warps, *k_width, tid),
                 _ => Vec::new(),
@@ -148,6 +158,10 @@ impl Layout {
             Layout::Mma { warps } => {
                 let (_, _, wm, wn, _, _) = warp_block(shape, *warps, 0);
                 (wm / 16).max(0) * (wn / 8).max(0) * 4
+            }
+            Layout::Wgmma { warpgroups } => {
+                let (block_rows, n) = wgmma_block(shape, *warpgroups);
+                (block_rows / 64) * (n / 8) * 4
             }
             Layout::DotOperand { op, parent, k_width } => match parent.as_ref() {
                 Layout::Mma { warps } => {
@@ -306,6 +320,34 @@ fn mma_elements(shape: &[i64], warps: [u32; 2], tid: u32) -> Vec<Vec<i64>> {
     out
 }
 
+/// Rows of one warpgroup's block and the columns a `wgmma` accumulator layout covers
+/// (a smaller tile is replicated, as in `mma` layouts).
+fn wgmma_block(shape: &[i64], warpgroups: u32) -> (i64, i64) {
+    let groups = warpgroups.max(1) as i64;
+    let m = shape[0].max(64 * groups);
+    (((m / groups) / 64).max(1) * 64, shape.get(1).copied().unwrap_or(8).max(8))
+}
+
+fn wgmma_elements(shape: &[i64], warpgroups: u32, tid: u32) -> Vec<Vec<i64>> {
+    let (block_rows, n) = wgmma_block(shape, warpgroups);
+    let warp = tid / WARP;
+    let (group, warp_in_group) = ((warp / 4 % warpgroups.max(1)) as i64, (warp % 4) as i64);
+    let lane = (tid % WARP) as i64;
+    let (g, t) = (lane / 4, lane % 4);
+    let (rows, cols) = (shape[0].max(1), shape.get(1).copied().unwrap_or(1).max(1));
+    let mut out = Vec::new();
+    for tile in 0..block_rows / 64 {
+        let r = group * block_rows + tile * 64 + 16 * warp_in_group + g;
+        for j in 0..n / 8 {
+            let c = 8 * j + 2 * t;
+            for (dr, dc) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
+                out.push(vec![(r + dr) % rows, (c + dc) % cols]);
+            }
+        }
+    }
+    out
+}
+
 fn dot_operand_elements(shape: &[i64], op: u8, warps: [u32; 2], k_width: u32, tid: u32) -> Vec<Vec<i64>> {
     let lane = (tid % WARP) as i64;
     let (g, t) = (lane / 4, lane % 4);
@@ -364,6 +406,7 @@ impl fmt::Display for Layout {
                 list(warps_per_cta)
             ),
             Layout::Mma { warps } => write!(f, "#mma<{}x{}>", warps[0], warps[1]),
+            Layout::Wgmma { warpgroups } => write!(f, "#wgmma<{warpgroups}>"),
             Layout::DotOperand { op, parent, .. } => {
                 write!(f, "#dot<{}, {}>", if *op == 0 { "A" } else { "B" }, parent)
             }
@@ -396,6 +439,30 @@ mod tests {
         assert_eq!(layout.elements_per_thread(&shape), 32);
         // Lane 5 of warp 0: group 1, thread-in-group 1.
         assert_eq!(&layout.elements(&shape, 5)[..4], &[vec![1, 2], vec![1, 3], vec![9, 2], vec![9, 3]]);
+    }
+
+    #[test]
+    fn wgmma_accumulators_cover_the_tile_once_in_instruction_order() {
+        for (shape, warpgroups) in [([64, 64], 1), ([128, 256], 1), ([128, 64], 2), ([256, 8], 2)] {
+            let layout = Layout::Wgmma { warpgroups };
+            let mut seen = HashSet::new();
+            for t in 0..layout.threads() {
+                for e in layout.elements(&shape, t) {
+                    assert!(seen.insert(e.clone()), "{e:?} owned twice in {shape:?}");
+                }
+            }
+            assert_eq!(seen.len() as i64, shape[0] * shape[1]);
+            // N / 2 f32 registers per m64 tile.
+            let tiles = shape[0] / 64 / warpgroups as i64;
+            assert_eq!(layout.elements_per_thread(&shape) as i64, tiles * shape[1] / 2);
+        }
+        // 128 rows over one warpgroup: two m64 tiles; warp 1's lane 5 (g = 1, t = 1) holds
+        // d0..d3 = (17, 2), (17, 3), (25, 2), (25, 3), and the second tile 64 rows lower.
+        let layout = Layout::Wgmma { warpgroups: 1 };
+        let e = layout.elements(&[128, 16], 32 + 5);
+        assert_eq!(&e[..4], &[vec![17, 2], vec![17, 3], vec![25, 2], vec![25, 3]]);
+        assert_eq!(&e[4..6], &[vec![17, 10], vec![17, 11]]);
+        assert_eq!(e[8], vec![81, 2]);
     }
 
     #[test]
@@ -458,6 +525,9 @@ mod tests {
                         }
                     }
                     layouts.push(mma);
+                    if warps % 4 == 0 {
+                        layouts.push(Layout::Wgmma { warpgroups: warps / 4 });
+                    }
                 }
             }
             // Slices: the layouts of this shape with one more dim, reduced over it.

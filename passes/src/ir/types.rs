@@ -52,6 +52,22 @@ pub enum Swizzle {
     /// XOR of the 16-byte chunk index with the row (CUTLASS `Swizzle<3,4,3>` for
     /// 128-byte rows of 16-bit data).
     Xor,
+    /// The layout Hopper's matrix descriptors read (`wgmma` operands): the swizzle mode
+    /// of that many bytes (32, 64 or 128). Each row is cut into blocks of that width;
+    /// the blocks are stored one after another (all rows of block 0, then all rows of
+    /// block 1, ...), and inside a block 16-byte chunk `c` of row `r` sits at chunk
+    /// `c ^ ((r * width / 128) % (width / 16))` — CUTLASS `Swizzle<log2(width / 16), 4, 3>`
+    /// on the address, as the hardware applies it to the shared address of a buffer
+    /// placed on a multiple of 1024 bytes.
+    Wgmma(u32),
+}
+
+impl Swizzle {
+    /// The `wgmma` swizzle width for rows of `row_bytes` bytes: the widest of 128, 64 and
+    /// 32 bytes that divides the row (None when 32 does not).
+    pub fn wgmma_for_row(row_bytes: i64) -> Option<Swizzle> {
+        [128, 64, 32].into_iter().find(|w| row_bytes > 0 && row_bytes % w == 0).map(|w| Swizzle::Wgmma(w as u32))
+    }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -94,10 +110,17 @@ impl SmemType {
     /// into 128-byte lines whose chunk index is XOR-ed with `line % 8` (CUTLASS
     /// `Swizzle<3,4,3>` on the linear offset). Other row sizes are not swizzled.
     pub fn byte_offset(&self, row: i64, col: i64) -> Option<i64> {
-        let (_, row_len) = self.rows_and_row_len()?;
+        let (rows, row_len) = self.rows_and_row_len()?;
         let bytes = self.dtype.bytes() as i64;
         let row_bytes = row_len * bytes;
         let (chunk, within) = ((col * bytes) / 16, (col * bytes) % 16);
+        if let Swizzle::Wgmma(width) = self.swizzle {
+            let width = width as i64;
+            let x = col * bytes;
+            let (block, in_block) = (x / width, x % width);
+            let phase = (row * width / 128) % (width / 16);
+            return Some(block * rows * width + row * width + ((in_block / 16) ^ phase) * 16 + x % 16);
+        }
         let plain = (row * (row_len + self.pad as i64) + col) * bytes;
         if self.swizzle == Swizzle::None || self.pad != 0 || self.dtype.bits() < 8 {
             return Some(plain);
@@ -215,8 +238,10 @@ impl fmt::Display for Type {
                 }
                 write_dims(f, &s.dims)?;
                 write!(f, "{}", s.dtype)?;
-                if s.swizzle == Swizzle::Xor {
-                    f.write_str(", swizzle=xor")?;
+                match s.swizzle {
+                    Swizzle::None => {}
+                    Swizzle::Xor => f.write_str(", swizzle=xor")?,
+                    Swizzle::Wgmma(width) => write!(f, ", swizzle={width}B")?,
                 }
                 if s.pad != 0 {
                     write!(f, ", pad={}", s.pad)?;
@@ -262,6 +287,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn wgmma_layouts_are_bijections_in_blocks_of_their_width() {
+        for (rows, cols, width) in
+            [(64, 64, 128), (64, 32, 64), (64, 16, 32), (32, 128, 128), (16, 48, 32), (8, 256, 128)]
+        {
+            let s = smem(rows, cols, DType::BF16, Swizzle::Wgmma(width), 0);
+            assert_bijective(&s);
+        }
+        // 128-byte swizzle: chunk c of row r at chunk c ^ (r % 8); the second 64-column
+        // block of a [16, 128] bf16 buffer starts after all 16 rows of the first.
+        let s = smem(16, 128, DType::BF16, Swizzle::Wgmma(128), 0);
+        assert_eq!(s.byte_offset(3, 8), Some(3 * 128 + (1 ^ 3) * 16));
+        assert_eq!(s.byte_offset(0, 64), Some(16 * 128));
+        // 64-byte swizzle XORs with (r / 2) % 4, 32-byte with (r / 4) % 2.
+        let s = smem(16, 32, DType::BF16, Swizzle::Wgmma(64), 0);
+        assert_eq!(s.byte_offset(6, 0), Some(6 * 64 + 3 * 16));
+        let s = smem(16, 16, DType::BF16, Swizzle::Wgmma(32), 0);
+        assert_eq!(s.byte_offset(5, 0), Some(5 * 32 + 16));
+        assert_eq!(Swizzle::wgmma_for_row(96), Some(Swizzle::Wgmma(32)));
+        assert_eq!(Swizzle::wgmma_for_row(16), None);
     }
 
     #[test]

@@ -238,15 +238,25 @@ impl Verifier<'_> {
                 }
                 n_results(1)?;
                 let (a, b, c) = (self.ty(op.operands[0]), self.ty(op.operands[1]), self.ty(op.operands[2]));
-                let (Type::Tile(a), Type::Tile(b), Type::Tile(c)) = (a, b, c) else {
-                    return Err(err(id, "tile.dot operands are tiles"));
+                // A `wgmma` dot (Tile IR) reads A and B from shared slots in place.
+                let wgmma = op.str_attr("instr") == Some("wgmma");
+                let operand_dims = |t: &Type| match t {
+                    Type::Tile(t) => Some(t.dims.clone()),
+                    Type::Smem(s) if wgmma && s.stages == 1 => Some(s.dims.clone()),
+                    _ => None,
                 };
-                if a.dims.len() != 2
-                    || b.dims.len() != 2
+                let (Some(a_dims), Some(b_dims), Type::Tile(c)) = (operand_dims(a), operand_dims(b), c) else {
+                    return Err(err(
+                        id,
+                        "tile.dot operands are tiles (a `wgmma` dot's A and B may be shared slots, in Tile IR)",
+                    ));
+                };
+                if a_dims.len() != 2
+                    || b_dims.len() != 2
                     || c.dims.len() != 2
-                    || a.dims[1] != b.dims[0]
-                    || c.dims[0] != a.dims[0]
-                    || c.dims[1] != b.dims[1]
+                    || a_dims[1] != b_dims[0]
+                    || c.dims[0] != a_dims[0]
+                    || c.dims[1] != b_dims[1]
                 {
                     return Err(err(id, "tile.dot shapes: [M,K] x [K,N] + [M,N]"));
                 }

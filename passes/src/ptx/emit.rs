@@ -10,7 +10,7 @@ use tessera_frontend::check::DType;
 
 use crate::abi::{scalar_slot, AbiParam, KernelAbi, Slot};
 use crate::error::LowerError;
-use crate::ir::{Attr, Func, Layout, Op, OpId, OpKind, Region, SmemType, Type, ValueId};
+use crate::ir::{Attr, Func, Layout, Op, OpId, OpKind, Region, SmemType, Swizzle, Type, ValueId};
 use crate::target::Target;
 use crate::target::TargetCode;
 
@@ -131,6 +131,11 @@ pub(crate) struct Emitter<'f> {
     pub(super) stride_bytes: HashMap<(usize, usize, i64), Operand>,
     /// fp8 `mma` needs PTX ISA 8.4.
     pub(super) needs_isa_84: bool,
+    /// The kernel has `wgmma` dots: `.target sm_90a`, operand buffers on 1024-byte
+    /// boundaries (the descriptors' swizzle acts on address bits), and a proxy fence
+    /// before each CTA barrier (shared writes of the generic proxy, `st.shared` and
+    /// `cp.async`, become visible to the async proxy `wgmma` reads through).
+    pub(super) wgmma: bool,
     /// `tile.load_shared` ops whose only use is a later dot in the same region with
     /// no shared-memory write or barrier in between: their loads may move to the dot.
     pub(super) deferrable: std::collections::HashSet<OpId>,
@@ -170,6 +175,7 @@ impl<'f> Emitter<'f> {
             special: HashMap::new(),
             stride_bytes: HashMap::new(),
             needs_isa_84: false,
+            wgmma: f.walk().into_iter().any(|id| f.op(id).str_attr("instr") == Some("wgmma")),
             deferrable: deferrable_loads(f),
             current: OpId(0),
         };
@@ -275,7 +281,8 @@ impl<'f> Emitter<'f> {
                 return Err(self.fail(op, "the result is not a shared buffer"));
             };
             let bytes = s.bytes().ok_or_else(|| self.fail(op, "a shared buffer with a symbolic dim"))?;
-            offset = offset.next_multiple_of(128);
+            // A `wgmma` descriptor's swizzle repeats every 1024 bytes of the address.
+            offset = offset.next_multiple_of(if matches!(s.swizzle, Swizzle::Wgmma(_)) { 1024 } else { 128 });
             self.buffer_offsets.insert(op.results[0], offset);
             offset += bytes as u32;
         }
@@ -288,9 +295,18 @@ impl<'f> Emitter<'f> {
         if let Some(r) = self.smem_base {
             return r;
         }
+        let wgmma = self.wgmma;
         let r = self.b.in_prologue(|b| {
             let r = b.reg(Class::B32);
             b.ins(format!("mov.u32 {r}, {SMEM_SYMBOL}"));
+            if wgmma {
+                // The descriptors assume the 1024-byte alignment `.align` asks for; a
+                // driver that placed the array elsewhere would swizzle other bytes.
+                let (low, misaligned) = (b.reg(Class::B32), b.reg(Class::Pred));
+                b.ins(format!("and.b32 {low}, {r}, 1023"));
+                b.ins(format!("setp.ne.u32 {misaligned}, {low}, 0"));
+                b.ins_if(misaligned, false, "trap");
+            }
             r
         });
         self.smem_base = Some(r);
@@ -579,6 +595,7 @@ impl<'f> Emitter<'f> {
             }
             OpKind::Reduce => self.reduce(op)?,
             OpKind::CausalMask => self.causal_mask(op)?,
+            OpKind::Dot if op.str_attr("instr") == Some("wgmma") => self.wgmma_dot(op)?,
             OpKind::Dot => self.dot(op)?,
             OpKind::View => self.view(op)?,
             OpKind::Load => self.load(op)?,
@@ -602,7 +619,12 @@ impl<'f> Emitter<'f> {
                 let pending = op.int_attr("pending").unwrap_or(0).clamp(0, 7);
                 self.b.ins(format!("cp.async.wait_group {pending}"));
             }
-            OpKind::Barrier => self.b.ins("bar.sync 0"),
+            OpKind::Barrier => {
+                if self.wgmma {
+                    self.b.ins("fence.proxy.async.shared::cta");
+                }
+                self.b.ins("bar.sync 0")
+            }
             _ => return Err(self.unsupported(op, "")),
         }
         Ok(())
@@ -675,11 +697,14 @@ impl<'f> Emitter<'f> {
         let _ = writeln!(header, "//");
         let _ = writeln!(header);
         let _ = writeln!(header, ".version {version}");
-        let _ = writeln!(header, ".target {}", self.target.name());
+        // `wgmma` exists only in the architecture-specific sm_90a (PTX ISA 8.0).
+        let target = if self.wgmma { "sm_90a" } else { self.target.name() };
+        let _ = writeln!(header, ".target {target}");
         let _ = writeln!(header, ".address_size 64");
         let _ = writeln!(header);
         if smem_bytes > 0 {
-            let _ = writeln!(header, ".extern .shared .align 128 .b8 {SMEM_SYMBOL}[];");
+            let align = if self.wgmma { 1024 } else { 128 };
+            let _ = writeln!(header, ".extern .shared .align {align} .b8 {SMEM_SYMBOL}[];");
             let _ = writeln!(header);
         }
         let _ = writeln!(header, ".visible .entry {}(", self.f.name);

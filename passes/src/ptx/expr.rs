@@ -338,9 +338,18 @@ pub fn share_bases(exprs: &[Expr], threads: u32) -> Vec<(usize, i64)> {
 /// The byte offset of element `(row, col)` in a slot of `ty`: `SmemType::byte_offset`
 /// as a thread-id expression.
 pub(super) fn smem_offset(ty: &SmemType, row: Expr, col: Expr, threads: u32) -> Option<Expr> {
-    let (_, row_len) = ty.rows_and_row_len()?;
+    let (rows, row_len) = ty.rows_and_row_len()?;
     let bytes = ty.dtype.bytes() as i64;
     let row_bytes = row_len * bytes;
+    if let Swizzle::Wgmma(width) = ty.swizzle {
+        let width = width as i64;
+        let x = col.mul(bytes);
+        let block = x.clone().div(width, threads);
+        let chunk = x.clone().rem(width, threads).div(16, threads);
+        let within = x.rem(16, threads);
+        let phase = row.clone().div(128 / width, threads).rem(width / 16, threads);
+        return Some(block.mul(rows * width).add(row.mul(width)).add(chunk.xor(phase).mul(16)).add(within));
+    }
     let plain = row.clone().mul(row_len + ty.pad as i64).add(col.clone()).mul(bytes);
     if ty.swizzle == Swizzle::None || ty.pad != 0 || ty.dtype.bits() < 8 {
         return Some(plain);

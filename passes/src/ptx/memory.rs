@@ -667,7 +667,9 @@ mod tests {
     fn shared_offsets_match_the_buffer_layout() {
         for (rows, cols) in [(64, 32), (64, 64), (32, 128), (128, 64), (64, 128), (128, 8), (16, 16), (8, 24)] {
             for dtype in [DType::BF16, DType::F32, DType::Fp8E4m3] {
-                for (swizzle, pad) in [(Swizzle::None, 0), (Swizzle::Xor, 0), (Swizzle::None, 8)] {
+                let wgmma = Swizzle::wgmma_for_row(cols * dtype.bytes() as i64);
+                let layouts = [(Swizzle::None, 0), (Swizzle::Xor, 0), (Swizzle::None, 8)].into_iter();
+                for (swizzle, pad) in layouts.chain(wgmma.map(|w| (w, 0))) {
                     let ty = SmemType {
                         dims: vec![Dim::constant(rows), Dim::constant(cols)],
                         dtype,

@@ -21,8 +21,9 @@
 //! both emitted and evaluated), `threadmap` (layouts as affine maps of the thread id),
 //! `numerics` (element types and conversions), `memory` (global memory), `shared`
 //! (shared memory and async copies),
-//! `dot` (`mma.sync` and `ldmatrix`), `movement` (layout conversions, broadcasts,
-//! reductions), `ptxas` (validation with NVIDIA's assembler).
+//! `dot` (`mma.sync` and `ldmatrix`), `wgmma` (warpgroup MMAs from shared memory
+//! through matrix descriptors, sm_90a), `movement` (layout conversions, broadcasts,
+//! reductions), `ptxas` (validation with NVIDIA's assembler), `nvdisasm` (the SASS it produced).
 //!
 //! Validation: `passes/tests/ptx.rs` assembles every corpus and example kernel, every
 //! autotune configuration, for both targets with `ptxas`; `backends/tests/
@@ -38,10 +39,12 @@ mod expr;
 mod memory;
 mod movement;
 mod numerics;
+pub mod nvdisasm;
 mod policy;
 pub mod ptxas;
 mod shared;
 mod threadmap;
+pub mod wgmma;
 
 pub use emit::emit;
 pub use threadmap::ThreadMap;

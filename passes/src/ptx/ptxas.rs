@@ -84,6 +84,22 @@ pub fn assemble(ptx: &str, arch: &str) -> Result<PtxasReport, String> {
 
 /// `assemble` with a given `ptxas`.
 pub fn assemble_with(ptxas: &Path, ptx: &str, arch: &str) -> Result<PtxasReport, String> {
+    assemble_to_cubin(ptxas, ptx, arch).map(|(report, _)| report)
+}
+
+/// The architecture to assemble a module for: `arch`, or its architecture-specific
+/// variant (`sm_90a`) when the module's `.target` asks for that (`wgmma` is sm_90a only).
+pub fn module_arch(ptx: &str, arch: &str) -> String {
+    let declared = ptx.lines().find_map(|l| l.trim().strip_prefix(".target ")).map(str::trim);
+    match declared {
+        Some(t) if t == format!("{arch}a") => t.to_string(),
+        _ => arch.to_string(),
+    }
+}
+
+/// `assemble_with`, also returning the cubin ptxas wrote (for `nvdisasm`).
+pub fn assemble_to_cubin(ptxas: &Path, ptx: &str, arch: &str) -> Result<(PtxasReport, Vec<u8>), String> {
+    let arch = module_arch(ptx, arch);
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let unique = format!(
         "tessera-{}-{}-{}",
@@ -96,6 +112,7 @@ pub fn assemble_with(ptxas: &Path, ptx: &str, arch: &str) -> Result<PtxasReport,
     let output = dir.join(format!("{unique}.cubin"));
     std::fs::write(&input, ptx).map_err(|e| format!("cannot write {}: {e}", input.display()))?;
     let result = Command::new(ptxas).arg(format!("-arch={arch}")).arg("-v").arg(&input).arg("-o").arg(&output).output();
+    let cubin = std::fs::read(&output);
     let _ = std::fs::remove_file(&input);
     let _ = std::fs::remove_file(&output);
     let out = result.map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
@@ -104,7 +121,9 @@ pub fn assemble_with(ptxas: &Path, ptx: &str, arch: &str) -> Result<PtxasReport,
         let name = input.display().to_string();
         return Err(text.replace(&name, "<ptx>").trim().to_string());
     }
-    parse_report(&text).ok_or_else(|| format!("unrecognized ptxas output:\n{text}"))
+    let report = parse_report(&text).ok_or_else(|| format!("unrecognized ptxas output:\n{text}"))?;
+    let cubin = cubin.map_err(|e| format!("ptxas wrote no cubin at {}: {e}", output.display()))?;
+    Ok((report, cubin))
 }
 
 /// Reads the `-v` lines: "N bytes stack frame, N bytes spill stores, N bytes spill
@@ -149,5 +168,12 @@ mod tests {
             PtxasReport { registers: 168, spill_stores: 8, spill_loads: 12, smem_bytes: 1024, stack_bytes: 16 }
         );
         assert_eq!(parse_report("ptxas fatal   : Unresolved extern function"), None);
+    }
+
+    #[test]
+    fn modules_for_sm_90a_are_assembled_for_it() {
+        assert_eq!(module_arch(".version 8.0\n.target sm_90a\n", "sm_90"), "sm_90a");
+        assert_eq!(module_arch(".version 8.0\n.target sm_90\n", "sm_90"), "sm_90");
+        assert_eq!(module_arch(".target sm_80\n", "sm_90"), "sm_90");
     }
 }

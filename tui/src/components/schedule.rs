@@ -49,6 +49,7 @@ pub fn standard_candidates(key: &str) -> Vec<KeyValue> {
         "warps" | "vector" => ints(&[1, 2, 4, 8, 16]),
         "stages" => ints(&[1, 2, 3, 4, 5, 6, 7, 8]),
         "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
+        "mma" => vec![KeyValue::Str("mma.sync".into()), KeyValue::Str("wgmma".into())],
         _ => Vec::new(),
     }
 }

@@ -345,7 +345,12 @@ fn short_label(r: &RunRecord) -> String {
     parts.push(format!("w{}", s.warps()));
     parts.push(format!("s{}", s.stages()));
     for (k, v) in &s.values {
-        if !["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"].contains(&k.as_str()) {
+        if k == "mma" {
+            // The instruction family: shown when it is not the default `mma.sync`.
+            if s.mma() == tessera_frontend::check::MmaFamily::Wgmma {
+                parts.push("wgmma".into());
+            }
+        } else if !["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"].contains(&k.as_str()) {
             parts.push(format!("{k}{}", v.to_string().trim_matches('"')));
         }
     }

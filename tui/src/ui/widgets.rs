@@ -60,6 +60,12 @@ pub(crate) fn short_config(config: &tessera_passes::Config) -> String {
                     parts.push(format!("swizzle={s}"));
                 }
             }
+            // The instruction family: shown when it is not the default `mma.sync`.
+            KeyValue::Str(s) if k == "mma" => {
+                if s != "mma.sync" {
+                    parts.push(s.clone());
+                }
+            }
             v => parts.push(format!("{k}={}", v.to_string().trim_matches('"'))),
         }
     }

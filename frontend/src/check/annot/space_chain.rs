@@ -14,8 +14,15 @@ use super::annotation::is_tessera_alias;
 const BLOCK_PARAMS: &[(&str, &str)] = &[("m", "BM"), ("n", "BN"), ("k", "BK"), ("d", "BD")];
 
 /// The chain's methods (each takes one list of candidates) and their keys.
-const METHODS: &[(&str, &str)] =
-    &[("k", "BK"), ("d", "BD"), ("warps", "warps"), ("stages", "stages"), ("vector", "vector"), ("swizzle", "swizzle")];
+const METHODS: &[(&str, &str)] = &[
+    ("k", "BK"),
+    ("d", "BD"),
+    ("warps", "warps"),
+    ("stages", "stages"),
+    ("vector", "vector"),
+    ("swizzle", "swizzle"),
+    ("mma", "mma"),
+];
 
 /// One key: its canonical name, the range that names it, and its candidates' expression.
 type Entry = (String, TextRange, ExprId);
@@ -127,6 +134,7 @@ fn example(key: &str) -> &'static str {
         "stages" => "2, 3",
         "vector" => "4, 8",
         "swizzle" => "\"none\", \"xor\"",
+        "mma" => "\"mma.sync\", \"wgmma\"",
         _ => "32, 64",
     }
 }

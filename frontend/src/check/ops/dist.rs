@@ -40,6 +40,7 @@ impl<'a> Infer<'a> {
             ("stages", "stages"),
             ("vector", "vector"),
             ("swizzle", "swizzle"),
+            ("mma", "mma"),
         ] {
             if let Some(v) = a.get(param) {
                 if !matches!(v.ty, Ty::NoneVal) {

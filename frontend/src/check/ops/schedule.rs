@@ -21,6 +21,7 @@ pub(crate) fn method_params(name: &str) -> Option<&'static [(&'static str, &'sta
         "with_stages" | "stages" => &[("stages", "stages")],
         "with_vector" | "vector" => &[("vector", "vector")],
         "with_swizzle" | "swizzle" => &[("swizzle", "swizzle")],
+        "with_mma" | "mma" => &[("mma", "mma")],
         _ => return None,
     })
 }

@@ -1,0 +1,281 @@
+//! `mma = "wgmma"` (sm_90a) through the emulator: the GEMMs of the examples and the corpus
+//! and kernels written for it, against the Tile IR interpreter and the f64 reference of
+//! their Graph IR, at tile-multiple and ragged shapes; and planted bugs (a wrong swizzle
+//! mode or SBO in a descriptor, a missing wait, fence or proxy fence) that must fail.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tessera_backends::interp::compare_outputs;
+use tessera_backends::interp::inputs::seeded;
+use tessera_backends::tensor::Arg;
+use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind, KeyValue};
+use tessera_frontend::db::item_index;
+use tessera_frontend::{Database, SourceFile};
+use tessera_passes::codegen::TargetCode;
+use tessera_passes::ir::{Func, OpKind, Type};
+use tessera_passes::{default_config, graph_ir, tile_ir, Config, Target};
+
+use super::execute::emulate;
+use super::{check_kernel, SEED};
+
+/// Kernels written for `wgmma` (see the file's header).
+const WGMMA_FIXTURE: &str = "tests/fixtures/wgmma/gemms.tsr";
+
+/// The GEMMs of the examples and the corpus the slice starts from.
+const GEMM_FILES: &[&str] = &[
+    "examples/gemm.tsr",
+    "examples/linear_gelu.tsr",
+    "tests/corpus/valid/gemm.tsr",
+    "tests/corpus/valid/schedules.tsr",
+    "tests/corpus/valid/search_spaces.tsr",
+    "tests/corpus/valid/derived_kernels.tsr",
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn with_wgmma(config: &Config) -> Config {
+    let mut c = config.clone();
+    c.schedule.set("mma", KeyValue::Str("wgmma".into()));
+    c
+}
+
+fn has_wgmma_dot(tile: &Func) -> bool {
+    tile.walk().into_iter().any(|id| tile.op(id).kind == OpKind::Dot && tile.op(id).str_attr("instr") == Some("wgmma"))
+}
+
+/// Shapes for a kernel's dims: a multiple of every tile the configurations use, a ragged
+/// one (M, N, K cut inside a tile and misaligned rows), and a one-tile-short K.
+const GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=36,K=40", "M=33,N=17,K=9"];
+
+/// Emulates `code` against the interpreter (through `check_kernel`) and the Graph IR's
+/// f64 reference; returns the failures.
+fn check_against_both(
+    label: &str,
+    kernel: &str,
+    graph: &Func,
+    config: &Config,
+    func: &Func,
+    code: &TargetCode,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for spec in GEMM_SHAPES {
+        failures.extend(check_kernel(label, kernel, func, code, spec));
+        // The f64 reference of the Graph IR: no Tile IR pass, interpreter or generator in it.
+        let symbols: BTreeMap<String, i64> = spec
+            .split(',')
+            .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.parse().unwrap())).unwrap())
+            .collect();
+        let inputs = seeded(func, &symbols, SEED).unwrap();
+        let shapes: Vec<Vec<i64>> = inputs
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Tensor(t) => Some(t.dims.iter().map(|&d| d as i64).collect()),
+                _ => None,
+            })
+            .collect();
+        let grid = code.abi.bind(&shapes).unwrap().grid;
+        let mut reference = inputs.clone();
+        let programs = tessera_backends::semantics::Programs::All;
+        if let Err(e) = tessera_backends::semantics::run(graph, config, grid, &mut reference, &programs) {
+            failures.push(format!("{label} `{kernel}` [{spec}]: reference: {e}"));
+            continue;
+        }
+        let mut actual = inputs.clone();
+        if let Err(e) = emulate(code, &mut actual) {
+            failures.push(format!("{label} `{kernel}` [{spec}]: {e}"));
+            continue;
+        }
+        for o in compare_outputs(func, &reference, &actual).into_iter().filter(|o| !o.comparison.passed) {
+            failures.push(format!(
+                "{label} `{kernel}` [{spec}]: output `{}` against the f64 reference: {}",
+                o.name, o.comparison
+            ));
+        }
+    }
+    failures
+}
+
+/// Every kernel of `text` under each of its configurations with `mma = "wgmma"` (the
+/// written ones that already say so, and every candidate of a space with the key set),
+/// lowered for sm_90 where the rule admits it; (covered, skipped with their reasons, failures).
+fn emulate_file(label: &str, path: &Path, text: &str, all_candidates: bool) -> (usize, Vec<String>, Vec<String>) {
+    let db = Database::default();
+    let file = SourceFile::new(&db, path.to_path_buf(), text.to_string(), None);
+    let (mut covered, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
+    for entry in &item_index(&db, file).functions {
+        if fn_signature(&db, entry.key).kind != FunctionKind::Kernel {
+            continue;
+        }
+        let kernel = entry.key.name(&db).to_string();
+        let Ok((default, _)) = default_config(&db, entry.key, &BTreeMap::new()) else { continue };
+        let mut configs = vec![with_wgmma(&default)];
+        if all_candidates {
+            let space = fn_decorators(&db, entry.key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
+            for schedule in space {
+                let c = with_wgmma(&Config { schedule, shapes: default.shapes.clone() });
+                if !configs.contains(&c) {
+                    configs.push(c);
+                }
+            }
+        }
+        let graph = graph_ir(&db, entry.key).clone().unwrap();
+        if !graph.walk().into_iter().any(|id| graph.op(id).kind == OpKind::Dot) {
+            continue;
+        }
+        for config in configs {
+            if let Some((why, _)) = tessera_passes::pipeline::wgmma_problem(&graph, &config, Target::Sm90) {
+                skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
+                continue;
+            }
+            let func = match tile_ir(&db, entry.key, config.clone(), Target::Sm90).clone() {
+                Ok(f) => f,
+                Err(e) => {
+                    failures.push(format!("{label} `{kernel}` [{config}]: tile IR: {}", e.message));
+                    continue;
+                }
+            };
+            assert!(has_wgmma_dot(&func), "{label} `{kernel}` [{config}]: no wgmma dot");
+            let code = match tessera_passes::ptx::emit(&func, Target::Sm90) {
+                Ok(c) => c,
+                Err(e) => {
+                    failures.push(format!("{label} `{kernel}` [{config}]: PTX: {}", e.message));
+                    continue;
+                }
+            };
+            assert!(code.text.contains(".target sm_90a"), "{label} `{kernel}`: not sm_90a");
+            failures.extend(check_against_both(label, &kernel, &graph, &config, &func, &code));
+            covered += 1;
+        }
+    }
+    (covered, skipped, failures)
+}
+
+#[test]
+fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
+    let only = std::env::var("TESSERA_EMULATE").ok();
+    let mut sources: Vec<(String, PathBuf, String, bool)> = Vec::new();
+    for f in std::iter::once(&WGMMA_FIXTURE).chain(GEMM_FILES) {
+        let path = root().join(f);
+        sources.push((f.to_string(), path.clone(), std::fs::read_to_string(&path).unwrap(), false));
+    }
+    let (mut covered, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
+    for (label, path, text, all) in sources {
+        if only.as_deref().is_some_and(|o| !label.contains(o)) {
+            continue;
+        }
+        let (c, s, f) = emulate_file(&label, &path, &text, all);
+        covered += c;
+        skipped.extend(s);
+        failures.extend(f);
+    }
+    for s in &skipped {
+        eprintln!("not WGMMA: {s}");
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    if only.is_none() {
+        // Six kernels of the fixture (the derived one too), and the examples' and corpus's
+        // GEMMs whose default schedules admit wgmma: gemm (x2), linear_gelu,
+        // narrow_matmul, chained_gemm, auto_gemm.
+        assert!(covered >= 12, "only {covered} kernels ran with wgmma");
+    }
+}
+
+// ----- planted bugs ------------------------------------------------------------------
+
+/// PTX of a kernel of the fixture, its Tile IR and the descriptors' constant words.
+fn planted_case(kernel: &str) -> (Func, TargetCode, [u32; 2]) {
+    let db = Database::default();
+    let path = root().join(WGMMA_FIXTURE);
+    let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
+    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
+    let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+    let func = (*tile_ir(&db, key, config, Target::Sm90).clone().unwrap()).clone();
+    let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
+    let dot = func.walk().into_iter().find(|&id| func.op(id).kind == OpKind::Dot).unwrap();
+    let slot = |i: usize| match func.ty(func.op(dot).operands[i]) {
+        Type::Smem(s) => s.clone(),
+        other => panic!("a wgmma operand of type {other}"),
+    };
+    let (da, db_) = tessera_passes::ptx::wgmma::operand_descriptors(&slot(0), &slot(1)).unwrap();
+    (func, code, [da.high_word(), db_.high_word()])
+}
+
+/// Runs `code` on a ragged shape; Ok when it matches the interpreter, else what failed.
+fn run_case(func: &Func, code: &TargetCode) -> Result<(), String> {
+    let failures = check_kernel("planted", &func.name, func, code, "M=70,N=36,K=40");
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
+/// Replaces the `mov.b32 %r, WORD` of a descriptor's high word by `new` (at least once).
+fn corrupt_high_word(ptx: &str, word: u32, new: u32) -> String {
+    let (from, to) = (format!(", {word};"), format!(", {new};"));
+    let out: Vec<String> =
+        ptx.lines()
+            .map(|l| {
+                if l.trim_start().starts_with("mov.b32") && l.ends_with(&from) {
+                    l.replace(&from, &to)
+                } else {
+                    l.into()
+                }
+            })
+            .collect();
+    assert_ne!(out.join("\n"), ptx.trim_end(), "no high word {word} to corrupt");
+    out.join("\n") + "\n"
+}
+
+/// A descriptor with the wrong swizzle mode or the wrong SBO makes the emulated kernel
+/// compute something else than the interpreter (the same kernel, untouched, matches).
+#[test]
+fn a_wrong_swizzle_mode_or_sbo_in_a_descriptor_fails() {
+    for kernel in ["two_warpgroups", "wide_n_relu"] {
+        let (func, code, [a_high, b_high]) = planted_case(kernel);
+        assert_ne!(a_high, b_high, "`{kernel}`: A and B need their own descriptor words to plant each");
+        run_case(&func, &code).unwrap_or_else(|e| panic!("the unplanted `{kernel}` fails: {e}"));
+        let mode = |high: u32| high >> 30;
+        let with_mode = |high: u32, m: u32| (high & 0x3fff_ffff) | (m << 30);
+        let sbo = |high: u32| high & 0x3fff;
+        let plants = [
+            ("A's swizzle mode", a_high, with_mode(a_high, if mode(a_high) == 1 { 2 } else { 1 })),
+            ("B's swizzle mode", b_high, with_mode(b_high, if mode(b_high) == 1 { 3 } else { 1 })),
+            ("A's SBO halved", a_high, (a_high & !0x3fff) | (sbo(a_high) / 2)),
+            ("B's SBO doubled", b_high, (b_high & !0x3fff) | (sbo(b_high) * 2)),
+        ];
+        for (what, word, new) in plants {
+            let mut bad = code.clone();
+            bad.text = corrupt_high_word(&code.text, word, new);
+            let result = run_case(&func, &bad);
+            assert!(result.is_err(), "`{kernel}` with {what} ({word:#x} -> {new:#x}) still matches the interpreter");
+            eprintln!("`{kernel}` with {what}: {}", result.unwrap_err().lines().next().unwrap_or(""));
+        }
+    }
+}
+
+/// The emulator holds the PTX to the ISA's ordering rules: without `wgmma.wait_group` the
+/// accumulator is read while in flight, without `wgmma.fence` the wgmma follows writes
+/// of its accumulator, without `fence.proxy.async` it reads shared bytes the generic
+/// proxy wrote; each is an error, where the untouched kernel runs clean.
+#[test]
+fn missing_waits_and_fences_are_errors() {
+    let (func, code, _) = planted_case("two_tiles_narrow_b");
+    run_case(&func, &code).unwrap_or_else(|e| panic!("the unplanted kernel fails: {e}"));
+    let drop_lines = |pattern: &str| {
+        let text: Vec<&str> = code.text.lines().filter(|l| l.trim() != pattern).collect();
+        assert!(text.len() < code.text.lines().count(), "no `{pattern}` in the PTX");
+        TargetCode { text: text.join("\n") + "\n", ..code.clone() }
+    };
+    for (pattern, expected) in [
+        ("wgmma.wait_group.sync.aligned 0;", "in flight"),
+        ("wgmma.fence.sync.aligned;", "wgmma.fence"),
+        ("fence.proxy.async.shared::cta;", "fence.proxy.async"),
+    ] {
+        let err = run_case(&func, &drop_lines(pattern)).expect_err(pattern);
+        assert!(err.contains(expected), "without `{pattern}`: {err}");
+    }
+}

@@ -1,0 +1,313 @@
+//! `tile.dot` as Hopper warpgroup MMAs (`mma = "wgmma"`, sm_90a): both operands are read
+//! from shared memory through 64-bit matrix descriptors, the f32 accumulator lives in
+//! the `#wgmma` register layout (`Layout::Wgmma`).
+//!
+//! Per dot: `wgmma.fence`, then for each k16 step and each m64 tile of the warpgroup's
+//! rows one `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}` (A K-major, B
+//! N-major: `imm-trans-b = 1`), then `wgmma.commit_group` and `wgmma.wait_group 0`:
+//! the accumulator registers are read only after the wait, and the operand slots are
+//! free for the next copies once every warpgroup passed it.
+//!
+//! Matrix descriptors (PTX ISA, "Matrix Descriptor Format" of the warpgroup-level MMA):
+//! bits 0–13 the start address >> 4, 16–29 the leading-dimension byte offset (LBO) >> 4,
+//! 32–45 the stride-dimension byte offset (SBO) >> 4, 49–51 the base offset (0: the
+//! buffers sit on 1024-byte boundaries), 62–63 the swizzle mode (1 = 128B, 2 = 64B,
+//! 3 = 32B). With a swizzle of `W` bytes the operands are the canonical layouts of
+//! CUTLASS's `make_gmma_desc` in 16-byte units, `T` = 8 elements:
+//!
+//! - K-major A, `((8, m), (T, 2)) : ((W/16 chunks, SBO), (1, 1 chunk))`: rows of `W` bytes,
+//!   8-row groups `SBO = 8 W` apart, LBO unused (1);
+//! - N-major B, `((T, W/16, n), (8, k)) : ((1, 1 chunk, LBO), (W/16 chunks, SBO))`: `W`-byte
+//!   column blocks `LBO` apart, K rows of `W` bytes, 8-row groups `SBO = 8 W` apart;
+//!
+//! which is exactly `SmemType::byte_offset` of `Swizzle::Wgmma(W)` (blocks of `W` bytes
+//! stored one after another, each a column of rows): `LBO` = rows × `W`. The swizzle is
+//! applied by the hardware to the shared address, so the start of each instruction's
+//! operand is an offset into that layout: `+ 32 k` bytes along a K-major row, `+ 16 W` bytes
+//! per k16 step of an N-major B.
+
+use super::builder::{Class, Operand, Reg};
+use super::emit::{Emitter, Repr, SmemVal, TileVal, Val, R};
+use super::expr::Expr;
+use super::numerics::materialize;
+use crate::ir::{Layout, Op, SmemType, Swizzle};
+use crate::wgmma::{WARPGROUP_WARPS, WGMMA_K, WGMMA_M};
+use tessera_frontend::check::DType;
+
+const WARP: u32 = 32;
+
+/// The descriptor's swizzle-mode field for a swizzle of `width` bytes.
+pub fn swizzle_mode(width: u32) -> Option<u64> {
+    match width {
+        128 => Some(1),
+        64 => Some(2),
+        32 => Some(3),
+        _ => None,
+    }
+}
+
+/// The constant fields of a matrix descriptor: LBO and SBO in bytes, the swizzle mode;
+/// `start` (a byte address in the shared window) completes it.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Descriptor {
+    pub lbo: u64,
+    pub sbo: u64,
+    pub mode: u64,
+}
+
+impl Descriptor {
+    /// The high word: SBO >> 4 in bits 32–45, the mode in bits 62–63.
+    pub fn high_word(self) -> u32 {
+        (((self.sbo >> 4) & 0x3fff) | (self.mode << 30)) as u32
+    }
+
+    /// The low word for a start address: start >> 4 in bits 0–13, LBO >> 4 in 16–29.
+    pub fn low_word(self, start: u64) -> u32 {
+        (((start >> 4) & 0x3fff) | (((self.lbo >> 4) & 0x3fff) << 16)) as u32
+    }
+
+    pub fn encode(self, start: u64) -> u64 {
+        (self.high_word() as u64) << 32 | self.low_word(start) as u64
+    }
+}
+
+/// The descriptors of a dot's operands: A `[M, K]` K-major and B `[K, N]` N-major, each a
+/// shared slot in its `Swizzle::Wgmma` layout (None when a slot is laid out otherwise).
+pub fn operand_descriptors(a: &SmemType, b: &SmemType) -> Option<(Descriptor, Descriptor)> {
+    let (Swizzle::Wgmma(wa), Swizzle::Wgmma(wb)) = (a.swizzle, b.swizzle) else { return None };
+    let (k_rows, _) = b.rows_and_row_len()?;
+    let da = Descriptor { lbo: 16, sbo: 8 * wa as u64, mode: swizzle_mode(wa)? };
+    let db = Descriptor { lbo: k_rows as u64 * wb as u64, sbo: 8 * wb as u64, mode: swizzle_mode(wb)? };
+    Some((da, db))
+}
+
+/// Byte offset, in A's slot, of the first element of the A operand of the m64 tile whose
+/// first row is `row0`, at k step `k0`: the K block, then the row, then the 32-byte
+/// column within the block's rows (the hardware adds the rows and swizzles).
+pub fn a_start(a: &SmemType, row0: i64, k0: i64) -> Option<i64> {
+    let Swizzle::Wgmma(w) = a.swizzle else { return None };
+    let (rows, _) = a.rows_and_row_len()?;
+    let (w, x) = (w as i64, k0 * a.dtype.bytes() as i64);
+    Some((x / w) * rows * w + row0 * w + x % w)
+}
+
+/// Byte offset, in B's slot, of the B operand of k step `k0`: row `k0` of block 0.
+pub fn b_start(b: &SmemType, k0: i64) -> Option<i64> {
+    let Swizzle::Wgmma(w) = b.swizzle else { return None };
+    Some(k0 * w as i64)
+}
+
+impl Emitter<'_> {
+    pub(super) fn wgmma_dot(&mut self, op: &Op) -> R<()> {
+        let (a, b) = (self.smem_of(op, op.operands[0])?, self.smem_of(op, op.operands[1])?);
+        let c = self.tile(op, op.operands[2])?;
+        let (out_dtype, shape, layout) = self.tile_type(op, op.results[0])?;
+        let internal = |s: &Self, what: &str| s.fail(op, format!("internal error: {what}"));
+        let Layout::Wgmma { warpgroups } = layout else {
+            return Err(internal(self, "a `wgmma` accumulator outside the #wgmma layout"));
+        };
+        let ty = match (a.ty.dtype, b.ty.dtype) {
+            (DType::BF16, DType::BF16) => "bf16",
+            (DType::F16, DType::F16) => "f16",
+            (x, y) => return Err(self.unsupported(op, format!("with {x} x {y} operands on `wgmma`"))),
+        };
+        if out_dtype != DType::F32 || c.dtype != DType::F32 {
+            return Err(self.unsupported(op, format!("with a {out_dtype} accumulator on `wgmma`")));
+        }
+        let dims = |s: &SmemType| s.rows_and_row_len();
+        let (Some((m, k)), Some((kb, n))) = (dims(&a.ty), dims(&b.ty)) else {
+            return Err(internal(self, "a symbolic operand buffer"));
+        };
+        if k != kb || shape != [m, n] || self.threads != warpgroups * WARPGROUP_WARPS * WARP {
+            return Err(internal(self, "the operand buffers, the accumulator and the warpgroups disagree"));
+        }
+        let Some((da, db)) = operand_descriptors(&a.ty, &b.ty) else {
+            return Err(internal(self, "a `wgmma` operand buffer without a descriptor swizzle"));
+        };
+        let block_rows = m / warpgroups as i64;
+        let tiles = block_rows / WGMMA_M;
+        let per_tile = (n / 2) as usize;
+        self.check_accumulator_layout(op, &layout, &shape, tiles, per_tile)?;
+        // Descriptor low words of this warpgroup's first A tile and of B, from the slot
+        // addresses (the warpgroup's rows start `block_rows * W` bytes into the slot).
+        let wa = (da.sbo / 8) as i64;
+        let group_rows = Expr::tid().div((WARPGROUP_WARPS * WARP) as i64, self.threads).mul(block_rows * wa);
+        let a_low = self.descriptor_base(&a, da, group_rows);
+        let b_low = self.descriptor_base(&b, db, Expr::c(0));
+        let (a_high, b_high) = (self.b.reg(Class::B32), self.b.reg(Class::B32));
+        self.b.ins(format!("mov.b32 {a_high}, {}", da.high_word()));
+        self.b.ins(format!("mov.b32 {b_high}, {}", db.high_word()));
+        // Fresh accumulator registers, initialized from the incoming tile (the wgmma
+        // reads and writes them in place); a zero tile is not read (`scale-d` false
+        // on the first k step).
+        let c_vals = self.wide(&c);
+        let zero_start = c_vals.iter().all(|v| matches!(v, Operand::F32(0) | Operand::Int(0)));
+        let acc: Vec<Reg> = (0..c_vals.len()).map(|_| self.b.reg(Class::F32)).collect();
+        if !zero_start {
+            for (r, &v) in acc.iter().zip(&c_vals) {
+                super::emit::mov(&mut self.b, *r, v);
+            }
+        }
+        let accumulate = materialize(&mut self.b, Class::Pred, Operand::Int(1));
+        let first = if zero_start { materialize(&mut self.b, Class::Pred, Operand::Int(0)) } else { accumulate };
+        self.b.ins("wgmma.fence.sync.aligned");
+        for k0 in (0..k).step_by(WGMMA_K as usize) {
+            let b_desc = self.descriptor(b_low, b_high, b_start(&b.ty, k0).unwrap_or(0));
+            for tile in 0..tiles {
+                let start = a_start(&a.ty, tile * WGMMA_M, k0).unwrap_or(0);
+                let a_desc = self.descriptor(a_low, a_high, start);
+                let d = acc[tile as usize * per_tile..(tile as usize + 1) * per_tile]
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let scale_d = if k0 == 0 { first } else { accumulate };
+                self.b.ins(format!(
+                    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{d}}}, {a_desc}, {b_desc}, {scale_d}, 1, 1, 0, 1"
+                ));
+            }
+        }
+        self.b.ins("wgmma.commit_group.sync.aligned");
+        self.b.ins("wgmma.wait_group.sync.aligned 0");
+        let out = if k == 0 { c_vals } else { acc.into_iter().map(Operand::Reg).collect() };
+        self.set(op.results[0], Val::Tile(TileVal { dtype: out_dtype, shape, layout, repr: Repr::Wide(out) }));
+        Ok(())
+    }
+
+    /// The low word of a descriptor for the slot's address plus the thread-dependent
+    /// `offset` (bytes): computed once per dot; each instruction adds its constant part.
+    fn descriptor_base(&mut self, slot: &SmemVal, d: Descriptor, offset: Expr) -> Reg {
+        let off = self.exprs.emit(&mut self.b, &offset);
+        let (addr, low) = (self.b.reg(Class::B32), self.b.reg(Class::B32));
+        self.b.ins(format!("add.u32 {addr}, {}, {off}", slot.addr));
+        if slot.imm != 0 {
+            self.b.ins(format!("add.u32 {addr}, {addr}, {}", slot.imm));
+        }
+        self.b.ins(format!("shr.u32 {low}, {addr}, 4"));
+        self.b.ins(format!("and.b32 {low}, {low}, 16383"));
+        self.b.ins(format!("or.b32 {low}, {low}, {}", d.low_word(0)));
+        low
+    }
+
+    /// A 64-bit descriptor: `low + offset >> 4` (the start field does not overflow: shared
+    /// addresses stay below 256 KiB) and the constant high word.
+    fn descriptor(&mut self, low: Reg, high: Reg, offset: i64) -> Reg {
+        let word = if offset == 0 {
+            low
+        } else {
+            let w = self.b.reg(Class::B32);
+            self.b.ins(format!("add.u32 {w}, {low}, {}", offset >> 4));
+            w
+        };
+        let desc = self.b.reg(Class::B64);
+        self.b.ins(format!("mov.b64 {desc}, {{{word}, {high}}}"));
+        desc
+    }
+
+    /// The ISA's accumulator fragment, register by register and thread by thread, is
+    /// what `Layout::elements` says the tile holds (an internal error otherwise): tile
+    /// `i`'s N/2 registers, register `4j + 2h + e` at row `16 (warp % 4) + lane / 4 + 8h`
+    /// and column `8j + 2 (lane % 4) + e` of the warpgroup's m64 block `i`.
+    fn check_accumulator_layout(
+        &mut self,
+        op: &Op,
+        layout: &Layout,
+        shape: &[i64],
+        tiles: i64,
+        per_tile: usize,
+    ) -> R<()> {
+        let map = self.map(op, layout, shape)?;
+        if map.len() != tiles as usize * per_tile {
+            return Err(self.fail(op, "internal error: the #wgmma layout holds another register count"));
+        }
+        let block_rows = tiles * WGMMA_M;
+        for tid in 0..self.threads {
+            let (warp, lane) = ((tid / WARP) as i64, (tid % WARP) as i64);
+            let group = warp / WARPGROUP_WARPS as i64;
+            for j in 0..map.len() {
+                let (tile, i) = ((j / per_tile) as i64, (j % per_tile) as i64);
+                let row = group * block_rows + tile * WGMMA_M + 16 * (warp % 4) + lane / 4 + 8 * ((i / 2) % 2);
+                let col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+                if map.coord(j, tid) != [row, col] {
+                    return Err(self.fail(
+                        op,
+                        format!("internal error: accumulator register {j} of thread {tid} is not at ({row}, {col})"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_frontend::check::Dim;
+
+    fn slot(rows: i64, cols: i64, width: u32) -> SmemType {
+        SmemType {
+            dims: vec![Dim::constant(rows), Dim::constant(cols)],
+            dtype: DType::BF16,
+            swizzle: Swizzle::Wgmma(width),
+            pad: 0,
+            stages: 1,
+        }
+    }
+
+    #[test]
+    fn descriptors_encode_their_fields() {
+        let d = Descriptor { lbo: 16, sbo: 1024, mode: 1 };
+        let bits = d.encode(0x1_2340);
+        assert_eq!(bits & 0x3fff, 0x1234);
+        assert_eq!((bits >> 16) & 0x3fff, 1);
+        assert_eq!((bits >> 32) & 0x3fff, 64);
+        assert_eq!(bits >> 62, 1);
+        assert_eq!((bits >> 49) & 7, 0);
+    }
+
+    /// The canonical-layout address the descriptors describe is the buffer layout, for
+    /// every element of every instruction's operands (the arithmetic the emulator does
+    /// independently, by the ISA).
+    #[test]
+    fn descriptor_addresses_are_the_buffer_layout() {
+        let width = |row_bytes: i64| match Swizzle::wgmma_for_row(row_bytes) {
+            Some(Swizzle::Wgmma(w)) => w,
+            other => panic!("{row_bytes}-byte rows: {other:?}"),
+        };
+        for (m, n, k) in [(64, 64, 64), (128, 256, 32), (64, 48, 16), (128, 128, 128)] {
+            let (a, b) = (slot(m, k, width(k * 2)), slot(k, n, width(n * 2)));
+            let (da, db) = operand_descriptors(&a, &b).unwrap();
+            let (Swizzle::Wgmma(wa), Swizzle::Wgmma(wb)) = (a.swizzle, b.swizzle) else { unreachable!() };
+            let swizzle = |addr: i64, w: i64| {
+                let bits = (w / 16).trailing_zeros();
+                addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
+            };
+            for k0 in (0..k).step_by(16) {
+                for row0 in (0..m).step_by(64) {
+                    let start = a_start(&a, row0, k0).unwrap();
+                    for r in 0..64 {
+                        for kk in 0..16 {
+                            // ((8, m), (T, 2)) : ((W/16, SBO), (1, 1)) in chunks.
+                            let (q, rr) = (r / 8, r % 8);
+                            let (chunk, e) = (kk / 8, kk % 8);
+                            let addr = start + q * da.sbo as i64 + rr * wa as i64 + chunk * 16 + e * 2;
+                            assert_eq!(swizzle(addr, wa as i64), a.byte_offset(row0 + r, k0 + kk).unwrap());
+                        }
+                    }
+                }
+                let start = b_start(&b, k0).unwrap();
+                for kk in 0..16 {
+                    for c in 0..n {
+                        // ((T, W/16, n), (8, k)) : ((1, 1, LBO), (W/16, SBO)) in chunks.
+                        let x = c * 2;
+                        let (block, in_block) = (x / wb as i64, x % wb as i64);
+                        let (q, rr) = (kk / 8, kk % 8);
+                        let addr = start + block * db.lbo as i64 + q * db.sbo as i64 + rr * wb as i64 + in_block;
+                        assert_eq!(swizzle(addr, wb as i64), b.byte_offset(k0 + kk, c).unwrap());
+                    }
+                }
+            }
+        }
+    }
+}
