@@ -87,6 +87,10 @@ impl std::fmt::Display for Config {
 pub fn specialized_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> {
     let mut out = Vec::new();
     let known = |s: &str| s == "BLOCK" || schedule.int(s).is_some();
+    // Values share a handful of distinct dims: each is substituted once. The lints build
+    // a configuration for every autotune candidate of every kernel, so this is on the
+    // `tessera check` path.
+    let mut distinct: rustc_hash::FxHashSet<&Dim> = rustc_hash::FxHashSet::default();
     for v in &func.values {
         let dims: &[Dim] = match &v.ty {
             Type::Tile(t) => &t.dims,
@@ -94,15 +98,16 @@ pub fn specialized_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String>
             Type::View(view) => &view.dims,
             _ => continue,
         };
-        for d in dims {
-            let d = d.substitute(&|s| match s {
-                "BLOCK" => Some(Dim::constant(schedule.int("BLOCK").unwrap_or(1024))),
-                s => schedule.int(s).map(Dim::constant),
-            });
-            for s in d.symbols() {
-                if !out.contains(&s) {
-                    out.push(s);
-                }
+        distinct.extend(dims.iter().filter(|d| d.as_const().is_none()));
+    }
+    for d in distinct {
+        let d = d.substitute(&|s| match s {
+            "BLOCK" => Some(Dim::constant(schedule.int("BLOCK").unwrap_or(1024))),
+            s => schedule.int(s).map(Dim::constant),
+        });
+        for s in d.symbols() {
+            if !out.contains(&s) {
+                out.push(s);
             }
         }
     }

@@ -123,6 +123,17 @@ pub fn tile_kernel(sched: &Func, config: &Config, target: Target) -> Result<Func
 /// names the whole pipeline instead of the pass. Debug builds (the tests) verify after
 /// every pass as [`run_passes`] does.
 pub fn graph_to_tile(graph: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
+    let f = graph_to_tile_for_budget(graph, config, target)?;
+    verified(&f, "lowering to Tile IR")?;
+    Ok(f)
+}
+
+/// [`graph_to_tile`] without the release build's final verification, for a lowering
+/// that only yields figures and is then dropped: autotune pruning's budget of each
+/// candidate (`analysis::kernel_budget`), which `tessera check` asks for many candidates
+/// of every kernel. Whatever is shown or compiled goes through [`graph_to_tile`]; debug
+/// builds (the tests) still verify after every pass.
+pub fn graph_to_tile_for_budget(graph: &Func, config: &Config, target: Target) -> Result<Func, LowerError> {
     if cfg!(debug_assertions) {
         let sched = run_passes(graph, Level::Schedule, SCHEDULE_PASSES, config, target, &mut |_, _| {})?;
         return run_passes(&sched, Level::Tile, TILE_PASSES, config, target, &mut |_, _| {});
@@ -134,7 +145,6 @@ pub fn graph_to_tile(graph: &Func, config: &Config, target: Target) -> Result<Fu
             (pass.run)(&mut f, config, target)?;
         }
     }
-    verified(&f, "lowering to Tile IR")?;
     Ok(f)
 }
 

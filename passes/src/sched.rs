@@ -6,7 +6,7 @@
 //! that feed tensor-core dots (GPU targets), the MMA warp arrangement of each dot, and
 //! the epilogue ops fused after an accumulator loop.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, Dim};
@@ -174,7 +174,7 @@ pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
     }
     let defs = f.definitions();
     // Values that flow into a dot operand (through casts and transposes).
-    let mut staged: HashSet<ValueId> = HashSet::new();
+    let mut staged: HashSet<ValueId> = HashSet::default();
     for id in f.walk() {
         let op = f.op(id);
         if op.kind != OpKind::Dot || op.str_attr("instr") == Some("fma") {
@@ -195,7 +195,7 @@ pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
             }
         }
     }
-    let mut loops_with_staging: HashSet<OpId> = HashSet::new();
+    let mut loops_with_staging: HashSet<OpId> = HashSet::default();
     fn visit(
         f: &Func,
         region: &Region,
@@ -283,7 +283,7 @@ pub(crate) fn fold_dot_accumulate(f: &mut Func) {
         return;
     }
     let defs = f.definitions();
-    let mut uses: HashMap<ValueId, usize> = HashMap::new();
+    let mut uses: HashMap<ValueId, usize> = HashMap::default();
     for id in f.walk() {
         for &o in &f.op(id).operands {
             *uses.entry(o).or_default() += 1;
@@ -328,7 +328,7 @@ pub(crate) fn fold_dot_accumulate(f: &mut Func) {
     if folds.is_empty() {
         return;
     }
-    let mut removed = HashSet::new();
+    let mut removed = HashSet::default();
     for (add, dot, acc) in folds {
         let result = f.op(add).results[0];
         let dot_op = f.op_mut(dot);

@@ -33,21 +33,24 @@ fn lanes_per_phase(width: u32) -> usize {
 pub fn conflict_ways(access: &WarpAccess) -> u32 {
     let per_phase = lanes_per_phase(access.width);
     let mut worst = 1;
-    // (bank, word) of every word a phase touches; sorted and deduplicated, the longest
-    // run of one bank is the number of distinct words that bank serves. A flat buffer
-    // instead of a map of sets: the bank-conflict lint simulates every shared access of
-    // every kernel of a file, and its fix search re-simulates them per candidate layout.
-    let mut words: Vec<(u64, u64)> = Vec::with_capacity(per_phase * 4);
+    // (bank, word) of every word a phase touches, packed into one integer (bank in the
+    // high bits); sorted and deduplicated, the longest run of one bank is the number of
+    // distinct words that bank serves. A flat buffer instead of a map of sets: the
+    // bank-conflict lint simulates every shared access of every kernel of a file, and its
+    // fix search re-simulates them per candidate layout. Shared memory is far below 2^58
+    // words, so the packing is exact.
+    const BANK_SHIFT: u32 = 58;
+    let mut words: Vec<u64> = Vec::with_capacity(per_phase * 4);
     for phase in access.lanes.chunks(per_phase) {
         words.clear();
         for addr in phase.iter().flatten() {
             let first = addr / BANK_BYTES as u64;
             let last = (addr + access.width.max(1) as u64 - 1) / BANK_BYTES as u64;
-            words.extend((first..=last).map(|word| (word % BANKS as u64, word)));
+            words.extend((first..=last).map(|word| ((word % BANKS as u64) << BANK_SHIFT) | word));
         }
         words.sort_unstable();
         words.dedup();
-        for bank in words.chunk_by(|a, b| a.0 == b.0) {
+        for bank in words.chunk_by(|a, b| a >> BANK_SHIFT == b >> BANK_SHIFT) {
             worst = worst.max(bank.len() as u32);
         }
     }

@@ -117,7 +117,8 @@ pub fn kernel_budget<'db>(
     config: Config,
     target: Target,
 ) -> Result<Budget, LowerError> {
-    let tile = transient_tile_ir(db, key, &config, target)?;
+    let graph = graph_ir(db, key).clone()?;
+    let tile = crate::pipeline::graph_to_tile_for_budget(&graph, &config, target)?;
     Ok(budget_of(&tile))
 }
 
@@ -192,6 +193,7 @@ struct SharedAccess {
     kind: AccessKind,
 }
 
+#[derive(PartialEq)]
 enum AccessKind {
     Ldmatrix,
     RegisterTile { layout: Layout, shape: Vec<i64>, transposed: bool },
@@ -268,15 +270,24 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
     let mut out = Vec::new();
     for (buffer, (slot, accesses)) in per_buffer {
         let Some(alloc) = defs.get(buffer.0 as usize).copied().flatten().map(|o| f.op(o)) else { continue };
+        // A buffer's accesses repeat (a ring's copies, one per stage; a loop's reads in
+        // its prologue and body): each distinct kind is simulated once per layout.
+        let mut kinds: Vec<&SharedAccess> = Vec::new();
+        for a in &accesses {
+            if !kinds.iter().any(|k| k.kind == a.kind) {
+                kinds.push(a);
+            }
+        }
+        let ways_of: Vec<u32> = kinds.iter().map(|k| access_ways(&slot, k, threads)).collect();
         let worst = accesses
             .iter()
-            .map(|a| (access_ways(&slot, a, threads), a))
+            .map(|a| (ways_of[kinds.iter().position(|k| k.kind == a.kind).expect("every kind was collected")], a))
             .max_by_key(|(ways, a)| (*ways, std::cmp::Reverse(a.op)));
         let Some((ways, access)) = worst else { continue };
         if ways < 2 {
             continue;
         }
-        let conflict_free = |candidate: &SmemType| accesses.iter().all(|a| access_ways(candidate, a, threads) < 2);
+        let conflict_free = |candidate: &SmemType| kinds.iter().all(|a| access_ways(candidate, a, threads) < 2);
         let bytes = slot.dtype.bytes().max(1);
         let mut fix = None;
         let descriptor_swizzle = match slot.swizzle {

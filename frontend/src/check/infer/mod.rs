@@ -1,7 +1,9 @@
 //! The inference engine: types every expression of one item, resolves names, and
 //! reports shape, dtype, level and schedule errors. Ranges are item-relative.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use super::dims::Dim;
 use super::dtype::ElemType;
@@ -88,7 +90,7 @@ impl<'a> Infer<'a> {
             sig,
             out: Inference { expr_types: vec![Ty::Unknown; n], resolutions: vec![None; n], ..Default::default() },
             sink: DiagnosticSink::default(),
-            locals_by_name: HashMap::new(),
+            locals_by_name: HashMap::default(),
             ctx_reads: BTreeSet::new(),
             grid: Some(0),
             grid_level_used: false,
