@@ -40,6 +40,18 @@ pub fn canonical_key(key: &str) -> &str {
     }
 }
 
+/// The keywords of `Schedule(...)` after `block=`, and the keys they set: also the
+/// methods of the search-space chain (`.k([...])`, `.warps([...])`, ...).
+pub const KEYWORD_KEYS: &[(&str, &str)] = &[
+    ("k", "BK"),
+    ("d", "BD"),
+    ("warps", "warps"),
+    ("stages", "stages"),
+    ("vector", "vector"),
+    ("swizzle", "swizzle"),
+    ("mma", "mma"),
+];
+
 /// Keys whose value the compiler uses even when the kernel never reads them (no W0705).
 pub fn consumed_by_compiler(key: &str) -> bool {
     matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle" | "mma")

@@ -14,15 +14,7 @@ use super::annotation::is_tessera_alias;
 const BLOCK_PARAMS: &[(&str, &str)] = &[("m", "BM"), ("n", "BN"), ("k", "BK"), ("d", "BD")];
 
 /// The chain's methods (each takes one list of candidates) and their keys.
-const METHODS: &[(&str, &str)] = &[
-    ("k", "BK"),
-    ("d", "BD"),
-    ("warps", "warps"),
-    ("stages", "stages"),
-    ("vector", "vector"),
-    ("swizzle", "swizzle"),
-    ("mma", "mma"),
-];
+const METHODS: &[(&str, &str)] = crate::check::schedule::KEYWORD_KEYS;
 
 /// One key: its canonical name, the range that names it, and its candidates' expression.
 type Entry = (String, TextRange, ExprId);

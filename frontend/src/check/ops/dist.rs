@@ -33,15 +33,7 @@ impl<'a> Infer<'a> {
                 }
             }
         }
-        for (param, key) in [
-            ("k", "BK"),
-            ("d", "BD"),
-            ("warps", "warps"),
-            ("stages", "stages"),
-            ("vector", "vector"),
-            ("swizzle", "swizzle"),
-            ("mma", "mma"),
-        ] {
+        for &(param, key) in schedule::KEYWORD_KEYS {
             if let Some(v) = a.get(param) {
                 if !matches!(v.ty, Ty::NoneVal) {
                     self.schedule_int(&mut s, key, Some(v));
