@@ -9,7 +9,9 @@
 //! Each tool runs cold (no cache) and again on the unchanged files from its own cache.
 //! Environment: `TESSERA_BENCH_LINES` (default 20000), `TESSERA_BENCH_RUNS` (7),
 //! `TESSERA_BENCH_KEEP=DIR` writes the workloads there and keeps them, `RUFF` names the
-//! ruff binary (default: `ruff` on PATH). Without ruff the Tessera side still runs.
+//! ruff binary (default: the one the ruff wheel installed, else `ruff` on PATH; never a
+//! launcher script such as a pyenv shim, whose start-up would be timed as ruff's). Without
+//! ruff the Tessera side still runs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,11 +61,12 @@ fn main() {
         100.0 * tessera_warm.as_secs_f64() / tessera_cold.as_secs_f64()
     );
 
-    let ruff = std::env::var_os("RUFF").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("ruff"));
+    let ruff = std::env::var_os("RUFF").map(PathBuf::from).unwrap_or_else(ruff_binary);
     let Some(version) = output_of(&ruff, &["--version"]) else {
         println!("ruff: not found (pip install ruff, or RUFF=/path/to/ruff): no ratio");
         return;
     };
+    println!("ruff binary: {}", ruff.display());
     let py_dir = root.join("py");
     let py_lines = python_corpus(&py_dir, tsr_lines);
     let ruff_cache = root.join("ruff-cache");
@@ -83,6 +86,16 @@ fn main() {
         per_line(tessera_cold, tsr_lines) / per_line(ruff_cold, py_lines),
         per_line(tessera_warm, tsr_lines) / per_line(ruff_warm, py_lines),
     );
+}
+
+/// The ruff executable itself. `ruff` on PATH may be a launcher script (a pyenv shim
+/// runs a shell and Python before it execs ruff, some 50 ms per run), which would time
+/// the launcher too: the ruff wheel names its binary (`ruff.__main__.find_ruff_bin`).
+fn ruff_binary() -> PathBuf {
+    output_of(Path::new("python3"), &["-c", "from ruff.__main__ import find_ruff_bin; print(find_ruff_bin())"])
+        .map(|s| PathBuf::from(s.trim()))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("ruff"))
 }
 
 fn env_number(name: &str, default: usize) -> usize {
