@@ -300,7 +300,7 @@ pub fn space(
         .iter()
         .map(|schedule| launch::config_for(db, key, schedule.clone(), dims))
         .collect::<Result<Vec<_>, _>>()?;
-    let reasons = prune_candidates(db, key, &configurations, |i| configs[i].clone(), target, Vec::new());
+    let reasons = prune_candidates(db, key, &configs, target, Vec::new());
     for ((schedule, config), reason) in configurations.into_iter().zip(configs).zip(reasons) {
         match reason {
             Some(reason) => out.pruned.push(Pruned { schedule, reason }),

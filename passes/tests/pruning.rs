@@ -115,8 +115,7 @@ fn budgets_grow_with_the_tile_keys() {
 /// The search's verdicts against lowering every candidate: the same candidates pruned,
 /// for the same reason, with the candidate's own figures where it was lowered.
 fn same_as_exhaustive(label: &str, db: &Database, key: FnKey<'_>, configs: &[Config], target: Target) -> Vec<String> {
-    let schedules: Vec<ScheduleValue> = configs.iter().map(|c| c.schedule.clone()).collect();
-    let searched = prune_candidates(db, key, &schedules, |i| configs[i].clone(), target, Vec::new());
+    let searched = prune_candidates(db, key, configs, target, Vec::new());
     let mut failures = Vec::new();
     for (config, got) in configs.iter().zip(searched) {
         let want = prune_reason(db, key, config, target);

@@ -488,19 +488,19 @@ fn over_budget(b: &Budget, limits: &GpuLimits) -> Option<PruneReason> {
 pub fn prune_candidates(
     db: &dyn Db,
     key: FnKey<'_>,
-    schedules: &[ScheduleValue],
-    config_of: impl Fn(usize) -> Config,
+    configs: &[Config],
     target: Target,
     seed: Vec<(usize, prune::Evaluated)>,
 ) -> Vec<Option<PruneReason>> {
     let Some(limits) = GpuLimits::of(target) else {
-        return (0..schedules.len()).map(|i| prune_reason(db, key, &config_of(i), target)).collect();
+        return configs.iter().map(|config| prune_reason(db, key, config, target)).collect();
     };
+    let schedules: Vec<&ScheduleValue> = configs.iter().map(|c| &c.schedule).collect();
     prune::prune_space(
-        schedules,
+        &schedules,
         limits,
-        |i| mma_reason(db, key, &schedules[i]).or_else(|| wgmma_reason(db, key, &config_of(i), target)),
-        |i| match kernel_budget(db, key, config_of(i), target) {
+        |i| mma_reason(db, key, &configs[i].schedule).or_else(|| wgmma_reason(db, key, &configs[i], target)),
+        |i| match kernel_budget(db, key, configs[i].clone(), target) {
             Ok(b) => prune::Evaluated::Budget(*b),
             Err(e) => prune::Evaluated::Out(PruneReason::Lowering(e.message.clone())),
         },
@@ -560,28 +560,29 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     // `@kernel.auto` gets its default space here (crate::auto_space).
     let schedule = crate::auto_space::kernel_schedule(db, key, target);
     let chosen = if schedule.is_autotuned() {
-        let schedules = schedule.configurations();
-        let total = schedules.len();
+        // Each candidate's configuration, built once: the search below asks for it per
+        // precheck and per lowering.
+        let configs: Vec<Config> = schedule.configurations().into_iter().map(|s| config_of(&graph, s)).collect();
+        let total = configs.len();
         // The candidates up to the first that fits are lowered here, in order, so the
         // chosen one's Tile IR gives its resources and bank conflicts without a second
         // lowering; they seed the search over the rest.
         let mut seed = Vec::new();
         let mut first_survivor: Option<(Config, Func)> = None;
-        for (i, schedule) in schedules.iter().enumerate() {
-            let config = config_of(&graph, schedule.clone());
-            if mma_reason(db, key, schedule).is_some() || wgmma_reason(db, key, &config, target).is_some() {
+        for (i, config) in configs.iter().enumerate() {
+            if mma_reason(db, key, &config.schedule).is_some() || wgmma_reason(db, key, config, target).is_some() {
                 continue;
             }
-            let (evaluated, tile) = lower_candidate(db, key, &config, target, limits);
+            let (evaluated, tile) = lower_candidate(db, key, config, target, limits);
             seed.push((i, evaluated));
             if let Some(tile) = tile {
-                first_survivor = Some((config, tile));
+                first_survivor = Some((config.clone(), tile));
                 break;
             }
         }
-        let reasons = prune_candidates(db, key, &schedules, |i| config_of(&graph, schedules[i].clone()), target, seed);
+        let reasons = prune_candidates(db, key, &configs, target, seed);
         let pruned: Vec<(ScheduleValue, PruneReason)> =
-            schedules.into_iter().zip(reasons).filter_map(|(s, r)| r.map(|r| (s, r))).collect();
+            configs.into_iter().zip(reasons).filter_map(|(c, r)| r.map(|r| (c.schedule, r))).collect();
         if let (Some(range), false) = (schedule.space_range, pruned.is_empty()) {
             out.decorators.push(Lint { diagnostic: pruning_diagnostic(range, total, &pruned, limits), fix: None });
         }

@@ -20,6 +20,8 @@
 //! Tensor-core shape multiples are checked on every candidate (no lowering needed), and
 //! a candidate that fails to lower says nothing about the others.
 
+use std::borrow::Borrow;
+
 use tessera_frontend::check::{KeyValue, ScheduleValue};
 
 use super::limits::GpuLimits;
@@ -90,11 +92,12 @@ fn below(a: &Point, b: &Point) -> bool {
     a.class == b.class && a.tiles.iter().zip(&b.tiles).all(|(x, y)| x <= y)
 }
 
-fn points(schedules: &[ScheduleValue]) -> Vec<Point> {
+fn points<S: Borrow<ScheduleValue>>(schedules: &[S]) -> Vec<Point> {
     let mut classes: Vec<Vec<(&String, &KeyValue)>> = Vec::new();
     schedules
         .iter()
         .map(|s| {
+            let s = s.borrow();
             // A tile key without an integer value is compared for equality, as a class key.
             let key_of = |k: &str| s.values.get(k).and_then(KeyValue::as_int);
             let class_key: Vec<(&String, &KeyValue)> =
@@ -114,8 +117,8 @@ fn points(schedules: &[ScheduleValue]) -> Vec<Point> {
 /// The prune reason of every candidate of `schedules` (None: it fits). `precheck` is the
 /// check that needs no lowering (tensor-core shapes); `evaluate` lowers one candidate.
 /// `seed` holds candidates already lowered by the caller.
-pub fn prune_space(
-    schedules: &[ScheduleValue],
+pub fn prune_space<S: Borrow<ScheduleValue>>(
+    schedules: &[S],
     limits: &GpuLimits,
     precheck: impl Fn(usize) -> Option<PruneReason>,
     mut evaluate: impl FnMut(usize) -> Evaluated,
@@ -180,9 +183,11 @@ pub fn prune_space(
         let largest = (0..n).find(|&i| state[i].open() && above_of[i].is_empty());
         let next = largest.unwrap_or_else(|| {
             let class = points[first].class;
-            let open_in_class = (0..n).filter(|&i| points[i].class == class && state[i].open());
             let toward: &[Vec<usize>] = if last_fitted[class] == Some(false) { &below_of } else { &above_of };
-            open_in_class.into_iter().find(|&i| toward[i].iter().all(|&j| !state[j].open())).unwrap_or(first)
+            (0..n)
+                .filter(|&i| points[i].class == class && state[i].open())
+                .find(|&i| toward[i].iter().all(|&j| !state[j].open()))
+                .unwrap_or(first)
         });
         let result = evaluate(next);
         record(&mut state, next, result);
