@@ -717,11 +717,6 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                 }
                 OpKind::Cast => {
                     let (a, r) = (op.operands[0], op.results[0]);
-                    let uniform_done =
-                        op.operands.get(1).is_none_or(|&u| !is_tile(f, u) || layout[u.0 as usize].is_some());
-                    if layout[a.0 as usize].is_some() && layout[r.0 as usize].is_some() && uniform_done {
-                        continue;
-                    }
                     if let Some(l) = layout[r.0 as usize].clone().filter(|l| !matches!(l, Layout::DotOperand { .. })) {
                         set(a, l, &mut layout);
                     } else if let Some(l) = layout[a.0 as usize].clone() {
@@ -734,15 +729,13 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                         }
                     }
                 }
-                OpKind::Reduce if layout[op.results[0].0 as usize].is_none() => {
+                OpKind::Reduce => {
                     let axis = op.int_attr("axis").unwrap_or(0) as u32;
                     if let Some(l) = layout[op.operands[0].0 as usize].clone() {
                         set(op.results[0], Layout::Slice { dim: axis, parent: Box::new(l) }, &mut layout);
                     }
                 }
-                OpKind::ExpandDims
-                    if layout[op.operands[0].0 as usize].is_none() || layout[op.results[0].0 as usize].is_none() =>
-                {
+                OpKind::ExpandDims => {
                     let axis = op.int_attr("axis").unwrap_or(0) as u32;
                     let (a, r) = (op.operands[0], op.results[0]);
                     if let Some(l) = layout[r.0 as usize].clone() {
@@ -753,9 +746,7 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                         }
                     }
                 }
-                OpKind::Broadcast
-                    if layout[op.operands[0].0 as usize].is_none() || layout[op.results[0].0 as usize].is_none() =>
-                {
+                OpKind::Broadcast => {
                     // The operand (with size-1 dims) lives in the same layout.
                     let (a, r) = (op.operands[0], op.results[0]);
                     if let Some(l) = layout[r.0 as usize].clone() {
