@@ -312,48 +312,32 @@ fn module(name: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// `ptxas` in the order `tessera_passes::ptx::ptxas::locate` looks for it (and the
-/// tests with it): `TESSERA_PTXAS`, `PATH`, `CUDA_HOME`/`CUDA_PATH`/`/usr/local/cuda`,
-/// then the `nvidia-cuda-nvcc-cu12` wheel of `python3` or `python`.
+/// `ptxas` as `tessera_passes::ptx::ptxas::locate` finds it (and the tests with it): the
+/// `nvidia-cuda-nvcc-cu12` wheel puts it in `nvidia/cuda_nvcc/bin`.
 fn ptxas() -> Option<String> {
-    if let Some(p) = std::env::var_os("TESSERA_PTXAS") {
-        return is_executable(Path::new(&p)).then(|| PathBuf::from(p).display().to_string());
-    }
-    if let Some(p) = tool("ptxas") {
-        return Some(p);
-    }
-    let homes = ["CUDA_HOME", "CUDA_PATH"].into_iter().filter_map(std::env::var_os).map(PathBuf::from);
-    for home in homes.chain([PathBuf::from("/usr/local/cuda")]) {
-        let p = home.join("bin/ptxas");
-        if is_executable(&p) {
-            return Some(p.display().to_string());
-        }
-    }
-    for python in ["python3", "python"] {
-        let script = "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])";
-        let Some(out) = output(python, &["-c", script]).filter(|o| o.status.success()) else { continue };
-        let p = Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("bin/ptxas");
-        if is_executable(&p) {
-            return Some(p.display().to_string());
-        }
-    }
-    None
+    nvidia_tool("ptxas", "TESSERA_PTXAS", Some(&["cuda_nvcc"]))
 }
 
-/// `nvdisasm` in the order `tessera_passes::ptx::nvdisasm::locate` looks for it:
-/// `TESSERA_NVDISASM`, `PATH`, `CUDA_HOME`/`CUDA_PATH`/`/usr/local/cuda`, then the `bin/`
-/// folders of the `nvidia` packages of `python3` or `python` (the `nvidia-cuda-nvdisasm`
-/// wheel puts it in `nvidia/cu13/bin`).
+/// `nvdisasm` as `tessera_passes::ptx::nvdisasm::locate` finds it: the
+/// `nvidia-cuda-nvdisasm` wheel puts it in `nvidia/cu13/bin`.
 fn nvdisasm() -> Option<String> {
-    if let Some(p) = std::env::var_os("TESSERA_NVDISASM") {
+    nvidia_tool("nvdisasm", "TESSERA_NVDISASM", None)
+}
+
+/// An NVIDIA tool in the order `tessera_passes::ptx::tools::locate` looks for it:
+/// `env_var`, `PATH`, `CUDA_HOME`/`CUDA_PATH`/`/usr/local/cuda`, then the `bin/` folders
+/// of the `nvidia` packages of `python3` or `python` (`wheel_packages` of them, or all in
+/// name order).
+fn nvidia_tool(name: &str, env_var: &str, wheel_packages: Option<&[&str]>) -> Option<String> {
+    if let Some(p) = std::env::var_os(env_var) {
         return is_executable(Path::new(&p)).then(|| PathBuf::from(p).display().to_string());
     }
-    if let Some(p) = tool("nvdisasm") {
+    if let Some(p) = tool(name) {
         return Some(p);
     }
     let homes = ["CUDA_HOME", "CUDA_PATH"].into_iter().filter_map(std::env::var_os).map(PathBuf::from);
     for home in homes.chain([PathBuf::from("/usr/local/cuda")]) {
-        let p = home.join("bin/nvdisasm");
+        let p = home.join("bin").join(name);
         if is_executable(&p) {
             return Some(p.display().to_string());
         }
@@ -361,11 +345,17 @@ fn nvdisasm() -> Option<String> {
     for python in ["python3", "python"] {
         let script = "import nvidia; print('\\n'.join(list(nvidia.__path__)))";
         let Some(out) = output(python, &["-c", script]).filter(|o| o.status.success()) else { continue };
-        for root in String::from_utf8_lossy(&out.stdout).lines() {
-            let Ok(entries) = std::fs::read_dir(root.trim()) else { continue };
-            let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            dirs.sort();
-            if let Some(p) = dirs.into_iter().map(|d| d.join("bin/nvdisasm")).find(|p| is_executable(p)) {
+        for root in String::from_utf8_lossy(&out.stdout).lines().map(|r| Path::new(r.trim())) {
+            let packages: Vec<PathBuf> = match wheel_packages {
+                Some(names) => names.iter().map(|n| root.join(n)).collect(),
+                None => {
+                    let Ok(entries) = std::fs::read_dir(root) else { continue };
+                    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                    dirs.sort();
+                    dirs
+                }
+            };
+            if let Some(p) = packages.into_iter().map(|d| d.join("bin").join(name)).find(|p| is_executable(p)) {
                 return Some(p.display().to_string());
             }
         }

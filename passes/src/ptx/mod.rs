@@ -44,6 +44,7 @@ mod policy;
 pub mod ptxas;
 mod shared;
 mod threadmap;
+mod tools;
 pub mod wgmma;
 
 pub use emit::emit;

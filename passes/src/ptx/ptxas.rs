@@ -7,7 +7,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What `ptxas -v` reports for the (single) entry of a module.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -23,56 +22,9 @@ pub struct PtxasReport {
     pub stack_bytes: u32,
 }
 
-/// The `ptxas` executable, if one can be found.
+/// The `ptxas` executable, if one can be found (the wheel's is `nvidia/cuda_nvcc/bin/ptxas`).
 pub fn locate() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TESSERA_PTXAS") {
-        let p = PathBuf::from(p);
-        return is_executable(&p).then_some(p);
-    }
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let p = dir.join("ptxas");
-            if is_executable(&p) {
-                return Some(p);
-            }
-        }
-    }
-    let cuda_homes = ["CUDA_HOME", "CUDA_PATH"].into_iter().filter_map(std::env::var_os).map(PathBuf::from);
-    for home in cuda_homes.chain([PathBuf::from("/usr/local/cuda")]) {
-        let p = home.join("bin").join("ptxas");
-        if is_executable(&p) {
-            return Some(p);
-        }
-    }
-    // The pip wheel `nvidia-cuda-nvcc-cu12` ships ptxas in the `nvidia.cuda_nvcc` package.
-    for python in ["python3", "python"] {
-        let Ok(out) =
-            Command::new(python).args(["-c", "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])"]).output()
-        else {
-            continue;
-        };
-        if !out.status.success() {
-            continue;
-        }
-        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let p = Path::new(&dir).join("bin").join("ptxas");
-        if is_executable(&p) {
-            return Some(p);
-        }
-    }
-    None
-}
-
-fn is_executable(p: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        p.is_file()
-    }
+    super::tools::locate("ptxas", "TESSERA_PTXAS", Some(&["cuda_nvcc"]))
 }
 
 /// Assembles `ptx` for `arch` (`sm_80`, `sm_90`) with `ptxas -v`; an error carries
@@ -100,16 +52,8 @@ pub fn module_arch(ptx: &str, arch: &str) -> String {
 /// `assemble_with`, also returning the cubin ptxas wrote (for `nvdisasm`).
 pub fn assemble_to_cubin(ptxas: &Path, ptx: &str, arch: &str) -> Result<(PtxasReport, Vec<u8>), String> {
     let arch = module_arch(ptx, arch);
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let unique = format!(
-        "tessera-{}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
-    );
-    let dir = std::env::temp_dir();
-    let input = dir.join(format!("{unique}.ptx"));
-    let output = dir.join(format!("{unique}.cubin"));
+    let stem = super::tools::scratch_stem();
+    let (input, output) = (stem.with_extension("ptx"), stem.with_extension("cubin"));
     std::fs::write(&input, ptx).map_err(|e| format!("cannot write {}: {e}", input.display()))?;
     let result = Command::new(ptxas).arg(format!("-arch={arch}")).arg("-v").arg(&input).arg("-o").arg(&output).output();
     let cubin = std::fs::read(&output);
