@@ -31,6 +31,9 @@ pub const NO_CPU_BACKEND: &str = "this build has no CPU backend: it was built wi
      (LLVM 14). Install with `cargo install --path . --locked --features llvm`, or run with \
      `--device interp` (the reference interpreter)";
 
+/// Why a build without the `cuda` feature runs nothing on a GPU.
+pub const NO_GPU_BACKEND: &str = "this build has no NVIDIA backend (the `cuda` feature is off)";
+
 /// A launch-plan executor with the target its kernels are lowered for and the device's
 /// description.
 pub type PlanExecutorOn = (Box<dyn interp::graph::KernelExecutor>, tessera_passes::Target, String);
@@ -45,7 +48,7 @@ pub fn gpu_plan_executor() -> Result<PlanExecutorOn, String> {
     }
     #[cfg(not(feature = "cuda"))]
     {
-        Err("this build has no NVIDIA backend (the `cuda` feature is off)".into())
+        Err(NO_GPU_BACKEND.into())
     }
 }
 

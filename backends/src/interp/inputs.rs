@@ -107,12 +107,12 @@ pub fn seeded_for_cached(
     seed: u64,
 ) -> Result<Vec<Arg>, String> {
     type Key = (Vec<AbiParam>, Vec<Access>, BTreeMap<String, i64>, u64, Option<usize>);
-    static LAST: std::sync::Mutex<Option<(Key, std::sync::Arc<Vec<Arg>>)>> = std::sync::Mutex::new(None);
+    static LAST: std::sync::Mutex<Option<(Key, Vec<Arg>)>> = std::sync::Mutex::new(None);
     let key: Key = (abi.params.clone(), access.to_vec(), symbols.clone(), seed, abi.seed_slot());
     if let Ok(last) = LAST.lock() {
         if let Some((k, args)) = last.as_ref() {
             if *k == key {
-                return Ok(args.as_ref().clone());
+                return Ok(args.clone());
             }
         }
     }
@@ -127,7 +127,7 @@ pub fn seeded_for_cached(
         })
         .sum();
     if let Ok(mut last) = LAST.lock() {
-        *last = (bytes <= 2 << 30).then(|| (key, std::sync::Arc::new(args.clone())));
+        *last = (bytes <= 2 << 30).then(|| (key, args.clone()));
     }
     Ok(args)
 }

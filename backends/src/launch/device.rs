@@ -262,7 +262,7 @@ fn open_gpu() -> Result<Arc<dyn Backend>, String> {
     }
     #[cfg(not(feature = "cuda"))]
     {
-        Err("this build has no NVIDIA backend (the `cuda` feature is off)".into())
+        Err(crate::NO_GPU_BACKEND.into())
     }
 }
 

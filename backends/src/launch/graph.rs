@@ -321,27 +321,25 @@ impl<'db> GraphSession<'db> {
         let mut outputs = Vec::new();
         for _ in 0..repeat {
             let t = Instant::now();
-            let (got, per_kernel) = match device {
+            // A fresh executor per repetition on the CPU and the interpreter; the GPU's
+            // serves every repetition.
+            let mut fresh: Box<dyn KernelExecutor>;
+            let inner: &mut dyn KernelExecutor = match device {
                 Device::Cpu => {
                     let threads =
                         options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-                    let cpu = crate::cpu_plan_executor(threads).ok_or(GraphRunError::NoCpuBackend)?;
-                    let mut exec = Timed { inner: cpu, kernels: Vec::new() };
-                    let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
-                    (got, exec.kernels)
+                    fresh = crate::cpu_plan_executor(threads).ok_or(GraphRunError::NoCpuBackend)?;
+                    fresh.as_mut()
                 }
-                Device::Gpu => {
-                    let inner = &mut gpu.as_mut().expect("opened above for a GPU run").0;
-                    let mut exec = Timed { inner, kernels: Vec::new() };
-                    let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
-                    (got, exec.kernels)
-                }
+                Device::Gpu => gpu.as_mut().expect("opened above for a GPU run").0.as_mut(),
                 Device::Interpreter => {
-                    let mut exec = Timed { inner: InterpExecutor::default(), kernels: Vec::new() };
-                    let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
-                    (got, exec.kernels)
+                    fresh = Box::new(InterpExecutor::default());
+                    fresh.as_mut()
                 }
             };
+            let mut exec = Timed { inner, kernels: Vec::new() };
+            let got = run_plan_with_dims(db, key, target, &inputs.args, &inputs.symbols, seed, &mut exec);
+            let per_kernel = exec.kernels;
             times.push(t.elapsed());
             outputs = got.map_err(GraphRunError::Plan)?;
             measured = per_kernel;
