@@ -602,6 +602,12 @@ pub fn collective_overlaps(schedule: &Func) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// [`collective_overlaps`] of `graph`'s program on its mesh, what the mesh reports show;
+/// nothing when it cannot be planned.
+pub fn mesh_overlaps(graph: &Func) -> Vec<Vec<String>> {
+    plan_on_mesh(graph).map(|p| collective_overlaps(&p.schedule)).unwrap_or_default()
+}
+
 fn plan_with(graph: &Func, on_mesh: bool) -> R<GraphPlan> {
     let mut s = Func::new(&graph.name, FuncKind::Graph, Level::Schedule, graph.loc.clone());
     s.attrs = graph.attrs.clone();

@@ -63,9 +63,7 @@ impl Analysis<'_> {
                 Some(MeshValue { name: name(v), layout: s.describe(), global, per_device })
             })
             .collect();
-        let overlaps = crate::graph_plan::plan_on_mesh(func)
-            .map(|p| crate::graph_plan::collective_overlaps(&p.schedule))
-            .unwrap_or_default();
+        let overlaps = crate::graph_plan::mesh_overlaps(func);
         let collectives = program
             .inserted
             .collectives()

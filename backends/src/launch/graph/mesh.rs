@@ -100,9 +100,7 @@ pub fn run_on_mesh(
         Verdict::NonFinite
     };
     let collectives = program.inserted.collectives();
-    let overlaps = tessera_passes::graph_plan::plan_on_mesh(func)
-        .map(|p| tessera_passes::graph_plan::collective_overlaps(&p.schedule))
-        .unwrap_or_default();
+    let overlaps = tessera_passes::graph_plan::mesh_overlaps(func);
     let pipelines = pipeline_schedules(func);
     let layouts = func
         .params
