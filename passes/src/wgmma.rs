@@ -106,15 +106,16 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<[
              swizzle of `wgmma`'s matrix descriptors (N a multiple of 16 is)"
         ));
     }
-    let a = source(f, op.operands[0], "A")?;
-    let b = source(f, op.operands[1], "B")?;
+    let defs = f.definitions();
+    let a = source(f, &defs, op.operands[0], "A")?;
+    let b = source(f, &defs, op.operands[1], "B")?;
     Ok([a, b])
 }
 
-/// The shared-memory source of operand `v` (`name` is "A" or "B"), or why it has none
-/// that a matrix descriptor can describe.
-fn source(f: &Func, v: ValueId, name: &str) -> Result<Source, String> {
-    let def = f.walk().into_iter().find(|&id| f.op(id).results.contains(&v));
+/// The shared-memory source of operand `v` (`name` is "A" or "B"; `defs` from
+/// `Func::definitions`), or why it has none that a matrix descriptor can describe.
+fn source(f: &Func, defs: &[Option<OpId>], v: ValueId, name: &str) -> Result<Source, String> {
+    let def = defs[v.0 as usize];
     let not_shared = format!(
         "{name} is computed in registers; `wgmma` here reads both operands from shared memory (a `tile.load` or a \
          shared buffer, passed to the dot unchanged)"
