@@ -98,7 +98,7 @@ fn human(run: &Run, color: bool, out: &mut dyn Write) -> io::Result<()> {
             if let Some(fix) = &d.fix {
                 builder = builder.with_help(fix_help(fix, &report.text));
             }
-            builder.finish().write((report.path.as_str(), source.clone()), &mut *out)?;
+            builder.finish().write((report.path.as_str(), &source), &mut *out)?;
         }
     }
     unreadable_lines(run.unreadable, out)?;
