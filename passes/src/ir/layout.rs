@@ -150,10 +150,7 @@ impl Layout {
     pub fn elements_per_thread(&self, shape: &[i64]) -> u32 {
         let count = match self {
             Layout::Blocked { size_per_thread, threads_per_warp, warps_per_cta } => {
-                blocked_dim_coords(shape, size_per_thread, threads_per_warp, warps_per_cta, 0)
-                    .iter()
-                    .map(|c| c.len() as i64)
-                    .product::<i64>()
+                blocked_dim_counts(shape, size_per_thread, threads_per_warp, warps_per_cta).product::<i64>()
             }
             Layout::Mma { warps } => {
                 let (_, _, wm, wn, _, _) = warp_block(shape, *warps, 0);
@@ -251,6 +248,23 @@ fn blocked_elements(shape: &[i64], spt: &[u32], tpw: &[u32], wpc: &[u32], tid: u
 
 /// Per dim, the coordinates thread `tid` owns in a blocked layout (its elements are
 /// their product, last dim fastest).
+/// How many coordinates each thread owns per dim ([`blocked_dim_coords`]' lengths,
+/// duplicates of a replicated dim included), without listing them: the register
+/// estimate asks this for every live value of every autotune candidate it lowers.
+fn blocked_dim_counts<'a>(
+    shape: &'a [i64],
+    spt: &'a [u32],
+    tpw: &'a [u32],
+    wpc: &'a [u32],
+) -> impl Iterator<Item = i64> + 'a {
+    (0..shape.len()).map(move |d| {
+        let cover = (spt[d] * tpw[d] * wpc[d]) as i64;
+        let n = shape[d].max(1);
+        let repeats = if cover >= n { 1 } else { (n + cover - 1) / cover.max(1) };
+        repeats * spt[d] as i64
+    })
+}
+
 fn blocked_dim_coords(shape: &[i64], spt: &[u32], tpw: &[u32], wpc: &[u32], tid: u32) -> Vec<Vec<i64>> {
     let rank = shape.len();
     let lane = tid % WARP;
@@ -422,6 +436,29 @@ mod tests {
 
     fn coverage(layout: &Layout, shape: &[i64]) -> HashSet<Vec<i64>> {
         (0..layout.threads()).flat_map(|t| layout.elements(shape, t)).collect()
+    }
+
+    #[test]
+    fn blocked_counts_are_the_lengths_of_the_coordinate_lists() {
+        for shape in [vec![1], vec![7], vec![128], vec![3, 5], vec![64, 128], vec![1, 1024], vec![4, 2, 8]] {
+            for warps in [1, 4, 8] {
+                for vector in [1, 2, 4, 8] {
+                    let Layout::Blocked { size_per_thread, threads_per_warp, warps_per_cta } =
+                        Layout::blocked_for(&shape, warps, vector)
+                    else {
+                        unreachable!()
+                    };
+                    let lengths: Vec<i64> =
+                        blocked_dim_coords(&shape, &size_per_thread, &threads_per_warp, &warps_per_cta, 0)
+                            .iter()
+                            .map(|c| c.len() as i64)
+                            .collect();
+                    let counts: Vec<i64> =
+                        blocked_dim_counts(&shape, &size_per_thread, &threads_per_warp, &warps_per_cta).collect();
+                    assert_eq!(counts, lengths, "{shape:?} warps={warps} vector={vector}");
+                }
+            }
+        }
     }
 
     #[test]
