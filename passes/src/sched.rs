@@ -18,7 +18,12 @@ use crate::target::Target;
 pub use crate::config::{specialized_symbols, Config};
 
 fn specialize_dims(dims: &[Dim], config: &Config) -> Vec<Dim> {
-    dims.iter().map(|d| d.substitute(&|s| config.lookup(s).map(Dim::constant))).collect()
+    dims.iter()
+        .map(|d| match d.eval_numeric(&|s| config.lookup(s)) {
+            Some(v) => Dim::Const(v),
+            None => d.substitute(&|s| config.lookup(s).map(Dim::constant)),
+        })
+        .collect()
 }
 
 /// Substitutes the configuration into a type's dims, in place; dims that are already
