@@ -256,7 +256,7 @@ fn pipeline_loop(
     loop_id: OpId,
     allocs: &mut Vec<OpId>,
 ) -> Result<Vec<OpId>, LowerError> {
-    let lp = f.op(loop_id).clone();
+    let lp = f.op(loop_id);
     let stages = lp.int_attr("stages").unwrap_or(1).max(1) as u32;
     let loc = lp.loc.clone();
     let (lo, step) = (lp.operands[0], lp.operands[2]);
@@ -268,20 +268,15 @@ fn pipeline_loop(
     // into buffers allocated outside the loop).
     let mut staged: Vec<Staged> = Vec::new();
     for &id in &body_ops {
-        let op = f.op(id).clone();
+        let op = f.op(id);
         match op.kind {
             OpKind::Load if op.str_attr("staging") == Some("smem") => {
-                let Type::View(view) = f.ty(op.operands[0]).clone() else { continue };
-                let (alloc, buf) = new_op(
-                    f,
-                    OpKind::AllocShared,
-                    vec![],
-                    Type::Smem(smem_for(&view.dims, view.dtype, stages, &op)),
-                    vec![("staging", Attr::Bool(true))],
-                    &loc,
-                );
+                let Type::View(view) = f.ty(op.operands[0]) else { continue };
+                let (smem, view_value) = (smem_for(&view.dims, view.dtype, stages, op), op.operands[0]);
+                let (alloc, buf) =
+                    new_op(f, OpKind::AllocShared, vec![], Type::Smem(smem), vec![("staging", Attr::Bool(true))], &loc);
                 allocs.push(alloc);
-                staged.push(Staged { buffer: buf, view: op.operands[0], load: Some(id), copy: None });
+                staged.push(Staged { buffer: buf, view: view_value, load: Some(id), copy: None });
             }
             OpKind::CpAsync => {
                 let buf = op.operands[0];
@@ -376,7 +371,6 @@ fn pipeline_loop(
         if skip.contains(&id) || already.contains(&id) {
             continue;
         }
-        let op = f.op(id).clone();
         if let Some(st) = staged.iter().find(|s| s.load == Some(id)) {
             let slot = slot_of_buffer[&st.buffer];
             let load = f.op_mut(id);
@@ -386,8 +380,13 @@ fn pipeline_loop(
         } else {
             // Reads of explicit buffers use this iteration's slot; the user's first
             // barrier is subsumed by the wait + barrier above.
-            let renamed: Vec<ValueId> = op.operands.iter().map(|v| *slot_of_buffer.get(v).unwrap_or(v)).collect();
-            f.op_mut(id).operands = renamed;
+            if !slot_of_buffer.is_empty() {
+                for v in &mut f.op_mut(id).operands {
+                    if let Some(&slot) = slot_of_buffer.get(v) {
+                        *v = slot;
+                    }
+                }
+            }
         }
         new_body.push(id);
     }
@@ -439,13 +438,17 @@ fn clone_chain(
             return m;
         }
         let Some(d) = defs[v.0 as usize].filter(|d| in_body.contains(d)) else { return v };
-        let op = f.op(d).clone();
-        let operands: Vec<ValueId> = op.operands.iter().map(|&o| visit(f, defs, in_body, o, map, out)).collect();
-        let results: Vec<ValueId> = op.results.iter().map(|&r| f.new_value(f.ty(r).clone(), None)).collect();
-        for (&old, &new) in op.results.iter().zip(&results) {
+        let (kind, old_operands, old_results) = {
+            let op = f.op(d);
+            (op.kind, op.operands.clone(), op.results.clone())
+        };
+        let operands: Vec<ValueId> = old_operands.iter().map(|&o| visit(f, defs, in_body, o, map, out)).collect();
+        let results: Vec<ValueId> = old_results.iter().map(|&r| f.new_value(f.ty(r).clone(), None)).collect();
+        for (&old, &new) in old_results.iter().zip(&results) {
             map.insert(old, new);
         }
-        out.push(push_op(f, op.kind, operands, results, op.attrs.clone(), &op.loc));
+        let (attrs, loc) = (f.op(d).attrs.clone(), f.op(d).loc.clone());
+        out.push(push_op(f, kind, operands, results, attrs, &loc));
         map[&v]
     }
     let new_root = visit(f, defs, in_body, root, &mut map, &mut out);
@@ -717,6 +720,11 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                 }
                 OpKind::Cast => {
                     let (a, r) = (op.operands[0], op.results[0]);
+                    let uniform_done =
+                        op.operands.get(1).is_none_or(|&u| !is_tile(f, u) || layout[u.0 as usize].is_some());
+                    if layout[a.0 as usize].is_some() && layout[r.0 as usize].is_some() && uniform_done {
+                        continue;
+                    }
                     if let Some(l) = layout[r.0 as usize].clone().filter(|l| !matches!(l, Layout::DotOperand { .. })) {
                         set(a, l, &mut layout);
                     } else if let Some(l) = layout[a.0 as usize].clone() {
@@ -731,6 +739,9 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                 }
                 OpKind::Reduce => {
                     let axis = op.int_attr("axis").unwrap_or(0) as u32;
+                    if layout[op.results[0].0 as usize].is_some() {
+                        continue;
+                    }
                     if let Some(l) = layout[op.operands[0].0 as usize].clone() {
                         set(op.results[0], Layout::Slice { dim: axis, parent: Box::new(l) }, &mut layout);
                     }
@@ -738,6 +749,9 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                 OpKind::ExpandDims => {
                     let axis = op.int_attr("axis").unwrap_or(0) as u32;
                     let (a, r) = (op.operands[0], op.results[0]);
+                    if layout[a.0 as usize].is_some() && layout[r.0 as usize].is_some() {
+                        continue;
+                    }
                     if let Some(l) = layout[r.0 as usize].clone() {
                         set(a, Layout::Slice { dim: axis, parent: Box::new(l) }, &mut layout);
                     } else if let Some(Layout::Slice { dim, parent }) = layout[a.0 as usize].clone() {
@@ -749,6 +763,9 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
                 OpKind::Broadcast => {
                     // The operand (with size-1 dims) lives in the same layout.
                     let (a, r) = (op.operands[0], op.results[0]);
+                    if layout[a.0 as usize].is_some() && layout[r.0 as usize].is_some() {
+                        continue;
+                    }
                     if let Some(l) = layout[r.0 as usize].clone() {
                         set(a, l, &mut layout);
                     } else if let Some(l) = layout[a.0 as usize].clone() {
@@ -769,6 +786,9 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
             let yields = yields_of(&regions[0]);
             for (i, &res) in op.results.iter().enumerate() {
                 let group = [op.operands[3 + i], regions[0].args[1 + i], res, *yields.get(i).unwrap_or(&res)];
+                if group.iter().all(|&v| !is_tile(f, v) || layout[v.0 as usize].is_some()) {
+                    continue;
+                }
                 if let Some(l) = group.iter().find_map(|v| layout[v.0 as usize].clone()) {
                     for v in group {
                         if is_tile(f, v) {
@@ -787,6 +807,9 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
             let (a, b) = (yields_of(&regions[0]), yields_of(&regions[1]));
             for (i, &res) in op.results.iter().enumerate() {
                 let group = [res, *a.get(i).unwrap_or(&res), *b.get(i).unwrap_or(&res)];
+                if group.iter().all(|&v| !is_tile(f, v) || layout[v.0 as usize].is_some()) {
+                    continue;
+                }
                 if let Some(l) = group.iter().find_map(|v| layout[v.0 as usize].clone()) {
                     for v in group {
                         if is_tile(f, v) {

@@ -264,11 +264,20 @@ fn liveness(f: &Func) -> Liveness {
         n.owner(v)
             .is_some_and(|op| f.op(op).kind == OpKind::Constant && matches!(f.ty(v), Type::Index | Type::Scalar(_)))
     };
+    // Many values share a type (a kernel's row vectors, its accumulators): count each
+    // tile layout's elements once.
+    let mut registers_of_type: HashMap<&Type, u32> = HashMap::default();
     for (v, last) in live {
         if immediate(v) {
             continue;
         }
-        let regs = streamed(v).unwrap_or_else(|| registers_of(f.ty(v))) as i64;
+        let regs = streamed(v).unwrap_or_else(|| {
+            let ty = f.ty(v);
+            match ty {
+                Type::Tile(_) => *registers_of_type.entry(ty).or_insert_with(|| registers_of(ty)),
+                _ => registers_of(ty),
+            }
+        }) as i64;
         if regs == 0 {
             continue;
         }
