@@ -9,6 +9,7 @@
 //! are [`kernel_lints`]; ranges stay relative (body to `def`, decorators to the item)
 //! and fix-its that need the source text are resolved by [`crate::diagnostics::file_diagnostics`].
 
+pub mod analytic;
 pub mod banks;
 pub mod limits;
 pub mod masked_rows;
@@ -367,17 +368,18 @@ fn config_of(graph: &Func, schedule: ScheduleValue) -> Config {
 /// by the lints and the autotuner.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum PruneReason {
-    /// `at_least`: not lowered; `bytes` is a smaller candidate's figure, a lower bound
-    /// of its own ([`prune`]).
+    /// `basis`: where the figure comes from, when the candidate was not lowered: a
+    /// smaller candidate's figure (a lower bound of its own) or the analytic estimate
+    /// ([`prune`]).
     SharedMemory {
         bytes: u64,
         limit: u64,
-        at_least: bool,
+        basis: prune::Basis,
     },
     Registers {
         estimate: u32,
         limit: u32,
-        at_least: bool,
+        basis: prune::Basis,
     },
     MmaShape(String),
     /// `mma = "wgmma"` cannot be used (`crate::wgmma`): the reason.
@@ -399,29 +401,42 @@ impl PruneReason {
 
     pub fn detail(&self) -> String {
         match self {
-            PruneReason::SharedMemory { bytes, limit, at_least } => format!(
+            PruneReason::SharedMemory { bytes, limit, basis } => format!(
                 "{}{} of shared memory > {} per block{}",
-                if *at_least { "at least " } else { "" },
+                basis_prefix(*basis),
                 crate::units::bytes(*bytes),
                 crate::units::bytes(*limit),
-                inferred_note(*at_least)
+                basis_note(*basis)
             ),
-            PruneReason::Registers { estimate, limit, at_least } => format!(
+            PruneReason::Registers { estimate, limit, basis } => format!(
                 "{}~{estimate} registers per thread > {limit} (spills){}",
-                if *at_least { "at least " } else { "" },
-                inferred_note(*at_least)
+                // `~` already says it is an estimate.
+                if *basis == prune::Basis::AtLeast { "at least " } else { "" },
+                basis_note(*basis)
             ),
             PruneReason::MmaShape(why) | PruneReason::Wgmma(why) | PruneReason::Lowering(why) => why.clone(),
         }
     }
 }
 
-/// What a bound inherited from a smaller candidate adds to a prune reason ([`prune`]).
-fn inferred_note(at_least: bool) -> &'static str {
-    if at_least {
-        " (the figure of a configuration of the space no larger in any tile key; this one was not lowered)"
-    } else {
-        ""
+/// How a figure of a prune reason is qualified by where it comes from ([`prune`]).
+fn basis_prefix(basis: prune::Basis) -> &'static str {
+    match basis {
+        prune::Basis::Own => "",
+        prune::Basis::AtLeast => "at least ",
+        prune::Basis::Analytic => "about ",
+    }
+}
+
+fn basis_note(basis: prune::Basis) -> &'static str {
+    match basis {
+        prune::Basis::Own => "",
+        prune::Basis::AtLeast => {
+            " (the figure of a configuration of the space no larger in any tile key; this one was not lowered)"
+        }
+        prune::Basis::Analytic => {
+            " (the analytic estimate, scaled to a lowered configuration's figure; this one was not lowered)"
+        }
     }
 }
 
@@ -469,12 +484,16 @@ pub fn wgmma_problem(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Targe
 /// The budget check of [`prune_reason`]: shared memory first, then registers.
 fn over_budget(b: &Budget, limits: &GpuLimits) -> Option<PruneReason> {
     if b.smem_bytes > limits.smem_per_block as u64 {
-        Some(PruneReason::SharedMemory { bytes: b.smem_bytes, limit: limits.smem_per_block as u64, at_least: false })
+        Some(PruneReason::SharedMemory {
+            bytes: b.smem_bytes,
+            limit: limits.smem_per_block as u64,
+            basis: prune::Basis::Own,
+        })
     } else if b.register_peak > limits.max_registers_per_thread {
         Some(PruneReason::Registers {
             estimate: b.register_peak,
             limit: limits.max_registers_per_thread,
-            at_least: false,
+            basis: prune::Basis::Own,
         })
     } else {
         None
@@ -496,6 +515,7 @@ pub fn prune_candidates(
         return configs.iter().map(|config| prune_reason(db, key, config, target)).collect();
     };
     let schedules: Vec<&ScheduleValue> = configs.iter().map(|c| &c.schedule).collect();
+    let model = graph_ir(db, key).as_ref().ok().map(|graph| analytic::BudgetModel::new(graph));
     prune::prune_space(
         &schedules,
         limits,
@@ -504,6 +524,7 @@ pub fn prune_candidates(
             Ok(b) => prune::Evaluated::Budget(*b),
             Err(e) => prune::Evaluated::Out(PruneReason::Lowering(e.message.clone())),
         },
+        |i| model.as_ref()?.estimate(&configs[i], target),
         seed,
     )
 }

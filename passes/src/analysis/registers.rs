@@ -175,9 +175,25 @@ struct Liveness {
     live_out: Vec<i64>,
 }
 
-fn liveness(f: &Func) -> Liveness {
+/// The live range of every value of a function that may take registers, before any
+/// register count: `(value, definition point, last point)`. Point p + 1 is op p; point
+/// 0 is the kernel's entry. Scalar constants (immediates in PTX) are left out.
+pub(crate) struct LiveRanges {
+    n: Numbering,
+    pub(crate) ranges: Vec<(ValueId, usize, usize)>,
+    /// Values some op other than a `Dot` reads.
+    pub(crate) read_by_non_dot: Vec<bool>,
+}
+
+impl LiveRanges {
+    /// The number of points (ops) of the function.
+    pub(crate) fn points(&self) -> usize {
+        self.n.order.len()
+    }
+}
+
+pub(crate) fn live_ranges(f: &Func) -> LiveRanges {
     let n = number(f);
-    let len = n.order.len();
     let values = f.values.len();
     // A broadcast or an inserted unit dim holds no values of its own: codegen reads the
     // source's registers, so a use of the result is a use of the source.
@@ -219,14 +235,6 @@ fn liveness(f: &Func) -> Liveness {
             *entry = (*entry).max(at);
         }
     }
-    // Point p + 1 is op p; point 0 is the kernel's entry, where parameters are defined.
-    // A value defined at point d and last used at point l is live into the points
-    // (d, l] and out of [d, l); the pressure of a point is the larger of the two, so an
-    // operand that dies at an op can hand its registers to the op's result (mma
-    // accumulates in place).
-    let mut live_in = vec![0i64; len + 2];
-    let mut live_out = vec![0i64; len + 2];
-    let mut intervals: Vec<(ValueId, usize, usize, u32)> = Vec::new();
     // Results of an op with regions (a loop's final values) appear when it ends;
     // region arguments and other results at the op itself.
     let defined_at = |v: ValueId| match n.owner(v) {
@@ -249,6 +257,33 @@ fn liveness(f: &Func) -> Liveness {
             }
         }
     }
+    // Scalar constants are immediates in PTX: they take no register.
+    let immediate = |v: ValueId| {
+        n.owner(v)
+            .is_some_and(|op| f.op(op).kind == OpKind::Constant && matches!(f.ty(v), Type::Index | Type::Scalar(_)))
+    };
+    let ranges = live
+        .into_iter()
+        .filter(|&(v, _)| !immediate(v))
+        .map(|(v, last)| {
+            let def = defined_at(v);
+            (v, def, last.max(def))
+        })
+        .collect();
+    LiveRanges { n, ranges, read_by_non_dot }
+}
+
+fn liveness(f: &Func) -> Liveness {
+    let LiveRanges { n, ranges, read_by_non_dot } = live_ranges(f);
+    let len = n.order.len();
+    // Point p + 1 is op p; point 0 is the kernel's entry, where parameters are defined.
+    // A value defined at point d and last used at point l is live into the points
+    // (d, l] and out of [d, l); the pressure of a point is the larger of the two, so an
+    // operand that dies at an op can hand its registers to the op's result (mma
+    // accumulates in place).
+    let mut live_in = vec![0i64; len + 2];
+    let mut live_out = vec![0i64; len + 2];
+    let mut intervals: Vec<(ValueId, usize, usize, u32)> = Vec::new();
     // Dot operands read from shared memory are loaded fragment by fragment as the mma
     // loop reaches them (the PTX backend's lazy ldmatrix): one k step of fragments is
     // live at a time, not the whole tile.
@@ -259,18 +294,10 @@ fn liveness(f: &Func) -> Liveness {
         }
         streamed_fragment_registers(f.ty(v))
     };
-    // Scalar constants are immediates in PTX: they take no register.
-    let immediate = |v: ValueId| {
-        n.owner(v)
-            .is_some_and(|op| f.op(op).kind == OpKind::Constant && matches!(f.ty(v), Type::Index | Type::Scalar(_)))
-    };
     // Many values share a type (a kernel's row vectors, its accumulators): count each
     // tile layout's elements once.
     let mut registers_of_type: HashMap<&Type, u32> = HashMap::default();
-    for (v, last) in live {
-        if immediate(v) {
-            continue;
-        }
+    for (v, def, last) in ranges {
         let regs = streamed(v).unwrap_or_else(|| {
             let ty = f.ty(v);
             match ty {
@@ -281,15 +308,34 @@ fn liveness(f: &Func) -> Liveness {
         if regs == 0 {
             continue;
         }
-        let def = defined_at(v);
-        let last = last.max(def);
+        add_range(&mut live_in, &mut live_out, def, last, regs);
+        intervals.push((v, def, last, regs as u32));
+    }
+    Liveness { n, intervals, live_in, live_out }
+}
+
+/// Adds a value of `regs` registers defined at point `def` and last used at `last` to
+/// the pressure deltas of [`liveness`].
+pub(crate) fn add_range(live_in: &mut [i64], live_out: &mut [i64], def: usize, last: usize, regs: i64) {
+    {
         live_in[def + 1] += regs;
         live_in[last + 1] -= regs;
         live_out[def] += regs;
         live_out[last.max(def + 1)] -= regs;
-        intervals.push((v, def, last, regs as u32));
     }
-    Liveness { n, intervals, live_in, live_out }
+}
+
+/// The highest pressure over the points of [`add_range`]'s deltas, with
+/// [`BASE_REGISTERS`].
+pub(crate) fn peak_of_deltas(live_in: &[i64], live_out: &[i64], points: usize) -> u32 {
+    let (mut into, mut out_of) = (live_in[0], live_out[0]);
+    let mut peak = BASE_REGISTERS;
+    for i in 0..points {
+        into += live_in[i + 1];
+        out_of += live_out[i + 1];
+        peak = peak.max(into.max(out_of).max(0) as u32 + BASE_REGISTERS);
+    }
+    peak
 }
 
 impl Liveness {
