@@ -33,28 +33,62 @@ fn lanes_per_phase(width: u32) -> usize {
 pub fn conflict_ways(access: &WarpAccess) -> u32 {
     let per_phase = lanes_per_phase(access.width);
     let mut worst = 1;
-    // (bank, word) of every word a phase touches, packed into one integer (bank in the
-    // high bits); sorted and deduplicated, the longest run of one bank is the number of
-    // distinct words that bank serves. A flat buffer instead of a map of sets: the
-    // bank-conflict lint simulates every shared access of every kernel of a file, and its
-    // fix search re-simulates them per candidate layout. Shared memory is far below 2^58
-    // words, so the packing is exact.
-    const BANK_SHIFT: u32 = 58;
-    let mut words: Vec<u64> = Vec::with_capacity(per_phase * 4);
+    // The distinct words of a phase, then a count per bank. The bank-conflict lint
+    // simulates every shared access of every kernel of a file, and its fix search
+    // re-simulates them per candidate layout, so this avoids sorting: a phase's words
+    // almost always lie within a few kilobytes, which a bitset over that window
+    // deduplicates; a wider phase falls back to sorting packed (bank, word) pairs.
+    let mut words: Vec<u64> = Vec::new();
     for phase in access.lanes.chunks(per_phase) {
-        words.clear();
-        for addr in phase.iter().flatten() {
+        let spans = phase.iter().flatten().map(|&addr| {
             let first = addr / BANK_BYTES as u64;
             let last = (addr + access.width.max(1) as u64 - 1) / BANK_BYTES as u64;
-            words.extend((first..=last).map(|word| ((word % BANKS as u64) << BANK_SHIFT) | word));
-        }
-        words.sort_unstable();
-        words.dedup();
-        for bank in words.chunk_by(|a, b| a >> BANK_SHIFT == b >> BANK_SHIFT) {
-            worst = worst.max(bank.len() as u32);
-        }
+            (first, last)
+        });
+        let (Some(low), Some(high)) = (spans.clone().map(|s| s.0).min(), spans.clone().map(|s| s.1).max()) else {
+            continue;
+        };
+        let ways = if high - low < WINDOW_WORDS {
+            ways_in_window(spans, low)
+        } else {
+            ways_by_sorting(spans, &mut words)
+        };
+        worst = worst.max(ways);
     }
     worst
+}
+
+/// Words a phase may span for [`ways_in_window`]: 16 KiB.
+const WINDOW_WORDS: u64 = 4096;
+
+fn ways_in_window(spans: impl Iterator<Item = (u64, u64)>, low: u64) -> u32 {
+    let mut seen = [0u64; (WINDOW_WORDS / 64) as usize];
+    let mut per_bank = [0u32; BANKS as usize];
+    for (first, last) in spans {
+        for word in first..=last {
+            let at = (word - low) as usize;
+            let bit = 1u64 << (at % 64);
+            if seen[at / 64] & bit == 0 {
+                seen[at / 64] |= bit;
+                per_bank[(word % BANKS as u64) as usize] += 1;
+            }
+        }
+    }
+    per_bank.into_iter().max().unwrap_or(0).max(1)
+}
+
+fn ways_by_sorting(spans: impl Iterator<Item = (u64, u64)>, words: &mut Vec<u64>) -> u32 {
+    // (bank, word) packed into one integer (bank in the high bits); sorted and
+    // deduplicated, the longest run of one bank is the number of distinct words that
+    // bank serves. Shared memory is far below 2^58 words, so the packing is exact.
+    const BANK_SHIFT: u32 = 58;
+    words.clear();
+    for (first, last) in spans {
+        words.extend((first..=last).map(|word| ((word % BANKS as u64) << BANK_SHIFT) | word));
+    }
+    words.sort_unstable();
+    words.dedup();
+    words.chunk_by(|a, b| a >> BANK_SHIFT == b >> BANK_SHIFT).map(|bank| bank.len() as u32).max().unwrap_or(1)
 }
 
 /// The warp accesses of `ldmatrix.x4` loading the mma fragments of a `[rows, cols]`
@@ -192,6 +226,27 @@ mod tests {
             })
             .max()
             .unwrap()
+    }
+
+    proptest::proptest! {
+        /// The bitset window and the sort count the same distinct words per bank.
+        #[test]
+        fn the_window_counts_what_sorting_counts(
+            addrs in proptest::collection::vec(proptest::option::of(0u64..8192), 1..33),
+            width in proptest::sample::select(vec![1u32, 2, 4, 8, 16]),
+        ) {
+            let spans: Vec<(u64, u64)> = addrs
+                .iter()
+                .flatten()
+                .map(|&a| (a / BANK_BYTES as u64, (a + width as u64 - 1) / BANK_BYTES as u64))
+                .collect();
+            let Some(low) = spans.iter().map(|s| s.0).min() else { return Ok(()) };
+            let mut words = Vec::new();
+            proptest::prop_assert_eq!(
+                ways_in_window(spans.iter().copied(), low),
+                ways_by_sorting(spans.iter().copied(), &mut words)
+            );
+        }
     }
 
     #[test]
