@@ -62,6 +62,29 @@ impl Config {
     }
 }
 
+/// The values a configuration gives symbols ([`Config::lookup`]), each looked up once:
+/// specialization and the analytic budget estimate evaluate every dim of a kernel per
+/// autotune candidate, and a kernel names only a handful of symbols.
+pub(crate) struct SymbolValues<'a> {
+    config: &'a Config,
+    seen: std::cell::RefCell<Vec<(smol_str::SmolStr, Option<i64>)>>,
+}
+
+impl<'a> SymbolValues<'a> {
+    pub(crate) fn new(config: &'a Config) -> SymbolValues<'a> {
+        SymbolValues { config, seen: std::cell::RefCell::new(Vec::new()) }
+    }
+
+    pub(crate) fn get(&self, sym: &str) -> Option<i64> {
+        if let Some((_, v)) = self.seen.borrow().iter().find(|(s, _)| s == sym) {
+            return *v;
+        }
+        let v = self.config.lookup(sym);
+        self.seen.borrow_mut().push((smol_str::SmolStr::new(sym), v));
+        v
+    }
+}
+
 impl std::fmt::Display for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts: Vec<String> = self
@@ -85,45 +108,93 @@ impl std::fmt::Display for Config {
 /// its own (`sched.param` ops: `B` and `H` of a `"B*H"` dim in `tile.parallel(0, B*H)`,
 /// which no tensor's extent gives separately).
 pub fn specialized_symbols(func: &Func, schedule: &ScheduleValue) -> Vec<String> {
-    let mut out = Vec::new();
-    let known = |s: &str| s == "BLOCK" || schedule.int(s).is_some();
-    // Values share a handful of distinct dims: each is substituted once. The lints build
-    // a configuration for every autotune candidate of every kernel, so this is on the
-    // `tessera check` path.
-    let mut distinct: rustc_hash::FxHashSet<&Dim> = rustc_hash::FxHashSet::default();
-    for v in &func.values {
-        let dims: &[Dim] = match &v.ty {
-            Type::Tile(t) => &t.dims,
-            Type::Smem(s) => &s.dims,
-            Type::View(view) => &view.dims,
-            _ => continue,
-        };
-        distinct.extend(dims.iter().filter(|d| d.as_const().is_none()));
-    }
-    for d in distinct {
-        let d = d.substitute(&|s| match s {
-            "BLOCK" => Some(Dim::constant(schedule.int("BLOCK").unwrap_or(1024))),
-            s => schedule.int(s).map(Dim::constant),
-        });
-        for s in d.symbols() {
-            if !out.contains(&s) {
-                out.push(s);
+    SymbolSites::of(func).specialized(schedule)
+}
+
+/// Where a function's dims and schedule parameters name symbols: what
+/// [`specialized_symbols`] reads of it, gathered once so that the configurations of
+/// every autotune candidate of a kernel ([`SymbolSites::config`]) do not walk it again.
+pub struct SymbolSites {
+    /// The distinct dims that are not constants.
+    dims: Vec<Dim>,
+    /// The keys of its `sched.param` ops.
+    params: Vec<String>,
+}
+
+impl SymbolSites {
+    pub fn of(func: &Func) -> SymbolSites {
+        let mut distinct: rustc_hash::FxHashSet<&Dim> = rustc_hash::FxHashSet::default();
+        for v in &func.values {
+            let dims: &[Dim] = match &v.ty {
+                Type::Tile(t) => &t.dims,
+                Type::Smem(s) => &s.dims,
+                Type::View(view) => &view.dims,
+                _ => continue,
+            };
+            distinct.extend(dims.iter().filter(|d| d.as_const().is_none()));
+        }
+        // In hash order: the symbols come out sorted.
+        let dims: Vec<Dim> = distinct.into_iter().cloned().collect();
+        let mut params = Vec::new();
+        for id in func.walk() {
+            let op = func.op(id);
+            if op.kind == OpKind::SchedParam {
+                if let Some(key) = op.str_attr("key") {
+                    params.push(key.to_string());
+                }
             }
         }
+        SymbolSites { dims, params }
     }
-    for id in func.walk() {
-        let op = func.op(id);
-        if op.kind != OpKind::SchedParam {
-            continue;
+
+    /// [`specialized_symbols`] for `schedule`.
+    pub fn specialized(&self, schedule: &ScheduleValue) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let known = |s: &str| s == "BLOCK" || schedule.int(s).is_some();
+        for d in &self.dims {
+            // Most dims are one symbol: a schedule key (substituted away) or a shape
+            // symbol (kept), which is what the substitution below would conclude.
+            if let Dim::Sym(s) = d {
+                if !known(s) && !out.iter().any(|o| o == s.as_str()) {
+                    out.push(s.to_string());
+                }
+                continue;
+            }
+            let d = d.substitute(&|s| match s {
+                "BLOCK" => Some(Dim::constant(schedule.int("BLOCK").unwrap_or(1024))),
+                s => schedule.int(s).map(Dim::constant),
+            });
+            for s in d.symbols() {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
         }
-        if let Some(key) = op.str_attr("key") {
+        for key in &self.params {
             if !known(key) && !out.iter().any(|s| s == key) {
-                out.push(key.to_string());
+                out.push(key.clone());
             }
         }
+        out.sort();
+        out
     }
-    out.sort();
-    out
+
+    /// [`config_for`] with these sites.
+    pub fn config(&self, schedule: ScheduleValue, dims: &BTreeMap<String, i64>) -> (Config, Vec<String>) {
+        let mut shapes = BTreeMap::new();
+        let mut assumed = Vec::new();
+        for sym in self.specialized(&schedule) {
+            let value = match dims.get(&sym) {
+                Some(v) => *v,
+                None => {
+                    assumed.push(sym.clone());
+                    DEFAULT_SHAPE
+                }
+            };
+            shapes.insert(sym, value);
+        }
+        (Config { schedule, shapes }, assumed)
+    }
 }
 
 /// Head dims and other shape symbols get this value when nothing gives one.
@@ -134,17 +205,5 @@ pub const DEFAULT_SHAPE: i64 = 64;
 /// assumed. [`default_config`] picks the schedule; the lints and the autotuner
 /// (`analysis`) call it with each candidate schedule and no `dims`.
 pub fn config_for(graph: &Func, schedule: ScheduleValue, dims: &BTreeMap<String, i64>) -> (Config, Vec<String>) {
-    let mut shapes = BTreeMap::new();
-    let mut assumed = Vec::new();
-    for sym in specialized_symbols(graph, &schedule) {
-        let value = match dims.get(&sym) {
-            Some(v) => *v,
-            None => {
-                assumed.push(sym.clone());
-                DEFAULT_SHAPE
-            }
-        };
-        shapes.insert(sym, value);
-    }
-    (Config { schedule, shapes }, assumed)
+    SymbolSites::of(graph).config(schedule, dims)
 }

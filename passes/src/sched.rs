@@ -15,20 +15,21 @@ use crate::error::LowerError;
 use crate::ir::*;
 use crate::target::Target;
 
+use crate::config::SymbolValues;
 pub use crate::config::{specialized_symbols, Config};
 
-fn specialize_dims(dims: &[Dim], config: &Config) -> Vec<Dim> {
+fn specialize_dims(dims: &[Dim], values: &SymbolValues) -> Vec<Dim> {
     dims.iter()
-        .map(|d| match d.eval_numeric(&|s| config.lookup(s)) {
+        .map(|d| match d.eval_numeric(&|s| values.get(s)) {
             Some(v) => Dim::Const(v),
-            None => d.substitute(&|s| config.lookup(s).map(Dim::constant)),
+            None => d.substitute(&|s| values.get(s).map(Dim::constant)),
         })
         .collect()
 }
 
 /// Substitutes the configuration into a type's dims, in place; dims that are already
 /// constants (most of them) are left alone instead of rebuilt.
-fn specialize_type(ty: &mut Type, config: &Config) {
+fn specialize_type(ty: &mut Type, values: &SymbolValues) {
     let dims = match ty {
         Type::Tile(TileType { dims, .. }) | Type::View(ViewType { dims, .. }) | Type::Smem(SmemType { dims, .. }) => {
             dims
@@ -36,7 +37,7 @@ fn specialize_type(ty: &mut Type, config: &Config) {
         _ => return,
     };
     if !dims.iter().all(Dim::is_const) {
-        *dims = specialize_dims(dims, config);
+        *dims = specialize_dims(dims, values);
     }
 }
 
@@ -44,15 +45,16 @@ fn specialize_type(ty: &mut Type, config: &Config) {
 pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Result<(), LowerError> {
     // Before anything is built per tile element.
     crate::bounds::check_tiles(f, config, target)?;
+    let values = SymbolValues::new(config);
     for v in &mut f.values {
-        specialize_type(&mut v.ty, config);
+        specialize_type(&mut v.ty, &values);
     }
     // Attributes that carry dims (view sizes).
     for op in &mut f.ops {
         for (_, a) in &mut op.attrs {
             if let Attr::Dims(d) = a {
                 if !d.iter().all(Dim::is_const) {
-                    *d = specialize_dims(d, config);
+                    *d = specialize_dims(d, &values);
                 }
             }
         }
@@ -60,7 +62,7 @@ pub(crate) fn specialize(f: &mut Func, config: &Config, target: Target) -> Resul
     for (_, a) in &mut f.attrs {
         if let Attr::Dims(d) = a {
             if !d.iter().all(Dim::is_const) {
-                *d = specialize_dims(d, config);
+                *d = specialize_dims(d, &values);
             }
         }
     }

@@ -21,7 +21,7 @@ use tessera_frontend::check::{DType, Dim, MmaFamily};
 
 use super::registers::{add_range, live_ranges, peak_of_deltas, registers_of};
 use super::Budget;
-use crate::config::Config;
+use crate::config::{Config, SymbolValues};
 use crate::ir::{Func, OpKind, SmemType, Type, ValueId};
 use crate::target::Target;
 
@@ -141,9 +141,10 @@ impl BudgetModel {
         if !target.is_gpu() || config.mma() == MmaFamily::Wgmma {
             return None;
         }
+        let values = SymbolValues::new(config);
         let eval = |dims: &[Dim]| -> Option<u64> {
             dims.iter().try_fold(1u64, |acc, d| {
-                let v = d.eval_numeric(&|s| config.lookup(s))?;
+                let v = d.eval_numeric(&|s| values.get(s))?;
                 Some(acc.saturating_mul(v.max(0) as u64))
             })
         };
@@ -172,7 +173,7 @@ impl BudgetModel {
             let dims = buffer
                 .dims
                 .iter()
-                .map(|d| d.eval_numeric(&|s| config.lookup(s)).map(Dim::Const))
+                .map(|d| d.eval_numeric(&|s| values.get(s)).map(Dim::Const))
                 .collect::<Option<Vec<Dim>>>()?;
             let slots = if *ring { config.stages() } else { 1 };
             let bytes = SmemType { dims, stages: slots, ..buffer.clone() }.bytes()?;

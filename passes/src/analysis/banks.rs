@@ -48,11 +48,8 @@ pub fn conflict_ways(access: &WarpAccess) -> u32 {
         let (Some(low), Some(high)) = (spans.clone().map(|s| s.0).min(), spans.clone().map(|s| s.1).max()) else {
             continue;
         };
-        let ways = if high - low < WINDOW_WORDS {
-            ways_in_window(spans, low)
-        } else {
-            ways_by_sorting(spans, &mut words)
-        };
+        let ways =
+            if high - low < WINDOW_WORDS { ways_in_window(spans, low) } else { ways_by_sorting(spans, &mut words) };
         worst = worst.max(ways);
     }
     worst

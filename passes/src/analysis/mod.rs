@@ -583,7 +583,9 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     let chosen = if schedule.is_autotuned() {
         // Each candidate's configuration, built once: the search below asks for it per
         // precheck and per lowering.
-        let configs: Vec<Config> = schedule.configurations().into_iter().map(|s| config_of(&graph, s)).collect();
+        let sites = crate::config::SymbolSites::of(&graph);
+        let configs: Vec<Config> =
+            schedule.configurations().into_iter().map(|s| sites.config(s, &BTreeMap::new()).0).collect();
         let total = configs.len();
         // The candidates up to the first that fits are lowered here, in order, so the
         // chosen one's Tile IR gives its resources and bank conflicts without a second
