@@ -8,6 +8,7 @@
 //! that fall in one bank of a phase.
 
 use crate::analysis::limits::{BANKS, BANK_BYTES, WARP_SIZE};
+use crate::ir::types::gcd;
 use crate::ir::{Layout, SmemType};
 
 /// One warp-wide shared access: each participating lane's byte address, all of one width.
@@ -93,11 +94,29 @@ fn ways_by_sorting(spans: impl Iterator<Item = (u64, u64)>, words: &mut Vec<u64>
 /// bytes) is one phase; lane `l` gives row `l % 8` of matrix `l / 8`. One access per
 /// 16x(16 bytes) block of the region the warp reads.
 pub fn ldmatrix_accesses(buffer: &SmemType, row0: i64, col0: i64, rows: i64, cols: i64) -> Vec<WarpAccess> {
+    ldmatrix_rows(buffer, row0, col0, rows.max(16), cols)
+}
+
+/// The worst conflict of [`ldmatrix_accesses`] over a whole `[rows, cols]` buffer,
+/// simulating only the row blocks that differ: a block and the block a bank period
+/// ([`SmemType::bank_period_rows`]) below it conflict alike. A buffer of 128 rows with
+/// an 8-row period needs one block of 16 rows instead of eight.
+pub fn ldmatrix_ways(buffer: &SmemType, rows: i64, cols: i64) -> u32 {
+    let rows = rows.max(16);
+    let distinct = match buffer.bank_period_rows() {
+        // Blocks are 16 rows apart: they repeat every lcm(16, period) rows, both powers of two.
+        Some(period) => rows.min(period.max(16)),
+        None => rows,
+    };
+    ldmatrix_rows(buffer, 0, 0, distinct, cols).iter().map(conflict_ways).max().unwrap_or(1)
+}
+
+fn ldmatrix_rows(buffer: &SmemType, row0: i64, col0: i64, rows: i64, cols: i64) -> Vec<WarpAccess> {
     let bytes = buffer.dtype.bytes().max(1) as i64;
     let cols_per_matrix = 16 / bytes;
     let mut out = Vec::new();
     let mut r = row0;
-    while r < row0 + rows.max(16) {
+    while r < row0 + rows {
         let mut c = col0;
         while c < col0 + cols.max(2 * cols_per_matrix) {
             let lanes = (0..WARP_SIZE as i64)
@@ -177,15 +196,46 @@ pub fn register_tile_accesses(buffer: &SmemType, layout: &Layout, shape: &[i64],
 /// row-major order and thread `t` copies chunks `t, t + threads, ...`. Returns warp 0's
 /// accesses.
 pub fn cp_async_accesses(buffer: &SmemType, threads: u32) -> Vec<WarpAccess> {
+    cp_async_first_accesses(buffer, threads, i64::MAX)
+}
+
+/// The worst conflict of [`cp_async_accesses`], simulating only the accesses that differ:
+/// warp 0's access `k` starts at chunk `k * threads`, and two accesses whose starts are a
+/// whole number of bank periods of rows apart ([`SmemType::bank_period_rows`]) conflict
+/// alike; the last, partial access reads a subset of the lanes of one such translate,
+/// so it cannot conflict more.
+pub fn cp_async_ways(buffer: &SmemType, threads: u32) -> u32 {
+    let limit = match (buffer.rows_and_row_len(), buffer.bank_period_rows()) {
+        (Some((_, row_len)), Some(period)) => {
+            let chunks_per_row = row_len * buffer.dtype.bytes().max(1) as i64 / cp_async_chunk(buffer, row_len);
+            let cycle = chunks_per_row.max(1) * period;
+            let threads = threads.max(1) as i64;
+            // lcm(threads, cycle) chunks.
+            threads / gcd(threads, cycle) * cycle
+        }
+        _ => i64::MAX,
+    };
+    cp_async_first_accesses(buffer, threads, limit).iter().map(conflict_ways).max().unwrap_or(1)
+}
+
+/// The chunk size of `cp.async` for rows of `row_len` elements.
+fn cp_async_chunk(buffer: &SmemType, row_len: i64) -> i64 {
+    let bytes = buffer.dtype.bytes().max(1) as i64;
+    let row_bytes = row_len * bytes;
+    [16, 8, 4, 2, 1].into_iter().find(|c| row_bytes % c == 0 && *c >= bytes).unwrap_or(bytes)
+}
+
+/// Warp 0's `cp.async` accesses whose first chunk is below `limit`.
+fn cp_async_first_accesses(buffer: &SmemType, threads: u32, limit: i64) -> Vec<WarpAccess> {
     let Some((rows, row_len)) = buffer.rows_and_row_len() else { return Vec::new() };
     let bytes = buffer.dtype.bytes().max(1) as i64;
     let row_bytes = row_len * bytes;
-    let chunk = [16, 8, 4, 2, 1].into_iter().find(|c| row_bytes % c == 0 && *c >= bytes).unwrap_or(bytes);
+    let chunk = cp_async_chunk(buffer, row_len);
     let per_row = row_bytes / chunk;
     let total = rows * per_row;
     let mut out = Vec::new();
     let mut first = 0;
-    while first < total {
+    while first < total && first < limit {
         let lanes = (0..WARP_SIZE as i64)
             .map(|l| {
                 let q = first + l;
@@ -225,7 +275,36 @@ mod tests {
             .unwrap()
     }
 
+    fn any_swizzle() -> impl proptest::strategy::Strategy<Value = Swizzle> {
+        proptest::sample::select(vec![
+            Swizzle::None,
+            Swizzle::Xor,
+            Swizzle::Wgmma(32),
+            Swizzle::Wgmma(64),
+            Swizzle::Wgmma(128),
+        ])
+    }
+
     proptest::proptest! {
+        /// Simulating one bank period of row blocks finds the worst conflict of the whole
+        /// buffer.
+        #[test]
+        fn one_bank_period_of_accesses_has_the_worst_conflict(
+            rows in proptest::sample::select(vec![8i64, 16, 24, 32, 64, 128, 256]),
+            cols in proptest::sample::select(vec![8i64, 16, 24, 32, 40, 64, 72, 128]),
+            dtype in proptest::sample::select(vec![DType::BF16, DType::F32, DType::Fp8E4m3]),
+            swizzle in any_swizzle(),
+            pad in proptest::sample::select(vec![0u32, 1, 2, 4, 8]),
+            threads in proptest::sample::select(vec![32u32, 64, 128, 256]),
+        ) {
+            let buffer = smem(rows, cols, dtype, swizzle, pad);
+            proptest::prop_assert_eq!(
+                ldmatrix_ways(&buffer, rows, cols),
+                worst(&ldmatrix_accesses(&buffer, 0, 0, rows, cols))
+            );
+            proptest::prop_assert_eq!(cp_async_ways(&buffer, threads), worst(&cp_async_accesses(&buffer, threads)));
+        }
+
         /// The bitset window and the sort count the same distinct words per bank.
         #[test]
         fn the_window_counts_what_sorting_counts(

@@ -202,17 +202,20 @@ enum AccessKind {
 }
 
 fn access_ways(buffer: &SmemType, access: &SharedAccess, threads: u32) -> u32 {
-    let accesses = match &access.kind {
+    match &access.kind {
         AccessKind::Ldmatrix => match buffer.rows_and_row_len() {
-            Some((rows, cols)) => banks::ldmatrix_accesses(buffer, 0, 0, rows, cols),
-            None => Vec::new(),
+            Some((rows, cols)) => banks::ldmatrix_ways(buffer, rows, cols),
+            None => 1,
         },
         AccessKind::RegisterTile { layout, shape, transposed } => {
             banks::register_tile_accesses(buffer, layout, shape, *transposed)
+                .iter()
+                .map(banks::conflict_ways)
+                .max()
+                .unwrap_or(1)
         }
-        AccessKind::CpAsync => banks::cp_async_accesses(buffer, threads),
-    };
-    accesses.iter().map(banks::conflict_ways).max().unwrap_or(1)
+        AccessKind::CpAsync => banks::cp_async_ways(buffer, threads),
+    }
 }
 
 /// The worst bank conflict of every shared buffer of GPU Tile IR that has one.

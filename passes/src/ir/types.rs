@@ -137,6 +137,29 @@ impl SmemType {
         }
     }
 
+    /// The smallest row shift that moves every element's byte offset by one multiple of
+    /// 128 bytes (the 32 banks of 4 bytes): two accesses that differ only by such a shift
+    /// of their rows meet the same banks in the same way. A power of two (`None`: a dim
+    /// is not a constant).
+    pub fn bank_period_rows(&self) -> Option<i64> {
+        let (_, row_len) = self.rows_and_row_len()?;
+        let bytes = self.dtype.bytes() as i64;
+        let row_bytes = row_len * bytes;
+        let plain = || {
+            let pitch = ((row_len + self.pad as i64) * bytes).max(1);
+            128 / gcd(pitch, 128)
+        };
+        Some(match self.swizzle {
+            // The phase `(row * width / 128) % (width / 16)` repeats every 8 rows, which
+            // move the offset by 8 * width bytes.
+            Swizzle::Wgmma(_) => 8,
+            _ if self.swizzle == Swizzle::None || self.pad != 0 || self.dtype.bits() < 8 => plain(),
+            _ if row_bytes >= 128 && row_bytes % 128 == 0 => 8,
+            _ if row_bytes >= 16 && 128 % row_bytes == 0 => 8 * (128 / row_bytes),
+            _ => plain(),
+        })
+    }
+
     /// Bytes of all stages (0 when a dim is not a constant).
     pub fn bytes(&self) -> Option<u64> {
         let (rows, row_len) = match self.dims.as_slice() {
@@ -250,6 +273,15 @@ impl fmt::Display for Type {
             }
             Type::Token => f.write_str("!token"),
         }
+    }
+}
+
+/// The greatest common divisor (bank periods, `cp.async` cycles).
+pub(crate) fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
     }
 }
 
