@@ -292,3 +292,53 @@ fn the_estimate_is_sure_only_where_lowering_agrees() {
     assert!(decided > checked / 2, "{decided} of {checked}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// How many candidates `tessera check` lowers for the examples' spaces on sm_90: the
+/// first that fits (whose Tile IR the lints report on), then what the search asks for.
+#[test]
+fn the_examples_spaces_lower_only_the_candidates_near_a_limit() {
+    use tessera_passes::analysis::analytic::BudgetModel;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    for (file, kernel, most) in [("gemm.tsr", "gemm", 1), ("flash_attention.tsr", "flash_attention", 4)] {
+        let db = Database::default();
+        let text = std::fs::read_to_string(root.join("examples").join(file)).unwrap();
+        let source = SourceFile::new(&db, file.into(), text, None);
+        let key = item_index(&db, source).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
+        let target = Target::Sm90;
+        let limits = GpuLimits::of(target).unwrap();
+        let graph = graph_ir(&db, key).clone().unwrap();
+        let configs: Vec<Config> = tessera_passes::auto_space::kernel_schedule(&db, key, target)
+            .configurations()
+            .into_iter()
+            .map(|s| tessera_passes::config::config_for(&graph, s, &BTreeMap::new()).0)
+            .collect();
+        let budget = |i: usize| *kernel_budget(&db, key, configs[i].clone(), target).as_ref().unwrap();
+        let fits = |b: &tessera_passes::analysis::Budget| {
+            b.smem_bytes <= limits.smem_per_block as u64 && b.register_peak <= limits.max_registers_per_thread
+        };
+        let mut lowered = 0;
+        let mut seed = Vec::new();
+        for i in 0..configs.len() {
+            lowered += 1;
+            let b = budget(i);
+            seed.push((i, Evaluated::Budget(b)));
+            if fits(&b) {
+                break;
+            }
+        }
+        let model = BudgetModel::new(&graph);
+        let schedules: Vec<&ScheduleValue> = configs.iter().map(|c| &c.schedule).collect();
+        prune_space(
+            &schedules,
+            limits,
+            |_| None,
+            |i| {
+                lowered += 1;
+                Evaluated::Budget(budget(i))
+            },
+            |i| model.estimate(&configs[i], target),
+            seed,
+        );
+        assert!(lowered <= most, "{kernel}: {lowered} of {} candidates lowered", configs.len());
+    }
+}
