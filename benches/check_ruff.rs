@@ -1,5 +1,10 @@
-//! `cargo bench --bench check_ruff`: the `tessera check` binary against ruff, in one run,
-//! on the same number of lines, both pinned to one core (`taskset -c 0`).
+//! `cargo bench -p tessera --bench check_ruff`: the `tessera check` binary against ruff,
+//! in one run, on the same number of lines, both pinned to one core (`taskset -c 0`).
+//!
+//! `-p tessera` builds the binary as `cargo install --path .` does: without the CPU
+//! backend, so without libLLVM. Without `-p`, the workspace's feature unification links
+//! libLLVM into it, whose loading adds some 20 ms to every start (most of a cached run);
+//! the bench says which binary it timed.
 //!
 //! - Tessera: one generated file (the examples repeated with unique names, the
 //!   `check` bench's workload), checked with the default sm_90 lints.
@@ -44,6 +49,7 @@ fn main() {
         }
     );
     let tessera = PathBuf::from(env!("CARGO_BIN_EXE_tessera"));
+    println!("tessera binary: {} ({})", tessera.display(), llvm_linkage(&tessera));
     let cache = root.join("tessera-cache");
     let _ = std::fs::remove_dir_all(&cache);
     let cold_args = ["check", "--no-cache", "--format", "concise"];
@@ -96,6 +102,17 @@ fn ruff_binary() -> PathBuf {
         .map(|s| PathBuf::from(s.trim()))
         .filter(|p| p.is_file())
         .unwrap_or_else(|| PathBuf::from("ruff"))
+}
+
+/// Whether `binary` loads libLLVM at start (`ldd`), which costs every run its loading.
+fn llvm_linkage(binary: &Path) -> &'static str {
+    match output_of(Path::new("ldd"), &[&binary.to_string_lossy()]) {
+        Some(libs) if libs.contains("libLLVM") => {
+            "links libLLVM: the CPU backend is in; add -p tessera to time the installed build"
+        }
+        Some(_) => "no libLLVM: as `cargo install --path .` builds it",
+        None => "ldd not found: linkage unknown",
+    }
 }
 
 fn env_number(name: &str, default: usize) -> usize {
