@@ -28,23 +28,17 @@ use crate::target::Target;
 /// Registers of one k step of a staged dot operand's fragments (an m16k16 A fragment).
 const STREAMED_OPERAND_REGISTERS: u64 = 4;
 
-/// What a live range costs.
-enum Cost {
-    Fixed(u32),
-    /// `shape`: an index into [`BudgetModel::shapes`].
-    Tile {
-        shape: usize,
-        bits: u64,
-        streamed: bool,
-    },
-}
-
 /// A kernel's Graph IR, reduced to what the estimate of each configuration needs.
 pub struct BudgetModel {
     points: usize,
     /// The distinct tile shapes of the kernel: each is evaluated once per configuration.
     shapes: Vec<Vec<Dim>>,
-    ranges: Vec<(usize, usize, Cost)>,
+    /// The pressure deltas (`registers::add_range`) of the ranges whose registers no
+    /// configuration changes: scalars, indices, and staged dot operands' fragments.
+    fixed_in: Vec<i64>,
+    fixed_out: Vec<i64>,
+    /// The other tiles' ranges: (definition, last use, shape index, bits per element).
+    tiles: Vec<(usize, usize, usize, u64)>,
     /// Tiles staging puts in shared memory: dims, bytes per element, and whether the
     /// buffer is a ring (inside a sequential loop).
     staged: Vec<(Vec<Dim>, u64, bool)>,
@@ -109,30 +103,30 @@ impl BudgetModel {
                 shapes.len() - 1
             }
         };
-        let ranges = live
-            .ranges
-            .iter()
-            .filter_map(|&(v, def, last)| {
-                let cost = match graph.ty(v) {
-                    Type::Tile(t) => Cost::Tile {
-                        shape: shape_of(&t.dims),
-                        bits: element_bits(t.dtype),
-                        streamed: streamed.contains(&v) && !live.read_by_non_dot[v.0 as usize],
-                    },
-                    ty => match registers_of(ty) {
-                        0 => return None,
-                        regs => Cost::Fixed(regs),
-                    },
-                };
-                Some((def, last, cost))
-            })
-            .collect();
+        let mut fixed_in = vec![0i64; live.points() + 2];
+        let mut fixed_out = vec![0i64; live.points() + 2];
+        let mut tiles = Vec::new();
+        for &(v, def, last) in &live.ranges {
+            let regs = match graph.ty(v) {
+                Type::Tile(_) if streamed.contains(&v) && !live.read_by_non_dot[v.0 as usize] => {
+                    STREAMED_OPERAND_REGISTERS
+                }
+                Type::Tile(t) => {
+                    tiles.push((def, last, shape_of(&t.dims), element_bits(t.dtype)));
+                    continue;
+                }
+                ty => registers_of(ty) as u64,
+            };
+            if regs > 0 {
+                add_range(&mut fixed_in, &mut fixed_out, def, last, regs as i64);
+            }
+        }
         // Staged loads and shared buffers, by the sequential loops around them.
         let mut walk = Walk { loads: &staged_loads, staged: Vec::new(), buffers: Vec::new(), ring: HashSet::default() };
         walk.visit(graph, &graph.body, 0);
         let Walk { staged, buffers, ring, .. } = walk;
         let buffers = buffers.into_iter().map(|(v, t, _)| (t, ring.contains(&v))).collect();
-        BudgetModel { points: live.points(), shapes, ranges, staged, buffers }
+        BudgetModel { points: live.points(), shapes, fixed_in, fixed_out, tiles, staged, buffers }
     }
 
     /// The estimated budget of `config` on a GPU `target`; `None` where the model has
@@ -150,18 +144,12 @@ impl BudgetModel {
         };
         let threads = config.warps() as u64 * 32;
         let elements: Vec<Option<u64>> = self.shapes.iter().map(|dims| eval(dims)).collect();
-        let mut live_in = vec![0i64; self.points + 2];
-        let mut live_out = vec![0i64; self.points + 2];
-        for (def, last, cost) in &self.ranges {
-            let regs = match cost {
-                Cost::Fixed(r) => *r as u64,
-                Cost::Tile { streamed: true, .. } => STREAMED_OPERAND_REGISTERS,
-                Cost::Tile { shape, bits, .. } => {
-                    let per_thread = elements[*shape]?.div_ceil(threads).max(1);
-                    (per_thread * bits).div_ceil(32)
-                }
-            };
-            add_range(&mut live_in, &mut live_out, *def, *last, regs.min(i64::MAX as u64 / 4) as i64);
+        let mut live_in = self.fixed_in.clone();
+        let mut live_out = self.fixed_out.clone();
+        for &(def, last, shape, bits) in &self.tiles {
+            let per_thread = elements[shape]?.div_ceil(threads).max(1);
+            let regs = (per_thread * bits).div_ceil(32);
+            add_range(&mut live_in, &mut live_out, def, last, regs.min(i64::MAX as u64 / 4) as i64);
         }
         let stages = config.stages() as u64;
         let mut smem_bytes = 0u64;

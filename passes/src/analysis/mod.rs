@@ -88,7 +88,7 @@ pub fn kernel_resources<'db>(
     target: Target,
 ) -> Result<Arc<Resources>, LowerError> {
     let tile = transient_tile_ir(db, key, &config, target)?;
-    Ok(Arc::new(resources_of(&tile, target)))
+    Ok(Arc::new(resources_of(&tile, target, registers::estimate)))
 }
 
 /// Tile IR built for an analysis and dropped, not memoized like [`crate::queries::tile_ir`]: the
@@ -137,8 +137,9 @@ fn budget_of(f: &Func) -> Budget {
     Budget { smem_bytes, register_peak: registers::peak(f) }
 }
 
-/// Resource figures of GPU Tile IR.
-pub fn resources_of(f: &Func, target: Target) -> Resources {
+/// Resource figures of GPU Tile IR, the registers by `estimate` ([`registers::estimate`],
+/// or [`registers::estimate_without_profile`] where no editor shows the profile).
+pub fn resources_of(f: &Func, target: Target, estimate: fn(&Func) -> RegisterEstimate) -> Resources {
     let threads = f.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
     let mut buffers = Vec::new();
     for id in f.walk() {
@@ -156,7 +157,7 @@ pub fn resources_of(f: &Func, target: Target) -> Resources {
         });
     }
     let smem_bytes = buffers.iter().map(|b| b.bytes).sum();
-    let registers = registers::estimate(f);
+    let registers = estimate(f);
     let occupancy = GpuLimits::of(target).map(|l| limits::occupancy(l, threads, registers.peak, smem_bytes));
     Resources { smem_bytes, buffers, registers, threads, occupancy }
 }
@@ -643,7 +644,7 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         },
     };
     let conflicts = bank_conflicts_of(&tile);
-    let resources = resources_of(&tile, target);
+    let resources = resources_of(&tile, target, registers::estimate_without_profile);
     resource_lints(&resources, &conflicts, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
     out
 }

@@ -360,6 +360,16 @@ pub fn peak(f: &Func) -> u32 {
 
 /// Estimates per-thread registers of GPU Tile IR.
 pub fn estimate(f: &Func) -> RegisterEstimate {
+    estimate_with(f, true)
+}
+
+/// [`estimate`] without the per-location profile, which only the editors show: the
+/// lints of every kernel of a file need the peak and the values live there.
+pub fn estimate_without_profile(f: &Func) -> RegisterEstimate {
+    estimate_with(f, false)
+}
+
+fn estimate_with(f: &Func, profile: bool) -> RegisterEstimate {
     let live = liveness(f);
     let n = &live.n;
     if n.order.is_empty() {
@@ -373,6 +383,9 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
             peak = pressure;
             peak_at = i;
         }
+        if !profile {
+            continue;
+        }
         let loc = &f.op(n.order[i]).loc;
         match slot_of.get(loc) {
             Some(&slot) => per_loc[slot].1 = per_loc[slot].1.max(pressure),
@@ -382,13 +395,20 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
             }
         }
     }
-    let mut largest: Vec<LiveValue> = live
+    // The three largest values live at the peak (ties by name); only those are described.
+    let mut at_peak: Vec<(u32, SmolStr, ValueId)> = live
         .intervals
         .iter()
         .filter(|(_, s, e, _)| *s <= peak_at + 1 && peak_at < *e)
-        .map(|&(v, _, _, regs)| LiveValue {
-            name: value_name(f, v),
-            registers: regs,
+        .map(|&(v, _, _, regs)| (regs, value_name(f, v), v))
+        .collect();
+    at_peak.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    at_peak.truncate(3);
+    let largest = at_peak
+        .into_iter()
+        .map(|(registers, name, v)| LiveValue {
+            name,
+            registers,
             ty: f.ty(v).to_string(),
             loc: match n.owner(v) {
                 Some(op) => f.op(op).loc.clone(),
@@ -396,8 +416,6 @@ pub fn estimate(f: &Func) -> RegisterEstimate {
             },
         })
         .collect();
-    largest.sort_by(|a, b| b.registers.cmp(&a.registers).then_with(|| a.name.cmp(&b.name)));
-    largest.truncate(3);
     RegisterEstimate { peak, peak_loc: f.op(n.order[peak_at]).loc.clone(), largest, per_loc }
 }
 
