@@ -75,7 +75,7 @@ pub fn reachable_error(db: &dyn Db, key: FnKey<'_>) -> Option<(String, FirstErro
         }
         let inference = infer_function(db, k);
         let mut callees = Vec::new();
-        for r in inference.resolutions.iter().flatten() {
+        for (_, r) in &inference.resolutions {
             let Resolution::Function(name) = r else { continue };
             let Some(entry) = item_index(db, file).function(db, name) else {
                 continue;

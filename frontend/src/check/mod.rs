@@ -191,8 +191,9 @@ pub struct MmaSite {
 pub struct Inference {
     /// The type of every expression, by `ExprId`.
     pub expr_types: Vec<Ty>,
-    /// How each name expression resolved, by `ExprId` (None for non-names).
-    pub resolutions: Vec<Option<Resolution>>,
+    /// How each name expression resolved, by `ExprId`, for the expressions that are
+    /// names (sorted by id: [`Inference::resolution`]).
+    pub resolutions: Vec<(u32, Resolution)>,
     pub locals: Vec<LocalInfo>,
     pub bindings: Vec<BindingInfo>,
     /// The type of the returned value (`NoneVal` when nothing is returned).
@@ -213,7 +214,8 @@ impl Inference {
     }
 
     pub fn resolution(&self, expr: ExprId) -> Option<&Resolution> {
-        self.resolutions.get(expr.0 as usize).and_then(|r| r.as_ref())
+        let at = self.resolutions.binary_search_by_key(&expr.0, |(id, _)| *id).ok()?;
+        Some(&self.resolutions[at].1)
     }
 }
 

@@ -46,6 +46,9 @@ pub(crate) struct Infer<'a> {
     pub scope: &'a ModuleScope,
     pub sig: Option<&'a Signature>,
     pub out: Inference,
+    /// How each name expression resolved while the body is checked; [`Infer::finish`]
+    /// keeps the names'.
+    pub resolutions: Vec<Option<Resolution>>,
     pub sink: DiagnosticSink,
     locals_by_name: HashMap<String, u32>,
     ctx_reads: BTreeSet<String>,
@@ -88,7 +91,8 @@ impl<'a> Infer<'a> {
             mode,
             scope: super::module_scope(db, file),
             sig,
-            out: Inference { expr_types: vec![Ty::Unknown; n], resolutions: vec![None; n], ..Default::default() },
+            out: Inference { expr_types: vec![Ty::Unknown; n], ..Default::default() },
+            resolutions: vec![None; n],
             sink: DiagnosticSink::default(),
             locals_by_name: HashMap::default(),
             ctx_reads: BTreeSet::new(),
@@ -135,6 +139,8 @@ impl<'a> Infer<'a> {
     pub fn finish(mut self) -> Inference {
         self.out.diagnostics = self.sink.finish();
         self.out.ctx_reads = self.ctx_reads.into_iter().collect();
+        self.out.resolutions =
+            self.resolutions.into_iter().enumerate().filter_map(|(id, r)| Some((id as u32, r?))).collect();
         self.out
     }
 
@@ -142,17 +148,17 @@ impl<'a> Infer<'a> {
 
     fn resolve_name(&mut self, id: ExprId, name: &str) -> Ty {
         if let Some(&local) = self.locals_by_name.get(name) {
-            self.out.resolutions[id.0 as usize] = Some(Resolution::Local(local));
+            self.resolutions[id.0 as usize] = Some(Resolution::Local(local));
             return self.out.locals[local as usize].ty.clone();
         }
         if let Some(sig) = self.sig {
             if self.mode != Mode::Decl {
                 if let Some((i, p)) = sig.params.iter().enumerate().find(|(_, p)| p.name == name) {
-                    self.out.resolutions[id.0 as usize] = Some(Resolution::Param(i as u32));
+                    self.resolutions[id.0 as usize] = Some(Resolution::Param(i as u32));
                     return p.ty.clone();
                 }
                 if sig.symbols.iter().any(|s| s == name) {
-                    self.out.resolutions[id.0 as usize] = Some(Resolution::Symbol(name.to_string()));
+                    self.resolutions[id.0 as usize] = Some(Resolution::Symbol(name.to_string()));
                     return Ty::Int(Some(Dim::sym(name)));
                 }
             }
@@ -181,22 +187,22 @@ impl<'a> Infer<'a> {
                 ScopeEntry::Member(member) => (member_ty(member), Resolution::Import(name.to_string())),
                 ScopeEntry::Unresolved => (Ty::Unknown, Resolution::Import(name.to_string())),
             };
-            self.out.resolutions[id.0 as usize] = Some(res);
+            self.resolutions[id.0 as usize] = Some(res);
             return ty;
         }
         if let Some(member) = prelude(name) {
             if let Member::Builtin(path) = member {
-                self.out.resolutions[id.0 as usize] = Some(Resolution::Builtin(path));
+                self.resolutions[id.0 as usize] = Some(Resolution::Builtin(path));
             }
             return member_ty(member);
         }
         if matches!(name, "ts" | "tessera") {
             // Reported once per file (with an import fix); checking goes on as if imported.
             self.out.unimported_alias_uses.push(self.range(id));
-            self.out.resolutions[id.0 as usize] = Some(Resolution::Import(name.to_string()));
+            self.resolutions[id.0 as usize] = Some(Resolution::Import(name.to_string()));
             return Ty::Namespace(Namespace::Tessera);
         }
-        self.out.resolutions[id.0 as usize] = Some(Resolution::Unresolved);
+        self.resolutions[id.0 as usize] = Some(Resolution::Unresolved);
         self.undefined(id, name);
         Ty::Unknown
     }
@@ -259,7 +265,7 @@ impl<'a> Infer<'a> {
             }
         };
         if let Some(id) = id {
-            self.out.resolutions[id.0 as usize] = Some(Resolution::Local(local));
+            self.resolutions[id.0 as usize] = Some(Resolution::Local(local));
             self.out.expr_types[id.0 as usize] = ty.clone();
         }
         self.out.bindings.push(BindingInfo { local, range, ty });
