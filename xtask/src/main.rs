@@ -12,6 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output, Stdio};
 use std::time::Instant;
 
+/// The compiler's own finder of NVIDIA's tools, compiled into xtask from its source: xtask
+/// builds before (and installs what) the workspace needs, so it depends on no crate of it.
+/// xtask uses `locate` only; the scratch-file namer beside it serves the compiler.
+#[path = "../../passes/src/ptx/tools.rs"]
+#[allow(dead_code)]
+mod nvidia_tools;
+
 /// How a missing need is installed.
 #[derive(Clone, Copy)]
 enum Source {
@@ -324,43 +331,12 @@ fn nvdisasm() -> Option<String> {
     nvidia_tool("nvdisasm", "TESSERA_NVDISASM", None)
 }
 
-/// An NVIDIA tool in the order `tessera_passes::ptx::tools::locate` looks for it:
-/// `env_var`, `PATH`, `CUDA_HOME`/`CUDA_PATH`/`/usr/local/cuda`, then the `bin/` folders
-/// of the `nvidia` packages of `python3` or `python` (`wheel_packages` of them, or all in
+/// An NVIDIA tool where `tessera_passes::ptx::tools::locate` finds it (that very code,
+/// [`nvidia_tools`]): `env_var`, `PATH`, `CUDA_HOME`/`CUDA_PATH`/`/usr/local/cuda`, then
+/// the `bin/` folders of the `nvidia` Python packages (`wheel_packages` of them, or all in
 /// name order).
 fn nvidia_tool(name: &str, env_var: &str, wheel_packages: Option<&[&str]>) -> Option<String> {
-    if let Some(p) = std::env::var_os(env_var) {
-        return is_executable(Path::new(&p)).then(|| PathBuf::from(p).display().to_string());
-    }
-    if let Some(p) = tool(name) {
-        return Some(p);
-    }
-    let homes = ["CUDA_HOME", "CUDA_PATH"].into_iter().filter_map(std::env::var_os).map(PathBuf::from);
-    for home in homes.chain([PathBuf::from("/usr/local/cuda")]) {
-        let p = home.join("bin").join(name);
-        if is_executable(&p) {
-            return Some(p.display().to_string());
-        }
-    }
-    for python in ["python3", "python"] {
-        let script = "import nvidia; print('\\n'.join(list(nvidia.__path__)))";
-        let Some(out) = output(python, &["-c", script]).filter(|o| o.status.success()) else { continue };
-        for root in String::from_utf8_lossy(&out.stdout).lines().map(|r| Path::new(r.trim())) {
-            let packages: Vec<PathBuf> = match wheel_packages {
-                Some(names) => names.iter().map(|n| root.join(n)).collect(),
-                None => {
-                    let Ok(entries) = std::fs::read_dir(root) else { continue };
-                    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-                    dirs.sort();
-                    dirs
-                }
-            };
-            if let Some(p) = packages.into_iter().map(|d| d.join("bin").join(name)).find(|p| is_executable(p)) {
-                return Some(p.display().to_string());
-            }
-        }
-    }
-    None
+    nvidia_tools::locate(name, env_var, wheel_packages).map(|p| p.display().to_string())
 }
 
 // ----- installing what is missing -------------------------------------------------------------
