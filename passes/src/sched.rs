@@ -174,6 +174,26 @@ pub(crate) fn annotate_dots(f: &mut Func, config: &Config, target: Target) -> Re
 
 /// Loads feeding a dot operand are staged through shared memory (GPU): inside a
 /// sequential loop they are pipelined `stages` deep.
+/// Where a dot operand comes from: the values from `operand` back through casts and
+/// transposes (`operand` first), and the op that defines the last of them (a load is
+/// what staging puts in shared memory). The one rule of [`annotate_staging`] and of the
+/// analytic budget estimate (`analysis::analytic`).
+pub(crate) fn dot_operand_source(f: &Func, defs: &[Option<OpId>], operand: ValueId) -> (Vec<ValueId>, Option<OpId>) {
+    let mut chain = vec![operand];
+    let mut v = operand;
+    while let Some(d) = defs[v.0 as usize] {
+        let def = f.op(d);
+        match def.kind {
+            OpKind::Transpose | OpKind::Cast => {
+                v = def.operands[0];
+                chain.push(v);
+            }
+            _ => return (chain, Some(d)),
+        }
+    }
+    (chain, None)
+}
+
 pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
     // Staging comes from dot operands and explicit copies only.
     if !f.has_op_of(&[OpKind::Dot, OpKind::CpAsync]) {
@@ -188,17 +208,9 @@ pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
             continue;
         }
         for &operand in &op.operands[..2] {
-            let mut v = operand;
-            while let Some(d) = defs[v.0 as usize] {
-                let def = f.op(d);
-                match def.kind {
-                    OpKind::Transpose | OpKind::Cast => v = def.operands[0],
-                    OpKind::Load => {
-                        staged.insert(def.results[0]);
-                        break;
-                    }
-                    _ => break,
-                }
+            let (chain, source) = dot_operand_source(f, &defs, operand);
+            if source.is_some_and(|d| f.op(d).kind == OpKind::Load) {
+                staged.extend(chain.last());
             }
         }
     }

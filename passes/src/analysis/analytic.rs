@@ -71,26 +71,14 @@ impl BudgetModel {
                 continue;
             }
             for &operand in &op.operands[..2] {
-                let mut chain = vec![operand];
-                let mut v = operand;
-                while let Some(d) = defs[v.0 as usize] {
-                    let def = graph.op(d);
-                    match def.kind {
-                        OpKind::Transpose | OpKind::Cast => {
-                            v = def.operands[0];
-                            chain.push(v);
-                        }
-                        OpKind::Load => {
-                            staged_loads.insert(v);
-                            streamed.extend(chain.iter().copied());
-                            break;
-                        }
-                        OpKind::LoadShared => {
-                            streamed.extend(chain.iter().copied());
-                            break;
-                        }
-                        _ => break,
+                let (chain, source) = crate::sched::dot_operand_source(graph, &defs, operand);
+                match source.map(|d| graph.op(d).kind) {
+                    Some(OpKind::Load) => {
+                        staged_loads.extend(chain.last());
+                        streamed.extend(chain);
                     }
+                    Some(OpKind::LoadShared) => streamed.extend(chain),
+                    _ => {}
                 }
             }
         }

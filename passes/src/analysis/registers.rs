@@ -317,37 +317,32 @@ fn liveness(f: &Func) -> Liveness {
 /// Adds a value of `regs` registers defined at point `def` and last used at `last` to
 /// the pressure deltas of [`liveness`].
 pub(crate) fn add_range(live_in: &mut [i64], live_out: &mut [i64], def: usize, last: usize, regs: i64) {
-    {
-        live_in[def + 1] += regs;
-        live_in[last + 1] -= regs;
-        live_out[def] += regs;
-        live_out[last.max(def + 1)] -= regs;
-    }
+    live_in[def + 1] += regs;
+    live_in[last + 1] -= regs;
+    live_out[def] += regs;
+    live_out[last.max(def + 1)] -= regs;
 }
 
-/// The highest pressure over the points of [`add_range`]'s deltas, with
-/// [`BASE_REGISTERS`].
-pub(crate) fn peak_of_deltas(live_in: &[i64], live_out: &[i64], points: usize) -> u32 {
+/// The pressure at each of the first `points` points of [`add_range`]'s deltas, in
+/// program order (registers per thread, with [`BASE_REGISTERS`]).
+fn pressures<'a>(live_in: &'a [i64], live_out: &'a [i64], points: usize) -> impl Iterator<Item = (usize, u32)> + 'a {
     let (mut into, mut out_of) = (live_in[0], live_out[0]);
-    let mut peak = BASE_REGISTERS;
-    for i in 0..points {
+    (0..points).map(move |i| {
         into += live_in[i + 1];
         out_of += live_out[i + 1];
-        peak = peak.max(into.max(out_of).max(0) as u32 + BASE_REGISTERS);
-    }
-    peak
+        (i, into.max(out_of).max(0) as u32 + BASE_REGISTERS)
+    })
+}
+
+/// The highest pressure over the points of [`add_range`]'s deltas.
+pub(crate) fn peak_of_deltas(live_in: &[i64], live_out: &[i64], points: usize) -> u32 {
+    pressures(live_in, live_out, points).map(|(_, p)| p).max().unwrap_or(BASE_REGISTERS)
 }
 
 impl Liveness {
-    /// The pressure at every op in program order (registers per thread, with
-    /// [`BASE_REGISTERS`]).
+    /// The pressure at every op in program order.
     fn pressures(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
-        let (mut into, mut out_of) = (self.live_in[0], self.live_out[0]);
-        (0..self.n.order.len()).map(move |i| {
-            into += self.live_in[i + 1];
-            out_of += self.live_out[i + 1];
-            (i, into.max(out_of).max(0) as u32 + BASE_REGISTERS)
-        })
+        pressures(&self.live_in, &self.live_out, self.n.order.len())
     }
 }
 
@@ -355,7 +350,7 @@ impl Liveness {
 /// without the per-location profile and the named values.
 pub fn peak(f: &Func) -> u32 {
     let live = liveness(f);
-    live.pressures().map(|(_, p)| p).max().unwrap_or(BASE_REGISTERS)
+    peak_of_deltas(&live.live_in, &live.live_out, live.n.order.len())
 }
 
 /// Estimates per-thread registers of GPU Tile IR.
