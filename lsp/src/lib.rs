@@ -60,6 +60,7 @@ pub fn use_mimalloc_for_tree_sitter() {
 
 /// Like `run_stdio`, and ends when process `client_pid` (the editor) is gone.
 pub fn run_stdio_for(client_pid: Option<u32>) -> i32 {
+    memory::disable_huge_pages();
     // The protocol on this thread, analyses on blocking threads: see `memory` for why.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .thread_name("tessera-lsp")
