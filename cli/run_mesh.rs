@@ -27,6 +27,7 @@ pub(crate) fn json(m: &MeshCheck) -> Value {
             "ticks": p.ticks,
             "bubble": p.bubble(),
             "schedule": p.cells,
+            "backward_from_tick": p.backward_from,
         })).collect::<Vec<_>>(),
         "estimated_collective_us": m.estimated_us(),
         "bytes_sent_busiest_device": m.bytes_sent,

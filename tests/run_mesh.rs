@@ -133,6 +133,34 @@ fn a_pipeline_runs_its_gpipe_schedule_on_the_mesh_and_shows_it() {
     assert_eq!(text.matches("dist.send").count(), 4, "{text}");
 }
 
+const PIPELINE_GRAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/pipeline_grad.tsr");
+
+#[test]
+fn grad_through_a_pipeline_runs_the_backward_ticks_and_shows_them() {
+    let args = ["run", "--kernel", "pipeline_step", "--device", "interp", "--dims", "B=8,D=4,F=8", "--json"];
+    let (code, out, err) = tessera(&[&args[..], &[PIPELINE_GRAD]].concat());
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["verdict"], "correct");
+    let mesh = &report["mesh"];
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let pipeline = &mesh["pipelines"][0];
+    assert_eq!(pipeline["backward_from_tick"], 5, "{mesh}");
+    assert_eq!(
+        pipeline["schedule"],
+        serde_json::json!([[0, 1, 2, 3, null, null, 3, 2, 1, 0], [null, 0, 1, 2, 3, 3, 2, 1, 0, null]]),
+        "{mesh}"
+    );
+    // Each stage sends four [2, 4] f32 tensors: activations forward, gradients back.
+    assert_eq!(mesh["bytes_sent_busiest_device"], 128, "{mesh}");
+
+    let (code, text, err) = tessera(&["lower", "--kernel", "pipeline_step", "--stage", "graph", PIPELINE_GRAD]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("2 stages x 4 microbatches, forward (m) then backward (b), in 10 ticks"), "{text}");
+    assert!(text.contains("//   stage 0    m0   m1   m2   m3    .    .   b3   b2   b1   b0"), "{text}");
+    assert_eq!(text.matches("dist.send").count(), 8, "{text}");
+}
+
 #[test]
 fn mesh_n_runs_an_unsharded_function_data_parallel() {
     let dir = tempfile::tempdir().unwrap();

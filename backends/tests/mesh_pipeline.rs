@@ -3,7 +3,10 @@
 //! each stage on the devices at its position of `pp` with its own slice of the stacked
 //! weights, the activations moving between them through `dist.send`. The mesh run must
 //! match the single-device run (the f64 reference of the same Graph IR) and both a
-//! plain-loop oracle written here; the schedule Graph IR holds must be GPipe's.
+//! plain-loop oracle written here; the schedule Graph IR holds must be GPipe's. Under
+//! `grad` (`tests/corpus/valid/pipeline_grad.tsr`), the weight gradients must match one
+//! device and central differences of the oracle's loss, and the backward ticks must
+//! mirror the forward ones.
 
 mod mesh_common;
 
@@ -14,6 +17,7 @@ use tessera_passes::dist::schedule::pipeline_schedules;
 use tessera_passes::ir::{Func, OpKind};
 
 const PROGRAM: &str = include_str!("../../tests/corpus/valid/pipeline_mlp.tsr");
+const TRAINING: &str = include_str!("../../tests/corpus/valid/pipeline_grad.tsr");
 
 const B: usize = 8;
 const D: usize = 4;
@@ -152,4 +156,139 @@ fn a_pipeline_of_tensor_parallel_stages_matches_one_device_and_the_oracle() {
 fn values_of(results: &[Arg]) -> Vec<f64> {
     assert_eq!(results.len(), 1);
     values(&results[0])
+}
+
+/// `block` of the training program on one row: `h + gelu(h @ W1) @ W2`.
+fn plain_block(h: &[f64], w1: &[f64], w2: &[f64]) -> Vec<f64> {
+    let hidden: Vec<f64> = (0..F).map(|f| gelu((0..D).map(|d| h[d] * w1[d * F + f]).sum())).collect();
+    (0..D).map(|d| h[d] + (0..F).map(|f| hidden[f] * w2[f * D + d]).sum::<f64>()).collect()
+}
+
+/// The training program's loss, `mse(stage 1(stage 0(x)), y)`, in f64.
+fn loss(x: &[f64], w1: &[f64], w2: &[f64], y: &[f64]) -> f64 {
+    let mut total = 0.0;
+    for (row, want) in x.chunks(D).zip(y.chunks(D)) {
+        let mut h = row.to_vec();
+        for k in 0..2 {
+            h = plain_block(&h, &w1[k * D * F..(k + 1) * D * F], &w2[k * F * D..(k + 1) * F * D]);
+        }
+        total += h.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum::<f64>();
+    }
+    total / (B * D) as f64
+}
+
+/// d loss / d w for each element of `w` (W1 when `which` is 0, W2 when 1), by central
+/// differences in f64: an oracle that shares nothing with autodiff.
+fn central_differences(v: &[Vec<f64>; 4], which: usize) -> Vec<f64> {
+    let h = 1e-6;
+    (0..v[1 + which].len())
+        .map(|i| {
+            let at = |delta: f64| {
+                let mut w = v[1 + which].clone();
+                w[i] += delta;
+                let (w1, w2) = if which == 0 { (&w, &v[2]) } else { (&v[1], &w) };
+                loss(&v[0], w1, w2, &v[3])
+            };
+            (at(h) - at(-h)) / (2.0 * h)
+        })
+        .collect()
+}
+
+fn training_args(seed: u64) -> ([Vec<f64>; 4], Vec<Arg>) {
+    let (three, _) = args(seed);
+    let [x, w1, w2] = three;
+    let y: Vec<f64> = x.iter().map(|v| 0.5 - v).collect();
+    let values = [x, w1, w2, y];
+    let dims: [&[usize]; 4] = [&[B, D], &[2, D, F], &[2, F, D], &[B, D]];
+    let args = (0..4).map(|i| Arg::Tensor(HostTensor::from_f64(DType::F32, dims[i], &values[i]))).collect();
+    (values, args)
+}
+
+/// The backward ticks mirror the forward ones, in program order, and each microbatch's
+/// gradient goes back from stage 1 to stage 0 by a send, the last microbatch first.
+fn assert_gpipe_backward(func: &Func) {
+    let schedules = pipeline_schedules(func);
+    assert_eq!(schedules.len(), 1);
+    let p = &schedules[0];
+    assert_eq!((p.stages, p.microbatches, p.ticks, p.backward_from), (2, 4, 10, Some(5)));
+    assert_eq!(
+        p.cells,
+        [
+            vec![Some(0), Some(1), Some(2), Some(3), None, None, Some(3), Some(2), Some(1), Some(0)],
+            vec![None, Some(0), Some(1), Some(2), Some(3), Some(3), Some(2), Some(1), Some(0), None],
+        ]
+    );
+    assert!((p.bubble() - 0.2).abs() < 1e-12);
+    let mut last_tick = 0;
+    let mut sends: Vec<(i64, i64, i64)> = Vec::new();
+    for &id in &func.body.ops {
+        let op = func.op(id);
+        let Some(tick) = op.int_attr("tick") else { continue };
+        assert!(tick >= last_tick, "tick {tick} after tick {last_tick}");
+        last_tick = tick;
+        if op.kind == OpKind::Send {
+            sends.push((op.int_attr("from").unwrap(), op.int_attr("to").unwrap(), op.int_attr("microbatch").unwrap()));
+        }
+    }
+    assert_eq!(sends, [(0, 1, 0), (0, 1, 1), (0, 1, 2), (0, 1, 3), (1, 0, 3), (1, 0, 2), (1, 0, 1), (1, 0, 0)]);
+}
+
+#[test]
+fn grad_through_two_stages_matches_one_device_and_central_differences() {
+    let (inputs, args) = training_args(5);
+    let d = dims(&[("B", B as i64), ("D", D as i64), ("F", F as i64)]);
+    let Outcome::Ran { single, mesh, func } = run_both(TRAINING, "pipeline_step", &args, &d, 1) else {
+        panic!("did not run")
+    };
+    assert_gpipe_backward(&func);
+    assert_eq!((single.len(), mesh.results.len()), (2, 2));
+    for (which, (one, many)) in single.iter().zip(&mesh.results).enumerate() {
+        let want = central_differences(&inputs, which);
+        let (one, many) = (values(one), values(many));
+        assert!(max_rel(&want, &one) < 1e-4, "W{}: one device against the oracle: {}", which + 1, max_rel(&want, &one));
+        assert!(max_rel(&one, &many) < 1e-6, "W{}: the mesh against one device: {}", which + 1, max_rel(&one, &many));
+        // Not vacuous: each stage's gradient is its own (the other stage's differs).
+        let half = want.len() / 2;
+        let swapped: Vec<f64> = want[half..].iter().chain(&want[..half]).copied().collect();
+        assert!(max_rel(&swapped, &many) > 0.01, "W{}: the stages' gradients are alike", which + 1);
+    }
+    // Four [B/4, D] f32 activations forward from stage 0, four gradients back from stage
+    // 1; the weights and their gradients never move.
+    let activation = (B / MICROBATCHES * D * 4) as u64;
+    assert_eq!(mesh.network.sent, [MICROBATCHES as u64 * activation, MICROBATCHES as u64 * activation]);
+}
+
+/// Under `grad` with Megatron-split stages: each stage's all-reduces over `tp`, forward
+/// and backward, run on its own devices, and the gradients match one device.
+#[test]
+fn grad_through_tensor_parallel_stages_matches_one_device() {
+    let source = TRAINING
+        .replace(
+            r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1"], axes=("pp",), shape=(2,))"#,
+            r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("pp", "tp"), shape=(2, 2))"#,
+        )
+        .replace(r#"F", f32] @shard(mesh, "pp", None, None)"#, r#"F", f32] @shard(mesh, "pp", None, "tp")"#)
+        .replace(r#"D", f32] @shard(mesh, "pp", None, None)"#, r#"D", f32] @shard(mesh, "pp", "tp", None)"#);
+    assert_eq!(source.matches(r#""pp", "tp", None)"#).count(), 2, "{source}");
+    let (inputs, args) = training_args(9);
+    let d = dims(&[("B", B as i64), ("D", D as i64), ("F", F as i64)]);
+    let Outcome::Ran { single, mesh, func } = run_both(&source, "pipeline_step", &args, &d, 1) else {
+        panic!("did not run")
+    };
+    assert_gpipe_backward(&func);
+    for (which, (one, many)) in single.iter().zip(&mesh.results).enumerate() {
+        let want = central_differences(&inputs, which);
+        let (one, many) = (values(one), values(many));
+        assert!(max_rel(&want, &many) < 1e-4, "W{}: the mesh against the oracle: {}", which + 1, max_rel(&want, &many));
+        assert!(max_rel(&one, &many) < 1e-5, "W{}: the mesh against one device: {}", which + 1, max_rel(&one, &many));
+    }
+    let stages: Vec<i64> = func
+        .body
+        .ops
+        .iter()
+        .map(|&o| func.op(o))
+        .filter(|op| op.kind == OpKind::AllReduce)
+        .map(|op| op.int_attr("stage").expect("a stage's all-reduce"))
+        .collect();
+    assert!(stages.iter().filter(|&&s| s == 0).count() >= 4 && stages.iter().filter(|&&s| s == 1).count() >= 4);
 }

@@ -18,6 +18,9 @@ use tessera_frontend::check::{DType, Dim};
 use crate::error::LowerError;
 use crate::ir::*;
 
+mod pipeline;
+pub use pipeline::BACKWARD;
+
 type R<T> = Result<T, LowerError>;
 
 /// The attribute `checkpoint(f)` puts on each op of `f`'s forward graph: `grad` computes
@@ -54,6 +57,8 @@ struct Ad<'b, 'f> {
     b: &'b mut Builder<'f>,
     loc: Loc,
     adjoint: HashMap<ValueId, ValueId>,
+    /// The effect chain, for the sends of a pipeline's backward ticks.
+    token: ValueId,
 }
 
 fn tensor_type(t: &Type) -> Option<&TensorType> {
@@ -151,7 +156,13 @@ impl Ad<'_, '_> {
             .collect();
         let axis = f_op.int_attr("axis").unwrap_or(0);
         let t = self.ty(x);
-        let d = self.op(OpKind::Concat, parts, t, vec![("axis", Attr::Int(axis))]);
+        let mut attrs = vec![("axis", Attr::Int(axis))];
+        // The split of a pipeline's stacked parameter into its stages' slices: the
+        // concatenation of their gradients is one slice per stage, each where its stage is.
+        if let (Some(pipeline), Some(role)) = (f_op.attr("pipeline"), f_op.attr("role")) {
+            attrs.extend([("pipeline", pipeline.clone()), ("role", role.clone())]);
+        }
+        let d = self.op(OpKind::Concat, parts, t, attrs);
         self.accumulate(x, d);
         Ok(())
     }
@@ -639,6 +650,7 @@ impl Ad<'_, '_> {
                 }
             }
             OpKind::Concat => self.concat_rule(f_op, g)?,
+            OpKind::Send => self.send_rule(f_op, g),
             // A collective is its operand's value (the global view): the gradient passes
             // through, and sharding propagation lays the backward values out.
             k if k.is_collective() => self.accumulate(x(0), g),
@@ -677,9 +689,11 @@ pub fn backward(
     loss: ValueId,
     wrt: &[ValueId],
     custom: &[CustomVjp],
+    token: &mut ValueId,
     loc: &Loc,
 ) -> Result<Vec<ValueId>, LowerError> {
-    let mut ad = Ad { b, loc: loc.clone(), adjoint: HashMap::new() };
+    let ticks = pipeline::PipelineTicks::of(b.func, forward);
+    let mut ad = Ad { b, loc: loc.clone(), adjoint: HashMap::new(), token: *token };
     let lt = ad.ty(loss);
     if !matches!(&lt, Type::Tensor(t) if t.dims.is_empty() && t.dtype.is_float()) {
         return ad.err(format!("grad needs a rank-0 float result, the function returns {lt}"));
@@ -727,6 +741,8 @@ pub fn backward(
                 }
             }
         }
+        // Those of a pipeline stage's op run on that stage, at a backward tick.
+        ticks.tag(&op, &mut ad.b.func.ops[first..]);
     }
     for c in pending {
         ad.custom_rule(c);
@@ -760,5 +776,6 @@ pub fn backward(
         };
         out.push(g);
     }
+    *token = ad.token;
     Ok(out)
 }

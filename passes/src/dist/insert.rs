@@ -316,7 +316,7 @@ fn collective_op(
 ) -> OpId {
     // A collective a pipeline stage's op needs runs on that stage's devices.
     let mut attrs = attrs;
-    for key in ["pipeline", "stage", "microbatch", "tick"] {
+    for key in ["pipeline", "stage", "microbatch", "tick", "pass"] {
         if let Some(v) = at.attr(key) {
             attrs.push((key, v.clone()));
         }

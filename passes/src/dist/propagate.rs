@@ -324,6 +324,9 @@ impl Propagator<'_> {
             }
             return false;
         }
+        if op.kind == OpKind::Concat && op.str_attr("role") == Some("stages") {
+            return self.stage_gradients(id);
+        }
         let from: Vec<(SmolStr, usize)> =
             tensors.iter().filter_map(|v| self.out.located[v.0 as usize].clone()).collect();
         let here = match (&stage, op.kind) {
@@ -368,6 +371,37 @@ impl Propagator<'_> {
             self.out.located[r.0 as usize] = here.clone();
         }
         true
+    }
+
+    /// Under `grad`, the concatenation of the stages' gradients of a stacked parameter
+    /// (the adjoint of its split into stages): part k is stage k's, so the result is
+    /// split over the pipeline's axis along dim 0, each device holding its stage's part,
+    /// and nothing moves. False: the layout is decided here.
+    fn stage_gradients(&mut self, id: OpId) -> bool {
+        let op = self.f.op(id);
+        let axis = SmolStr::new(op.str_attr("pipeline").unwrap_or(""));
+        for (k, &part) in op.operands.iter().enumerate() {
+            let at = self.out.located[part.0 as usize].clone();
+            if at.as_ref().is_some_and(|(a, stage)| *a != axis || *stage != k) {
+                let message =
+                    format!("internal error: stage {k}'s gradient of a stacked parameter is not on stage {k}");
+                self.conflict(id, message);
+            }
+        }
+        let Some(mut s) = op.operands.first().and_then(|&p| self.current(p)) else { return false };
+        if op.operands.iter().any(|&p| self.current(p).as_ref() != Some(&s)) {
+            self.conflict(id, "the stages' gradients of a stacked parameter are laid out differently".into());
+            return false;
+        }
+        if s.dims.iter().any(|d| d.as_ref() == Some(&axis)) {
+            self.conflict(id, format!("a stage's gradient is split over the pipeline's axis `{axis}`"));
+            return false;
+        }
+        s.dims[0] = Some(axis);
+        if let Some(&r) = op.results.first() {
+            self.set(r, s);
+        }
+        false
     }
 
     fn layout_op(&mut self, id: OpId) {

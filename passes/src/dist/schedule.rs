@@ -17,6 +17,9 @@ pub struct PipelineSchedule {
     pub ticks: usize,
     /// `cells[stage][tick]`: the microbatch that stage runs at that tick.
     pub cells: Vec<Vec<Option<usize>>>,
+    /// Under `grad`: the first tick of the backward pass, which runs once every forward
+    /// tick has (`autodiff::pipeline`).
+    pub backward_from: Option<usize>,
 }
 
 impl PipelineSchedule {
@@ -32,8 +35,9 @@ impl PipelineSchedule {
 
     /// `GPipe over pp: 2 stages x 4 microbatches in 5 ticks, bubble 20%`.
     pub fn summary(&self) -> String {
+        let passes = if self.backward_from.is_some() { ", forward (m) then backward (b)," } else { "" };
         format!(
-            "GPipe over `{}`: {} stages x {} microbatches in {} ticks, each stage idle {:.0}% of them (the bubble)",
+            "GPipe over `{}`: {} stages x {} microbatches{passes} in {} ticks, each stage idle {:.0}% of them (the bubble)",
             self.axis,
             self.stages,
             self.microbatches,
@@ -43,7 +47,7 @@ impl PipelineSchedule {
     }
 
     /// The schedule as a table, one row per stage, one column per tick (`m2`: microbatch
-    /// 2, `.`: idle), each line prefixed with `prefix`.
+    /// 2, `b2`: its backward pass, `.`: idle), each line prefixed with `prefix`.
     pub fn table(&self, prefix: &str) -> String {
         let width = format!("m{}", self.microbatches.saturating_sub(1)).len().max(4);
         let mut out = format!("{prefix}{:<9}", "tick");
@@ -54,8 +58,9 @@ impl PipelineSchedule {
         out.push('\n');
         for (k, row) in self.cells.iter().enumerate() {
             let mut line = format!("{prefix}{:<9}", format!("stage {k}"));
-            for cell in row {
-                let text = cell.map_or(".".to_string(), |m| format!("m{m}"));
+            for (tick, cell) in row.iter().enumerate() {
+                let pass = if self.backward_from.is_some_and(|b| tick >= b) { 'b' } else { 'm' };
+                let text = cell.map_or(".".to_string(), |m| format!("{pass}{m}"));
                 line.push_str(&format!("{text:>width$} "));
             }
             out.push_str(line.trim_end());
@@ -68,6 +73,7 @@ impl PipelineSchedule {
 /// The pipelines of `f`, by axis, from its ops' tags.
 pub fn pipeline_schedules(f: &Func) -> Vec<PipelineSchedule> {
     let mut runs: BTreeMap<String, Vec<(usize, usize, usize)>> = BTreeMap::new();
+    let mut backward_from: BTreeMap<String, usize> = BTreeMap::new();
     for &id in &f.body.ops {
         let op = f.op(id);
         let (Some(axis), Some(stage), Some(mb), Some(tick)) =
@@ -76,6 +82,10 @@ pub fn pipeline_schedules(f: &Func) -> Vec<PipelineSchedule> {
             continue;
         };
         runs.entry(axis.to_string()).or_default().push((stage as usize, mb as usize, tick as usize));
+        if op.str_attr("pass") == Some(crate::autodiff::BACKWARD) {
+            let first = backward_from.entry(axis.to_string()).or_insert(tick as usize);
+            *first = (*first).min(tick as usize);
+        }
     }
     runs.into_iter()
         .map(|(axis, runs)| {
@@ -86,7 +96,8 @@ pub fn pipeline_schedules(f: &Func) -> Vec<PipelineSchedule> {
             for (s, m, t) in runs {
                 cells[s][t] = Some(m);
             }
-            PipelineSchedule { axis, stages, microbatches, ticks, cells }
+            let backward_from = backward_from.get(&axis).copied();
+            PipelineSchedule { axis, stages, microbatches, ticks, cells, backward_from }
         })
         .collect()
 }

@@ -1062,17 +1062,10 @@ impl Body<'_, '_, '_> {
             _ => return unsupported(format!("`{of}` must return one rank-0 tensor to be differentiated"), range),
         };
         let forward: Vec<OpId> = (first_op..self.g.b.func.ops.len()).map(|i| OpId(i as u32)).collect();
-        // The backward of a pipeline is a schedule of its own (GPipe's backward ticks, or
-        // 1F1B's interleaving), which is not built yet.
-        if forward.iter().any(|&id| self.g.b.func.op(id).attr("pipeline").is_some()) {
-            return unsupported(
-                format!("`grad` through `dist.pipeline` (in `{of}`) is not supported yet: its backward schedule is not built"),
-                range,
-            );
-        }
         let loc = self.loc(range);
         let custom = std::mem::take(&mut self.g.custom_vjps);
-        let grads = crate::autodiff::backward(&mut self.g.b, &forward, loss, &wrt_values, &custom, &loc);
+        let grads =
+            crate::autodiff::backward(&mut self.g.b, &forward, loss, &wrt_values, &custom, &mut self.g.token, &loc);
         self.g.custom_vjps = custom;
         let grads = grads?;
         Ok(Val::Many(grads))

@@ -80,6 +80,7 @@ pub fn run_graph_on_mesh(
             OpKind::Send => layout.send(id, op, &mut machines, &mut network)?,
             k if k.is_collective() => layout.collective(id, op, &mut machines, &mut network)?,
             OpKind::Split if layout.stage_slices(op) => layout.split_stages(id, op, &mut machines)?,
+            OpKind::Concat if op.str_attr("role") == Some("stages") => layout.concat_stages(id, op, &mut machines)?,
             OpKind::Random | OpKind::Dropout | OpKind::CallKernel | OpKind::CacheAppend | OpKind::CachePrune => {
                 return Err(InterpError::at_op(func, id, format!("`{}` does not run on a mesh yet", op.kind.name())))
             }
@@ -87,8 +88,9 @@ pub fn run_graph_on_mesh(
                 return Err(InterpError::at_op(func, id, "ops with regions do not run on a mesh yet".into()))
             }
             _ => {
+                let here = layout.runs_on(id, op, &machines)?;
                 for (rank, m) in machines.iter_mut().enumerate() {
-                    if !layout.runs_on(id, op, m, rank)? {
+                    if !here[rank] {
                         // Not this device's stage: no value, but the token chain goes on.
                         for &r in &op.results {
                             m.vals[r.0 as usize] = matches!(func.ty(r), Type::Token).then_some(Val::Token);
@@ -362,27 +364,41 @@ impl Layout<'_> {
         Ok(out)
     }
 
-    /// Whether `op` runs on device `rank`: an op of a pipeline stage (`{pipeline,
-    /// stage}`) on the devices at that position of the pipeline's axis; any other where
-    /// its operands are (everywhere, outside pipelines).
-    fn runs_on(&self, id: OpId, op: &Op, m: &Machine, rank: usize) -> R<bool> {
+    /// The devices `op` runs on: for an op of a pipeline stage (`{pipeline, stage}`),
+    /// those at that position of the pipeline's axis; for any other, those that hold all
+    /// its operands (everywhere, outside pipelines; a stage's devices for an op that
+    /// reads a stage's value and values every device holds, as a loss after a pipeline).
+    fn runs_on(&self, id: OpId, op: &Op, machines: &[Machine]) -> R<Vec<bool>> {
         if let (Some(axis), Some(stage)) = (op.str_attr("pipeline"), op.int_attr("stage")) {
             let a = self.axis(id, axis)?;
-            return Ok(self.devices.coords(rank)[a] as i64 == stage);
+            return Ok((0..machines.len()).map(|rank| self.devices.coords(rank)[a] as i64 == stage).collect());
         }
-        let values: Vec<bool> = op
-            .operands
-            .iter()
-            .filter(|&&v| !matches!(self.func.ty(v), Type::Token))
-            .map(|&v| m.vals[v.0 as usize].is_some())
-            .collect();
-        if values.iter().all(|&h| h) {
-            return Ok(true);
+        let values: Vec<ValueId> =
+            op.operands.iter().copied().filter(|&v| !matches!(self.func.ty(v), Type::Token)).collect();
+        let here: Vec<bool> = machines.iter().map(|m| values.iter().all(|&v| m.vals[v.0 as usize].is_some())).collect();
+        let somewhere = values.iter().any(|&v| machines.iter().any(|m| m.vals[v.0 as usize].is_some()));
+        if somewhere && !here.contains(&true) {
+            return Err(InterpError::at_op(self.func, id, "an op reads values of two pipeline stages".into()));
         }
-        if values.iter().all(|&h| !h) {
-            return Ok(false);
+        Ok(here)
+    }
+
+    /// Under `grad`, the concatenation of a stacked parameter's stage gradients: its
+    /// block on a device is the part of that device's stage (`dist::propagate` split it
+    /// over the pipeline's axis along dim 0), and nothing moves.
+    fn concat_stages(&self, id: OpId, op: &Op, machines: &mut [Machine]) -> R<()> {
+        let axis = self.axis(id, op.str_attr("pipeline").unwrap_or(""))?;
+        let r = op.results[0];
+        for (rank, m) in machines.iter_mut().enumerate() {
+            let mine = self.devices.coords(rank)[axis];
+            let part = op.operands.get(mine).and_then(|&p| m.vals[p.0 as usize].clone());
+            let Some(part) = part else {
+                let message = format!("device {rank} does not hold stage {mine}'s gradient");
+                return Err(InterpError::at_op(self.func, id, message));
+            };
+            m.vals[r.0 as usize] = Some(part);
         }
-        Err(InterpError::at_op(self.func, id, "an op reads values of two pipeline stages".into()))
+        Ok(())
     }
 
     /// Whether `op` is the split of a parameter stacked over a pipeline's axis whose
