@@ -547,10 +547,16 @@ pub(crate) fn keep_wgmma_operands_in_shared(f: &mut Func) -> Result<(), LowerErr
             continue;
         }
         let mut operands = op.operands.clone();
-        for operand in operands.iter_mut().take(2) {
+        // A in registers stays a tile; B is K-major exactly when it is read transposed.
+        let in_shared = if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() { 1 } else { 0 };
+        let b_k_major = op.attr(crate::wgmma::B_K_MAJOR).is_some();
+        for (i, operand) in operands.iter_mut().enumerate().take(2).skip(in_shared) {
             let load = defs[operand.0 as usize].map(|d| f.op(d));
+            let transposed = i == 1 && b_k_major;
             match load {
-                Some(l) if l.kind == OpKind::LoadShared && l.attr("transpose").is_none() => *operand = l.operands[0],
+                Some(l) if l.kind == OpKind::LoadShared && l.attr("transpose").is_some() == transposed => {
+                    *operand = l.operands[0]
+                }
                 _ => {
                     return Err(LowerError {
                         message: "internal error: a `wgmma` operand is not a read of a shared buffer in Tile IR".into(),
@@ -640,9 +646,13 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
             continue;
         }
         if op.str_attr("instr") == Some("wgmma") {
-            // Operands stay in shared memory: only the accumulator has a layout.
+            // B stays in shared memory; A too, unless it is in registers, where it takes
+            // the accumulator's fragment layout (which is the A fragment, per k16 step).
             let groups = op.int_attr("warpgroups").unwrap_or(1).max(1) as u32;
             let acc = Layout::Wgmma { warpgroups: groups };
+            if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() {
+                layout[op.operands[0].0 as usize].get_or_insert(acc.clone());
+            }
             layout[op.operands[2].0 as usize].get_or_insert(acc.clone());
             layout[op.results[0].0 as usize] = Some(acc);
             continue;
@@ -877,6 +887,10 @@ pub(crate) fn insert_conversions(f: &mut Func) {
                                 Some(Layout::DotOperand { op: 1, parent: Box::new(acc.clone()), k_width: kw }),
                                 r.clone(),
                             ]
+                        }
+                        // A `wgmma` A operand in registers is in the accumulator's layout.
+                        Some(Layout::Wgmma { .. }) if f.ty(op.operands[0]).as_tile().is_some() => {
+                            vec![r.clone(), None, r.clone()]
                         }
                         _ => vec![None, None, r.clone()],
                     }

@@ -5,9 +5,12 @@
 //! What this slice supports (docs/language.md, "Schedules and autotuning"): sm_90,
 //! f16 or bf16 operands, an f32 accumulator, warpgroups (4 warps each) stacked along M
 //! with `M` a multiple of 64 per warpgroup, `N` a multiple of 8 up to 256 (one
-//! instruction covers every column), `K` a multiple of 16, and both operands read
-//! untransposed from shared memory: A `[M, K]` (K-major) and B `[K, N]` (N-major, whose
-//! rows must be a multiple of the narrowest descriptor swizzle, 32 bytes).
+//! instruction covers every column), `K` a multiple of 16. A is read from shared memory
+//! as `[M, K]` (K-major) or, when the kernel computes it, from registers in the
+//! accumulator's own fragment layout (attention's `P @ V`: P is the `#wgmma` result of
+//! `Q @ K.T`, so it needs no shuffle). B is read from shared memory, either as `[K, N]`
+//! (N-major, whose rows must be a multiple of the narrowest descriptor swizzle, 32 bytes)
+//! or as the transpose of an `[N, K]` tile (K-major: `Q @ K.T`).
 
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, MmaFamily};
@@ -31,12 +34,28 @@ pub const WARPGROUP_WARPS: u32 = 4;
 /// matrix descriptor (its swizzle is then the descriptor's, chosen from the row bytes).
 pub const DESCRIPTOR_LAYOUT: &str = "wgmma_operand";
 
+/// The attribute of a `wgmma` dot whose A operand is in registers (`#wgmma` layout).
+pub const A_IN_REGISTERS: &str = "a_registers";
+/// The attribute of a `wgmma` dot whose B operand is K-major (the transpose of an
+/// `[N, K]` tile in shared memory: `imm-trans-b = 0`).
+pub const B_K_MAJOR: &str = "b_k_major";
+
 /// Where a `wgmma` operand comes from in Schedule IR.
 enum Source {
     /// A `tile.load` the staging pass copies into a shared buffer.
     StagedLoad(OpId),
     /// A `tile.load_shared` of a kernel's own `tile.alloc_shared` buffer.
     Buffer(ValueId),
+    /// A tile the kernel computes (A only): read from registers.
+    Registers,
+}
+
+/// The operands of one dot that can use `wgmma`: where each comes from, and whether B
+/// is K-major.
+struct Sources {
+    a: Source,
+    b: Source,
+    b_k_major: bool,
 }
 
 /// Why the kernel's dots cannot use `wgmma` under `config` on `target`, with the range of
@@ -58,7 +77,7 @@ pub fn wgmma_problem(f: &Func, config: &Config, target: Target) -> Option<(Strin
 }
 
 /// The operand sources of one dot when it can use `wgmma`, or why it cannot.
-fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<[Source; 2], String> {
+fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<Sources, String> {
     if target != Target::Sm90 {
         return Err(format!("`wgmma` is a Hopper (sm_90a) instruction; the target is {target}"));
     }
@@ -99,45 +118,67 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<[
     if k % WGMMA_K != 0 {
         return Err(format!("K = {k} is not a multiple of 16, the K of `wgmma` with {dtype} operands"));
     }
+    let defs = f.definitions();
+    let a = match source(f, &defs, op.operands[0], "A") {
+        Ok((a, false)) => a,
+        Ok((_, true)) => {
+            return Err("A is read transposed; `wgmma` reads A as [M, K] (or from registers)".into());
+        }
+        // A tile the kernel computes goes in as registers.
+        Err(_) if !is_read(f, &defs, op.operands[0]) => Source::Registers,
+        Err(why) => return Err(why),
+    };
+    let (b, b_k_major) = source(f, &defs, op.operands[1], "B")?;
     let b_row_bytes = n * dtype.bytes() as i64;
-    if Swizzle::wgmma_for_row(b_row_bytes).is_none() {
+    if !b_k_major && Swizzle::wgmma_for_row(b_row_bytes).is_none() {
         return Err(format!(
             "N = {n}: a row of the [K, N] B operand is {b_row_bytes} bytes, not a multiple of 32, the narrowest \
              swizzle of `wgmma`'s matrix descriptors (N a multiple of 16 is)"
         ));
     }
-    let defs = f.definitions();
-    let a = source(f, &defs, op.operands[0], "A")?;
-    let b = source(f, &defs, op.operands[1], "B")?;
-    Ok([a, b])
+    Ok(Sources { a, b, b_k_major })
+}
+
+/// Whether `v` is a read of memory (a `tile.load` or a shared buffer's), transposed or
+/// not: such an operand goes to `wgmma` through shared memory or not at all.
+fn is_read(f: &Func, defs: &[Option<OpId>], v: ValueId) -> bool {
+    let Some(def) = defs[v.0 as usize] else { return false };
+    match f.op(def).kind {
+        OpKind::Load | OpKind::LoadShared => true,
+        OpKind::Transpose => is_read(f, defs, f.op(def).operands[0]),
+        _ => false,
+    }
 }
 
 /// The shared-memory source of operand `v` (`name` is "A" or "B"; `defs` from
-/// `Func::definitions`), or why it has none that a matrix descriptor can describe.
-fn source(f: &Func, defs: &[Option<OpId>], v: ValueId, name: &str) -> Result<Source, String> {
+/// `Func::definitions`) and whether it is read transposed (K-major for B), or why it
+/// has none that a matrix descriptor can describe.
+fn source(f: &Func, defs: &[Option<OpId>], v: ValueId, name: &str) -> Result<(Source, bool), String> {
     let def = defs[v.0 as usize];
     let not_shared = format!(
-        "{name} is computed in registers; `wgmma` here reads both operands from shared memory (a `tile.load` or a \
-         shared buffer, passed to the dot unchanged)"
+        "{name} is computed in registers; `wgmma` reads B from shared memory (a `tile.load` or a shared buffer, \
+         passed to the dot as read or transposed)"
     );
     let Some(def) = def else { return Err(not_shared) };
     let op = f.op(def);
     match op.kind {
-        OpKind::Load if op.operands.len() == 1 && f.ty(v).dims().len() == 2 => Ok(Source::StagedLoad(def)),
+        OpKind::Load if op.operands.len() == 1 && f.ty(v).dims().len() == 2 => Ok((Source::StagedLoad(def), false)),
         OpKind::Load => Err(format!("{name} is a masked or higher-rank `tile.load`; `wgmma` reads a whole 2-D tile")),
-        OpKind::LoadShared if op.attr("transpose").is_some() => {
-            Err(format!("{name} is read transposed; `wgmma` here reads an untransposed shared buffer"))
-        }
         OpKind::LoadShared => match f.ty(op.operands[0]) {
-            Type::Smem(s) if s.dims.len() == 2 => Ok(Source::Buffer(op.operands[0])),
+            Type::Smem(s) if s.dims.len() == 2 => Ok((Source::Buffer(op.operands[0]), op.attr("transpose").is_some())),
             _ => Err(format!("{name} is read from a shared buffer that is not 2-D")),
         },
-        OpKind::Transpose => Err(format!(
-            "{name} is transposed (`.T`) before the dot; `wgmma` here reads A as [M, K] and B as [K, N] from shared \
-             memory as loaded"
-        )),
+        // `k.T` of a loaded [N, K] tile: the staged buffer, read K-major.
+        OpKind::Transpose => match source(f, defs, op.operands[0], name) {
+            Ok((s, false)) => Ok((s, true)),
+            Ok((_, true)) => Err(format!("{name} is transposed twice before the dot")),
+            Err(_) => Err(format!(
+                "{name} is the transpose (`.T`) of a tile computed in registers; `wgmma` reads a transposed operand \
+                 only from shared memory"
+            )),
+        },
         OpKind::Cast => Err(format!(
-            "{name} is converted (`tile.cast`) before the dot; `wgmma` reads its operands from shared memory as loaded"
+            "{name} is converted (`tile.cast`) before the dot; `wgmma` reads B from shared memory as loaded"
         )),
         _ => Err(not_shared),
     }
@@ -156,7 +197,8 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
             message: format!("mma=\"wgmma\" cannot be used: {why}"),
             range: f.op(dot).loc.range,
         })?;
-        for s in sources {
+        let (a_in_registers, b_k_major) = (matches!(sources.a, Source::Registers), sources.b_k_major);
+        for s in [sources.a, sources.b] {
             match s {
                 Source::StagedLoad(load) => f.op_mut(load).set_attr(DESCRIPTOR_LAYOUT, Attr::Bool(true)),
                 Source::Buffer(buffer) => {
@@ -164,12 +206,19 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
                         f.values[buffer.0 as usize].ty = Type::Smem(descriptor_layout(&s));
                     }
                 }
+                Source::Registers => {}
             }
         }
         let op = f.op_mut(dot);
         op.set_attr("instr", Attr::Str(SmolStr::new("wgmma")));
         op.set_attr("warpgroups", Attr::Int(groups));
         op.attrs.retain(|(k, _)| *k != "warps");
+        if a_in_registers {
+            op.set_attr(A_IN_REGISTERS, Attr::Bool(true));
+        }
+        if b_k_major {
+            op.set_attr(B_K_MAJOR, Attr::Bool(true));
+        }
     }
     Ok(())
 }

@@ -331,23 +331,39 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
         ("warps=4", "warps=8", Target::Sm90, "M = 64: 8 warps are 2 warpgroups"),
         ("block=(64, 64)", "block=(64, 320)", Target::Sm90, "N = 320"),
         ("block=(64, 64)", "block=(64, 8)", Target::Sm90, "a row of the [K, N] B operand is 16 bytes"),
+        // A computed in registers and a K-major B (attention's operands) are taken.
         (
             "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])",
             "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]) * 2.0",
             Target::Sm90,
-            "A is computed in registers",
+            "",
         ),
         (
             "b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])",
             "b = tile.load(B[n0:n0 + ctx.BN, k0:k0 + ctx.BK]).T",
             Target::Sm90,
-            "B is transposed",
+            "",
+        ),
+        (
+            "b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])",
+            "b = tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]) * 2.0",
+            Target::Sm90,
+            "B is computed in registers",
+        ),
+        (
+            "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])",
+            "a = tile.load(A[k0:k0 + ctx.BK, m0:m0 + ctx.BM]).T",
+            Target::Sm90,
+            "A is read transposed",
         ),
     ];
     for (from, to, target, reason) in cases {
         let mut text = clean.replace(from, to);
-        if from.starts_with("b = ") {
+        if to.starts_with("b = ") && to.ends_with(".T") {
             text = text.replace("B: Tensor[\"K\", \"N\", bf16]", "B: Tensor[\"N\", \"K\", bf16]");
+        }
+        if to.starts_with("a = ") && to.ends_with(".T") {
+            text = text.replace("A: Tensor[\"M\", \"K\", bf16]", "A: Tensor[\"K\", \"M\", bf16]");
         }
         let lints = lint(&text, *target);
         let e0704: Vec<&String> = lints.iter().filter(|l| l.starts_with("E0704")).collect();

@@ -264,6 +264,9 @@ fn lines_map_to_their_tile_ops() {
 fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
     let files = [
         "tests/fixtures/wgmma/gemms.tsr",
+        "tests/fixtures/wgmma/operands.tsr",
+        "examples/flash_attention.tsr",
+        "tests/corpus/valid/flash_attention.tsr",
         "examples/gemm.tsr",
         "examples/linear_gelu.tsr",
         "tests/corpus/valid/gemm.tsr",

@@ -427,12 +427,19 @@ impl<'a> Runner<'a> {
                 reduce(self.tile(*src)?, *kind, (*outer, *len, *inner), *dom, *step, &mut out);
                 self.set(*dst, Value::Tile(out));
             }
-            I::Dot { dst, a, b, acc, m, n, k, mode, dom, step } => {
+            I::Dot { dst, a, b, acc, m, n, k, mode, dom, step, b_k_major } => {
                 let mut out = self.out_buf(*dst);
                 let how = (*mode, *dom, *step);
                 self.check_dot_operand(*a, op)?;
                 self.check_dot_operand(*b, op)?;
-                dot(self.dot_operand(*a)?, self.dot_operand(*b)?, self.tile(*acc)?, (*m, *n, *k), how, &mut out);
+                let b_rows: std::borrow::Cow<[f64]> = if *b_k_major {
+                    // [N, K] row-major to [K, N].
+                    let nk = self.dot_operand(*b)?;
+                    (0..*k * *n).map(|i| nk[(i % *n) * *k + i / *n]).collect::<Vec<f64>>().into()
+                } else {
+                    self.dot_operand(*b)?.into()
+                };
+                dot(self.dot_operand(*a)?, &b_rows, self.tile(*acc)?, (*m, *n, *k), how, &mut out);
                 self.counters.dot_flops += 2 * (*m * *n * *k) as u64;
                 self.set(*dst, Value::Tile(out));
             }

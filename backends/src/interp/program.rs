@@ -199,6 +199,8 @@ pub(crate) enum I {
         mode: DotMode,
         dom: Domain,
         step: Option<DType>,
+        /// B is a `wgmma` K-major shared slot, `[N, K]` row-major.
+        b_k_major: bool,
     },
     CausalMask {
         dst: Reg,
@@ -660,7 +662,14 @@ impl Compiler<'_> {
                     Type::Smem(_) => self.smem_dims(id, v),
                     _ => self.tile_dims_of(id, v),
                 };
-                let (ad, bd, cd) = (operand_dims(a)?, operand_dims(b)?, self.tile_dims_of(id, acc)?);
+                // A K-major `wgmma` B is its [N, K] slot.
+                let b_k_major =
+                    matches!(self.ty(b), Type::Smem(_)) && op.attr(tessera_passes::wgmma::B_K_MAJOR).is_some();
+                let mut bd = operand_dims(b)?;
+                if b_k_major {
+                    bd.reverse();
+                }
+                let (ad, cd) = (operand_dims(a)?, self.tile_dims_of(id, acc)?);
                 if ad.len() != 2 || bd.len() != 2 || cd.len() != 2 || ad[1] != bd[0] || cd != [ad[0], bd[1]] {
                     return Err(
                         self.err(id, format!("tile.dot shapes {} x {} + {}", self.ty(a), self.ty(b), self.ty(acc)))
@@ -678,7 +687,7 @@ impl Compiler<'_> {
                 };
                 let dom = self.domain(id, acc)?;
                 let step = policy::acc(op).filter(|&t| policy::rounds_each_step(t));
-                I::Dot { dst, a: a.0, b: b.0, acc: acc.0, m: ad[0], n: bd[1], k: ad[1], mode, dom, step }
+                I::Dot { dst, a: a.0, b: b.0, acc: acc.0, m: ad[0], n: bd[1], k: ad[1], mode, dom, step, b_k_major }
             }
             OpKind::Rand => {
                 let dst = self.result(id, op)?;

@@ -1,7 +1,10 @@
 //! Hopper's warpgroup MMA as the PTX ISA defines it ("Asynchronous Warpgroup Level
 //! Matrix Multiply-Accumulate Instructions"), for the subset the code generator emits:
 //! `wgmma.fence`, `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.{bf16,f16}` with
-//! both operands in shared memory, `wgmma.commit_group`, `wgmma.wait_group`.
+//! B in shared memory and A in shared memory or in registers (the A fragment: register
+//! j of lane l in warp w % 4 holds row 16 (w % 4) + l / 4 + 8 (j % 2), columns
+//! 2 (l % 4) + 8 (j / 2) and the next, the lower column in the low half),
+//! `wgmma.commit_group`, `wgmma.wait_group`.
 //!
 //! Written from the ISA, not from `passes::ptx::wgmma` (they share no code):
 //!
@@ -244,23 +247,41 @@ impl Cta<'_> {
             Opd::Vec(v) if v.len() as u64 == n / 2 => v.clone(),
             _ => return Err(self.err(pc, format!("m64n{n}k16 has {} f32 accumulator registers", n / 2))),
         };
-        let (da, db) = (self.uniform(pc, members, 1)?, self.uniform(pc, members, 2)?);
+        // A is a descriptor, or four b32 registers per thread (the A fragment): then the
+        // immediates are imm-scale-a, imm-scale-b and imm-trans-b only.
+        let a_registers = match &args[1] {
+            Opd::Vec(v) if v.len() == 4 => Some(v.clone()),
+            Opd::Vec(v) => return Err(self.err(pc, format!("an A fragment of {} registers (m64nNk16 has 4)", v.len()))),
+            _ => None,
+        };
+        let da = if a_registers.is_some() { None } else { Some(self.uniform(pc, members, 1)?) };
+        let db = self.uniform(pc, members, 2)?;
         let scale_d = self.uniform(pc, members, 3)? != 0;
         let imm = |i: usize| match args.get(i) {
             Some(Opd::Src(Src::Imm(v))) => Some(*v as i64),
             _ => None,
         };
-        let (scale_a, scale_b, trans_a, trans_b) = match (imm(4), imm(5), imm(6), imm(7)) {
-            (Some(sa), Some(sb), Some(ta), Some(tb))
+        let imms = if a_registers.is_some() {
+            (imm(4), imm(5), Some(0), imm(6), args.len() == 7)
+        } else {
+            (imm(4), imm(5), imm(6), imm(7), args.len() == 8)
+        };
+        let (scale_a, scale_b, trans_a, trans_b) = match imms {
+            (Some(sa), Some(sb), Some(ta), Some(tb), true)
                 if [1, -1].contains(&sa) && [1, -1].contains(&sb) && ta & !1 == 0 && tb & !1 == 0 =>
             {
                 (sa as f64, sb as f64, ta == 1, tb == 1)
             }
-            _ => return Err(self.err(pc, "imm-scale-a/b must be 1 or -1 and imm-trans-a/b 0 or 1")),
+            _ => {
+                return Err(self.err(
+                    pc,
+                    "imm-scale-a/b must be 1 or -1 and imm-trans-a/b 0 or 1 (no imm-trans-a with A in registers)",
+                ))
+            }
         };
-        let (da, db) = (Descriptor::decode(da), Descriptor::decode(db));
-        for (name, desc) in [("A", da), ("B", db)] {
-            if desc.base_offset != 0 {
+        let (da, db) = (da.map(Descriptor::decode), Descriptor::decode(db));
+        for (name, desc) in [("A", da), ("B", Some(db))] {
+            if let Some(desc) = desc.filter(|d| d.base_offset != 0) {
                 return Err(self.err(pc, format!("{name}'s descriptor has base offset {}", desc.base_offset)));
             }
         }
@@ -289,10 +310,44 @@ impl Cta<'_> {
             elem(u16::from_le_bytes([lo, hi]) as u64, ty).map_err(|e| s.err(pc, e))
         };
         let mut a = vec![[0f64; 16]; 64];
-        for (m, row) in a.iter_mut().enumerate() {
-            for (k, x) in row.iter_mut().enumerate() {
-                *x = scale_a * load(self, da.address(m as u64, k as u64, !trans_a), &atype)?;
+        match (da, &a_registers) {
+            (Some(da), _) => {
+                for (m, row) in a.iter_mut().enumerate() {
+                    for (k, x) in row.iter_mut().enumerate() {
+                        *x = scale_a * load(self, da.address(m as u64, k as u64, !trans_a), &atype)?;
+                    }
+                }
             }
+            (None, Some(regs)) => {
+                // Register j of lane l in warp w % 4: rows 16 (w % 4) + l / 4 (+ 8 for j
+                // odd), columns 2 (l % 4) (+ 8 for j ≥ 2) and the next, low half first.
+                for (m_idx, &t) in members.iter().enumerate() {
+                    let (w, l) = (m_idx / 32, m_idx % 32);
+                    let fence = self.threads[t].wgmma_fence;
+                    for (j, src) in regs.iter().enumerate() {
+                        let Src::Reg(r) = src else {
+                            return Err(self.err(pc, "an A fragment operand is not a register"));
+                        };
+                        if fence.is_none_or(|f| self.threads[t].written[*r] > f) {
+                            return Err(self.err(
+                                pc,
+                                format!(
+                                    "thread {t} wrote {} after the last wgmma.fence; the wgmma needs one",
+                                    self.m.names[*r]
+                                ),
+                            ));
+                        }
+                        let word = self.read(t, src, pc)?;
+                        let row = 16 * w + l / 4 + 8 * (j % 2);
+                        for half in 0..2 {
+                            let k = 2 * (l % 4) + 8 * (j / 2) + half;
+                            let bits = (word >> (16 * half)) & 0xffff;
+                            a[row][k] = scale_a * elem(bits, &atype).map_err(|e| self.err(pc, e))?;
+                        }
+                    }
+                }
+            }
+            (None, None) => unreachable!("A is a descriptor or registers"),
         }
         let mut b = vec![vec![0f64; n as usize]; 16];
         for (k, row) in b.iter_mut().enumerate() {

@@ -21,6 +21,8 @@ use super::{check_kernel, SEED};
 
 /// Kernels written for `wgmma` (see the file's header).
 const WGMMA_FIXTURE: &str = "tests/fixtures/wgmma/gemms.tsr";
+/// Kernels with a K-major B and an A in registers.
+const OPERANDS_FIXTURE: &str = "tests/fixtures/wgmma/operands.tsr";
 
 /// The GEMMs of the examples and the corpus the slice starts from.
 const GEMM_FILES: &[&str] = &[
@@ -50,6 +52,17 @@ fn has_wgmma_dot(tile: &Func) -> bool {
 /// one (M, N, K cut inside a tile and misaligned rows), and a one-tile-short K.
 const GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=36,K=40", "M=33,N=17,K=9"];
 
+/// Attention: one whole key block and a ragged sequence (a partial query and key block).
+const ATTENTION_SHAPES: &[&str] = &["BH=1,S=64,D=64", "BH=2,S=100,D=64"];
+
+fn shapes_of(kernel: &str) -> &'static [&'static str] {
+    if kernel.contains("attention") {
+        ATTENTION_SHAPES
+    } else {
+        GEMM_SHAPES
+    }
+}
+
 /// Emulates `code` against the interpreter (through `check_kernel`) and the Graph IR's
 /// f64 reference; returns the failures.
 fn check_against_both(
@@ -61,7 +74,7 @@ fn check_against_both(
     code: &TargetCode,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    for spec in GEMM_SHAPES {
+    for spec in shapes_of(kernel) {
         failures.extend(check_kernel(label, kernel, func, code, spec));
         // The f64 reference of the Graph IR: no Tile IR pass, interpreter or generator in it.
         let symbols: BTreeMap<String, i64> = spec
@@ -157,7 +170,7 @@ fn emulate_file(label: &str, path: &Path, text: &str, all_candidates: bool) -> (
 fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
     let only = std::env::var("TESSERA_EMULATE").ok();
     let mut sources: Vec<(String, PathBuf, String, bool)> = Vec::new();
-    for f in std::iter::once(&WGMMA_FIXTURE).chain(GEMM_FILES) {
+    for f in [&WGMMA_FIXTURE, &OPERANDS_FIXTURE].into_iter().chain(GEMM_FILES) {
         let path = root().join(f);
         sources.push((f.to_string(), path.clone(), std::fs::read_to_string(&path).unwrap(), false));
     }
@@ -181,6 +194,27 @@ fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
         // narrow_matmul, chained_gemm, auto_gemm.
         assert!(covered >= 12, "only {covered} kernels ran with wgmma");
     }
+}
+
+/// Flash attention with `mma = "wgmma"`: `Q @ K.T` reads K K-major from shared memory
+/// (`imm-trans-b = 0`), `P @ V` takes P from registers in the accumulator's fragment
+/// layout; every candidate of the example's space that admits wgmma, the corpus kernel's
+/// default, at a whole and a ragged sequence length.
+#[test]
+fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
+    let (mut covered, mut failures) = (0, Vec::new());
+    for (f, all) in [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)] {
+        let path = root().join(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (c, skipped, fails) = emulate_file(f, &path, &text, all);
+        for s in &skipped {
+            eprintln!("not WGMMA: {s}");
+        }
+        covered += c;
+        failures.extend(fails);
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(covered >= 2, "only {covered} attention kernels ran with wgmma");
 }
 
 // ----- planted bugs ------------------------------------------------------------------
@@ -278,4 +312,45 @@ fn missing_waits_and_fences_are_errors() {
         let err = run_case(&func, &drop_lines(pattern)).expect_err(pattern);
         assert!(err.contains(expected), "without `{pattern}`: {err}");
     }
+}
+
+/// PTX and Tile IR of a kernel of the operands fixture (K-major B, A in registers).
+fn operands_case(kernel: &str) -> (Func, TargetCode) {
+    let db = Database::default();
+    let path = root().join(OPERANDS_FIXTURE);
+    let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
+    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
+    let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+    let func = (*tile_ir(&db, key, config, Target::Sm90).clone().unwrap()).clone();
+    let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
+    (func, code)
+}
+
+/// Rewrites every `wgmma.mma_async` line with `edit`; panics if none changed.
+fn edit_wgmmas(code: &TargetCode, edit: impl Fn(&str) -> String) -> TargetCode {
+    let text: Vec<String> =
+        code.text.lines().map(|l| if l.contains("wgmma.mma_async") { edit(l) } else { l.to_string() }).collect();
+    let text = text.join("\n");
+    assert_ne!(text, code.text, "nothing to plant");
+    TargetCode { text, ..code.clone() }
+}
+
+/// A K-major B read as N-major (`imm-trans-b = 1`), and an A fragment with its middle
+/// registers swapped (rows 8.. and columns 8.. exchanged), must not match.
+#[test]
+fn a_wrong_b_major_or_a_fragment_order_fails() {
+    let (func, code) = operands_case("k_major_b");
+    run_case(&func, &code).unwrap();
+    let wrong = edit_wgmmas(&code, |l| l.replace(", 1, 1, 0, 0;", ", 1, 1, 0, 1;"));
+    assert!(run_case(&func, &wrong).is_err(), "an N-major reading of a K-major B passed");
+
+    let (func, code) = operands_case("a_in_registers");
+    run_case(&func, &code).unwrap();
+    let wrong = edit_wgmmas(&code, |l| {
+        let (head, rest) = l.split_once("}, {").unwrap();
+        let (regs, tail) = rest.split_once('}').unwrap();
+        let r: Vec<&str> = regs.split(", ").collect();
+        format!("{head}}}, {{{}, {}, {}, {}}}{tail}", r[0], r[2], r[1], r[3])
+    });
+    assert!(run_case(&func, &wrong).is_err(), "a swapped A fragment passed");
 }

@@ -245,7 +245,15 @@ impl Verifier<'_> {
                     Type::Smem(s) if wgmma && s.stages == 1 => Some(s.dims.clone()),
                     _ => None,
                 };
-                let (Some(a_dims), Some(b_dims), Type::Tile(c)) = (operand_dims(a), operand_dims(b), c) else {
+                // A K-major `wgmma` B is its [N, K] slot.
+                let b_k_major = wgmma && matches!(b, Type::Smem(_)) && op.attr(crate::wgmma::B_K_MAJOR).is_some();
+                let b_dims = operand_dims(b).map(|mut d| {
+                    if b_k_major {
+                        d.reverse();
+                    }
+                    d
+                });
+                let (Some(a_dims), Some(b_dims), Type::Tile(c)) = (operand_dims(a), b_dims, c) else {
                     return Err(err(
                         id,
                         "tile.dot operands are tiles (a `wgmma` dot's A and B may be shared slots, in Tile IR)",

@@ -71,14 +71,24 @@ impl Descriptor {
     }
 }
 
+/// The descriptor of a K-major operand (A `[M, K]`, or B stored `[N, K]`): a shared slot
+/// in its `Swizzle::Wgmma` layout (None when it is laid out otherwise).
+pub fn k_major_descriptor(s: &SmemType) -> Option<Descriptor> {
+    let Swizzle::Wgmma(w) = s.swizzle else { return None };
+    Some(Descriptor { lbo: 16, sbo: 8 * w as u64, mode: swizzle_mode(w)? })
+}
+
+/// The descriptor of an N-major B `[K, N]`.
+pub fn n_major_descriptor(b: &SmemType) -> Option<Descriptor> {
+    let Swizzle::Wgmma(w) = b.swizzle else { return None };
+    let (k_rows, _) = b.rows_and_row_len()?;
+    Some(Descriptor { lbo: k_rows as u64 * w as u64, sbo: 8 * w as u64, mode: swizzle_mode(w)? })
+}
+
 /// The descriptors of a dot's operands: A `[M, K]` K-major and B `[K, N]` N-major, each a
 /// shared slot in its `Swizzle::Wgmma` layout (None when a slot is laid out otherwise).
 pub fn operand_descriptors(a: &SmemType, b: &SmemType) -> Option<(Descriptor, Descriptor)> {
-    let (Swizzle::Wgmma(wa), Swizzle::Wgmma(wb)) = (a.swizzle, b.swizzle) else { return None };
-    let (k_rows, _) = b.rows_and_row_len()?;
-    let da = Descriptor { lbo: 16, sbo: 8 * wa as u64, mode: swizzle_mode(wa)? };
-    let db = Descriptor { lbo: k_rows as u64 * wb as u64, sbo: 8 * wb as u64, mode: swizzle_mode(wb)? };
-    Some((da, db))
+    Some((k_major_descriptor(a)?, n_major_descriptor(b)?))
 }
 
 /// Byte offset, in A's slot, of the first element of the A operand of the m64 tile whose
@@ -99,14 +109,24 @@ pub fn b_start(b: &SmemType, k0: i64) -> Option<i64> {
 
 impl Emitter<'_> {
     pub(super) fn wgmma_dot(&mut self, op: &Op) -> R<()> {
-        let (a, b) = (self.smem_of(op, op.operands[0])?, self.smem_of(op, op.operands[1])?);
+        let b = self.smem_of(op, op.operands[1])?;
+        let b_k_major = op.attr(crate::wgmma::B_K_MAJOR).is_some();
+        let a = if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() {
+            AOperand::Registers(self.tile(op, op.operands[0])?)
+        } else {
+            AOperand::Shared(self.smem_of(op, op.operands[0])?)
+        };
         let c = self.tile(op, op.operands[2])?;
         let (out_dtype, shape, layout) = self.tile_type(op, op.results[0])?;
         let internal = |s: &Self, what: &str| s.fail(op, format!("internal error: {what}"));
         let Layout::Wgmma { warpgroups } = layout else {
             return Err(internal(self, "a `wgmma` accumulator outside the #wgmma layout"));
         };
-        let ty = match (a.ty.dtype, b.ty.dtype) {
+        let a_dtype = match &a {
+            AOperand::Shared(s) => s.ty.dtype,
+            AOperand::Registers(t) => t.dtype,
+        };
+        let ty = match (a_dtype, b.ty.dtype) {
             (DType::BF16, DType::BF16) => "bf16",
             (DType::F16, DType::F16) => "f16",
             (x, y) => return Err(self.unsupported(op, format!("with {x} x {y} operands on `wgmma`"))),
@@ -115,27 +135,61 @@ impl Emitter<'_> {
             return Err(self.unsupported(op, format!("with a {out_dtype} accumulator on `wgmma`")));
         }
         let dims = |s: &SmemType| s.rows_and_row_len();
-        let (Some((m, k)), Some((kb, n))) = (dims(&a.ty), dims(&b.ty)) else {
+        let a_dims = match &a {
+            AOperand::Shared(s) => dims(&s.ty),
+            AOperand::Registers(t) => (t.shape.len() == 2).then(|| (t.shape[0], t.shape[1])),
+        };
+        // B's buffer is [K, N], or [N, K] when K-major.
+        let b_dims = dims(&b.ty).map(|(r, c)| if b_k_major { (c, r) } else { (r, c) });
+        let (Some((m, k)), Some((kb, n))) = (a_dims, b_dims) else {
             return Err(internal(self, "a symbolic operand buffer"));
         };
         if k != kb || shape != [m, n] || self.threads != warpgroups * WARPGROUP_WARPS * WARP {
-            return Err(internal(self, "the operand buffers, the accumulator and the warpgroups disagree"));
+            return Err(internal(self, "the operands, the accumulator and the warpgroups disagree"));
         }
-        let Some((da, db)) = operand_descriptors(&a.ty, &b.ty) else {
+        let db = if b_k_major { k_major_descriptor(&b.ty) } else { n_major_descriptor(&b.ty) };
+        let da = match &a {
+            AOperand::Shared(s) => k_major_descriptor(&s.ty).map(Some),
+            AOperand::Registers(_) => Some(None),
+        };
+        let (Some(da), Some(db)) = (da, db) else {
             return Err(internal(self, "a `wgmma` operand buffer without a descriptor swizzle"));
         };
         let block_rows = m / warpgroups as i64;
         let tiles = block_rows / WGMMA_M;
         let per_tile = (n / 2) as usize;
         self.check_accumulator_layout(op, &layout, &shape, tiles, per_tile)?;
+        // A in registers: the fragment of k16 step s of m64 tile t is words 4s..4s+3 of
+        // the tile's K/4 packed words (the #wgmma layout of [M, K], register 4j + 2h + e
+        // at column 8j + 2 (lane % 4) + e, row + 8h: pairs along K are the A fragment's
+        // a0..a3 = (j, h) = (2s, 0), (2s, 1), (2s + 1, 0), (2s + 1, 1)).
+        let a_words = match &a {
+            AOperand::Registers(t) => {
+                if t.layout != layout {
+                    return Err(internal(self, "the A operand in registers is not in the accumulator's #wgmma layout"));
+                }
+                self.check_accumulator_layout(op, &t.layout, &t.shape, tiles, (k / 2) as usize)?;
+                let t = t.clone();
+                let words = self.packed(op, &t)?;
+                Some(words.into_iter().map(|w| materialize(&mut self.b, Class::B32, w)).collect::<Vec<_>>())
+            }
+            AOperand::Shared(_) => None,
+        };
         // Descriptor low words of this warpgroup's first A tile and of B, from the slot
         // addresses (the warpgroup's rows start `block_rows * W` bytes into the slot).
-        let wa = (da.sbo / 8) as i64;
-        let group_rows = Expr::tid().div((WARPGROUP_WARPS * WARP) as i64, self.threads).mul(block_rows * wa);
-        let a_low = self.descriptor_base(&a, da, group_rows);
+        let a_desc_words = match (&a, da) {
+            (AOperand::Shared(slot), Some(da)) => {
+                let wa = (da.sbo / 8) as i64;
+                let group_rows = Expr::tid().div((WARPGROUP_WARPS * WARP) as i64, self.threads).mul(block_rows * wa);
+                let low = self.descriptor_base(slot, da, group_rows);
+                let high = self.b.reg(Class::B32);
+                self.b.ins(format!("mov.b32 {high}, {}", da.high_word()));
+                Some((low, high, slot.ty.clone()))
+            }
+            _ => None,
+        };
         let b_low = self.descriptor_base(&b, db, Expr::c(0));
-        let (a_high, b_high) = (self.b.reg(Class::B32), self.b.reg(Class::B32));
-        self.b.ins(format!("mov.b32 {a_high}, {}", da.high_word()));
+        let b_high = self.b.reg(Class::B32);
         self.b.ins(format!("mov.b32 {b_high}, {}", db.high_word()));
         // Fresh accumulator registers, initialized from the incoming tile (the wgmma
         // reads and writes them in place); a zero tile is not read (`scale-d` false
@@ -151,19 +205,32 @@ impl Emitter<'_> {
         let accumulate = materialize(&mut self.b, Class::Pred, Operand::Int(1));
         let first = if zero_start { materialize(&mut self.b, Class::Pred, Operand::Int(0)) } else { accumulate };
         self.b.ins("wgmma.fence.sync.aligned");
+        // imm-trans-b: 1 for an N-major B, 0 for a K-major one.
+        let trans_b = if b_k_major { 0 } else { 1 };
         for k0 in (0..k).step_by(WGMMA_K as usize) {
-            let b_desc = self.descriptor(b_low, b_high, b_start(&b.ty, k0).unwrap_or(0));
+            let b_offset = if b_k_major { a_start(&b.ty, 0, k0) } else { b_start(&b.ty, k0) };
+            let b_desc = self.descriptor(b_low, b_high, b_offset.unwrap_or(0));
             for tile in 0..tiles {
-                let start = a_start(&a.ty, tile * WGMMA_M, k0).unwrap_or(0);
-                let a_desc = self.descriptor(a_low, a_high, start);
                 let d = acc[tile as usize * per_tile..(tile as usize + 1) * per_tile]
                     .iter()
                     .map(|r| r.to_string())
                     .collect::<Vec<_>>()
                     .join(", ");
                 let scale_d = if k0 == 0 { first } else { accumulate };
+                let (a_operand, imms) = match (&a_words, &a_desc_words) {
+                    (Some(words), _) => {
+                        let at = (tile * k / 4 + k0 / 4) as usize;
+                        let regs = words[at..at + 4].iter().map(|r| r.to_string()).collect::<Vec<_>>();
+                        (format!("{{{}}}", regs.join(", ")), format!("1, 1, {trans_b}"))
+                    }
+                    (None, Some((low, high, a_ty))) => {
+                        let start = a_start(a_ty, tile * WGMMA_M, k0).unwrap_or(0);
+                        (self.descriptor(*low, *high, start).to_string(), format!("1, 1, 0, {trans_b}"))
+                    }
+                    (None, None) => return Err(internal(self, "a `wgmma` A operand neither in registers nor shared")),
+                };
                 self.b.ins(format!(
-                    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{d}}}, {a_desc}, {b_desc}, {scale_d}, 1, 1, 0, 1"
+                    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
                 ));
             }
         }
@@ -173,7 +240,16 @@ impl Emitter<'_> {
         self.set(op.results[0], Val::Tile(TileVal { dtype: out_dtype, shape, layout, repr: Repr::Wide(out) }));
         Ok(())
     }
+}
 
+/// Where a `wgmma`'s A operand is.
+enum AOperand {
+    Shared(SmemVal),
+    /// In the `#wgmma` layout of `[M, K]`.
+    Registers(TileVal),
+}
+
+impl Emitter<'_> {
     /// The low word of a descriptor for the slot's address plus the thread-dependent
     /// `offset` (bytes): computed once per dot; each instruction adds its constant part.
     fn descriptor_base(&mut self, slot: &SmemVal, d: Descriptor, offset: Expr) -> Reg {
