@@ -90,3 +90,18 @@ pub fn reachable_error(db: &dyn Db, key: FnKey<'_>) -> Option<(String, FirstErro
     }
     None
 }
+
+/// E0809: a `@jit`/`@autodiff` function whose own code is free of errors but which
+/// Graph IR lowering refuses (an operation it does not support yet, such as `grad`
+/// through an op with no backward rule). `tessera check` reports it where `tessera run`
+/// and `tessera lower` would stop, instead of passing code nothing can compile. An
+/// internal error of lowering is E0900. Relative to the function's anchor.
+pub fn lowering_diagnostic(db: &dyn Db, key: FnKey<'_>) -> Option<Diagnostic> {
+    if fn_signature(db, key).kind != tessera_frontend::check::FunctionKind::Graph || reachable_error(db, key).is_some()
+    {
+        return None;
+    }
+    let e = crate::queries::graph_ir(db, key).as_ref().err()?;
+    let code = if e.message.starts_with("internal error") { Code::E0900 } else { Code::E0809 };
+    Some(Diagnostic::new(code, e.range, format!("`{}` cannot be lowered: {}", key.name(db), e.message)))
+}

@@ -254,21 +254,26 @@ impl KernelSchedule {
     /// Every configuration of the space (cartesian product) over the fixed values.
     pub fn configurations(&self) -> Vec<ScheduleValue> {
         let base = self.fixed.layered_on(&ScheduleValue::default_for_kernel());
-        let mut configs = vec![base];
-        for key in &self.space {
-            let mut next = Vec::with_capacity(configs.len() * key.candidates.len().max(1));
-            for c in &configs {
-                for (value, _) in &key.candidates {
-                    let mut s = c.clone();
-                    s.set(&key.key, value.clone());
-                    next.push(s);
-                }
-            }
-            if !key.candidates.is_empty() {
-                configs = next;
-            }
+        // The cartesian product, the first key varying slowest: configuration i takes
+        // digit (i / stride) % count of each key, and is built once from the base (not
+        // through a partial configuration per key and level).
+        let keys: Vec<_> = self.space.iter().filter(|k| !k.candidates.is_empty()).collect();
+        let total: usize = keys.iter().map(|k| k.candidates.len()).product();
+        let mut strides = vec![1usize; keys.len()];
+        for j in (0..keys.len().saturating_sub(1)).rev() {
+            strides[j] = strides[j + 1] * keys[j + 1].candidates.len();
         }
-        configs
+        (0..total)
+            .map(|i| {
+                let mut s = base.clone();
+                // In the space's order, so that a key given twice takes its later value.
+                for (key, stride) in keys.iter().zip(&strides) {
+                    let (value, _) = &key.candidates[(i / stride) % key.candidates.len()];
+                    s.set(&key.key, value.clone());
+                }
+                s
+            })
+            .collect()
     }
 
     /// The configuration used when one is needed without a search: the first of the
@@ -369,8 +374,9 @@ mod tests {
         let schedule = KernelSchedule { space, ..Default::default() };
         let configs = schedule.configurations();
         assert_eq!(configs.len(), 4);
-        assert_eq!(configs[3].int("BM"), Some(128));
-        assert_eq!(configs[3].warps(), 8);
+        // The first key varies slowest.
+        let order: Vec<(Option<i64>, u32)> = configs.iter().map(|c| (c.int("BM"), c.warps())).collect();
+        assert_eq!(order, [(Some(64), 4), (Some(64), 8), (Some(128), 4), (Some(128), 8)]);
         assert!(schedule.has_key("m"));
         assert!(!schedule.has_key("BLOCK"));
     }

@@ -464,7 +464,7 @@ impl Body<'_, '_, '_> {
                 Ok(Val::One(self.compare(op, l, r, e)?))
             }
             Expr::Str(_) => Ok(Val::None),
-            _ => unsupported("this expression in a graph function", range),
+            _ => unsupported("this kind of expression is not supported in a graph function yet", range),
         }
     }
 
