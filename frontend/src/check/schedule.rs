@@ -375,7 +375,7 @@ mod tests {
         let configs = schedule.configurations();
         assert_eq!(configs.len(), 4);
         // The first key varies slowest.
-        let order: Vec<(Option<i64>, u32)> = configs.iter().map(|c| (c.int("BM"), c.warps())).collect();
+        let order: Vec<(Option<i64>, i64)> = configs.iter().map(|c| (c.int("BM"), c.warps())).collect();
         assert_eq!(order, [(Some(64), 4), (Some(64), 8), (Some(128), 4), (Some(128), 8)]);
         assert!(schedule.has_key("m"));
         assert!(!schedule.has_key("BLOCK"));
