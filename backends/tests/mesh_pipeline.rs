@@ -120,15 +120,21 @@ fn two_stages_and_four_microbatches_match_one_device_and_the_oracle() {
     assert_eq!(mesh.network.steps, MICROBATCHES as u32);
 }
 
+/// `source` with its 2-device `pp` mesh made a 2x2 `pp` x `tp` mesh.
+fn on_pp_by_tp(source: &str) -> String {
+    let (pp, pp_tp) = (
+        r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1"], axes=("pp",), shape=(2,))"#,
+        r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("pp", "tp"), shape=(2, 2))"#,
+    );
+    assert!(source.contains(pp), "{source}");
+    source.replace(pp, pp_tp)
+}
+
 /// The same pipeline with Megatron-split weights inside each stage (`tp`): the
 /// all-reduce each stage's row-parallel product needs runs on that stage's devices only.
 #[test]
 fn a_pipeline_of_tensor_parallel_stages_matches_one_device_and_the_oracle() {
-    let source = PROGRAM
-        .replace(
-            r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1"], axes=("pp",), shape=(2,))"#,
-            r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("pp", "tp"), shape=(2, 2))"#,
-        )
+    let source = on_pp_by_tp(PROGRAM)
         .replace(r#"@shard(mesh, "pp", None, None),"#, r#"@shard(mesh, "pp", None, "tp"),"#)
         .replace(r#"@shard(mesh, "pp", None, None))"#, r#"@shard(mesh, "pp", "tp", None))"#);
     assert!(source.contains(r#""pp", "tp", None)"#) && source.contains(r#""pp", None, "tp")"#), "{source}");
@@ -262,11 +268,7 @@ fn grad_through_two_stages_matches_one_device_and_central_differences() {
 /// and backward, run on its own devices, and the gradients match one device.
 #[test]
 fn grad_through_tensor_parallel_stages_matches_one_device() {
-    let source = TRAINING
-        .replace(
-            r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1"], axes=("pp",), shape=(2,))"#,
-            r#"mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("pp", "tp"), shape=(2, 2))"#,
-        )
+    let source = on_pp_by_tp(TRAINING)
         .replace(r#"F", f32] @shard(mesh, "pp", None, None)"#, r#"F", f32] @shard(mesh, "pp", None, "tp")"#)
         .replace(r#"D", f32] @shard(mesh, "pp", None, None)"#, r#"D", f32] @shard(mesh, "pp", "tp", None)"#);
     assert_eq!(source.matches(r#""pp", "tp", None)"#).count(), 2, "{source}");

@@ -205,7 +205,14 @@ impl Body<'_, '_, '_> {
 
     fn result_type(&self, e: ExprId) -> R<Type> {
         self.ir_type(self.ty_of(e)).ok_or_else(|| LowerError {
-            message: format!("a value of type {} in a graph function", self.ty_of(e)),
+            message: match self.ty_of(e) {
+                // The checker could not infer it (an unannotated helper's result, say):
+                // it reported nothing, as it does for any unknown, so say what to do.
+                Ty::Unknown => "the checker could not infer this value's type (annotate the parameters and result \
+                                of the helper it comes from)"
+                    .to_string(),
+                ty => format!("a value of type {ty} is not supported in a graph function yet"),
+            },
             range: self.range(e),
         })
     }
@@ -1057,7 +1064,7 @@ impl Body<'_, '_, '_> {
             }
         }
         let first_op = self.g.b.func.ops.len();
-        let loss = match self.inline_body(&callee, env)? {
+        let loss = match self.inline_body(&callee, env, range)? {
             Val::One(v) => v,
             _ => return unsupported(format!("`{of}` must return one rank-0 tensor to be differentiated"), range),
         };

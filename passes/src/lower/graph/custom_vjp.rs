@@ -39,7 +39,7 @@ impl Body<'_, '_, '_> {
             arguments.push(v);
         }
         let start = self.g.b.func.ops.len();
-        let mut output = match self.inline_body(&callee, env)? {
+        let mut output = match self.inline_body(&callee, env, range)? {
             Val::One(v) => v,
             _ => return unsupported(format!("`custom_vjp` needs `{of}` to return one tensor"), range),
         };

@@ -72,7 +72,7 @@ impl<'f> Body<'_, '_, 'f> {
     pub(super) fn inline_call(&mut self, name: &str, args: &[Arg], range: TextRange) -> R<Val> {
         let callee = self.callee(name, range)?;
         let env = self.bind_arguments(&callee, args, range)?;
-        self.inline_body(&callee, env)
+        self.inline_body(&callee, env, range)
     }
 
     /// A body lowering `callee`'s code into the same graph, with its own names.
@@ -94,11 +94,24 @@ impl<'f> Body<'_, '_, 'f> {
         }
     }
 
-    pub(super) fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>) -> R<Val> {
+    /// Lowers `callee`'s body in place of a call at `at` (a range of this body). An error
+    /// inside it is reported at `at`, naming the callee: the callee's own ranges count
+    /// from its definition, not from the function being lowered.
+    pub(super) fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>, at: TextRange) -> R<Val> {
         let dims = self.callee_dims(callee, &env);
         self.g.depth += 1;
-        let out = self.in_callee(callee, env, dims).stmts(&callee.def.body)?.unwrap_or(Val::None);
+        let out = self.in_callee(callee, env, dims).stmts(&callee.def.body);
         self.g.depth -= 1;
-        Ok(out)
+        match out {
+            Ok(v) => Ok(v.unwrap_or(Val::None)),
+            Err(mut e) => {
+                // The innermost callee is the one the message is about.
+                if !e.message.contains(" (in `") {
+                    e.message = format!("{} (in `{}`)", e.message, callee.def.name);
+                }
+                e.range = at;
+                Err(e)
+            }
+        }
     }
 }

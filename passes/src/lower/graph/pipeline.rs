@@ -103,7 +103,7 @@ impl Body<'_, '_, '_> {
                 let mut env = stage_env.clone();
                 env.insert(first.clone(), Val::One(input));
                 let start = self.g.b.func.ops.len();
-                let out = self.inline_body(&callee, env)?;
+                let out = self.inline_body(&callee, env, range)?;
                 for op in &mut self.g.b.func.ops[start..] {
                     if op.attr("pipeline").is_some() {
                         return unsupported(format!("a `dist.pipeline` inside the stage `{of}` of another"), range);

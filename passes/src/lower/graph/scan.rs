@@ -45,7 +45,7 @@ impl Body<'_, '_, '_> {
             let mut env = HashMap::new();
             env.insert(SmolStr::new(&callee.sig.params[0].name), carry);
             env.insert(SmolStr::new(&callee.sig.params[1].name), Val::One(x));
-            let (next, y) = match self.inline_body(&callee, env)? {
+            let (next, y) = match self.inline_body(&callee, env, range)? {
                 Val::Many(items) if items.len() == 2 => (items[0], items[1]),
                 _ => return unsupported(format!("`scan` needs `{name}` to return (carry, y)"), range),
             };
