@@ -81,8 +81,7 @@ impl Ad<'_, '_> {
         }
         let t = self.ty(g);
         let loc = self.loc.clone();
-        let results = self.b.op(OpKind::Send, vec![g, self.token], vec![t, Type::Token], attrs, &loc);
-        self.token = results[1];
-        self.accumulate(x, results[0]);
+        let sent = self.b.effect(OpKind::Send, vec![g], t, attrs, &loc, &mut self.token);
+        self.accumulate(x, sent);
     }
 }

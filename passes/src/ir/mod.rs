@@ -539,6 +539,23 @@ impl<'f> Builder<'f> {
         self.op(kind, operands, vec![ty], attrs, loc)[0]
     }
 
+    /// Appends an effect: an op that also takes the effect chain's `token` and gives its
+    /// next one, which replaces `token`; returns its value.
+    pub fn effect(
+        &mut self,
+        kind: OpKind,
+        mut operands: Vec<ValueId>,
+        ty: Type,
+        attrs: Vec<(&'static str, Attr)>,
+        loc: &Loc,
+        token: &mut ValueId,
+    ) -> ValueId {
+        operands.push(*token);
+        let results = self.op(kind, operands, vec![ty, Type::Token], attrs, loc);
+        *token = results[1];
+        results[0]
+    }
+
     /// Opens a nested region with `args`; ops go there until `close_region`.
     pub fn open_region(&mut self, args: Vec<ValueId>) {
         self.stack.push(Region { args, ops: Vec::new() });

@@ -644,15 +644,12 @@ impl Body<'_, '_, '_> {
     fn effect(
         &mut self,
         kind: OpKind,
-        mut operands: Vec<ValueId>,
+        operands: Vec<ValueId>,
         ty: Type,
         attrs: Vec<(&'static str, Attr)>,
         loc: &Loc,
     ) -> ValueId {
-        operands.push(self.g.token);
-        let results = self.g.b.op(kind, operands, vec![ty, Type::Token], attrs, loc);
-        self.g.token = results[1];
-        results[0]
+        self.g.b.effect(kind, operands, ty, attrs, loc, &mut self.g.token)
     }
 
     /// The stream of a stochastic cast of `x` to `t`: a float tensor converted to a bf16,
