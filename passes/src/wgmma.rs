@@ -17,7 +17,7 @@ use tessera_frontend::check::{DType, MmaFamily};
 use tessera_frontend::text::TextRange;
 
 use crate::config::Config;
-use crate::ir::{policy as ir_policy, Attr, Func, OpId, OpKind, SmemType, Swizzle, Type, ValueId};
+use crate::ir::{policy as ir_policy, Attr, Func, Op, OpId, OpKind, SmemType, Swizzle, Type, ValueId};
 use crate::target::Target;
 
 /// Rows of one `wgmma` instruction, and of the accumulator block each warpgroup owns at
@@ -39,6 +39,12 @@ pub const A_IN_REGISTERS: &str = "a_registers";
 /// The attribute of a `wgmma` dot whose B operand is K-major (the transpose of an
 /// `[N, K]` tile in shared memory: `imm-trans-b = 0`).
 pub const B_K_MAJOR: &str = "b_k_major";
+
+/// Whether `op`'s B operand, of type `b`, is a K-major `wgmma` slot in Tile IR: an
+/// `[N, K]` shared buffer whose dims read reversed are the dot's `[K, N]`.
+pub fn is_k_major_b_slot(op: &Op, b: &Type) -> bool {
+    matches!(b, Type::Smem(_)) && op.attr(B_K_MAJOR).is_some()
+}
 
 /// Where a `wgmma` operand comes from in Schedule IR.
 enum Source {
@@ -119,16 +125,15 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
         return Err(format!("K = {k} is not a multiple of 16, the K of `wgmma` with {dtype} operands"));
     }
     let defs = f.definitions();
-    let a = match source(f, &defs, op.operands[0], "A") {
-        Ok((a, false)) => a,
-        Ok((_, true)) => {
-            return Err("A is read transposed; `wgmma` reads A as [M, K] (or from registers)".into());
-        }
+    let a = match source(f, &defs, op.operands[0], "A")? {
+        Some((a, false)) => a,
+        Some((_, true)) => return Err("A is read transposed; `wgmma` reads A as [M, K] (or from registers)".into()),
         // A tile the kernel computes goes in as registers.
-        Err(_) if !is_read(f, &defs, op.operands[0]) => Source::Registers,
-        Err(why) => return Err(why),
+        None => Source::Registers,
     };
-    let (b, b_k_major) = source(f, &defs, op.operands[1], "B")?;
+    let Some((b, b_k_major)) = source(f, &defs, op.operands[1], "B")? else {
+        return Err(computed_b(f, &defs, op.operands[1]));
+    };
     let b_row_bytes = n * dtype.bytes() as i64;
     if !b_k_major && Swizzle::wgmma_for_row(b_row_bytes).is_none() {
         return Err(format!(
@@ -139,48 +144,46 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
     Ok(Sources { a, b, b_k_major })
 }
 
-/// Whether `v` is a read of memory (a `tile.load` or a shared buffer's), transposed or
-/// not: such an operand goes to `wgmma` through shared memory or not at all.
-fn is_read(f: &Func, defs: &[Option<OpId>], v: ValueId) -> bool {
-    let Some(def) = defs[v.0 as usize] else { return false };
-    match f.op(def).kind {
-        OpKind::Load | OpKind::LoadShared => true,
-        OpKind::Transpose => is_read(f, defs, f.op(def).operands[0]),
-        _ => false,
-    }
-}
-
 /// The shared-memory source of operand `v` (`name` is "A" or "B"; `defs` from
-/// `Func::definitions`) and whether it is read transposed (K-major for B), or why it
-/// has none that a matrix descriptor can describe.
-fn source(f: &Func, defs: &[Option<OpId>], v: ValueId, name: &str) -> Result<(Source, bool), String> {
-    let def = defs[v.0 as usize];
-    let not_shared = format!(
-        "{name} is computed in registers; `wgmma` reads B from shared memory (a `tile.load` or a shared buffer, \
-         passed to the dot as read or transposed)"
-    );
-    let Some(def) = def else { return Err(not_shared) };
+/// `Func::definitions`) and whether it is read transposed (K-major for B); `None` when
+/// the kernel computes it (it is no read of memory, transposed or not); an error when
+/// it is a read no matrix descriptor can describe.
+fn source(f: &Func, defs: &[Option<OpId>], v: ValueId, name: &str) -> Result<Option<(Source, bool)>, String> {
+    let Some(def) = defs[v.0 as usize] else { return Ok(None) };
     let op = f.op(def);
     match op.kind {
-        OpKind::Load if op.operands.len() == 1 && f.ty(v).dims().len() == 2 => Ok((Source::StagedLoad(def), false)),
+        OpKind::Load if op.operands.len() == 1 && f.ty(v).dims().len() == 2 => {
+            Ok(Some((Source::StagedLoad(def), false)))
+        }
         OpKind::Load => Err(format!("{name} is a masked or higher-rank `tile.load`; `wgmma` reads a whole 2-D tile")),
         OpKind::LoadShared => match f.ty(op.operands[0]) {
-            Type::Smem(s) if s.dims.len() == 2 => Ok((Source::Buffer(op.operands[0]), op.attr("transpose").is_some())),
+            Type::Smem(s) if s.dims.len() == 2 => {
+                Ok(Some((Source::Buffer(op.operands[0]), op.attr("transpose").is_some())))
+            }
             _ => Err(format!("{name} is read from a shared buffer that is not 2-D")),
         },
         // `k.T` of a loaded [N, K] tile: the staged buffer, read K-major.
-        OpKind::Transpose => match source(f, defs, op.operands[0], name) {
-            Ok((s, false)) => Ok((s, true)),
-            Ok((_, true)) => Err(format!("{name} is transposed twice before the dot")),
-            Err(_) => Err(format!(
-                "{name} is the transpose (`.T`) of a tile computed in registers; `wgmma` reads a transposed operand \
-                 only from shared memory"
-            )),
+        OpKind::Transpose => match source(f, defs, op.operands[0], name)? {
+            Some((s, false)) => Ok(Some((s, true))),
+            Some((_, true)) => Err(format!("{name} is transposed twice before the dot")),
+            None => Ok(None),
         },
-        OpKind::Cast => Err(format!(
-            "{name} is converted (`tile.cast`) before the dot; `wgmma` reads B from shared memory as loaded"
-        )),
-        _ => Err(not_shared),
+        _ => Ok(None),
+    }
+}
+
+/// Why a B the kernel computes cannot go to `wgmma`.
+fn computed_b(f: &Func, defs: &[Option<OpId>], v: ValueId) -> String {
+    match defs[v.0 as usize].map(|d| f.op(d).kind) {
+        Some(OpKind::Cast) => {
+            "B is converted (`tile.cast`) before the dot; `wgmma` reads B from shared memory as loaded".into()
+        }
+        Some(OpKind::Transpose) => "B is the transpose (`.T`) of a tile computed in registers; `wgmma` reads a \
+                                    transposed operand only from shared memory"
+            .into(),
+        _ => "B is computed in registers; `wgmma` reads B from shared memory (a `tile.load` or a shared buffer, \
+              passed to the dot as read or transposed)"
+            .into(),
     }
 }
 

@@ -663,8 +663,7 @@ impl Compiler<'_> {
                     _ => self.tile_dims_of(id, v),
                 };
                 // A K-major `wgmma` B is its [N, K] slot.
-                let b_k_major =
-                    matches!(self.ty(b), Type::Smem(_)) && op.attr(tessera_passes::wgmma::B_K_MAJOR).is_some();
+                let b_k_major = tessera_passes::wgmma::is_k_major_b_slot(op, self.ty(b));
                 let mut bd = operand_dims(b)?;
                 if b_k_major {
                     bd.reverse();

@@ -246,7 +246,7 @@ impl Verifier<'_> {
                     _ => None,
                 };
                 // A K-major `wgmma` B is its [N, K] slot.
-                let b_k_major = wgmma && matches!(b, Type::Smem(_)) && op.attr(crate::wgmma::B_K_MAJOR).is_some();
+                let b_k_major = wgmma && crate::wgmma::is_k_major_b_slot(op, b);
                 let b_dims = operand_dims(b).map(|mut d| {
                     if b_k_major {
                         d.reverse();
