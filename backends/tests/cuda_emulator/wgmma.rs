@@ -249,22 +249,24 @@ impl Cta<'_> {
         };
         // A is a descriptor, or four b32 registers per thread (the A fragment): then the
         // immediates are imm-scale-a, imm-scale-b and imm-trans-b only.
-        let a_registers = match &args[1] {
-            Opd::Vec(v) if v.len() == 4 => Some(v.clone()),
+        enum A {
+            Descriptor(Descriptor),
+            Fragment(Vec<Src>),
+        }
+        let a_operand = match &args[1] {
+            Opd::Vec(v) if v.len() == 4 => A::Fragment(v.clone()),
             Opd::Vec(v) => return Err(self.err(pc, format!("an A fragment of {} registers (m64nNk16 has 4)", v.len()))),
-            _ => None,
+            _ => A::Descriptor(Descriptor::decode(self.uniform(pc, members, 1)?)),
         };
-        let da = if a_registers.is_some() { None } else { Some(self.uniform(pc, members, 1)?) };
-        let db = self.uniform(pc, members, 2)?;
+        let db = Descriptor::decode(self.uniform(pc, members, 2)?);
         let scale_d = self.uniform(pc, members, 3)? != 0;
         let imm = |i: usize| match args.get(i) {
             Some(Opd::Src(Src::Imm(v))) => Some(*v as i64),
             _ => None,
         };
-        let imms = if a_registers.is_some() {
-            (imm(4), imm(5), Some(0), imm(6), args.len() == 7)
-        } else {
-            (imm(4), imm(5), imm(6), imm(7), args.len() == 8)
+        let imms = match a_operand {
+            A::Fragment(_) => (imm(4), imm(5), Some(0), imm(6), args.len() == 7),
+            A::Descriptor(_) => (imm(4), imm(5), imm(6), imm(7), args.len() == 8),
         };
         let (scale_a, scale_b, trans_a, trans_b) = match imms {
             (Some(sa), Some(sb), Some(ta), Some(tb), true)
@@ -279,7 +281,10 @@ impl Cta<'_> {
                 ))
             }
         };
-        let (da, db) = (da.map(Descriptor::decode), Descriptor::decode(db));
+        let da = match &a_operand {
+            A::Descriptor(d) => Some(*d),
+            A::Fragment(_) => None,
+        };
         for (name, desc) in [("A", da), ("B", Some(db))] {
             if let Some(desc) = desc.filter(|d| d.base_offset != 0) {
                 return Err(self.err(pc, format!("{name}'s descriptor has base offset {}", desc.base_offset)));
@@ -310,15 +315,15 @@ impl Cta<'_> {
             elem(u16::from_le_bytes([lo, hi]) as u64, ty).map_err(|e| s.err(pc, e))
         };
         let mut a = vec![[0f64; 16]; 64];
-        match (da, &a_registers) {
-            (Some(da), _) => {
+        match &a_operand {
+            A::Descriptor(da) => {
                 for (m, row) in a.iter_mut().enumerate() {
                     for (k, x) in row.iter_mut().enumerate() {
                         *x = scale_a * load(self, da.address(m as u64, k as u64, !trans_a), &atype)?;
                     }
                 }
             }
-            (None, Some(regs)) => {
+            A::Fragment(regs) => {
                 // Register j of lane l in warp w % 4: rows 16 (w % 4) + l / 4 (+ 8 for j
                 // odd), columns 2 (l % 4) (+ 8 for j ≥ 2) and the next, low half first.
                 for (m_idx, &t) in members.iter().enumerate() {
@@ -347,7 +352,6 @@ impl Cta<'_> {
                     }
                 }
             }
-            (None, None) => unreachable!("A is a descriptor or registers"),
         }
         let mut b = vec![vec![0f64; n as usize]; 16];
         for (k, row) in b.iter_mut().enumerate() {

@@ -122,11 +122,7 @@ impl Emitter<'_> {
         let Layout::Wgmma { warpgroups } = layout else {
             return Err(internal(self, "a `wgmma` accumulator outside the #wgmma layout"));
         };
-        let a_dtype = match &a {
-            AOperand::Shared(s) => s.ty.dtype,
-            AOperand::Registers(t) => t.dtype,
-        };
-        let ty = match (a_dtype, b.ty.dtype) {
+        let ty = match (a.dtype(), b.ty.dtype) {
             (DType::BF16, DType::BF16) => "bf16",
             (DType::F16, DType::F16) => "f16",
             (x, y) => return Err(self.unsupported(op, format!("with {x} x {y} operands on `wgmma`"))),
@@ -134,36 +130,26 @@ impl Emitter<'_> {
         if out_dtype != DType::F32 || c.dtype != DType::F32 {
             return Err(self.unsupported(op, format!("with a {out_dtype} accumulator on `wgmma`")));
         }
-        let dims = |s: &SmemType| s.rows_and_row_len();
-        let a_dims = match &a {
-            AOperand::Shared(s) => dims(&s.ty),
-            AOperand::Registers(t) => (t.shape.len() == 2).then(|| (t.shape[0], t.shape[1])),
-        };
         // B's buffer is [K, N], or [N, K] when K-major.
-        let b_dims = dims(&b.ty).map(|(r, c)| if b_k_major { (c, r) } else { (r, c) });
-        let (Some((m, k)), Some((kb, n))) = (a_dims, b_dims) else {
+        let b_dims = b.ty.rows_and_row_len().map(|(r, c)| if b_k_major { (c, r) } else { (r, c) });
+        let (Some((m, k)), Some((kb, n))) = (a.dims(), b_dims) else {
             return Err(internal(self, "a symbolic operand buffer"));
         };
         if k != kb || shape != [m, n] || self.threads != warpgroups * WARPGROUP_WARPS * WARP {
             return Err(internal(self, "the operands, the accumulator and the warpgroups disagree"));
         }
+        let no_swizzle = |s: &Self| internal(s, "a `wgmma` operand buffer without a descriptor swizzle");
         let db = if b_k_major { k_major_descriptor(&b.ty) } else { n_major_descriptor(&b.ty) };
-        let da = match &a {
-            AOperand::Shared(s) => k_major_descriptor(&s.ty).map(Some),
-            AOperand::Registers(_) => Some(None),
-        };
-        let (Some(da), Some(db)) = (da, db) else {
-            return Err(internal(self, "a `wgmma` operand buffer without a descriptor swizzle"));
-        };
+        let Some(db) = db else { return Err(no_swizzle(self)) };
         let block_rows = m / warpgroups as i64;
         let tiles = block_rows / WGMMA_M;
         let per_tile = (n / 2) as usize;
         self.check_accumulator_layout(op, &layout, &shape, tiles, per_tile)?;
-        // A in registers: the fragment of k16 step s of m64 tile t is words 4s..4s+3 of
-        // the tile's K/4 packed words (the #wgmma layout of [M, K], register 4j + 2h + e
-        // at column 8j + 2 (lane % 4) + e, row + 8h: pairs along K are the A fragment's
-        // a0..a3 = (j, h) = (2s, 0), (2s, 1), (2s + 1, 0), (2s + 1, 1)).
-        let a_words = match &a {
+        let a_input = match &a {
+            // The fragment of k16 step s of m64 tile t is words 4s..4s+3 of the tile's K/4
+            // packed words (the #wgmma layout of [M, K], register 4j + 2h + e at column
+            // 8j + 2 (lane % 4) + e, row + 8h: pairs along K are the A fragment's a0..a3 =
+            // (j, h) = (2s, 0), (2s, 1), (2s + 1, 0), (2s + 1, 1)).
             AOperand::Registers(t) => {
                 if t.layout != layout {
                     return Err(internal(self, "the A operand in registers is not in the accumulator's #wgmma layout"));
@@ -171,22 +157,19 @@ impl Emitter<'_> {
                 self.check_accumulator_layout(op, &t.layout, &t.shape, tiles, (k / 2) as usize)?;
                 let t = t.clone();
                 let words = self.packed(op, &t)?;
-                Some(words.into_iter().map(|w| materialize(&mut self.b, Class::B32, w)).collect::<Vec<_>>())
+                AInput::Fragments(words.into_iter().map(|w| materialize(&mut self.b, Class::B32, w)).collect())
             }
-            AOperand::Shared(_) => None,
-        };
-        // Descriptor low words of this warpgroup's first A tile and of B, from the slot
-        // addresses (the warpgroup's rows start `block_rows * W` bytes into the slot).
-        let a_desc_words = match (&a, da) {
-            (AOperand::Shared(slot), Some(da)) => {
+            // Descriptor words of this warpgroup's first A tile, from the slot address
+            // (the warpgroup's rows start `block_rows * W` bytes into the slot).
+            AOperand::Shared(slot) => {
+                let Some(da) = k_major_descriptor(&slot.ty) else { return Err(no_swizzle(self)) };
                 let wa = (da.sbo / 8) as i64;
                 let group_rows = Expr::tid().div((WARPGROUP_WARPS * WARP) as i64, self.threads).mul(block_rows * wa);
                 let low = self.descriptor_base(slot, da, group_rows);
                 let high = self.b.reg(Class::B32);
                 self.b.ins(format!("mov.b32 {high}, {}", da.high_word()));
-                Some((low, high, slot.ty.clone()))
+                AInput::Descriptor { low, high, slot: slot.ty.clone() }
             }
-            _ => None,
         };
         let b_low = self.descriptor_base(&b, db, Expr::c(0));
         let b_high = self.b.reg(Class::B32);
@@ -217,17 +200,16 @@ impl Emitter<'_> {
                     .collect::<Vec<_>>()
                     .join(", ");
                 let scale_d = if k0 == 0 { first } else { accumulate };
-                let (a_operand, imms) = match (&a_words, &a_desc_words) {
-                    (Some(words), _) => {
+                let (a_operand, imms) = match &a_input {
+                    AInput::Fragments(words) => {
                         let at = (tile * k / 4 + k0 / 4) as usize;
                         let regs = words[at..at + 4].iter().map(|r| r.to_string()).collect::<Vec<_>>();
                         (format!("{{{}}}", regs.join(", ")), format!("1, 1, {trans_b}"))
                     }
-                    (None, Some((low, high, a_ty))) => {
-                        let start = a_start(a_ty, tile * WGMMA_M, k0).unwrap_or(0);
+                    AInput::Descriptor { low, high, slot } => {
+                        let start = a_start(slot, tile * WGMMA_M, k0).unwrap_or(0);
                         (self.descriptor(*low, *high, start).to_string(), format!("1, 1, 0, {trans_b}"))
                     }
-                    (None, None) => return Err(internal(self, "a `wgmma` A operand neither in registers nor shared")),
                 };
                 self.b.ins(format!(
                     "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
@@ -247,6 +229,30 @@ enum AOperand {
     Shared(SmemVal),
     /// In the `#wgmma` layout of `[M, K]`.
     Registers(TileVal),
+}
+
+impl AOperand {
+    fn dtype(&self) -> DType {
+        match self {
+            AOperand::Shared(s) => s.ty.dtype,
+            AOperand::Registers(t) => t.dtype,
+        }
+    }
+
+    /// `[M, K]`, when constant.
+    fn dims(&self) -> Option<(i64, i64)> {
+        match self {
+            AOperand::Shared(s) => s.ty.rows_and_row_len(),
+            AOperand::Registers(t) => (t.shape.len() == 2).then(|| (t.shape[0], t.shape[1])),
+        }
+    }
+}
+
+/// What each `wgmma` of a dot passes as A: the fragment registers of every (m64 tile,
+/// k16 step), or the descriptor words of the warpgroup's first tile and its slot type.
+enum AInput {
+    Fragments(Vec<Reg>),
+    Descriptor { low: Reg, high: Reg, slot: SmemType },
 }
 
 impl Emitter<'_> {
