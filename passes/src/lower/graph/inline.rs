@@ -96,7 +96,8 @@ impl<'f> Body<'_, '_, 'f> {
 
     /// Lowers `callee`'s body in place of a call at `at` (a range of this body). An error
     /// inside it is reported at `at`, naming the callee: the callee's own ranges count
-    /// from its definition, not from the function being lowered.
+    /// from its definition, not from the function being lowered. Through nested calls the
+    /// names pile up innermost first: `... (in `inner`) (in `outer`)`.
     pub(super) fn inline_body(&mut self, callee: &Callee, env: HashMap<SmolStr, Val>, at: TextRange) -> R<Val> {
         let dims = self.callee_dims(callee, &env);
         self.g.depth += 1;
@@ -105,10 +106,7 @@ impl<'f> Body<'_, '_, 'f> {
         match out {
             Ok(v) => Ok(v.unwrap_or(Val::None)),
             Err(mut e) => {
-                // The innermost callee is the one the message is about.
-                if !e.message.contains(" (in `") {
-                    e.message = format!("{} (in `{}`)", e.message, callee.def.name);
-                }
+                e.message = format!("{} (in `{}`)", e.message, callee.def.name);
                 e.range = at;
                 Err(e)
             }
