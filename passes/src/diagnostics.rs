@@ -61,11 +61,12 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, target: Target) -> Vec<Di
         // A graph function lowering refuses (E0809), unless an error the checker reported
         // is in it or points into it (the transform a refused E0808 op is under): that
         // error is the reason, and says it better.
-        let inside = |r: TextRange| r.start >= entry.range.start && r.start < entry.range.end;
-        let reported =
-            out[..before].iter().any(|d| d.is_error() && (inside(d.range) || d.labels.iter().any(|l| inside(l.range))));
-        if !reported {
-            if let Some(d) = crate::errors::lowering_diagnostic(db, entry.key) {
+        if let Some(d) = crate::errors::lowering_diagnostic(db, entry.key) {
+            let inside = |r: TextRange| r.start >= entry.range.start && r.start < entry.range.end;
+            let reported = out[..before]
+                .iter()
+                .any(|d| d.is_error() && (inside(d.range) || d.labels.iter().any(|l| inside(l.range))));
+            if !reported {
                 out.push(d.shift(entry.anchor));
             }
         }
