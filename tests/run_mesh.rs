@@ -110,15 +110,29 @@ fn a_mixture_of_experts_runs_on_one_device_and_with_its_experts_over_the_mesh() 
 
 const PIPELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/valid/pipeline_mlp.tsr");
 
+/// `tessera run --json` of `kernel` of `file` at B=8, D=4, F=8 on the interpreter: the
+/// `mesh` object, after both runs were checked correct.
+fn correct_mesh_run(kernel: &str, file: &str) -> serde_json::Value {
+    let (code, out, err) =
+        tessera(&["run", "--kernel", kernel, "--device", "interp", "--dims", "B=8,D=4,F=8", "--json", file]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let mut report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["verdict"], "correct");
+    let mesh = report["mesh"].take();
+    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    mesh
+}
+
+/// `tessera lower --stage graph` of `kernel` of `file`.
+fn graph_ir_text(kernel: &str, file: &str) -> String {
+    let (code, text, err) = tessera(&["lower", "--kernel", kernel, "--stage", "graph", file]);
+    assert_eq!(code, 0, "{err}");
+    text
+}
+
 #[test]
 fn a_pipeline_runs_its_gpipe_schedule_on_the_mesh_and_shows_it() {
-    let (code, out, err) =
-        tessera(&["run", "--kernel", "mlp", "--device", "interp", "--dims", "B=8,D=4,F=8", "--json", PIPELINE]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(report["verdict"], "correct");
-    let mesh = &report["mesh"];
-    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let mesh = correct_mesh_run("mlp", PIPELINE);
     let pipeline = &mesh["pipelines"][0];
     assert_eq!((pipeline["stages"].as_u64(), pipeline["microbatches"].as_u64()), (Some(2), Some(4)), "{mesh}");
     assert_eq!(pipeline["schedule"], serde_json::json!([[0, 1, 2, 3, null], [null, 0, 1, 2, 3]]), "{mesh}");
@@ -126,8 +140,7 @@ fn a_pipeline_runs_its_gpipe_schedule_on_the_mesh_and_shows_it() {
     assert_eq!(mesh["bytes_sent_busiest_device"], 128, "{mesh}");
 
     // `tessera lower` shows the schedule Graph IR holds.
-    let (code, text, err) = tessera(&["lower", "--kernel", "mlp", "--stage", "graph", PIPELINE]);
-    assert_eq!(code, 0, "{err}");
+    let text = graph_ir_text("mlp", PIPELINE);
     assert!(text.contains("// GPipe over `pp`: 2 stages x 4 microbatches in 5 ticks"), "{text}");
     assert!(text.contains("//   stage 1     .   m0   m1   m2   m3"), "{text}");
     assert_eq!(text.matches("dist.send").count(), 4, "{text}");
@@ -137,13 +150,7 @@ const PIPELINE_GRAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/v
 
 #[test]
 fn grad_through_a_pipeline_runs_the_backward_ticks_and_shows_them() {
-    let args = ["run", "--kernel", "pipeline_step", "--device", "interp", "--dims", "B=8,D=4,F=8", "--json"];
-    let (code, out, err) = tessera(&[&args[..], &[PIPELINE_GRAD]].concat());
-    assert_eq!(code, 0, "{out}\n{err}");
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(report["verdict"], "correct");
-    let mesh = &report["mesh"];
-    assert_eq!(mesh["verdict"], "correct", "{mesh}");
+    let mesh = correct_mesh_run("pipeline_step", PIPELINE_GRAD);
     let pipeline = &mesh["pipelines"][0];
     assert_eq!(pipeline["backward_from_tick"], 5, "{mesh}");
     assert_eq!(
@@ -154,8 +161,7 @@ fn grad_through_a_pipeline_runs_the_backward_ticks_and_shows_them() {
     // Each stage sends four [2, 4] f32 tensors: activations forward, gradients back.
     assert_eq!(mesh["bytes_sent_busiest_device"], 128, "{mesh}");
 
-    let (code, text, err) = tessera(&["lower", "--kernel", "pipeline_step", "--stage", "graph", PIPELINE_GRAD]);
-    assert_eq!(code, 0, "{err}");
+    let text = graph_ir_text("pipeline_step", PIPELINE_GRAD);
     assert!(text.contains("2 stages x 4 microbatches, forward (m) then backward (b), in 10 ticks"), "{text}");
     assert!(text.contains("//   stage 0    m0   m1   m2   m3    .    .   b3   b2   b1   b0"), "{text}");
     assert_eq!(text.matches("dist.send").count(), 8, "{text}");

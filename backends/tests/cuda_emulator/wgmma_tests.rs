@@ -219,15 +219,21 @@ fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
 
 // ----- planted bugs ------------------------------------------------------------------
 
-/// PTX of a kernel of the fixture, its Tile IR and the descriptors' constant words.
-fn planted_case(kernel: &str) -> (Func, TargetCode, [u32; 2]) {
+/// Tile IR and PTX of `kernel` of `fixture` under its own schedule.
+fn fixture_case(fixture: &str, kernel: &str) -> (Func, TargetCode) {
     let db = Database::default();
-    let path = root().join(WGMMA_FIXTURE);
+    let path = root().join(fixture);
     let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
     let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
     let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
     let func = (*tile_ir(&db, key, config, Target::Sm90).clone().unwrap()).clone();
     let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
+    (func, code)
+}
+
+/// PTX of a kernel of the fixture, its Tile IR and the descriptors' constant words.
+fn planted_case(kernel: &str) -> (Func, TargetCode, [u32; 2]) {
+    let (func, code) = fixture_case(WGMMA_FIXTURE, kernel);
     let dot = func.walk().into_iter().find(|&id| func.op(id).kind == OpKind::Dot).unwrap();
     let slot = |i: usize| match func.ty(func.op(dot).operands[i]) {
         Type::Smem(s) => s.clone(),
@@ -314,18 +320,6 @@ fn missing_waits_and_fences_are_errors() {
     }
 }
 
-/// PTX and Tile IR of a kernel of the operands fixture (K-major B, A in registers).
-fn operands_case(kernel: &str) -> (Func, TargetCode) {
-    let db = Database::default();
-    let path = root().join(OPERANDS_FIXTURE);
-    let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
-    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
-    let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
-    let func = (*tile_ir(&db, key, config, Target::Sm90).clone().unwrap()).clone();
-    let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
-    (func, code)
-}
-
 /// Rewrites every `wgmma.mma_async` line with `edit`; panics if none changed.
 fn edit_wgmmas(code: &TargetCode, edit: impl Fn(&str) -> String) -> TargetCode {
     let text: Vec<String> =
@@ -339,12 +333,12 @@ fn edit_wgmmas(code: &TargetCode, edit: impl Fn(&str) -> String) -> TargetCode {
 /// registers swapped (rows 8.. and columns 8.. exchanged), must not match.
 #[test]
 fn a_wrong_b_major_or_a_fragment_order_fails() {
-    let (func, code) = operands_case("k_major_b");
+    let (func, code) = fixture_case(OPERANDS_FIXTURE, "k_major_b");
     run_case(&func, &code).unwrap();
     let wrong = edit_wgmmas(&code, |l| l.replace(", 1, 1, 0, 0;", ", 1, 1, 0, 1;"));
     assert!(run_case(&func, &wrong).is_err(), "an N-major reading of a K-major B passed");
 
-    let (func, code) = operands_case("a_in_registers");
+    let (func, code) = fixture_case(OPERANDS_FIXTURE, "a_in_registers");
     run_case(&func, &code).unwrap();
     let wrong = edit_wgmmas(&code, |l| {
         let (head, rest) = l.split_once("}, {").unwrap();
