@@ -139,6 +139,10 @@ pub fn graph_to_tile_for_budget(graph: &Func, config: &Config, target: Target) -
         return run_passes(&sched, Level::Tile, TILE_PASSES, config, target, &mut |_, _| {});
     }
     let mut f = graph.clone();
+    // Tile lowering about triples the ops and values: growing them once, not by doubling
+    // through every pass, saves copying the op list several times per kernel.
+    f.ops.reserve(2 * f.ops.len());
+    f.values.reserve(2 * f.values.len());
     for (level, passes) in [(Level::Schedule, SCHEDULE_PASSES), (Level::Tile, TILE_PASSES)] {
         f.level = level;
         for pass in passes.iter().filter(|p| p.applies_to(target)) {

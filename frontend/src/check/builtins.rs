@@ -2,7 +2,7 @@
 //! The checker binds call arguments with these signatures; completion, signature help
 //! and hover show the same text.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::OnceLock;
 
 /// Where a built-in may be used.

@@ -91,7 +91,12 @@ impl<'a> Infer<'a> {
             mode,
             scope: super::module_scope(db, file),
             sig,
-            out: Inference { expr_types: vec![Ty::Unknown; n], ..Default::default() },
+            // Built element by element: `vec![Ty::Unknown; n]` clones through `Ty`'s deep
+            // `Clone` once per expression, about 1% of a cold check.
+            out: Inference {
+                expr_types: std::iter::repeat_with(|| Ty::Unknown).take(n).collect(),
+                ..Default::default()
+            },
             resolutions: vec![None; n],
             sink: DiagnosticSink::default(),
             locals_by_name: HashMap::default(),
