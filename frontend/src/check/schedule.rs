@@ -6,7 +6,7 @@ use std::fmt;
 use crate::text::TextRange;
 
 /// The standard schedule keys the compiler itself consumes.
-pub const STANDARD_KEYS: &[&str] = &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle", "mma"];
+pub const STANDARD_KEYS: &[&str] = &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle", "mma", "copy"];
 
 /// The methods of a `Schedule` value (each returns a new `Schedule`).
 pub const SCHEDULE_METHODS: &[&str] = &[
@@ -17,6 +17,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "with_vector",
     "with_swizzle",
     "with_mma",
+    "with_copy",
     "block",
     "k",
     "d",
@@ -25,6 +26,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "vector",
     "swizzle",
     "mma",
+    "copy",
 ];
 
 /// `ctx.m` ≡ `ctx.BM` and friends; Triton spellings of autotune keys map too.
@@ -50,11 +52,12 @@ pub const KEYWORD_KEYS: &[(&str, &str)] = &[
     ("vector", "vector"),
     ("swizzle", "swizzle"),
     ("mma", "mma"),
+    ("copy", "copy"),
 ];
 
 /// Keys whose value the compiler uses even when the kernel never reads them (no W0705).
 pub fn consumed_by_compiler(key: &str) -> bool {
-    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle" | "mma")
+    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle" | "mma" | "copy")
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -100,10 +103,11 @@ impl ScheduleValue {
 
     /// The value a plain `@kernel` has for a standard key: [`Self::default_for_kernel`]'s,
     /// and `"mma.sync"` for `mma` (left out of the default schedule, so configurations that
-    /// do not set it read as before).
+    /// do not set it read as before), and `"cp.async"` for `copy` (the same).
     pub fn kernel_default(key: &str) -> Option<KeyValue> {
         match canonical_key(key) {
             "mma" => Some(KeyValue::Str(MMA_SYNC.into())),
+            "copy" => Some(KeyValue::Str(CP_ASYNC.into())),
             k => Self::default_for_kernel().get(k).cloned(),
         }
     }
@@ -144,6 +148,29 @@ impl ScheduleValue {
             _ => MmaFamily::MmaSync,
         }
     }
+
+    /// How staged global → shared copies are made: `copy` (absent: `cp.async`).
+    pub fn copy(&self) -> CopyEngine {
+        match self.get("copy") {
+            Some(KeyValue::Str(s)) if s == TMA => CopyEngine::Tma,
+            _ => CopyEngine::CpAsync,
+        }
+    }
+}
+
+/// The value of the `copy` key that asks for Hopper's Tensor Memory Accelerator.
+pub const TMA: &str = "tma";
+/// The value of the `copy` key that asks for per-thread `cp.async` copies (the default).
+pub const CP_ASYNC: &str = "cp.async";
+
+/// The schedule key `copy`: what fills the shared buffers a GPU kernel stages.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum CopyEngine {
+    /// Every thread issues 16-byte `cp.async` chunks (sm_80 and sm_90).
+    CpAsync,
+    /// One thread issues `cp.async.bulk.tensor` boxes through a tensor map, completed on
+    /// an `mbarrier` (sm_90a; the buffers `wgmma` reads).
+    Tma,
 }
 
 /// The value of the `mma` key that asks for Hopper's warpgroup MMA.
@@ -194,6 +221,10 @@ pub fn validate(key: &str, value: &KeyValue) -> Option<String> {
             (s != MMA_SYNC && s != WGMMA).then(|| format!("mma must be \"{MMA_SYNC}\" or \"{WGMMA}\", got \"{s}\""))
         }
         ("mma", KeyValue::Int(_)) => Some(format!("mma must be \"{MMA_SYNC}\" or \"{WGMMA}\"")),
+        ("copy", KeyValue::Str(s)) => {
+            (s != CP_ASYNC && s != TMA).then(|| format!("copy must be \"{CP_ASYNC}\" or \"{TMA}\", got \"{s}\""))
+        }
+        ("copy", KeyValue::Int(_)) => Some(format!("copy must be \"{CP_ASYNC}\" or \"{TMA}\"")),
         ("BM" | "BN" | "BK" | "BD" | "warps" | "stages" | "vector", KeyValue::Str(_)) => {
             Some(format!("{key} must be an integer"))
         }
@@ -355,6 +386,10 @@ mod tests {
         assert!(validate("mma", &KeyValue::Str("mma.sync".into())).is_none());
         assert!(validate("mma", &KeyValue::Str("hgmma".into())).is_some());
         assert!(validate("mma", &KeyValue::Int(1)).is_some());
+        assert!(validate("copy", &KeyValue::Str("tma".into())).is_none());
+        assert!(validate("copy", &KeyValue::Str("cp.async".into())).is_none());
+        assert!(validate("copy", &KeyValue::Str("bulk".into())).is_some());
+        assert!(validate("copy", &KeyValue::Int(1)).is_some());
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub fn standard_candidates(key: &str) -> Vec<KeyValue> {
         "stages" => ints(&[1, 2, 3, 4, 5, 6, 7, 8]),
         "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
         "mma" => vec![KeyValue::Str("mma.sync".into()), KeyValue::Str("wgmma".into())],
+        "copy" => vec![KeyValue::Str("cp.async".into()), KeyValue::Str("tma".into())],
         _ => Vec::new(),
     }
 }

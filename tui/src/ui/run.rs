@@ -350,6 +350,10 @@ fn short_label(r: &RunRecord) -> String {
             if s.mma() == tessera_frontend::check::MmaFamily::Wgmma {
                 parts.push("wgmma".into());
             }
+        } else if k == "copy" {
+            if s.copy() == tessera_frontend::check::CopyEngine::Tma {
+                parts.push("tma".into());
+            }
         } else if !["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"].contains(&k.as_str()) {
             parts.push(format!("{k}{}", v.to_string().trim_matches('"')));
         }

@@ -66,6 +66,12 @@ pub(crate) fn short_config(config: &tessera_passes::Config) -> String {
                     parts.push(s.clone());
                 }
             }
+            // The copy engine: shown when it is not the default `cp.async`.
+            KeyValue::Str(s) if k == "copy" => {
+                if s != "cp.async" {
+                    parts.push(s.clone());
+                }
+            }
             v => parts.push(format!("{k}={}", v.to_string().trim_matches('"'))),
         }
     }

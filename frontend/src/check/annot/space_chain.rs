@@ -127,6 +127,7 @@ fn example(key: &str) -> &'static str {
         "vector" => "4, 8",
         "swizzle" => "\"none\", \"xor\"",
         "mma" => "\"mma.sync\", \"wgmma\"",
+        "copy" => "\"cp.async\", \"tma\"",
         _ => "32, 64",
     }
 }

@@ -242,7 +242,7 @@ impl<'a> Infer<'a> {
             let key = canonical_key(name).to_string();
             self.ctx_reads.insert(key.clone());
             return match key.as_str() {
-                "swizzle" | "mma" => Ty::Str(None),
+                "swizzle" | "mma" | "copy" => Ty::Str(None),
                 _ => Ty::Int(Some(Dim::sym(&key))),
             };
         }

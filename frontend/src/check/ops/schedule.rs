@@ -22,6 +22,7 @@ pub(crate) fn method_params(name: &str) -> Option<&'static [(&'static str, &'sta
         "with_vector" | "vector" => &[("vector", "vector")],
         "with_swizzle" | "swizzle" => &[("swizzle", "swizzle")],
         "with_mma" | "mma" => &[("mma", "mma")],
+        "with_copy" | "copy" => &[("copy", "copy")],
         _ => return None,
     })
 }
