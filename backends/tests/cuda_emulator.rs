@@ -33,6 +33,8 @@ mod decode;
 mod execute;
 #[path = "cuda_emulator/instructions.rs"]
 mod instructions;
+#[path = "cuda_emulator/tma.rs"]
+mod tma;
 #[path = "cuda_emulator/wgmma.rs"]
 mod wgmma;
 #[path = "cuda_emulator/wgmma_tests.rs"]

@@ -56,6 +56,9 @@ pub struct KernelAbi {
     /// The position in `params` of the hidden run-seed parameter (an `Index`), for
     /// kernels with stochastic rounding.
     pub seed: Option<usize>,
+    /// The tensor maps of its TMA copies (`copy = "tma"`): 128-byte parameters after
+    /// the slots of `params`, encoded by the launcher from the tensor arguments.
+    pub tensor_maps: Vec<crate::tma::TensorMapSpec>,
 }
 
 /// Values for a kernel's dim symbols and the grid they give.
@@ -88,7 +91,8 @@ impl KernelAbi {
                 return Err(format!("`{}`: the seed parameter {i} is not an index parameter", func.name));
             }
         }
-        Ok(KernelAbi { name: func.name.clone(), params, grid, threads, seed })
+        let tensor_maps = crate::tma::tensor_maps(func).map_err(|e| format!("`{}`: {e}", func.name))?;
+        Ok(KernelAbi { name: func.name.clone(), params, grid, threads, seed, tensor_maps })
     }
 
     /// The position among `params` (and among the launch's arguments) of the hidden

@@ -42,6 +42,11 @@ impl Config {
         self.schedule.mma()
     }
 
+    /// What fills the staged shared buffers on GPU targets (`copy` key).
+    pub fn copy(&self) -> tessera_frontend::check::CopyEngine {
+        self.schedule.copy()
+    }
+
     pub fn vector(&self) -> u32 {
         self.schedule.int("vector").unwrap_or(4).clamp(1, 16) as u32
     }

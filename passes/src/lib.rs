@@ -32,6 +32,7 @@ pub mod session;
 pub mod stages;
 pub mod target;
 pub mod tile;
+pub mod tma;
 pub mod units;
 pub mod wgmma;
 

@@ -71,6 +71,7 @@ pub const TILE_PASSES: &[Pass] = &[
         Ok(())
     }),
     pass("keep-wgmma-operands-in-shared", Level::Tile, true, |f, _, _| tile::keep_wgmma_operands_in_shared(f)),
+    pass("select-copy-engine", Level::Tile, true, crate::tma::select_copy_engine),
     pass("assign-layouts", Level::Tile, true, |f, c, _| {
         tile::assign_layouts(f, c);
         Ok(())

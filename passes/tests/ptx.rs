@@ -128,7 +128,7 @@ fn file_cases(path: &str, text: String, targets: &[Target], all_configs: bool, p
 fn short(config: &str) -> String {
     config
         .split(", ")
-        .filter(|kv| ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages="].iter().any(|k| kv.starts_with(k)))
+        .filter(|kv| ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages=", "copy=tma"].iter().any(|k| kv.starts_with(k)))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -260,7 +260,8 @@ fn lines_map_to_their_tile_ops() {
 // ----- mma = "wgmma" (sm_90a) -------------------------------------------------------------
 
 /// The `wgmma` kernels of the fixture, and the GEMMs of the examples and the corpus under
-/// each of their schedules with `mma = "wgmma"` set, where the rule admits it.
+/// each of their schedules with `mma = "wgmma"` set, where the rule admits it; each also
+/// with `copy = "tma"` (its configuration says so).
 fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
     let files = [
         "tests/fixtures/wgmma/gemms.tsr",
@@ -300,11 +301,17 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
                 {
                     continue;
                 }
-                let ptx = tile_ir(&db, key, config.clone(), Target::Sm90)
-                    .clone()
-                    .map_err(|e| format!("tile IR: {}", e.message))
-                    .and_then(|t| tessera_passes::ptx::emit(&t, Target::Sm90).map(|c| c.text).map_err(|e| e.message));
-                out.push((format!("{f} `{}`", key.name(&db)), short(&config.to_string()), ptx));
+                let mut tma = config.clone();
+                tma.schedule.set("copy", KeyValue::Str("tma".into()));
+                for config in [config, tma] {
+                    let ptx = tile_ir(&db, key, config.clone(), Target::Sm90)
+                        .clone()
+                        .map_err(|e| format!("tile IR: {}", e.message))
+                        .and_then(|t| {
+                            tessera_passes::ptx::emit(&t, Target::Sm90).map(|c| c.text).map_err(|e| e.message)
+                        });
+                    out.push((format!("{f} `{}`", key.name(&db)), short(&config.to_string()), ptx));
+                }
             }
         }
     }
@@ -342,6 +349,12 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
             failures.push(format!("{what} [{config}]: not an sm_90a module of wgmma instructions"));
             continue;
         }
+        // Under copy="tma" the staged operands arrive by TMA boxes, never by cp.async chunks.
+        let tma = config.contains("copy=tma");
+        let staged = ptx.contains("cp.async.bulk.tensor") || ptx.contains("cp.async.cg");
+        if tma && staged && (!ptx.contains("cp.async.bulk.tensor") || ptx.contains("cp.async.cg")) {
+            failures.push(format!("{what} [{config}]: copy=\"tma\" but not every staged copy is a TMA box"));
+        }
         let Some(ptxas) = &ptxas_path else { continue };
         let (report, cubin) = match ptxas::assemble_to_cubin(ptxas, ptx, "sm_90") {
             Ok(r) => r,
@@ -360,7 +373,12 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
                     if hgmma == 0 || hmma != 0 {
                         failures.push(format!("{what} [{config}]: {hgmma} HGMMA and {hmma} HMMA in the SASS"));
                     }
-                    sass_note = format!("{hgmma:>3} HGMMA  {}", first.unwrap_or_default());
+                    let utmaldg = sass.lines().filter(|l| l.contains("UTMALDG")).count();
+                    let ldgsts = sass.lines().filter(|l| l.contains("LDGSTS")).count();
+                    if tma && staged && (utmaldg == 0 || ldgsts != 0) {
+                        failures.push(format!("{what} [{config}]: {utmaldg} UTMALDG and {ldgsts} LDGSTS in the SASS"));
+                    }
+                    sass_note = format!("{hgmma:>3} HGMMA {utmaldg:>2} UTMALDG  {}", first.unwrap_or_default());
                 }
                 Err(e) => failures.push(format!("{what} [{config}]: nvdisasm: {e}")),
             }
@@ -376,4 +394,8 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     // The fixture's five kernels, and the example and corpus GEMMs under their schedules.
     assert!(cases.len() >= 20, "only {} wgmma configurations", cases.len());
+    let tma = cases
+        .iter()
+        .filter(|(_, c, ptx)| c.contains("copy=tma") && ptx.as_ref().is_ok_and(|p| p.contains("cp.async.bulk.tensor")));
+    assert!(tma.count() >= 20, "too few copy=\"tma\" configurations with TMA copies");
 }

@@ -149,6 +149,7 @@ mod tests {
             grid: [Dim::constant(1), Dim::constant(1), Dim::constant(1)],
             threads: 128,
             seed: None,
+            tensor_maps: Vec::new(),
         }
     }
 

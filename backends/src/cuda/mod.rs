@@ -10,6 +10,7 @@
 
 pub mod args;
 pub mod plan_executor;
+mod tensor_map;
 
 use std::ffi::{c_void, CStr, CString};
 use std::fmt;
@@ -256,6 +257,8 @@ pub struct Resident {
     generation: u64,
     buffers: Vec<(sys::CUdeviceptr, usize)>,
     params: args::Params,
+    /// The kernel's tensor maps (`copy = "tma"`), passed by value after the slots.
+    tensor_maps: Vec<sys::CUtensorMap>,
     grid: [u32; 3],
 }
 
@@ -471,6 +474,7 @@ impl GpuDevice {
             generation: state.generation,
             buffers: Vec::new(),
             params: args::Params { slots: Vec::new(), kinds: Vec::new() },
+            tensor_maps: Vec::new(),
             grid,
         };
         let mut data = args.iter().filter_map(|a| match a {
@@ -511,6 +515,9 @@ impl GpuDevice {
         }
         let pointers: Vec<u64> = resident.buffers.iter().map(|&(p, _)| p).collect();
         resident.params = args::pack(&kernel.abi, args, &pointers).map_err(GpuError::Args)?;
+        for spec in &kernel.abi.tensor_maps {
+            resident.tensor_maps.push(tensor_map::encode(&kernel.abi, spec, args, &pointers)?);
+        }
         drop(state);
         Ok(resident)
     }
@@ -546,6 +553,8 @@ impl GpuDevice {
         }
         let mut pointers: Vec<*mut c_void> =
             resident.params.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        // The 128-byte tensor maps follow, by value (`.param .align 64 .b8 tmapK[128]`).
+        pointers.extend(resident.tensor_maps.iter_mut().map(|m| m as *mut sys::CUtensorMap as *mut c_void));
         let [gx, gy, gz] = resident.grid;
         let result = (|| -> Result<Option<f64>, GpuError> {
             // SAFETY: the function is live in the current context; `pointers` holds one

@@ -11,14 +11,25 @@ pub(crate) enum Src {
     Imm(u64),
     Special(&'static str),
     Smem,
+    /// The address of a kernel parameter by name (`mov.u64 %rd, tmap0`).
+    Param(String),
 }
 
 #[derive(Clone, Debug)]
 pub(crate) enum Opd {
     Src(Src),
-    Mem { base: Option<usize>, param: Option<String>, offset: i64 },
+    Mem {
+        base: Option<usize>,
+        param: Option<String>,
+        offset: i64,
+    },
     Vec(Vec<Src>),
     Label(usize),
+    /// `[map, {c0, c1, ...}]`: a tensor map and box coordinates (TMA copies).
+    Tensor {
+        map: Src,
+        coords: Vec<Src>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -55,7 +66,9 @@ pub(crate) fn parse(ptx: &str) -> Result<Module, String> {
     for (n, line) in ptx.lines().enumerate() {
         let t = line.trim();
         if t.starts_with(".param") {
-            params.push(t.trim_end_matches(',').rsplit(' ').next().unwrap().to_string());
+            let name = t.trim_end_matches(',').rsplit(' ').next().unwrap();
+            // `.param .align 64 .b8 tmap0[128]`: the name without its array extent.
+            params.push(name.split('[').next().unwrap_or(name).to_string());
             continue;
         }
         if t == "{" {
@@ -108,7 +121,15 @@ pub(crate) fn parse(ptx: &str) -> Result<Module, String> {
             pieces.push(buf.trim().to_string());
         }
         for p in pieces {
-            if let Some(inner) = p.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+            if let Some((map, coords)) = p
+                .strip_prefix('[')
+                .and_then(|x| x.strip_suffix("}]"))
+                .and_then(|x| x.split_once(", {").or_else(|| x.split_once(",{")))
+            {
+                let map = source(map, &mut regs, line)?;
+                let coords = coords.split(',').map(|x| source(x, &mut regs, line)).collect::<Result<_, _>>()?;
+                args.push(Opd::Tensor { map, coords });
+            } else if let Some(inner) = p.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
                 let (base, offset) = match inner.split_once('+') {
                     Some((b, o)) => (b.trim(), o.trim().parse::<i64>().map_err(|_| format!("line {line}: {p}"))?),
                     None => (inner.trim(), 0),
@@ -160,6 +181,7 @@ fn source(t: &str, regs: &mut Regs, line: usize) -> Result<Src, String> {
         "%nctaid.y" => Src::Special("nctaid.y"),
         "%nctaid.z" => Src::Special("nctaid.z"),
         "tessera_smem" => Src::Smem,
+        _ if t.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) && !t.contains('.') => Src::Param(t.to_string()),
         _ if t.starts_with("!%") => Src::Not(regs.get(&t[1..])),
         _ if t.starts_with('%') => Src::Reg(regs.get(t)),
         _ => Src::Imm(parse_imm(t).ok_or(format!("line {line}: operand `{t}`"))?),

@@ -94,6 +94,11 @@ pub(crate) struct Cta<'a> {
     pub(crate) unfenced: HashMap<u64, usize>,
     pub(crate) global: &'a mut Global,
     params: &'a HashMap<String, u64>,
+    /// Tensor maps by the generic address of their parameter (`super::tma`).
+    pub(crate) tensor_maps: &'a HashMap<u64, super::tma::TensorMap>,
+    /// mbarriers by shared address, and TMA box copies not landed yet.
+    pub(crate) mbarriers: HashMap<u64, super::tma::Mbarrier>,
+    pub(crate) box_copies: Vec<super::tma::BoxCopy>,
     ctaid: [u64; 3],
     nctaid: [u64; 3],
     steps: u64,
@@ -147,6 +152,9 @@ impl Cta<'_> {
             Src::Not(r) => (self.read(t, &Src::Reg(*r), pc)? == 0) as u64,
             Src::Imm(v) => *v,
             Src::Smem => 0,
+            Src::Param(name) => {
+                *self.params.get(name).ok_or_else(|| self.err(pc, format!("`{name}` is not a parameter")))?
+            }
             Src::Special(name) => match *name {
                 "tid" => t as u64,
                 "ctaid.x" => self.ctaid[0],
@@ -197,6 +205,10 @@ impl Cta<'_> {
             for c in t.open.iter().chain(t.groups.iter().flatten()) {
                 out.extend(c.dst / 16..(c.dst + c.size as u64).div_ceil(16));
             }
+        }
+        // A TMA box covers its whole range (its swizzle permutes chunks inside it).
+        for c in &self.box_copies {
+            out.extend(c.dst / 16..(c.dst + c.bytes).div_ceil(16));
         }
         out
     }
@@ -351,6 +363,10 @@ impl Cta<'_> {
             "fence" if op.get(1) == Some(&"proxy") && op.get(2) == Some(&"async") => {
                 self.unfenced.retain(|_, writer| *writer != t);
             }
+            // `fence.mbarrier_init.release.cluster`: initializations are applied at once here.
+            "fence" if op.get(1) == Some(&"mbarrier_init") => {}
+            "mbarrier" => self.mbarrier_op(t, pc, op)?,
+            "cp" if op.get(2) == Some(&"bulk") => self.bulk_tensor(t, pc, op)?,
             "bra" => {
                 if let Opd::Label(l) = self.m.code[pc].args[0] {
                     return Ok(l);
@@ -495,10 +511,33 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
         }
     }
     let params = pack(&code.abi, args, &pointers)?;
-    if params.slots.len() != module.params.len() {
-        return Err(format!("{} parameter slots for {} PTX parameters", params.slots.len(), module.params.len()));
+    let maps = code.abi.tensor_maps.len();
+    if params.slots.len() + maps != module.params.len() {
+        return Err(format!(
+            "{} parameter slots and {maps} tensor maps for {} PTX parameters",
+            params.slots.len(),
+            module.params.len()
+        ));
     }
-    let values: HashMap<String, u64> = module.params.iter().cloned().zip(params.slots.iter().copied()).collect();
+    // Tensor maps follow the slots; each parameter's "address" keys its map.
+    let mut slots = params.slots.clone();
+    let mut tensor_maps = HashMap::new();
+    let tensor_args: Vec<(usize, &tessera_backends::tensor::HostTensor)> = args
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            Arg::Tensor(t) => Some((i, t)),
+            _ => None,
+        })
+        .collect();
+    for (k, spec) in code.abi.tensor_maps.iter().enumerate() {
+        let n =
+            tensor_args.iter().position(|&(i, _)| i == spec.param).ok_or("a tensor map of a non-tensor argument")?;
+        let address = 0x7e00_0000_0000 + 128 * k as u64;
+        tensor_maps.insert(address, super::tma::encode(spec, pointers[n], &tensor_args[n].1.dims)?);
+        slots.push(address);
+    }
+    let values: HashMap<String, u64> = module.params.iter().cloned().zip(slots).collect();
     let mut steps = 0;
     let [gx, gy, gz] = binding.grid;
     for z in 0..gz {
@@ -514,6 +553,9 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
                     unfenced: HashMap::new(),
                     global: &mut global,
                     params: &values,
+                    tensor_maps: &tensor_maps,
+                    mbarriers: HashMap::new(),
+                    box_copies: Vec::new(),
                     ctaid: [x, y, z],
                     nctaid: [gx, gy, gz],
                     steps: 0,
@@ -521,6 +563,9 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
                 cta.run().map_err(|e| format!("program ({x}, {y}, {z}): {e}"))?;
                 if cta.threads.iter().any(|t| !t.groups.is_empty() || !t.open.is_empty()) {
                     return Err(format!("program ({x}, {y}, {z}) ends with asynchronous copies still pending"));
+                }
+                if !cta.box_copies.is_empty() {
+                    return Err(format!("program ({x}, {y}, {z}) ends with TMA copies that no mbarrier wait landed"));
                 }
                 if cta.warpgroups.iter().any(|w| w.pending()) {
                     return Err(format!("program ({x}, {y}, {z}) ends with wgmma.mma_async groups still in flight"));

@@ -38,9 +38,13 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn with_wgmma(config: &Config) -> Config {
+/// `config` with `mma = "wgmma"`, and `copy = "tma"` when `tma`.
+fn with_wgmma(config: &Config, tma: bool) -> Config {
     let mut c = config.clone();
     c.schedule.set("mma", KeyValue::Str("wgmma".into()));
+    if tma {
+        c.schedule.set("copy", KeyValue::Str("tma".into()));
+    }
     c
 }
 
@@ -55,9 +59,15 @@ const GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=36,K=40", "M=33,N=17
 /// Attention: one whole key block and a ragged sequence (a partial query and key block).
 const ATTENTION_SHAPES: &[&str] = &["BH=1,S=64,D=64", "BH=2,S=100,D=64"];
 
-fn shapes_of(kernel: &str) -> &'static [&'static str] {
+/// Under `copy = "tma"`: ragged tiles whose rows stay multiples of 16 bytes (a tensor
+/// map's strides must be), and a K shorter than one k step.
+const TMA_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=40,K=56", "M=33,N=24,K=8"];
+
+fn shapes_of(kernel: &str, config: &Config) -> &'static [&'static str] {
     if kernel.contains("attention") {
         ATTENTION_SHAPES
+    } else if config.copy() == tessera_frontend::check::CopyEngine::Tma {
+        TMA_GEMM_SHAPES
     } else {
         GEMM_SHAPES
     }
@@ -74,7 +84,7 @@ fn check_against_both(
     code: &TargetCode,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    for spec in shapes_of(kernel) {
+    for spec in shapes_of(kernel, config) {
         failures.extend(check_kernel(label, kernel, func, code, spec));
         // The f64 reference of the Graph IR: no Tile IR pass, interpreter or generator in it.
         let symbols: BTreeMap<String, i64> = spec
@@ -114,7 +124,13 @@ fn check_against_both(
 /// Every kernel of `text` under each of its configurations with `mma = "wgmma"` (the
 /// written ones that already say so, and every candidate of a space with the key set),
 /// lowered for sm_90 where the rule admits it; (covered, skipped with their reasons, failures).
-fn emulate_file(label: &str, path: &Path, text: &str, all_candidates: bool) -> (usize, Vec<String>, Vec<String>) {
+fn emulate_file(
+    label: &str,
+    path: &Path,
+    text: &str,
+    all_candidates: bool,
+    tma: bool,
+) -> (usize, Vec<String>, Vec<String>) {
     let db = Database::default();
     let file = SourceFile::new(&db, path.to_path_buf(), text.to_string(), None);
     let (mut covered, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
@@ -124,11 +140,11 @@ fn emulate_file(label: &str, path: &Path, text: &str, all_candidates: bool) -> (
         }
         let kernel = entry.key.name(&db).to_string();
         let Ok((default, _)) = default_config(&db, entry.key, &BTreeMap::new()) else { continue };
-        let mut configs = vec![with_wgmma(&default)];
+        let mut configs = vec![with_wgmma(&default, tma)];
         if all_candidates {
             let space = fn_decorators(&db, entry.key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
             for schedule in space {
-                let c = with_wgmma(&Config { schedule, shapes: default.shapes.clone() });
+                let c = with_wgmma(&Config { schedule, shapes: default.shapes.clone() }, tma);
                 if !configs.contains(&c) {
                     configs.push(c);
                 }
@@ -140,6 +156,10 @@ fn emulate_file(label: &str, path: &Path, text: &str, all_candidates: bool) -> (
         }
         for config in configs {
             if let Some((why, _)) = tessera_passes::pipeline::wgmma_problem(&graph, &config, Target::Sm90) {
+                skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
+                continue;
+            }
+            if let Some((why, _)) = tessera_passes::tma::tma_problem(&graph, &config, Target::Sm90) {
                 skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
                 continue;
             }
@@ -159,6 +179,12 @@ fn emulate_file(label: &str, path: &Path, text: &str, all_candidates: bool) -> (
                 }
             };
             assert!(code.text.contains(".target sm_90a"), "{label} `{kernel}`: not sm_90a");
+            if tma && func.walk().into_iter().any(|id| func.op(id).kind == OpKind::CpAsync) {
+                assert!(
+                    code.text.contains("cp.async.bulk.tensor") && !code.text.contains("cp.async.cg"),
+                    "{label} `{kernel}` [{config}]: copy=\"tma\" but not every staged copy is a TMA box"
+                );
+            }
             failures.extend(check_against_both(label, &kernel, &graph, &config, &func, &code));
             covered += 1;
         }
@@ -179,7 +205,7 @@ fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
         if only.as_deref().is_some_and(|o| !label.contains(o)) {
             continue;
         }
-        let (c, s, f) = emulate_file(&label, &path, &text, all);
+        let (c, s, f) = emulate_file(&label, &path, &text, all, false);
         covered += c;
         skipped.extend(s);
         failures.extend(f);
@@ -206,7 +232,7 @@ fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
     for (f, all) in [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)] {
         let path = root().join(f);
         let text = std::fs::read_to_string(&path).unwrap();
-        let (c, skipped, fails) = emulate_file(f, &path, &text, all);
+        let (c, skipped, fails) = emulate_file(f, &path, &text, all, false);
         for s in &skipped {
             eprintln!("not WGMMA: {s}");
         }
@@ -215,6 +241,35 @@ fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     assert!(covered >= 2, "only {covered} attention kernels ran with wgmma");
+}
+
+/// `copy = "tma"`: the staged operands arrive by TMA boxes through tensor maps, completed
+/// on a ring of mbarriers. The same GEMMs, attention kernels and shapes (ragged ones
+/// too: the boxes' out-of-bounds parts are zeros) against the interpreter and the f64
+/// reference.
+#[test]
+fn tma_copies_feed_wgmma_what_the_interpreter_and_the_reference_compute() {
+    let only = std::env::var("TESSERA_EMULATE").ok();
+    let files =
+        [WGMMA_FIXTURE, OPERANDS_FIXTURE, "examples/flash_attention.tsr"].into_iter().chain(GEMM_FILES.iter().copied());
+    let (mut covered, mut failures) = (0, Vec::new());
+    for f in files {
+        if only.as_deref().is_some_and(|o| !f.contains(o)) {
+            continue;
+        }
+        let path = root().join(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (c, skipped, fails) = emulate_file(f, &path, &text, false, true);
+        for s in &skipped {
+            eprintln!("not TMA: {s}");
+        }
+        covered += c;
+        failures.extend(fails);
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    if only.is_none() {
+        assert!(covered >= 12, "only {covered} kernels ran with TMA copies");
+    }
 }
 
 // ----- planted bugs ------------------------------------------------------------------
@@ -347,4 +402,118 @@ fn a_wrong_b_major_or_a_fragment_order_fails() {
         format!("{head}}}, {{{}, {}, {}, {}}}{tail}", r[0], r[2], r[1], r[3])
     });
     assert!(run_case(&func, &wrong).is_err(), "a swapped A fragment passed");
+}
+
+// ----- copy = "tma": planted bugs ------------------------------------------------------
+
+/// Tile IR and PTX of a fixture kernel under its own schedule with `copy = "tma"`.
+fn tma_case(fixture: &str, kernel: &str) -> (Func, TargetCode) {
+    let db = Database::default();
+    let path = root().join(fixture);
+    let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
+    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
+    let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+    let func = (*tile_ir(&db, key, with_wgmma(&config, true), Target::Sm90).clone().unwrap()).clone();
+    let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
+    assert!(code.text.contains("cp.async.bulk.tensor"), "`{kernel}`: no TMA copy");
+    (func, code)
+}
+
+fn run_tma_case(func: &Func, code: &TargetCode) -> Result<(), String> {
+    let failures = check_kernel("planted", &func.name, func, code, "M=70,N=40,K=56");
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
+/// A tensor map whose swizzle is not the descriptors', a box coordinate off by one
+/// column block, and a missing or wrong-parity mbarrier wait must each fail, where the
+/// untouched kernel matches the interpreter.
+#[test]
+fn a_wrong_tensor_map_coordinate_or_mbarrier_wait_fails() {
+    let mut swizzles_planted = 0;
+    for kernel in ["two_warpgroups", "two_tiles_narrow_b", "wide_n_relu"] {
+        let (func, code) = tma_case(WGMMA_FIXTURE, kernel);
+        run_tma_case(&func, &code).unwrap_or_else(|e| panic!("the unplanted `{kernel}` fails: {e}"));
+        // The launcher encodes a wider swizzle than the one the descriptors read (same
+        // box: a narrower span could not hold its rows, which the driver refuses).
+        let mut bad = code.clone();
+        let mut planted = 0;
+        for m in &mut bad.abi.tensor_maps {
+            if m.swizzle_bytes < 128 {
+                m.swizzle_bytes *= 2;
+                planted += 1;
+            }
+        }
+        if planted > 0 {
+            assert!(run_tma_case(&func, &bad).is_err(), "`{kernel}`: a tensor map with the wrong swizzle passed");
+        }
+        swizzles_planted += planted;
+        // Every box one element further along the contiguous dim.
+        let shifted: Vec<String> = code
+            .text
+            .lines()
+            .map(|l| match l.split_once(", {") {
+                Some((head, rest)) if l.contains("cp.async.bulk.tensor") => {
+                    let (first, tail) = rest.split_once(',').unwrap();
+                    format!("{head}, {{{first}+1,{tail}")
+                }
+                _ => l.to_string(),
+            })
+            .collect();
+        let shifted = TargetCode { text: shifted.join("\n"), ..code.clone() };
+        assert!(shifted.text != code.text);
+        // `%r5+1` is not an operand the emulator reads: the shift must be a real add.
+        let shifted = TargetCode {
+            text: shifted
+                .text
+                .lines()
+                .map(|l| {
+                    if let Some((head, rest)) = l.split_once(", {").filter(|_| l.contains("+1,")) {
+                        let (reg, tail) = rest.split_once("+1,").unwrap();
+                        format!("add.u32 {reg}, {reg}, 1;\n{head}, {{{reg},{tail}")
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            ..code.clone()
+        };
+        let result = run_tma_case(&func, &shifted);
+        assert!(result.is_err(), "`{kernel}`: boxes one column off still match");
+    }
+    assert!(swizzles_planted > 0, "no tensor map with a swizzle below 128 bytes to plant");
+    let (func, code) = tma_case(WGMMA_FIXTURE, "two_warpgroups");
+    // Without the waits, wgmma reads boxes in flight (or the kernel ends with them).
+    let no_wait: Vec<&str> = code.text.lines().filter(|l| !l.contains("mbarrier.try_wait")).collect();
+    let no_wait = TargetCode { text: no_wait.join("\n"), ..code.clone() };
+    let err = run_tma_case(&func, &no_wait).expect_err("no mbarrier wait");
+    assert!(err.contains("in flight") || err.contains("TMA copies") || err.contains("before any write"), "{err}");
+    // Waiting on the other parity passes at once, before the boxes land.
+    let flipped: Vec<String> = code
+        .text
+        .lines()
+        .map(|l| match l.trim().strip_prefix("mbarrier.try_wait.parity.shared::cta.b64 ") {
+            Some(operands) => {
+                let parity = operands.rsplit(", ").next().unwrap().trim_end_matches(';');
+                format!("\txor.b32 {parity}, {parity}, 1;\n{l}")
+            }
+            None => l.to_string(),
+        })
+        .collect();
+    let flipped = TargetCode { text: flipped.join("\n"), ..code.clone() };
+    let err = run_tma_case(&func, &flipped).expect_err("a wait on the wrong parity");
+    assert!(err.contains("in flight") || err.contains("TMA copies"), "{err}");
+}
+
+/// A tensor whose rows are not a multiple of 16 bytes cannot have a tensor map: the
+/// launch is refused (as the driver refuses to encode it), not run on wrong data.
+#[test]
+fn a_tensor_map_of_unaligned_rows_is_refused() {
+    let (func, code) = tma_case(WGMMA_FIXTURE, "two_warpgroups");
+    let failures = check_kernel("planted", &func.name, &func, &code, "M=70,N=36,K=40");
+    assert!(failures.iter().any(|f| f.contains("cuTensorMapEncodeTiled")), "{failures:#?}");
 }

@@ -388,6 +388,8 @@ pub enum PruneReason {
     MmaShape(String),
     /// `mma = "wgmma"` cannot be used (`crate::wgmma`): the reason.
     Wgmma(String),
+    /// `copy = "tma"` cannot be used (`crate::tma`): the reason.
+    Tma(String),
     Lowering(String),
 }
 
@@ -399,6 +401,7 @@ impl PruneReason {
             PruneReason::Registers { .. } => "registers",
             PruneReason::MmaShape(_) => "tensor-core shape",
             PruneReason::Wgmma(_) => "WGMMA",
+            PruneReason::Tma(_) => "TMA",
             PruneReason::Lowering(_) => "does not lower",
         }
     }
@@ -418,7 +421,10 @@ impl PruneReason {
                 if *basis == prune::Basis::AtLeast { "at least " } else { "" },
                 basis_note(*basis)
             ),
-            PruneReason::MmaShape(why) | PruneReason::Wgmma(why) | PruneReason::Lowering(why) => why.clone(),
+            PruneReason::MmaShape(why)
+            | PruneReason::Wgmma(why)
+            | PruneReason::Tma(why)
+            | PruneReason::Lowering(why) => why.clone(),
         }
     }
 }
@@ -472,7 +478,10 @@ fn mma_reason(db: &dyn Db, key: FnKey<'_>, schedule: &ScheduleValue) -> Option<P
 
 /// The `mma = "wgmma"` check of [`prune_reason`] (E0704 for a fixed schedule).
 fn wgmma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
-    wgmma_problem(db, key, config, target).map(|(why, _)| PruneReason::Wgmma(why))
+    wgmma_problem(db, key, config, target).map(|(why, _)| PruneReason::Wgmma(why)).or_else(|| {
+        let graph = graph_ir(db, key).as_ref().ok()?;
+        crate::tma::tma_problem(graph, config, target).map(|(why, _)| PruneReason::Tma(why))
+    })
 }
 
 /// Why the kernel cannot use `mma = "wgmma"` under `config` on `target`, and where (the
@@ -623,6 +632,13 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         if let Some((why, at)) = crate::pipeline::wgmma_problem(&graph, &config, target) {
             let d = Diagnostic::new(Code::E0704, at, format!("mma=\"wgmma\" cannot be used on {target}: {why}"))
                 .with_note("the schedule asks for `mma=\"wgmma\"`; `mma=\"mma.sync\"` (the default) runs this dot on every GPU target");
+            out.body.push(Lint { diagnostic: d, fix: None });
+            return out;
+        }
+        // `copy = "tma"` where the staged copies cannot take it: the reason.
+        if let Some((why, at)) = crate::tma::tma_problem(&graph, &config, target) {
+            let d = Diagnostic::new(Code::E0706, at.unwrap_or(def.name_range), format!("copy=\"tma\" cannot be used on {target}: {why}"))
+                .with_note("the schedule asks for `copy=\"tma\"`; `copy=\"cp.async\"` (the default) stages these copies on every GPU target");
             out.body.push(Lint { diagnostic: d, fix: None });
             return out;
         }

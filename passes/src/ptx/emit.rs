@@ -141,6 +141,8 @@ pub(crate) struct Emitter<'f> {
     pub(super) deferrable: std::collections::HashSet<OpId>,
     /// The op being emitted.
     pub(super) current: OpId,
+    /// The tensor maps and mbarrier ring of a kernel with TMA copies.
+    pub(super) tma: Option<super::tma::Tma>,
 }
 
 impl<'f> Emitter<'f> {
@@ -178,9 +180,11 @@ impl<'f> Emitter<'f> {
             wgmma: f.walk().into_iter().any(|id| f.op(id).str_attr("instr") == Some("wgmma")),
             deferrable: deferrable_loads(f),
             current: OpId(0),
+            tma: None,
         };
         e.bind_params(abi)?;
         e.place_buffers()?;
+        e.setup_tma(abi)?;
         Ok(e)
     }
 
@@ -613,11 +617,17 @@ impl<'f> Emitter<'f> {
             OpKind::SmemSlot => self.smem_slot(op)?,
             OpKind::LoadShared => self.load_shared(op)?,
             OpKind::StoreShared => self.store_shared(op)?,
+            OpKind::CpAsync if crate::tma::is_tma_copy(op) => self.tma_copy(op)?,
             OpKind::CpAsync => self.cp_async(op)?,
-            OpKind::AsyncCommit => self.b.ins("cp.async.commit_group"),
+            // With TMA copies, a group is also an mbarrier phase (`super::tma`).
+            OpKind::AsyncCommit => {
+                self.b.ins("cp.async.commit_group");
+                self.tma_commit();
+            }
             OpKind::AsyncWait => {
                 let pending = op.int_attr("pending").unwrap_or(0).clamp(0, 7);
                 self.b.ins(format!("cp.async.wait_group {pending}"));
+                self.tma_wait(pending);
             }
             OpKind::Barrier => {
                 if self.wgmma {

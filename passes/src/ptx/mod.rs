@@ -22,7 +22,7 @@
 //! `numerics` (element types and conversions), `memory` (global memory), `shared`
 //! (shared memory and async copies),
 //! `dot` (`mma.sync` and `ldmatrix`), `wgmma` (warpgroup MMAs from shared memory
-//! through matrix descriptors, sm_90a), `movement` (layout conversions, broadcasts,
+//! through matrix descriptors, sm_90a), `tma` (TMA copies and their mbarriers, sm_90a), `movement` (layout conversions, broadcasts,
 //! reductions), `ptxas` (validation with NVIDIA's assembler), `nvdisasm` (the SASS it produced).
 //!
 //! Validation: `passes/tests/ptx.rs` assembles every corpus and example kernel, every
@@ -44,6 +44,7 @@ mod policy;
 pub mod ptxas;
 mod shared;
 mod threadmap;
+mod tma;
 mod tools;
 pub mod wgmma;
 

@@ -1,0 +1,214 @@
+//! TMA copies and their mbarrier ring (`copy = "tma"`, sm_90a; the rule is `crate::tma`).
+//!
+//! - Parameters: each of the kernel's tensor maps (`KernelAbi::tensor_maps`) is a
+//!   `.param .align 64 .b8 tmapK[128]` after the kernel's own parameters, read through
+//!   its generic address (`cvta.param`), as a `const __grid_constant__ CUtensorMap` is.
+//! - Prologue: thread 0 initializes the ring's `S` mbarriers (arrival count 1), fences
+//!   the initialization and the CTA synchronizes.
+//! - A copy (`tile.cp_async` marked `via = "tma"`): thread 0 adds the box bytes to the
+//!   transaction count of the open group's barrier (`mbarrier.expect_tx`) and issues one
+//!   `cp.async.bulk.tensor` box per swizzle column block, completing on that barrier.
+//! - A commit: thread 0 arrives on the open group's barrier (the phase completes when
+//!   the bytes have landed too); every thread counts the group.
+//! - A wait for all but `n` groups: every thread waits, in order, on each group it has
+//!   not waited for up to there (`mbarrier.try_wait.parity` on the group's barrier and
+//!   phase parity).
+//!
+//! Group `g` uses barrier `g mod S` at phase parity `(g / S) mod 2`. Reusing a barrier is
+//! safe because the pipeline refills a slot only after a CTA barrier that follows every
+//! thread's wait for the group that last filled it (the same order that makes refilling
+//! the slot itself safe).
+
+use super::builder::{Class, Operand, Reg};
+use super::emit::{Emitter, R};
+use crate::abi::KernelAbi;
+use crate::ir::Op;
+use crate::tma::TensorMapSpec;
+
+/// The TMA state of a kernel with TMA copies.
+pub(crate) struct Tma {
+    /// Each tensor map with the register holding its generic address.
+    maps: Vec<(TensorMapSpec, Reg)>,
+    /// Barriers in the ring.
+    ring: i64,
+    /// Shared-window address of the first barrier.
+    barriers: Reg,
+    /// Commit groups this thread has counted, and groups it has waited for.
+    commits: Reg,
+    waited: Reg,
+    /// `tid == 0`: the thread that issues copies and arrives.
+    leader: Reg,
+}
+
+impl Emitter<'_> {
+    /// Declares the tensor-map parameters and sets up the ring (prologue), when the
+    /// kernel has TMA copies.
+    pub(super) fn setup_tma(&mut self, abi: &KernelAbi) -> R<()> {
+        if abi.tensor_maps.is_empty() {
+            return Ok(());
+        }
+        let f = self.f;
+        let Some((ring_buffer, ring)) = crate::tma::mbarrier_ring(f) else {
+            return Err(crate::error::LowerError {
+                message: "internal error: a kernel with TMA copies has no mbarrier ring".into(),
+                range: f.loc.range,
+            });
+        };
+        let offset = self.buffer_offsets[&ring_buffer];
+        let base = self.smem_base();
+        let mut maps = Vec::new();
+        for (k, spec) in abi.tensor_maps.iter().enumerate() {
+            let name = format!("tmap{k}");
+            self.params.push(format!(".param .align 64 .b8 {name}[128]"));
+            let generic = self.b.in_prologue(|b| {
+                let (param, generic) = (b.reg(Class::B64), b.reg(Class::B64));
+                b.ins(format!("mov.u64 {param}, {name}"));
+                b.ins(format!("cvta.param.u64 {generic}, {param}"));
+                generic
+            });
+            maps.push((spec.clone(), generic));
+        }
+        let tma = self.b.in_prologue(|b| {
+            let (tid, leader) = (b.reg(Class::B32), b.reg(Class::Pred));
+            b.ins(format!("mov.u32 {tid}, %tid.x"));
+            b.ins(format!("setp.eq.u32 {leader}, {tid}, 0"));
+            let barriers = b.reg(Class::B32);
+            b.ins(format!("add.u32 {barriers}, {base}, {offset}"));
+            for i in 0..ring {
+                b.ins_if(
+                    leader,
+                    false,
+                    format!("mbarrier.init.shared::cta.b64 [{barriers}+{}], 1", i * crate::tma::MBARRIER_BYTES),
+                );
+            }
+            // The initialization is visible to the async proxy (the TMA's complete_tx)
+            // and to every thread before anyone uses a barrier.
+            b.ins_if(leader, false, "fence.mbarrier_init.release.cluster");
+            b.ins("bar.sync 0");
+            let (commits, waited) = (b.reg(Class::B32), b.reg(Class::B32));
+            b.ins(format!("mov.u32 {commits}, 0"));
+            b.ins(format!("mov.u32 {waited}, 0"));
+            Tma { maps, ring, barriers, commits, waited, leader }
+        });
+        self.tma = Some(tma);
+        Ok(())
+    }
+
+    /// The shared address of the barrier of group `group` (a register).
+    fn barrier_of(&mut self, group: Reg) -> Reg {
+        let tma = self.tma.as_ref().expect("a TMA kernel");
+        let (ring, barriers) = (tma.ring, tma.barriers);
+        let b = &mut self.b;
+        let (slot, addr) = (b.reg(Class::B32), b.reg(Class::B32));
+        b.ins(format!("rem.u32 {slot}, {group}, {ring}"));
+        b.ins(format!("mad.lo.u32 {addr}, {slot}, {}, {barriers}", crate::tma::MBARRIER_BYTES));
+        addr
+    }
+
+    /// A `tile.cp_async` performed by the TMA.
+    pub(super) fn tma_copy(&mut self, op: &Op) -> R<()> {
+        let defs = self.f.definitions();
+        let spec = crate::tma::copy_spec(self.f, &defs, op).map_err(|why| self.fail(op, why))?;
+        let slot = self.smem_of(op, op.operands[0])?;
+        let view = self.view_of(op, op.operands[1])?;
+        let (width, blocks, rows) =
+            crate::tma::blocks(&slot.ty).ok_or_else(|| self.fail(op, "the slot is not in a descriptor swizzle"))?;
+        // Each box lands where its swizzle (which acts on address bits) matches the
+        // descriptor layout: at a multiple of the swizzle's repeat of 8 rows.
+        let repeat = 8 * width;
+        let slot_bytes = slot.ty.slot_bytes().unwrap_or(0) as i64;
+        if slot.imm % repeat != 0 || (rows * width) % repeat != 0 || slot_bytes % repeat != 0 {
+            return Err(
+                self.fail(op, format!("internal error: a TMA box not aligned to its {repeat}-byte swizzle repeat"))
+            );
+        }
+        let (commits, leader) = {
+            let tma = self.tma.as_ref().ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
+            (tma.commits, tma.leader)
+        };
+        let map = self.tma.as_ref().and_then(|t| t.maps.iter().find(|(s, _)| *s == spec).map(|&(_, r)| r));
+        let map = map.ok_or_else(|| self.fail(op, "internal error: the copy's tensor map is not a parameter"))?;
+        let barrier = self.barrier_of(commits);
+        // Coordinates, innermost dim first (s32; a negative or past-the-end box part is
+        // zero-filled by the hardware).
+        let rank = view.offsets.len();
+        let mut coords = Vec::with_capacity(rank);
+        for j in (0..rank).rev() {
+            coords.push(match view.offsets[j] {
+                Operand::Int(v) => Operand::Int(v),
+                o => {
+                    let r = self.b.reg(Class::B32);
+                    self.b.ins(format!("cvt.u32.u64 {r}, {o}"));
+                    Operand::Reg(r)
+                }
+            });
+        }
+        let box_bytes = spec.box_bytes();
+        self.b.ins_if(
+            leader,
+            false,
+            format!("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [{barrier}], {}", box_bytes * blocks),
+        );
+        let per_block = width / slot.ty.dtype.bytes() as i64;
+        for block in 0..blocks {
+            let inner = match coords[0] {
+                Operand::Int(v) => Operand::Int(v + block * per_block),
+                o if block == 0 => o,
+                o => {
+                    let r = self.b.reg(Class::B32);
+                    self.b.ins(format!("add.u32 {r}, {o}, {}", block * per_block));
+                    Operand::Reg(r)
+                }
+            };
+            let dst = self.b.reg(Class::B32);
+            self.b.ins(format!("add.u32 {dst}, {}, {}", slot.addr, slot.imm + block * rows * width));
+            let mut c = vec![inner.to_string()];
+            c.extend(coords[1..].iter().map(|o| o.to_string()));
+            self.b.ins_if(
+                leader,
+                false,
+                format!(
+                    "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{dst}], \
+                     [{map}, {{{}}}], [{barrier}]",
+                    c.join(", ")
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// `tile.async_commit` in a kernel with TMA copies: closes the open group's phase.
+    pub(super) fn tma_commit(&mut self) {
+        let Some(tma) = self.tma.as_ref() else { return };
+        let (commits, leader) = (tma.commits, tma.leader);
+        let barrier = self.barrier_of(commits);
+        let state = self.b.reg(Class::B64);
+        self.b.ins_if(leader, false, format!("mbarrier.arrive.release.cta.shared::cta.b64 {state}, [{barrier}]"));
+        self.b.ins(format!("add.u32 {commits}, {commits}, 1"));
+    }
+
+    /// `tile.async_wait pending=n` in a kernel with TMA copies: waits for every group
+    /// but the `n` most recent.
+    pub(super) fn tma_wait(&mut self, pending: i64) {
+        let Some(tma) = self.tma.as_ref() else { return };
+        let (commits, waited, ring) = (tma.commits, tma.waited, tma.ring);
+        let (next, done, retry) = (self.b.label("tma_wait"), self.b.label("tma_waited"), self.b.label("tma_try"));
+        self.b.place_label(&next);
+        let (upto, finished) = (self.b.reg(Class::B32), self.b.reg(Class::Pred));
+        self.b.ins(format!("add.u32 {upto}, {waited}, {pending}"));
+        self.b.ins(format!("setp.ge.u32 {finished}, {upto}, {commits}"));
+        self.b.ins_if(finished, false, format!("bra.uni {done}"));
+        let barrier = self.barrier_of(waited);
+        let parity = self.b.reg(Class::B32);
+        self.b.ins(format!("div.u32 {parity}, {waited}, {ring}"));
+        self.b.ins(format!("and.b32 {parity}, {parity}, 1"));
+        self.b.place_label(&retry);
+        let landed = self.b.reg(Class::Pred);
+        self.b.ins(format!("mbarrier.try_wait.parity.shared::cta.b64 {landed}, [{barrier}], {parity}"));
+        // Not `.uni`: threads of a warp may see the phase complete at different tries.
+        self.b.ins_if(landed, true, format!("bra {retry}"));
+        self.b.ins(format!("add.u32 {waited}, {waited}, 1"));
+        self.b.ins(format!("bra.uni {next}"));
+        self.b.place_label(&done);
+    }
+}

@@ -1,0 +1,262 @@
+//! Hopper's Tensor Memory Accelerator for staged copies (`copy = "tma"`): the rule the
+//! target lints (E0706), autotune pruning and lowering share, the Tile pass that marks
+//! the copies (`select-copy-engine`), and the tensor maps a kernel's launch encodes.
+//!
+//! What this slice supports (docs/language.md, "Schedules and autotuning"): the staged
+//! shared buffers that `wgmma` reads through matrix descriptors (`mma = "wgmma"`) on
+//! sm_90. Their layout is already the descriptor's swizzle (`Swizzle::Wgmma(W)`: column
+//! blocks of `W` bytes, each `rows × W` bytes, 16-byte chunks XOR-ed by the row), which
+//! is exactly what a TMA box of `W` bytes by `rows` writes with `CU_TENSOR_MAP_SWIZZLE_W`
+//! at an address aligned to the swizzle's repeat: so one copy is one box per column
+//! block. Out-of-bounds box elements (ragged edges, prefetches past the end) are written
+//! as zeros by the hardware, as `cp.async`'s zero fill does.
+//!
+//! Completion uses `mbarrier`s instead of `cp.async` groups: the kernel's commit groups
+//! stay as they are in Tile IR, and the PTX backend (`ptx::tma`) gives the `g`-th group
+//! barrier `g mod S` of a ring of `S` (the deepest ring of staged slots) at phase parity
+//! `(g / S) mod 2`; a wait for all but `n` groups waits on every group up to there.
+
+use smol_str::SmolStr;
+use tessera_frontend::check::{CopyEngine, DType, Dim, MmaFamily};
+use tessera_frontend::text::TextRange;
+
+use crate::config::Config;
+use crate::error::LowerError;
+use crate::ir::{Attr, Func, Op, OpId, OpKind, Region, SmemType, Swizzle, Type, ValueId};
+use crate::target::Target;
+
+/// The attribute of a `tile.cp_async` the TMA performs: `via = "tma"`.
+pub const VIA: &str = "via";
+pub const VIA_TMA: &str = "tma";
+/// The attribute of the `tile.alloc_shared` holding the kernel's ring of mbarriers.
+pub const MBARRIERS: &str = "mbarriers";
+/// Bytes of one `mbarrier` object.
+pub const MBARRIER_BYTES: i64 = 8;
+/// The most elements of one box dimension (`cuTensorMapEncodeTiled`).
+pub const MAX_BOX: i64 = 256;
+/// Global strides of a tensor map must be multiples of this many bytes.
+pub const STRIDE_ALIGN: i64 = 16;
+
+/// One tensor map a kernel reads through: encoded by the launcher from the tensor
+/// argument (`cuTensorMapEncodeTiled`) and passed as a 128-byte `__grid_constant__`
+/// parameter after the kernel's own parameters, in the order of `KernelAbi::tensor_maps`.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct TensorMapSpec {
+    /// The tensor's position among the kernel's parameters.
+    pub param: usize,
+    pub dtype: DType,
+    /// Box extents, innermost (contiguous) dim first, one per tensor dim.
+    pub box_dims: Vec<u32>,
+    /// The swizzle span in bytes (32, 64 or 128).
+    pub swizzle_bytes: u32,
+}
+
+impl TensorMapSpec {
+    /// Bytes one box holds (what a copy signals on its mbarrier).
+    pub fn box_bytes(&self) -> i64 {
+        self.box_dims.iter().map(|&d| d as i64).product::<i64>() * self.dtype.bytes() as i64
+    }
+}
+
+/// Why `copy = "tma"` cannot be used for the kernel `graph` (Graph IR) under `config` on
+/// `target`, and where (`None`: the kernel's name); `None` when it can, or when the
+/// schedule does not ask for it.
+pub fn tma_problem(graph: &Func, config: &Config, target: Target) -> Option<(String, Option<TextRange>)> {
+    if config.copy() != CopyEngine::Tma || !target.is_gpu() {
+        return None;
+    }
+    if target != Target::Sm90 {
+        return Some((format!("the Tensor Memory Accelerator is a Hopper unit (sm_90); the target is {target}"), None));
+    }
+    if config.mma() != MmaFamily::Wgmma {
+        return Some((
+            "TMA copies fill only the shared buffers that warpgroup MMAs read: it needs mma=\"wgmma\"".into(),
+            None,
+        ));
+    }
+    // The dot operands staging copies: each tensor's rows must be a multiple of 16 bytes
+    // (a tensor map's global strides), provably so when its last dim is a constant.
+    let defs = graph.definitions();
+    for id in graph.walk() {
+        let op = graph.op(id);
+        if op.kind != OpKind::Dot || op.operands.len() < 2 {
+            continue;
+        }
+        for &operand in &op.operands[..2] {
+            let (_, source) = crate::sched::dot_operand_source(graph, &defs, operand);
+            let Some(load) = source.map(|d| graph.op(d)).filter(|l| l.kind == OpKind::Load) else { continue };
+            let Some(view) = defs[load.operands[0].0 as usize].map(|d| graph.op(d)) else { continue };
+            if view.kind != OpKind::View {
+                continue;
+            }
+            let Some(Type::Tensor(t)) = view.operands.first().map(|&v| graph.ty(v)) else { continue };
+            let Some(last) = t.dims.last().and_then(Dim::as_const) else { continue };
+            let row_bytes = last * t.dtype.bytes() as i64;
+            if row_bytes % STRIDE_ALIGN != 0 {
+                let name = graph.values[view.operands[0].0 as usize].name.clone().unwrap_or_else(|| SmolStr::new("?"));
+                return Some((
+                    format!(
+                        "the rows of `{name}` are {last} × {} = {row_bytes} bytes; a tensor map's row stride must be \
+                         a multiple of {STRIDE_ALIGN} bytes",
+                        t.dtype.bytes()
+                    ),
+                    Some(load.loc.range),
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The `select-copy-engine` Tile pass: under `copy = "tma"`, marks each `tile.cp_async`
+/// into a `wgmma` descriptor buffer `via = "tma"` and allocates the kernel's ring of
+/// mbarriers (one per slot of the deepest staged ring).
+pub(crate) fn select_copy_engine(f: &mut Func, config: &Config, target: Target) -> Result<(), LowerError> {
+    if config.copy() != CopyEngine::Tma || !target.is_gpu() || !f.has_op_of(&[OpKind::CpAsync]) {
+        return Ok(());
+    }
+    if let Some((why, at)) = tma_problem(f, config, target) {
+        return Err(LowerError {
+            message: format!("copy=\"tma\" cannot be used: {why}"),
+            range: at.unwrap_or(f.loc.range),
+        });
+    }
+    let defs = f.definitions();
+    let mut ring = 0i64;
+    let mut marked = Vec::new();
+    for id in f.walk() {
+        let op = f.op(id);
+        if op.kind != OpKind::CpAsync {
+            continue;
+        }
+        let Type::Smem(slot) = f.ty(op.operands[0]) else { continue };
+        if !matches!(slot.swizzle, Swizzle::Wgmma(_)) {
+            continue;
+        }
+        copy_spec(f, &defs, op).map_err(|why| LowerError {
+            message: format!("copy=\"tma\" cannot be used for this copy: {why}"),
+            range: op.loc.range,
+        })?;
+        let stages = match defs[op.operands[0].0 as usize].map(|d| f.op(d)) {
+            Some(d) if d.kind == OpKind::SmemSlot => match f.ty(d.operands[0]) {
+                Type::Smem(buffer) => buffer.stages.max(1) as i64,
+                _ => 1,
+            },
+            _ => 1,
+        };
+        ring = ring.max(stages);
+        marked.push(id);
+    }
+    if marked.is_empty() {
+        return Ok(());
+    }
+    for id in marked {
+        f.op_mut(id).set_attr(VIA, Attr::Str(SmolStr::new(VIA_TMA)));
+    }
+    let ty = Type::Smem(SmemType {
+        dims: vec![Dim::constant(ring)],
+        dtype: DType::I64,
+        swizzle: Swizzle::None,
+        pad: 0,
+        stages: 1,
+    });
+    let v = f.new_value(ty, Some("mbarriers"));
+    let loc = f.loc.clone();
+    f.ops.push(Op {
+        kind: OpKind::AllocShared,
+        operands: Vec::new(),
+        results: vec![v],
+        attrs: vec![(MBARRIERS, Attr::Bool(true))],
+        regions: Vec::new(),
+        loc,
+    });
+    let alloc = OpId(f.ops.len() as u32 - 1);
+    let body = std::mem::take(&mut f.body.ops);
+    f.body = Region { args: std::mem::take(&mut f.body.args), ops: std::iter::once(alloc).chain(body).collect() };
+    Ok(())
+}
+
+/// Whether `op` (a `tile.cp_async`) is performed by the TMA.
+pub fn is_tma_copy(op: &Op) -> bool {
+    op.kind == OpKind::CpAsync && op.str_attr(VIA) == Some(VIA_TMA)
+}
+
+/// The swizzle span `W` in bytes of a TMA copy's slot, the number of `W`-byte column
+/// blocks (one box each) and the rows of each.
+pub fn blocks(slot: &SmemType) -> Option<(i64, i64, i64)> {
+    let Swizzle::Wgmma(width) = slot.swizzle else { return None };
+    let (rows, row_len) = slot.rows_and_row_len()?;
+    let row_bytes = row_len * slot.dtype.bytes() as i64;
+    let width = width as i64;
+    (row_bytes % width == 0).then_some((width, row_bytes / width, rows))
+}
+
+/// The tensor map of the TMA copy `op` (`tile.cp_async %slot, %view` in Tile IR), or why
+/// it cannot be one: the view must keep the tensor's contiguous last dim and one other,
+/// and each box must fit the hardware's limits.
+pub fn copy_spec(f: &Func, defs: &[Option<OpId>], op: &Op) -> Result<TensorMapSpec, String> {
+    let Type::Smem(slot) = f.ty(op.operands[0]) else { return Err("the destination is not a shared buffer".into()) };
+    let (width, _, rows) = blocks(slot).ok_or("the buffer is not laid out in a WGMMA descriptor's swizzle")?;
+    let view = defs[op.operands[1].0 as usize].map(|d| f.op(d)).filter(|v| v.kind == OpKind::View);
+    let view = view.ok_or("the source is not a view of a tensor parameter")?;
+    let tensor = view.operands[0];
+    let param = f.params.iter().position(|&p| p == tensor).ok_or("the source is not a view of a tensor parameter")?;
+    let Type::Tensor(t) = f.ty(tensor) else { return Err("the source is not a tensor".into()) };
+    let rank = t.dims.len();
+    if !(2..=5).contains(&rank) {
+        return Err(format!("a tensor map has 2 to 5 dims; the tensor has {rank}"));
+    }
+    let squeeze: Vec<i64> = match view.attr("squeeze") {
+        Some(Attr::Ints(v)) => v.clone(),
+        _ => Vec::new(),
+    };
+    let kept: Vec<usize> = (0..rank).filter(|d| !squeeze.contains(&(*d as i64))).collect();
+    let [row_dim, last] = kept[..] else {
+        return Err(format!("the view keeps {} dims of the tensor; a TMA copy takes two", kept.len()));
+    };
+    if last != rank - 1 {
+        return Err("the view does not keep the tensor's contiguous last dim".into());
+    }
+    let eb = slot.dtype.bytes() as i64;
+    let box_inner = width / eb;
+    if rows > MAX_BOX || box_inner > MAX_BOX {
+        return Err(format!("a box of {rows} × {box_inner} elements; each box dim is at most {MAX_BOX}"));
+    }
+    let mut box_dims = vec![1u32; rank];
+    box_dims[0] = box_inner as u32;
+    box_dims[rank - 1 - row_dim] = rows as u32;
+    Ok(TensorMapSpec { param, dtype: slot.dtype, box_dims, swizzle_bytes: width as u32 })
+}
+
+/// The distinct tensor maps of a Tile IR kernel's TMA copies, in the order of first use.
+pub fn tensor_maps(f: &Func) -> Result<Vec<TensorMapSpec>, String> {
+    if !f.has_op_of(&[OpKind::CpAsync]) {
+        return Ok(Vec::new());
+    }
+    let defs = f.definitions();
+    let mut out: Vec<TensorMapSpec> = Vec::new();
+    for id in f.walk() {
+        let op = f.op(id);
+        if !is_tma_copy(op) {
+            continue;
+        }
+        let spec = copy_spec(f, &defs, op)?;
+        if !out.contains(&spec) {
+            out.push(spec);
+        }
+    }
+    Ok(out)
+}
+
+/// The mbarrier ring of a Tile IR kernel with TMA copies: its buffer and its depth.
+pub fn mbarrier_ring(f: &Func) -> Option<(ValueId, i64)> {
+    f.body
+        .ops
+        .iter()
+        .map(|&id| f.op(id))
+        .find(|op| op.kind == OpKind::AllocShared && op.attr(MBARRIERS).is_some())
+        .and_then(|op| {
+            let Type::Smem(s) = f.ty(op.results[0]) else { return None };
+            Some((op.results[0], s.dims.first()?.as_const()?))
+        })
+}
