@@ -9,7 +9,9 @@
 #      takes minutes), then the winner run and checked against the f64 reference, beside torch.matmul and scaled_dot_product_attention (benches/gpu/torch_peer.py);
 #   4. every flash-attention candidate alone at that size, under a launch time limit;
 #   5. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
-#      prebuilt test binaries are there.
+#      prebuilt test binaries are there;
+#   6. (hopper) GEMM 4096^3 on the Hopper path: mma="wgmma" with cp.async and with TMA
+#      copies (copy="tma"), each checked against the f64 reference and timed.
 # Usage: benches/gpu/acceptance.sh BINDIR OUTDIR [ARCHIVE]
 #   With ARCHIVE, OUTDIR is packed into it after every step (a lease's copy-back takes few
 #   files, and a step that runs out of time must not lose the ones before it).
@@ -24,7 +26,7 @@ cd "$ROOT"
 T=$BIN/tessera
 ARCHIVE=${3:-}
 # STEPS picks steps by name (default: all of them).
-STEPS=${STEPS:-machine peers untuned sweep tune candidates nccl cuda-test}
+STEPS=${STEPS:-machine peers hopper untuned sweep tune candidates nccl cuda-test}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 log() {
     echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"
@@ -49,6 +51,16 @@ if want peers; then
 log "peers (torch)"
 timeout 120 python3 benches/gpu/torch_peer.py > "$OUT/torch_peer.json" 2> "$OUT/torch_peer.err"
 cat "$OUT/torch_peer.json"
+
+fi
+if want hopper; then
+log "GEMM 4096^3 on WGMMA, staged by cp.async and by TMA"
+for copy in cp.async tma; do
+    timeout 60 "$T" run examples/gemm.tsr --kernel gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled \
+        --schedule BM=128,BN=128,BK=64,warps=4,stages=3,mma=wgmma,copy=$copy --repeat 30 --json \
+        > "$OUT/gemm_wgmma_$copy.json" 2> "$OUT/gemm_wgmma_$copy.err"
+    echo "copy=$copy rc=$?"; grep -A3 '"time_ms"' "$OUT/gemm_wgmma_$copy.json"; tail -5 "$OUT/gemm_wgmma_$copy.err"
+done
 
 fi
 if want untuned; then
