@@ -188,8 +188,8 @@ fn smem_for(dims: &[Dim], dtype: DType, stages: u32, load: &Op) -> SmemType {
     let row_bytes = dims.last().and_then(Dim::as_const).unwrap_or(0) * dtype.bytes() as i64;
     let swizzle = if row_bytes >= 64 && dtype.bits() <= 16 { Swizzle::Xor } else { Swizzle::None };
     let smem = SmemType { dims: dims.to_vec(), dtype, swizzle, pad: 0, stages };
-    if load.attr(crate::wgmma::DESCRIPTOR_LAYOUT).is_some() {
-        crate::wgmma::descriptor_layout(&smem)
+    if let Some(attr) = load.attr(crate::wgmma::DESCRIPTOR_LAYOUT) {
+        crate::wgmma::descriptor_layout(&smem, attr.as_int().unwrap_or(128))
     } else {
         smem
     }
@@ -649,7 +649,8 @@ pub(crate) fn assign_layouts(f: &mut Func, config: &Config) {
             // B stays in shared memory; A too, unless it is in registers, where it takes
             // the accumulator's fragment layout (which is the A fragment, per k16 step).
             let groups = op.int_attr("warpgroups").unwrap_or(1).max(1) as u32;
-            let acc = Layout::Wgmma { warpgroups: groups };
+            let across_n = op.int_attr(crate::wgmma::ACROSS_N).unwrap_or(1).max(1) as u32;
+            let acc = Layout::Wgmma { warpgroups: groups, across_n };
             if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() {
                 layout[op.operands[0].0 as usize].get_or_insert(acc.clone());
             }

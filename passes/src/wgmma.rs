@@ -4,8 +4,9 @@
 //!
 //! What this slice supports (docs/language.md, "Schedules and autotuning"): sm_90,
 //! f16 or bf16 operands, an f32 accumulator, warpgroups (4 warps each) stacked along M
-//! with `M` a multiple of 64 per warpgroup, `N` a multiple of 8 up to 256 (one
-//! instruction covers every column), `K` a multiple of 16. A is read from shared memory
+//! with `M` a multiple of 64 per warpgroup, or, where M has fewer m64 tiles than there
+//! are warpgroups, the rest splitting N (A then from shared memory); `N` per warpgroup a
+//! multiple of 8 up to 256 (one instruction covers its columns), `K` a multiple of 16. A is read from shared memory
 //! as `[M, K]` (K-major) or, when the kernel computes it, from registers in the
 //! accumulator's own fragment layout (attention's `P @ V`: P is the `#wgmma` result of
 //! `Q @ K.T`, so it needs no shuffle). B is read from shared memory, either as `[K, N]`
@@ -33,6 +34,9 @@ pub const WARPGROUP_WARPS: u32 = 4;
 /// The attribute of a staged `tile.load` whose shared buffer a `wgmma` reads through a
 /// matrix descriptor (its swizzle is then the descriptor's, chosen from the row bytes).
 pub const DESCRIPTOR_LAYOUT: &str = "wgmma_operand";
+
+/// The attribute of a `wgmma` dot: how many of its warpgroups split N (1: all along M).
+pub const ACROSS_N: &str = "warpgroups_across_n";
 
 /// The attribute of a `wgmma` dot whose A operand is in registers (`#wgmma` layout).
 pub const A_IN_REGISTERS: &str = "a_registers";
@@ -62,6 +66,18 @@ struct Sources {
     a: Source,
     b: Source,
     b_k_major: bool,
+    /// How many warpgroups split N (the rest stack along M).
+    across_n: i64,
+    /// The widest descriptor swizzle (bytes) B's buffer may take: a warpgroup's N slice
+    /// of an N-major B must start on a swizzle block.
+    b_max_swizzle: i64,
+}
+
+/// Warpgroups stacked along M as far as M's m64 tiles allow (`groups` of them in all),
+/// the rest split N: `(along M, across N)`, or None when M is no multiple of 64 times a
+/// divisor of `groups`.
+pub fn warpgroup_grid(m: i64, groups: i64) -> Option<(i64, i64)> {
+    (1..=groups).rev().find(|&g| groups % g == 0 && m % (WGMMA_M * g) == 0).map(|g| (g, groups / g))
 }
 
 /// Why the kernel's dots cannot use `wgmma` under `config` on `target`, with the range of
@@ -110,21 +126,31 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
         return Err(format!("warps = {warps} is not a multiple of 4: `wgmma` runs on warpgroups of 4 warps"));
     }
     let groups = (warps / WARPGROUP_WARPS) as i64;
-    if m % (WGMMA_M * groups) != 0 {
-        return Err(format!(
-            "M = {m}: {warps} warps are {groups} warpgroup{} and each takes whole m64 tiles of rows, so M must be a \
-             multiple of {}",
-            if groups == 1 { "" } else { "s" },
-            WGMMA_M * groups
-        ));
-    }
-    if n % 8 != 0 || n > WGMMA_MAX_N {
-        return Err(format!("N = {n}: one `wgmma` covers a multiple of 8 columns up to 256"));
+    let Some((along_m, across_n)) = warpgroup_grid(m, groups) else {
+        return Err(format!("M = {m} is not a multiple of 64: each warpgroup takes whole m64 tiles of rows"));
+    };
+    let n_slice = n / across_n;
+    if n % (8 * across_n) != 0 || n_slice > WGMMA_MAX_N {
+        let split = if across_n > 1 {
+            format!(
+                " ({groups} warpgroups are {along_m} along M and {across_n} across N: N / {across_n} per warpgroup)"
+            )
+        } else {
+            String::new()
+        };
+        return Err(format!("N = {n}: one `wgmma` covers a multiple of 8 columns up to 256{split}"));
     }
     if k % WGMMA_K != 0 {
         return Err(format!("K = {k} is not a multiple of 16, the K of `wgmma` with {dtype} operands"));
     }
     let defs = f.definitions();
+    if across_n > 1 && f.walk().into_iter().any(|id| f.op(id).kind == OpKind::Dot && a_is_computed(f, &defs, id)) {
+        return Err(format!(
+            "M = {m}: {warps} warps split N across {across_n} warpgroups, but a dot here takes A from registers, which \
+             needs each warpgroup to hold whole rows (M a multiple of {})",
+            WGMMA_M * groups
+        ));
+    }
     let a = match source(f, &defs, op.operands[0], "A")? {
         Some((a, false)) => a,
         Some((_, true)) => return Err("A is read transposed; `wgmma` reads A as [M, K] (or from registers)".into()),
@@ -141,7 +167,22 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
              swizzle of `wgmma`'s matrix descriptors (N a multiple of 16 is)"
         ));
     }
-    Ok(Sources { a, b, b_k_major })
+    // Each warpgroup's slice of an N-major B starts on a swizzle block of its buffer.
+    let slice_bytes = n_slice * dtype.bytes() as i64;
+    let b_max_swizzle = if b_k_major || across_n == 1 {
+        128
+    } else {
+        match Swizzle::wgmma_for_row(slice_bytes) {
+            Some(Swizzle::Wgmma(w)) => w as i64,
+            _ => {
+                return Err(format!(
+                "N = {n} across {across_n} warpgroups: each warpgroup's {slice_bytes}-byte slice of a B row is not a \
+                     multiple of 32, the narrowest descriptor swizzle"
+            ))
+            }
+        }
+    };
+    Ok(Sources { a, b, b_k_major, across_n, b_max_swizzle })
 }
 
 /// The shared-memory source of operand `v` (`name` is "A" or "B"; `defs` from
@@ -170,6 +211,11 @@ fn source(f: &Func, defs: &[Option<OpId>], v: ValueId, name: &str) -> Result<Opt
         },
         _ => Ok(None),
     }
+}
+
+/// Whether dot `dot`'s A is computed by the kernel (it would go in from registers).
+fn a_is_computed(f: &Func, defs: &[Option<OpId>], dot: OpId) -> bool {
+    matches!(source(f, defs, f.op(dot).operands[0], "A"), Ok(None))
 }
 
 /// Why a B the kernel computes cannot go to `wgmma`.
@@ -201,12 +247,12 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
             range: f.op(dot).loc.range,
         })?;
         let (a_in_registers, b_k_major) = (matches!(sources.a, Source::Registers), sources.b_k_major);
-        for s in [sources.a, sources.b] {
+        for (s, widest) in [(sources.a, 128), (sources.b, sources.b_max_swizzle)] {
             match s {
-                Source::StagedLoad(load) => f.op_mut(load).set_attr(DESCRIPTOR_LAYOUT, Attr::Bool(true)),
+                Source::StagedLoad(load) => f.op_mut(load).set_attr(DESCRIPTOR_LAYOUT, Attr::Int(widest)),
                 Source::Buffer(buffer) => {
                     if let Type::Smem(s) = f.ty(buffer).clone() {
-                        f.values[buffer.0 as usize].ty = Type::Smem(descriptor_layout(&s));
+                        f.values[buffer.0 as usize].ty = Type::Smem(descriptor_layout(&s, widest));
                     }
                 }
                 Source::Registers => {}
@@ -215,6 +261,7 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
         let op = f.op_mut(dot);
         op.set_attr("instr", Attr::Str(SmolStr::new("wgmma")));
         op.set_attr("warpgroups", Attr::Int(groups));
+        op.set_attr(ACROSS_N, Attr::Int(sources.across_n));
         op.attrs.retain(|(k, _)| *k != "warps");
         if a_in_registers {
             op.set_attr(A_IN_REGISTERS, Attr::Bool(true));
@@ -226,10 +273,15 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
     Ok(())
 }
 
-/// `s` laid out for a matrix descriptor: the widest swizzle its rows allow, no padding
-/// (the rule above guarantees a 32-byte multiple).
-pub fn descriptor_layout(s: &SmemType) -> SmemType {
+/// `s` laid out for a matrix descriptor: the widest swizzle up to `widest` bytes its rows
+/// allow, no padding (the rule above guarantees a 32-byte multiple).
+pub fn descriptor_layout(s: &SmemType, widest: i64) -> SmemType {
     let row_bytes = s.rows_and_row_len().map_or(0, |(_, len)| len * s.dtype.bytes() as i64);
-    let swizzle = Swizzle::wgmma_for_row(row_bytes).unwrap_or(s.swizzle);
+    let swizzle = [128, 64, 32]
+        .into_iter()
+        .filter(|&w| w <= widest)
+        .find(|&w| row_bytes > 0 && row_bytes % w == 0)
+        .map(|w| Swizzle::Wgmma(w as u32))
+        .unwrap_or(s.swizzle);
     SmemType { swizzle, pad: 0, ..s.clone() }
 }

@@ -328,7 +328,10 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
         ("", "", Target::Sm80, "the target is sm_80"),
         ("bf16", "f16", Target::Sm90, ""),
         ("warps=4", "warps=2", Target::Sm90, "warps = 2 is not a multiple of 4"),
-        ("warps=4", "warps=8", Target::Sm90, "M = 64: 8 warps are 2 warpgroups"),
+        // M = 64 over two warpgroups: they split N (32 columns each) instead.
+        ("warps=4", "warps=8", Target::Sm90, ""),
+        ("block=(64, 64)", "block=(32, 64)", Target::Sm90, "M = 32 is not a multiple of 64"),
+        ("block=(64, 64)", "block=(64, 48)", Target::Sm90, ""),
         ("block=(64, 64)", "block=(64, 320)", Target::Sm90, "N = 320"),
         ("block=(64, 64)", "block=(64, 8)", Target::Sm90, "a row of the [K, N] B operand is 16 bytes"),
         // A computed in registers and a K-major B (attention's operands) are taken.
@@ -374,6 +377,17 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
         assert_eq!(e0704.len(), 1, "{from} -> {to} on {target}: {lints:#?}");
         assert!(e0704[0].starts_with("E0704@12:") && e0704[0].contains(reason), "{from} -> {to}: {lints:#?}");
     }
+    // Warpgroups across N need A from shared memory (each would hold a slice of A's rows'
+    // columns otherwise).
+    let split_computed_a = clean.replace("warps=4", "warps=8").replace(
+        "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])",
+        "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]) * 2.0",
+    );
+    let lints = lint(&split_computed_a, Target::Sm90);
+    assert!(
+        lints.iter().any(|l| l.starts_with("E0704@12:") && l.contains("split N across 2 warpgroups")),
+        "{lints:#?}"
+    );
     // f32 operands: the dtype is the reason (no tensor cores for f32 under mma.sync either).
     let f32 = clean.replace("bf16", "f32");
     assert!(lint(&f32, Target::Sm90).iter().any(|l| l.starts_with("E0704@12:") && l.contains("f32 x f32")));
@@ -387,7 +401,7 @@ fn wgmma_candidates_that_cannot_run_are_pruned_with_the_reason() {
         "{HEADER}{}",
         WGMMA_GEMM.replace(
             "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4, mma=\"wgmma\"))",
-            "@kernel.autotune(space=dict(BM=[64], BN=[64], BK=[32], warps=[4, 8], mma=[\"mma.sync\", \"wgmma\"]))"
+            "@kernel.autotune(space=dict(BM=[64], BN=[64], BK=[32], warps=[2, 4], mma=[\"mma.sync\", \"wgmma\"]))"
         )
     );
     let lints = lint(&space, Target::Sm90);

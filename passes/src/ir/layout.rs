@@ -24,8 +24,11 @@ pub enum Layout {
     /// m64 tiles of all N columns, one instruction each. In a tile, warp `w % 4` of the
     /// warpgroup owns rows `16 (w % 4) ..+16` in the m16n8 C-fragment pattern repeated
     /// over N: lane l (g = l/4, t = l%4) holds, in registers `4j .. 4j+3`, rows g and g+8
-    /// of columns `8j + 2t` and `+1` — N / 2 f32 registers per tile.
-    Wgmma { warpgroups: u32 },
+    /// of columns `8j + 2t` and `+1` — N / 2 f32 registers per tile. With `across_n > 1`
+    /// (M too short for every warpgroup to take whole m64 tiles), warpgroup `w` takes the
+    /// rows of block `w / across_n` and the columns of slice `w % across_n` of N /
+    /// across_n each, the same pattern within its slice.
+    Wgmma { warpgroups: u32, across_n: u32 },
     /// An operand of `mma.sync`: A (`op = 0`, m16 x k) or B (`op = 1`, k x n8) fragments
     /// matching the parent accumulator layout; `k_width` elements share a 32-bit register
     /// (2 for 16-bit types, 4 for 8-bit).
@@ -105,7 +108,7 @@ impl Layout {
         match self {
             Layout::Blocked { warps_per_cta, .. } => warps_per_cta.iter().product(),
             Layout::Mma { warps } => warps[0] * warps[1],
-            Layout::Wgmma { warpgroups } => 4 * warpgroups,
+            Layout::Wgmma { warpgroups, .. } => 4 * warpgroups,
             Layout::DotOperand { parent, .. } | Layout::Slice { parent, .. } => parent.warps(),
         }
     }
@@ -121,7 +124,7 @@ impl Layout {
                 blocked_elements(shape, size_per_thread, threads_per_warp, warps_per_cta, tid)
             }
             Layout::Mma { warps } => mma_elements(shape, *warps, tid),
-            Layout::Wgmma { warpgroups } => wgmma_elements(shape, *warpgroups, tid),
+            Layout::Wgmma { warpgroups, across_n } => wgmma_elements(shape, *warpgroups, *across_n, tid),
             Layout::DotOperand { op, parent, k_width } => match parent.as_ref() {
                 Layout::Mma { warps } => dot_operand_elements(shape, *op, *warps, *k_width, tid),
                 _ => Vec::new(),
@@ -156,9 +159,9 @@ impl Layout {
                 let (_, _, wm, wn, _, _) = warp_block(shape, *warps, 0);
                 (wm / 16).max(0) * (wn / 8).max(0) * 4
             }
-            Layout::Wgmma { warpgroups } => {
-                let (block_rows, n) = wgmma_block(shape, *warpgroups);
-                (block_rows / 64) * (n / 8) * 4
+            Layout::Wgmma { warpgroups, across_n } => {
+                let (block_rows, n_slice) = wgmma_block(shape, *warpgroups, *across_n);
+                (block_rows / 64) * (n_slice / 8) * 4
             }
             Layout::DotOperand { op, parent, k_width } => match parent.as_ref() {
                 Layout::Mma { warps } => {
@@ -336,24 +339,29 @@ fn mma_elements(shape: &[i64], warps: [u32; 2], tid: u32) -> Vec<Vec<i64>> {
 
 /// Rows of one warpgroup's block and the columns a `wgmma` accumulator layout covers
 /// (a smaller tile is replicated, as in `mma` layouts).
-fn wgmma_block(shape: &[i64], warpgroups: u32) -> (i64, i64) {
-    let groups = warpgroups.max(1) as i64;
-    let m = shape[0].max(64 * groups);
-    (((m / groups) / 64).max(1) * 64, shape.get(1).copied().unwrap_or(8).max(8))
+/// The rows of a warpgroup's block and the columns of its N slice.
+fn wgmma_block(shape: &[i64], warpgroups: u32, across_n: u32) -> (i64, i64) {
+    let across_n = across_n.clamp(1, warpgroups.max(1)) as i64;
+    let along_m = (warpgroups.max(1) as i64 / across_n).max(1);
+    let m = shape[0].max(64 * along_m);
+    let n = shape.get(1).copied().unwrap_or(8).max(8);
+    (((m / along_m) / 64).max(1) * 64, (n / across_n).max(8))
 }
 
-fn wgmma_elements(shape: &[i64], warpgroups: u32, tid: u32) -> Vec<Vec<i64>> {
-    let (block_rows, n) = wgmma_block(shape, warpgroups);
+fn wgmma_elements(shape: &[i64], warpgroups: u32, across_n: u32, tid: u32) -> Vec<Vec<i64>> {
+    let (block_rows, n_slice) = wgmma_block(shape, warpgroups, across_n);
     let warp = tid / WARP;
+    let across_n = across_n.clamp(1, warpgroups.max(1)) as i64;
     let (group, warp_in_group) = ((warp / 4 % warpgroups.max(1)) as i64, (warp % 4) as i64);
+    let (block, slice) = (group / across_n, group % across_n);
     let lane = (tid % WARP) as i64;
     let (g, t) = (lane / 4, lane % 4);
     let (rows, cols) = (shape[0].max(1), shape.get(1).copied().unwrap_or(1).max(1));
     let mut out = Vec::new();
     for tile in 0..block_rows / 64 {
-        let r = group * block_rows + tile * 64 + 16 * warp_in_group + g;
-        for j in 0..n / 8 {
-            let c = 8 * j + 2 * t;
+        let r = block * block_rows + tile * 64 + 16 * warp_in_group + g;
+        for j in 0..n_slice / 8 {
+            let c = slice * n_slice + 8 * j + 2 * t;
             for (dr, dc) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
                 out.push(vec![(r + dr) % rows, (c + dc) % cols]);
             }
@@ -420,7 +428,8 @@ impl fmt::Display for Layout {
                 list(warps_per_cta)
             ),
             Layout::Mma { warps } => write!(f, "#mma<{}x{}>", warps[0], warps[1]),
-            Layout::Wgmma { warpgroups } => write!(f, "#wgmma<{warpgroups}>"),
+            Layout::Wgmma { warpgroups, across_n: 1 } => write!(f, "#wgmma<{warpgroups}>"),
+            Layout::Wgmma { warpgroups, across_n } => write!(f, "#wgmma<{warpgroups}, across_n={across_n}>"),
             Layout::DotOperand { op, parent, .. } => {
                 write!(f, "#dot<{}, {}>", if *op == 0 { "A" } else { "B" }, parent)
             }
@@ -480,8 +489,16 @@ mod tests {
 
     #[test]
     fn wgmma_accumulators_cover_the_tile_once_in_instruction_order() {
-        for (shape, warpgroups) in [([64, 64], 1), ([128, 256], 1), ([128, 64], 2), ([256, 8], 2)] {
-            let layout = Layout::Wgmma { warpgroups };
+        for (shape, warpgroups, across_n) in [
+            ([64, 64], 1, 1),
+            ([128, 256], 1, 1),
+            ([128, 64], 2, 1),
+            ([256, 8], 2, 1),
+            ([64, 64], 2, 2),
+            ([64, 128], 4, 4),
+            ([128, 64], 4, 2),
+        ] {
+            let layout = Layout::Wgmma { warpgroups, across_n };
             let mut seen = HashSet::new();
             for t in 0..layout.threads() {
                 for e in layout.elements(&shape, t) {
@@ -489,17 +506,23 @@ mod tests {
                 }
             }
             assert_eq!(seen.len() as i64, shape[0] * shape[1]);
-            // N / 2 f32 registers per m64 tile.
-            let tiles = shape[0] / 64 / warpgroups as i64;
-            assert_eq!(layout.elements_per_thread(&shape) as i64, tiles * shape[1] / 2);
+            // N / 2 f32 registers per m64 tile of a warpgroup's block and N slice.
+            let tiles = shape[0] / 64 / (warpgroups / across_n) as i64;
+            assert_eq!(layout.elements_per_thread(&shape) as i64, tiles * shape[1] / across_n as i64 / 2);
         }
         // 128 rows over one warpgroup: two m64 tiles; warp 1's lane 5 (g = 1, t = 1) holds
         // d0..d3 = (17, 2), (17, 3), (25, 2), (25, 3), and the second tile 64 rows lower.
-        let layout = Layout::Wgmma { warpgroups: 1 };
+        let layout = Layout::Wgmma { warpgroups: 1, across_n: 1 };
         let e = layout.elements(&[128, 16], 32 + 5);
         assert_eq!(&e[..4], &[vec![17, 2], vec![17, 3], vec![25, 2], vec![25, 3]]);
         assert_eq!(&e[4..6], &[vec![17, 10], vec![17, 11]]);
         assert_eq!(e[8], vec![81, 2]);
+        // Two warpgroups across N of a 64 x 64 tile: warpgroup 1 (warp 5, lane 5) holds
+        // the same rows as warp 1 of warpgroup 0, 32 columns to the right.
+        let layout = Layout::Wgmma { warpgroups: 2, across_n: 2 };
+        let e = layout.elements(&[64, 64], 5 * 32 + 5);
+        assert_eq!(&e[..4], &[vec![17, 34], vec![17, 35], vec![25, 34], vec![25, 35]]);
+        assert_eq!(e.len(), 16);
     }
 
     #[test]
@@ -563,7 +586,10 @@ mod tests {
                     }
                     layouts.push(mma);
                     if warps % 4 == 0 {
-                        layouts.push(Layout::Wgmma { warpgroups: warps / 4 });
+                        layouts.push(Layout::Wgmma { warpgroups: warps / 4, across_n: 1 });
+                        if warps == 8 {
+                            layouts.push(Layout::Wgmma { warpgroups: 2, across_n: 2 });
+                        }
                     }
                 }
             }

@@ -119,7 +119,7 @@ impl Emitter<'_> {
         let c = self.tile(op, op.operands[2])?;
         let (out_dtype, shape, layout) = self.tile_type(op, op.results[0])?;
         let internal = |s: &Self, what: &str| s.fail(op, format!("internal error: {what}"));
-        let Layout::Wgmma { warpgroups } = layout else {
+        let Layout::Wgmma { warpgroups, across_n } = layout else {
             return Err(internal(self, "a `wgmma` accumulator outside the #wgmma layout"));
         };
         let ty = match (a.dtype(), b.ty.dtype) {
@@ -141,10 +141,16 @@ impl Emitter<'_> {
         let no_swizzle = |s: &Self| internal(s, "a `wgmma` operand buffer without a descriptor swizzle");
         let db = if b_k_major { k_major_descriptor(&b.ty) } else { n_major_descriptor(&b.ty) };
         let Some(db) = db else { return Err(no_swizzle(self)) };
-        let block_rows = m / warpgroups as i64;
+        // Warpgroup `g` computes rows block `g / across_n` and columns slice `g % across_n`.
+        let (across_n, group_threads) = (across_n.max(1) as i64, (WARPGROUP_WARPS * WARP) as i64);
+        let along_m = warpgroups as i64 / across_n;
+        let (block_rows, n_slice) = (m / along_m, n / across_n);
+        if along_m * across_n != warpgroups as i64 || n_slice * across_n != n {
+            return Err(internal(self, "a warpgroup grid that does not divide the accumulator"));
+        }
         let tiles = block_rows / WGMMA_M;
-        let per_tile = (n / 2) as usize;
-        self.check_accumulator_layout(op, &layout, &shape, tiles, per_tile)?;
+        let per_tile = (n_slice / 2) as usize;
+        self.check_accumulator_layout(op, &layout, &shape, AccumulatorGrid { tiles, per_tile, across_n, n_slice })?;
         let a_input = match &a {
             // The fragment of k16 step s of m64 tile t is words 4s..4s+3 of the tile's K/4
             // packed words (the #wgmma layout of [M, K], register 4j + 2h + e at column
@@ -154,7 +160,8 @@ impl Emitter<'_> {
                 if t.layout != layout {
                     return Err(internal(self, "the A operand in registers is not in the accumulator's #wgmma layout"));
                 }
-                self.check_accumulator_layout(op, &t.layout, &t.shape, tiles, (k / 2) as usize)?;
+                let grid = AccumulatorGrid { tiles, per_tile: (k / 2) as usize, across_n: 1, n_slice: k };
+                self.check_accumulator_layout(op, &t.layout, &t.shape, grid)?;
                 let t = t.clone();
                 let words = self.packed(op, &t)?;
                 AInput::Fragments(words.into_iter().map(|w| materialize(&mut self.b, Class::B32, w)).collect())
@@ -164,14 +171,31 @@ impl Emitter<'_> {
             AOperand::Shared(slot) => {
                 let Some(da) = k_major_descriptor(&slot.ty) else { return Err(no_swizzle(self)) };
                 let wa = (da.sbo / 8) as i64;
-                let group_rows = Expr::tid().div((WARPGROUP_WARPS * WARP) as i64, self.threads).mul(block_rows * wa);
+                let group_rows = Expr::tid().div(group_threads * across_n, self.threads).mul(block_rows * wa);
                 let low = self.descriptor_base(slot, da, group_rows);
                 let high = self.b.reg(Class::B32);
                 self.b.ins(format!("mov.b32 {high}, {}", da.high_word()));
                 AInput::Descriptor { low, high, slot: slot.ty.clone() }
             }
         };
-        let b_low = self.descriptor_base(&b, db, Expr::c(0));
+        // This warpgroup's N slice of B: rows of a K-major B, whole swizzle blocks of an
+        // N-major one (the rule gave B a swizzle no wider than a slice).
+        let b_slice = if across_n == 1 {
+            Expr::c(0)
+        } else {
+            let Swizzle::Wgmma(w) = b.ty.swizzle else { return Err(no_swizzle(self)) };
+            let (w, eb) = (w as i64, b.ty.dtype.bytes() as i64);
+            let slice_bytes = if b_k_major {
+                n_slice * w
+            } else {
+                if (n_slice * eb) % w != 0 {
+                    return Err(internal(self, "an N slice of B that does not start on a swizzle block"));
+                }
+                (n_slice * eb / w) * kb * w
+            };
+            Expr::tid().div(group_threads, self.threads).rem(across_n, self.threads).mul(slice_bytes)
+        };
+        let b_low = self.descriptor_base(&b, db, b_slice);
         let b_high = self.b.reg(Class::B32);
         self.b.ins(format!("mov.b32 {b_high}, {}", db.high_word()));
         // Fresh accumulator registers, initialized from the incoming tile (the wgmma
@@ -212,7 +236,7 @@ impl Emitter<'_> {
                     }
                 };
                 self.b.ins(format!(
-                    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
+                    "wgmma.mma_async.sync.aligned.m64n{n_slice}k16.f32.{ty}.{ty} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
                 ));
             }
         }
@@ -222,6 +246,16 @@ impl Emitter<'_> {
         self.set(op.results[0], Val::Tile(TileVal { dtype: out_dtype, shape, layout, repr: Repr::Wide(out) }));
         Ok(())
     }
+}
+
+/// A warpgroup's part of a `#wgmma` tile: its m64 tiles, registers per tile, and the
+/// N slices the warpgroups split the columns into (1: none) of `n_slice` columns each.
+#[derive(Clone, Copy)]
+struct AccumulatorGrid {
+    tiles: i64,
+    per_tile: usize,
+    across_n: i64,
+    n_slice: i64,
 }
 
 /// Where a `wgmma`'s A operand is.
@@ -290,14 +324,8 @@ impl Emitter<'_> {
     /// what `Layout::elements` says the tile holds (an internal error otherwise): tile
     /// `i`'s N/2 registers, register `4j + 2h + e` at row `16 (warp % 4) + lane / 4 + 8h`
     /// and column `8j + 2 (lane % 4) + e` of the warpgroup's m64 block `i`.
-    fn check_accumulator_layout(
-        &mut self,
-        op: &Op,
-        layout: &Layout,
-        shape: &[i64],
-        tiles: i64,
-        per_tile: usize,
-    ) -> R<()> {
+    fn check_accumulator_layout(&mut self, op: &Op, layout: &Layout, shape: &[i64], grid: AccumulatorGrid) -> R<()> {
+        let AccumulatorGrid { tiles, per_tile, across_n, n_slice } = grid;
         let map = self.map(op, layout, shape)?;
         if map.len() != tiles as usize * per_tile {
             return Err(self.fail(op, "internal error: the #wgmma layout holds another register count"));
@@ -306,10 +334,11 @@ impl Emitter<'_> {
         for tid in 0..self.threads {
             let (warp, lane) = ((tid / WARP) as i64, (tid % WARP) as i64);
             let group = warp / WARPGROUP_WARPS as i64;
+            let (block, slice) = (group / across_n, group % across_n);
             for j in 0..map.len() {
                 let (tile, i) = ((j / per_tile) as i64, (j % per_tile) as i64);
-                let row = group * block_rows + tile * WGMMA_M + 16 * (warp % 4) + lane / 4 + 8 * ((i / 2) % 2);
-                let col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+                let row = block * block_rows + tile * WGMMA_M + 16 * (warp % 4) + lane / 4 + 8 * ((i / 2) % 2);
+                let col = slice * n_slice + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
                 if map.coord(j, tid) != [row, col] {
                     return Err(self.fail(
                         op,
