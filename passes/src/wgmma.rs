@@ -26,6 +26,12 @@ use crate::target::Target;
 pub const WGMMA_M: i64 = 64;
 /// K of one `wgmma` instruction with 16-bit operands.
 pub const WGMMA_K: i64 = 16;
+
+/// K of one `wgmma` instruction with `dtype` operands: 32 bytes of each row (k16 for
+/// f16/bf16, k32 for fp8).
+pub fn k_step(dtype: DType) -> i64 {
+    32 / dtype.bytes().max(1) as i64
+}
 /// The widest N of one `wgmma` instruction.
 pub const WGMMA_MAX_N: i64 = 256;
 /// Warps per warpgroup.
@@ -110,9 +116,13 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
     };
     let (m, n, k) = (cd[0], cd[1], ad[1]);
     let dtype = a.dtype().unwrap_or(DType::F32);
-    if !matches!(dtype, DType::F16 | DType::BF16) || b.dtype() != Some(dtype) {
-        let bt = b.dtype().map_or("?".to_string(), |d| d.to_string());
-        return Err(format!("the operands are {dtype} x {bt}; `wgmma` here takes f16 or bf16 operands"));
+    let bt = b.dtype().unwrap_or(DType::F32);
+    let sixteen = matches!(dtype, DType::F16 | DType::BF16) && bt == dtype;
+    let fp8 = dtype.is_fp8() && bt.is_fp8();
+    if !sixteen && !fp8 {
+        return Err(format!(
+            "the operands are {dtype} x {bt}; `wgmma` takes f16 x f16, bf16 x bf16 or fp8 (e4m3/e5m2) x fp8 operands"
+        ));
     }
     if c.dtype() != Some(DType::F32) {
         let ct = c.dtype().map_or("?".to_string(), |d| d.to_string());
@@ -140,8 +150,9 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
         };
         return Err(format!("N = {n}: one `wgmma` covers a multiple of 8 columns up to 256{split}"));
     }
-    if k % WGMMA_K != 0 {
-        return Err(format!("K = {k} is not a multiple of 16, the K of `wgmma` with {dtype} operands"));
+    let step = k_step(dtype);
+    if k % step != 0 {
+        return Err(format!("K = {k} is not a multiple of {step}, the K of `wgmma` with {dtype} operands"));
     }
     let defs = f.definitions();
     if across_n > 1 && f.walk().into_iter().any(|id| f.op(id).kind == OpKind::Dot && a_is_computed(f, &defs, id)) {
@@ -160,6 +171,16 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
     let Some((b, b_k_major)) = source(f, &defs, op.operands[1], "B")? else {
         return Err(computed_b(f, &defs, op.operands[1]));
     };
+    // 8-bit WGMMA has no transpose: both operands are read K-major.
+    if fp8 && matches!(a, Source::Registers) {
+        return Err("A is computed in registers; fp8 `wgmma` here reads A from shared memory".into());
+    }
+    if fp8 && !b_k_major {
+        return Err(format!(
+            "B is [K, N] (N-major); fp8 `wgmma` reads both operands K-major: store B as [N, K] and pass `b.T` \
+             (the operand layout of FP8 GEMMs on Hopper), K = {k} a multiple of 32"
+        ));
+    }
     let b_row_bytes = n * dtype.bytes() as i64;
     if !b_k_major && Swizzle::wgmma_for_row(b_row_bytes).is_none() {
         return Err(format!(

@@ -266,6 +266,7 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
     let files = [
         "tests/fixtures/wgmma/gemms.tsr",
         "tests/fixtures/wgmma/operands.tsr",
+        "tests/fixtures/wgmma/fp8.tsr",
         "examples/flash_attention.tsr",
         "tests/corpus/valid/flash_attention.tsr",
         "examples/gemm.tsr",
@@ -319,7 +320,7 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
 }
 
 /// Every `wgmma` kernel is an sm_90a module that NVIDIA's `ptxas -arch=sm_90a` accepts,
-/// and the SASS it produced runs the dot on `HGMMA` (never `HMMA`, the `mma.sync` path).
+/// and the SASS it produced runs the dot on `HGMMA` (`QGMMA` for fp8; never `HMMA`, the `mma.sync` path).
 /// Without ptxas or nvdisasm the test says so loudly and fails under `CI=true`.
 #[test]
 fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
@@ -367,18 +368,20 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
         if let Some(nvdisasm) = &nvdisasm_path {
             match nvdisasm::disassemble(nvdisasm, &cubin) {
                 Ok(sass) => {
-                    let hgmma = sass.lines().filter(|l| l.contains("HGMMA.")).count();
+                    // FP8 warpgroup MMAs are `QGMMA` in SASS, 16-bit ones `HGMMA`.
+                    let gmma = |l: &&str| l.contains("HGMMA.") || l.contains("QGMMA.");
+                    let hgmma = sass.lines().filter(gmma).count();
                     let hmma = sass.lines().filter(|l| l.contains("HMMA.")).count();
-                    let first = sass.lines().find(|l| l.contains("HGMMA.")).map(|l| l.trim().to_string());
+                    let first = sass.lines().find(gmma).map(|l| l.trim().to_string());
                     if hgmma == 0 || hmma != 0 {
-                        failures.push(format!("{what} [{config}]: {hgmma} HGMMA and {hmma} HMMA in the SASS"));
+                        failures.push(format!("{what} [{config}]: {hgmma} HGMMA/QGMMA and {hmma} HMMA in the SASS"));
                     }
                     let utmaldg = sass.lines().filter(|l| l.contains("UTMALDG")).count();
                     let ldgsts = sass.lines().filter(|l| l.contains("LDGSTS")).count();
                     if tma && staged && (utmaldg == 0 || ldgsts != 0) {
                         failures.push(format!("{what} [{config}]: {utmaldg} UTMALDG and {ldgsts} LDGSTS in the SASS"));
                     }
-                    sass_note = format!("{hgmma:>3} HGMMA {utmaldg:>2} UTMALDG  {}", first.unwrap_or_default());
+                    sass_note = format!("{hgmma:>3} GMMA {utmaldg:>2} UTMALDG  {}", first.unwrap_or_default());
                 }
                 Err(e) => failures.push(format!("{what} [{config}]: nvdisasm: {e}")),
             }

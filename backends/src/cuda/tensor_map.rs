@@ -43,6 +43,8 @@ pub(super) fn encode(
         tessera_frontend::check::DType::BF16 => Data::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         tessera_frontend::check::DType::F16 => Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         tessera_frontend::check::DType::F32 => Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        // The TMA moves bytes: 8-bit floats travel as UINT8.
+        d if d.is_fp8() => Data::CU_TENSOR_MAP_DATA_TYPE_UINT8,
         other => return Err(GpuError::Args(format!("copy=\"tma\" of a {other} tensor (`{name}`) is not supported"))),
     };
     let swizzle = match spec.swizzle_bytes {

@@ -40,7 +40,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::decode::{Opd, Src};
-use super::execute::{bf16_to_f32, bits32, f16_to_f32, f32of, Cta, State};
+use super::execute::{bf16_to_f32, bits32, f16_to_f32, f32of, fp8_to_f32, Cta, State};
 
 /// One committed (or still open) group of `wgmma.mma_async`s of a warpgroup.
 #[derive(Default)]
@@ -99,10 +99,9 @@ impl Descriptor {
         }
     }
 
-    /// The shared address of element (`mn`, `k`) of 2-byte elements, `k_major` as
-    /// `imm-trans = 0` says.
-    pub(crate) fn address(self, mn: u64, k: u64, k_major: bool) -> u64 {
-        let eb = 2;
+    /// The shared address of element (`mn`, `k`) of `eb`-byte elements, `k_major` as
+    /// `imm-trans = 0` says (8-bit operands are always K-major).
+    pub(crate) fn address(self, mn: u64, k: u64, k_major: bool, eb: u64) -> u64 {
         let unswizzled = match (k_major, self.width()) {
             // ((8, m), (T, 2)) : ((W/16 chunks, SBO), (1, 1 chunk))
             (true, Some(w)) => self.start + (mn / 8) * self.sbo + (mn % 8) * w + k * eb,
@@ -224,21 +223,30 @@ impl Cta<'_> {
 
     fn mma_async(&mut self, pc: usize, group: usize, members: &[usize]) -> Result<(), String> {
         let op = self.m.code[pc].op.clone();
-        // wgmma.mma_async.sync.aligned.m64nNk16.f32.atype.btype
+        // wgmma.mma_async.sync.aligned.m64nNkK.f32.atype.btype: K = 16 for f16/bf16, 32 for
+        // the 8-bit e4m3/e5m2 (which take no transpose immediates: both K-major).
+        let (atype, btype) = (op.get(6).cloned().unwrap_or_default(), op.get(7).cloned().unwrap_or_default());
+        let eight_bit = |t: &str| matches!(t, "e4m3" | "e5m2");
+        let fp8 = eight_bit(&atype) && eight_bit(&btype);
+        let (kk, eb): (u64, u64) = if fp8 { (32, 1) } else { (16, 2) };
         let shape = op.get(4).cloned().unwrap_or_default();
         let n: u64 = shape
             .strip_prefix("m64n")
-            .and_then(|s| s.strip_suffix("k16"))
+            .and_then(|s| s.strip_suffix(&format!("k{kk}")))
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| self.err(pc, format!("shape `{shape}`: the emulator knows m64nNk16")))?;
+            .ok_or_else(|| self.err(pc, format!("shape `{shape}` for {atype} x {btype}: m64nNk{kk}")))?;
         if n == 0 || !n.is_multiple_of(8) || n > 256 || op.get(5).map(String::as_str) != Some("f32") {
-            return Err(self.err(pc, "an m64nNk16 with N a multiple of 8 up to 256 and an f32 accumulator"));
+            return Err(self.err(pc, "an m64nNkK with N a multiple of 8 up to 256 and an f32 accumulator"));
         }
-        let (atype, btype) = (op[6].clone(), op[7].clone());
+        if !fp8 && (eight_bit(&atype) || eight_bit(&btype) || atype != btype) {
+            return Err(self.err(pc, format!("operand types {atype} x {btype}")));
+        }
         let elem = |bits: u64, ty: &str| -> Result<f64, String> {
             match ty {
                 "bf16" => Ok(bf16_to_f32(bits) as f64),
                 "f16" => Ok(f16_to_f32(bits) as f64),
+                "e4m3" => Ok(fp8_to_f32(bits & 0xff, true) as f64),
+                "e5m2" => Ok(fp8_to_f32(bits & 0xff, false) as f64),
                 other => Err(format!("operand type {other}")),
             }
         };
@@ -265,7 +273,9 @@ impl Cta<'_> {
             _ => None,
         };
         let imms = match a_operand {
+            A::Fragment(_) if fp8 => return Err(self.err(pc, "an 8-bit wgmma with A in registers is not emulated")),
             A::Fragment(_) => (imm(4), imm(5), Some(0), imm(6), args.len() == 7),
+            A::Descriptor(_) if fp8 => (imm(4), imm(5), Some(0), Some(0), args.len() == 6),
             A::Descriptor(_) => (imm(4), imm(5), imm(6), imm(7), args.len() == 8),
         };
         let (scale_a, scale_b, trans_a, trans_b) = match imms {
@@ -308,18 +318,20 @@ impl Cta<'_> {
                     ),
                 ));
             }
-            let b = s.smem(addr, 2, 2, pc)?;
-            let (lo, hi) = (b[0], b[1]);
-            reads.push((addr, lo));
-            reads.push((addr + 1, hi));
-            elem(u16::from_le_bytes([lo, hi]) as u64, ty).map_err(|e| s.err(pc, e))
+            let bytes = s.smem(addr, eb as usize, eb as usize, pc)?.to_vec();
+            let mut bits = 0u64;
+            for (i, &byte) in bytes.iter().enumerate() {
+                reads.push((addr + i as u64, byte));
+                bits |= (byte as u64) << (8 * i);
+            }
+            elem(bits, ty).map_err(|e| s.err(pc, e))
         };
-        let mut a = vec![[0f64; 16]; 64];
+        let mut a = vec![vec![0f64; kk as usize]; 64];
         match &a_operand {
             A::Descriptor(da) => {
                 for (m, row) in a.iter_mut().enumerate() {
                     for (k, x) in row.iter_mut().enumerate() {
-                        *x = scale_a * load(self, da.address(m as u64, k as u64, !trans_a), &atype)?;
+                        *x = scale_a * load(self, da.address(m as u64, k as u64, !trans_a, eb), &atype)?;
                     }
                 }
             }
@@ -353,10 +365,10 @@ impl Cta<'_> {
                 }
             }
         }
-        let mut b = vec![vec![0f64; n as usize]; 16];
+        let mut b = vec![vec![0f64; n as usize]; kk as usize];
         for (k, row) in b.iter_mut().enumerate() {
             for (col, x) in row.iter_mut().enumerate() {
-                *x = scale_b * load(self, db.address(col as u64, k as u64, !trans_b), &btype)?;
+                *x = scale_b * load(self, db.address(col as u64, k as u64, !trans_b, eb), &btype)?;
             }
         }
         // The accumulator: each member's registers, or the pending value of an earlier
@@ -383,7 +395,7 @@ impl Cta<'_> {
                 if scale_d {
                     acc = f32of(self.pending_or_register(pc, group, t, r)?) as f64;
                 }
-                for k in 0..16 {
+                for k in 0..kk as usize {
                     acc += a[row][k] * b[k][col];
                 }
                 results.push((t, r, bits32(acc as f32)));

@@ -31,7 +31,7 @@ use super::emit::{Emitter, Repr, SmemVal, TileVal, Val, R};
 use super::expr::Expr;
 use super::numerics::materialize;
 use crate::ir::{Layout, Op, SmemType, Swizzle};
-use crate::wgmma::{WARPGROUP_WARPS, WGMMA_K, WGMMA_M};
+use crate::wgmma::{WARPGROUP_WARPS, WGMMA_M};
 use tessera_frontend::check::DType;
 
 const WARP: u32 = 32;
@@ -122,11 +122,23 @@ impl Emitter<'_> {
         let Layout::Wgmma { warpgroups, across_n } = layout else {
             return Err(internal(self, "a `wgmma` accumulator outside the #wgmma layout"));
         };
-        let ty = match (a.dtype(), b.ty.dtype) {
-            (DType::BF16, DType::BF16) => "bf16",
-            (DType::F16, DType::F16) => "f16",
-            (x, y) => return Err(self.unsupported(op, format!("with {x} x {y} operands on `wgmma`"))),
+        let name = |d: DType| match d {
+            DType::BF16 => Some("bf16"),
+            DType::F16 => Some("f16"),
+            DType::Fp8E4m3 => Some("e4m3"),
+            DType::Fp8E5m2 => Some("e5m2"),
+            _ => None,
         };
+        let (at, bt) = match (name(a.dtype()), name(b.ty.dtype)) {
+            (Some(x), Some(y)) if x == y || (a.dtype().is_fp8() && b.ty.dtype.is_fp8()) => (x, y),
+            _ => return Err(self.unsupported(op, format!("with {} x {} operands on `wgmma`", a.dtype(), b.ty.dtype))),
+        };
+        // 8-bit operands: k32 per instruction and no transpose immediates (both K-major).
+        let fp8 = a.dtype().is_fp8();
+        let k_step = crate::wgmma::k_step(a.dtype());
+        if fp8 && (!b_k_major || matches!(a, AOperand::Registers(_))) {
+            return Err(internal(self, "an fp8 `wgmma` operand that is not K-major in shared memory"));
+        }
         if out_dtype != DType::F32 || c.dtype != DType::F32 {
             return Err(self.unsupported(op, format!("with a {out_dtype} accumulator on `wgmma`")));
         }
@@ -214,7 +226,7 @@ impl Emitter<'_> {
         self.b.ins("wgmma.fence.sync.aligned");
         // imm-trans-b: 1 for an N-major B, 0 for a K-major one.
         let trans_b = if b_k_major { 0 } else { 1 };
-        for k0 in (0..k).step_by(WGMMA_K as usize) {
+        for k0 in (0..k).step_by(k_step as usize) {
             let b_offset = if b_k_major { a_start(&b.ty, 0, k0) } else { b_start(&b.ty, k0) };
             let b_desc = self.descriptor(b_low, b_high, b_offset.unwrap_or(0));
             for tile in 0..tiles {
@@ -232,11 +244,12 @@ impl Emitter<'_> {
                     }
                     AInput::Descriptor { low, high, slot } => {
                         let start = a_start(slot, tile * WGMMA_M, k0).unwrap_or(0);
-                        (self.descriptor(*low, *high, start).to_string(), format!("1, 1, 0, {trans_b}"))
+                        let imms = if fp8 { "1, 1".to_string() } else { format!("1, 1, 0, {trans_b}") };
+                        (self.descriptor(*low, *high, start).to_string(), imms)
                     }
                 };
                 self.b.ins(format!(
-                    "wgmma.mma_async.sync.aligned.m64n{n_slice}k16.f32.{ty}.{ty} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
+                    "wgmma.mma_async.sync.aligned.m64n{n_slice}k{k_step}.f32.{at}.{bt} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
                 ));
             }
         }
