@@ -65,15 +65,6 @@ pub fn tma_problem(graph: &Func, config: &Config, target: Target) -> Option<(Str
     if config.copy() != CopyEngine::Tma || !target.is_gpu() {
         return None;
     }
-    if target != Target::Sm90 {
-        return Some((format!("the Tensor Memory Accelerator is a Hopper unit (sm_90); the target is {target}"), None));
-    }
-    if config.mma() != MmaFamily::Wgmma {
-        return Some((
-            "TMA copies fill only the shared buffers that warpgroup MMAs read: it needs mma=\"wgmma\"".into(),
-            None,
-        ));
-    }
     // The dot operands staging copies: each tensor's rows must be a multiple of 16 bytes
     // (a tensor map's global strides), provably so when its last dim is a constant.
     let defs = graph.definitions();
@@ -104,6 +95,17 @@ pub fn tma_problem(graph: &Func, config: &Config, target: Target) -> Option<(Str
                 ));
             }
         }
+    }
+    // Then what the target and the schedule allow (after the rows: a stride no target
+    // can take is the same reason everywhere).
+    if target != Target::Sm90 {
+        return Some((format!("the Tensor Memory Accelerator is a Hopper unit (sm_90); the target is {target}"), None));
+    }
+    if config.mma() != MmaFamily::Wgmma {
+        return Some((
+            "TMA copies fill only the shared buffers that warpgroup MMAs read: it needs mma=\"wgmma\"".into(),
+            None,
+        ));
     }
     None
 }

@@ -197,25 +197,7 @@ fn emulate_file(
 #[test]
 fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
     let only = std::env::var("TESSERA_EMULATE").ok();
-    let mut sources: Vec<(String, PathBuf, String, bool)> = Vec::new();
-    for f in [&WGMMA_FIXTURE, &OPERANDS_FIXTURE, &FP8_FIXTURE].into_iter().chain(GEMM_FILES) {
-        let path = root().join(f);
-        sources.push((f.to_string(), path.clone(), std::fs::read_to_string(&path).unwrap(), false));
-    }
-    let (mut covered, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
-    for (label, path, text, all) in sources {
-        if only.as_deref().is_some_and(|o| !label.contains(o)) {
-            continue;
-        }
-        let (c, s, f) = emulate_file(&label, &path, &text, all, false);
-        covered += c;
-        skipped.extend(s);
-        failures.extend(f);
-    }
-    for s in &skipped {
-        eprintln!("not WGMMA: {s}");
-    }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    let covered = emulate_files(&gemm_files(&[]), false, only.as_deref());
     if only.is_none() {
         // Six kernels of the fixture (the derived one too), two FP8 ones, and the
         // examples' and corpus's GEMMs whose default schedules admit wgmma: gemm (x2),
@@ -230,19 +212,38 @@ fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
 /// default, at a whole and a ragged sequence length.
 #[test]
 fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
+    let files = [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
+    let covered = emulate_files(&files, false, None);
+    assert!(covered >= 2, "only {covered} attention kernels ran with wgmma");
+}
+
+/// The fixtures and the examples' and corpus's GEMMs, then `extra`, each under its own
+/// schedule only.
+fn gemm_files<'a>(extra: &[&'a str]) -> Vec<(&'a str, bool)> {
+    let fixtures = [WGMMA_FIXTURE, OPERANDS_FIXTURE, FP8_FIXTURE].into_iter();
+    fixtures.chain(GEMM_FILES.iter().copied()).chain(extra.iter().copied()).map(|f| (f, false)).collect()
+}
+
+/// Emulates each `(file, every candidate)` (with `copy = "tma"` when `tma`; only the
+/// files whose name contains `only`), prints what the rule skipped, fails on any
+/// failure, and returns how many kernels ran.
+fn emulate_files(files: &[(&str, bool)], tma: bool, only: Option<&str>) -> usize {
     let (mut covered, mut failures) = (0, Vec::new());
-    for (f, all) in [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)] {
+    for &(f, all) in files {
+        if only.is_some_and(|o| !f.contains(o)) {
+            continue;
+        }
         let path = root().join(f);
         let text = std::fs::read_to_string(&path).unwrap();
-        let (c, skipped, fails) = emulate_file(f, &path, &text, all, false);
+        let (c, skipped, fails) = emulate_file(f, &path, &text, all, tma);
         for s in &skipped {
-            eprintln!("not WGMMA: {s}");
+            eprintln!("not {}: {s}", if tma { "TMA" } else { "WGMMA" });
         }
         covered += c;
         failures.extend(fails);
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
-    assert!(covered >= 2, "only {covered} attention kernels ran with wgmma");
+    covered
 }
 
 /// `copy = "tma"`: the staged operands arrive by TMA boxes through tensor maps, completed
@@ -252,24 +253,7 @@ fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
 #[test]
 fn tma_copies_feed_wgmma_what_the_interpreter_and_the_reference_compute() {
     let only = std::env::var("TESSERA_EMULATE").ok();
-    let files = [WGMMA_FIXTURE, OPERANDS_FIXTURE, FP8_FIXTURE, "examples/flash_attention.tsr"]
-        .into_iter()
-        .chain(GEMM_FILES.iter().copied());
-    let (mut covered, mut failures) = (0, Vec::new());
-    for f in files {
-        if only.as_deref().is_some_and(|o| !f.contains(o)) {
-            continue;
-        }
-        let path = root().join(f);
-        let text = std::fs::read_to_string(&path).unwrap();
-        let (c, skipped, fails) = emulate_file(f, &path, &text, false, true);
-        for s in &skipped {
-            eprintln!("not TMA: {s}");
-        }
-        covered += c;
-        failures.extend(fails);
-    }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    let covered = emulate_files(&gemm_files(&["examples/flash_attention.tsr"]), true, only.as_deref());
     if only.is_none() {
         assert!(covered >= 12, "only {covered} kernels ran with TMA copies");
     }
@@ -279,11 +263,18 @@ fn tma_copies_feed_wgmma_what_the_interpreter_and_the_reference_compute() {
 
 /// Tile IR and PTX of `kernel` of `fixture` under its own schedule.
 fn fixture_case(fixture: &str, kernel: &str) -> (Func, TargetCode) {
+    schedule_case(fixture, kernel, false)
+}
+
+/// Tile IR and PTX of `kernel` of `fixture` under its own schedule, with `copy = "tma"`
+/// set when `tma`.
+fn schedule_case(fixture: &str, kernel: &str, tma: bool) -> (Func, TargetCode) {
     let db = Database::default();
     let path = root().join(fixture);
     let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
     let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
     let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+    let config = if tma { with_wgmma(&config, true) } else { config };
     let func = (*tile_ir(&db, key, config, Target::Sm90).clone().unwrap()).clone();
     let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
     (func, code)
@@ -303,7 +294,12 @@ fn planted_case(kernel: &str) -> (Func, TargetCode, [u32; 2]) {
 
 /// Runs `code` on a ragged shape; Ok when it matches the interpreter, else what failed.
 fn run_case(func: &Func, code: &TargetCode) -> Result<(), String> {
-    let failures = check_kernel("planted", &func.name, func, code, "M=70,N=36,K=40");
+    run_at(func, code, "M=70,N=36,K=40")
+}
+
+/// Runs `code` at `shape`; Ok when it matches the interpreter, else what failed.
+fn run_at(func: &Func, code: &TargetCode, shape: &str) -> Result<(), String> {
+    let failures = check_kernel("planted", &func.name, func, code, shape);
     if failures.is_empty() {
         Ok(())
     } else {
@@ -411,24 +407,14 @@ fn a_wrong_b_major_or_a_fragment_order_fails() {
 
 /// Tile IR and PTX of a fixture kernel under its own schedule with `copy = "tma"`.
 fn tma_case(fixture: &str, kernel: &str) -> (Func, TargetCode) {
-    let db = Database::default();
-    let path = root().join(fixture);
-    let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
-    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
-    let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
-    let func = (*tile_ir(&db, key, with_wgmma(&config, true), Target::Sm90).clone().unwrap()).clone();
-    let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
+    let (func, code) = schedule_case(fixture, kernel, true);
     assert!(code.text.contains("cp.async.bulk.tensor"), "`{kernel}`: no TMA copy");
     (func, code)
 }
 
+/// A ragged shape whose rows are whole 16-byte multiples (a tensor map's strides).
 fn run_tma_case(func: &Func, code: &TargetCode) -> Result<(), String> {
-    let failures = check_kernel("planted", &func.name, func, code, "M=70,N=40,K=48");
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("\n"))
-    }
+    run_at(func, code, "M=70,N=40,K=48")
 }
 
 /// A tensor map whose swizzle is not the descriptors', a box coordinate off by one

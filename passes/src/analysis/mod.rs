@@ -628,17 +628,18 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         }
     } else {
         let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
+        // `copy = "tma"` where the staged copies cannot take it: the reason (before the
+        // WGMMA rule: a tensor map's stride is the same reason on every target).
+        if let Some((why, at)) = crate::tma::tma_problem(&graph, &config, target) {
+            let d = Diagnostic::new(Code::E0706, at.unwrap_or(def.name_range), format!("copy=\"tma\" cannot be used on {target}: {why}"))
+                .with_note("the schedule asks for `copy=\"tma\"`; `copy=\"cp.async\"` (the default) stages these copies on every GPU target");
+            out.body.push(Lint { diagnostic: d, fix: None });
+            return out;
+        }
         // `mma = "wgmma"` where a dot cannot take it: the reason, at the dot.
         if let Some((why, at)) = crate::pipeline::wgmma_problem(&graph, &config, target) {
             let d = Diagnostic::new(Code::E0704, at, format!("mma=\"wgmma\" cannot be used on {target}: {why}"))
                 .with_note("the schedule asks for `mma=\"wgmma\"`; `mma=\"mma.sync\"` (the default) runs this dot on every GPU target");
-            out.body.push(Lint { diagnostic: d, fix: None });
-            return out;
-        }
-        // `copy = "tma"` where the staged copies cannot take it: the reason.
-        if let Some((why, at)) = crate::tma::tma_problem(&graph, &config, target) {
-            let d = Diagnostic::new(Code::E0706, at.unwrap_or(def.name_range), format!("copy=\"tma\" cannot be used on {target}: {why}"))
-                .with_note("the schedule asks for `copy=\"tma\"`; `copy=\"cp.async\"` (the default) stages these copies on every GPU target");
             out.body.push(Lint { diagnostic: d, fix: None });
             return out;
         }
