@@ -408,6 +408,7 @@ fn completion_members_keys_policies_dtypes() {
         BK (5) autotuned: {32, 64}
         BM (5) autotuned: {64, 128}
         BN (5) autotuned: {64, 128}
+        copy (5) default "cp.async"
         mma (5) default "mma.sync"
         stages (5) default 2
         swizzle (5) default "none"
