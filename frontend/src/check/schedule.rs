@@ -194,9 +194,28 @@ impl fmt::Display for ScheduleValue {
     }
 }
 
+/// The values a string-valued standard key takes (`swizzle`, `mma`, `copy`), in the
+/// order E0701 lists them; `None` for an integer key.
+pub fn choices(key: &str) -> Option<&'static [&'static str]> {
+    match canonical_key(key) {
+        "swizzle" => Some(&["xor", "none"]),
+        "mma" => Some(&[MMA_SYNC, WGMMA]),
+        "copy" => Some(&[CP_ASYNC, TMA]),
+        _ => None,
+    }
+}
+
 /// Why a schedule value is invalid (E0701), or `None` when it is fine.
 pub fn validate(key: &str, value: &KeyValue) -> Option<String> {
     let key = canonical_key(key);
+    if let Some(allowed) = choices(key) {
+        let listed = allowed.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(" or ");
+        return match value {
+            KeyValue::Str(s) if allowed.contains(&s.as_str()) => None,
+            KeyValue::Str(s) => Some(format!("{key} must be {listed}, got \"{s}\"")),
+            KeyValue::Int(_) => Some(format!("{key} must be {listed}")),
+        };
+    }
     match (key, value) {
         ("BM" | "BN" | "BK" | "BD", KeyValue::Int(v)) => {
             if *v <= 0 {
@@ -214,21 +233,9 @@ pub fn validate(key: &str, value: &KeyValue) -> Option<String> {
         ("vector", KeyValue::Int(v)) => {
             (![1, 2, 4, 8, 16].contains(v)).then(|| format!("vector must be one of 1, 2, 4, 8, 16, got {v}"))
         }
-        ("swizzle", KeyValue::Str(s)) => {
-            (!matches!(s.as_str(), "xor" | "none")).then(|| format!("swizzle must be \"xor\" or \"none\", got \"{s}\""))
-        }
-        ("mma", KeyValue::Str(s)) => {
-            (s != MMA_SYNC && s != WGMMA).then(|| format!("mma must be \"{MMA_SYNC}\" or \"{WGMMA}\", got \"{s}\""))
-        }
-        ("mma", KeyValue::Int(_)) => Some(format!("mma must be \"{MMA_SYNC}\" or \"{WGMMA}\"")),
-        ("copy", KeyValue::Str(s)) => {
-            (s != CP_ASYNC && s != TMA).then(|| format!("copy must be \"{CP_ASYNC}\" or \"{TMA}\", got \"{s}\""))
-        }
-        ("copy", KeyValue::Int(_)) => Some(format!("copy must be \"{CP_ASYNC}\" or \"{TMA}\"")),
         ("BM" | "BN" | "BK" | "BD" | "warps" | "stages" | "vector", KeyValue::Str(_)) => {
             Some(format!("{key} must be an integer"))
         }
-        ("swizzle", KeyValue::Int(_)) => Some("swizzle must be \"xor\" or \"none\"".into()),
         // A custom autotune key (BLOCK, BLOCK_M, ...): any positive int.
         (_, KeyValue::Int(v)) if *v <= 0 => Some(format!("{key} must be positive, got {v}")),
         _ => None,

@@ -326,7 +326,7 @@ fn symbol_hover(f: &FnCtx<'_>, name: &str) -> String {
 fn schedule_key_hover(f: &FnCtx<'_>, key: &str) -> String {
     let canon = canonical_key(key);
     let mut out =
-        code(&format!("ctx.{key}: {}", if matches!(canon, "swizzle" | "mma" | "copy") { "str" } else { "int" }));
+        code(&format!("ctx.{key}: {}", if crate::check::schedule::choices(canon).is_some() { "str" } else { "int" }));
     if canon != key {
         out += &format!("\n\nalias of `ctx.{canon}`");
     }

@@ -241,9 +241,10 @@ impl<'a> Infer<'a> {
         if sched.has_key(name) {
             let key = canonical_key(name).to_string();
             self.ctx_reads.insert(key.clone());
-            return match key.as_str() {
-                "swizzle" | "mma" | "copy" => Ty::Str(None),
-                _ => Ty::Int(Some(Dim::sym(&key))),
+            return if crate::check::schedule::choices(&key).is_some() {
+                Ty::Str(None)
+            } else {
+                Ty::Int(Some(Dim::sym(&key)))
             };
         }
         let keys = sched.key_names();
