@@ -41,7 +41,7 @@ fn push_op(
     OpId(f.ops.len() as u32 - 1)
 }
 
-fn new_op(
+pub(crate) fn new_op(
     f: &mut Func,
     kind: OpKind,
     operands: Vec<ValueId>,

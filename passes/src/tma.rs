@@ -22,7 +22,7 @@ use tessera_frontend::text::TextRange;
 
 use crate::config::Config;
 use crate::error::LowerError;
-use crate::ir::{Attr, Func, Op, OpId, OpKind, Region, SmemType, Swizzle, Type, ValueId};
+use crate::ir::{Attr, Func, Op, OpId, OpKind, SmemType, Swizzle, Type, ValueId};
 use crate::target::Target;
 
 /// The attribute of a `tile.cp_async` the TMA performs: `via = "tma"`.
@@ -162,19 +162,10 @@ pub(crate) fn select_copy_engine(f: &mut Func, config: &Config, target: Target) 
         pad: 0,
         stages: 1,
     });
-    let v = f.new_value(ty, Some("mbarriers"));
     let loc = f.loc.clone();
-    f.ops.push(Op {
-        kind: OpKind::AllocShared,
-        operands: Vec::new(),
-        results: vec![v],
-        attrs: vec![(MBARRIERS, Attr::Bool(true))],
-        regions: Vec::new(),
-        loc,
-    });
-    let alloc = OpId(f.ops.len() as u32 - 1);
-    let body = std::mem::take(&mut f.body.ops);
-    f.body = Region { args: std::mem::take(&mut f.body.args), ops: std::iter::once(alloc).chain(body).collect() };
+    let (alloc, v) = crate::tile::new_op(f, OpKind::AllocShared, vec![], ty, vec![(MBARRIERS, Attr::Bool(true))], &loc);
+    f.values[v.0 as usize].name = Some(SmolStr::new("mbarriers"));
+    f.body.ops.insert(0, alloc);
     Ok(())
 }
 
@@ -232,22 +223,38 @@ pub fn copy_spec(f: &Func, defs: &[Option<OpId>], op: &Op) -> Result<TensorMapSp
 
 /// The distinct tensor maps of a Tile IR kernel's TMA copies, in the order of first use.
 pub fn tensor_maps(f: &Func) -> Result<Vec<TensorMapSpec>, String> {
+    Ok(copy_maps(f)?.maps)
+}
+
+/// A kernel's tensor maps ([`tensor_maps`]) and, for each TMA copy, its map's position.
+pub struct CopyMaps {
+    pub maps: Vec<TensorMapSpec>,
+    pub copies: Vec<(OpId, usize)>,
+}
+
+/// The [`CopyMaps`] of a Tile IR kernel.
+pub fn copy_maps(f: &Func) -> Result<CopyMaps, String> {
     if !f.has_op_of(&[OpKind::CpAsync]) {
-        return Ok(Vec::new());
+        return Ok(CopyMaps { maps: Vec::new(), copies: Vec::new() });
     }
     let defs = f.definitions();
-    let mut out: Vec<TensorMapSpec> = Vec::new();
+    let (mut maps, mut copies): (Vec<TensorMapSpec>, Vec<(OpId, usize)>) = (Vec::new(), Vec::new());
     for id in f.walk() {
         let op = f.op(id);
         if !is_tma_copy(op) {
             continue;
         }
         let spec = copy_spec(f, &defs, op)?;
-        if !out.contains(&spec) {
-            out.push(spec);
-        }
+        let index = match maps.iter().position(|m| *m == spec) {
+            Some(i) => i,
+            None => {
+                maps.push(spec);
+                maps.len() - 1
+            }
+        };
+        copies.push((id, index));
     }
-    Ok(out)
+    Ok(CopyMaps { maps, copies })
 }
 
 /// The mbarrier ring of a Tile IR kernel with TMA copies: its buffer and its depth.

@@ -24,18 +24,16 @@ use crate::target::Target;
 /// Rows of one `wgmma` instruction, and of the accumulator block each warpgroup owns at
 /// least.
 pub const WGMMA_M: i64 = 64;
-/// K of one `wgmma` instruction with 16-bit operands.
-pub const WGMMA_K: i64 = 16;
+/// The widest N of one `wgmma` instruction.
+pub const WGMMA_MAX_N: i64 = 256;
+/// Warps per warpgroup.
+pub const WARPGROUP_WARPS: u32 = 4;
 
 /// K of one `wgmma` instruction with `dtype` operands: 32 bytes of each row (k16 for
 /// f16/bf16, k32 for fp8).
 pub fn k_step(dtype: DType) -> i64 {
     32 / dtype.bytes().max(1) as i64
 }
-/// The widest N of one `wgmma` instruction.
-pub const WGMMA_MAX_N: i64 = 256;
-/// Warps per warpgroup.
-pub const WARPGROUP_WARPS: u32 = 4;
 
 /// The attribute of a staged `tile.load` whose shared buffer a `wgmma` reads through a
 /// matrix descriptor (its swizzle is then the descriptor's, chosen from the row bytes).
@@ -193,15 +191,13 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
     let b_max_swizzle = if b_k_major || across_n == 1 {
         128
     } else {
-        match Swizzle::wgmma_for_row(slice_bytes) {
-            Some(Swizzle::Wgmma(w)) => w as i64,
-            _ => {
-                return Err(format!(
+        let Some(Swizzle::Wgmma(w)) = Swizzle::wgmma_for_row(slice_bytes) else {
+            return Err(format!(
                 "N = {n} across {across_n} warpgroups: each warpgroup's {slice_bytes}-byte slice of a B row is not a \
-                     multiple of 32, the narrowest descriptor swizzle"
-            ))
-            }
-        }
+                 multiple of 32, the narrowest descriptor swizzle"
+            ));
+        };
+        w as i64
     };
     Ok(Sources { a, b, b_k_major, across_n, b_max_swizzle })
 }
@@ -298,11 +294,6 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
 /// allow, no padding (the rule above guarantees a 32-byte multiple).
 pub fn descriptor_layout(s: &SmemType, widest: i64) -> SmemType {
     let row_bytes = s.rows_and_row_len().map_or(0, |(_, len)| len * s.dtype.bytes() as i64);
-    let swizzle = [128, 64, 32]
-        .into_iter()
-        .filter(|&w| w <= widest)
-        .find(|&w| row_bytes > 0 && row_bytes % w == 0)
-        .map(|w| Swizzle::Wgmma(w as u32))
-        .unwrap_or(s.swizzle);
+    let swizzle = Swizzle::wgmma_for_row_up_to(row_bytes, widest).unwrap_or(s.swizzle);
     SmemType { swizzle, pad: 0, ..s.clone() }
 }

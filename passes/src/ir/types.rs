@@ -66,7 +66,16 @@ impl Swizzle {
     /// The `wgmma` swizzle width for rows of `row_bytes` bytes: the widest of 128, 64 and
     /// 32 bytes that divides the row (None when 32 does not).
     pub fn wgmma_for_row(row_bytes: i64) -> Option<Swizzle> {
-        [128, 64, 32].into_iter().find(|w| row_bytes > 0 && row_bytes % w == 0).map(|w| Swizzle::Wgmma(w as u32))
+        Swizzle::wgmma_for_row_up_to(row_bytes, 128)
+    }
+
+    /// [`Swizzle::wgmma_for_row`] with no swizzle wider than `widest` bytes.
+    pub fn wgmma_for_row_up_to(row_bytes: i64, widest: i64) -> Option<Swizzle> {
+        [128, 64, 32]
+            .into_iter()
+            .filter(|&w| w <= widest)
+            .find(|w| row_bytes > 0 && row_bytes % w == 0)
+            .map(|w| Swizzle::Wgmma(w as u32))
     }
 }
 

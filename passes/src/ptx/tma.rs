@@ -19,16 +19,20 @@
 //! thread's wait for the group that last filled it (the same order that makes refilling
 //! the slot itself safe).
 
+use std::collections::HashMap;
+
 use super::builder::{Class, Operand, Reg};
 use super::emit::{Emitter, R};
 use crate::abi::KernelAbi;
-use crate::ir::Op;
+use crate::ir::{Op, OpId};
 use crate::tma::TensorMapSpec;
 
 /// The TMA state of a kernel with TMA copies.
 pub(crate) struct Tma {
     /// Each tensor map with the register holding its generic address.
     maps: Vec<(TensorMapSpec, Reg)>,
+    /// Each TMA copy's position in `maps`.
+    copies: HashMap<OpId, usize>,
     /// Barriers in the ring.
     ring: i64,
     /// Shared-window address of the first barrier.
@@ -54,10 +58,20 @@ impl Emitter<'_> {
                 range: f.loc.range,
             });
         };
+        let crate::tma::CopyMaps { maps: specs, copies } = crate::tma::copy_maps(f).map_err(|why| {
+            crate::error::LowerError { message: format!("internal error: {why}"), range: f.loc.range }
+        })?;
+        if specs != abi.tensor_maps {
+            return Err(crate::error::LowerError {
+                message: "internal error: the kernel's TMA copies and its ABI's tensor maps disagree".into(),
+                range: f.loc.range,
+            });
+        }
+        let copies: HashMap<OpId, usize> = copies.into_iter().collect();
         let offset = self.buffer_offsets[&ring_buffer];
         let base = self.smem_base();
         let mut maps = Vec::new();
-        for (k, spec) in abi.tensor_maps.iter().enumerate() {
+        for (k, spec) in specs.into_iter().enumerate() {
             let name = format!("tmap{k}");
             self.params.push(format!(".param .align 64 .b8 {name}[128]"));
             let generic = self.b.in_prologue(|b| {
@@ -66,7 +80,7 @@ impl Emitter<'_> {
                 b.ins(format!("cvta.param.u64 {generic}, {param}"));
                 generic
             });
-            maps.push((spec.clone(), generic));
+            maps.push((spec, generic));
         }
         let tma = self.b.in_prologue(|b| {
             let (tid, leader) = (b.reg(Class::B32), b.reg(Class::Pred));
@@ -88,7 +102,7 @@ impl Emitter<'_> {
             let (commits, waited) = (b.reg(Class::B32), b.reg(Class::B32));
             b.ins(format!("mov.u32 {commits}, 0"));
             b.ins(format!("mov.u32 {waited}, 0"));
-            Tma { maps, ring, barriers, commits, waited, leader }
+            Tma { maps, copies, ring, barriers, commits, waited, leader }
         });
         self.tma = Some(tma);
         Ok(())
@@ -107,8 +121,10 @@ impl Emitter<'_> {
 
     /// A `tile.cp_async` performed by the TMA.
     pub(super) fn tma_copy(&mut self, op: &Op) -> R<()> {
-        let defs = self.f.definitions();
-        let spec = crate::tma::copy_spec(self.f, &defs, op).map_err(|why| self.fail(op, why))?;
+        let map = self.tma.as_ref().and_then(|t| t.copies.get(&self.current).map(|&i| t.maps[i].clone()));
+        let Some((spec, map)) = map else {
+            return Err(self.fail(op, "internal error: a TMA copy without its tensor map"));
+        };
         let slot = self.smem_of(op, op.operands[0])?;
         let view = self.view_of(op, op.operands[1])?;
         let (width, blocks, rows) =
@@ -126,8 +142,6 @@ impl Emitter<'_> {
             let tma = self.tma.as_ref().ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
             (tma.commits, tma.leader)
         };
-        let map = self.tma.as_ref().and_then(|t| t.maps.iter().find(|(s, _)| *s == spec).map(|&(_, r)| r));
-        let map = map.ok_or_else(|| self.fail(op, "internal error: the copy's tensor map is not a parameter"))?;
         let barrier = self.barrier_of(commits);
         // Coordinates, innermost dim first (s32; a negative or past-the-end box part is
         // zero-filled by the hardware).
