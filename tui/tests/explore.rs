@@ -456,6 +456,31 @@ fn target_switch_relowers_and_lints_follow() {
 }
 
 #[test]
+fn hopper_keys_are_listed_at_their_defaults_and_can_be_stepped() {
+    let mut ui = Ui::new(Some("gemm"), 120, 36);
+    ui.keys(&["4"]);
+    let rows = ui.app.schedule_rows();
+    let mma = rows.iter().position(|r| r.key == "mma").expect("an mma row on sm_90");
+    assert_eq!((rows[mma].value.as_str(), rows[mma].origin), ("mma.sync", "default"));
+    let copy = rows.iter().find(|r| r.key == "copy").expect("a copy row on sm_90");
+    assert_eq!((copy.value.as_str(), copy.origin), ("cp.async", "default"));
+    for _ in 0..mma {
+        ui.keys(&["j"]);
+    }
+    // Stepping from the default asks for warpgroup MMA: the Tile IR's dot takes it.
+    ui.keys(&["l"]);
+    let rows = ui.app.schedule_rows();
+    let row = rows.iter().find(|r| r.key == "mma").unwrap();
+    assert_eq!((row.value.as_str(), row.origin), ("wgmma", "edited"));
+    let tile = ui.app.view.doc(Stage::Tile).expect("tile IR").text().to_string();
+    assert!(tile.contains("wgmma"), "{tile}");
+    // The CPU has neither key.
+    ui.keys(&["t", "t"]);
+    assert_eq!(ui.app.target, Target::Cpu);
+    assert!(!ui.app.schedule_rows().iter().any(|r| r.key == "copy"));
+}
+
+#[test]
 fn lints_jump_to_source() {
     let mut ui = Ui::new(Some("gemm"), 120, 36);
     ui.keys(&["3"]);

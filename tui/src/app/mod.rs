@@ -349,7 +349,7 @@ impl App {
     /// The schedule panel's rows: the autotune space's keys first, then the other
     /// schedule keys, then the shape symbols (those tiles use, then launch-only ones).
     pub fn schedule_rows(&self) -> Vec<ScheduleRow> {
-        schedule::rows(&self.view.config, &self.overrides, &self.rejected_edits)
+        schedule::rows(&self.view.config, &self.overrides, &self.rejected_edits, self.target.is_gpu())
     }
 
     // ----- events -----

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use tessera_frontend::check::schedule::{canonical_key, validate, STANDARD_KEYS};
-use tessera_frontend::check::KeyValue;
+use tessera_frontend::check::{KeyValue, ScheduleValue};
 use tessera_passes::DEFAULT_SHAPE;
 
 use crate::workspace::{ConfigInfo, Overrides, StageError};
@@ -104,11 +104,14 @@ pub fn run_dims(config: &Result<ConfigInfo, StageError>, overrides: &Overrides) 
 }
 
 /// The schedule panel's rows: the autotune space's keys first, then the other
-/// schedule keys, then the shape symbols (those tiles use, then launch-only ones).
+/// schedule keys, then the shape symbols (those tiles use, then launch-only ones). On a
+/// GPU target the Hopper choices (`mma`, `copy`) are always listed, at their default
+/// when nothing sets them, so they can be stepped without knowing they exist.
 pub fn rows(
     config: &Result<ConfigInfo, StageError>,
     overrides: &Overrides,
     rejected_edits: &BTreeMap<String, (KeyValue, String)>,
+    gpu: bool,
 ) -> Vec<ScheduleRow> {
     let Ok(info) = config else { return Vec::new() };
     let mut rows = Vec::new();
@@ -119,7 +122,9 @@ pub fn rows(
             return;
         }
         seen.push(key.clone());
-        let value = info.config.schedule.get(&key).map(show_value).unwrap_or_else(|| "—".into());
+        let set = info.config.schedule.get(&key).map(show_value);
+        let default = set.is_none().then(|| ScheduleValue::kernel_default(&key).map(|v| show_value(&v))).flatten();
+        let value = set.or_else(|| default.clone()).unwrap_or_else(|| "—".into());
         // A rejected edit, or a rejected `--schedule` value from the command line.
         let rejected = rejected_edits.get(&key).map(|(v, e)| (show_value(v), e.clone())).or_else(|| {
             let e = info.rejection(OverrideKind::Schedule, &key)?.reason.clone();
@@ -129,6 +134,7 @@ pub fn rows(
             (Some(_), _, _) => "invalid",
             (None, true, _) => "edited",
             (None, false, true) => "space",
+            (None, false, false) if default.is_some() => "default",
             (None, false, false) => "schedule",
         };
         let (typed, error) = match rejected {
@@ -148,6 +154,11 @@ pub fn rows(
     }
     for k in info.config.schedule.values.keys() {
         push_key(&mut rows, k, standard_candidates(k), false);
+    }
+    if gpu {
+        for k in ["mma", "copy"] {
+            push_key(&mut rows, k, standard_candidates(k), false);
+        }
     }
     for k in overrides.schedule.keys() {
         push_key(&mut rows, k, standard_candidates(k), false);

@@ -71,14 +71,15 @@ fn draw_table(f: &mut Frame, area: Rect, app: &App) {
         } else {
             r.origin.to_string()
         };
-        let used = 2 + key_w + 1 + 8 + 1;
+        // The widest standard value is 8 columns (`mma.sync`, `cp.async`).
+        let used = 2 + key_w + 1 + 9 + 1;
         let spans = vec![
             Span::raw("  "),
             Span::styled(
                 format!("{:<key_w$} ", r.key),
                 if r.is_dim { theme::dim().add_modifier(Modifier::BOLD) } else { theme::key() },
             ),
-            Span::styled(format!("{:>7} ", shown), value_style),
+            Span::styled(format!("{:>8} ", shown), value_style),
             Span::raw(" "),
             Span::styled(truncate(&note, width.saturating_sub(used)), theme::dim()),
         ];
