@@ -195,7 +195,8 @@ pub(crate) fn dot_operand_source(f: &Func, defs: &[Option<OpId>], operand: Value
 }
 
 pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
-    // Staging comes from dot operands and explicit copies only.
+    // Staging comes from dot operands (and the loads of their transposing stages) and
+    // explicit copies only.
     if !f.has_op_of(&[OpKind::Dot, OpKind::CpAsync]) {
         return;
     }
@@ -204,6 +205,11 @@ pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
     let mut staged: HashSet<ValueId> = HashSet::default();
     for id in f.walk() {
         let op = f.op(id);
+        // An fp8 B on its way to a `wgmma` dot through a transposing stage.
+        if op.kind == OpKind::Load && op.attr(crate::wgmma::TRANSPOSE_STAGE).is_some() {
+            staged.extend(op.results.first());
+            continue;
+        }
         if op.kind != OpKind::Dot || op.str_attr("instr") == Some("fma") {
             continue;
         }

@@ -12,6 +12,11 @@
 //! `Q @ K.T`, so it needs no shuffle). B is read from shared memory, either as `[K, N]`
 //! (N-major, whose rows must be a multiple of the narrowest descriptor swizzle, 32 bytes)
 //! or as the transpose of an `[N, K]` tile (K-major: `Q @ K.T`).
+//!
+//! FP8 `wgmma` has no transposed B: both operands are read K-major. A staged `[K, N]` fp8
+//! B goes through a transposing stage (CUTLASS's answer for the same layout): its tile
+//! is staged as loaded, read into registers transposed, stored into an `[N, K]` buffer in
+//! the descriptor's swizzle between two barriers, and the dot reads that buffer K-major.
 
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, MmaFamily};
@@ -54,6 +59,10 @@ pub fn is_k_major_b_slot(op: &Op, b: &Type) -> bool {
     matches!(b, Type::Smem(_)) && op.attr(B_K_MAJOR).is_some()
 }
 
+/// The attribute of a staged `tile.load` of an fp8 `[K, N]` B that a `wgmma` dot reads
+/// through a transposing stage: `mark-staging` stages it although no dot reads it.
+pub const TRANSPOSE_STAGE: &str = "wgmma_transpose_b";
+
 /// Where a `wgmma` operand comes from in Schedule IR.
 enum Source {
     /// A `tile.load` the staging pass copies into a shared buffer.
@@ -75,6 +84,9 @@ struct Sources {
     /// The widest descriptor swizzle (bytes) B's buffer may take: a warpgroup's N slice
     /// of an N-major B must start on a swizzle block.
     b_max_swizzle: i64,
+    /// B is a staged fp8 `[K, N]` load that reaches the dot through a transposing stage
+    /// (then read K-major).
+    transpose_b: bool,
 }
 
 /// Warpgroups stacked along M as far as M's m64 tiles allow (`groups` of them in all),
@@ -173,14 +185,17 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
     if fp8 && matches!(a, Source::Registers) {
         return Err("A is computed in registers; fp8 `wgmma` here reads A from shared memory".into());
     }
-    if fp8 && !b_k_major {
+    // A staged [K, N] load is transposed on its way (the module's doc); a buffer the
+    // kernel fills itself is the kernel's layout to choose.
+    let transpose_b = fp8 && !b_k_major;
+    if transpose_b && !matches!(b, Source::StagedLoad(_)) {
         return Err(format!(
-            "B is [K, N] (N-major); fp8 `wgmma` reads both operands K-major: store B as [N, K] and pass `b.T` \
-             (the operand layout of FP8 GEMMs on Hopper), K = {k} a multiple of 32"
+            "B is read from a [K, N] shared buffer (N-major); fp8 `wgmma` reads both operands K-major: fill the \
+             buffer as [N, K] and pass it transposed (K = {k} a multiple of 32)"
         ));
     }
     let b_row_bytes = n * dtype.bytes() as i64;
-    if !b_k_major && Swizzle::wgmma_for_row(b_row_bytes).is_none() {
+    if !b_k_major && !transpose_b && Swizzle::wgmma_for_row(b_row_bytes).is_none() {
         return Err(format!(
             "N = {n}: a row of the [K, N] B operand is {b_row_bytes} bytes, not a multiple of 32, the narrowest \
              swizzle of `wgmma`'s matrix descriptors (N a multiple of 16 is)"
@@ -188,7 +203,7 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
     }
     // Each warpgroup's slice of an N-major B starts on a swizzle block of its buffer.
     let slice_bytes = n_slice * dtype.bytes() as i64;
-    let b_max_swizzle = if b_k_major || across_n == 1 {
+    let b_max_swizzle = if b_k_major || transpose_b || across_n == 1 {
         128
     } else {
         let Some(Swizzle::Wgmma(w)) = Swizzle::wgmma_for_row(slice_bytes) else {
@@ -199,7 +214,7 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
         };
         w as i64
     };
-    Ok(Sources { a, b, b_k_major, across_n, b_max_swizzle })
+    Ok(Sources { a, b, b_k_major, across_n, b_max_swizzle, transpose_b })
 }
 
 /// The shared-memory source of operand `v` (`name` is "A" or "B"; `defs` from
@@ -263,8 +278,20 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
             message: format!("mma=\"wgmma\" cannot be used: {why}"),
             range: f.op(dot).loc.range,
         })?;
-        let (a_in_registers, b_k_major) = (matches!(sources.a, Source::Registers), sources.b_k_major);
-        for (s, widest) in [(sources.a, 128), (sources.b, sources.b_max_swizzle)] {
+        let mut b = sources.b;
+        if sources.transpose_b {
+            if let Source::StagedLoad(load) = b {
+                // Under TMA the staged [K, N] tile takes a swizzle a tensor map can write
+                // (the transposing read goes through any swizzle).
+                if config.copy() == tessera_frontend::check::CopyEngine::Tma {
+                    f.op_mut(load).set_attr(DESCRIPTOR_LAYOUT, Attr::Int(128));
+                }
+                b = Source::Buffer(insert_transposing_stage(f, dot, load));
+            }
+        }
+        let a_in_registers = matches!(sources.a, Source::Registers);
+        let b_k_major = sources.b_k_major || sources.transpose_b;
+        for (s, widest) in [(sources.a, 128), (b, sources.b_max_swizzle)] {
             match s {
                 Source::StagedLoad(load) => f.op_mut(load).set_attr(DESCRIPTOR_LAYOUT, Attr::Int(widest)),
                 Source::Buffer(buffer) => {
@@ -296,4 +323,81 @@ pub fn descriptor_layout(s: &SmemType, widest: i64) -> SmemType {
     let row_bytes = s.rows_and_row_len().map_or(0, |(_, len)| len * s.dtype.bytes() as i64);
     let swizzle = Swizzle::wgmma_for_row_up_to(row_bytes, widest).unwrap_or(s.swizzle);
     SmemType { swizzle, pad: 0, ..s.clone() }
+}
+
+/// The transposing stage of an fp8 `[K, N]` B (the module's doc), in Schedule IR: the
+/// load is marked for staging, and before `dot`:
+///
+/// ```text
+/// tile.barrier                  // every warpgroup's wgmma read the previous tile
+/// %t = tile.transpose %b        // [N, K] in registers (a transposed shared read)
+/// tile.store_shared %bt, %t
+/// tile.barrier                  // (with fence.proxy.async: wgmma reads through the async proxy)
+/// %x = tile.load_shared %bt
+/// %xt = tile.transpose %x       // the dot's B: %bt read K-major
+/// ```
+///
+/// `%bt` is one `[N, K]` buffer allocated before the outermost sequential loop around the
+/// dot (it is rewritten each iteration, so it needs no ring). Returns `%bt`.
+fn insert_transposing_stage(f: &mut Func, dot: OpId, load: OpId) -> ValueId {
+    use crate::ir::{Loc, Region, TileType};
+    let b = f.op(dot).operands[1];
+    let loc: Loc = f.op(dot).loc.clone();
+    let Type::Tile(TileType { dims, dtype, .. }) = f.ty(b).clone() else { return b };
+    let transposed = vec![dims[1].clone(), dims[0].clone()];
+    f.op_mut(load).set_attr(TRANSPOSE_STAGE, Attr::Bool(true));
+    let buffer = SmemType { dims: transposed.clone(), dtype, swizzle: Swizzle::None, pad: 0, stages: 1 };
+    let (alloc, bt) = crate::tile::new_op(f, OpKind::AllocShared, vec![], Type::Smem(buffer), vec![], &loc);
+    f.values[bt.0 as usize].name = Some(SmolStr::new("b_t"));
+    let effect = |f: &mut Func, kind: OpKind, operands: Vec<ValueId>| {
+        f.ops.push(Op {
+            kind,
+            operands,
+            results: Vec::new(),
+            attrs: Vec::new(),
+            regions: Vec::new(),
+            loc: loc.clone(),
+        });
+        OpId(f.ops.len() as u32 - 1)
+    };
+    let before = effect(f, OpKind::Barrier, vec![]);
+    let (transpose, t) =
+        crate::tile::new_op(f, OpKind::Transpose, vec![b], Type::tile(transposed.clone(), dtype), vec![], &loc);
+    let store = effect(f, OpKind::StoreShared, vec![bt, t]);
+    let after = effect(f, OpKind::Barrier, vec![]);
+    let (read, x) = crate::tile::new_op(f, OpKind::LoadShared, vec![bt], Type::tile(transposed, dtype), vec![], &loc);
+    let (back, xt) = crate::tile::new_op(f, OpKind::Transpose, vec![x], Type::tile(dims, dtype), vec![], &loc);
+    f.op_mut(dot).operands[1] = xt;
+    let prelude = [before, transpose, store, after, read, back];
+
+    fn contains(f: &Func, region: &Region, target: OpId) -> bool {
+        region.ops.iter().any(|&id| id == target || f.op(id).regions.iter().any(|r| contains(f, r, target)))
+    }
+    // The allocation goes before the outermost sequential loop that holds the dot (or
+    // just before the stage, outside any loop); the stage goes just before the dot.
+    fn place(f: &mut Func, region: Region, dot: OpId, alloc: OpId, prelude: &[OpId], placed: &mut bool) -> Region {
+        let mut ops = Vec::with_capacity(region.ops.len() + prelude.len() + 1);
+        for id in region.ops {
+            if id == dot {
+                if !std::mem::replace(placed, true) {
+                    ops.push(alloc);
+                }
+                ops.extend_from_slice(prelude);
+            } else if f.op(id).regions.iter().any(|r| contains(f, r, dot)) {
+                let sequential = f.op(id).kind == OpKind::For && f.op(id).str_attr("kind") == Some("sequential");
+                if sequential && !std::mem::replace(placed, true) {
+                    ops.push(alloc);
+                }
+                let regions = std::mem::take(&mut f.op_mut(id).regions);
+                let regions = regions.into_iter().map(|r| place(f, r, dot, alloc, prelude, placed)).collect();
+                f.op_mut(id).regions = regions;
+            }
+            ops.push(id);
+        }
+        Region { args: region.args, ops }
+    }
+    let body = std::mem::take(&mut f.body);
+    let mut placed = false;
+    f.body = place(f, body, dot, alloc, &prelude, &mut placed);
+    bt
 }

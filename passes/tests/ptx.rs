@@ -275,6 +275,9 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
         "tests/corpus/valid/schedules.tsr",
         "tests/corpus/valid/search_spaces.tsr",
         "tests/corpus/valid/derived_kernels.tsr",
+        // B is [K, N]: through the transposing stage.
+        "examples/fp8_gemm.tsr",
+        "tests/corpus/valid/fp8_gemm.tsr",
     ];
     let mut out = Vec::new();
     for f in files {

@@ -34,6 +34,9 @@ const GEMM_FILES: &[&str] = &[
     "tests/corpus/valid/schedules.tsr",
     "tests/corpus/valid/search_spaces.tsr",
     "tests/corpus/valid/derived_kernels.tsr",
+    // fp8 with B as [K, N]: through the transposing stage (`tessera_passes::wgmma`).
+    "examples/fp8_gemm.tsr",
+    "tests/corpus/valid/fp8_gemm.tsr",
 ];
 
 fn root() -> PathBuf {
@@ -65,9 +68,16 @@ const ATTENTION_SHAPES: &[&str] = &["BH=1,S=64,D=64", "BH=2,S=100,D=64"];
 /// map's strides must be), and a K shorter than one k step.
 const TMA_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=40,K=48", "M=33,N=24,K=16"];
 
-fn shapes_of(kernel: &str, config: &Config) -> &'static [&'static str] {
+/// The same for 8-bit operands, whose rows are a byte per element: `N` too a multiple of
+/// 16 where B is `[K, N]`.
+const TMA_FP8_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=48,K=48", "M=33,N=32,K=16"];
+
+fn shapes_of(kernel: &str, config: &Config, func: &Func) -> &'static [&'static str] {
+    let byte_elements = func.values.iter().any(|v| matches!(&v.ty, Type::Tensor(t) if t.dtype.bytes() == 1));
     if kernel.contains("attention") {
         ATTENTION_SHAPES
+    } else if config.copy() == tessera_frontend::check::CopyEngine::Tma && byte_elements {
+        TMA_FP8_GEMM_SHAPES
     } else if config.copy() == tessera_frontend::check::CopyEngine::Tma {
         TMA_GEMM_SHAPES
     } else {
@@ -86,7 +96,7 @@ fn check_against_both(
     code: &TargetCode,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    for spec in shapes_of(kernel, config) {
+    for spec in shapes_of(kernel, config, func) {
         failures.extend(check_kernel(label, kernel, func, code, spec));
         // The f64 reference of the Graph IR: no Tile IR pass, interpreter or generator in it.
         let symbols: BTreeMap<String, i64> = spec
