@@ -11,7 +11,8 @@
 #   5. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
 #      prebuilt test binaries are there;
 #   6. (hopper) GEMM 4096^3 on the Hopper path: mma="wgmma" with cp.async and with TMA
-#      copies (copy="tma"), each checked against the f64 reference and timed.
+#      copies (copy="tma"), and the fp8 GEMM ([K, N] B, transposing stage), each checked
+#      against the f64 reference and timed.
 # Usage: benches/gpu/acceptance.sh BINDIR OUTDIR [ARCHIVE]
 #   With ARCHIVE, OUTDIR is packed into it after every step (a lease's copy-back takes few
 #   files, and a step that runs out of time must not lose the ones before it).
@@ -61,6 +62,10 @@ for copy in cp.async tma; do
         > "$OUT/gemm_wgmma_$copy.json" 2> "$OUT/gemm_wgmma_$copy.err"
     echo "copy=$copy rc=$?"; grep -A3 '"time_ms"' "$OUT/gemm_wgmma_$copy.json"; tail -5 "$OUT/gemm_wgmma_$copy.err"
 done
+# FP8 with B as [K, N]: QGMMA through the transposing stage.
+timeout 60 "$T" run examples/fp8_gemm.tsr --kernel fp8_gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled \
+    --schedule mma=wgmma,copy=tma --repeat 30 --json > "$OUT/fp8_gemm_wgmma.json" 2> "$OUT/fp8_gemm_wgmma.err"
+echo "fp8 rc=$?"; grep -A3 '"time_ms"' "$OUT/fp8_gemm_wgmma.json"; tail -5 "$OUT/fp8_gemm_wgmma.err"
 
 fi
 if want untuned; then
