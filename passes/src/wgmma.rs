@@ -361,9 +361,12 @@ fn insert_transposing_stage(f: &mut Func, dot: OpId, load: OpId) -> ValueId {
         OpId(f.ops.len() as u32 - 1)
     };
     let before = effect(f, OpKind::Barrier, vec![]);
+    // Both accesses of the stage say what they are (the bank-conflict lint names it).
+    let mark = vec![(TRANSPOSE_STAGE, Attr::Bool(true))];
     let (transpose, t) =
-        crate::tile::new_op(f, OpKind::Transpose, vec![b], Type::tile(transposed.clone(), dtype), vec![], &loc);
+        crate::tile::new_op(f, OpKind::Transpose, vec![b], Type::tile(transposed.clone(), dtype), mark.clone(), &loc);
     let store = effect(f, OpKind::StoreShared, vec![bt, t]);
+    f.op_mut(store).attrs = mark;
     let after = effect(f, OpKind::Barrier, vec![]);
     let (read, x) = crate::tile::new_op(f, OpKind::LoadShared, vec![bt], Type::tile(transposed, dtype), vec![], &loc);
     let (back, xt) = crate::tile::new_op(f, OpKind::Transpose, vec![x], Type::tile(dims, dtype), vec![], &loc);

@@ -391,7 +391,13 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
     // fp8 with B loaded as [K, N] goes through the transposing stage (k a multiple of 32);
     // a [K, N] fp8 buffer the kernel fills itself is its own layout: E0704 with advice.
     let fp8 = clean.replace("bf16", "fp8_e4m3");
-    assert!(!lint(&fp8, Target::Sm90).iter().any(|l| l.starts_with('E')), "{:#?}", lint(&fp8, Target::Sm90));
+    let lints = lint(&fp8, Target::Sm90);
+    assert!(!lints.iter().any(|l| l.starts_with('E')), "{lints:#?}");
+    // Its transposed shared reads conflict, and the warning says whose they are.
+    assert!(
+        lints.iter().any(|l| l.starts_with("W0601@") && l.contains("fp8 `wgmma`'s transposing stage")),
+        "{lints:#?}"
+    );
     let fp8_buffer = fp8
         .replace(
             "acc = tile.zeros((ctx.BM, ctx.BN), f32)",

@@ -67,6 +67,10 @@ pub struct BankConflict {
     /// The buffer is read by `wgmma` through a matrix descriptor: its layout is the
     /// descriptor's swizzle of this many bytes, which no `swizzle=`/`pad=` changes.
     pub descriptor_swizzle: Option<u32>,
+    /// The access is the compiler's transposing stage of an fp8 `[K, N]` B for `wgmma`
+    /// (`crate::wgmma::TRANSPOSE_STAGE`): the kernel's layout of B, not a buffer
+    /// option, decides it.
+    pub transposing_stage: bool,
 }
 
 /// What one configuration of a kernel costs on a GPU.
@@ -249,6 +253,9 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
                 let description = match &layout {
                     Layout::DotOperand { op: 0, .. } => "ldmatrix loads of the A operand of `tile.dot`".to_string(),
                     Layout::DotOperand { .. } => "ldmatrix loads of the B operand of `tile.dot`".to_string(),
+                    _ if op.attr(crate::wgmma::TRANSPOSE_STAGE).is_some() => {
+                        "transposed reads of B into registers (fp8 `wgmma`'s transposing stage)".to_string()
+                    }
                     _ if transposed => "transposed reads into registers".to_string(),
                     _ => "reads into registers".to_string(),
                 };
@@ -323,6 +330,7 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
             at: f.op(access.op).loc.clone(),
             fix,
             descriptor_swizzle,
+            transposing_stage: f.op(access.op).attr(crate::wgmma::TRANSPOSE_STAGE).is_some(),
         });
     }
     out
@@ -884,6 +892,9 @@ fn resource_lints(
         let fix_text = match &c.fix {
             Some(BankFix::Swizzle) => "swizzle=\"xor\" makes every access conflict free".to_string(),
             Some(BankFix::Pad(p)) => format!("pad={p} makes every access conflict free"),
+            None if c.transposing_stage => "this is the transposing stage `mma=\"wgmma\"` adds for an fp8 `[K, N]` B \
+                 (8-bit `wgmma` reads B K-major): load B as `[N, K]` and pass `b.T`, and the stage goes away"
+                .to_string(),
             None => match c.descriptor_swizzle {
                 Some(width) => format!(
                     "`wgmma` reads this buffer through a matrix descriptor, so its layout is the descriptor's {width}-byte \
