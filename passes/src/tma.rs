@@ -166,12 +166,95 @@ pub(crate) fn select_copy_engine(f: &mut Func, config: &Config, target: Target) 
     let (alloc, v) = crate::tile::new_op(f, OpKind::AllocShared, vec![], ty, vec![(MBARRIERS, Attr::Bool(true))], &loc);
     f.values[v.0 as usize].name = Some(SmolStr::new("mbarriers"));
     f.body.ops.insert(0, alloc);
+    store_through_shared(f, target);
     Ok(())
+}
+
+/// The TMA stores of a kernel with TMA copies: each `tile.store` of a whole 2-D tile at
+/// the kernel's top level (its epilogue, run once per program) whose rows take a
+/// descriptor swizzle and whose staging buffer still fits the target's shared memory
+/// becomes
+///
+/// ```text
+/// tile.store_shared %out_s, %t    // every thread its elements, in the swizzle
+/// tile.barrier                    // (with fence.proxy.async: the TMA reads through the async proxy)
+/// tile.tma_store %view, %out_s    // thread 0: a box per swizzle column block, then waits for its reads
+/// ```
+///
+/// A store inside a loop or a branch keeps `st.global` (the buffer would need its own
+/// protection against the next iteration's writes); so does a masked store.
+fn store_through_shared(f: &mut Func, target: Target) {
+    let Some(limit) = crate::analysis::limits::GpuLimits::of(target).map(|l| l.smem_per_block as u64) else { return };
+    let defs = f.definitions();
+    let mut used: u64 = f
+        .walk()
+        .into_iter()
+        .filter_map(|id| match f.op(id) {
+            op if op.kind == OpKind::AllocShared => match f.ty(op.results[0]) {
+                Type::Smem(s) => s.bytes(),
+                _ => None,
+            },
+            _ => None,
+        })
+        .sum();
+    let mut rewrites = Vec::new();
+    for (pos, &id) in f.body.ops.iter().enumerate() {
+        let op = f.op(id);
+        if op.kind != OpKind::Store || op.operands.len() != 2 {
+            continue;
+        }
+        let Type::View(v) = f.ty(op.operands[0]) else { continue };
+        let Some(dims) = f.ty(op.operands[0]).const_dims() else { continue };
+        let [rows, cols] = dims[..] else { continue };
+        let row_bytes = cols * v.dtype.bytes() as i64;
+        // The swizzle the fragments' stores write without bank conflicts (the W0601
+        // simulation of the `#wgmma` layout): 32 bytes for 4-byte elements, where a
+        // warp's row segments are 32 bytes; the widest the rows allow otherwise.
+        let widest = if v.dtype.bytes() >= 4 { 32 } else { 128 };
+        let Some(swizzle) = Swizzle::wgmma_for_row_up_to(row_bytes, widest) else { continue };
+        let slot = SmemType { dims: v.dims.clone(), dtype: v.dtype, swizzle, pad: 0, stages: 1 };
+        let Some(bytes) = slot.bytes() else { continue };
+        if used + bytes > limit || rows > MAX_BOX || slot_spec(f, &defs, &slot, op.operands[0]).is_err() {
+            continue;
+        }
+        used += bytes;
+        rewrites.push((pos, id, slot));
+    }
+    // Back to front: each rewrite replaces one op of the body by three. The buffers are
+    // allocated first thing, after the positions are used.
+    let mut allocs = Vec::new();
+    for (pos, id, slot) in rewrites.into_iter().rev() {
+        let (view, tile, loc) = (f.op(id).operands[0], f.op(id).operands[1], f.op(id).loc.clone());
+        let (alloc, buffer) = crate::tile::new_op(f, OpKind::AllocShared, vec![], Type::Smem(slot), vec![], &loc);
+        f.values[buffer.0 as usize].name = Some(SmolStr::new("out_s"));
+        let op = |f: &mut Func, kind: OpKind, operands: Vec<ValueId>| {
+            f.ops.push(Op {
+                kind,
+                operands,
+                results: Vec::new(),
+                attrs: Vec::new(),
+                regions: Vec::new(),
+                loc: loc.clone(),
+            });
+            OpId(f.ops.len() as u32 - 1)
+        };
+        let write = op(f, OpKind::StoreShared, vec![buffer, tile]);
+        let barrier = op(f, OpKind::Barrier, vec![]);
+        let store = op(f, OpKind::TmaStore, vec![view, buffer]);
+        f.body.ops.splice(pos..=pos, [write, barrier, store]);
+        allocs.push(alloc);
+    }
+    f.body.ops.splice(0..0, allocs);
 }
 
 /// Whether `op` (a `tile.cp_async`) is performed by the TMA.
 pub fn is_tma_copy(op: &Op) -> bool {
     op.kind == OpKind::CpAsync && op.str_attr(VIA) == Some(VIA_TMA)
+}
+
+/// Whether `op` moves data through a tensor map: a TMA copy or a `tile.tma_store`.
+fn uses_tensor_map(op: &Op) -> bool {
+    is_tma_copy(op) || op.kind == OpKind::TmaStore
 }
 
 /// The swizzle span `W` in bytes of a TMA copy's slot, the number of `W`-byte column
@@ -184,17 +267,27 @@ pub fn blocks(slot: &SmemType) -> Option<(i64, i64, i64)> {
     (row_bytes % width == 0).then_some((width, row_bytes / width, rows))
 }
 
-/// The tensor map of the TMA copy `op` (`tile.cp_async %slot, %view` in Tile IR), or why
-/// it cannot be one: the view must keep the tensor's contiguous last dim and one other,
-/// and each box must fit the hardware's limits.
+/// The tensor map of the TMA copy `op` (`tile.cp_async %slot, %view` or `tile.tma_store
+/// %view, %slot` in Tile IR), or why it cannot be one: the view must keep the tensor's
+/// contiguous last dim and one other, and each box must fit the hardware's limits.
 pub fn copy_spec(f: &Func, defs: &[Option<OpId>], op: &Op) -> Result<TensorMapSpec, String> {
-    let Type::Smem(slot) = f.ty(op.operands[0]) else { return Err("the destination is not a shared buffer".into()) };
+    let (slot, view) = match op.kind {
+        OpKind::TmaStore => (op.operands[1], op.operands[0]),
+        _ => (op.operands[0], op.operands[1]),
+    };
+    let Type::Smem(slot) = f.ty(slot) else { return Err("the shared side is not a shared buffer".into()) };
+    slot_spec(f, defs, slot, view)
+}
+
+/// The tensor map that moves a shared slot of type `slot` to or from the global `view`.
+fn slot_spec(f: &Func, defs: &[Option<OpId>], slot: &SmemType, view: ValueId) -> Result<TensorMapSpec, String> {
     let (width, _, rows) = blocks(slot).ok_or("the buffer is not laid out in a WGMMA descriptor's swizzle")?;
-    let view = defs[op.operands[1].0 as usize].map(|d| f.op(d)).filter(|v| v.kind == OpKind::View);
-    let view = view.ok_or("the source is not a view of a tensor parameter")?;
+    let view = defs[view.0 as usize].map(|d| f.op(d)).filter(|v| v.kind == OpKind::View);
+    let view = view.ok_or("the global side is not a view of a tensor parameter")?;
     let tensor = view.operands[0];
-    let param = f.params.iter().position(|&p| p == tensor).ok_or("the source is not a view of a tensor parameter")?;
-    let Type::Tensor(t) = f.ty(tensor) else { return Err("the source is not a tensor".into()) };
+    let param =
+        f.params.iter().position(|&p| p == tensor).ok_or("the global side is not a view of a tensor parameter")?;
+    let Type::Tensor(t) = f.ty(tensor) else { return Err("the global side is not a tensor".into()) };
     let rank = t.dims.len();
     if !(2..=5).contains(&rank) {
         return Err(format!("a tensor map has 2 to 5 dims; the tensor has {rank}"));
@@ -221,12 +314,14 @@ pub fn copy_spec(f: &Func, defs: &[Option<OpId>], op: &Op) -> Result<TensorMapSp
     Ok(TensorMapSpec { param, dtype: slot.dtype, box_dims, swizzle_bytes: width as u32 })
 }
 
-/// The distinct tensor maps of a Tile IR kernel's TMA copies, in the order of first use.
+/// The distinct tensor maps of a Tile IR kernel's TMA copies and stores, in the order of
+/// first use.
 pub fn tensor_maps(f: &Func) -> Result<Vec<TensorMapSpec>, String> {
     Ok(copy_maps(f)?.maps)
 }
 
-/// A kernel's tensor maps ([`tensor_maps`]) and, for each TMA copy, its map's position.
+/// A kernel's tensor maps ([`tensor_maps`]) and, for each TMA copy and store, its map's
+/// position.
 pub struct CopyMaps {
     pub maps: Vec<TensorMapSpec>,
     pub copies: Vec<(OpId, usize)>,
@@ -234,14 +329,14 @@ pub struct CopyMaps {
 
 /// The [`CopyMaps`] of a Tile IR kernel.
 pub fn copy_maps(f: &Func) -> Result<CopyMaps, String> {
-    if !f.has_op_of(&[OpKind::CpAsync]) {
+    if !f.has_op_of(&[OpKind::CpAsync, OpKind::TmaStore]) {
         return Ok(CopyMaps { maps: Vec::new(), copies: Vec::new() });
     }
     let defs = f.definitions();
     let (mut maps, mut copies): (Vec<TensorMapSpec>, Vec<(OpId, usize)>) = (Vec::new(), Vec::new());
     for id in f.walk() {
         let op = f.op(id);
-        if !is_tma_copy(op) {
+        if !uses_tensor_map(op) {
             continue;
         }
         let spec = copy_spec(f, &defs, op)?;

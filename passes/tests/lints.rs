@@ -415,6 +415,23 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
     assert!(lint(&f32, Target::Sm90).iter().any(|l| l.starts_with("E0704@12:") && l.contains("f32 x f32")));
 }
 
+/// Under `copy = "tma"` neither the TMA's box copies (the hardware writes through the
+/// swizzle) nor the epilogue's stores into its TMA-store buffer are bank conflicts: the
+/// WGMMA fixtures (f32 outputs) and the fp8 GEMM (bf16 output) lint clean of W0601.
+#[test]
+fn tma_copies_and_the_tma_store_buffer_are_free_of_bank_conflicts() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let gemms = std::fs::read_to_string(root.join("tests/fixtures/wgmma/gemms.tsr")).unwrap();
+    let gemms = gemms.replace("mma=\"wgmma\")", "mma=\"wgmma\", copy=\"tma\")");
+    let fp8 = std::fs::read_to_string(root.join("tests/fixtures/wgmma/fp8.tsr")).unwrap();
+    let fp8 = fp8.replace("mma=\"wgmma\")", "mma=\"wgmma\", copy=\"tma\")");
+    for text in [gemms, fp8] {
+        assert!(text.contains("copy=\"tma\""));
+        let lints = lint(&text, Target::Sm90);
+        assert!(!lints.iter().any(|l| l.starts_with('E') || l.starts_with("W0601")), "{lints:#?}");
+    }
+}
+
 /// In an autotune space the candidates that cannot take `wgmma` are pruned with the
 /// reason (W0702, category WGMMA); a space of nothing else is E0703.
 #[test]

@@ -384,7 +384,16 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
                     if tma && staged && (utmaldg == 0 || ldgsts != 0) {
                         failures.push(format!("{what} [{config}]: {utmaldg} UTMALDG and {ldgsts} LDGSTS in the SASS"));
                     }
-                    sass_note = format!("{hgmma:>3} GMMA {utmaldg:>2} UTMALDG  {}", first.unwrap_or_default());
+                    // A TMA store in the PTX is a UTMASTG in the SASS.
+                    let utmastg = sass.lines().filter(|l| l.contains("UTMASTG")).count();
+                    if ptx.contains(".global.shared::cta") != (utmastg > 0) {
+                        failures
+                            .push(format!("{what} [{config}]: the PTX's TMA stores and {utmastg} UTMASTG disagree"));
+                    }
+                    sass_note = format!(
+                        "{hgmma:>3} GMMA {utmaldg:>2} UTMALDG {utmastg} UTMASTG  {}",
+                        first.unwrap_or_default()
+                    );
                 }
                 Err(e) => failures.push(format!("{what} [{config}]: nvdisasm: {e}")),
             }
@@ -404,4 +413,10 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
         .iter()
         .filter(|(_, c, ptx)| c.contains("copy=tma") && ptx.as_ref().is_ok_and(|p| p.contains("cp.async.bulk.tensor")));
     assert!(tma.count() >= 20, "too few copy=\"tma\" configurations with TMA copies");
+    // Their epilogues store through the TMA where the rule allows (top level, rows in a
+    // descriptor swizzle, the buffer fits).
+    let stores = cases.iter().filter(|(_, c, ptx)| {
+        c.contains("copy=tma") && ptx.as_ref().is_ok_and(|p| p.contains("cp.async.bulk.tensor.2d.global.shared::cta"))
+    });
+    assert!(stores.count() >= 10, "too few copy=\"tma\" configurations with TMA stores");
 }

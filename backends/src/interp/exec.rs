@@ -582,6 +582,15 @@ impl<'a> Runner<'a> {
                 s.store_epoch = None;
                 s.copy = Some((group, op));
             }
+            I::TmaStore { view, src } => {
+                let (buf, slot) = self.slot(*src)?;
+                self.check_read(buf, slot, op)?;
+                let b = self.smem[buf as usize].as_ref().expect("checked by slot()");
+                let data = &b.data[slot * b.slot_len..(slot + 1) * b.slot_len];
+                // The slot holds the view's dtype already: no rounding on the way out.
+                let stored = self.write_view(*view, data, None, None)?;
+                self.counters.stored += stored;
+            }
             I::Commit => self.groups.commit(),
             I::Wait { pending } => self.groups.wait(*pending, self.epoch),
             I::Barrier => self.epoch += 1,
@@ -629,13 +638,27 @@ impl<'a> Runner<'a> {
         mask: Option<Reg>,
         round: Option<tessera_frontend::check::DType>,
     ) -> R<()> {
-        let v = self.view(view)?;
-        let t = self.tensor(v.arg)?;
         let values = self.tile(src)?;
         let mask = match mask {
             Some(m) => Some(self.tile(m)?),
             None => None,
         };
+        let stored = self.write_view(view, values, mask, round)?;
+        self.counters.stored += stored;
+        Ok(())
+    }
+
+    /// Writes `values` (row-major over the view) to the view's elements inside the
+    /// tensor, where `mask` allows; returns how many were written.
+    fn write_view(
+        &self,
+        view: Reg,
+        values: &[f64],
+        mask: Option<&[f64]>,
+        round: Option<tessera_frontend::check::DType>,
+    ) -> R<u64> {
+        let v = self.view(view)?;
+        let t = self.tensor(v.arg)?;
         let window = Window { dims: &t.dims, strides: &t.strides, offsets: &v.offsets, sizes: &v.sizes, kept: &v.kept };
         let mut rows = Vec::new();
         let (_, cs) = window.rows(|o, start, lo, hi| rows.push((o, start, lo, hi)));
@@ -665,8 +688,7 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        self.counters.stored += stored;
-        Ok(())
+        Ok(stored)
     }
 
     fn describe_program(&self, linear: u32) -> String {

@@ -424,7 +424,7 @@ pub fn param_access(func: &Func) -> Vec<Access> {
                 let v = if op.kind == OpKind::Load { op.operands.first() } else { op.operands.get(1) };
                 (v.and_then(|&v| tensor_of_view(v)), false)
             }
-            OpKind::Store => (op.operands.first().and_then(|&v| tensor_of_view(v)), true),
+            OpKind::Store | OpKind::TmaStore => (op.operands.first().and_then(|&v| tensor_of_view(v)), true),
             OpKind::Gather => (op.operands.first().and_then(|&v| param_of(v)), false),
             OpKind::Scatter => (op.operands.first().and_then(|&v| param_of(v)), true),
             _ => (None, false),

@@ -267,6 +267,11 @@ pub(crate) enum I {
         dst: Reg,
         view: Reg,
     },
+    /// The TMA's copy of a shared slot to a global view (`tile.tma_store`).
+    TmaStore {
+        view: Reg,
+        src: Reg,
+    },
     Commit,
     Wait {
         pending: u64,
@@ -830,6 +835,7 @@ impl Compiler<'_> {
             }
             OpKind::StoreShared => I::StoreShared { dst: self.reg(id, op, 0)?, src: self.reg(id, op, 1)? },
             OpKind::CpAsync => I::CpAsync { dst: self.reg(id, op, 0)?, view: self.reg(id, op, 1)? },
+            OpKind::TmaStore => I::TmaStore { view: self.reg(id, op, 0)?, src: self.reg(id, op, 1)? },
             OpKind::AsyncCommit => I::Commit,
             OpKind::AsyncWait => I::Wait { pending: op.int_attr("pending").unwrap_or(0).max(0) as u64 },
             OpKind::Barrier => I::Barrier,

@@ -99,6 +99,8 @@ pub(crate) struct Cta<'a> {
     /// mbarriers by shared address, and TMA box copies not landed yet.
     pub(crate) mbarriers: HashMap<u64, super::tma::Mbarrier>,
     pub(crate) box_copies: Vec<super::tma::BoxCopy>,
+    /// Each thread's TMA stores not read out of shared memory yet.
+    pub(crate) bulk_stores: HashMap<usize, super::tma::BulkStores>,
     ctaid: [u64; 3],
     nctaid: [u64; 3],
     steps: u64,
@@ -366,7 +368,7 @@ impl Cta<'_> {
             // `fence.mbarrier_init.release.cluster`: initializations are applied at once here.
             "fence" if op.get(1) == Some(&"mbarrier_init") => {}
             "mbarrier" => self.mbarrier_op(t, pc, op)?,
-            "cp" if op.get(2) == Some(&"bulk") => self.bulk_tensor(t, pc, op)?,
+            "cp" if op.get(2) == Some(&"bulk") => self.bulk(t, pc, op)?,
             "bra" => {
                 if let Opd::Label(l) = self.m.code[pc].args[0] {
                     return Ok(l);
@@ -556,6 +558,7 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
                     tensor_maps: &tensor_maps,
                     mbarriers: HashMap::new(),
                     box_copies: Vec::new(),
+                    bulk_stores: HashMap::new(),
                     ctaid: [x, y, z],
                     nctaid: [gx, gy, gz],
                     steps: 0,
@@ -566,6 +569,11 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
                 }
                 if !cta.box_copies.is_empty() {
                     return Err(format!("program ({x}, {y}, {z}) ends with TMA copies that no mbarrier wait landed"));
+                }
+                if cta.bulk_stores.values().any(|s| s.pending()) {
+                    return Err(format!(
+                        "program ({x}, {y}, {z}) ends with TMA stores no cp.async.bulk.wait_group.read waited for"
+                    ));
                 }
                 if cta.warpgroups.iter().any(|w| w.pending()) {
                     return Err(format!("program ({x}, {y}, {z}) ends with wgmma.mma_async groups still in flight"));

@@ -1,7 +1,8 @@
 //! The Tensor Memory Accelerator and mbarriers (sm_90): `mbarrier.init`,
 //! `mbarrier.expect_tx`, `mbarrier.arrive`, `mbarrier.try_wait.parity`,
 //! `fence.mbarrier_init`, and `cp.async.bulk.tensor.Nd...mbarrier::complete_tx::bytes`
-//! through tensor maps.
+//! through tensor maps; and TMA stores, `cp.async.bulk.tensor.Nd.global.shared::cta
+//! ...bulk_group` with `cp.async.bulk.commit_group` and `cp.async.bulk.wait_group.read`.
 //!
 //! Written from the PTX ISA and the CUDA driver's tensor-map description, not from
 //! `passes::tma` or `passes::ptx::tma` (they share no code):
@@ -22,6 +23,11 @@
 //!   satisfied, such as one on the wrong parity, lands nothing); until then its destination bytes may not be read
 //!   (`Cta::chunks_of_copies_in_flight`), and a kernel that ends with copies in flight
 //!   fails.
+//! - A TMA store reads its shared box lazily: when its issuing thread's
+//!   `wait_group.read` covers its bulk group, so a shared write in between shows in the
+//!   output. It reads through the swizzle and writes only the elements inside the tensor.
+//!   Its shared bytes must have been fenced for the async proxy (`fence.proxy.async`)
+//!   by whoever wrote them, and a kernel that ends with stores not waited for fails.
 
 use super::decode::Opd;
 use super::execute::Cta;
@@ -66,6 +72,27 @@ pub(crate) struct BoxCopy {
     barrier: u64,
     map: TensorMap,
     coords: Vec<i64>,
+}
+
+/// An issued TMA store, read from shared memory at the `wait_group.read` that covers it.
+#[derive(Clone, Debug)]
+pub(crate) struct BoxStore {
+    src: u64,
+    map: TensorMap,
+    coords: Vec<i64>,
+}
+
+/// A thread's TMA stores: those not committed yet, then its committed bulk groups.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BulkStores {
+    pub(crate) open: Vec<BoxStore>,
+    pub(crate) groups: std::collections::VecDeque<Vec<BoxStore>>,
+}
+
+impl BulkStores {
+    pub(crate) fn pending(&self) -> bool {
+        !self.open.is_empty() || !self.groups.is_empty()
+    }
 }
 
 /// The shared address a swizzle mode of `span` bytes puts byte `addr` at.
@@ -136,17 +163,40 @@ impl Cta<'_> {
         Ok(())
     }
 
-    /// `cp.async.bulk.tensor.Nd.shared::cluster.global[.tile].mbarrier::complete_tx::bytes
-    /// [dst], [map, {coords}], [barrier]` for thread `t`.
-    pub(crate) fn bulk_tensor(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<(), String> {
-        let rank: usize = op[4].trim_end_matches('d').parse().map_err(|_| self.err(pc, "the rank of a TMA copy"))?;
-        if !op.contains(&"global") || !op.contains(&"mbarrier::complete_tx::bytes") {
-            return Err(self.err(pc, "only global → shared TMA loads completing on an mbarrier are emulated"));
+    /// `cp.async.bulk.*` for thread `t`: a TMA load or store, or a store's bulk-group
+    /// commit or wait.
+    pub(crate) fn bulk(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<(), String> {
+        match op.get(3).copied() {
+            Some("tensor") if op.get(5) == Some(&"global") => self.bulk_store(t, pc, op),
+            Some("tensor") => self.bulk_tensor(t, pc, op),
+            Some("commit_group") => {
+                let s = self.bulk_stores.entry(t).or_default();
+                let group = std::mem::take(&mut s.open);
+                s.groups.push_back(group);
+                Ok(())
+            }
+            Some("wait_group") if op.get(4) == Some(&"read") => {
+                let pending = self.src(t, pc, 0)? as usize;
+                loop {
+                    let s = self.bulk_stores.entry(t).or_default();
+                    if s.groups.len() <= pending {
+                        return Ok(());
+                    }
+                    let group = s.groups.pop_front().expect("more groups than pending");
+                    for store in group {
+                        self.perform_store(pc, store)?;
+                    }
+                }
+            }
+            _ => Err(self.err(pc, format!("{} is not emulated", op.join(".")))),
         }
-        let dst = self.addr(t, pc, 0)?;
-        let (map_src, coord_srcs) = match &self.m.code[pc].args[1] {
+    }
+
+    /// The `[map, {coords}]` operand `i` of instruction `pc`: the map and the coordinates.
+    fn map_and_coords(&mut self, t: usize, pc: usize, i: usize, rank: usize) -> Result<(TensorMap, Vec<i64>), String> {
+        let (map_src, coord_srcs) = match &self.m.code[pc].args[i] {
             Opd::Tensor { map, coords } => (map.clone(), coords.clone()),
-            other => return Err(self.err(pc, format!("operand 1 is {other:?}, not [map, {{coords}}]"))),
+            other => return Err(self.err(pc, format!("operand {i} is {other:?}, not [map, {{coords}}]"))),
         };
         let map_addr = self.read(t, &map_src, pc)?;
         let map = self.tensor_maps.get(&map_addr).cloned().ok_or_else(|| {
@@ -155,13 +205,89 @@ impl Cta<'_> {
         if coord_srcs.len() != rank || map.dims.len() != rank {
             return Err(self.err(
                 pc,
-                format!("{} coordinates for a {rank}-d copy of a {}-d map", coord_srcs.len(), map.dims.len()),
+                format!("{} coordinates for a {rank}-d box of a {}-d map", coord_srcs.len(), map.dims.len()),
             ));
         }
         let mut coords = Vec::new();
         for s in &coord_srcs {
             coords.push(self.read(t, s, pc)? as u32 as i32 as i64);
         }
+        Ok((map, coords))
+    }
+
+    /// `cp.async.bulk.tensor.Nd.global.shared::cta[.tile].bulk_group [map, {coords}],
+    /// [src]` for thread `t`: queued in its open bulk group.
+    fn bulk_store(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<(), String> {
+        let rank: usize = op[4].trim_end_matches('d').parse().map_err(|_| self.err(pc, "the rank of a TMA store"))?;
+        if !op.contains(&"bulk_group") || !op.contains(&"shared::cta") {
+            return Err(self.err(pc, "only shared::cta → global TMA stores completing on a bulk group are emulated"));
+        }
+        let (map, coords) = self.map_and_coords(t, pc, 0, rank)?;
+        let src = self.addr(t, pc, 1)?;
+        let inner_bytes = map.box_dims[0] as u64 * map.elem_bytes;
+        if map.swizzle > 0 && (inner_bytes > map.swizzle || !src.is_multiple_of(128)) {
+            return Err(
+                self.err(pc, format!("a {inner_bytes}-byte box row from {src} with a {}-byte swizzle", map.swizzle))
+            );
+        }
+        let bytes = map.box_dims.iter().map(|&d| d as u64).product::<u64>() * map.elem_bytes;
+        if !src.is_multiple_of(16) || src + bytes > self.smem.len() as u64 {
+            return Err(self.err(pc, format!("a {bytes}-byte TMA store source at {src}")));
+        }
+        self.bulk_stores.entry(t).or_default().open.push(BoxStore { src, map, coords });
+        Ok(())
+    }
+
+    /// Reads a TMA store's box out of shared memory and writes its elements inside the
+    /// tensor.
+    fn perform_store(&mut self, pc: usize, c: BoxStore) -> Result<(), String> {
+        let m = &c.map;
+        let rank = m.dims.len();
+        let total: u64 = m.box_dims.iter().map(|&d| d as u64).product();
+        for linear in 0..total {
+            let mut rest = linear;
+            let mut inside = true;
+            let mut offset = 0u64;
+            for k in 0..rank {
+                let i = rest % m.box_dims[k] as u64;
+                rest /= m.box_dims[k] as u64;
+                let g = c.coords[k] + i as i64;
+                if g < 0 || g as u64 >= m.dims[k] {
+                    inside = false;
+                } else {
+                    offset += g as u64 * if k == 0 { m.elem_bytes } else { m.strides[k - 1] };
+                }
+            }
+            let at = swizzled(c.src + linear * m.elem_bytes, m.swizzle);
+            if let Some(&writer) = self.unfenced.get(&(at / 16)) {
+                return Err(self.err(
+                    pc,
+                    format!(
+                        "a TMA store reads shared byte {at}, which thread {writer} wrote without a later \
+                         fence.proxy.async"
+                    ),
+                ));
+            }
+            let value = self.smem(at, m.elem_bytes as usize, 1, pc)?.to_vec();
+            if inside {
+                match self.global.find(m.base + offset, value.len()) {
+                    Ok(dst) => dst.copy_from_slice(&value),
+                    Err(e) => return Err(self.err(pc, e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `cp.async.bulk.tensor.Nd.shared::cluster.global[.tile].mbarrier::complete_tx::bytes
+    /// [dst], [map, {coords}], [barrier]` for thread `t`.
+    fn bulk_tensor(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<(), String> {
+        let rank: usize = op[4].trim_end_matches('d').parse().map_err(|_| self.err(pc, "the rank of a TMA copy"))?;
+        if !op.contains(&"global") || !op.contains(&"mbarrier::complete_tx::bytes") {
+            return Err(self.err(pc, "only global → shared TMA loads completing on an mbarrier are emulated"));
+        }
+        let dst = self.addr(t, pc, 0)?;
+        let (map, coords) = self.map_and_coords(t, pc, 1, rank)?;
         let barrier = self.barrier_at(t, pc, 2)?;
         self.mbarrier(pc, barrier)?;
         let inner_bytes = map.box_dims[0] as u64 * map.elem_bytes;

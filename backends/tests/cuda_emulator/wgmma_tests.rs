@@ -437,19 +437,18 @@ fn a_wrong_tensor_map_coordinate_or_mbarrier_wait_fails() {
         let (func, code) = tma_case(WGMMA_FIXTURE, kernel);
         run_tma_case(&func, &code).unwrap_or_else(|e| panic!("the unplanted `{kernel}` fails: {e}"));
         // The launcher encodes a wider swizzle than the one the descriptors read (same
-        // box: a narrower span could not hold its rows, which the driver refuses).
-        let mut bad = code.clone();
-        let mut planted = 0;
-        for m in &mut bad.abi.tensor_maps {
-            if m.swizzle_bytes < 128 {
-                m.swizzle_bytes *= 2;
-                planted += 1;
+        // box: a narrower span could not hold its rows, which the driver refuses), one
+        // map at a time: two wrong maps can undo each other (an A box and the TMA store's
+        // box with the same row bytes permute C's rows alike).
+        for i in 0..code.abi.tensor_maps.len() {
+            let mut bad = code.clone();
+            if bad.abi.tensor_maps[i].swizzle_bytes >= 128 {
+                continue;
             }
+            bad.abi.tensor_maps[i].swizzle_bytes *= 2;
+            assert!(run_tma_case(&func, &bad).is_err(), "`{kernel}`: tensor map {i} with the wrong swizzle passed");
+            swizzles_planted += 1;
         }
-        if planted > 0 {
-            assert!(run_tma_case(&func, &bad).is_err(), "`{kernel}`: a tensor map with the wrong swizzle passed");
-        }
-        swizzles_planted += planted;
         // Every box one element further along the contiguous dim.
         let shifted: Vec<String> = code
             .text
@@ -515,4 +514,49 @@ fn a_tensor_map_of_unaligned_rows_is_refused() {
     let (func, code) = tma_case(WGMMA_FIXTURE, "two_warpgroups");
     let failures = check_kernel("planted", &func.name, &func, &code, "M=70,N=36,K=40");
     assert!(failures.iter().any(|f| f.contains("cuTensorMapEncodeTiled")), "{failures:#?}");
+}
+
+/// Under `copy = "tma"` the epilogue's store goes out through shared memory and a TMA
+/// store. Without the wait for its shared reads, without the proxy fence before its
+/// barrier, or with its box one row off, the kernel must fail, where the untouched one
+/// matches the interpreter (ragged: the box parts outside C are not written).
+#[test]
+fn a_tma_store_without_its_wait_or_fence_or_one_row_off_fails() {
+    let (func, code) = tma_case(WGMMA_FIXTURE, "two_warpgroups");
+    assert!(func.walk().into_iter().any(|id| func.op(id).kind == OpKind::TmaStore), "no tile.tma_store");
+    let store_line = |l: &str| l.contains("cp.async.bulk.tensor") && l.contains(".global.shared::cta");
+    assert!(code.text.lines().any(store_line), "no TMA store in the PTX");
+    run_tma_case(&func, &code).unwrap_or_else(|e| panic!("the unplanted kernel fails: {e}"));
+    let edit = |f: &dyn Fn(&[&str]) -> Vec<String>| {
+        let lines: Vec<&str> = code.text.lines().collect();
+        TargetCode { text: f(&lines).join("\n"), ..code.clone() }
+    };
+    let no_wait =
+        edit(&|ls| ls.iter().filter(|l| !l.contains("cp.async.bulk.wait_group.read")).map(|l| l.to_string()).collect());
+    let err = run_tma_case(&func, &no_wait).expect_err("no wait for the store's reads");
+    assert!(err.contains("TMA stores"), "{err}");
+    // The fence of the barrier just before the store.
+    let no_fence = edit(&|ls| {
+        let store = ls.iter().position(|l| store_line(l)).unwrap();
+        let fence = ls[..store].iter().rposition(|l| l.contains("fence.proxy.async")).unwrap();
+        ls.iter().enumerate().filter(|&(i, _)| i != fence).map(|(_, l)| l.to_string()).collect()
+    });
+    let err = run_tma_case(&func, &no_fence).expect_err("no proxy fence before the store");
+    assert!(err.contains("fence.proxy.async"), "{err}");
+    // The box's row coordinate (its second) one further.
+    let shifted = edit(&|ls| {
+        ls.iter()
+            .map(|l| match l.split_once(", {").filter(|_| store_line(l)) {
+                Some((head, rest)) => {
+                    let (inner, tail) = rest.split_once(", ").unwrap();
+                    let (row, tail) = tail.split_once('}').unwrap();
+                    assert!(row.starts_with('%'), "the row coordinate {row} is no register to shift");
+                    format!("\tadd.u32 {row}, {row}, 1;\n{head}, {{{inner}, {row}}}{tail}")
+                }
+                None => l.to_string(),
+            })
+            .collect()
+    });
+    assert!(shifted.text != code.text);
+    assert!(run_tma_case(&func, &shifted).is_err(), "a store box one row off still matches");
 }

@@ -268,6 +268,8 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
                 let kind = AccessKind::RegisterTile { layout, shape, transposed: false };
                 (smem, SharedAccess { op: id, description: "stores from registers".into(), kind })
             }
+            // The TMA writes a box through the buffer's swizzle, not lanes through banks.
+            OpKind::CpAsync if crate::tma::is_tma_copy(op) => continue,
             OpKind::CpAsync => {
                 let Some(&smem) = op.operands.first() else { continue };
                 (smem, SharedAccess { op: id, description: "`cp.async` writes".into(), kind: AccessKind::CpAsync })

@@ -188,6 +188,9 @@ ops! {
     LoadShared = "tile.load_shared",
     StoreShared = "tile.store_shared",
     CpAsync = "tile.cp_async",
+    // `tile.tma_store %view, %slot`: the TMA writes a shared slot to a global view
+    // (sm_90a, `copy = "tma"`); box parts outside the tensor are not written.
+    TmaStore = "tile.tma_store",
     AsyncCommit = "tile.async_commit",
     AsyncWait = "tile.async_wait",
     Barrier = "tile.barrier",
@@ -301,6 +304,7 @@ impl OpKind {
                 | OpKind::Scatter
                 | OpKind::StoreShared
                 | OpKind::CpAsync
+                | OpKind::TmaStore
                 | OpKind::AsyncCommit
                 | OpKind::AsyncWait
                 | OpKind::Barrier

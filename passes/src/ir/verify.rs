@@ -320,6 +320,16 @@ impl Verifier<'_> {
                     return Err(err(id, "tile.cp_async: buffer and view shapes differ"));
                 }
             }
+            OpKind::TmaStore => {
+                let (Some(Type::View(v)), Some(Type::Smem(s))) =
+                    (op.operands.first().map(|&o| self.ty(o)), op.operands.get(1).map(|&o| self.ty(o)))
+                else {
+                    return Err(err(id, "tile.tma_store writes a shared slot to a view"));
+                };
+                if s.dims != v.dims || s.dtype != v.dtype {
+                    return Err(err(id, "tile.tma_store: slot and view differ"));
+                }
+            }
             OpKind::Return if f.kind == FuncKind::Kernel && !op.operands.is_empty() && level >= Level::Tile => {
                 return Err(err(id, "a kernel returns nothing in Tile IR"));
             }

@@ -619,6 +619,7 @@ impl<'f> Emitter<'f> {
             OpKind::StoreShared => self.store_shared(op)?,
             OpKind::CpAsync if crate::tma::is_tma_copy(op) => self.tma_copy(op)?,
             OpKind::CpAsync => self.cp_async(op)?,
+            OpKind::TmaStore => self.tma_store(op)?,
             // With TMA copies, a group is also an mbarrier phase (`super::tma`).
             OpKind::AsyncCommit => {
                 self.b.ins("cp.async.commit_group");
@@ -756,8 +757,10 @@ pub(super) fn deferrable_loads(f: &Func) -> std::collections::HashSet<OpId> {
     }
     pub(super) fn touches_shared(f: &Func, id: OpId) -> bool {
         let op = f.op(id);
-        matches!(op.kind, OpKind::Barrier | OpKind::CpAsync | OpKind::StoreShared | OpKind::AsyncWait)
-            || op.regions.iter().any(|r| r.ops.iter().any(|&i| touches_shared(f, i)))
+        matches!(
+            op.kind,
+            OpKind::Barrier | OpKind::CpAsync | OpKind::StoreShared | OpKind::AsyncWait | OpKind::TmaStore
+        ) || op.regions.iter().any(|r| r.ops.iter().any(|&i| touches_shared(f, i)))
     }
     let mut out = std::collections::HashSet::new();
     let mut visit = vec![f.body.clone()];

@@ -143,20 +143,9 @@ impl Emitter<'_> {
             (tma.commits, tma.leader)
         };
         let barrier = self.barrier_of(commits);
-        // Coordinates, innermost dim first (s32; a negative or past-the-end box part is
-        // zero-filled by the hardware).
-        let rank = view.offsets.len();
-        let mut coords = Vec::with_capacity(rank);
-        for j in (0..rank).rev() {
-            coords.push(match view.offsets[j] {
-                Operand::Int(v) => Operand::Int(v),
-                o => {
-                    let r = self.b.reg(Class::B32);
-                    self.b.ins(format!("cvt.u32.u64 {r}, {o}"));
-                    Operand::Reg(r)
-                }
-            });
-        }
+        // A negative or past-the-end box part is zero-filled by the hardware.
+        let coords = self.box_coords(&view.offsets);
+        let rank = coords.len();
         let box_bytes = spec.box_bytes();
         self.b.ins_if(
             leader,
@@ -165,29 +154,90 @@ impl Emitter<'_> {
         );
         let per_block = width / slot.ty.dtype.bytes() as i64;
         for block in 0..blocks {
-            let inner = match coords[0] {
-                Operand::Int(v) => Operand::Int(v + block * per_block),
-                o if block == 0 => o,
-                o => {
-                    let r = self.b.reg(Class::B32);
-                    self.b.ins(format!("add.u32 {r}, {o}, {}", block * per_block));
-                    Operand::Reg(r)
-                }
-            };
+            let c = self.block_coords(&coords, block * per_block);
             let dst = self.b.reg(Class::B32);
             self.b.ins(format!("add.u32 {dst}, {}, {}", slot.addr, slot.imm + block * rows * width));
-            let mut c = vec![inner.to_string()];
-            c.extend(coords[1..].iter().map(|o| o.to_string()));
             self.b.ins_if(
                 leader,
                 false,
                 format!(
                     "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{dst}], \
-                     [{map}, {{{}}}], [{barrier}]",
-                    c.join(", ")
+                     [{map}, {{{c}}}], [{barrier}]"
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// A box's coordinates from a view's offsets: innermost dim first, as `s32`.
+    fn box_coords(&mut self, offsets: &[Operand]) -> Vec<Operand> {
+        let mut coords = Vec::with_capacity(offsets.len());
+        for o in offsets.iter().rev() {
+            coords.push(match *o {
+                Operand::Int(v) => Operand::Int(v),
+                o => {
+                    let r = self.b.reg(Class::B32);
+                    self.b.ins(format!("cvt.u32.u64 {r}, {o}"));
+                    Operand::Reg(r)
+                }
+            });
+        }
+        coords
+    }
+
+    /// The coordinates of the box `inner_offset` elements further along the innermost
+    /// dim, as a PTX vector's elements.
+    fn block_coords(&mut self, coords: &[Operand], inner_offset: i64) -> String {
+        let inner = match coords[0] {
+            Operand::Int(v) => Operand::Int(v + inner_offset),
+            o if inner_offset == 0 => o,
+            o => {
+                let r = self.b.reg(Class::B32);
+                self.b.ins(format!("add.u32 {r}, {o}, {inner_offset}"));
+                Operand::Reg(r)
+            }
+        };
+        let mut c = vec![inner.to_string()];
+        c.extend(coords[1..].iter().map(|o| o.to_string()));
+        c.join(", ")
+    }
+
+    /// A `tile.tma_store`: thread 0 writes the slot to the view, a box per swizzle column
+    /// block (the hardware leaves out-of-bounds parts unwritten), and waits until the
+    /// boxes have been read out of shared memory. Every thread's writes to the slot were
+    /// fenced for the async proxy and synchronized by the barrier before it.
+    pub(super) fn tma_store(&mut self, op: &Op) -> R<()> {
+        let map = self.tma.as_ref().and_then(|t| t.copies.get(&self.current).map(|&i| t.maps[i].1));
+        let Some(map) = map else {
+            return Err(self.fail(op, "internal error: a TMA store without its tensor map"));
+        };
+        let slot = self.smem_of(op, op.operands[1])?;
+        let view = self.view_of(op, op.operands[0])?;
+        let (width, blocks, rows) =
+            crate::tma::blocks(&slot.ty).ok_or_else(|| self.fail(op, "the slot is not in a descriptor swizzle"))?;
+        let repeat = 8 * width;
+        if slot.imm % repeat != 0 || (rows * width) % repeat != 0 {
+            return Err(
+                self.fail(op, format!("internal error: a TMA box not aligned to its {repeat}-byte swizzle repeat"))
+            );
+        }
+        let leader =
+            self.tma.as_ref().map(|t| t.leader).ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
+        let coords = self.box_coords(&view.offsets);
+        let rank = coords.len();
+        let per_block = width / slot.ty.dtype.bytes() as i64;
+        for block in 0..blocks {
+            let c = self.block_coords(&coords, block * per_block);
+            let src = self.b.reg(Class::B32);
+            self.b.ins(format!("add.u32 {src}, {}, {}", slot.addr, slot.imm + block * rows * width));
+            self.b.ins_if(
+                leader,
+                false,
+                format!("cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [{map}, {{{c}}}], [{src}]"),
+            );
+        }
+        self.b.ins_if(leader, false, "cp.async.bulk.commit_group");
+        self.b.ins_if(leader, false, "cp.async.bulk.wait_group.read 0");
         Ok(())
     }
 
