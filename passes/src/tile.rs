@@ -29,7 +29,7 @@ pub(crate) fn drop_return_values(f: &mut Func) {
     }
 }
 
-fn push_op(
+pub(crate) fn push_op(
     f: &mut Func,
     kind: OpKind,
     operands: Vec<ValueId>,

@@ -228,15 +228,7 @@ fn store_through_shared(f: &mut Func, target: Target) {
         let (alloc, buffer) = crate::tile::new_op(f, OpKind::AllocShared, vec![], Type::Smem(slot), vec![], &loc);
         f.values[buffer.0 as usize].name = Some(SmolStr::new("out_s"));
         let op = |f: &mut Func, kind: OpKind, operands: Vec<ValueId>| {
-            f.ops.push(Op {
-                kind,
-                operands,
-                results: Vec::new(),
-                attrs: Vec::new(),
-                regions: Vec::new(),
-                loc: loc.clone(),
-            });
-            OpId(f.ops.len() as u32 - 1)
+            crate::tile::push_op(f, kind, operands, Vec::new(), Vec::new(), &loc)
         };
         let write = op(f, OpKind::StoreShared, vec![buffer, tile]);
         let barrier = op(f, OpKind::Barrier, vec![]);

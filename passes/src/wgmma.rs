@@ -350,15 +350,7 @@ fn insert_transposing_stage(f: &mut Func, dot: OpId, load: OpId) -> ValueId {
     let (alloc, bt) = crate::tile::new_op(f, OpKind::AllocShared, vec![], Type::Smem(buffer), vec![], &loc);
     f.values[bt.0 as usize].name = Some(SmolStr::new("b_t"));
     let effect = |f: &mut Func, kind: OpKind, operands: Vec<ValueId>| {
-        f.ops.push(Op {
-            kind,
-            operands,
-            results: Vec::new(),
-            attrs: Vec::new(),
-            regions: Vec::new(),
-            loc: loc.clone(),
-        });
-        OpId(f.ops.len() as u32 - 1)
+        crate::tile::push_op(f, kind, operands, Vec::new(), Vec::new(), &loc)
     };
     let before = effect(f, OpKind::Barrier, vec![]);
     // Both accesses of the stage say what they are (the bank-conflict lint names it).

@@ -95,6 +95,32 @@ impl BulkStores {
     }
 }
 
+impl TensorMap {
+    /// The byte offset from `base` of box element `linear` (innermost dim fastest) of
+    /// the box at `coords`, or None when the element is outside the tensor.
+    fn element_offset(&self, coords: &[i64], linear: u64) -> Option<u64> {
+        let mut rest = linear;
+        let mut offset = 0u64;
+        let mut inside = true;
+        for (k, &start) in coords.iter().enumerate() {
+            let i = rest % self.box_dims[k] as u64;
+            rest /= self.box_dims[k] as u64;
+            let g = start + i as i64;
+            if g < 0 || g as u64 >= self.dims[k] {
+                inside = false;
+            } else {
+                offset += g as u64 * if k == 0 { self.elem_bytes } else { self.strides[k - 1] };
+            }
+        }
+        inside.then_some(offset)
+    }
+
+    /// Elements in one box.
+    fn box_elements(&self) -> u64 {
+        self.box_dims.iter().map(|&d| d as u64).product()
+    }
+}
+
 /// The shared address a swizzle mode of `span` bytes puts byte `addr` at.
 fn swizzled(addr: u64, span: u64) -> u64 {
     if span < 32 {
@@ -242,22 +268,7 @@ impl Cta<'_> {
     /// tensor.
     fn perform_store(&mut self, pc: usize, c: BoxStore) -> Result<(), String> {
         let m = &c.map;
-        let rank = m.dims.len();
-        let total: u64 = m.box_dims.iter().map(|&d| d as u64).product();
-        for linear in 0..total {
-            let mut rest = linear;
-            let mut inside = true;
-            let mut offset = 0u64;
-            for k in 0..rank {
-                let i = rest % m.box_dims[k] as u64;
-                rest /= m.box_dims[k] as u64;
-                let g = c.coords[k] + i as i64;
-                if g < 0 || g as u64 >= m.dims[k] {
-                    inside = false;
-                } else {
-                    offset += g as u64 * if k == 0 { m.elem_bytes } else { m.strides[k - 1] };
-                }
-            }
+        for linear in 0..m.box_elements() {
             let at = swizzled(c.src + linear * m.elem_bytes, m.swizzle);
             if let Some(&writer) = self.unfenced.get(&(at / 16)) {
                 return Err(self.err(
@@ -269,7 +280,7 @@ impl Cta<'_> {
                 ));
             }
             let value = self.smem(at, m.elem_bytes as usize, 1, pc)?.to_vec();
-            if inside {
+            if let Some(offset) = m.element_offset(&c.coords, linear) {
                 match self.global.find(m.base + offset, value.len()) {
                     Ok(dst) => dst.copy_from_slice(&value),
                     Err(e) => return Err(self.err(pc, e)),
@@ -314,25 +325,9 @@ impl Cta<'_> {
         self.box_copies = rest;
         for c in landing {
             let m = &c.map;
-            let rank = m.dims.len();
-            let total: u64 = m.box_dims.iter().map(|&d| d as u64).product();
-            for linear in 0..total {
-                // Box index, innermost dim fastest.
-                let mut rest = linear;
-                let mut inside = true;
-                let mut offset = 0u64;
-                for k in 0..rank {
-                    let i = rest % m.box_dims[k] as u64;
-                    rest /= m.box_dims[k] as u64;
-                    let g = c.coords[k] + i as i64;
-                    if g < 0 || g as u64 >= m.dims[k] {
-                        inside = false;
-                    } else {
-                        offset += g as u64 * if k == 0 { m.elem_bytes } else { m.strides[k - 1] };
-                    }
-                }
+            for linear in 0..m.box_elements() {
                 let mut value = vec![0u8; m.elem_bytes as usize];
-                if inside {
+                if let Some(offset) = m.element_offset(&c.coords, linear) {
                     match self.global.find(m.base + offset, m.elem_bytes as usize) {
                         Ok(src) => value.copy_from_slice(src),
                         Err(e) => return Err(self.err(pc, e)),

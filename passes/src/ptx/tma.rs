@@ -127,17 +127,7 @@ impl Emitter<'_> {
         };
         let slot = self.smem_of(op, op.operands[0])?;
         let view = self.view_of(op, op.operands[1])?;
-        let (width, blocks, rows) =
-            crate::tma::blocks(&slot.ty).ok_or_else(|| self.fail(op, "the slot is not in a descriptor swizzle"))?;
-        // Each box lands where its swizzle (which acts on address bits) matches the
-        // descriptor layout: at a multiple of the swizzle's repeat of 8 rows.
-        let repeat = 8 * width;
-        let slot_bytes = slot.ty.slot_bytes().unwrap_or(0) as i64;
-        if slot.imm % repeat != 0 || (rows * width) % repeat != 0 || slot_bytes % repeat != 0 {
-            return Err(
-                self.fail(op, format!("internal error: a TMA box not aligned to its {repeat}-byte swizzle repeat"))
-            );
-        }
+        let (width, blocks, rows) = self.box_geometry(op, &slot)?;
         let (commits, leader) = {
             let tma = self.tma.as_ref().ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
             (tma.commits, tma.leader)
@@ -167,6 +157,22 @@ impl Emitter<'_> {
             );
         }
         Ok(())
+    }
+
+    /// The swizzle span, column blocks and rows of a TMA slot ([`crate::tma::blocks`]).
+    /// Each box sits where its swizzle (which acts on address bits) matches the buffer's
+    /// layout: at a multiple of the swizzle's repeat of 8 rows.
+    fn box_geometry(&self, op: &Op, slot: &super::emit::SmemVal) -> R<(i64, i64, i64)> {
+        let (width, blocks, rows) =
+            crate::tma::blocks(&slot.ty).ok_or_else(|| self.fail(op, "the slot is not in a descriptor swizzle"))?;
+        let repeat = 8 * width;
+        let slot_bytes = slot.ty.slot_bytes().unwrap_or(0) as i64;
+        if slot.imm % repeat != 0 || (rows * width) % repeat != 0 || slot_bytes % repeat != 0 {
+            return Err(
+                self.fail(op, format!("internal error: a TMA box not aligned to its {repeat}-byte swizzle repeat"))
+            );
+        }
+        Ok((width, blocks, rows))
     }
 
     /// A box's coordinates from a view's offsets: innermost dim first, as `s32`.
@@ -213,14 +219,7 @@ impl Emitter<'_> {
         };
         let slot = self.smem_of(op, op.operands[1])?;
         let view = self.view_of(op, op.operands[0])?;
-        let (width, blocks, rows) =
-            crate::tma::blocks(&slot.ty).ok_or_else(|| self.fail(op, "the slot is not in a descriptor swizzle"))?;
-        let repeat = 8 * width;
-        if slot.imm % repeat != 0 || (rows * width) % repeat != 0 {
-            return Err(
-                self.fail(op, format!("internal error: a TMA box not aligned to its {repeat}-byte swizzle repeat"))
-            );
-        }
+        let (width, blocks, rows) = self.box_geometry(op, &slot)?;
         let leader =
             self.tma.as_ref().map(|t| t.leader).ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
         let coords = self.box_coords(&view.offsets);
