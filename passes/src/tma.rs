@@ -32,6 +32,10 @@ pub const VIA_TMA: &str = "tma";
 pub const MBARRIERS: &str = "mbarriers";
 /// Bytes of one `mbarrier` object.
 pub const MBARRIER_BYTES: i64 = 8;
+/// The attribute of a TMA store's buffer that shares the staging rings' memory: it is
+/// placed at the start of the run of staging buffers allocated right after it (they are
+/// dead by the store: nothing reads them after it, and a barrier precedes it).
+pub const REUSES_STAGING: &str = "reuses_staging";
 /// The most elements of one box dimension (`cuTensorMapEncodeTiled`).
 pub const MAX_BOX: i64 = 256;
 /// Global strides of a tensor map must be multiples of this many bytes.
@@ -197,6 +201,40 @@ fn store_through_shared(f: &mut Func, target: Target) {
             _ => None,
         })
         .sum();
+    // The staging buffers: a run of top-level allocations, and where they are last used.
+    let staging_run: Vec<usize> = f
+        .body
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|&(_, &id)| f.op(id).kind == OpKind::AllocShared && f.op(id).attr("staging").is_some())
+        .map(|(pos, _)| pos)
+        .collect();
+    let contiguous = staging_run.windows(2).all(|w| w[1] == w[0] + 1);
+    let staging_bytes: u64 = staging_run
+        .iter()
+        .filter_map(|&pos| match f.ty(f.op(f.body.ops[pos]).results[0]) {
+            Type::Smem(s) => s.bytes(),
+            _ => None,
+        })
+        .sum();
+    let mut staging_values: Vec<bool> = vec![false; f.values.len()];
+    for &pos in &staging_run {
+        staging_values[f.op(f.body.ops[pos]).results[0].0 as usize] = true;
+    }
+    for id in f.walk() {
+        let op = f.op(id);
+        if op.kind == OpKind::SmemSlot && staging_values[op.operands[0].0 as usize] {
+            staging_values[op.results[0].0 as usize] = true;
+        }
+    }
+    fn touches(f: &Func, id: OpId, staging: &[bool]) -> bool {
+        let op = f.op(id);
+        (op.kind != OpKind::AllocShared && op.operands.iter().any(|v| staging[v.0 as usize]))
+            || op.regions.iter().any(|r| r.ops.iter().any(|&i| touches(f, i, staging)))
+    }
+    let last_staging_use = f.body.ops.iter().rposition(|&id| touches(f, id, &staging_values));
+    let mut aliased = false;
     let mut rewrites = Vec::new();
     for (pos, &id) in f.body.ops.iter().enumerate() {
         let op = f.op(id);
@@ -214,29 +252,64 @@ fn store_through_shared(f: &mut Func, target: Target) {
         let Some(swizzle) = Swizzle::wgmma_for_row_up_to(row_bytes, widest) else { continue };
         let slot = SmemType { dims: v.dims.clone(), dtype: v.dtype, swizzle, pad: 0, stages: 1 };
         let Some(bytes) = slot.bytes() else { continue };
-        if used + bytes > limit || rows > MAX_BOX || slot_spec(f, &defs, &slot, op.operands[0]).is_err() {
+        if rows > MAX_BOX || slot_spec(f, &defs, &slot, op.operands[0]).is_err() {
             continue;
         }
-        used += bytes;
-        rewrites.push((pos, id, slot));
+        // The first such store after the staging buffers' last use takes their memory.
+        let alias = !aliased
+            && !staging_run.is_empty()
+            && contiguous
+            && bytes <= staging_bytes
+            && last_staging_use.is_some_and(|last| pos > last);
+        if !alias && used + bytes > limit {
+            continue;
+        }
+        if alias {
+            aliased = true;
+        } else {
+            used += bytes;
+        }
+        rewrites.push((pos, id, slot, alias));
     }
     // Back to front: each rewrite replaces one op of the body by three. The buffers are
     // allocated first thing, after the positions are used.
     let mut allocs = Vec::new();
-    for (pos, id, slot) in rewrites.into_iter().rev() {
+    let mut shared_alloc = None;
+    for (pos, id, slot, alias) in rewrites.into_iter().rev() {
         let (view, tile, loc) = (f.op(id).operands[0], f.op(id).operands[1], f.op(id).loc.clone());
-        let (alloc, buffer) = crate::tile::new_op(f, OpKind::AllocShared, vec![], Type::Smem(slot), vec![], &loc);
+        let attrs = if alias { vec![(REUSES_STAGING, Attr::Bool(true))] } else { Vec::new() };
+        let (alloc, buffer) = crate::tile::new_op(f, OpKind::AllocShared, vec![], Type::Smem(slot), attrs, &loc);
         f.values[buffer.0 as usize].name = Some(SmolStr::new("out_s"));
         let op = |f: &mut Func, kind: OpKind, operands: Vec<ValueId>| {
             crate::tile::push_op(f, kind, operands, Vec::new(), Vec::new(), &loc)
         };
-        let write = op(f, OpKind::StoreShared, vec![buffer, tile]);
-        let barrier = op(f, OpKind::Barrier, vec![]);
-        let store = op(f, OpKind::TmaStore, vec![view, buffer]);
-        f.body.ops.splice(pos..=pos, [write, barrier, store]);
-        allocs.push(alloc);
+        let mut ops = Vec::new();
+        if alias {
+            // Every warp is done with the staging buffers before any overwrites them.
+            ops.push(op(f, OpKind::Barrier, vec![]));
+        }
+        ops.push(op(f, OpKind::StoreShared, vec![buffer, tile]));
+        ops.push(op(f, OpKind::Barrier, vec![]));
+        ops.push(op(f, OpKind::TmaStore, vec![view, buffer]));
+        f.body.ops.splice(pos..=pos, ops);
+        if alias {
+            shared_alloc = Some(alloc);
+        } else {
+            allocs.push(alloc);
+        }
+    }
+    // Right before the staging run (which the rewrites above did not move: it precedes
+    // every use of the staging buffers, and so every aliased store).
+    if let (Some(alloc), Some(&first)) = (shared_alloc, staging_run.first()) {
+        f.body.ops.insert(first, alloc);
     }
     f.body.ops.splice(0..0, allocs);
+}
+
+/// Whether the shared buffer `op` allocates shares the staging rings' memory
+/// ([`REUSES_STAGING`]): it adds nothing to the kernel's shared memory.
+pub fn reuses_staging(op: &Op) -> bool {
+    op.kind == OpKind::AllocShared && op.attr(REUSES_STAGING).is_some()
 }
 
 /// Whether `op` (a `tile.cp_async`) is performed by the TMA.

@@ -560,3 +560,23 @@ fn a_tma_store_without_its_wait_or_fence_or_one_row_off_fails() {
     assert!(shifted.text != code.text);
     assert!(run_tma_case(&func, &shifted).is_err(), "a store box one row off still matches");
 }
+
+/// A TMA store's buffer after the staging rings' last use takes their memory: the
+/// kernel's shared memory is that of its other buffers, and it still computes what the
+/// interpreter computes.
+#[test]
+fn a_tma_store_buffer_reuses_the_dead_staging_rings() {
+    let (func, code) = tma_case(FP8_FIXTURE, "fp8_gemm_tn");
+    let bytes = |id| match func.ty(func.op(id).results[0]) {
+        Type::Smem(s) => s.bytes().unwrap(),
+        _ => 0,
+    };
+    let allocs: Vec<_> = func.walk().into_iter().filter(|&id| func.op(id).kind == OpKind::AllocShared).collect();
+    let reused: Vec<_> =
+        allocs.iter().copied().filter(|&id| tessera_passes::tma::reuses_staging(func.op(id))).collect();
+    assert_eq!(reused.len(), 1, "no TMA store buffer in the staging rings' memory");
+    let others: u64 = allocs.iter().filter(|id| !reused.contains(id)).map(|&id| bytes(id)).sum();
+    assert!(code.smem_bytes < others + bytes(reused[0]), "{} bytes: the buffer was added", code.smem_bytes);
+    assert!(code.smem_bytes >= others);
+    run_tma_case(&func, &code).unwrap_or_else(|e| panic!("{e}"));
+}

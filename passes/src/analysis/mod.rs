@@ -134,7 +134,8 @@ fn budget_of(f: &Func) -> Budget {
         if op.kind != OpKind::AllocShared {
             continue;
         }
-        if let Some(Type::Smem(s)) = op.results.first().map(|&r| f.ty(r)) {
+        // A TMA store's buffer in the staging rings' memory adds nothing.
+        if let (Some(Type::Smem(s)), false) = (op.results.first().map(|&r| f.ty(r)), crate::tma::reuses_staging(op)) {
             smem_bytes += s.bytes().unwrap_or(0);
         }
     }
@@ -146,6 +147,7 @@ fn budget_of(f: &Func) -> Budget {
 pub fn resources_of(f: &Func, target: Target, estimate: fn(&Func) -> RegisterEstimate) -> Resources {
     let threads = f.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
     let mut buffers = Vec::new();
+    let mut reused = Vec::new();
     for id in f.walk() {
         let op = f.op(id);
         if op.kind != OpKind::AllocShared {
@@ -159,8 +161,12 @@ pub fn resources_of(f: &Func, target: Target, estimate: fn(&Func) -> RegisterEst
             bytes: s.bytes().unwrap_or(0),
             staging: op.attr("staging").is_some(),
         });
+        if crate::tma::reuses_staging(op) {
+            reused.push(buffers.len() - 1);
+        }
     }
-    let smem_bytes = buffers.iter().map(|b| b.bytes).sum();
+    // A TMA store's buffer in the staging rings' memory adds nothing to the total.
+    let smem_bytes = buffers.iter().enumerate().filter(|(i, _)| !reused.contains(i)).map(|(_, b)| b.bytes).sum();
     let registers = estimate(f);
     let occupancy = GpuLimits::of(target).map(|l| limits::occupancy(l, threads, registers.peak, smem_bytes));
     Resources { smem_bytes, buffers, registers, threads, occupancy }

@@ -274,8 +274,13 @@ impl<'f> Emitter<'f> {
 
     /// Every `tile.alloc_shared` gets a fixed offset (128-byte aligned: the swizzle's
     /// bank pattern repeats every 128 bytes).
+    /// A buffer that reuses the staging rings (`crate::tma::REUSES_STAGING`) starts where
+    /// the run of staging buffers after it starts, and the next other buffer comes after
+    /// whichever of the two ends last.
     pub(super) fn place_buffers(&mut self) -> R<()> {
         let mut offset: u32 = 0;
+        // The end of an open union of a reusing buffer with the staging run.
+        let mut union_end: Option<u32> = None;
         for id in self.f.walk() {
             let op = self.f.op(id);
             if op.kind != OpKind::AllocShared {
@@ -284,11 +289,23 @@ impl<'f> Emitter<'f> {
             let Type::Smem(s) = self.f.ty(op.results[0]) else {
                 return Err(self.fail(op, "the result is not a shared buffer"));
             };
-            let bytes = s.bytes().ok_or_else(|| self.fail(op, "a shared buffer with a symbolic dim"))?;
+            let bytes = s.bytes().ok_or_else(|| self.fail(op, "a shared buffer with a symbolic dim"))? as u32;
+            if op.attr("staging").is_none() {
+                if let Some(end) = union_end.take() {
+                    offset = offset.max(end);
+                }
+            }
             // A `wgmma` descriptor's swizzle repeats every 1024 bytes of the address.
             offset = offset.next_multiple_of(if matches!(s.swizzle, Swizzle::Wgmma(_)) { 1024 } else { 128 });
             self.buffer_offsets.insert(op.results[0], offset);
-            offset += bytes as u32;
+            if crate::tma::reuses_staging(op) {
+                union_end = Some(offset + bytes);
+            } else {
+                offset += bytes;
+            }
+        }
+        if let Some(end) = union_end {
+            offset = offset.max(end);
         }
         self.buffers_bytes = offset.next_multiple_of(16);
         Ok(())
