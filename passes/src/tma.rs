@@ -190,17 +190,7 @@ pub(crate) fn select_copy_engine(f: &mut Func, config: &Config, target: Target) 
 fn store_through_shared(f: &mut Func, target: Target) {
     let Some(limit) = crate::analysis::limits::GpuLimits::of(target).map(|l| l.smem_per_block as u64) else { return };
     let defs = f.definitions();
-    let mut used: u64 = f
-        .walk()
-        .into_iter()
-        .filter_map(|id| match f.op(id) {
-            op if op.kind == OpKind::AllocShared => match f.ty(op.results[0]) {
-                Type::Smem(s) => s.bytes(),
-                _ => None,
-            },
-            _ => None,
-        })
-        .sum();
+    let mut used = crate::analysis::shared_bytes(f);
     // The staging buffers: a run of top-level allocations, and where they are last used.
     let staging_run: Vec<usize> = f
         .body
@@ -211,13 +201,8 @@ fn store_through_shared(f: &mut Func, target: Target) {
         .map(|(pos, _)| pos)
         .collect();
     let contiguous = staging_run.windows(2).all(|w| w[1] == w[0] + 1);
-    let staging_bytes: u64 = staging_run
-        .iter()
-        .filter_map(|&pos| match f.ty(f.op(f.body.ops[pos]).results[0]) {
-            Type::Smem(s) => s.bytes(),
-            _ => None,
-        })
-        .sum();
+    let staging_bytes: u64 =
+        staging_run.iter().map(|&pos| crate::analysis::added_bytes(f, f.op(f.body.ops[pos]))).sum();
     let mut staging_values: Vec<bool> = vec![false; f.values.len()];
     for &pos in &staging_run {
         staging_values[f.op(f.body.ops[pos]).results[0].0 as usize] = true;

@@ -250,18 +250,29 @@ impl Cta<'_> {
         }
         let (map, coords) = self.map_and_coords(t, pc, 0, rank)?;
         let src = self.addr(t, pc, 1)?;
-        let inner_bytes = map.box_dims[0] as u64 * map.elem_bytes;
-        if map.swizzle > 0 && (inner_bytes > map.swizzle || !src.is_multiple_of(128)) {
-            return Err(
-                self.err(pc, format!("a {inner_bytes}-byte box row from {src} with a {}-byte swizzle", map.swizzle))
-            );
-        }
-        let bytes = map.box_dims.iter().map(|&d| d as u64).product::<u64>() * map.elem_bytes;
-        if !src.is_multiple_of(16) || src + bytes > self.smem.len() as u64 {
-            return Err(self.err(pc, format!("a {bytes}-byte TMA store source at {src}")));
-        }
+        self.box_in_smem(pc, src, &map)?;
         self.bulk_stores.entry(t).or_default().open.push(BoxStore { src, map, coords });
         Ok(())
+    }
+
+    /// The bytes of a box of `map` at shared address `at`, or why the hardware would not
+    /// take it there: a swizzled box row wider than its span or not on a 128-byte
+    /// boundary, an address not 16-byte aligned, a box past the shared memory.
+    fn box_in_smem(&self, pc: usize, at: u64, map: &TensorMap) -> Result<u64, String> {
+        let inner_bytes = map.box_dims[0] as u64 * map.elem_bytes;
+        if map.swizzle > 0 && (inner_bytes > map.swizzle || !at.is_multiple_of(128)) {
+            return Err(
+                self.err(pc, format!("a {inner_bytes}-byte box row at {at} with a {}-byte swizzle", map.swizzle))
+            );
+        }
+        if !at.is_multiple_of(16) {
+            return Err(self.err(pc, format!("a TMA box at shared address {at} is not 16-byte aligned")));
+        }
+        let bytes = map.box_elements() * map.elem_bytes;
+        if at + bytes > self.smem.len() as u64 {
+            return Err(self.err(pc, format!("a {bytes}-byte box at {at} past the shared memory")));
+        }
+        Ok(bytes)
     }
 
     /// Reads a TMA store's box out of shared memory and writes its elements inside the
@@ -301,19 +312,7 @@ impl Cta<'_> {
         let (map, coords) = self.map_and_coords(t, pc, 1, rank)?;
         let barrier = self.barrier_at(t, pc, 2)?;
         self.mbarrier(pc, barrier)?;
-        let inner_bytes = map.box_dims[0] as u64 * map.elem_bytes;
-        if map.swizzle > 0 && (inner_bytes > map.swizzle || !dst.is_multiple_of(128)) {
-            return Err(
-                self.err(pc, format!("a {inner_bytes}-byte box row into {dst} with a {}-byte swizzle", map.swizzle))
-            );
-        }
-        if !dst.is_multiple_of(16) {
-            return Err(self.err(pc, format!("a TMA destination at {dst} is not 16-byte aligned")));
-        }
-        let bytes = map.box_dims.iter().map(|&d| d as u64).product::<u64>() * map.elem_bytes;
-        if dst + bytes > self.smem.len() as u64 {
-            return Err(self.err(pc, format!("a {bytes}-byte box at {dst} past the shared memory")));
-        }
+        let bytes = self.box_in_smem(pc, dst, &map)?;
         self.box_copies.push(BoxCopy { dst, bytes, barrier, map, coords });
         Ok(())
     }

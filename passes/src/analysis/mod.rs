@@ -29,7 +29,7 @@ use tessera_frontend::{Db, FnKey};
 
 use crate::config::Config;
 use crate::error::LowerError;
-use crate::ir::{Func, Layout, Loc, OpKind, Origin, SmemType, Swizzle, Type, ValueId};
+use crate::ir::{Func, Layout, Loc, Op, OpKind, Origin, SmemType, Swizzle, Type, ValueId};
 use crate::queries::graph_ir;
 use crate::target::Target;
 use limits::{GpuLimits, Occupancy};
@@ -128,18 +128,23 @@ pub fn kernel_budget<'db>(
 }
 
 fn budget_of(f: &Func) -> Budget {
-    let mut smem_bytes = 0;
-    for id in f.walk() {
-        let op = f.op(id);
-        if op.kind != OpKind::AllocShared {
-            continue;
+    Budget { smem_bytes: shared_bytes(f), register_peak: registers::peak(f) }
+}
+
+/// The shared memory a kernel's buffers take, in bytes (GPU Tile IR).
+pub(crate) fn shared_bytes(f: &Func) -> u64 {
+    f.walk().into_iter().map(|id| added_bytes(f, f.op(id))).sum()
+}
+
+/// The bytes the `tile.alloc_shared` `op` adds to its kernel's shared memory (0 for any
+/// other op): a TMA store's buffer in the staging rings' memory adds none.
+pub(crate) fn added_bytes(f: &Func, op: &Op) -> u64 {
+    match op.results.first().map(|&r| f.ty(r)) {
+        Some(Type::Smem(s)) if op.kind == OpKind::AllocShared && !crate::tma::reuses_staging(op) => {
+            s.bytes().unwrap_or(0)
         }
-        // A TMA store's buffer in the staging rings' memory adds nothing.
-        if let (Some(Type::Smem(s)), false) = (op.results.first().map(|&r| f.ty(r)), crate::tma::reuses_staging(op)) {
-            smem_bytes += s.bytes().unwrap_or(0);
-        }
+        _ => 0,
     }
-    Budget { smem_bytes, register_peak: registers::peak(f) }
 }
 
 /// Resource figures of GPU Tile IR, the registers by `estimate` ([`registers::estimate`],
@@ -147,7 +152,7 @@ fn budget_of(f: &Func) -> Budget {
 pub fn resources_of(f: &Func, target: Target, estimate: fn(&Func) -> RegisterEstimate) -> Resources {
     let threads = f.attr("threads").and_then(|a| a.as_int()).unwrap_or(128).max(1) as u32;
     let mut buffers = Vec::new();
-    let mut reused = Vec::new();
+    let mut smem_bytes = 0;
     for id in f.walk() {
         let op = f.op(id);
         if op.kind != OpKind::AllocShared {
@@ -161,12 +166,8 @@ pub fn resources_of(f: &Func, target: Target, estimate: fn(&Func) -> RegisterEst
             bytes: s.bytes().unwrap_or(0),
             staging: op.attr("staging").is_some(),
         });
-        if crate::tma::reuses_staging(op) {
-            reused.push(buffers.len() - 1);
-        }
+        smem_bytes += added_bytes(f, op);
     }
-    // A TMA store's buffer in the staging rings' memory adds nothing to the total.
-    let smem_bytes = buffers.iter().enumerate().filter(|(i, _)| !reused.contains(i)).map(|(_, b)| b.bytes).sum();
     let registers = estimate(f);
     let occupancy = GpuLimits::of(target).map(|l| limits::occupancy(l, threads, registers.peak, smem_bytes));
     Resources { smem_bytes, buffers, registers, threads, occupancy }

@@ -127,7 +127,7 @@ impl Emitter<'_> {
         };
         let slot = self.smem_of(op, op.operands[0])?;
         let view = self.view_of(op, op.operands[1])?;
-        let (width, blocks, rows) = self.box_geometry(op, &slot)?;
+        let geometry @ (_, blocks, _) = self.box_geometry(op, &slot)?;
         let (commits, leader) = {
             let tma = self.tma.as_ref().ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
             (tma.commits, tma.leader)
@@ -142,21 +142,33 @@ impl Emitter<'_> {
             false,
             format!("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [{barrier}], {}", box_bytes * blocks),
         );
+        self.for_each_box(&slot, &coords, geometry, leader, |dst, c| {
+            format!(
+                "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{dst}], \
+                 [{map}, {{{c}}}], [{barrier}]"
+            )
+        });
+        Ok(())
+    }
+
+    /// Issues, from thread `leader`, what `instruction` makes for each swizzle column
+    /// block of `slot` (its shared address and its coordinates: the block's elements
+    /// further along the innermost dim than `coords`).
+    fn for_each_box(
+        &mut self,
+        slot: &super::emit::SmemVal,
+        coords: &[Operand],
+        (width, blocks, rows): (i64, i64, i64),
+        leader: Reg,
+        instruction: impl Fn(Reg, &str) -> String,
+    ) {
         let per_block = width / slot.ty.dtype.bytes() as i64;
         for block in 0..blocks {
-            let c = self.block_coords(&coords, block * per_block);
-            let dst = self.b.reg(Class::B32);
-            self.b.ins(format!("add.u32 {dst}, {}, {}", slot.addr, slot.imm + block * rows * width));
-            self.b.ins_if(
-                leader,
-                false,
-                format!(
-                    "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{dst}], \
-                     [{map}, {{{c}}}], [{barrier}]"
-                ),
-            );
+            let c = self.block_coords(coords, block * per_block);
+            let addr = self.b.reg(Class::B32);
+            self.b.ins(format!("add.u32 {addr}, {}, {}", slot.addr, slot.imm + block * rows * width));
+            self.b.ins_if(leader, false, instruction(addr, &c));
         }
-        Ok(())
     }
 
     /// The swizzle span, column blocks and rows of a TMA slot ([`crate::tma::blocks`]).
@@ -219,22 +231,14 @@ impl Emitter<'_> {
         };
         let slot = self.smem_of(op, op.operands[1])?;
         let view = self.view_of(op, op.operands[0])?;
-        let (width, blocks, rows) = self.box_geometry(op, &slot)?;
+        let geometry = self.box_geometry(op, &slot)?;
         let leader =
             self.tma.as_ref().map(|t| t.leader).ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
         let coords = self.box_coords(&view.offsets);
         let rank = coords.len();
-        let per_block = width / slot.ty.dtype.bytes() as i64;
-        for block in 0..blocks {
-            let c = self.block_coords(&coords, block * per_block);
-            let src = self.b.reg(Class::B32);
-            self.b.ins(format!("add.u32 {src}, {}, {}", slot.addr, slot.imm + block * rows * width));
-            self.b.ins_if(
-                leader,
-                false,
-                format!("cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [{map}, {{{c}}}], [{src}]"),
-            );
-        }
+        self.for_each_box(&slot, &coords, geometry, leader, |src, c| {
+            format!("cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [{map}, {{{c}}}], [{src}]")
+        });
         self.b.ins_if(leader, false, "cp.async.bulk.commit_group");
         self.b.ins_if(leader, false, "cp.async.bulk.wait_group.read 0");
         Ok(())
