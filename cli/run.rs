@@ -81,9 +81,10 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     if tessera_frontend::check::fn_signature(src.db(), key).kind == tessera_frontend::check::FunctionKind::Graph {
         return crate::run_graph::run(src, args, key);
     }
-    if args.mesh.is_some() {
+    if args.mesh.is_some() || args.fabric.is_some() {
+        let flag = if args.mesh.is_some() { "--mesh" } else { "--fabric" };
         return Err(Failure::usage(format!(
-            "--mesh runs a graph function (@jit) on simulated devices; `{}` is a kernel",
+            "{flag} runs a graph function (@jit) on a mesh of devices; `{}` is a kernel",
             args.kernel
         )));
     }

@@ -56,6 +56,11 @@ pub struct RunArgs {
     /// dim 0, split over it), checked against the same f64 reference.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub mesh: Option<u32>,
+    /// Run the mesh across processes, one per device, started by `torchrun` or a job
+    /// launcher (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`): the collectives'
+    /// messages go over TCP, or GPU to GPU over NCCL (builds with `--features nccl`).
+    #[arg(long, value_name = "LINK", value_parser = ["tcp", "nccl"])]
+    pub fabric: Option<String>,
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,

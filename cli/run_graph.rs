@@ -38,11 +38,16 @@ fn failure(src: &Source, e: GraphRunError) -> Failure {
 pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, Failure> {
     let db = src.db();
     let session = GraphSession::open(db, key).map_err(|e| failure(src, e))?;
-    if args.mesh.is_some()
-        && tessera_passes::dist::function::parameter_shardings(db, key, &session.graph).ok().flatten().is_some()
-    {
+    let sharded = tessera_passes::dist::function::parameter_shardings(db, key, &session.graph).ok().flatten().is_some();
+    if args.mesh.is_some() && sharded {
         return Err(Failure::usage(format!(
             "--mesh is for unsharded functions: `{}` lays out its parameters with @shard and runs on its own mesh",
+            args.kernel
+        )));
+    }
+    if args.fabric.is_some() && !sharded && args.mesh.is_none() {
+        return Err(Failure::usage(format!(
+            "--fabric runs a mesh across processes, and `{}` has no @shard parameters: give --mesh N to run it data-parallel",
             args.kernel
         )));
     }
@@ -64,11 +69,17 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         let assumed: Vec<String> = input.assumed.iter().map(|(s, v)| format!("{s}={v}")).collect();
         eprintln!("note: assuming {} (no --dims value)", assumed.join(", "));
     }
+    // Across processes, the ranks meet before anything runs, so that one started with
+    // another program or other inputs is refused at once.
+    let fabric = match args.fabric.as_deref() {
+        None => None,
+        Some(link) => Some(crate::run_mesh::connect(link, &fingerprint(src, args, &input)).map_err(Failure::usage)?),
+    };
     let options = GraphRunOptions { device: args.device, target: args.target, repeat: args.repeat, threads: None };
     let run = session.run(&input, &options).map_err(|e| failure(src, e))?;
     // A function with `@shard` parameters also runs on its simulated mesh, and with
     // `--mesh N` an unsharded one data-parallel on N simulated devices.
-    let mesh = launch::graph::run_on_mesh(db, key, &input, &run, args.mesh.map(|n| n as usize))
+    let mesh = launch::graph::run_on_mesh(db, key, &input, &run, args.mesh.map(|n| n as usize), fabric.as_ref())
         .map_err(|message| Failure { code: 1, message, kind: Some("fault") })?;
     let plan = &session.plan;
     let verdict = crate::verdict::verdict_name(run.verdict);
@@ -108,11 +119,30 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
             print!("{}", crate::run_mesh::text(m));
         }
     }
-    if let Some(dir) = &args.save {
+    // Every rank computes the same global results: only rank 0 writes them.
+    if let Some(dir) = args.save.as_ref().filter(|_| fabric.as_ref().is_none_or(|f| f.rank() == 0)) {
         save(dir, &session.graph, &input.args, &run.returned, &report).map_err(Failure::usage)?;
     }
     let mesh_correct = mesh.as_ref().is_none_or(|m| m.verdict == Verdict::Correct);
     Ok(if run.correct() && run.numerics.is_empty() && mesh_correct { 0 } else { 1 })
+}
+
+/// What every rank must agree on: the source, the function, the dims, the scalar
+/// arguments, the input files' names and the seed (FNV-1a, the same in every build).
+fn fingerprint(src: &Source, args: &RunArgs, input: &GraphInputs) -> Vec<u8> {
+    let mut text = src.file().text(src.db()).as_bytes().to_vec();
+    let parts = [
+        args.kernel.clone(),
+        format!("{:?}", input.symbols),
+        format!("{:?}", input.scalars),
+        format!("{:?}", args.inputs),
+        input.seed.to_string(),
+    ];
+    for part in parts {
+        text.push(0);
+        text.extend(part.as_bytes());
+    }
+    text
 }
 
 fn report_text(

@@ -5,10 +5,27 @@
 use serde_json::{json, Value};
 use tessera_backends::launch::graph::{CollectiveInfo, MeshCheck};
 use tessera_backends::launch::Verdict;
+use tessera_backends::mesh::fabric::tcp::Rendezvous;
+use tessera_backends::mesh::Fabric;
+
+/// This process's place in a mesh of processes, from the launcher's environment, over
+/// `link` ("tcp" or "nccl"); `program` is what every rank must run.
+pub(crate) fn connect(link: &str, program: &[u8]) -> Result<Fabric, String> {
+    let rendezvous = Rendezvous::from_env().map_err(|e| format!("--fabric {link}: {e} (start one process per device with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)"))?;
+    // FNV-1a: the same in every build, so that ranks of one binary agree.
+    let fingerprint =
+        program.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    match link {
+        "nccl" => tessera_backends::nccl::fabric(&rendezvous, fingerprint),
+        _ => rendezvous.connect(fingerprint),
+    }
+    .map_err(|e| format!("--fabric {link}: {e}"))
+}
 
 pub(crate) fn json(m: &MeshCheck) -> Value {
     json!({
         "devices": m.devices(),
+        "fabric": m.fabric.as_ref().map_or(Value::Null, |(link, rank, world)| json!({"link": link, "rank": rank, "processes": world})),
         "axes": m.axes.iter().map(|(a, s)| json!({"name": a, "size": s})).collect::<Vec<_>>(),
         "layouts": m.layouts.iter().map(|(n, l)| (n.clone(), Value::String(l.clone()))).collect::<serde_json::Map<_, _>>(),
         "collectives": m.collectives.iter().enumerate().map(|(i, c)| json!({
@@ -42,7 +59,19 @@ pub(crate) fn text(m: &MeshCheck) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let axes: Vec<String> = m.axes.iter().map(|(a, n)| format!("{a}={n}")).collect();
-    let _ = writeln!(s, "  mesh      {} simulated devices ({}), one process", m.devices(), axes.join(", "));
+    match &m.fabric {
+        None => {
+            let _ = writeln!(s, "  mesh      {} simulated devices ({}), one process", m.devices(), axes.join(", "));
+        }
+        Some((link, rank, world)) => {
+            let _ = writeln!(
+                s,
+                "  mesh      {} devices ({}), one process each: this is rank {rank} of {world}, messages over {link}",
+                m.devices(),
+                axes.join(", ")
+            );
+        }
+    }
     let layouts: Vec<String> = m.layouts.iter().map(|(n, l)| format!("{n} {l}")).collect();
     if !layouts.is_empty() {
         let _ = writeln!(s, "  layout    {}", layouts.join("; "));
@@ -79,8 +108,10 @@ pub(crate) fn text(m: &MeshCheck) -> String {
     }
     let _ = writeln!(
         s,
-        "            moved {} bytes from the busiest device in {} steps (counted by the simulated network)",
-        m.bytes_sent, m.steps
+        "            moved {} bytes from the busiest device in {} steps (counted by {})",
+        m.bytes_sent,
+        m.steps,
+        if m.fabric.is_some() { "each rank for its own sends" } else { "the simulated network" }
     );
     for c in &m.checks {
         let state = if c.comparison.passed { "ok" } else { "MISMATCHES" };

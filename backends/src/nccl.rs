@@ -3,10 +3,10 @@
 //! gets a clean "no NCCL" from [`probe`], never a crash (cudarc panics on a call into a
 //! library it cannot load, so nothing calls into NCCL before the probe has found it).
 //!
-//! Launching across processes follows torchrun's environment: `RANK` and `WORLD_SIZE`
-//! name this process's place, and every rank reads the same NCCL unique id from
-//! `TESSERA_NCCL_ID` (rank 0 creates it with [`unique_id_hex`] and shares it, over a
-//! shared file or the job launcher, before the others start). See `docs/mesh.md`.
+//! Launching across processes follows torchrun's environment (`RANK`, `WORLD_SIZE`,
+//! `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`): the processes meet over TCP
+//! (`mesh::fabric::tcp`), where rank 0 hands out its NCCL unique id, and the mesh's
+//! messages then go GPU to GPU ([`fabric`]). See `docs/mesh.md`.
 
 /// What the probe found.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -28,7 +28,13 @@ mod imp {
 }
 
 #[cfg(feature = "nccl")]
-pub use imp::{comm_from_env, one_rank_all_reduce, unique_id_hex};
+pub use imp::{fabric, one_rank_all_reduce};
+
+/// Without the `nccl` feature: why there is no NCCL fabric.
+#[cfg(not(feature = "nccl"))]
+pub fn fabric(_: &crate::mesh::fabric::tcp::Rendezvous, _: u64) -> Result<crate::mesh::Fabric, String> {
+    imp::probe().map(|_| unreachable!("the probe of a build without NCCL always fails"))
+}
 
 #[cfg(feature = "nccl")]
 mod imp {
@@ -38,6 +44,8 @@ mod imp {
     use cudarc::nccl::{result, safe, sys};
 
     use super::NcclInfo;
+    use crate::mesh::fabric::tcp::Rendezvous;
+    use crate::mesh::fabric::{Fabric, Link};
 
     pub fn probe() -> Result<NcclInfo, String> {
         // SAFETY: only tries to open the library.
@@ -69,40 +77,97 @@ mod imp {
         Ok(ctx.default_stream())
     }
 
-    /// A new NCCL unique id, as the hex that `TESSERA_NCCL_ID` carries.
-    pub fn unique_id_hex() -> Result<String, String> {
+    /// The mesh's fabric over NCCL: the processes meet over TCP (`Rendezvous`), rank 0
+    /// sends them its NCCL unique id there, and the frames of every step then go GPU to
+    /// GPU with `ncclSend`/`ncclRecv` on GPU `LOCAL_RANK` (`RANK` when unset).
+    pub fn fabric(rendezvous: &Rendezvous, fingerprint: u64) -> Result<Fabric, String> {
         probe()?;
-        let id = safe::Id::new().map_err(|e| format!("ncclGetUniqueId failed: {e:?}"))?;
-        Ok(id.internal().iter().map(|&c| format!("{:02x}", c as u8)).collect())
+        let (rank, world) = (rendezvous.rank, rendezvous.world);
+        let local = match std::env::var("LOCAL_RANK") {
+            Ok(s) => s.trim().parse().map_err(|_| "LOCAL_RANK is not a non-negative integer".to_string())?,
+            Err(_) => rank,
+        };
+        let stream = stream(local)?;
+        let tcp = rendezvous.connect(fingerprint)?;
+        let id = if rank == 0 {
+            let id = safe::Id::new().map_err(|e| format!("ncclGetUniqueId failed: {e:?}"))?;
+            let bytes: Vec<f64> = id.internal().iter().map(|&c| f64::from(c as u8)).collect();
+            tcp.all_gather(bytes)?;
+            id
+        } else {
+            let ids = tcp.all_gather(Vec::new())?;
+            let internal: [std::ffi::c_char; 128] = ids[0]
+                .iter()
+                .map(|&b| b as u8 as std::ffi::c_char)
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|_| format!("rank 0 sent an NCCL id of {} bytes, not 128", ids[0].len()))?;
+            safe::Id::uninit(internal)
+        };
+        let comm = safe::Comm::from_rank(stream.clone(), rank, world, id)
+            .map_err(|e| format!("ncclCommInitRank (rank {rank} of {world}, GPU {local}) failed: {e:?}"))?;
+        Ok(Fabric::new(rank, world, "NCCL", Box::new(NcclLink { comm, stream, rank })))
     }
 
-    /// This process's communicator, from `RANK`, `WORLD_SIZE`, `TESSERA_NCCL_ID` and
-    /// `LOCAL_RANK` (the GPU; `RANK` when unset).
-    pub fn comm_from_env() -> Result<safe::Comm, String> {
-        probe()?;
-        let var = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
-        let number = |name: &str| -> Result<usize, String> {
-            var(name)?.parse().map_err(|_| format!("{name} is not a non-negative integer"))
-        };
-        let (rank, world) = (number("RANK")?, number("WORLD_SIZE")?);
-        if rank >= world {
-            return Err(format!("RANK {rank} is not below WORLD_SIZE {world}"));
+    /// Frames GPU to GPU: first every frame's length (one value to each peer), then the
+    /// frames, each phase one NCCL group of sends and receives.
+    struct NcclLink {
+        comm: safe::Comm,
+        stream: Arc<CudaStream>,
+        rank: usize,
+    }
+
+    // SAFETY: the communicator is used by one thread at a time (the fabric's mutex), as
+    // NCCL requires of a communicator.
+    unsafe impl Send for NcclLink {}
+
+    impl NcclLink {
+        /// One group: `frames[peer]` to each peer, and a buffer of `lengths[peer]` from each.
+        fn group(&self, frames: &[Vec<f64>], lengths: &[usize]) -> Result<Vec<Vec<f64>>, String> {
+            let nccl = |what: &str, e: result::NcclError| format!("{what} on rank {}: {e:?}", self.rank);
+            let cuda = |what: &str, e: cudarc::driver::DriverError| format!("{what} on rank {}: {e:?}", self.rank);
+            let mut sends = Vec::new();
+            for (peer, frame) in frames.iter().enumerate() {
+                if peer != self.rank && !frame.is_empty() {
+                    sends.push((peer, self.stream.memcpy_stod(frame).map_err(|e| cuda("copy to the GPU", e))?));
+                }
+            }
+            let mut recvs = Vec::new();
+            for (peer, &n) in lengths.iter().enumerate() {
+                if peer != self.rank && n > 0 {
+                    recvs.push((peer, self.stream.alloc_zeros::<f64>(n).map_err(|e| cuda("GPU allocation", e))?));
+                }
+            }
+            safe::group_start().map_err(|e| nccl("ncclGroupStart", e))?;
+            for (peer, buf) in &sends {
+                self.comm.send(buf, *peer as i32).map_err(|e| nccl("ncclSend", e))?;
+            }
+            for (peer, buf) in &mut recvs {
+                self.comm.recv(buf, *peer as i32).map_err(|e| nccl("ncclRecv", e))?;
+            }
+            safe::group_end().map_err(|e| nccl("ncclGroupEnd", e))?;
+            let mut out = vec![Vec::new(); frames.len()];
+            for (peer, buf) in &recvs {
+                out[*peer] = self.stream.memcpy_dtov(buf).map_err(|e| cuda("copy from the GPU", e))?;
+            }
+            self.stream.synchronize().map_err(|e| cuda("synchronize", e))?;
+            Ok(out)
         }
-        let local = number("LOCAL_RANK").unwrap_or(rank);
-        let hex = var("TESSERA_NCCL_ID")?;
-        let bytes: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
-            .collect::<Option<_>>()
-            .ok_or("TESSERA_NCCL_ID is not hex")?;
-        let internal: [std::ffi::c_char; 128] = bytes
-            .iter()
-            .map(|&b| b as std::ffi::c_char)
-            .collect::<Vec<_>>()
-            .try_into()
-            .map_err(|_| format!("TESSERA_NCCL_ID has {} bytes, NCCL ids have 128", bytes.len()))?;
-        let id = safe::Id::uninit(internal);
-        safe::Comm::from_rank(stream(local)?, rank, world, id).map_err(|e| format!("ncclCommInitRank failed: {e:?}"))
+    }
+
+    impl Link for NcclLink {
+        fn swap(&mut self, frames: Vec<Vec<f64>>) -> Result<Vec<Vec<f64>>, String> {
+            let world = frames.len();
+            let lengths: Vec<Vec<f64>> = frames
+                .iter()
+                .enumerate()
+                .map(|(p, f)| if p == self.rank { vec![] } else { vec![f.len() as f64] })
+                .collect();
+            let ones: Vec<usize> = (0..world).map(|p| usize::from(p != self.rank)).collect();
+            let theirs = self.group(&lengths, &ones)?;
+            let incoming: Vec<usize> = theirs.iter().map(|l| l.first().map_or(0, |&n| n as usize)).collect();
+            self.group(&frames, &incoming)
+        }
     }
 
     /// A one-rank all-reduce on GPU 0: the smallest check that NCCL runs here.

@@ -173,6 +173,21 @@ if want nccl && [ -x "$BIN/nccl-test" ]; then
     log "NCCL one-rank all-reduce"
     timeout 60 "$BIN/nccl-test" --nocapture 2>&1 | tee "$OUT/nccl.txt"
 fi
+if want nccl; then
+    # The NCCL fabric on every GPU this machine has: one process per GPU, the sharded
+    # MLP when there are 8 GPUs, else the data-parallel step on as many devices.
+    gpus=$(nvidia-smi -L | wc -l)
+    log "NCCL fabric on $gpus GPUs"
+    port=$((29500 + RANDOM % 1000))
+    if [ "$gpus" -ge 8 ]; then gpus=8; set -- --kernel mlp --dims B=16,D=32,F=64 tests/corpus/valid/megatron_mlp_sharded.tsr
+    else set -- --kernel loss --dims B=$((8 * gpus)),D=8,E=4 --mesh "$gpus" benches/gpu/dp_loss.tsr; fi
+    for r in $(seq 0 $((gpus - 1))); do
+        RANK=$r LOCAL_RANK=$r WORLD_SIZE=$gpus MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            timeout 120 "$T" run --device interp --fabric nccl --json "$@" > "$OUT/nccl_fabric_rank$r.json" 2>&1 &
+    done
+    wait
+    grep -h '"verdict"\|"link"\|error' "$OUT"/nccl_fabric_rank*.json | sort | uniq -c
+fi
 if want cuda-test && [ -x "$BIN/cuda-test" ]; then
     log "every kernel and candidate at two shapes against the interpreter (backends/tests/cuda.rs)"
     # The test finds the sources through the path it was built at.

@@ -15,31 +15,59 @@
 
 use tessera_passes::dist::cost::Algorithm;
 
+use super::fabric::{Fabric, Parcel};
 use super::Mesh;
 
 /// What a collective can move and add.
 pub trait Element: Copy + Default + std::ops::Add<Output = Self> {
     const BYTES: u64;
+    /// Exactly, for a [`Fabric`]'s frames.
+    fn to_f64(self) -> f64;
+    fn from_f64(x: f64) -> Self;
 }
 
 impl Element for f32 {
     const BYTES: u64 = 4;
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
 }
 
 impl Element for f64 {
     const BYTES: u64 = 8;
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
 }
 
-/// What the collectives moved: bytes sent per rank and sequential steps.
+/// What the collectives moved: bytes sent per rank and sequential steps. With a
+/// fabric, this process holds one rank's buffers (the others' are empty), its messages
+/// to other ranks cross the fabric, and only its own sends are counted.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct Network {
     pub sent: Vec<u64>,
     pub steps: u32,
+    pub fabric: Option<Fabric>,
 }
 
 impl Network {
     pub fn new(devices: usize) -> Network {
-        Network { sent: vec![0; devices], steps: 0 }
+        Network { sent: vec![0; devices], steps: 0, fabric: None }
+    }
+
+    pub fn over(devices: usize, fabric: Option<Fabric>) -> Network {
+        Network { sent: vec![0; devices], steps: 0, fabric }
+    }
+
+    /// Whether this process holds `rank`'s buffers.
+    pub fn holds(&self, rank: usize) -> bool {
+        self.fabric.as_ref().is_none_or(|f| f.holds(rank))
     }
 
     pub fn busiest(&self) -> u64 {
@@ -62,26 +90,51 @@ fn chunk(len: usize, p: usize, c: usize) -> std::ops::Range<usize> {
 }
 
 /// One step in every group: every message is built from the buffers as they were
-/// before the step, counted against its sender, then delivered.
+/// before the step, counted against its sender, then delivered. With a fabric, only
+/// this process's rank sends, and every process takes part in every step.
 fn step<T: Element>(
     bufs: &mut [Vec<T>],
     net: &mut Network,
     sends: impl Fn(&[Vec<T>], &mut dyn FnMut(usize, Message<T>)),
     mut deliver: impl FnMut(&mut Vec<T>, usize, Vec<T>),
-) {
+) -> Result<(), String> {
     let mut messages = Vec::new();
     sends(bufs, &mut |from, m: Message<T>| {
         debug_assert_ne!(from, m.to);
+        if !net.holds(from) {
+            return;
+        }
         net.sent[from] += m.data.len() as u64 * T::BYTES;
-        messages.push(m);
+        messages.push((from, m));
     });
-    if messages.is_empty() {
-        return;
+    // Across processes, a step counts where this rank sends or receives.
+    let took_part = !messages.is_empty();
+    if let Some(fabric) = &net.fabric {
+        let parcels = messages
+            .into_iter()
+            .map(|(from, m)| Parcel {
+                from,
+                to: m.to,
+                chunk: m.chunk,
+                data: m.data.iter().map(|x| x.to_f64()).collect(),
+            })
+            .collect();
+        let arrived = fabric.exchange(parcels)?;
+        messages = arrived
+            .into_iter()
+            .map(|p| {
+                (p.from, Message { to: p.to, chunk: p.chunk, data: p.data.into_iter().map(T::from_f64).collect() })
+            })
+            .collect();
+    }
+    if !took_part && messages.is_empty() {
+        return Ok(());
     }
     net.steps += 1;
-    for m in messages {
+    for (_, m) in messages {
         deliver(&mut bufs[m.to], m.chunk, m.data);
     }
+    Ok(())
 }
 
 fn check_devices<T>(bufs: &[Vec<T>], mesh: &Mesh, net: &Network) -> Result<(), String> {
@@ -92,12 +145,20 @@ fn check_devices<T>(bufs: &[Vec<T>], mesh: &Mesh, net: &Network) -> Result<(), S
 }
 
 /// The groups of `axis`, after checking that each group's buffers have one length.
-fn groups_of<T>(bufs: &[Vec<T>], mesh: &Mesh, axis: usize, what: &str) -> Result<Vec<Vec<usize>>, String> {
+fn groups_of<T>(
+    bufs: &[Vec<T>],
+    mesh: &Mesh,
+    axis: usize,
+    net: &Network,
+    what: &str,
+) -> Result<Vec<Vec<usize>>, String> {
     let groups = mesh.groups(axis);
     for g in &groups {
-        let len = bufs[g[0]].len();
-        if let Some(&r) = g.iter().find(|&&r| bufs[r].len() != len) {
-            return Err(format!("{what}: device {r} holds {} elements, device {} holds {len}", bufs[r].len(), g[0]));
+        let held: Vec<usize> = g.iter().copied().filter(|&r| net.holds(r)).collect();
+        let Some(&first) = held.first() else { continue };
+        let len = bufs[first].len();
+        if let Some(&r) = held.iter().find(|&&r| bufs[r].len() != len) {
+            return Err(format!("{what}: device {r} holds {} elements, device {first} holds {len}", bufs[r].len()));
         }
     }
     Ok(groups)
@@ -125,7 +186,7 @@ pub fn all_reduce_with<T: Element>(
     combine: impl Fn(T, T) -> T + Copy,
 ) -> Result<(), String> {
     check_devices(bufs, mesh, net)?;
-    let groups = groups_of(bufs, mesh, axis, "all_reduce")?;
+    let groups = groups_of(bufs, mesh, axis, net, "all_reduce")?;
     let p = mesh.axis_size(axis);
     match algorithm {
         _ if p == 1 => {}
@@ -134,8 +195,8 @@ pub fn all_reduce_with<T: Element>(
             return Err(format!("all_reduce has no {} algorithm", algorithm.name()))
         }
         Algorithm::Ring => {
-            ring_reduce_scatter(bufs, &groups, net, combine);
-            ring_all_gather(bufs, &groups, net);
+            ring_reduce_scatter(bufs, &groups, net, combine)?;
+            ring_all_gather(bufs, &groups, net)?;
         }
         Algorithm::Tree => {
             let depth = usize::BITS - (p - 1).leading_zeros();
@@ -152,7 +213,7 @@ pub fn all_reduce_with<T: Element>(
                         }
                     }
                 };
-                step(bufs, net, sends, |buf, _, data| buf.iter_mut().zip(data).for_each(|(a, b)| *a = combine(*a, b)));
+                step(bufs, net, sends, |buf, _, data| buf.iter_mut().zip(data).for_each(|(a, b)| *a = combine(*a, b)))?;
             }
             // Broadcast, the same tree top-down.
             for k in (0..depth).rev() {
@@ -166,7 +227,7 @@ pub fn all_reduce_with<T: Element>(
                         }
                     }
                 };
-                step(bufs, net, sends, |buf, _, data| *buf = data);
+                step(bufs, net, sends, |buf, _, data| *buf = data)?;
             }
         }
     }
@@ -181,7 +242,7 @@ fn ring_reduce_scatter<T: Element>(
     groups: &[Vec<usize>],
     net: &mut Network,
     combine: impl Fn(T, T) -> T + Copy,
-) {
+) -> Result<(), String> {
     let p = groups[0].len();
     for s in 0..p - 1 {
         let sends = |bufs: &[Vec<T>], send: &mut dyn FnMut(usize, Message<T>)| {
@@ -196,13 +257,14 @@ fn ring_reduce_scatter<T: Element>(
         step(bufs, net, sends, |buf, c, data| {
             let range = chunk(buf.len(), p, c);
             buf[range].iter_mut().zip(data).for_each(|(a, b)| *a = combine(*a, b));
-        });
+        })?;
     }
+    Ok(())
 }
 
 /// Ring all-gather in place, when position i owns chunk i: at step s position i sends
 /// chunk i−s to position i+1, which overwrites its copy.
-fn ring_all_gather<T: Element>(bufs: &mut [Vec<T>], groups: &[Vec<usize>], net: &mut Network) {
+fn ring_all_gather<T: Element>(bufs: &mut [Vec<T>], groups: &[Vec<usize>], net: &mut Network) -> Result<(), String> {
     let p = groups[0].len();
     for s in 0..p - 1 {
         let sends = |bufs: &[Vec<T>], send: &mut dyn FnMut(usize, Message<T>)| {
@@ -217,14 +279,15 @@ fn ring_all_gather<T: Element>(bufs: &mut [Vec<T>], groups: &[Vec<usize>], net: 
         step(bufs, net, sends, |buf, c, data| {
             let range = chunk(buf.len(), p, c);
             buf[range].copy_from_slice(&data);
-        });
+        })?;
     }
+    Ok(())
 }
 
 /// Concatenates each group's buffers, in group order, into every buffer of the group.
 pub fn all_gather<T: Element>(bufs: &mut [Vec<T>], mesh: &Mesh, axis: usize, net: &mut Network) -> Result<(), String> {
     check_devices(bufs, mesh, net)?;
-    let groups = groups_of(bufs, mesh, axis, "all_gather")?;
+    let groups = groups_of(bufs, mesh, axis, net, "all_gather")?;
     let p = mesh.axis_size(axis);
     for g in &groups {
         for (i, &r) in g.iter().enumerate() {
@@ -235,7 +298,7 @@ pub fn all_gather<T: Element>(bufs: &mut [Vec<T>], mesh: &Mesh, axis: usize, net
         }
     }
     if p > 1 {
-        ring_all_gather(bufs, &groups, net);
+        ring_all_gather(bufs, &groups, net)?;
     }
     Ok(())
 }
@@ -248,10 +311,10 @@ pub fn reduce_scatter<T: Element>(
     net: &mut Network,
 ) -> Result<(), String> {
     check_devices(bufs, mesh, net)?;
-    let groups = groups_of(bufs, mesh, axis, "reduce_scatter")?;
+    let groups = groups_of(bufs, mesh, axis, net, "reduce_scatter")?;
     let p = mesh.axis_size(axis);
     if p > 1 {
-        ring_reduce_scatter(bufs, &groups, net, |a, b| a + b);
+        ring_reduce_scatter(bufs, &groups, net, |a, b| a + b)?;
     }
     for g in &groups {
         for (i, &r) in g.iter().enumerate() {
@@ -266,10 +329,10 @@ pub fn reduce_scatter<T: Element>(
 /// at step s position i sends to position i+s). Buffers must split evenly.
 pub fn all_to_all<T: Element>(bufs: &mut [Vec<T>], mesh: &Mesh, axis: usize, net: &mut Network) -> Result<(), String> {
     check_devices(bufs, mesh, net)?;
-    let groups = groups_of(bufs, mesh, axis, "all_to_all")?;
+    let groups = groups_of(bufs, mesh, axis, net, "all_to_all")?;
     let p = mesh.axis_size(axis);
-    if let Some(g) = groups.iter().find(|g| !bufs[g[0]].len().is_multiple_of(p)) {
-        return Err(format!("all_to_all: {} elements do not split into {p} equal chunks", bufs[g[0]].len()));
+    if let Some(&r) = groups.iter().flatten().find(|&&r| net.holds(r) && !bufs[r].len().is_multiple_of(p)) {
+        return Err(format!("all_to_all: {} elements do not split into {p} equal chunks", bufs[r].len()));
     }
     let inputs: Vec<Vec<T>> = bufs.to_vec();
     for s in 1..p {
@@ -285,7 +348,7 @@ pub fn all_to_all<T: Element>(bufs: &mut [Vec<T>], mesh: &Mesh, axis: usize, net
         step(bufs, net, sends, |buf, c, data| {
             let range = chunk(buf.len(), p, c);
             buf[range].copy_from_slice(&data);
-        });
+        })?;
     }
     Ok(())
 }

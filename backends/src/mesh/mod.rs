@@ -5,8 +5,10 @@
 //! checked against an implementation that does not share its code.
 
 pub mod collectives;
+pub mod fabric;
 
 pub use collectives::{all_gather, all_reduce, all_reduce_with, all_to_all, reduce_scatter, Element, Network};
+pub use fabric::Fabric;
 
 /// A mesh of devices with named axes; ranks are row-major (the last axis varies
 /// fastest), as `dist.mesh(axes=("dp", "tp"), shape=(4, 2))` numbers its devices.

@@ -2,6 +2,10 @@
 //! reference as the single-device run: `tessera run` of a function whose parameters
 //! have `@shard` also runs it on the mesh its program declares, and reports the mesh,
 //! its collectives (with the bytes they moved) and a verdict of their own.
+//!
+//! With a [`Fabric`], the mesh spans processes, one per device (`tessera run --fabric
+//! tcp` under `torchrun`): each runs its own device, the collectives' messages cross the
+//! fabric, and every process gathers the results and checks them.
 
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::dist::function::{data_parallel_program, sharded_program};
@@ -10,8 +14,9 @@ pub use tessera_passes::dist::schedule::PipelineSchedule;
 
 use super::{arg_dims, dtype, graph_tolerance, values, GraphCheck, GraphInputs, GraphRun};
 use crate::interp::compare::compare_with;
-use crate::interp::graph::run_graph_on_mesh;
+use crate::interp::graph::{run_graph_on_fabric, run_graph_on_mesh};
 use crate::launch::Verdict;
+use crate::mesh::Fabric;
 
 /// One collective of the program, as Graph IR describes it.
 pub use tessera_passes::dist::insert::CollectiveOp as CollectiveInfo;
@@ -24,7 +29,11 @@ pub struct MeshCheck {
     /// Per collective: the kernels each device launches while it is in flight, in the
     /// program on the mesh (`graph_plan::plan_on_mesh`).
     pub overlaps: Vec<Vec<String>>,
-    /// Bytes the busiest device sent, counted by the simulated network.
+    /// Across processes: what carried the messages, this process's rank and the number
+    /// of processes; `None` on the simulated mesh.
+    pub fabric: Option<(String, usize, usize)>,
+    /// Bytes the busiest device sent, counted by the simulated network (across
+    /// processes: by each process for its own rank, then the largest).
     pub bytes_sent: u64,
     pub steps: u32,
     /// Each tensor parameter's name and layout (`[dp, -]`).
@@ -55,6 +64,7 @@ pub fn run_on_mesh(
     inputs: &GraphInputs,
     run: &GraphRun,
     data_parallel: Option<usize>,
+    fabric: Option<&Fabric>,
 ) -> Result<Option<MeshCheck>, String> {
     let program = match data_parallel {
         Some(n) => Some(data_parallel_program(db, key, &inputs.symbols, n).map_err(|e| e.message)?),
@@ -65,16 +75,25 @@ pub fn run_on_mesh(
         return Err(format!("the shardings conflict: {}", c.message));
     }
     let func = &program.inserted.func;
-    let mesh_run = run_graph_on_mesh(
-        func,
-        &program.inserted.shardings,
-        &program.mesh,
-        &inputs.args,
-        &inputs.symbols,
-        inputs.seed as i64,
-        true,
-    )
-    .map_err(|e| format!("on the simulated mesh: {e}"))?;
+    let (shardings, mesh, args, dims, seed) =
+        (&program.inserted.shardings, &program.mesh, &inputs.args, &inputs.symbols, inputs.seed as i64);
+    let (mesh_run, bytes_sent, steps) = match fabric {
+        None => {
+            let run = run_graph_on_mesh(func, shardings, mesh, args, dims, seed, true)
+                .map_err(|e| format!("on the simulated mesh: {e}"))?;
+            let (bytes, steps) = (run.network.busiest(), run.network.steps);
+            (run, bytes, steps)
+        }
+        Some(f) => {
+            let on = |e: String| format!("rank {} of {} over {}: {e}", f.rank(), f.world(), f.name());
+            let run =
+                run_graph_on_fabric(func, shardings, mesh, args, dims, seed, true, f).map_err(|e| on(e.to_string()))?;
+            // Each process counted its own rank: the busiest device and the most steps.
+            let counts = f.all_gather(vec![run.network.busiest() as f64, f64::from(run.network.steps)]).map_err(on)?;
+            let most = |i: usize| counts.iter().map(|c| c.get(i).copied().unwrap_or(0.0)).fold(0.0, f64::max);
+            (run, most(0) as u64, most(1) as u32)
+        }
+    };
     let names: Vec<String> = run.checks.iter().map(|c| c.name.clone()).collect();
     let checks: Vec<GraphCheck> = run
         .reference
@@ -114,8 +133,9 @@ pub fn run_on_mesh(
         axes: program.mesh.0.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
         collectives,
         overlaps,
-        bytes_sent: mesh_run.network.busiest(),
-        steps: mesh_run.network.steps,
+        fabric: fabric.map(|f| (f.name().to_string(), f.rank(), f.world())),
+        bytes_sent,
+        steps,
         layouts,
         pipelines,
         checks,

@@ -28,7 +28,8 @@ use super::super::values::{numel, row_major_strides, Tensor, Val};
 use super::super::{GraphArg, R};
 use super::{bind_params, eval_dims, Machine};
 use crate::interp::InterpError;
-use crate::mesh::{all_gather, all_reduce_with, all_to_all, reduce_scatter, Mesh, Network};
+use crate::mesh::fabric::Parcel;
+use crate::mesh::{all_gather, all_reduce_with, all_to_all, reduce_scatter, Fabric, Mesh, Network};
 
 /// What a mesh run gives: the global results and what moved between the devices.
 pub struct MeshRun {
@@ -47,10 +48,49 @@ pub fn run_graph_on_mesh(
     seed: i64,
     exact: bool,
 ) -> Result<MeshRun, InterpError> {
+    run_on(func, shardings, mesh, args, dims, seed, exact, None)
+}
+
+/// [`run_graph_on_mesh`] as one process of a mesh of processes: this process runs the
+/// device of the fabric's rank, the collectives' messages to other ranks cross the
+/// fabric, and the results are gathered from every rank, so every process returns the
+/// global results. `network` counts this rank's sends only.
+#[allow(clippy::too_many_arguments)]
+pub fn run_graph_on_fabric(
+    func: &Func,
+    shardings: &[Option<Sharding>],
+    mesh: &MeshAxes,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    exact: bool,
+    fabric: &Fabric,
+) -> Result<MeshRun, InterpError> {
+    run_on(func, shardings, mesh, args, dims, seed, exact, Some(fabric))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_on(
+    func: &Func,
+    shardings: &[Option<Sharding>],
+    mesh: &MeshAxes,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    exact: bool,
+    fabric: Option<&Fabric>,
+) -> Result<MeshRun, InterpError> {
     let devices =
         Mesh::new(&mesh.0.iter().map(|(a, s)| (a.as_str(), *s)).collect::<Vec<_>>()).map_err(InterpError::new)?;
+    if let Some(f) = fabric.filter(|f| f.world() != devices.devices()) {
+        return Err(InterpError::new(format!(
+            "the mesh has {} devices and the fabric {} processes: start one process per device",
+            devices.devices(),
+            f.world()
+        )));
+    }
     let (params, symbols) = bind_params(func, args, dims)?;
-    let layout = Layout { func, shardings, devices: &devices, symbols: &symbols };
+    let layout = Layout { func, shardings, devices: &devices, symbols: &symbols, fabric };
     let local = layout.local_func()?;
     let n = devices.devices();
     let mut machines: Vec<Machine> = (0..n)
@@ -65,14 +105,21 @@ pub fn run_graph_on_mesh(
         .collect();
     for (&p, v) in func.params.iter().zip(&params) {
         for (rank, m) in machines.iter_mut().enumerate() {
-            m.vals[p.0 as usize] = Some(layout.block_of(p, v, rank)?);
+            if layout.held(rank) {
+                m.vals[p.0 as usize] = Some(layout.block_of(p, v, rank)?);
+            }
         }
     }
-    let mut network = Network::new(n);
+    let mut network = Network::over(n, fabric.cloned());
     for &id in &func.body.ops {
         let op = func.op(id);
         match op.kind {
             OpKind::Return => {
+                if fabric.is_some() {
+                    for &v in &op.operands {
+                        layout.gather(id, v, &mut machines)?;
+                    }
+                }
                 let results =
                     op.operands.iter().map(|&v| layout.assemble(id, v, &machines)).collect::<Result<Vec<_>, _>>()?;
                 return Ok(MeshRun { results, network });
@@ -90,6 +137,9 @@ pub fn run_graph_on_mesh(
             _ => {
                 let here = layout.runs_on(id, op, &machines)?;
                 for (rank, m) in machines.iter_mut().enumerate() {
+                    if !layout.held(rank) {
+                        continue;
+                    }
                     if !here[rank] {
                         // Not this device's stage: no value, but the token chain goes on.
                         for &r in &op.results {
@@ -116,9 +166,52 @@ struct Layout<'a> {
     shardings: &'a [Option<Sharding>],
     devices: &'a Mesh,
     symbols: &'a BTreeMap<String, i64>,
+    /// Across processes: this one holds only the fabric's rank.
+    fabric: Option<&'a Fabric>,
 }
 
 impl Layout<'_> {
+    /// Whether this process runs device `rank`.
+    fn held(&self, rank: usize) -> bool {
+        self.fabric.is_none_or(|f| f.holds(rank))
+    }
+
+    /// The first device this process runs.
+    fn first_held(&self) -> usize {
+        self.fabric.map_or(0, Fabric::rank)
+    }
+
+    /// A tensor of `v`'s type on a device (`local`: the function at local dims).
+    fn local_tensor(&self, local: &Func, v: ValueId, data: Option<Vec<f64>>) -> Option<Tensor> {
+        let Type::Tensor(t) = local.ty(v) else { return None };
+        let dims = eval_dims(&t.dims, self.symbols)?;
+        let data = data.unwrap_or_else(|| vec![0.0; numel(&dims)]);
+        (data.len() == numel(&dims)).then_some(Tensor { dtype: t.dtype, dims, data })
+    }
+
+    /// Across processes, before the results are assembled: every rank's block of `v`
+    /// from the process that holds it (a rank that holds none sends nothing).
+    fn gather(&self, id: OpId, v: ValueId, machines: &mut [Machine]) -> R<()> {
+        let Some(fabric) = self.fabric else { return Ok(()) };
+        let me = fabric.rank();
+        let mine = match &machines[me].vals[v.0 as usize] {
+            Some(Val::Tensor(t)) => t.data.clone(),
+            _ => Vec::new(),
+        };
+        let blocks = fabric.all_gather(mine).map_err(|e| InterpError::at_op(self.func, id, e))?;
+        let local = machines[me].func;
+        for (rank, data) in blocks.into_iter().enumerate() {
+            if rank == me || data.is_empty() {
+                continue;
+            }
+            let t = self.local_tensor(local, v, Some(data)).ok_or_else(|| {
+                InterpError::at_op(self.func, id, format!("rank {rank} sent a result of another size"))
+            })?;
+            machines[rank].vals[v.0 as usize] = Some(Val::Tensor(t));
+        }
+        Ok(())
+    }
+
     fn sharding(&self, v: ValueId) -> Option<&Sharding> {
         self.shardings.get(v.0 as usize).and_then(Option::as_ref)
     }
@@ -377,7 +470,7 @@ impl Layout<'_> {
             op.operands.iter().copied().filter(|&v| !matches!(self.func.ty(v), Type::Token)).collect();
         let here: Vec<bool> = machines.iter().map(|m| values.iter().all(|&v| m.vals[v.0 as usize].is_some())).collect();
         let somewhere = values.iter().any(|&v| machines.iter().any(|m| m.vals[v.0 as usize].is_some()));
-        if somewhere && !here.contains(&true) {
+        if somewhere && !here.contains(&true) && self.fabric.is_none() {
             return Err(InterpError::at_op(self.func, id, "an op reads values of two pipeline stages".into()));
         }
         Ok(here)
@@ -389,7 +482,7 @@ impl Layout<'_> {
     fn concat_stages(&self, id: OpId, op: &Op, machines: &mut [Machine]) -> R<()> {
         let axis = self.axis(id, op.str_attr("pipeline").unwrap_or(""))?;
         let r = op.results[0];
-        for (rank, m) in machines.iter_mut().enumerate() {
+        for (rank, m) in machines.iter_mut().enumerate().filter(|(rank, _)| self.held(*rank)) {
             let mine = self.devices.coords(rank)[axis];
             let part = op.operands.get(mine).and_then(|&p| m.vals[p.0 as usize].clone());
             let Some(part) = part else {
@@ -437,7 +530,7 @@ impl Layout<'_> {
         let mut delivered: Vec<(usize, Val)> = Vec::new();
         for (rank, m) in machines.iter().enumerate() {
             let mut coords = self.devices.coords(rank);
-            if coords[axis] as i64 != from {
+            if coords[axis] as i64 != from || !self.held(rank) {
                 continue;
             }
             let Some(Val::Tensor(t)) = &m.vals[v.0 as usize] else {
@@ -446,6 +539,22 @@ impl Layout<'_> {
             net.sent[rank] += t.data.len() as u64 * u64::from(t.dtype.bytes());
             coords[axis] = to as usize;
             delivered.push((self.devices.rank(&coords), Val::Tensor(t.clone())));
+        }
+        if let Some(fabric) = self.fabric {
+            let parcels = delivered
+                .drain(..)
+                .map(|(to, val)| {
+                    let Val::Tensor(t) = val else { unreachable!("only tensors are sent") };
+                    Parcel { from: fabric.rank(), to, chunk: 0, data: t.data }
+                })
+                .collect();
+            let local = machines[fabric.rank()].func;
+            for p in fabric.exchange(parcels).map_err(&err)? {
+                let t = self
+                    .local_tensor(local, r, Some(p.data))
+                    .ok_or_else(|| err(format!("rank {} sent a value of another size", p.from)))?;
+                delivered.push((p.to, Val::Tensor(t)));
+            }
         }
         net.steps += 1;
         for m in machines.iter_mut() {
@@ -480,57 +589,86 @@ impl Layout<'_> {
                     Some(other) => Err(err(format!("a collective of {}", other.describe()))),
                 })
                 .collect::<R<_>>()?;
-            let Some(template) = held.iter().flatten().next().cloned() else {
-                return Err(err("a collective of a value no device holds".into()));
+            // Across processes, a rank whose stage does not hold the value stands in with
+            // zeros of its local type, as the simulated mesh's absent devices do.
+            let template = match held.iter().flatten().next() {
+                Some(t) => t.clone(),
+                None if self.fabric.is_some() => self
+                    .local_tensor(machines[self.first_held()].func, v, None)
+                    .ok_or_else(|| err("a collective of a value of unknown size".into()))?,
+                None => return Err(err("a collective of a value no device holds".into())),
             };
             for g in self.devices.groups(axis) {
+                let g: Vec<usize> = g.into_iter().filter(|&r| self.held(r)).collect();
                 if g.iter().any(|&r| held[r].is_some()) && g.iter().any(|&r| held[r].is_none()) {
                     return Err(err(format!("a collective over `{axis_name}` of a value only some of a group hold")));
                 }
             }
-            let absent: Vec<usize> = (0..held.len()).filter(|&r| held[r].is_none()).collect();
+            let absent: Vec<usize> = (0..held.len()).filter(|&r| self.held(r) && held[r].is_none()).collect();
+            // Ranks other processes run have no buffer here.
             let mut locals: Vec<Tensor> = held
                 .into_iter()
-                .map(|t| t.unwrap_or_else(|| Tensor { data: vec![0.0; template.data.len()], ..template.clone() }))
+                .enumerate()
+                .map(|(r, t)| {
+                    let data = if self.held(r) { vec![0.0; template.data.len()] } else { Vec::new() };
+                    t.unwrap_or_else(|| Tensor { data, ..template.clone() })
+                })
                 .collect();
-            let dtype = locals[0].dtype;
+            let me = self.first_held();
+            let dtype = locals[me].dtype;
             // The devices hold f64 copies of `dtype` values: count what `dtype` would move.
-            let mut moved = Network::new(net.sent.len());
+            let mut moved = Network::over(net.sent.len(), net.fabric.clone());
+            // Each buffer with dim `d` at the front; the ranks other processes run have
+            // no buffer here and stay empty.
+            let fronts = |ts: &[Tensor], d: usize| -> Vec<Vec<f64>> {
+                ts.iter()
+                    .enumerate()
+                    .map(|(r, t)| if self.held(r) { move_to_front(t, d).data } else { Vec::new() })
+                    .collect()
+            };
+            let backs = |bufs: Vec<Vec<f64>>, dtype: DType, front: &[usize], d: usize| -> Vec<Tensor> {
+                bufs.into_iter()
+                    .enumerate()
+                    .map(|(r, data)| {
+                        let t = Tensor { dtype, dims: front.to_vec(), data };
+                        if self.held(r) {
+                            rounded(&move_from_front(&t, d))
+                        } else {
+                            t
+                        }
+                    })
+                    .collect()
+            };
             let dim = |key: &str| -> R<usize> {
                 let d = op.int_attr(key).ok_or_else(|| err(format!("`{}` without `{key}`", op.kind.name())))?;
                 usize::try_from(d)
                     .ok()
-                    .filter(|&d| d < locals[0].dims.len())
-                    .ok_or_else(|| err(format!("`{key}` = {d} of a rank-{} tensor", locals[0].dims.len())))
+                    .filter(|&d| d < locals[me].dims.len())
+                    .ok_or_else(|| err(format!("`{key}` = {d} of a rank-{} tensor", locals[me].dims.len())))
             };
             let parts = self.devices.axis_size(axis);
             let out: Vec<Tensor> = if op.kind == OpKind::AllGather {
                 let d = dim("dim")?;
-                let before = locals[0].dims.clone();
-                let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
+                let before = locals[me].dims.clone();
+                let mut bufs = fronts(&locals, d);
                 all_gather(&mut bufs, self.devices, axis, &mut moved).map_err(err)?;
                 let mut front = before.clone();
                 front.remove(d);
                 front.insert(0, before[d] * parts);
-                bufs.into_iter().map(|data| move_from_front(&Tensor { dtype, dims: front.clone(), data }, d)).collect()
+                backs(bufs, dtype, &front, d)
             } else if op.kind == OpKind::ReduceScatter {
                 // Dim `d` at the front: chunk i of the flat buffer is block i of dim `d`.
                 let d = dim("dim")?;
-                let before = locals[0].dims.clone();
+                let before = locals[me].dims.clone();
                 if !before[d].is_multiple_of(parts) {
                     return Err(err(format!("dim {d} of {} elements does not split over {parts} devices", before[d])));
                 }
-                let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, d).data).collect();
+                let mut bufs = fronts(&locals, d);
                 reduce_scatter(&mut bufs, self.devices, axis, &mut moved).map_err(err)?;
                 let mut front = before.clone();
                 front.remove(d);
                 front.insert(0, before[d] / parts);
-                let result_dtype = self.local_ty(op.results[i]).unwrap_or(dtype);
-                bufs.into_iter()
-                    .map(|data| {
-                        rounded(&move_from_front(&Tensor { dtype: result_dtype, dims: front.clone(), data }, d))
-                    })
-                    .collect()
+                backs(bufs, self.local_ty(op.results[i]).unwrap_or(dtype), &front, d)
             } else if op.kind == OpKind::AllToAll {
                 self.all_to_all(&locals, dim("split_dim")?, dim("concat_dim")?, axis, &mut moved).map_err(err)?
             } else {
@@ -543,7 +681,7 @@ impl Layout<'_> {
                     Some("tree") => Algorithm::Tree,
                     Some("ring") => Algorithm::Ring,
                     _ => {
-                        let bytes = numel(&locals[0].dims) as u64 * u64::from(dtype.bytes());
+                        let bytes = numel(&locals[me].dims) as u64 * u64::from(dtype.bytes());
                         let link = cost::LINKS[0];
                         cost::estimate(Collective::AllReduce, bytes, self.devices.axis_size(axis), link).algorithm
                     }
@@ -560,7 +698,15 @@ impl Layout<'_> {
                 locals
                     .iter()
                     .zip(bufs)
-                    .map(|(t, data)| rounded(&Tensor { dtype: result_dtype, dims: t.dims.clone(), data }))
+                    .enumerate()
+                    .map(|(r, (t, data))| {
+                        let sum = Tensor { dtype: result_dtype, dims: t.dims.clone(), data };
+                        if self.held(r) {
+                            rounded(&sum)
+                        } else {
+                            sum
+                        }
+                    })
                     .collect()
             };
             for &r in &absent {
@@ -572,7 +718,7 @@ impl Layout<'_> {
             net.steps += moved.steps;
             let r = op.results[i];
             for (rank, (m, t)) in machines.iter_mut().zip(out).enumerate() {
-                m.vals[r.0 as usize] = (!absent.contains(&rank)).then_some(Val::Tensor(t));
+                m.vals[r.0 as usize] = (self.held(rank) && !absent.contains(&rank)).then_some(Val::Tensor(t));
             }
         }
         for (i, &r) in op.results.iter().enumerate() {
@@ -598,11 +744,16 @@ impl Layout<'_> {
         net: &mut Network,
     ) -> Result<Vec<Tensor>, String> {
         let parts = self.devices.axis_size(axis);
-        let dims = locals[0].dims.clone();
+        let me = self.first_held();
+        let dims = locals[me].dims.clone();
         if !dims[split].is_multiple_of(parts) {
             return Err(format!("dim {split} of {} elements does not split over {parts} devices", dims[split]));
         }
-        let mut bufs: Vec<Vec<f64>> = locals.iter().map(|t| move_to_front(t, split).data).collect();
+        let mut bufs: Vec<Vec<f64>> = locals
+            .iter()
+            .enumerate()
+            .map(|(r, t)| if self.held(r) { move_to_front(t, split).data } else { Vec::new() })
+            .collect();
         all_to_all(&mut bufs, self.devices, axis, net)?;
         // What one sender's chunk is, `split` back in place: `split` a block, `concat` the
         // sender's block.
@@ -613,10 +764,14 @@ impl Layout<'_> {
         let mut out_dims = dims.clone();
         out_dims[split] /= parts;
         out_dims[concat] *= parts;
-        let dtype = locals[0].dtype;
+        let dtype = locals[me].dtype;
         Ok(bufs
             .into_iter()
             .map(|buf| {
+                if buf.is_empty() && !out_dims.is_empty() && numel(&out_dims) > 0 {
+                    // A rank another process runs.
+                    return Tensor { dtype, dims: out_dims.clone(), data: Vec::new() };
+                }
                 let mut t = Tensor { dtype, dims: out_dims.clone(), data: vec![0.0; numel(&out_dims)] };
                 for (sender, data) in buf.chunks(chunk_len.max(1)).enumerate() {
                     let block =
