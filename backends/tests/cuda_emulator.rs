@@ -35,6 +35,8 @@ mod execute;
 mod instructions;
 #[path = "cuda_emulator/tma.rs"]
 mod tma;
+#[path = "cuda_emulator/warp_spec_tests.rs"]
+mod warp_spec_tests;
 #[path = "cuda_emulator/wgmma.rs"]
 mod wgmma;
 #[path = "cuda_emulator/wgmma_tests.rs"]

@@ -10,8 +10,9 @@
 #   4. every flash-attention candidate alone at that size, under a launch time limit;
 #   5. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
 #      prebuilt test binaries are there;
-#   6. (hopper) GEMM 4096^3 on the Hopper path: mma="wgmma" with cp.async and with TMA
-#      copies (copy="tma"), and the fp8 GEMM ([K, N] B, transposing stage), each checked
+#   6. (hopper) GEMM 4096^3 on the Hopper path: mma="wgmma" with cp.async, with TMA
+#      copies (copy="tma") and with a producer warpgroup (producer="warpgroup", 8 consumer
+#      warps, 4 stages), and the fp8 GEMM ([K, N] B, transposing stage), each checked
 #      against the f64 reference and timed.
 # Usage: benches/gpu/acceptance.sh BINDIR OUTDIR [ARCHIVE]
 #   With ARCHIVE, OUTDIR is packed into it after every step (a lease's copy-back takes few
@@ -55,12 +56,14 @@ cat "$OUT/torch_peer.json"
 
 fi
 if want hopper; then
-log "GEMM 4096^3 on WGMMA, staged by cp.async and by TMA"
-for copy in cp.async tma; do
+log "GEMM 4096^3 on WGMMA, staged by cp.async, by TMA, and by TMA from a producer warpgroup"
+for variant in cp.async:warps=4,stages=3,copy=cp.async tma:warps=4,stages=3,copy=tma \
+    producer:warps=8,stages=4,copy=tma,producer=warpgroup; do
+    name=${variant%%:*}
     timeout 60 "$T" run examples/gemm.tsr --kernel gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled \
-        --schedule BM=128,BN=128,BK=64,warps=4,stages=3,mma=wgmma,copy=$copy --repeat 30 --json \
-        > "$OUT/gemm_wgmma_$copy.json" 2> "$OUT/gemm_wgmma_$copy.err"
-    echo "copy=$copy rc=$?"; grep -A3 '"time_ms"' "$OUT/gemm_wgmma_$copy.json"; tail -5 "$OUT/gemm_wgmma_$copy.err"
+        --schedule BM=128,BN=128,BK=64,mma=wgmma,${variant#*:} --repeat 30 --json \
+        > "$OUT/gemm_wgmma_$name.json" 2> "$OUT/gemm_wgmma_$name.err"
+    echo "$name rc=$?"; grep -A3 '"time_ms"' "$OUT/gemm_wgmma_$name.json"; tail -5 "$OUT/gemm_wgmma_$name.err"
 done
 # FP8 with B as [K, N]: QGMMA through the transposing stage.
 timeout 60 "$T" run examples/fp8_gemm.tsr --kernel fp8_gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled \

@@ -81,6 +81,7 @@ codes! {
     E0703 Error "no autotune candidate survives";
     E0704 Error "warpgroup MMA (wgmma) cannot be used here";
     E0706 Error "TMA copies cannot be used here";
+    E0707 Error "a producer warpgroup cannot be used here";
     W0705 Warning "autotune key never read";
     E0800 Error "missing parameter annotation";
     E0801 Error "wrong number of arguments";
@@ -102,7 +103,10 @@ impl Code {
     /// Codes whose check needs a target (LANGUAGE.md §6.4, §7 pruning).
     pub fn is_target_lint(self) -> bool {
         use Code::*;
-        matches!(self, E0500 | E0501 | W0600 | W0601 | W0602 | W0603 | W0604 | W0605 | W0702 | E0703 | E0704 | E0706)
+        matches!(
+            self,
+            E0500 | E0501 | W0600 | W0601 | W0602 | W0603 | W0604 | W0605 | W0702 | E0703 | E0704 | E0706 | E0707
+        )
     }
 }
 

@@ -84,7 +84,9 @@ impl KernelAbi {
             Some(Attr::Dims(d)) if d.len() == 3 => [d[0].clone(), d[1].clone(), d[2].clone()],
             _ => return Err(format!("`{}` has no grid: it is not Tile IR", func.name)),
         };
-        let threads = func.attr("threads").and_then(Attr::as_int).unwrap_or(1).max(1) as u32;
+        // A producer warpgroup's threads are launched after the consumers (`threads`).
+        let threads = func.attr("threads").and_then(Attr::as_int).unwrap_or(1).max(1) as u32
+            + crate::warp_spec::producer_threads(func) as u32;
         let seed = func.attr(policy::SEED_ATTR).and_then(Attr::as_int).map(|i| i as usize);
         if let Some(i) = seed {
             if !matches!(params.get(i), Some(AbiParam::Index { .. })) {

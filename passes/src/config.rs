@@ -47,6 +47,11 @@ impl Config {
         self.schedule.copy()
     }
 
+    /// Whether a producer warpgroup issues the staged TMA copies (`producer` key).
+    pub fn producer_warpgroup(&self) -> bool {
+        self.schedule.producer_warpgroup()
+    }
+
     pub fn vector(&self) -> u32 {
         self.schedule.int("vector").unwrap_or(4).clamp(1, 16) as u32
     }

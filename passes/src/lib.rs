@@ -34,6 +34,7 @@ pub mod target;
 pub mod tile;
 pub mod tma;
 pub mod units;
+pub mod warp_spec;
 pub mod wgmma;
 
 pub use config::{Config, DEFAULT_SHAPE};

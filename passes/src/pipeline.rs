@@ -34,7 +34,16 @@ const fn pass(name: &'static str, level: Level, gpu_only: bool, run: PassFn) -> 
 }
 
 pub const SCHEDULE_PASSES: &[Pass] = &[
-    pass("specialize", Level::Schedule, false, sched::specialize),
+    pass("specialize", Level::Schedule, false, |f, c, t| {
+        // The producer warpgroup's rule (E0707) reads the kernel as written.
+        if let Some((why, at)) = crate::warp_spec::producer_problem(f, c, t) {
+            return Err(LowerError {
+                message: format!("producer=\"warpgroup\" cannot be used: {why}"),
+                range: at.unwrap_or(f.loc.range),
+            });
+        }
+        sched::specialize(f, c, t)
+    }),
     pass("fold-dot-accumulate", Level::Schedule, false, |f, _, _| {
         sched::fold_dot_accumulate(f);
         Ok(())
@@ -84,6 +93,7 @@ pub const TILE_PASSES: &[Pass] = &[
         tile::remove_dead_ops(f);
         Ok(())
     }),
+    pass("specialize-warps", Level::Tile, true, crate::warp_spec::specialize_warps),
 ];
 
 /// Runs `passes` on a copy of `input` moved to `level`, verifying after each pass (a

@@ -402,7 +402,9 @@ pub fn copy_maps(f: &Func) -> Result<CopyMaps, String> {
     Ok(CopyMaps { maps, copies })
 }
 
-/// The mbarrier ring of a Tile IR kernel with TMA copies: its buffer and its depth.
+/// The mbarrier ring of a Tile IR kernel with TMA copies: its buffer and its depth (the
+/// buffer holds twice as many barriers when a producer warpgroup adds its empty ring,
+/// `warp_spec::EMPTY_BARRIERS`).
 pub fn mbarrier_ring(f: &Func) -> Option<(ValueId, i64)> {
     f.body
         .ops
@@ -411,6 +413,8 @@ pub fn mbarrier_ring(f: &Func) -> Option<(ValueId, i64)> {
         .find(|op| op.kind == OpKind::AllocShared && op.attr(MBARRIERS).is_some())
         .and_then(|op| {
             let Type::Smem(s) = f.ty(op.results[0]) else { return None };
-            Some((op.results[0], s.dims.first()?.as_const()?))
+            let barriers = s.dims.first()?.as_const()?;
+            let rings = if op.attr(crate::warp_spec::EMPTY_BARRIERS).is_some() { 2 } else { 1 };
+            Some((op.results[0], barriers / rings))
         })
 }

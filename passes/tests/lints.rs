@@ -457,3 +457,32 @@ fn wgmma_candidates_that_cannot_run_are_pruned_with_the_reason() {
     assert!(lint(&only, Target::Sm80).iter().any(|l| l.starts_with("E0703@3:")), "{:#?}", lint(&only, Target::Sm80));
     assert!(!lint(&only, Target::Sm90).iter().any(|l| l.starts_with('E')), "{:#?}", lint(&only, Target::Sm90));
 }
+
+/// `producer = "warpgroup"`: a producer warpgroup's GEMM checks clean on sm_90 (its
+/// consumers' estimate held to the 232 registers `setmaxnreg` gives them), and in an
+/// autotune space the candidates without TMA copies are pruned with the reason (W0702,
+/// category "producer warpgroup").
+#[test]
+fn producer_warpgroup_candidates_that_cannot_be_fed_are_pruned_with_the_reason() {
+    let fixed = format!(
+        "{HEADER}{}",
+        WGMMA_GEMM.replace("mma=\"wgmma\")", "mma=\"wgmma\", copy=\"tma\", producer=\"warpgroup\")")
+    );
+    let lints = lint(&fixed, Target::Sm90);
+    assert!(!lints.iter().any(|l| l.starts_with('E') || l.starts_with("W06")), "{lints:#?}");
+    let space = format!(
+        "{HEADER}{}",
+        WGMMA_GEMM.replace(
+            "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4, mma=\"wgmma\"))",
+            "@kernel.autotune(space=dict(BM=[64], BN=[64], BK=[32], warps=[4], mma=[\"wgmma\"], \
+             copy=[\"cp.async\", \"tma\"], producer=[\"none\", \"warpgroup\"]))"
+        )
+    );
+    let lints = lint(&space, Target::Sm90);
+    assert!(
+        lints
+            .iter()
+            .any(|l| l.starts_with("W0702@3:") && l.contains("1 of 4") && l.contains("1 by producer warpgroup")),
+        "{lints:#?}"
+    );
+}

@@ -128,7 +128,11 @@ fn file_cases(path: &str, text: String, targets: &[Target], all_configs: bool, p
 fn short(config: &str) -> String {
     config
         .split(", ")
-        .filter(|kv| ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages=", "copy=tma"].iter().any(|k| kv.starts_with(k)))
+        .filter(|kv| {
+            ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages=", "copy=tma", "producer=warpgroup"]
+                .iter()
+                .any(|k| kv.starts_with(k))
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -307,7 +311,14 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
                 }
                 let mut tma = config.clone();
                 tma.schedule.set("copy", KeyValue::Str("tma".into()));
-                for config in [config, tma] {
+                // And with a producer warpgroup, where the rule admits one.
+                let mut producer = tma.clone();
+                producer.schedule.set("producer", KeyValue::Str("warpgroup".into()));
+                let mut configs = vec![config, tma];
+                if tessera_passes::warp_spec::producer_problem(&graph, &producer, Target::Sm90).is_none() {
+                    configs.push(producer);
+                }
+                for config in configs {
                     let ptx = tile_ir(&db, key, config.clone(), Target::Sm90)
                         .clone()
                         .map_err(|e| format!("tile IR: {}", e.message))
@@ -390,8 +401,15 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
                         failures
                             .push(format!("{what} [{config}]: the PTX's TMA stores and {utmastg} UTMASTG disagree"));
                     }
+                    // A producer warpgroup moves registers with `setmaxnreg`: USETMAXREG in
+                    // the SASS (ptxas drops it from a kernel without `.minnctapersm 1`).
+                    let setmaxreg = sass.lines().filter(|l| l.contains("USETMAXREG")).count();
+                    let producer = config.contains("producer=warpgroup");
+                    if producer != (setmaxreg == 2) {
+                        failures.push(format!("{what} [{config}]: {setmaxreg} USETMAXREG in the SASS"));
+                    }
                     sass_note = format!(
-                        "{hgmma:>3} GMMA {utmaldg:>2} UTMALDG {utmastg} UTMASTG  {}",
+                        "{hgmma:>3} GMMA {utmaldg:>2} UTMALDG {utmastg} UTMASTG {setmaxreg} USETMAXREG  {}",
                         first.unwrap_or_default()
                     );
                 }
@@ -419,4 +437,8 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
         c.contains("copy=tma") && ptx.as_ref().is_ok_and(|p| p.contains("cp.async.bulk.tensor.2d.global.shared::cta"))
     });
     assert!(stores.count() >= 10, "too few copy=\"tma\" configurations with TMA stores");
+    let producers = cases.iter().filter(|(_, c, ptx)| {
+        c.contains("producer=warpgroup") && ptx.as_ref().is_ok_and(|p| p.contains("setmaxnreg.dec"))
+    });
+    assert!(producers.count() >= 10, "too few configurations with a producer warpgroup");
 }

@@ -464,6 +464,8 @@ fn hopper_keys_are_listed_at_their_defaults_and_can_be_stepped() {
     assert_eq!((rows[mma].value.as_str(), rows[mma].origin), ("mma.sync", "default"));
     let copy = rows.iter().find(|r| r.key == "copy").expect("a copy row on sm_90");
     assert_eq!((copy.value.as_str(), copy.origin), ("cp.async", "default"));
+    let producer = rows.iter().find(|r| r.key == "producer").expect("a producer row on sm_90");
+    assert_eq!((producer.value.as_str(), producer.origin), ("none", "default"));
     for _ in 0..mma {
         ui.keys(&["j"]);
     }
@@ -477,7 +479,7 @@ fn hopper_keys_are_listed_at_their_defaults_and_can_be_stepped() {
     // The CPU has neither key.
     ui.keys(&["t", "t"]);
     assert_eq!(ui.app.target, Target::Cpu);
-    assert!(!ui.app.schedule_rows().iter().any(|r| r.key == "copy"));
+    assert!(!ui.app.schedule_rows().iter().any(|r| r.key == "copy" || r.key == "producer"));
 }
 
 #[test]

@@ -64,6 +64,8 @@ pub(crate) struct Thread {
     /// Registers an in-flight `wgmma.mma_async` writes (their value is absent until the
     /// `wgmma.wait_group` that completes it).
     pub(crate) in_flight: Vec<bool>,
+    /// The named barrier this thread waits at (`State::Barrier`).
+    barrier: u64,
 }
 
 impl Thread {
@@ -78,6 +80,7 @@ impl Thread {
             written: vec![0; regs],
             wgmma_fence: None,
             in_flight: vec![false; regs],
+            barrier: 0,
         }
     }
 }
@@ -101,6 +104,9 @@ pub(crate) struct Cta<'a> {
     pub(crate) box_copies: Vec<super::tma::BoxCopy>,
     /// Each thread's TMA stores not read out of shared memory yet.
     pub(crate) bulk_stores: HashMap<usize, super::tma::BulkStores>,
+    /// Each warp's registers per thread: what `ptxas` allocates at entry for one CTA per
+    /// SM (65536 / threads, in steps of 8), then what `setmaxnreg` sets.
+    pub(crate) warp_registers: Vec<u32>,
     ctaid: [u64; 3],
     nctaid: [u64; 3],
     steps: u64,
@@ -257,23 +263,82 @@ impl Cta<'_> {
                         self.m.code[self.threads[t].pc].line
                     ));
                 }
-                let waiting = self.threads.iter().filter(|t| t.state == State::Barrier).count();
-                if waiting == 0 {
-                    return Ok(());
-                }
-                let live = self.threads.iter().filter(|t| t.state != State::Done).count();
-                if waiting != live || waiting != self.threads.len() {
-                    return Err(format!(
-                        "{waiting} threads wait at a barrier that {} threads never reach",
-                        self.threads.len() - waiting
-                    ));
-                }
-                for t in &mut self.threads {
-                    t.state = State::Run;
-                    t.pc += 1;
-                }
+                // A barrier completes when its last thread arrives (`bar`): one still
+                // waiting now waits for threads that never come.
+                let waiting: Vec<usize> =
+                    (0..self.threads.len()).filter(|&t| self.threads[t].state == State::Barrier).collect();
+                let Some(&first) = waiting.first() else { return Ok(()) };
+                return Err(format!(
+                    "{} threads wait at barrier {} (PTX line {}) that {} other threads never reach",
+                    waiting.len(),
+                    self.threads[first].barrier,
+                    self.m.code[self.threads[first].pc].line,
+                    self.threads.len() - waiting.len()
+                ));
             }
         }
+    }
+
+    /// `bar.sync id[, count]` by a warp's lanes `on`: they wait at barrier `id` until
+    /// `count` threads (all of the CTA without a count) have arrived, then all go on.
+    /// Without a count, a thread that has exited can never arrive: that is an error here
+    /// (hardware behaviour is not something to rely on), so a kernel whose producer
+    /// exits synchronizes the rest with a named barrier and a count.
+    fn arrive_at_barrier(&mut self, pc: usize, on: &[usize]) -> Result<(), String> {
+        let t0 = on[0];
+        let id = self.src(t0, pc, 0)?;
+        let count = match self.m.code[pc].args.len() {
+            1 => {
+                if let Some(t) = self.threads.iter().position(|t| t.state == State::Done) {
+                    return Err(self.err(pc, format!("a CTA-wide barrier after thread {t} has exited")));
+                }
+                self.threads.len()
+            }
+            _ => self.src(t0, pc, 1)? as usize,
+        };
+        if count == 0 || !count.is_multiple_of(32) {
+            return Err(self.err(pc, format!("a barrier count of {count} threads is not whole warps")));
+        }
+        for &t in on {
+            self.threads[t].state = State::Barrier;
+            self.threads[t].barrier = id;
+        }
+        let waiting: Vec<usize> = (0..self.threads.len())
+            .filter(|&t| self.threads[t].state == State::Barrier && self.threads[t].barrier == id)
+            .collect();
+        if waiting.len() > count {
+            return Err(self.err(pc, format!("{} threads arrive at barrier {id} of {count}", waiting.len())));
+        }
+        if waiting.len() == count {
+            for t in waiting {
+                self.threads[t].state = State::Run;
+                self.threads[t].pc += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `setmaxnreg.{inc,dec}.sync.aligned.u32 n` by a whole warp (lanes `on`): its
+    /// registers per thread become `n` (a multiple of 8 in 24..=256). An `inc` the
+    /// register file cannot hold yet waits
+    /// (the warp retries) until other warps' `dec`s have given registers back.
+    fn setmaxnreg(&mut self, pc: usize, on: &[usize], op: &[&str], warp: usize) -> Result<(), String> {
+        let n = self.src(on[0], pc, 0)? as u32;
+        if !(24..=256).contains(&n) || !n.is_multiple_of(8) {
+            return Err(self.err(pc, format!("setmaxnreg {n}: not a multiple of 8 in 24..=256")));
+        }
+        if !matches!(op.get(1), Some(&"inc" | &"dec")) {
+            return Err(self.err(pc, format!("setmaxnreg.{:?} is not emulated", op.get(1))));
+        }
+        let others: u32 = self.warp_registers.iter().enumerate().filter(|&(w, _)| w != warp).map(|(_, r)| r * 32).sum();
+        if others + n * 32 > 65536 {
+            return Ok(());
+        }
+        self.warp_registers[warp] = n;
+        for &t in on {
+            self.threads[t].pc += 1;
+        }
+        Ok(())
     }
 
     fn step(&mut self, pc: usize, active: &[usize], warp: usize) -> Result<(), String> {
@@ -302,18 +367,15 @@ impl Cta<'_> {
             }
             return self.arrive_at_wgmma(pc, &on, warp);
         }
-        let collective = matches!(op[0], "shfl" | "ldmatrix" | "mma" | "bar");
+        let collective = matches!(op[0], "shfl" | "ldmatrix" | "mma" | "bar" | "setmaxnreg");
         if collective {
             let full = self.threads.len().min(32 * (warp + 1)) - 32 * warp;
             if on.len() != full {
                 return Err(self.err(pc, format!("{} of {full} lanes execute a warp-collective instruction", on.len())));
             }
             match op[0] {
-                "bar" => {
-                    for &t in &on {
-                        self.threads[t].state = State::Barrier;
-                    }
-                }
+                "bar" => return self.arrive_at_barrier(pc, &on),
+                "setmaxnreg" => return self.setmaxnreg(pc, &on, &op, warp),
                 "shfl" => self.shfl(pc, &on)?,
                 "ldmatrix" => self.ldmatrix(pc, &on, &op)?,
                 _ => self.mma(pc, &on, &op)?,
@@ -355,7 +417,7 @@ impl Cta<'_> {
         let ty = *op.last().unwrap();
         let a = |s: &Self, i| s.src(t, pc, i);
         match op[0] {
-            "ret" => {
+            "ret" | "exit" => {
                 self.threads[t].state = State::Done;
                 return Ok(pc);
             }
@@ -559,12 +621,17 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
                     mbarriers: HashMap::new(),
                     box_copies: Vec::new(),
                     bulk_stores: HashMap::new(),
+                    warp_registers: vec![
+                        (65536 / code.abi.threads.max(1)).min(255) / 8 * 8;
+                        code.abi.threads.div_ceil(32) as usize
+                    ],
                     ctaid: [x, y, z],
                     nctaid: [gx, gy, gz],
                     steps: 0,
                 };
                 cta.run().map_err(|e| format!("program ({x}, {y}, {z}): {e}"))?;
-                if cta.threads.iter().any(|t| !t.groups.is_empty() || !t.open.is_empty()) {
+                // A committed group without copies has nothing to land.
+                if cta.threads.iter().any(|t| t.groups.iter().any(|g| !g.is_empty()) || !t.open.is_empty()) {
                     return Err(format!("program ({x}, {y}, {z}) ends with asynchronous copies still pending"));
                 }
                 if !cta.box_copies.is_empty() {

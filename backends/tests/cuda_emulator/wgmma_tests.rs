@@ -20,7 +20,7 @@ use super::execute::emulate;
 use super::{check_kernel, SEED};
 
 /// Kernels written for `wgmma` (see the file's header).
-const WGMMA_FIXTURE: &str = "tests/fixtures/wgmma/gemms.tsr";
+pub(crate) const WGMMA_FIXTURE: &str = "tests/fixtures/wgmma/gemms.tsr";
 /// Kernels with a K-major B and an A in registers.
 const OPERANDS_FIXTURE: &str = "tests/fixtures/wgmma/operands.tsr";
 /// FP8 GEMMs (m64nNk32, both operands K-major).
@@ -43,12 +43,26 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// `config` with `mma = "wgmma"`, and `copy = "tma"` when `tma`.
-fn with_wgmma(config: &Config, tma: bool) -> Config {
+/// What fills the staged operands.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum Staging {
+    /// The schedule's own `copy` (`cp.async` unless it says otherwise).
+    Own,
+    /// `copy = "tma"`.
+    Tma,
+    /// `copy = "tma"` and `producer = "warpgroup"`: a producer warpgroup issues them.
+    Producer,
+}
+
+/// `config` with `mma = "wgmma"`, and the staging `staging` asks for.
+pub(crate) fn with_wgmma(config: &Config, staging: Staging) -> Config {
     let mut c = config.clone();
     c.schedule.set("mma", KeyValue::Str("wgmma".into()));
-    if tma {
+    if staging != Staging::Own {
         c.schedule.set("copy", KeyValue::Str("tma".into()));
+    }
+    if staging == Staging::Producer {
+        c.schedule.set("producer", KeyValue::Str("warpgroup".into()));
     }
     c
 }
@@ -141,8 +155,9 @@ fn emulate_file(
     path: &Path,
     text: &str,
     all_candidates: bool,
-    tma: bool,
+    staging: Staging,
 ) -> (usize, Vec<String>, Vec<String>) {
+    let tma = staging != Staging::Own;
     let db = Database::default();
     let file = SourceFile::new(&db, path.to_path_buf(), text.to_string(), None);
     let (mut covered, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
@@ -152,11 +167,11 @@ fn emulate_file(
         }
         let kernel = entry.key.name(&db).to_string();
         let Ok((default, _)) = default_config(&db, entry.key, &BTreeMap::new()) else { continue };
-        let mut configs = vec![with_wgmma(&default, tma)];
+        let mut configs = vec![with_wgmma(&default, staging)];
         if all_candidates {
             let space = fn_decorators(&db, entry.key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
             for schedule in space {
-                let c = with_wgmma(&Config { schedule, shapes: default.shapes.clone() }, tma);
+                let c = with_wgmma(&Config { schedule, shapes: default.shapes.clone() }, staging);
                 if !configs.contains(&c) {
                     configs.push(c);
                 }
@@ -172,6 +187,10 @@ fn emulate_file(
                 continue;
             }
             if let Some((why, _)) = tessera_passes::tma::tma_problem(&graph, &config, Target::Sm90) {
+                skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
+                continue;
+            }
+            if let Some((why, _)) = tessera_passes::warp_spec::producer_problem(&graph, &config, Target::Sm90) {
                 skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
                 continue;
             }
@@ -197,6 +216,12 @@ fn emulate_file(
                     "{label} `{kernel}` [{config}]: copy=\"tma\" but not every staged copy is a TMA box"
                 );
             }
+            if staging == Staging::Producer {
+                assert!(
+                    code.text.contains("setmaxnreg.dec") && code.text.contains("setmaxnreg.inc"),
+                    "{label} `{kernel}` [{config}]: a producer warpgroup but no setmaxnreg"
+                );
+            }
             failures.extend(check_against_both(label, &kernel, &graph, &config, &func, &code));
             covered += 1;
         }
@@ -207,7 +232,7 @@ fn emulate_file(
 #[test]
 fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
     let only = std::env::var("TESSERA_EMULATE").ok();
-    let covered = emulate_files(&gemm_files(&[]), false, only.as_deref());
+    let covered = emulate_files(&gemm_files(&[]), Staging::Own, only.as_deref());
     if only.is_none() {
         // Six kernels of the fixture (the derived one too), two FP8 ones, and the
         // examples' and corpus's GEMMs whose default schedules admit wgmma: gemm (x2),
@@ -223,21 +248,21 @@ fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
 #[test]
 fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
     let files = [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
-    let covered = emulate_files(&files, false, None);
+    let covered = emulate_files(&files, Staging::Own, None);
     assert!(covered >= 2, "only {covered} attention kernels ran with wgmma");
 }
 
 /// The fixtures and the examples' and corpus's GEMMs, then `extra`, each under its own
 /// schedule only.
-fn gemm_files<'a>(extra: &[&'a str]) -> Vec<(&'a str, bool)> {
+pub(crate) fn gemm_files<'a>(extra: &[&'a str]) -> Vec<(&'a str, bool)> {
     let fixtures = [WGMMA_FIXTURE, OPERANDS_FIXTURE, FP8_FIXTURE].into_iter();
     fixtures.chain(GEMM_FILES.iter().copied()).chain(extra.iter().copied()).map(|f| (f, false)).collect()
 }
 
-/// Emulates each `(file, every candidate)` (with `copy = "tma"` when `tma`; only the
+/// Emulates each `(file, every candidate)` (staged as `staging` says; only the
 /// files whose name contains `only`), prints what the rule skipped, fails on any
 /// failure, and returns how many kernels ran.
-fn emulate_files(files: &[(&str, bool)], tma: bool, only: Option<&str>) -> usize {
+pub(crate) fn emulate_files(files: &[(&str, bool)], staging: Staging, only: Option<&str>) -> usize {
     let (mut covered, mut failures) = (0, Vec::new());
     for &(f, all) in files {
         if only.is_some_and(|o| !f.contains(o)) {
@@ -245,9 +270,9 @@ fn emulate_files(files: &[(&str, bool)], tma: bool, only: Option<&str>) -> usize
         }
         let path = root().join(f);
         let text = std::fs::read_to_string(&path).unwrap();
-        let (c, skipped, fails) = emulate_file(f, &path, &text, all, tma);
+        let (c, skipped, fails) = emulate_file(f, &path, &text, all, staging);
         for s in &skipped {
-            eprintln!("not {}: {s}", if tma { "TMA" } else { "WGMMA" });
+            eprintln!("not {staging:?}: {s}");
         }
         covered += c;
         failures.extend(fails);
@@ -263,7 +288,7 @@ fn emulate_files(files: &[(&str, bool)], tma: bool, only: Option<&str>) -> usize
 #[test]
 fn tma_copies_feed_wgmma_what_the_interpreter_and_the_reference_compute() {
     let only = std::env::var("TESSERA_EMULATE").ok();
-    let covered = emulate_files(&gemm_files(&["examples/flash_attention.tsr"]), true, only.as_deref());
+    let covered = emulate_files(&gemm_files(&["examples/flash_attention.tsr"]), Staging::Tma, only.as_deref());
     if only.is_none() {
         assert!(covered >= 12, "only {covered} kernels ran with TMA copies");
     }
@@ -273,18 +298,18 @@ fn tma_copies_feed_wgmma_what_the_interpreter_and_the_reference_compute() {
 
 /// Tile IR and PTX of `kernel` of `fixture` under its own schedule.
 fn fixture_case(fixture: &str, kernel: &str) -> (Func, TargetCode) {
-    schedule_case(fixture, kernel, false)
+    schedule_case(fixture, kernel, Staging::Own)
 }
 
-/// Tile IR and PTX of `kernel` of `fixture` under its own schedule, with `copy = "tma"`
-/// set when `tma`.
-fn schedule_case(fixture: &str, kernel: &str, tma: bool) -> (Func, TargetCode) {
+/// Tile IR and PTX of `kernel` of `fixture` under its own schedule, staged as `staging`
+/// says.
+pub(crate) fn schedule_case(fixture: &str, kernel: &str, staging: Staging) -> (Func, TargetCode) {
     let db = Database::default();
     let path = root().join(fixture);
     let file = SourceFile::new(&db, path.clone(), std::fs::read_to_string(&path).unwrap(), None);
     let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
     let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
-    let config = if tma { with_wgmma(&config, true) } else { config };
+    let config = if staging == Staging::Own { config } else { with_wgmma(&config, staging) };
     let func = (*tile_ir(&db, key, config, Target::Sm90).clone().unwrap()).clone();
     let code = tessera_passes::ptx::emit(&func, Target::Sm90).unwrap();
     (func, code)
@@ -308,7 +333,7 @@ fn run_case(func: &Func, code: &TargetCode) -> Result<(), String> {
 }
 
 /// Runs `code` at `shape`; Ok when it matches the interpreter, else what failed.
-fn run_at(func: &Func, code: &TargetCode, shape: &str) -> Result<(), String> {
+pub(crate) fn run_at(func: &Func, code: &TargetCode, shape: &str) -> Result<(), String> {
     let failures = check_kernel("planted", &func.name, func, code, shape);
     if failures.is_empty() {
         Ok(())
@@ -417,13 +442,13 @@ fn a_wrong_b_major_or_a_fragment_order_fails() {
 
 /// Tile IR and PTX of a fixture kernel under its own schedule with `copy = "tma"`.
 fn tma_case(fixture: &str, kernel: &str) -> (Func, TargetCode) {
-    let (func, code) = schedule_case(fixture, kernel, true);
+    let (func, code) = schedule_case(fixture, kernel, Staging::Tma);
     assert!(code.text.contains("cp.async.bulk.tensor"), "`{kernel}`: no TMA copy");
     (func, code)
 }
 
 /// A ragged shape whose rows are whole 16-byte multiples (a tensor map's strides).
-fn run_tma_case(func: &Func, code: &TargetCode) -> Result<(), String> {
+pub(crate) fn run_tma_case(func: &Func, code: &TargetCode) -> Result<(), String> {
     run_at(func, code, "M=70,N=40,K=48")
 }
 

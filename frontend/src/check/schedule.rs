@@ -6,7 +6,8 @@ use std::fmt;
 use crate::text::TextRange;
 
 /// The standard schedule keys the compiler itself consumes.
-pub const STANDARD_KEYS: &[&str] = &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle", "mma", "copy"];
+pub const STANDARD_KEYS: &[&str] =
+    &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle", "mma", "copy", "producer"];
 
 /// The methods of a `Schedule` value (each returns a new `Schedule`).
 pub const SCHEDULE_METHODS: &[&str] = &[
@@ -18,6 +19,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "with_swizzle",
     "with_mma",
     "with_copy",
+    "with_producer",
     "block",
     "k",
     "d",
@@ -27,6 +29,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "swizzle",
     "mma",
     "copy",
+    "producer",
 ];
 
 /// `ctx.m` ≡ `ctx.BM` and friends; Triton spellings of autotune keys map too.
@@ -53,11 +56,12 @@ pub const KEYWORD_KEYS: &[(&str, &str)] = &[
     ("swizzle", "swizzle"),
     ("mma", "mma"),
     ("copy", "copy"),
+    ("producer", "producer"),
 ];
 
 /// Keys whose value the compiler uses even when the kernel never reads them (no W0705).
 pub fn consumed_by_compiler(key: &str) -> bool {
-    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle" | "mma" | "copy")
+    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle" | "mma" | "copy" | "producer")
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -108,6 +112,7 @@ impl ScheduleValue {
         match canonical_key(key) {
             "mma" => Some(KeyValue::Str(MMA_SYNC.into())),
             "copy" => Some(KeyValue::Str(CP_ASYNC.into())),
+            "producer" => Some(KeyValue::Str(NO_PRODUCER.into())),
             k => Self::default_for_kernel().get(k).cloned(),
         }
     }
@@ -156,7 +161,19 @@ impl ScheduleValue {
             _ => CopyEngine::CpAsync,
         }
     }
+
+    /// Whether a producer warpgroup issues the staged copies (`producer`, absent: no).
+    pub fn producer_warpgroup(&self) -> bool {
+        matches!(self.get("producer"), Some(KeyValue::Str(s)) if s == PRODUCER_WARPGROUP)
+    }
 }
+
+/// The value of the `producer` key that adds a producer warpgroup: it issues the TMA
+/// copies while the `warps` run the dots (warp specialization, sm_90a).
+pub const PRODUCER_WARPGROUP: &str = "warpgroup";
+/// The value of the `producer` key with no producer: every warp runs the whole loop (the
+/// default).
+pub const NO_PRODUCER: &str = "none";
 
 /// The value of the `copy` key that asks for Hopper's Tensor Memory Accelerator.
 pub const TMA: &str = "tma";
@@ -201,6 +218,7 @@ pub fn choices(key: &str) -> Option<&'static [&'static str]> {
         "swizzle" => Some(&["xor", "none"]),
         "mma" => Some(&[MMA_SYNC, WGMMA]),
         "copy" => Some(&[CP_ASYNC, TMA]),
+        "producer" => Some(&[NO_PRODUCER, PRODUCER_WARPGROUP]),
         _ => None,
     }
 }
@@ -397,6 +415,9 @@ mod tests {
         assert!(validate("copy", &KeyValue::Str("cp.async".into())).is_none());
         assert!(validate("copy", &KeyValue::Str("bulk".into())).is_some());
         assert!(validate("copy", &KeyValue::Int(1)).is_some());
+        assert!(validate("producer", &KeyValue::Str("warpgroup".into())).is_none());
+        assert!(validate("producer", &KeyValue::Str("none".into())).is_none());
+        assert!(validate("producer", &KeyValue::Str("warp".into())).unwrap().contains("\"none\" or \"warpgroup\""));
     }
 
     #[test]

@@ -79,8 +79,12 @@ pub struct Resources {
     pub smem_bytes: u64,
     pub buffers: Vec<BufferUse>,
     pub registers: RegisterEstimate,
+    /// Threads a program launches: with a producer warpgroup, its 128 too.
     pub threads: u32,
     pub occupancy: Option<Occupancy>,
+    /// With a producer warpgroup: the consumers' registers after `setmaxnreg.inc`, the
+    /// limit their estimate is held to.
+    pub consumer_registers: Option<u32>,
 }
 
 /// Resource figures of a kernel's Tile IR for one configuration and target.
@@ -169,8 +173,18 @@ pub fn resources_of(f: &Func, target: Target, estimate: fn(&Func) -> RegisterEst
         smem_bytes += added_bytes(f, op);
     }
     let registers = estimate(f);
-    let occupancy = GpuLimits::of(target).map(|l| limits::occupancy(l, threads, registers.peak, smem_bytes));
-    Resources { smem_bytes, buffers, registers, threads, occupancy }
+    let producer = crate::warp_spec::producer_threads(f) as u32;
+    let consumer_registers = f.attr(crate::warp_spec::CONSUMER_REGS).and_then(|a| a.as_int()).map(|r| r as u32);
+    let occupancy = GpuLimits::of(target).map(|l| match consumer_registers {
+        // Under `setmaxnreg` a program holds the producer's and the consumers' registers.
+        Some(consumer) => {
+            let total = threads + producer;
+            let held = producer * crate::warp_spec::PRODUCER_REG_COUNT as u32 + threads * consumer;
+            limits::occupancy(l, total, held.div_ceil(total), smem_bytes)
+        }
+        None => limits::occupancy(l, threads, registers.peak, smem_bytes),
+    });
+    Resources { smem_bytes, buffers, registers, threads: threads + producer, occupancy, consumer_registers }
 }
 
 /// The worst bank conflict of each shared buffer of a kernel for one configuration and
@@ -407,6 +421,8 @@ pub enum PruneReason {
     Wgmma(String),
     /// `copy = "tma"` cannot be used (`crate::tma`): the reason.
     Tma(String),
+    /// `producer = "warpgroup"` cannot be used (`crate::warp_spec`): the reason.
+    Producer(String),
     Lowering(String),
 }
 
@@ -419,6 +435,7 @@ impl PruneReason {
             PruneReason::MmaShape(_) => "tensor-core shape",
             PruneReason::Wgmma(_) => "WGMMA",
             PruneReason::Tma(_) => "TMA",
+            PruneReason::Producer(_) => "producer warpgroup",
             PruneReason::Lowering(_) => "does not lower",
         }
     }
@@ -441,6 +458,7 @@ impl PruneReason {
             PruneReason::MmaShape(why)
             | PruneReason::Wgmma(why)
             | PruneReason::Tma(why)
+            | PruneReason::Producer(why)
             | PruneReason::Lowering(why) => why.clone(),
         }
     }
@@ -497,7 +515,9 @@ fn mma_reason(db: &dyn Db, key: FnKey<'_>, schedule: &ScheduleValue) -> Option<P
 fn wgmma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
     wgmma_problem(db, key, config, target).map(|(why, _)| PruneReason::Wgmma(why)).or_else(|| {
         let graph = graph_ir(db, key).as_ref().ok()?;
-        crate::tma::tma_problem(graph, config, target).map(|(why, _)| PruneReason::Tma(why))
+        crate::tma::tma_problem(graph, config, target).map(|(why, _)| PruneReason::Tma(why)).or_else(|| {
+            crate::warp_spec::producer_problem(graph, config, target).map(|(why, _)| PruneReason::Producer(why))
+        })
     })
 }
 
@@ -645,6 +665,17 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         }
     } else {
         let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
+        // `producer = "warpgroup"` where the kernel's K loop cannot be fed by one.
+        if let Some((why, at)) = crate::warp_spec::producer_problem(&graph, &config, target) {
+            let d = Diagnostic::new(
+                Code::E0707,
+                at.unwrap_or(def.name_range),
+                format!("producer=\"warpgroup\" cannot be used on {target}: {why}"),
+            )
+            .with_note("the schedule asks for `producer=\"warpgroup\"`; `producer=\"none\"` (the default) runs the loop on every warp");
+            out.body.push(Lint { diagnostic: d, fix: None });
+            return out;
+        }
         // `copy = "tma"` where the staged copies cannot take it: the reason (before the
         // WGMMA rule: a tensor map's stride is the same reason on every target).
         if let Some((why, at)) = crate::tma::tma_problem(&graph, &config, target) {
@@ -875,7 +906,9 @@ fn resource_lints(
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
-    if !autotuned && r.registers.peak > limits.max_registers_per_thread {
+    let register_limit = r.consumer_registers.unwrap_or(limits.max_registers_per_thread);
+    let after_setmaxnreg = if r.consumer_registers.is_some() { " after the consumers' setmaxnreg" } else { "" };
+    if !autotuned && r.registers.peak > register_limit {
         over_budget = true;
         let largest: Vec<String> =
             r.registers.largest.iter().map(|v| format!("`{}` ({} registers)", v.name, v.registers)).collect();
@@ -883,8 +916,8 @@ fn resource_lints(
             Code::W0600,
             name_range,
             format!(
-                "~{} registers per thread are live at once (limit {}): ptxas will spill to local memory",
-                r.registers.peak, limits.max_registers_per_thread
+                "~{} registers per thread are live at once (limit {register_limit}{after_setmaxnreg}): ptxas will spill to local memory",
+                r.registers.peak
             ),
         )
         .with_note(format!("largest live values: {}", largest.join(", ")))
@@ -934,7 +967,11 @@ fn resource_lints(
         };
         out.body.push(Lint { diagnostic: d, fix });
     }
-    if let (Some(o), false) = (&r.occupancy, over_budget) {
+    // A producer warpgroup's kernel holds the register file by design (`setmaxnreg`, one
+    // program per SM): its latency is hidden by the producer running ahead, not by more
+    // resident warps, so low occupancy is no finding there.
+    let by_design = r.consumer_registers.is_some();
+    if let (Some(o), false, false) = (&r.occupancy, over_budget, by_design) {
         if o.fraction() < 0.25 {
             let limiters: Vec<String> = [
                 ("registers", o.by_registers, format!("~{} registers per thread", r.registers.peak)),

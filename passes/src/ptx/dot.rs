@@ -638,7 +638,7 @@ impl Emitter<'_> {
         let a_bytes = (m * k * 4) as u32;
         let scratch = self.scratch(a_bytes + (k * n * 4) as u32);
         let base = self.smem_base();
-        self.b.ins("bar.sync 0");
+        self.sync_threads();
         let aw = self.wide(a);
         let bw = self.wide(b);
         let (ty, conv) = if float { ("f32", "cvt.rn.f32.s32") } else { ("s32", "cvt.rzi.s32.f32") };
@@ -663,7 +663,7 @@ impl Emitter<'_> {
                 self.b.ins(format!("st.shared.{ty} [{reg}+{imm}], {v}"));
             }
         }
-        self.b.ins("bar.sync 0");
+        self.sync_threads();
         let cw = self.wide(c);
         let target = self.target;
         let step = step.filter(|_| float);

@@ -143,6 +143,8 @@ pub(crate) struct Emitter<'f> {
     pub(super) current: OpId,
     /// The tensor maps and mbarrier ring of a kernel with TMA copies.
     pub(super) tma: Option<super::tma::Tma>,
+    /// The producer and consumer roles of a warp-specialized kernel.
+    pub(super) roles: Option<super::warp_spec::WarpRoles>,
 }
 
 impl<'f> Emitter<'f> {
@@ -181,10 +183,12 @@ impl<'f> Emitter<'f> {
             deferrable: deferrable_loads(f),
             current: OpId(0),
             tma: None,
+            roles: None,
         };
         e.bind_params(abi)?;
         e.place_buffers()?;
         e.setup_tma(abi)?;
+        e.roles = super::warp_spec::WarpRoles::of(f, &mut e.b);
         Ok(e)
     }
 
@@ -553,6 +557,9 @@ impl<'f> Emitter<'f> {
             if op.kind == OpKind::Yield {
                 return Ok(op.operands.clone());
             }
+            if self.role_skips(id) {
+                continue;
+            }
             self.op(id)?;
         }
         Ok(Vec::new())
@@ -563,6 +570,7 @@ impl<'f> Emitter<'f> {
         let op = self.f.op(id);
         match op.kind {
             OpKind::Return => self.b.ins("ret"),
+            OpKind::For if op.attr(crate::warp_spec::WARP_SPECIALIZED).is_some() => self.specialized_loop(op)?,
             OpKind::For => self.for_loop(op)?,
             OpKind::If => self.if_op(op)?,
             OpKind::ProgramId | OpKind::NumPrograms => {
@@ -616,7 +624,10 @@ impl<'f> Emitter<'f> {
             }
             OpKind::Reduce => self.reduce(op)?,
             OpKind::CausalMask => self.causal_mask(op)?,
-            OpKind::Dot if op.str_attr("instr") == Some("wgmma") => self.wgmma_dot(op)?,
+            OpKind::Dot if op.str_attr("instr") == Some("wgmma") => {
+                self.wgmma_dot(op)?;
+                self.release_after(id);
+            }
             OpKind::Dot => self.dot(op)?,
             OpKind::View => self.view(op)?,
             OpKind::Load => self.load(op)?,
@@ -651,7 +662,7 @@ impl<'f> Emitter<'f> {
                 if self.wgmma {
                     self.b.ins("fence.proxy.async.shared::cta");
                 }
-                self.b.ins("bar.sync 0")
+                self.sync_threads()
             }
             _ => return Err(self.unsupported(op, "")),
         }
@@ -741,7 +752,14 @@ impl<'f> Emitter<'f> {
             let _ = writeln!(header, "\t{p}{comma}");
         }
         let _ = writeln!(header, ")");
-        let _ = writeln!(header, ".maxntid {}, 1, 1", self.threads);
+        let launched = self.threads + crate::warp_spec::producer_threads(self.f) as u32;
+        let _ = writeln!(header, ".maxntid {launched}, 1, 1");
+        // Under `setmaxnreg` one program holds the SM's registers: ptxas allocates for one
+        // CTA per SM at entry (65536 / threads) and keeps the `setmaxnreg` instructions;
+        // without the bound it allocates what the code needs and drops them.
+        if crate::warp_spec::producer_threads(self.f) > 0 {
+            let _ = writeln!(header, ".minnctapersm 1");
+        }
         let _ = write!(header, "{{");
         for l in header.lines() {
             lines.push((l.to_string(), None));

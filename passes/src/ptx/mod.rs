@@ -46,6 +46,7 @@ mod shared;
 mod threadmap;
 mod tma;
 mod tools;
+mod warp_spec;
 pub mod wgmma;
 
 pub use emit::emit;

@@ -171,7 +171,7 @@ impl Emitter<'_> {
             Class::B64 => "b64",
             _ => "b32",
         };
-        self.b.ins("bar.sync 0");
+        self.sync_threads();
         for (i, &(reg, imm)) in waddr.iter().enumerate() {
             let v = if class == Class::Pred {
                 let p = materialize(&mut self.b, Class::Pred, values[i]);
@@ -183,7 +183,7 @@ impl Emitter<'_> {
             };
             self.b.ins(format!("st.shared.{ty} [{reg}+{imm}], {v}"));
         }
-        self.b.ins("bar.sync 0");
+        self.sync_threads();
         let mut out = Vec::with_capacity(raddr.len());
         for &(reg, imm) in &raddr {
             if class == Class::Pred {

@@ -34,14 +34,19 @@ pub(crate) struct Tma {
     /// Each TMA copy's position in `maps`.
     copies: HashMap<OpId, usize>,
     /// Barriers in the ring.
-    ring: i64,
-    /// Shared-window address of the first barrier.
-    barriers: Reg,
+    pub(super) ring: i64,
+    /// Shared-window address of the first barrier (a producer warpgroup's empty
+    /// barriers follow the ring).
+    pub(super) barriers: Reg,
     /// Commit groups this thread has counted, and groups it has waited for.
-    commits: Reg,
+    pub(super) commits: Reg,
     waited: Reg,
-    /// `tid == 0`: the thread that issues copies and arrives.
-    leader: Reg,
+    /// The thread that issues copies and arrives: `tid == 0`, or the producer
+    /// warpgroup's first thread.
+    pub(super) leader: Reg,
+    /// `tid == 0`: the thread that issues TMA stores (a consumer under warp
+    /// specialization: the epilogue is theirs).
+    store_leader: Reg,
 }
 
 impl Emitter<'_> {
@@ -82,10 +87,19 @@ impl Emitter<'_> {
             });
             maps.push((spec, generic));
         }
+        // With a producer warpgroup (threads `threads..`), its first thread issues the
+        // copies, and every consumer thread arrives on an empty barrier.
+        let producer = crate::warp_spec::producer_threads(f) > 0;
+        let consumers = self.threads;
         let tma = self.b.in_prologue(|b| {
-            let (tid, leader) = (b.reg(Class::B32), b.reg(Class::Pred));
+            let (tid, leader, store_leader) = (b.reg(Class::B32), b.reg(Class::Pred), b.reg(Class::Pred));
             b.ins(format!("mov.u32 {tid}, %tid.x"));
-            b.ins(format!("setp.eq.u32 {leader}, {tid}, 0"));
+            b.ins(format!("setp.eq.u32 {store_leader}, {tid}, 0"));
+            if producer {
+                b.ins(format!("setp.eq.u32 {leader}, {tid}, {consumers}"));
+            } else {
+                b.ins(format!("mov.pred {leader}, {store_leader}"));
+            }
             let barriers = b.reg(Class::B32);
             b.ins(format!("add.u32 {barriers}, {base}, {offset}"));
             for i in 0..ring {
@@ -95,6 +109,16 @@ impl Emitter<'_> {
                     format!("mbarrier.init.shared::cta.b64 [{barriers}+{}], 1", i * crate::tma::MBARRIER_BYTES),
                 );
             }
+            for i in (ring..2 * ring).filter(|_| producer) {
+                b.ins_if(
+                    leader,
+                    false,
+                    format!(
+                        "mbarrier.init.shared::cta.b64 [{barriers}+{}], {consumers}",
+                        i * crate::tma::MBARRIER_BYTES
+                    ),
+                );
+            }
             // The initialization is visible to the async proxy (the TMA's complete_tx)
             // and to every thread before anyone uses a barrier.
             b.ins_if(leader, false, "fence.mbarrier_init.release.cluster");
@@ -102,7 +126,7 @@ impl Emitter<'_> {
             let (commits, waited) = (b.reg(Class::B32), b.reg(Class::B32));
             b.ins(format!("mov.u32 {commits}, 0"));
             b.ins(format!("mov.u32 {waited}, 0"));
-            Tma { maps, copies, ring, barriers, commits, waited, leader }
+            Tma { maps, copies, ring, barriers, commits, waited, leader, store_leader }
         });
         self.tma = Some(tma);
         Ok(())
@@ -132,6 +156,7 @@ impl Emitter<'_> {
             let tma = self.tma.as_ref().ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
             (tma.commits, tma.leader)
         };
+        self.wait_for_empty_slot();
         let barrier = self.barrier_of(commits);
         // A negative or past-the-end box part is zero-filled by the hardware.
         let coords = self.box_coords(&view.offsets);
@@ -233,7 +258,7 @@ impl Emitter<'_> {
         let view = self.view_of(op, op.operands[0])?;
         let geometry = self.box_geometry(op, &slot)?;
         let leader =
-            self.tma.as_ref().map(|t| t.leader).ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
+            self.tma.as_ref().map(|t| t.store_leader).ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
         let coords = self.box_coords(&view.offsets);
         let rank = coords.len();
         self.for_each_box(&slot, &coords, geometry, leader, |src, c| {
@@ -252,6 +277,7 @@ impl Emitter<'_> {
         let state = self.b.reg(Class::B64);
         self.b.ins_if(leader, false, format!("mbarrier.arrive.release.cta.shared::cta.b64 {state}, [{barrier}]"));
         self.b.ins(format!("add.u32 {commits}, {commits}, 1"));
+        self.close_group();
     }
 
     /// `tile.async_wait pending=n` in a kernel with TMA copies: waits for every group

@@ -51,6 +51,7 @@ pub fn standard_candidates(key: &str) -> Vec<KeyValue> {
         "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
         "mma" => vec![KeyValue::Str("mma.sync".into()), KeyValue::Str("wgmma".into())],
         "copy" => vec![KeyValue::Str("cp.async".into()), KeyValue::Str("tma".into())],
+        "producer" => vec![KeyValue::Str("none".into()), KeyValue::Str("warpgroup".into())],
         _ => Vec::new(),
     }
 }
@@ -156,7 +157,7 @@ pub fn rows(
         push_key(&mut rows, k, standard_candidates(k), false);
     }
     if gpu {
-        for k in ["mma", "copy"] {
+        for k in ["mma", "copy", "producer"] {
             push_key(&mut rows, k, standard_candidates(k), false);
         }
     }

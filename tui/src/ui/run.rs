@@ -354,6 +354,10 @@ fn short_label(r: &RunRecord) -> String {
             if s.copy() == tessera_frontend::check::CopyEngine::Tma {
                 parts.push("tma".into());
             }
+        } else if k == "producer" {
+            if s.producer_warpgroup() {
+                parts.push("producer".into());
+            }
         } else if !["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"].contains(&k.as_str()) {
             parts.push(format!("{k}{}", v.to_string().trim_matches('"')));
         }

@@ -72,6 +72,12 @@ pub(crate) fn short_config(config: &tessera_passes::Config) -> String {
                     parts.push(s.clone());
                 }
             }
+            // A producer warpgroup: shown when there is one.
+            KeyValue::Str(s) if k == "producer" => {
+                if s != "none" {
+                    parts.push(format!("producer={s}"));
+                }
+            }
             v => parts.push(format!("{k}={}", v.to_string().trim_matches('"'))),
         }
     }

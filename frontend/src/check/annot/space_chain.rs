@@ -128,6 +128,7 @@ fn example(key: &str) -> &'static str {
         "swizzle" => "\"none\", \"xor\"",
         "mma" => "\"mma.sync\", \"wgmma\"",
         "copy" => "\"cp.async\", \"tma\"",
+        "producer" => "\"none\", \"warpgroup\"",
         _ => "32, 64",
     }
 }

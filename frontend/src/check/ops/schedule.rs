@@ -23,6 +23,7 @@ pub(crate) fn method_params(name: &str) -> Option<&'static [(&'static str, &'sta
         "with_swizzle" | "swizzle" => &[("swizzle", "swizzle")],
         "with_mma" | "mma" => &[("mma", "mma")],
         "with_copy" | "copy" => &[("copy", "copy")],
+        "with_producer" | "producer" => &[("producer", "producer")],
         _ => return None,
     })
 }
