@@ -410,6 +410,7 @@ fn completion_members_keys_policies_dtypes() {
         BN (5) autotuned: {64, 128}
         copy (5) default "cp.async"
         mma (5) default "mma.sync"
+        producer (5) default "none"
         stages (5) default 2
         swizzle (5) default "none"
         vector (5) default 4

@@ -86,8 +86,8 @@ pub fn run_on_mesh(
         }
         Some(f) => {
             let on = |e: String| format!("rank {} of {} over {}: {e}", f.rank(), f.world(), f.name());
-            let run =
-                run_graph_on_fabric(func, shardings, mesh, args, dims, seed, true, f).map_err(|e| on(e.to_string()))?;
+            let run = run_graph_on_fabric(func, shardings, mesh, args, dims, seed, true, Some(f))
+                .map_err(|e| on(e.to_string()))?;
             // Each process counted its own rank: the busiest device and the most steps.
             let counts = f.all_gather(vec![run.network.busiest() as f64, f64::from(run.network.steps)]).map_err(on)?;
             let most = |i: usize| counts.iter().map(|c| c.get(i).copied().unwrap_or(0.0)).fold(0.0, f64::max);

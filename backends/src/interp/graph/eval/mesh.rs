@@ -48,29 +48,15 @@ pub fn run_graph_on_mesh(
     seed: i64,
     exact: bool,
 ) -> Result<MeshRun, InterpError> {
-    run_on(func, shardings, mesh, args, dims, seed, exact, None)
+    run_graph_on_fabric(func, shardings, mesh, args, dims, seed, exact, None)
 }
 
-/// [`run_graph_on_mesh`] as one process of a mesh of processes: this process runs the
-/// device of the fabric's rank, the collectives' messages to other ranks cross the
-/// fabric, and the results are gathered from every rank, so every process returns the
-/// global results. `network` counts this rank's sends only.
+/// [`run_graph_on_mesh`], and with a fabric as one process of a mesh of processes: this
+/// process runs the device of the fabric's rank, the collectives' messages to other
+/// ranks cross the fabric, and the results are gathered from every rank, so every
+/// process returns the global results. `network` then counts this rank's sends only.
 #[allow(clippy::too_many_arguments)]
 pub fn run_graph_on_fabric(
-    func: &Func,
-    shardings: &[Option<Sharding>],
-    mesh: &MeshAxes,
-    args: &[GraphArg],
-    dims: &BTreeMap<String, i64>,
-    seed: i64,
-    exact: bool,
-    fabric: &Fabric,
-) -> Result<MeshRun, InterpError> {
-    run_on(func, shardings, mesh, args, dims, seed, exact, Some(fabric))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_on(
     func: &Func,
     shardings: &[Option<Sharding>],
     mesh: &MeshAxes,
