@@ -35,7 +35,7 @@ fn compare(program: &str, name: &str, args: &[Arg], dims: &[(&str, i64)]) -> (f6
         sharded_program(&db, key, &dims).unwrap_or_else(|e| panic!("{}", e.message)).expect("a sharded function");
     let (inserted, mesh, propagation) = (program.inserted, program.mesh, program.propagation);
     assert!(propagation.conflicts.is_empty(), "{:?}", propagation.conflicts);
-    let run = run_graph_on_mesh(&inserted.func, &inserted.shardings, &mesh, args, &dims, 7, true)
+    let run = run_graph_on_mesh(&inserted.func, &inserted.shardings, &mesh, args, &dims, 7, true, None)
         .unwrap_or_else(|e| panic!("mesh: {e}"));
     assert_eq!(single.len(), run.results.len());
     let mut worst: f64 = 0.0;
@@ -201,6 +201,7 @@ mesh = dist.mesh(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"], axes=("a", "b
                 &dims,
                 3,
                 true,
+                None,
             )
             .unwrap_or_else(|e| panic!("{source}\nmesh: {e}"));
             for (a, b) in single.iter().zip(&run.results) {

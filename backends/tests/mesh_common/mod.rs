@@ -63,9 +63,17 @@ pub fn run_both(source: &str, name: &str, args: &[Arg], dims: &BTreeMap<String, 
         return Outcome::Misplaced(m.message.clone());
     }
     let single = run_graph_f64(&graph, args, seed).unwrap_or_else(|e| panic!("{source}\none device: {e}"));
-    let mesh =
-        run_graph_on_mesh(&program.inserted.func, &program.inserted.shardings, &program.mesh, args, dims, seed, true)
-            .unwrap_or_else(|e| panic!("{source}\nmesh: {e}"));
+    let mesh = run_graph_on_mesh(
+        &program.inserted.func,
+        &program.inserted.shardings,
+        &program.mesh,
+        args,
+        dims,
+        seed,
+        true,
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{source}\nmesh: {e}"));
     Outcome::Ran { single, mesh, func: Box::new(program.inserted.func) }
 }
 

@@ -20,7 +20,7 @@ use super::{stream_seed, GraphArg, R};
 mod kernel_call;
 mod layout;
 mod mesh;
-pub use mesh::{run_graph_on_fabric, run_graph_on_mesh, MeshRun};
+pub use mesh::{run_graph_on_mesh, MeshRun};
 
 pub use kernel_call::{run_graph_f64_with_kernels, KernelReference};
 mod random;

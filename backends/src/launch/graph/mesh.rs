@@ -14,7 +14,7 @@ pub use tessera_passes::dist::schedule::PipelineSchedule;
 
 use super::{arg_dims, dtype, graph_tolerance, values, GraphCheck, GraphInputs, GraphRun};
 use crate::interp::compare::compare_with;
-use crate::interp::graph::{run_graph_on_fabric, run_graph_on_mesh};
+use crate::interp::graph::run_graph_on_mesh;
 use crate::launch::Verdict;
 use crate::mesh::Fabric;
 
@@ -79,14 +79,14 @@ pub fn run_on_mesh(
         (&program.inserted.shardings, &program.mesh, &inputs.args, &inputs.symbols, inputs.seed as i64);
     let (mesh_run, bytes_sent, steps) = match fabric {
         None => {
-            let run = run_graph_on_mesh(func, shardings, mesh, args, dims, seed, true)
+            let run = run_graph_on_mesh(func, shardings, mesh, args, dims, seed, true, None)
                 .map_err(|e| format!("on the simulated mesh: {e}"))?;
             let (bytes, steps) = (run.network.busiest(), run.network.steps);
             (run, bytes, steps)
         }
         Some(f) => {
             let on = |e: String| format!("rank {} of {} over {}: {e}", f.rank(), f.world(), f.name());
-            let run = run_graph_on_fabric(func, shardings, mesh, args, dims, seed, true, Some(f))
+            let run = run_graph_on_mesh(func, shardings, mesh, args, dims, seed, true, Some(f))
                 .map_err(|e| on(e.to_string()))?;
             // Each process counted its own rank: the busiest device and the most steps.
             let counts = f.all_gather(vec![run.network.busiest() as f64, f64::from(run.network.steps)]).map_err(on)?;

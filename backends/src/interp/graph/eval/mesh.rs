@@ -39,24 +39,13 @@ pub struct MeshRun {
 
 /// Runs `func` (Graph IR with its collectives, `shardings` for each of its values) on
 /// the devices of `mesh`, with global `args`; `exact` as the f64 reference.
-pub fn run_graph_on_mesh(
-    func: &Func,
-    shardings: &[Option<Sharding>],
-    mesh: &MeshAxes,
-    args: &[GraphArg],
-    dims: &BTreeMap<String, i64>,
-    seed: i64,
-    exact: bool,
-) -> Result<MeshRun, InterpError> {
-    run_graph_on_fabric(func, shardings, mesh, args, dims, seed, exact, None)
-}
-
-/// [`run_graph_on_mesh`], and with a fabric as one process of a mesh of processes: this
-/// process runs the device of the fabric's rank, the collectives' messages to other
-/// ranks cross the fabric, and the results are gathered from every rank, so every
-/// process returns the global results. `network` then counts this rank's sends only.
+///
+/// With a fabric this is one process of a mesh of processes: it runs the device of the
+/// fabric's rank, the collectives' messages to other ranks cross the fabric, and the
+/// results are gathered from every rank, so every process returns the global results.
+/// `network` then counts this rank's sends only.
 #[allow(clippy::too_many_arguments)]
-pub fn run_graph_on_fabric(
+pub fn run_graph_on_mesh(
     func: &Func,
     shardings: &[Option<Sharding>],
     mesh: &MeshAxes,
