@@ -84,36 +84,50 @@ pub fn producer_problem(graph: &Func, config: &Config, target: Target) -> Option
         .filter(|op| op.kind == OpKind::CpAsync)
         .filter_map(|op| op.operands.first().copied())
         .collect();
+    // The loads (and transposes of loads: a K-major `b.T`) that feed the dot.
+    let mut operand_ops: Vec<OpId> = Vec::new();
     for (i, name) in [(0, "A"), (1, "B")] {
         let Some(&v) = dot_op.operands.get(i) else { continue };
-        let loaded = defs[v.0 as usize].is_some_and(|d| {
-            let def = graph.op(d);
-            body.ops.contains(&d)
-                && match def.kind {
-                    OpKind::Load => true,
-                    OpKind::LoadShared => def.operands.first().is_some_and(|b| filled.contains(b)),
-                    _ => false,
-                }
+        let in_loop = |d: OpId| body.ops.contains(&d).then_some(d);
+        let mut def = defs[v.0 as usize].and_then(in_loop);
+        let transposed = def.is_some_and(|d| graph.op(d).kind == OpKind::Transpose);
+        if let Some(t) = def.filter(|_| transposed) {
+            operand_ops.push(t);
+            def = graph.op(t).operands.first().and_then(|&x| defs[x.0 as usize]).and_then(in_loop);
+        }
+        let loaded = def.is_some_and(|d| {
+            let op = graph.op(d);
+            match op.kind {
+                OpKind::Load => true,
+                OpKind::LoadShared => op.operands.first().is_some_and(|b| filled.contains(b)),
+                _ => false,
+            }
         });
         if !loaded {
             return Some((
                 format!(
-                    "the dot's {name} is not loaded in the K loop (a `tile.load`, or a shared buffer the loop fills \
-                     with `tile.cp_async`): only loaded operands are staged for the producer"
+                    "the dot's {name} is not loaded in the K loop (a `tile.load`, its `.T`, or a shared buffer the \
+                     loop fills with `tile.cp_async`): only loaded operands are staged for the producer"
                 ),
                 at,
             ));
         }
+        operand_ops.extend(def);
         if let Type::Tile(t) = graph.ty(v) {
-            if t.dtype.bits() == 8 && i == 1 {
-                return Some(("an fp8 B loaded as [K, N] takes a transposing stage that every warp runs".into(), at));
+            if t.dtype.bits() == 8 && i == 1 && !transposed {
+                return Some((
+                    "an fp8 B loaded as [K, N] takes a transposing stage that every warp runs (load it as [N, K] \
+                     and pass `b.T`)"
+                        .into(),
+                    at,
+                ));
             }
         }
     }
     for &id in &body.ops {
         let op = graph.op(id);
         let fine = match op.kind {
-            OpKind::Load | OpKind::LoadShared => dot_op.operands[..2].contains(&op.results[0]),
+            OpKind::Load | OpKind::LoadShared | OpKind::Transpose => operand_ops.contains(&id),
             OpKind::CpAsync | OpKind::Barrier | OpKind::AsyncCommit | OpKind::AsyncWait => true,
             OpKind::Constant
             | OpKind::SchedParam
