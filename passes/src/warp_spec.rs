@@ -226,10 +226,11 @@ pub(crate) fn specialize_warps(f: &mut Func, config: &Config, target: Target) ->
     for &id in &f.op(k_loop).regions[0].ops {
         let op = f.op(id);
         let scalar = op.results.iter().all(|&r| matches!(f.ty(r), Type::Index | Type::Scalar(_)));
+        // Every `tile.cp_async` is a TMA copy (checked above).
         let fine = match op.kind {
             OpKind::Dot => op.str_attr("instr") == Some("wgmma"),
-            OpKind::CpAsync => crate::tma::is_tma_copy(op),
-            OpKind::View
+            OpKind::CpAsync
+            | OpKind::View
             | OpKind::SmemSlot
             | OpKind::AsyncCommit
             | OpKind::AsyncWait
@@ -263,6 +264,24 @@ pub(crate) fn specialize_warps(f: &mut Func, config: &Config, target: Target) ->
 /// The producer's threads of a kernel (0 without a producer warpgroup).
 pub fn producer_threads(f: &Func) -> i64 {
     f.attr(PRODUCER_THREADS).and_then(Attr::as_int).unwrap_or(0)
+}
+
+/// The registers per thread of both roles after `setmaxnreg`, as `specialize-warps` set
+/// them on the kernel (`None` without a producer warpgroup).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RegisterSplit {
+    pub producer_threads: u32,
+    pub producer_regs: u32,
+    pub consumer_regs: u32,
+}
+
+pub fn register_split(f: &Func) -> Option<RegisterSplit> {
+    let int = |key| f.attr(key).and_then(Attr::as_int).map(|v| v as u32);
+    Some(RegisterSplit {
+        producer_threads: int(PRODUCER_THREADS).filter(|&t| t > 0)?,
+        producer_regs: int(PRODUCER_REGS)?,
+        consumer_regs: int(CONSUMER_REGS)?,
+    })
 }
 
 /// The ops of the specialized loop's body the producer runs: its TMA copies and

@@ -173,17 +173,18 @@ pub fn resources_of(f: &Func, target: Target, estimate: fn(&Func) -> RegisterEst
         smem_bytes += added_bytes(f, op);
     }
     let registers = estimate(f);
-    let producer = crate::warp_spec::producer_threads(f) as u32;
-    let consumer_registers = f.attr(crate::warp_spec::CONSUMER_REGS).and_then(|a| a.as_int()).map(|r| r as u32);
-    let occupancy = GpuLimits::of(target).map(|l| match consumer_registers {
+    let split = crate::warp_spec::register_split(f);
+    let producer = split.map_or(0, |s| s.producer_threads);
+    let occupancy = GpuLimits::of(target).map(|l| match split {
         // Under `setmaxnreg` a program holds the producer's and the consumers' registers.
-        Some(consumer) => {
+        Some(s) => {
             let total = threads + producer;
-            let held = producer * crate::warp_spec::PRODUCER_REG_COUNT as u32 + threads * consumer;
+            let held = producer * s.producer_regs + threads * s.consumer_regs;
             limits::occupancy(l, total, held.div_ceil(total), smem_bytes)
         }
         None => limits::occupancy(l, threads, registers.peak, smem_bytes),
     });
+    let consumer_registers = split.map(|s| s.consumer_regs);
     Resources { smem_bytes, buffers, registers, threads: threads + producer, occupancy, consumer_registers }
 }
 

@@ -12,7 +12,7 @@ use tessera_frontend::check::DType;
 use super::builder::{Class, Operand, Reg};
 use super::emit::{Emitter, Repr, TileVal, Val, R};
 use super::expr::{share_bases, Expr};
-use super::numerics::{materialize, round_wide, wide_class};
+use super::numerics::{add_u32, materialize, round_wide, wide_class};
 use super::threadmap::{local_map, ThreadMap};
 use crate::ir::{policy as ir_policy, Op, OpKind, Type};
 
@@ -453,15 +453,7 @@ impl Emitter<'_> {
         let mut out = Vec::with_capacity(exprs.len());
         for &(base, delta) in &shared {
             let b0 = self.exprs.emit(&mut self.b, &exprs[base]);
-            let v = match b0 {
-                Operand::Int(x) => Operand::Int(x + delta),
-                r if delta == 0 => r,
-                r => {
-                    let sum = self.b.reg(Class::B32);
-                    self.b.ins(format!("add.u32 {sum}, {r}, {delta}"));
-                    Operand::Reg(sum)
-                }
-            };
+            let v = add_u32(&mut self.b, b0, delta);
             out.push(match wide_class(dtype) {
                 Class::B32 => v,
                 Class::B64 => {

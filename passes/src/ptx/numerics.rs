@@ -205,6 +205,20 @@ pub fn round_wide_with(b: &mut Builder, target: Target, dtype: DType, x: Operand
     }
 }
 
+/// `x + k` as a 32-bit operand: folded into an immediate, `x` itself for `k = 0`, else
+/// an `add.u32` into a new register.
+pub fn add_u32(b: &mut Builder, x: Operand, k: i64) -> Operand {
+    match x {
+        Operand::Int(v) => Operand::Int(v + k),
+        x if k == 0 => x,
+        x => {
+            let sum = b.reg(Class::B32);
+            b.ins(format!("add.u32 {sum}, {x}, {k}"));
+            Operand::Reg(sum)
+        }
+    }
+}
+
 /// Moves an immediate into a register of `class` (registers pass through).
 pub fn materialize(b: &mut Builder, class: Class, x: Operand) -> Reg {
     match x {

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 
 use super::builder::{Class, Operand, Reg};
 use super::emit::{Emitter, R};
+use super::numerics::add_u32;
 use crate::abi::KernelAbi;
 use crate::ir::{Op, OpId};
 use crate::tma::TensorMapSpec;
@@ -37,7 +38,7 @@ pub(crate) struct Tma {
     pub(super) ring: i64,
     /// Shared-window address of the first barrier (a producer warpgroup's empty
     /// barriers follow the ring).
-    pub(super) barriers: Reg,
+    barriers: Reg,
     /// Commit groups this thread has counted, and groups it has waited for.
     pub(super) commits: Reg,
     waited: Reg,
@@ -132,8 +133,9 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// The shared address of the barrier of group `group` (a register).
-    fn barrier_of(&mut self, group: Reg) -> Reg {
+    /// The shared address of the barrier of group `group` (a register); a producer
+    /// warpgroup's empty barrier of the same slot is `ring` barriers further.
+    pub(super) fn barrier_of(&mut self, group: Reg) -> Reg {
         let tma = self.tma.as_ref().expect("a TMA kernel");
         let (ring, barriers) = (tma.ring, tma.barriers);
         let b = &mut self.b;
@@ -231,15 +233,7 @@ impl Emitter<'_> {
     /// The coordinates of the box `inner_offset` elements further along the innermost
     /// dim, as a PTX vector's elements.
     fn block_coords(&mut self, coords: &[Operand], inner_offset: i64) -> String {
-        let inner = match coords[0] {
-            Operand::Int(v) => Operand::Int(v + inner_offset),
-            o if inner_offset == 0 => o,
-            o => {
-                let r = self.b.reg(Class::B32);
-                self.b.ins(format!("add.u32 {r}, {o}, {inner_offset}"));
-                Operand::Reg(r)
-            }
-        };
+        let inner = add_u32(&mut self.b, coords[0], inner_offset);
         let mut c = vec![inner.to_string()];
         c.extend(coords[1..].iter().map(|o| o.to_string()));
         c.join(", ")

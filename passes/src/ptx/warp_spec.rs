@@ -27,7 +27,7 @@ use std::collections::HashSet;
 use super::builder::{Class, Operand, Reg};
 use super::emit::{Emitter, R};
 use super::expr::Expr;
-use crate::ir::{Attr, Func, Op, OpId, OpKind};
+use crate::ir::{Func, Op, OpId, OpKind};
 
 /// Which part of the kernel is being emitted.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -40,8 +40,7 @@ pub(crate) enum Role {
 
 pub(crate) struct WarpRoles {
     pub role: Role,
-    producer_regs: i64,
-    consumer_regs: i64,
+    split: crate::warp_spec::RegisterSplit,
     /// The specialized loop's body ops the producer runs, and those the consumers skip.
     producer_keep: HashSet<OpId>,
     consumer_skip: HashSet<OpId>,
@@ -57,9 +56,7 @@ pub(crate) struct WarpRoles {
 impl WarpRoles {
     /// The roles of a kernel with a producer warpgroup; `None` without one.
     pub(crate) fn of(f: &Func, b: &mut super::builder::Builder) -> Option<WarpRoles> {
-        if crate::warp_spec::producer_threads(f) == 0 {
-            return None;
-        }
+        let split = crate::warp_spec::register_split(f)?;
         let k_loop =
             f.body.ops.iter().copied().find(|&id| f.op(id).attr(crate::warp_spec::WARP_SPECIALIZED).is_some())?;
         let body = &f.op(k_loop).regions[0];
@@ -72,17 +69,7 @@ impl WarpRoles {
             b.ins(format!("mov.u32 {r}, 0"));
             r
         });
-        let int = |key| f.attr(key).and_then(Attr::as_int).unwrap_or(0);
-        Some(WarpRoles {
-            role: Role::All,
-            producer_regs: int(crate::warp_spec::PRODUCER_REGS),
-            consumer_regs: int(crate::warp_spec::CONSUMER_REGS),
-            producer_keep,
-            consumer_skip,
-            dot,
-            released,
-            group_open: false,
-        })
+        Some(WarpRoles { role: Role::All, split, producer_keep, consumer_skip, dot, released, group_open: false })
     }
 }
 
@@ -116,7 +103,7 @@ impl Emitter<'_> {
         let Some(roles) = self.roles.as_ref() else {
             return Err(self.fail(op, "internal error: a warp-specialized loop in a kernel without roles"));
         };
-        let (producer_regs, consumer_regs) = (roles.producer_regs, roles.consumer_regs);
+        let (producer_regs, consumer_regs) = (roles.split.producer_regs, roles.split.consumer_regs);
         let leader =
             self.tma.as_ref().map(|t| t.leader).ok_or_else(|| self.fail(op, "internal error: no TMA state"))?;
         let threads = self.threads;
@@ -171,17 +158,14 @@ impl Emitter<'_> {
     pub(super) fn release_after(&mut self, id: OpId) {
         let Some(roles) = self.roles.as_ref().filter(|r| r.role == Role::Consumer && r.dot == id) else { return };
         let released = roles.released;
-        let Some(tma) = self.tma.as_ref() else { return };
-        let (ring, barriers) = (tma.ring, tma.barriers);
-        let b = &mut self.b;
-        let (slot, addr, state) = (b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::B64));
-        b.ins(format!("rem.u32 {slot}, {released}, {ring}"));
-        b.ins(format!("mad.lo.u32 {addr}, {slot}, {}, {barriers}", crate::tma::MBARRIER_BYTES));
-        b.ins(format!(
-            "mbarrier.arrive.release.cta.shared::cta.b64 {state}, [{addr}+{}]",
+        let Some(ring) = self.tma.as_ref().map(|t| t.ring) else { return };
+        let full = self.barrier_of(released);
+        let state = self.b.reg(Class::B64);
+        self.b.ins(format!(
+            "mbarrier.arrive.release.cta.shared::cta.b64 {state}, [{full}+{}]",
             ring * crate::tma::MBARRIER_BYTES
         ));
-        b.ins(format!("add.u32 {released}, {released}, 1"));
+        self.b.ins(format!("add.u32 {released}, {released}, 1"));
     }
 
     /// Before the first TMA copy of a group, on the producer: group `g ≥ S` refills slot
@@ -192,15 +176,13 @@ impl Emitter<'_> {
         if std::mem::replace(&mut roles.group_open, true) {
             return;
         }
-        let Some(tma) = self.tma.as_ref() else { return };
-        let (ring, barriers, commits) = (tma.ring, tma.barriers, tma.commits);
+        let Some((ring, commits)) = self.tma.as_ref().map(|t| (t.ring, t.commits)) else { return };
+        let (fresh, skip, retry) = (self.b.reg(Class::Pred), self.b.label("slot_empty"), self.b.label("slot_try"));
+        self.b.ins(format!("setp.lt.u32 {fresh}, {commits}, {ring}"));
+        self.b.ins_if(fresh, false, format!("bra {skip}"));
+        let addr = self.barrier_of(commits);
         let b = &mut self.b;
-        let (fresh, skip, retry) = (b.reg(Class::Pred), b.label("slot_empty"), b.label("slot_try"));
-        b.ins(format!("setp.lt.u32 {fresh}, {commits}, {ring}"));
-        b.ins_if(fresh, false, format!("bra {skip}"));
-        let (slot, addr, parity, empty) = (b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::Pred));
-        b.ins(format!("rem.u32 {slot}, {commits}, {ring}"));
-        b.ins(format!("mad.lo.u32 {addr}, {slot}, {}, {barriers}", crate::tma::MBARRIER_BYTES));
+        let (parity, empty) = (b.reg(Class::B32), b.reg(Class::Pred));
         b.ins(format!("div.u32 {parity}, {commits}, {ring}"));
         b.ins(format!("add.u32 {parity}, {parity}, 1"));
         b.ins(format!("and.b32 {parity}, {parity}, 1"));
