@@ -69,6 +69,17 @@ done
 timeout 60 "$T" run examples/fp8_gemm.tsr --kernel fp8_gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled \
     --schedule mma=wgmma,copy=tma --repeat 30 --json > "$OUT/fp8_gemm_wgmma.json" 2> "$OUT/fp8_gemm_wgmma.err"
 echo "fp8 rc=$?"; grep -A3 '"time_ms"' "$OUT/fp8_gemm_wgmma.json"; tail -5 "$OUT/fp8_gemm_wgmma.err"
+# Causal attention (B·H=32, S=4096, D=128) on WGMMA: TMA only, a producer warpgroup, and
+# FlashAttention-3's ping-pong consumers (the SDPA peer is in step "peers").
+for variant in tma:warps=8,copy=tma producer:warps=8,copy=tma,producer=warpgroup \
+    pingpong:warps=8,copy=tma,producer=pingpong; do
+    name=${variant%%:*}
+    timeout 90 "$T" run examples/flash_attention.tsr --kernel flash_attention --dims BH=32,S=4096,D=128 \
+        --arg causal=true --device gpu --check sampled \
+        --schedule BM=128,BN=128,stages=2,mma=wgmma,${variant#*:} --repeat 20 --json \
+        > "$OUT/fa_wgmma_$name.json" 2> "$OUT/fa_wgmma_$name.err"
+    echo "attention $name rc=$?"; grep -A3 '"time_ms"' "$OUT/fa_wgmma_$name.json"; tail -5 "$OUT/fa_wgmma_$name.err"
+done
 
 fi
 if want untuned; then

@@ -38,7 +38,7 @@ pub const SCHEDULE_PASSES: &[Pass] = &[
         // The producer warpgroup's rule (E0707) reads the kernel as written.
         if let Some((why, at)) = crate::warp_spec::producer_problem(f, c, t) {
             return Err(LowerError {
-                message: format!("producer=\"warpgroup\" cannot be used: {why}"),
+                message: format!("{} cannot be used: {why}", crate::warp_spec::asked(c)),
                 range: at.unwrap_or(f.loc.range),
             });
         }

@@ -486,3 +486,28 @@ fn producer_warpgroup_candidates_that_cannot_be_fed_are_pruned_with_the_reason()
         "{lints:#?}"
     );
 }
+
+/// Flash attention (the example, its two dots and online softmax in the K loop) with a
+/// producer warpgroup and with ping-pong consumers checks clean on sm_90; ping-pong with
+/// one consumer warpgroup is E0707, naming `warps=8`.
+#[test]
+fn attention_takes_a_producer_and_ping_pong_consumers() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/flash_attention.tsr");
+    let text = std::fs::read_to_string(path).unwrap();
+    let start = text.find("@ts.kernel.autotune(").expect("the example's autotune decorator");
+    let end = start + text[start..].find("\ndef ").expect("its def");
+    for (schedule, clean) in [
+        ("block=(128, 128), warps=8, stages=2, mma=\"wgmma\", copy=\"tma\", producer=\"warpgroup\"", true),
+        ("block=(128, 128), warps=8, stages=2, mma=\"wgmma\", copy=\"tma\", producer=\"pingpong\"", true),
+        ("block=(64, 64), warps=4, stages=2, mma=\"wgmma\", copy=\"tma\", producer=\"pingpong\"", false),
+    ] {
+        let source = format!("{}@ts.kernel.schedule(ts.Schedule({schedule})){}", &text[..start], &text[end..]);
+        let lints = lint(&source, Target::Sm90);
+        let errors: Vec<&String> = lints.iter().filter(|l| l.starts_with('E')).collect();
+        if clean {
+            assert!(errors.is_empty(), "{schedule}: {lints:#?}");
+        } else {
+            assert!(errors.iter().any(|l| l.starts_with("E0707") && l.contains("warps=8")), "{schedule}: {lints:#?}");
+        }
+    }
+}

@@ -129,7 +129,7 @@ fn short(config: &str) -> String {
     config
         .split(", ")
         .filter(|kv| {
-            ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages=", "copy=tma", "producer=warpgroup"]
+            ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages=", "copy=tma", "producer=warpgroup", "producer=pingpong"]
                 .iter()
                 .any(|k| kv.starts_with(k))
         })
@@ -314,9 +314,19 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
                 // And with a producer warpgroup, where the rule admits one.
                 let mut producer = tma.clone();
                 producer.schedule.set("producer", KeyValue::Str("warpgroup".into()));
+                // And with ping-pong consumers: two warpgroups of 64 rows.
+                let mut pingpong = producer.clone();
+                pingpong.schedule.set("producer", KeyValue::Str("pingpong".into()));
+                pingpong.schedule.set("warps", KeyValue::Int(8));
+                pingpong.schedule.set("BM", KeyValue::Int(128));
                 let mut configs = vec![config, tma];
-                if tessera_passes::warp_spec::producer_problem(&graph, &producer, Target::Sm90).is_none() {
-                    configs.push(producer);
+                for specialized in [producer, pingpong] {
+                    let admitted = tessera_passes::warp_spec::producer_problem(&graph, &specialized, Target::Sm90)
+                        .is_none()
+                        && tessera_passes::analysis::wgmma_problem(&db, key, &specialized, Target::Sm90).is_none();
+                    if admitted && seen.insert(specialized.to_string()) {
+                        configs.push(specialized);
+                    }
                 }
                 for config in configs {
                     let ptx = tile_ir(&db, key, config.clone(), Target::Sm90)
@@ -404,7 +414,7 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
                     // A producer warpgroup moves registers with `setmaxnreg`: USETMAXREG in
                     // the SASS (ptxas drops it from a kernel without `.minnctapersm 1`).
                     let setmaxreg = sass.lines().filter(|l| l.contains("USETMAXREG")).count();
-                    let producer = config.contains("producer=warpgroup");
+                    let producer = config.contains("producer=warpgroup") || config.contains("producer=pingpong");
                     if producer != (setmaxreg == 2) {
                         failures.push(format!("{what} [{config}]: {setmaxreg} USETMAXREG in the SASS"));
                     }
@@ -441,4 +451,17 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
         c.contains("producer=warpgroup") && ptx.as_ref().is_ok_and(|p| p.contains("setmaxnreg.dec"))
     });
     assert!(producers.count() >= 10, "too few configurations with a producer warpgroup");
+    // Flash attention (FlashAttention-3's structure) with a producer, and with ping-pong.
+    for producer in ["producer=warpgroup", "producer=pingpong"] {
+        let attention = cases.iter().filter(|(what, c, ptx)| {
+            what.contains("attention")
+                && c.contains(producer)
+                && ptx.as_ref().is_ok_and(|p| p.contains("setmaxnreg.dec"))
+        });
+        assert!(attention.count() >= 2, "too few attention configurations with {producer}");
+    }
+    let pingpong = cases.iter().filter(|(_, c, ptx)| {
+        c.contains("producer=pingpong") && ptx.as_ref().is_ok_and(|p| p.contains("bar.arrive 2, 256"))
+    });
+    assert!(pingpong.count() >= 10, "too few configurations with ping-pong consumers");
 }

@@ -107,6 +107,9 @@ pub(crate) struct Cta<'a> {
     /// Each warp's registers per thread: what `ptxas` allocates at entry for one CTA per
     /// SM (65536 / threads, in steps of 8), then what `setmaxnreg` sets.
     pub(crate) warp_registers: Vec<u32>,
+    /// Threads that have arrived at a named barrier with `bar.arrive` (without waiting)
+    /// since it last completed, by barrier.
+    arrivals: HashMap<u64, usize>,
     ctaid: [u64; 3],
     nctaid: [u64; 3],
     steps: u64,
@@ -267,7 +270,16 @@ impl Cta<'_> {
                 // waiting now waits for threads that never come.
                 let waiting: Vec<usize> =
                     (0..self.threads.len()).filter(|&t| self.threads[t].state == State::Barrier).collect();
-                let Some(&first) = waiting.first() else { return Ok(()) };
+                let Some(&first) = waiting.first() else {
+                    // A barrier left with arrivals nobody waited for is a protocol error
+                    // (its next use would complete early).
+                    if let Some((id, n)) = self.arrivals.iter().find(|&(_, &n)| n > 0) {
+                        return Err(format!(
+                            "the kernel ends with {n} arrivals at barrier {id} that no thread waited for"
+                        ));
+                    }
+                    return Ok(());
+                };
                 return Err(format!(
                     "{} threads wait at barrier {} (PTX line {}) that {} other threads never reach",
                     waiting.len(),
@@ -281,13 +293,20 @@ impl Cta<'_> {
 
     /// `bar.sync id[, count]` by a warp's lanes `on`: they wait at barrier `id` until
     /// `count` threads (all of the CTA without a count) have arrived, then all go on.
+    /// `bar.arrive id, count`: they count towards the barrier without waiting.
     /// Without a count, a thread that has exited can never arrive: that is an error here
     /// (hardware behaviour is not something to rely on), so a kernel whose producer
     /// exits synchronizes the rest with a named barrier and a count.
-    fn arrive_at_barrier(&mut self, pc: usize, on: &[usize]) -> Result<(), String> {
+    fn arrive_at_barrier(&mut self, pc: usize, on: &[usize], op: &[&str]) -> Result<(), String> {
         let t0 = on[0];
+        let wait = match op.get(1) {
+            Some(&"sync") => true,
+            Some(&"arrive") => false,
+            other => return Err(self.err(pc, format!("bar.{other:?} is not emulated"))),
+        };
         let id = self.src(t0, pc, 0)?;
         let count = match self.m.code[pc].args.len() {
+            1 if !wait => return Err(self.err(pc, "bar.arrive without a thread count")),
             1 => {
                 if let Some(t) = self.threads.iter().position(|t| t.state == State::Done) {
                     return Err(self.err(pc, format!("a CTA-wide barrier after thread {t} has exited")));
@@ -299,17 +318,26 @@ impl Cta<'_> {
         if count == 0 || !count.is_multiple_of(32) {
             return Err(self.err(pc, format!("a barrier count of {count} threads is not whole warps")));
         }
-        for &t in on {
-            self.threads[t].state = State::Barrier;
-            self.threads[t].barrier = id;
+        if wait {
+            for &t in on {
+                self.threads[t].state = State::Barrier;
+                self.threads[t].barrier = id;
+            }
+        } else {
+            *self.arrivals.entry(id).or_insert(0) += on.len();
+            for &t in on {
+                self.threads[t].pc += 1;
+            }
         }
         let waiting: Vec<usize> = (0..self.threads.len())
             .filter(|&t| self.threads[t].state == State::Barrier && self.threads[t].barrier == id)
             .collect();
-        if waiting.len() > count {
-            return Err(self.err(pc, format!("{} threads arrive at barrier {id} of {count}", waiting.len())));
+        let arrived = waiting.len() + self.arrivals.get(&id).copied().unwrap_or(0);
+        if arrived > count {
+            return Err(self.err(pc, format!("{arrived} threads arrive at barrier {id} of {count}")));
         }
-        if waiting.len() == count {
+        if arrived == count {
+            self.arrivals.remove(&id);
             for t in waiting {
                 self.threads[t].state = State::Run;
                 self.threads[t].pc += 1;
@@ -368,13 +396,18 @@ impl Cta<'_> {
             return self.arrive_at_wgmma(pc, &on, warp);
         }
         let collective = matches!(op[0], "shfl" | "ldmatrix" | "mma" | "bar" | "setmaxnreg");
+        // A warp whose predicate is off for every lane skips the instruction (a warp
+        // predicated out of `bar.arrive`); part of a warp at a collective is an error.
+        if collective && on.is_empty() {
+            return Ok(());
+        }
         if collective {
             let full = self.threads.len().min(32 * (warp + 1)) - 32 * warp;
             if on.len() != full {
                 return Err(self.err(pc, format!("{} of {full} lanes execute a warp-collective instruction", on.len())));
             }
             match op[0] {
-                "bar" => return self.arrive_at_barrier(pc, &on),
+                "bar" => return self.arrive_at_barrier(pc, &on, &op),
                 "setmaxnreg" => return self.setmaxnreg(pc, &on, &op, warp),
                 "shfl" => self.shfl(pc, &on)?,
                 "ldmatrix" => self.ldmatrix(pc, &on, &op)?,
@@ -621,6 +654,7 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
                     mbarriers: HashMap::new(),
                     box_copies: Vec::new(),
                     bulk_stores: HashMap::new(),
+                    arrivals: HashMap::new(),
                     warp_registers: vec![
                         (65536 / code.abi.threads.max(1)).min(255) / 8 * 8;
                         code.abi.threads.div_ceil(32) as usize

@@ -4,7 +4,7 @@
 //! interpreter and the f64 reference at whole and ragged shapes; and planted bugs in the
 //! protocol that must fail.
 
-use super::wgmma_tests::{emulate_files, gemm_files, run_tma_case, schedule_case, Staging, WGMMA_FIXTURE};
+use super::wgmma_tests::{emulate_files, gemm_files, run_at, run_tma_case, schedule_case, Staging, WGMMA_FIXTURE};
 
 #[test]
 fn a_producer_warpgroup_feeds_wgmma_what_the_interpreter_and_the_reference_compute() {
@@ -59,4 +59,52 @@ fn a_producer_that_does_not_wait_for_empty_slots_or_a_cta_barrier_after_it_exits
         let err = run_tma_case(&func, &cta_wide).expect_err("a CTA barrier after the producer exits");
         assert!(err.contains("after thread") && err.contains("exited"), "{err}");
     }
+}
+
+/// Flash attention with a producer warpgroup (FlashAttention-3's structure): it issues
+/// Q once and K and V each iteration by TMA; the consumers run both dots and the online
+/// softmax in registers and release K's and V's slots after the second dot. Every
+/// candidate of the example's space and the corpus kernel's default, causal, at a whole
+/// and a ragged sequence length, against the interpreter and the f64 reference.
+#[test]
+fn a_producer_warpgroup_feeds_flash_attention() {
+    let files = [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
+    let covered = emulate_files(&files, Staging::Producer, None);
+    eprintln!("{covered} attention configurations ran with a producer warpgroup");
+    assert!(covered >= 5, "only {covered} attention configurations ran with a producer warpgroup");
+}
+
+/// `producer = "pingpong"`: two consumer warpgroups take turns at the first dot (named
+/// barriers 2 and 3), so one's softmax overlaps the other's `Q @ K.T`. Attention and the
+/// GEMMs, against the interpreter and the f64 reference.
+#[test]
+fn ping_pong_consumers_compute_what_the_interpreter_and_the_reference_compute() {
+    let files = [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
+    let attention = emulate_files(&files, Staging::PingPong, None);
+    eprintln!("{attention} attention configurations ran with ping-pong consumers");
+    assert!(attention >= 3, "only {attention} attention configurations ran with ping-pong consumers");
+    let only = std::env::var("TESSERA_EMULATE").ok();
+    let gemms = emulate_files(&gemm_files(&[]), Staging::PingPong, only.as_deref().or(Some("wgmma/gemms")));
+    eprintln!("{gemms} GEMMs ran with ping-pong consumers");
+    assert!(gemms >= 4, "only {gemms} GEMMs ran with ping-pong consumers");
+}
+
+/// Ping-pong's turns must balance: without the first warpgroup's last wait the kernel
+/// ends with an arrival nobody consumed. (Without the second warpgroup's first arrival
+/// neither gets a turn; the emulator sees that only as the producer's endless wait for
+/// an empty slot, after its 20 million steps, too slow for a test.)
+#[test]
+fn ping_pong_turns_that_do_not_balance_fail() {
+    let (func, code) = schedule_case("examples/flash_attention.tsr", "flash_attention", Staging::PingPong);
+    let run = |code: &tessera_passes::codegen::TargetCode| run_at(&func, code, "BH=2,S=100,D=64");
+    run(&code).unwrap_or_else(|e| panic!("the unplanted attention fails: {e}"));
+    let without = |pred: &dyn Fn(&str) -> bool| {
+        let mut c = code.clone();
+        c.text = code.text.lines().filter(|l| !pred(l.trim())).collect::<Vec<_>>().join("\n") + "\n";
+        assert_ne!(c.text, code.text, "nothing to remove");
+        c
+    };
+    let no_last = without(&|l| l.ends_with("bar.sync 2, 256;"));
+    let err = run(&no_last).expect_err("a turn nobody takes");
+    assert!(err.contains("arrivals at barrier 2"), "{err}");
 }

@@ -52,6 +52,10 @@ pub(crate) enum Staging {
     Tma,
     /// `copy = "tma"` and `producer = "warpgroup"`: a producer warpgroup issues them.
     Producer,
+    /// `copy = "tma"`, `producer = "pingpong"`, `warps = 8` and `BM = 128`: a producer
+    /// warpgroup, and two consumer warpgroups of 64 rows each that take turns at the
+    /// first dot.
+    PingPong,
 }
 
 /// `config` with `mma = "wgmma"`, and the staging `staging` asks for.
@@ -63,6 +67,11 @@ pub(crate) fn with_wgmma(config: &Config, staging: Staging) -> Config {
     }
     if staging == Staging::Producer {
         c.schedule.set("producer", KeyValue::Str("warpgroup".into()));
+    }
+    if staging == Staging::PingPong {
+        c.schedule.set("producer", KeyValue::Str("pingpong".into()));
+        c.schedule.set("warps", KeyValue::Int(8));
+        c.schedule.set("BM", KeyValue::Int(128));
     }
     c
 }
@@ -216,10 +225,16 @@ fn emulate_file(
                     "{label} `{kernel}` [{config}]: copy=\"tma\" but not every staged copy is a TMA box"
                 );
             }
-            if staging == Staging::Producer {
+            if matches!(staging, Staging::Producer | Staging::PingPong) {
                 assert!(
                     code.text.contains("setmaxnreg.dec") && code.text.contains("setmaxnreg.inc"),
                     "{label} `{kernel}` [{config}]: a producer warpgroup but no setmaxnreg"
+                );
+            }
+            if staging == Staging::PingPong {
+                assert!(
+                    code.text.contains("bar.arrive 2, 256") && code.text.contains("bar.sync 2, 256"),
+                    "{label} `{kernel}` [{config}]: ping-pong but no turns"
                 );
             }
             failures.extend(check_against_both(label, &kernel, &graph, &config, &func, &code));

@@ -195,7 +195,7 @@ builtins! {
     "autodiff" - Decorator "decorator" "A differentiable graph function: grad(f) is defined for it.";
     "verify.numerics" "(stable=False, bounded=None, allow_nonfinite=False)" Decorator "decorator" "Runtime numerics checks (NaN/Inf, bounds; allow_nonfinite=True expects NaN/Inf); static warnings where provable (W0407).";
     // ---- schedules and distribution ----
-    "Schedule" "(block=None, k=None, warps=None, stages=None, vector=None, swizzle=None, d=None, mma=None, copy=None, producer=None)" Any "Schedule" "A schedule value: block=(BM, BN), k=BK, warps, stages, vector, swizzle=\"xor\"|\"none\", mma=\"mma.sync\"|\"wgmma\", copy=\"cp.async\"|\"tma\", producer=\"none\"|\"warpgroup\". Methods with_block/with_k/with_warps/with_stages/with_vector/with_swizzle/with_mma/with_copy/with_producer return a new schedule.";
+    "Schedule" "(block=None, k=None, warps=None, stages=None, vector=None, swizzle=None, d=None, mma=None, copy=None, producer=None)" Any "Schedule" "A schedule value: block=(BM, BN), k=BK, warps, stages, vector, swizzle=\"xor\"|\"none\", mma=\"mma.sync\"|\"wgmma\", copy=\"cp.async\"|\"tma\", producer=\"none\"|\"warpgroup\"|\"pingpong\". Methods with_block/with_k/with_warps/with_stages/with_vector/with_swizzle/with_mma/with_copy/with_producer return a new schedule.";
     "block" "(m, n)" Any "Schedule" "Starts a Halide-style schedule chain: block(128, 128).k(64).warps(8).stages(3).";
     "ShardSpec" "(partition, mesh_axes)" Any "ShardSpec" "How a distributed tensor is split across mesh axes.";
     "dist.mesh" "(devices, axes, shape)" Any "mesh" "A device mesh: the product of shape must equal the number of devices.";

@@ -162,15 +162,26 @@ impl ScheduleValue {
         }
     }
 
-    /// Whether a producer warpgroup issues the staged copies (`producer`, absent: no).
+    /// Whether a producer warpgroup issues the staged copies (`producer` is
+    /// `"warpgroup"` or `"pingpong"`; absent: no).
     pub fn producer_warpgroup(&self) -> bool {
-        matches!(self.get("producer"), Some(KeyValue::Str(s)) if s == PRODUCER_WARPGROUP)
+        matches!(self.get("producer"), Some(KeyValue::Str(s)) if s == PRODUCER_WARPGROUP || s == PRODUCER_PINGPONG)
+    }
+
+    /// Whether the two consumer warpgroups of a producer take turns at their first dot
+    /// (`producer = "pingpong"`, FlashAttention-3's ping-pong schedule).
+    pub fn pingpong(&self) -> bool {
+        matches!(self.get("producer"), Some(KeyValue::Str(s)) if s == PRODUCER_PINGPONG)
     }
 }
 
 /// The value of the `producer` key that adds a producer warpgroup: it issues the TMA
 /// copies while the `warps` run the dots (warp specialization, sm_90a).
 pub const PRODUCER_WARPGROUP: &str = "warpgroup";
+/// The value of the `producer` key that adds a producer warpgroup and has the two
+/// consumer warpgroups take turns at the tensor cores: one runs its first dot while the
+/// other runs the rest of its iteration (FlashAttention-3's ping-pong softmax).
+pub const PRODUCER_PINGPONG: &str = "pingpong";
 /// The value of the `producer` key with no producer: every warp runs the whole loop (the
 /// default).
 pub const NO_PRODUCER: &str = "none";
@@ -218,7 +229,7 @@ pub fn choices(key: &str) -> Option<&'static [&'static str]> {
         "swizzle" => Some(&["xor", "none"]),
         "mma" => Some(&[MMA_SYNC, WGMMA]),
         "copy" => Some(&[CP_ASYNC, TMA]),
-        "producer" => Some(&[NO_PRODUCER, PRODUCER_WARPGROUP]),
+        "producer" => Some(&[NO_PRODUCER, PRODUCER_WARPGROUP, PRODUCER_PINGPONG]),
         _ => None,
     }
 }
@@ -417,7 +428,10 @@ mod tests {
         assert!(validate("copy", &KeyValue::Int(1)).is_some());
         assert!(validate("producer", &KeyValue::Str("warpgroup".into())).is_none());
         assert!(validate("producer", &KeyValue::Str("none".into())).is_none());
-        assert!(validate("producer", &KeyValue::Str("warp".into())).unwrap().contains("\"none\" or \"warpgroup\""));
+        assert!(validate("producer", &KeyValue::Str("pingpong".into())).is_none());
+        assert!(validate("producer", &KeyValue::Str("warp".into()))
+            .unwrap()
+            .contains("\"none\" or \"warpgroup\" or \"pingpong\""));
     }
 
     #[test]

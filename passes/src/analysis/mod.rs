@@ -668,12 +668,15 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
         // `producer = "warpgroup"` where the kernel's K loop cannot be fed by one.
         if let Some((why, at)) = crate::warp_spec::producer_problem(&graph, &config, target) {
+            let asked = crate::warp_spec::asked(&config);
             let d = Diagnostic::new(
                 Code::E0707,
                 at.unwrap_or(def.name_range),
-                format!("producer=\"warpgroup\" cannot be used on {target}: {why}"),
+                format!("{asked} cannot be used on {target}: {why}"),
             )
-            .with_note("the schedule asks for `producer=\"warpgroup\"`; `producer=\"none\"` (the default) runs the loop on every warp");
+            .with_note(format!(
+                "the schedule asks for `{asked}`; `producer=\"none\"` (the default) runs the loop on every warp"
+            ));
             out.body.push(Lint { diagnostic: d, fix: None });
             return out;
         }

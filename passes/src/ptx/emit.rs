@@ -625,6 +625,7 @@ impl<'f> Emitter<'f> {
             OpKind::Reduce => self.reduce(op)?,
             OpKind::CausalMask => self.causal_mask(op)?,
             OpKind::Dot if op.str_attr("instr") == Some("wgmma") => {
+                self.take_turn_before(id);
                 self.wgmma_dot(op)?;
                 self.release_after(id);
             }

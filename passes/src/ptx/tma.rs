@@ -41,7 +41,7 @@ pub(crate) struct Tma {
     barriers: Reg,
     /// Commit groups this thread has counted, and groups it has waited for.
     pub(super) commits: Reg,
-    waited: Reg,
+    pub(super) waited: Reg,
     /// The thread that issues copies and arrives: `tid == 0`, or the producer
     /// warpgroup's first thread.
     pub(super) leader: Reg,

@@ -38,14 +38,33 @@ pub(crate) enum Role {
     Consumer,
 }
 
+/// The named barriers of ping-pong turns: warpgroup `w` waits at `TURN_BARRIER + w`
+/// and passes the turn on with an arrival at the other's.
+#[derive(Copy, Clone)]
+struct Turns {
+    mine: Reg,
+    other: Reg,
+    second: Reg,
+}
+
+/// Named barrier 0 is the CTA's, 1 the consumers'.
+const TURN_BARRIER: u32 = 2;
+
 pub(crate) struct WarpRoles {
     pub role: Role,
     split: crate::warp_spec::RegisterSplit,
     /// The specialized loop's body ops the producer runs, and those the consumers skip.
     producer_keep: HashSet<OpId>,
     consumer_skip: HashSet<OpId>,
-    /// The dot of the loop, after which the consumers release the group they read.
-    dot: OpId,
+    /// The loop's last dot, after which the consumers release the iteration's groups.
+    last_dot: OpId,
+    /// The loop's first dot, and with `producer = "pingpong"` the named barriers of the
+    /// consumer warpgroups' turns at it (this warpgroup's, the other's) and whether this
+    /// is the second warpgroup.
+    first_dot: OpId,
+    turns: Option<Turns>,
+    /// The producer's commit groups per iteration.
+    groups: i64,
     /// Groups the consumers have released (their arrivals on empty barriers).
     released: Reg,
     /// A TMA copy has been emitted since the last commit (the producer waits for the
@@ -63,13 +82,26 @@ impl WarpRoles {
         let producer_keep = crate::warp_spec::producer_slice(f, body);
         let consumer_skip =
             body.ops.iter().copied().filter(|&id| matches!(f.op(id).kind, OpKind::CpAsync | OpKind::Barrier)).collect();
-        let dot = body.ops.iter().copied().find(|&id| f.op(id).kind == OpKind::Dot)?;
+        let dots: Vec<OpId> = body.ops.iter().copied().filter(|&id| f.op(id).kind == OpKind::Dot).collect();
+        let (first_dot, last_dot) = (*dots.first()?, *dots.last()?);
+        let groups = body.ops.iter().filter(|&&id| f.op(id).kind == OpKind::AsyncCommit).count() as i64;
         let released = b.in_prologue(|b| {
             let r = b.reg(Class::B32);
             b.ins(format!("mov.u32 {r}, 0"));
             r
         });
-        Some(WarpRoles { role: Role::All, split, producer_keep, consumer_skip, dot, released, group_open: false })
+        Some(WarpRoles {
+            role: Role::All,
+            split,
+            producer_keep,
+            consumer_skip,
+            last_dot,
+            first_dot,
+            turns: None,
+            groups,
+            released,
+            group_open: false,
+        })
     }
 }
 
@@ -121,7 +153,63 @@ impl Emitter<'_> {
         self.b.place_label(&consumers);
         self.b.ins(format!("setmaxnreg.inc.sync.aligned.u32 {consumer_regs}"));
         self.set_role(Role::Consumer);
-        self.for_loop(op)
+        self.release_waited_groups();
+        let turns = op.attr(crate::warp_spec::PINGPONG).is_some().then(|| self.first_turn());
+        self.for_loop(op)?;
+        if let Some(t) = turns {
+            // The second warpgroup's last turn, passed on to the first.
+            let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
+            self.b.ins_if(t.second, true, format!("bar.sync {TURN_BARRIER}, {pair}"));
+        }
+        Ok(())
+    }
+
+    /// At the consumers' start: the groups every thread has waited for before the loop
+    /// (operands loaded once, such as attention's Q) are released, in order, so that
+    /// every group is released once and the empty barriers' phases count groups.
+    fn release_waited_groups(&mut self) {
+        let (Some(roles), Some(tma)) = (self.roles.as_ref(), self.tma.as_ref()) else { return };
+        let (released, waited) = (roles.released, tma.waited);
+        let (head, done) = (self.b.label("release"), self.b.label("released"));
+        self.b.place_label(&head);
+        let p = self.b.reg(Class::Pred);
+        self.b.ins(format!("setp.ge.u32 {p}, {released}, {waited}"));
+        self.b.ins_if(p, false, format!("bra.uni {done}"));
+        self.release_group();
+        self.b.ins(format!("bra.uni {head}"));
+        self.b.place_label(&done);
+    }
+
+    /// Ping-pong: the consumer warpgroups' barriers, and the second warpgroup lets the
+    /// first take the first turn.
+    fn first_turn(&mut self) -> Turns {
+        let tid = self.exprs.emit(&mut self.b, &Expr::tid());
+        let b = &mut self.b;
+        let (warpgroup, mine, other, second) =
+            (b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::Pred));
+        b.ins(format!("shr.u32 {warpgroup}, {tid}, 7"));
+        b.ins(format!("add.u32 {mine}, {warpgroup}, {TURN_BARRIER}"));
+        b.ins(format!("sub.u32 {other}, {}, {warpgroup}", TURN_BARRIER + 1));
+        b.ins(format!("setp.ne.u32 {second}, {warpgroup}, 0"));
+        let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
+        b.ins_if(second, false, format!("bar.arrive {TURN_BARRIER}, {pair}"));
+        let turns = Turns { mine, other, second };
+        if let Some(r) = self.roles.as_mut() {
+            r.turns = Some(turns);
+        }
+        turns
+    }
+
+    /// Before a dot of the specialized loop, on the consumers: with ping-pong, the first
+    /// dot waits for this warpgroup's turn.
+    pub(super) fn take_turn_before(&mut self, id: OpId) {
+        let Some(roles) = self.roles.as_ref().filter(|r| r.role == Role::Consumer && r.first_dot == id) else {
+            return;
+        };
+        if let Some(t) = roles.turns {
+            let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
+            self.b.ins(format!("bar.sync {}, {pair}", t.mine));
+        }
     }
 
     fn set_role(&mut self, role: Role) {
@@ -153,12 +241,28 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// After the specialized loop's dot, on the consumers: the group it read is done
-    /// (its `wgmma.wait_group 0` has returned), so its slot may be refilled.
+    /// After a dot of the specialized loop, on the consumers: the first dot's result is
+    /// in (its `wgmma.wait_group 0` has returned), so with ping-pong the other warpgroup
+    /// takes its turn; after the last dot the iteration's groups are done, so their slots
+    /// may be refilled.
     pub(super) fn release_after(&mut self, id: OpId) {
-        let Some(roles) = self.roles.as_ref().filter(|r| r.role == Role::Consumer && r.dot == id) else { return };
+        let Some(roles) = self.roles.as_ref().filter(|r| r.role == Role::Consumer) else { return };
+        let (turns, groups, last) = (roles.turns.filter(|_| roles.first_dot == id), roles.groups, roles.last_dot == id);
+        if let Some(t) = turns {
+            let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
+            self.b.ins(format!("bar.arrive {}, {pair}", t.other));
+        }
+        if last {
+            for _ in 0..groups {
+                self.release_group();
+            }
+        }
+    }
+
+    /// The consumers' arrival on the empty barrier of the next group they release.
+    fn release_group(&mut self) {
+        let (Some(roles), Some(ring)) = (self.roles.as_ref(), self.tma.as_ref().map(|t| t.ring)) else { return };
         let released = roles.released;
-        let Some(ring) = self.tma.as_ref().map(|t| t.ring) else { return };
         let full = self.barrier_of(released);
         let state = self.b.reg(Class::B64);
         self.b.ins(format!(
@@ -171,8 +275,12 @@ impl Emitter<'_> {
     /// Before the first TMA copy of a group, on the producer: group `g ≥ S` refills slot
     /// `g mod S`, so it waits until the consumers have released group `g − S`, the
     /// `(g / S − 1)`-th phase of that slot's empty barrier.
+    ///
+    /// Before the roles split every thread runs the copies (the kernel's prologue), and a
+    /// slot is refilled there only after every thread has waited for the group that last
+    /// filled it and passed a CTA barrier, as without a producer.
     pub(super) fn wait_for_empty_slot(&mut self) {
-        let Some(roles) = self.roles.as_mut() else { return };
+        let Some(roles) = self.roles.as_mut().filter(|r| r.role == Role::Producer) else { return };
         if std::mem::replace(&mut roles.group_open, true) {
             return;
         }

@@ -51,7 +51,9 @@ pub fn standard_candidates(key: &str) -> Vec<KeyValue> {
         "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
         "mma" => vec![KeyValue::Str("mma.sync".into()), KeyValue::Str("wgmma".into())],
         "copy" => vec![KeyValue::Str("cp.async".into()), KeyValue::Str("tma".into())],
-        "producer" => vec![KeyValue::Str("none".into()), KeyValue::Str("warpgroup".into())],
+        "producer" => {
+            vec![KeyValue::Str("none".into()), KeyValue::Str("warpgroup".into()), KeyValue::Str("pingpong".into())]
+        }
         _ => Vec::new(),
     }
 }

@@ -128,7 +128,7 @@ fn example(key: &str) -> &'static str {
         "swizzle" => "\"none\", \"xor\"",
         "mma" => "\"mma.sync\", \"wgmma\"",
         "copy" => "\"cp.async\", \"tma\"",
-        "producer" => "\"none\", \"warpgroup\"",
+        "producer" => "\"none\", \"warpgroup\", \"pingpong\"",
         _ => "32, 64",
     }
 }
