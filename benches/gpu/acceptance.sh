@@ -76,7 +76,7 @@ for variant in tma:warps=8,copy=tma producer:warps=8,copy=tma,producer=warpgroup
     name=${variant%%:*}
     timeout 90 "$T" run examples/flash_attention.tsr --kernel flash_attention --dims BH=32,S=4096,D=128 \
         --arg causal=true --device gpu --check sampled \
-        --schedule BM=128,BN=128,stages=2,mma=wgmma,${variant#*:} --repeat 20 --json \
+        --schedule BM=128,BN=64,stages=2,mma=wgmma,${variant#*:} --repeat 20 --json \
         > "$OUT/fa_wgmma_$name.json" 2> "$OUT/fa_wgmma_$name.err"
     echo "attention $name rc=$?"; grep -A3 '"time_ms"' "$OUT/fa_wgmma_$name.json"; tail -5 "$OUT/fa_wgmma_$name.err"
 done

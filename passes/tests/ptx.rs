@@ -418,6 +418,20 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
                     if producer != (setmaxreg == 2) {
                         failures.push(format!("{what} [{config}]: {setmaxreg} USETMAXREG in the SASS"));
                     }
+                    // Ping-pong's turns: each warpgroup's wait (barriers 2 and 3) and its
+                    // arrival at the other's, on named barriers of 256 threads.
+                    if config.contains("producer=pingpong") {
+                        for turn in [
+                            "BAR.SYNC.DEFER_BLOCKING 0x2, 0x100",
+                            "BAR.SYNC.DEFER_BLOCKING 0x3, 0x100",
+                            "BAR.ARV 0x2, 0x100",
+                            "BAR.ARV 0x3, 0x100",
+                        ] {
+                            if !sass.contains(turn) {
+                                failures.push(format!("{what} [{config}]: no `{turn}` in the SASS"));
+                            }
+                        }
+                    }
                     sass_note = format!(
                         "{hgmma:>3} GMMA {utmaldg:>2} UTMALDG {utmastg} UTMASTG {setmaxreg} USETMAXREG  {}",
                         first.unwrap_or_default()

@@ -313,6 +313,12 @@ impl Cta<'_> {
         let barrier = self.barrier_at(t, pc, 2)?;
         self.mbarrier(pc, barrier)?;
         let bytes = self.box_in_smem(pc, dst, &map)?;
+        if let Some(addr) = self.wgmma_reading(dst, dst + bytes) {
+            return Err(self.err(
+                pc,
+                format!("a TMA copy into shared byte {addr}, which an in-flight wgmma.mma_async still reads"),
+            ));
+        }
         self.box_copies.push(BoxCopy { dst, bytes, barrier, map, coords });
         Ok(())
     }

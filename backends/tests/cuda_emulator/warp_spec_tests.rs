@@ -61,6 +61,25 @@ fn a_producer_that_does_not_wait_for_empty_slots_or_a_cta_barrier_after_it_exits
     }
 }
 
+/// A GEMM's consumers keep one `wgmma` group in flight (`wait_group 1`, CUTLASS's
+/// mainloop) and release an iteration's slots after the next dot's wait. Releasing them
+/// right after the dot's own `wait_group 1` lets the producer refill a slot an in-flight
+/// `wgmma` still reads, which must fail.
+#[test]
+fn consumers_keep_one_wgmma_group_in_flight_and_release_its_slot_after_the_next_wait() {
+    for kernel in ["two_warpgroups", "wide_n_relu"] {
+        let (func, code) = schedule_case(WGMMA_FIXTURE, kernel, Staging::Producer);
+        assert!(code.text.contains("wgmma.wait_group.sync.aligned 1;"), "`{kernel}`: no group left in flight");
+        run_tma_case(&func, &code).unwrap_or_else(|e| panic!("the unplanted `{kernel}` fails: {e}"));
+        let mut early = code.clone();
+        early.text =
+            code.text.lines().filter(|l| !(l.contains("bra.uni $no_lag"))).collect::<Vec<_>>().join("\n") + "\n";
+        assert_ne!(early.text, code.text, "`{kernel}`: no lagged release to remove");
+        let err = run_tma_case(&func, &early).expect_err("a slot released while a wgmma reads it");
+        assert!(err.contains("an in-flight wgmma.mma_async still reads"), "`{kernel}`: {err}");
+    }
+}
+
 /// Flash attention with a producer warpgroup (FlashAttention-3's structure): it issues
 /// Q once and K and V each iteration by TMA; the consumers run both dots and the online
 /// softmax in registers and release K's and V's slots after the second dot. Every
@@ -98,13 +117,13 @@ fn ping_pong_turns_that_do_not_balance_fail() {
     let (func, code) = schedule_case("examples/flash_attention.tsr", "flash_attention", Staging::PingPong);
     let run = |code: &tessera_passes::codegen::TargetCode| run_at(&func, code, "BH=2,S=100,D=64");
     run(&code).unwrap_or_else(|e| panic!("the unplanted attention fails: {e}"));
-    let without = |pred: &dyn Fn(&str) -> bool| {
-        let mut c = code.clone();
-        c.text = code.text.lines().filter(|l| !pred(l.trim())).collect::<Vec<_>>().join("\n") + "\n";
-        assert_ne!(c.text, code.text, "nothing to remove");
-        c
-    };
-    let no_last = without(&|l| l.ends_with("bar.sync 2, 256;"));
+    // The first warpgroup's wait after the loop: the last `bar.sync 2` (the one in the
+    // loop is its wait for its turn).
+    let lines: Vec<&str> = code.text.lines().collect();
+    let last = lines.iter().rposition(|l| l.trim_end().ends_with("bar.sync 2, 256;")).expect("the last turn");
+    let mut no_last = code.clone();
+    no_last.text =
+        lines.iter().enumerate().filter(|&(i, _)| i != last).map(|(_, l)| *l).collect::<Vec<_>>().join("\n") + "\n";
     let err = run(&no_last).expect_err("a turn nobody takes");
     assert!(err.contains("arrivals at barrier 2"), "{err}");
 }

@@ -413,6 +413,18 @@ impl Cta<'_> {
         Ok(())
     }
 
+    /// A shared byte in `lo..hi` that an in-flight `wgmma.mma_async` of any warpgroup
+    /// still reads: the hardware may read it any time until the group completes, so a
+    /// copy into it is a write-after-read race whenever the copy lands.
+    pub(crate) fn wgmma_reading(&self, lo: u64, hi: u64) -> Option<u64> {
+        self.warpgroups
+            .iter()
+            .flat_map(|w| std::iter::once(&w.open).chain(w.committed.iter()))
+            .flat_map(|g| g.reads.iter())
+            .map(|&(addr, _)| addr)
+            .find(|addr| (lo..hi).contains(addr))
+    }
+
     /// The accumulator input of thread `t`'s register `r`: the newest pending result of
     /// this warpgroup for it, else the register.
     fn pending_or_register(&self, pc: usize, group: usize, t: usize, r: usize) -> Result<u64, String> {

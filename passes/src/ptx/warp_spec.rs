@@ -1,5 +1,5 @@
-//! The two roles of a warp-specialized kernel (`producer = "warpgroup"`, the rule and
-//! the protocol are `crate::warp_spec`'s).
+//! The two roles of a warp-specialized kernel (`producer = "warpgroup"` or
+//! `"pingpong"`; the rule and the protocol are `crate::warp_spec`'s).
 //!
 //! Threads `0 .. threads` are the consumers (the schedule's warps, so every layout and
 //! thread map is the one the kernel has without a producer); the producer warpgroup is
@@ -15,7 +15,13 @@
 //!     exit
 //! CONSUMERS:
 //!     setmaxnreg.inc.sync.aligned.u32 232
-//!     loop: wait full barrier, wgmma dot, arrive on the slot's empty barrier   (no CTA barrier)
+//!     release the groups waited for before the loop
+//!     [ping-pong: warpgroup 1 gives warpgroup 0 the first turn]
+//!     loop: wait full barriers, [take the turn] dots [pass it] and register math,
+//!           arrive on the iteration's empty barriers                (no CTA barrier)
+//!           (a GEMM: its dot stays in flight, `wait_group 1`, and the previous
+//!           iteration's barriers are the ones released)
+//!     [wgmma.wait_group 0] [ping-pong: warpgroup 0 takes the last turn]
 //!     epilogue                                 // its CTA barriers: bar.sync 1, threads
 //! ```
 //!
@@ -38,12 +44,12 @@ pub(crate) enum Role {
     Consumer,
 }
 
-/// The named barriers of ping-pong turns: warpgroup `w` waits at `TURN_BARRIER + w`
-/// and passes the turn on with an arrival at the other's.
+/// Ping-pong turns: warpgroup `w` waits at named barrier `TURN_BARRIER + w` and passes
+/// the turn on with an arrival at the other's. The ids are immediates, one instruction
+/// per warpgroup under `second` (a register id would make ptxas reserve all 16).
 #[derive(Copy, Clone)]
 struct Turns {
-    mine: Reg,
-    other: Reg,
+    /// This is the second consumer warpgroup.
     second: Reg,
 }
 
@@ -65,6 +71,15 @@ pub(crate) struct WarpRoles {
     turns: Option<Turns>,
     /// The producer's commit groups per iteration.
     groups: i64,
+    /// The loop's one dot may stay in flight while the next iteration's is issued
+    /// (CUTLASS's mainloop): it only accumulates, and the ring has at least two stages,
+    /// so the producer never waits for the slot the dot in flight reads.
+    overlap: bool,
+    /// Under `overlap`: the last dot was left in flight (its iteration's groups are
+    /// released after the next dot's wait, or not at all after the last), and whether a
+    /// previous iteration's dot is waiting for that release.
+    left_in_flight: bool,
+    lagging: Option<Reg>,
     /// Groups the consumers have released (their arrivals on empty barriers).
     released: Reg,
     /// A TMA copy has been emitted since the last commit (the producer waits for the
@@ -85,6 +100,15 @@ impl WarpRoles {
         let dots: Vec<OpId> = body.ops.iter().copied().filter(|&id| f.op(id).kind == OpKind::Dot).collect();
         let (first_dot, last_dot) = (*dots.first()?, *dots.last()?);
         let groups = body.ops.iter().filter(|&&id| f.op(id).kind == OpKind::AsyncCommit).count() as i64;
+        let stages = crate::tma::mbarrier_ring(f).map_or(0, |(_, ring)| ring / groups.max(1));
+        let only_accumulates = |dot: OpId| {
+            let result = f.op(dot).results[0];
+            body.ops.iter().all(|&id| {
+                let op = f.op(id);
+                !op.operands.contains(&result) || op.kind == OpKind::Yield
+            })
+        };
+        let overlap = dots.len() == 1 && stages >= 2 && only_accumulates(last_dot);
         let released = b.in_prologue(|b| {
             let r = b.reg(Class::B32);
             b.ins(format!("mov.u32 {r}, 0"));
@@ -99,6 +123,9 @@ impl WarpRoles {
             first_dot,
             turns: None,
             groups,
+            overlap,
+            left_in_flight: false,
+            lagging: None,
             released,
             group_open: false,
         })
@@ -155,7 +182,17 @@ impl Emitter<'_> {
         self.set_role(Role::Consumer);
         self.release_waited_groups();
         let turns = op.attr(crate::warp_spec::PINGPONG).is_some().then(|| self.first_turn());
+        if let Some(r) = self.roles.as_mut().filter(|r| r.overlap) {
+            let lagging = self.b.reg(Class::Pred);
+            self.b.ins(format!("setp.ne.u32 {lagging}, 0, 0"));
+            r.lagging = Some(lagging);
+        }
         self.for_loop(op)?;
+        if self.roles.as_ref().is_some_and(|r| r.left_in_flight) {
+            // The last iteration's dot. Its groups are not released: the producer has
+            // issued its last group and waits for no slot any more.
+            self.b.ins("wgmma.wait_group.sync.aligned 0");
+        }
         if let Some(t) = turns {
             // The second warpgroup's last turn, passed on to the first.
             let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
@@ -185,15 +222,11 @@ impl Emitter<'_> {
     fn first_turn(&mut self) -> Turns {
         let tid = self.exprs.emit(&mut self.b, &Expr::tid());
         let b = &mut self.b;
-        let (warpgroup, mine, other, second) =
-            (b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::B32), b.reg(Class::Pred));
-        b.ins(format!("shr.u32 {warpgroup}, {tid}, 7"));
-        b.ins(format!("add.u32 {mine}, {warpgroup}, {TURN_BARRIER}"));
-        b.ins(format!("sub.u32 {other}, {}, {warpgroup}", TURN_BARRIER + 1));
-        b.ins(format!("setp.ne.u32 {second}, {warpgroup}, 0"));
+        let second = b.reg(Class::Pred);
+        b.ins(format!("setp.ge.u32 {second}, {tid}, {}", crate::warp_spec::WARPGROUP_THREADS));
         let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
         b.ins_if(second, false, format!("bar.arrive {TURN_BARRIER}, {pair}"));
-        let turns = Turns { mine, other, second };
+        let turns = Turns { second };
         if let Some(r) = self.roles.as_mut() {
             r.turns = Some(turns);
         }
@@ -208,7 +241,8 @@ impl Emitter<'_> {
         };
         if let Some(t) = roles.turns {
             let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
-            self.b.ins(format!("bar.sync {}, {pair}", t.mine));
+            self.b.ins_if(t.second, true, format!("bar.sync {TURN_BARRIER}, {pair}"));
+            self.b.ins_if(t.second, false, format!("bar.sync {}, {pair}", TURN_BARRIER + 1));
         }
     }
 
@@ -250,12 +284,43 @@ impl Emitter<'_> {
         let (turns, groups, last) = (roles.turns.filter(|_| roles.first_dot == id), roles.groups, roles.last_dot == id);
         if let Some(t) = turns {
             let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
-            self.b.ins(format!("bar.arrive {}, {pair}", t.other));
+            self.b.ins_if(t.second, true, format!("bar.arrive {}, {pair}", TURN_BARRIER + 1));
+            self.b.ins_if(t.second, false, format!("bar.arrive {TURN_BARRIER}, {pair}"));
         }
-        if last {
+        if !last {
+            return;
+        }
+        let lagging = match self.roles.as_ref() {
+            Some(r) if r.left_in_flight => r.lagging,
+            _ => None,
+        };
+        let Some(lagging) = lagging else {
             for _ in 0..groups {
                 self.release_group();
             }
+            return;
+        };
+        // The dot just issued is in flight and the previous iteration's has completed
+        // (`wait_group 1`): release the previous iteration's groups, if there was one.
+        let skip = self.b.label("no_lag");
+        self.b.ins_if(lagging, true, format!("bra.uni {skip}"));
+        for _ in 0..groups {
+            self.release_group();
+        }
+        self.b.place_label(&skip);
+        self.b.ins(format!("setp.eq.u32 {lagging}, 1, 1"));
+    }
+
+    /// Whether the dot `id` (of the specialized loop, on the consumers) may be left in
+    /// flight across iterations.
+    pub(super) fn keeps_dot_in_flight(&self, id: OpId) -> bool {
+        self.roles.as_ref().is_some_and(|r| r.role == Role::Consumer && r.overlap && r.last_dot == id)
+    }
+
+    /// The wgmma lowering says whether it left the dot in flight.
+    pub(super) fn dot_left_in_flight(&mut self, in_flight: bool) {
+        if let Some(r) = self.roles.as_mut().filter(|r| r.role == Role::Consumer) {
+            r.left_in_flight = in_flight;
         }
     }
 

@@ -6,7 +6,8 @@
 //! rows one `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}` (A K-major, B
 //! N-major: `imm-trans-b = 1`), then `wgmma.commit_group` and `wgmma.wait_group 0`:
 //! the accumulator registers are read only after the wait, and the operand slots are
-//! free for the next copies once every warpgroup passed it.
+//! free for the next copies once every warpgroup passed it. (The consumers of a
+//! producer warpgroup's GEMM wait with `wait_group 1` instead: `ptx::warp_spec`.)
 //!
 //! Matrix descriptors (PTX ISA, "Matrix Descriptor Format" of the warpgroup-level MMA):
 //! bits 0–13 the start address >> 4, 16–29 the leading-dimension byte offset (LBO) >> 4,
@@ -215,8 +216,17 @@ impl Emitter<'_> {
         // on the first k step).
         let c_vals = self.wide(&c);
         let zero_start = c_vals.iter().all(|v| matches!(v, Operand::F32(0) | Operand::Int(0)));
-        let acc: Vec<Reg> = (0..c_vals.len()).map(|_| self.b.reg(Class::F32)).collect();
-        if !zero_start {
+        let carried: Option<Vec<Reg>> =
+            c_vals.iter().map(|v| if let Operand::Reg(r) = v { Some(*r) } else { None }).collect();
+        // A K loop's dot that stays in flight while the next one is issued accumulates
+        // in place: its registers are the carried accumulator's, which nothing else reads
+        // until the wait after the loop.
+        let in_flight = carried.as_ref().filter(|_| self.keeps_dot_in_flight(self.current)).cloned();
+        let acc: Vec<Reg> = match &in_flight {
+            Some(regs) => regs.clone(),
+            None => (0..c_vals.len()).map(|_| self.b.reg(Class::F32)).collect(),
+        };
+        if !zero_start && in_flight.is_none() {
             for (r, &v) in acc.iter().zip(&c_vals) {
                 super::emit::mov(&mut self.b, *r, v);
             }
@@ -254,7 +264,10 @@ impl Emitter<'_> {
             }
         }
         self.b.ins("wgmma.commit_group.sync.aligned");
-        self.b.ins("wgmma.wait_group.sync.aligned 0");
+        // In flight: wait for the previous iteration's group only.
+        let pending = u32::from(in_flight.is_some());
+        self.b.ins(format!("wgmma.wait_group.sync.aligned {pending}"));
+        self.dot_left_in_flight(in_flight.is_some());
         let out = if k == 0 { c_vals } else { acc.into_iter().map(Operand::Reg).collect() };
         self.set(op.results[0], Val::Tile(TileVal { dtype: out_dtype, shape, layout, repr: Repr::Wide(out) }));
         Ok(())
