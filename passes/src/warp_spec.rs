@@ -200,26 +200,10 @@ fn register_work_problem(graph: &Func, ops: &[OpId], operand_loads: &[OpId]) -> 
             | OpKind::Barrier
             | OpKind::AsyncCommit
             | OpKind::AsyncWait
-            | OpKind::Constant
             | OpKind::SchedParam
-            | OpKind::View
             | OpKind::TensorDim
-            | OpKind::Full
-            | OpKind::Splat
-            | OpKind::Arange
-            | OpKind::Broadcast
-            | OpKind::ExpandDims
-            | OpKind::Transpose
-            | OpKind::Reduce
-            | OpKind::Dot
-            | OpKind::CausalMask
-            | OpKind::ConvertLayout
-            | OpKind::Rand
-            | OpKind::Select
-            | OpKind::Cmp
-            | OpKind::Cast
-            | OpKind::Yield => true,
-            k => (k.is_binary() || k.is_unary_math()) && op.regions.is_empty(),
+            | OpKind::Dot => true,
+            _ => is_register_work(op),
         };
         if !fine {
             return Some((
@@ -343,23 +327,7 @@ fn loop_op_problem(f: &Func, ops: &[OpId], top: bool) -> Option<String> {
                 }
                 true
             }
-            OpKind::View
-            | OpKind::Yield
-            | OpKind::Constant
-            | OpKind::Full
-            | OpKind::Splat
-            | OpKind::Arange
-            | OpKind::Broadcast
-            | OpKind::ExpandDims
-            | OpKind::Transpose
-            | OpKind::ConvertLayout
-            | OpKind::Reduce
-            | OpKind::CausalMask
-            | OpKind::Rand
-            | OpKind::Select
-            | OpKind::Cmp
-            | OpKind::Cast => true,
-            k => (k.is_binary() || k.is_unary_math()) && op.regions.is_empty(),
+            _ => is_register_work(op),
         };
         if !fine {
             let at = if top { "the K loop" } else { "a branch of the K loop" };
@@ -367,6 +335,30 @@ fn loop_op_problem(f: &Func, ops: &[OpId], top: bool) -> Option<String> {
         }
     }
     None
+}
+
+/// An op that computes in registers (or names a view, or yields), in Graph IR and in
+/// Tile IR: what the consumers may do in the K loop besides its dots.
+fn is_register_work(op: &crate::ir::Op) -> bool {
+    match op.kind {
+        OpKind::View
+        | OpKind::Yield
+        | OpKind::Constant
+        | OpKind::Full
+        | OpKind::Splat
+        | OpKind::Arange
+        | OpKind::Broadcast
+        | OpKind::ExpandDims
+        | OpKind::Transpose
+        | OpKind::ConvertLayout
+        | OpKind::Reduce
+        | OpKind::CausalMask
+        | OpKind::Rand
+        | OpKind::Select
+        | OpKind::Cmp
+        | OpKind::Cast => true,
+        k => (k.is_binary() || k.is_unary_math()) && op.regions.is_empty(),
+    }
 }
 
 /// The producer's threads of a kernel (0 without a producer warpgroup).
