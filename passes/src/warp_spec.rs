@@ -45,18 +45,21 @@ pub const EMPTY_BARRIERS: &str = "empty_barriers";
 
 /// One warpgroup.
 pub const WARPGROUP_THREADS: i64 = 128;
-/// The producer's registers after `setmaxnreg.dec`: what issuing TMA copies needs
-/// (CUTLASS's `LoadRegisterRequirement`).
-pub const PRODUCER_REG_COUNT: i64 = 40;
+/// The producer's registers after `setmaxnreg.dec`: what issuing TMA copies needs.
+/// FlashAttention-3's `LoadRegisterRequirement` for two consumer warpgroups; CUTLASS's
+/// GEMMs keep 40, but our producer's slice (coordinates, the barrier ring) assembles
+/// without spills in 24, and the 16 registers more per consumer thread halve
+/// attention's spills at D = 128 (docs/targets.md).
+pub const PRODUCER_REG_COUNT: i64 = 24;
 /// The registers of an SM (and of one CTA at most).
 const REGISTER_FILE: i64 = 65536;
 
 /// The consumers' registers after `setmaxnreg.inc`: what the register file has left
-/// after the producer, per consumer thread, in steps of 8, at most 232 (CUTLASS's
-/// `MmaRegisterRequirement` for two consumer warpgroups).
+/// after the producer, per consumer thread, in steps of 8, at most 240
+/// (FlashAttention-3's `MmaRegisterRequirement` for two consumer warpgroups).
 pub fn consumer_reg_count(consumer_threads: i64) -> i64 {
     let left = (REGISTER_FILE - WARPGROUP_THREADS * PRODUCER_REG_COUNT) / consumer_threads.max(1);
-    (left / 8 * 8).min(232)
+    (left / 8 * 8).min(240)
 }
 
 /// Why `producer = "warpgroup"` (or `"pingpong"`) cannot be used for the kernel `graph`

@@ -459,7 +459,7 @@ fn wgmma_candidates_that_cannot_run_are_pruned_with_the_reason() {
 }
 
 /// `producer = "warpgroup"`: a producer warpgroup's GEMM checks clean on sm_90 (its
-/// consumers' estimate held to the 232 registers `setmaxnreg` gives them), and in an
+/// consumers' estimate held to the 240 registers `setmaxnreg` gives them), and in an
 /// autotune space the candidates without TMA copies are pruned with the reason (W0702,
 /// category "producer warpgroup").
 #[test]

@@ -9,12 +9,12 @@
 //!
 //! ```text
 //!     setp.ge.u32 %p, %tid, threads;  @!%p bra.uni CONSUMERS
-//!     setmaxnreg.dec.sync.aligned.u32 40      // the producer warpgroup gives registers back
+//!     setmaxnreg.dec.sync.aligned.u32 24      // the producer warpgroup gives registers back
 //!     @!leader exit
 //!     loop: [wait empty barrier of the slot] TMA copies, commit     (the loop's producer slice)
 //!     exit
 //! CONSUMERS:
-//!     setmaxnreg.inc.sync.aligned.u32 232
+//!     setmaxnreg.inc.sync.aligned.u32 240
 //!     release the groups waited for before the loop
 //!     [ping-pong: warpgroup 1 gives warpgroup 0 the first turn]
 //!     loop: wait full barriers, [take the turn] dots [pass it] and register math,
