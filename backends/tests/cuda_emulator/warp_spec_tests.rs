@@ -4,7 +4,9 @@
 //! interpreter and the f64 reference at whole and ragged shapes; and planted bugs in the
 //! protocol that must fail.
 
-use super::wgmma_tests::{emulate_files, gemm_files, run_at, run_tma_case, schedule_case, Staging, WGMMA_FIXTURE};
+use super::wgmma_tests::{
+    emulate_files, gemm_files, run_at, run_tma_case, schedule_case, Staging, ATTENTION_FILES, WGMMA_FIXTURE,
+};
 
 #[test]
 fn a_producer_warpgroup_feeds_wgmma_what_the_interpreter_and_the_reference_compute() {
@@ -87,8 +89,7 @@ fn consumers_keep_one_wgmma_group_in_flight_and_release_its_slot_after_the_next_
 /// and a ragged sequence length, against the interpreter and the f64 reference.
 #[test]
 fn a_producer_warpgroup_feeds_flash_attention() {
-    let files = [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
-    let covered = emulate_files(&files, Staging::Producer, None);
+    let covered = emulate_files(ATTENTION_FILES, Staging::Producer, None);
     eprintln!("{covered} attention configurations ran with a producer warpgroup");
     assert!(covered >= 5, "only {covered} attention configurations ran with a producer warpgroup");
 }
@@ -98,8 +99,7 @@ fn a_producer_warpgroup_feeds_flash_attention() {
 /// GEMMs, against the interpreter and the f64 reference.
 #[test]
 fn ping_pong_consumers_compute_what_the_interpreter_and_the_reference_compute() {
-    let files = [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
-    let attention = emulate_files(&files, Staging::PingPong, None);
+    let attention = emulate_files(ATTENTION_FILES, Staging::PingPong, None);
     eprintln!("{attention} attention configurations ran with ping-pong consumers");
     assert!(attention >= 3, "only {attention} attention configurations ran with ping-pong consumers");
     let only = std::env::var("TESSERA_EMULATE").ok();

@@ -26,6 +26,11 @@ const OPERANDS_FIXTURE: &str = "tests/fixtures/wgmma/operands.tsr";
 /// FP8 GEMMs (m64nNk32, both operands K-major).
 const FP8_FIXTURE: &str = "tests/fixtures/wgmma/fp8.tsr";
 
+/// Flash attention: every candidate of the example's space, and the corpus kernel's
+/// default schedule.
+pub(crate) const ATTENTION_FILES: &[(&str, bool)] =
+    &[("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
+
 /// The GEMMs of the examples and the corpus the slice starts from.
 const GEMM_FILES: &[&str] = &[
     "examples/gemm.tsr",
@@ -262,8 +267,7 @@ fn wgmma_gemms_compute_what_the_interpreter_and_the_reference_compute() {
 /// default, at a whole and a ragged sequence length.
 #[test]
 fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
-    let files = [("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
-    let covered = emulate_files(&files, Staging::Own, None);
+    let covered = emulate_files(ATTENTION_FILES, Staging::Own, None);
     assert!(covered >= 2, "only {covered} attention kernels ran with wgmma");
 }
 

@@ -55,6 +55,8 @@ struct Turns {
 
 /// Named barrier 0 is the CTA's, 1 the consumers'.
 const TURN_BARRIER: u32 = 2;
+/// A turn barrier counts both consumer warpgroups.
+const TURN_THREADS: i64 = 2 * crate::warp_spec::WARPGROUP_THREADS;
 
 pub(crate) struct WarpRoles {
     pub role: Role,
@@ -75,10 +77,9 @@ pub(crate) struct WarpRoles {
     /// (CUTLASS's mainloop): it only accumulates, and the ring has at least two stages,
     /// so the producer never waits for the slot the dot in flight reads.
     overlap: bool,
-    /// Under `overlap`: the last dot was left in flight (its iteration's groups are
-    /// released after the next dot's wait, or not at all after the last), and whether a
-    /// previous iteration's dot is waiting for that release.
-    left_in_flight: bool,
+    /// Under `overlap`, from the consumers' start: whether a previous iteration's dot
+    /// waits for the release of its groups (after the next dot's wait; the last
+    /// iteration's are never released).
     lagging: Option<Reg>,
     /// Groups the consumers have released (their arrivals on empty barriers).
     released: Reg,
@@ -124,7 +125,6 @@ impl WarpRoles {
             turns: None,
             groups,
             overlap,
-            left_in_flight: false,
             lagging: None,
             released,
             group_open: false,
@@ -188,15 +188,14 @@ impl Emitter<'_> {
             r.lagging = Some(lagging);
         }
         self.for_loop(op)?;
-        if self.roles.as_ref().is_some_and(|r| r.left_in_flight) {
+        if self.roles.as_ref().is_some_and(|r| r.lagging.is_some()) {
             // The last iteration's dot. Its groups are not released: the producer has
             // issued its last group and waits for no slot any more.
             self.b.ins("wgmma.wait_group.sync.aligned 0");
         }
         if let Some(t) = turns {
             // The second warpgroup's last turn, passed on to the first.
-            let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
-            self.b.ins_if(t.second, true, format!("bar.sync {TURN_BARRIER}, {pair}"));
+            self.b.ins_if(t.second, true, format!("bar.sync {TURN_BARRIER}, {TURN_THREADS}"));
         }
         Ok(())
     }
@@ -224,8 +223,7 @@ impl Emitter<'_> {
         let b = &mut self.b;
         let second = b.reg(Class::Pred);
         b.ins(format!("setp.ge.u32 {second}, {tid}, {}", crate::warp_spec::WARPGROUP_THREADS));
-        let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
-        b.ins_if(second, false, format!("bar.arrive {TURN_BARRIER}, {pair}"));
+        b.ins_if(second, false, format!("bar.arrive {TURN_BARRIER}, {TURN_THREADS}"));
         let turns = Turns { second };
         if let Some(r) = self.roles.as_mut() {
             r.turns = Some(turns);
@@ -240,9 +238,7 @@ impl Emitter<'_> {
             return;
         };
         if let Some(t) = roles.turns {
-            let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
-            self.b.ins_if(t.second, true, format!("bar.sync {TURN_BARRIER}, {pair}"));
-            self.b.ins_if(t.second, false, format!("bar.sync {}, {pair}", TURN_BARRIER + 1));
+            self.turn_barrier(t, "sync", true);
         }
     }
 
@@ -283,25 +279,20 @@ impl Emitter<'_> {
         let Some(roles) = self.roles.as_ref().filter(|r| r.role == Role::Consumer) else { return };
         let (turns, groups, last) = (roles.turns.filter(|_| roles.first_dot == id), roles.groups, roles.last_dot == id);
         if let Some(t) = turns {
-            let pair = 2 * crate::warp_spec::WARPGROUP_THREADS;
-            self.b.ins_if(t.second, true, format!("bar.arrive {}, {pair}", TURN_BARRIER + 1));
-            self.b.ins_if(t.second, false, format!("bar.arrive {TURN_BARRIER}, {pair}"));
+            self.turn_barrier(t, "arrive", false);
         }
         if !last {
             return;
         }
-        let lagging = match self.roles.as_ref() {
-            Some(r) if r.left_in_flight => r.lagging,
-            _ => None,
-        };
-        let Some(lagging) = lagging else {
+        let Some(lagging) = self.roles.as_ref().and_then(|r| r.lagging) else {
             for _ in 0..groups {
                 self.release_group();
             }
             return;
         };
-        // The dot just issued is in flight and the previous iteration's has completed
-        // (`wait_group 1`): release the previous iteration's groups, if there was one.
+        // The dot just issued is in flight (or done, where the lowering could not
+        // accumulate in place) and the previous iteration's has completed (`wait_group
+        // 1`): release the previous iteration's groups, if there was one.
         let skip = self.b.label("no_lag");
         self.b.ins_if(lagging, true, format!("bra.uni {skip}"));
         for _ in 0..groups {
@@ -317,11 +308,12 @@ impl Emitter<'_> {
         self.roles.as_ref().is_some_and(|r| r.role == Role::Consumer && r.overlap && r.last_dot == id)
     }
 
-    /// The wgmma lowering says whether it left the dot in flight.
-    pub(super) fn dot_left_in_flight(&mut self, in_flight: bool) {
-        if let Some(r) = self.roles.as_mut().filter(|r| r.role == Role::Consumer) {
-            r.left_in_flight = in_flight;
-        }
+    /// `bar.{verb}` of each consumer warpgroup at its own turn barrier (`own`) or at the
+    /// other's: immediate ids, one instruction per warpgroup.
+    fn turn_barrier(&mut self, t: Turns, verb: &str, own: bool) {
+        let (first, second) = if own { (TURN_BARRIER, TURN_BARRIER + 1) } else { (TURN_BARRIER + 1, TURN_BARRIER) };
+        self.b.ins_if(t.second, true, format!("bar.{verb} {first}, {TURN_THREADS}"));
+        self.b.ins_if(t.second, false, format!("bar.{verb} {second}, {TURN_THREADS}"));
     }
 
     /// The consumers' arrival on the empty barrier of the next group they release.

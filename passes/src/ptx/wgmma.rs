@@ -267,7 +267,6 @@ impl Emitter<'_> {
         // In flight: wait for the previous iteration's group only.
         let pending = u32::from(in_flight.is_some());
         self.b.ins(format!("wgmma.wait_group.sync.aligned {pending}"));
-        self.dot_left_in_flight(in_flight.is_some());
         let out = if k == 0 { c_vals } else { acc.into_iter().map(Operand::Reg).collect() };
         self.set(op.results[0], Val::Tile(TileVal { dtype: out_dtype, shape, layout, repr: Repr::Wide(out) }));
         Ok(())

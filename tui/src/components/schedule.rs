@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use tessera_frontend::check::schedule::{canonical_key, validate, STANDARD_KEYS};
+use tessera_frontend::check::schedule::{canonical_key, choices, validate, STANDARD_KEYS};
 use tessera_frontend::check::{KeyValue, ScheduleValue};
 use tessera_passes::DEFAULT_SHAPE;
 
@@ -48,11 +48,11 @@ pub fn standard_candidates(key: &str) -> Vec<KeyValue> {
         "BM" | "BN" | "BK" | "BD" => ints(&[16, 32, 64, 128, 256]),
         "warps" | "vector" => ints(&[1, 2, 4, 8, 16]),
         "stages" => ints(&[1, 2, 3, 4, 5, 6, 7, 8]),
+        // Stepped from the default "none" (E0701 lists "xor" first).
         "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
-        "mma" => vec![KeyValue::Str("mma.sync".into()), KeyValue::Str("wgmma".into())],
-        "copy" => vec![KeyValue::Str("cp.async".into()), KeyValue::Str("tma".into())],
-        "producer" => {
-            vec![KeyValue::Str("none".into()), KeyValue::Str("warpgroup".into()), KeyValue::Str("pingpong".into())]
+        // The values E0701 accepts, the default first.
+        k @ ("mma" | "copy" | "producer") => {
+            choices(k).unwrap_or_default().iter().map(|v| KeyValue::Str((*v).into())).collect()
         }
         _ => Vec::new(),
     }
