@@ -82,6 +82,7 @@ codes! {
     E0704 Error "warpgroup MMA (wgmma) cannot be used here";
     E0706 Error "TMA copies cannot be used here";
     E0707 Error "a producer warpgroup cannot be used here";
+    E0708 Error "a thread-block cluster cannot be used here";
     W0705 Warning "autotune key never read";
     E0800 Error "missing parameter annotation";
     E0801 Error "wrong number of arguments";
@@ -105,7 +106,20 @@ impl Code {
         use Code::*;
         matches!(
             self,
-            E0500 | E0501 | W0600 | W0601 | W0602 | W0603 | W0604 | W0605 | W0702 | E0703 | E0704 | E0706 | E0707
+            E0500
+                | E0501
+                | W0600
+                | W0601
+                | W0602
+                | W0603
+                | W0604
+                | W0605
+                | W0702
+                | E0703
+                | E0704
+                | E0706
+                | E0707
+                | E0708
         )
     }
 }

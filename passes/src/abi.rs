@@ -59,6 +59,9 @@ pub struct KernelAbi {
     /// The tensor maps of its TMA copies (`copy = "tma"`): 128-byte parameters after
     /// the slots of `params`, encoded by the launcher from the tensor arguments.
     pub tensor_maps: Vec<crate::tma::TensorMapSpec>,
+    /// The thread-block cluster (`cluster=(x, y)`, `[1, 1, 1]` without one): the launch
+    /// grid is rounded up to whole clusters ([`KernelAbi::launch_grid`]).
+    pub cluster: [u32; 3],
 }
 
 /// Values for a kernel's dim symbols and the grid they give.
@@ -94,7 +97,8 @@ impl KernelAbi {
             }
         }
         let tensor_maps = crate::tma::tensor_maps(func).map_err(|e| format!("`{}`: {e}", func.name))?;
-        Ok(KernelAbi { name: func.name.clone(), params, grid, threads, seed, tensor_maps })
+        let cluster = crate::cluster::cluster_dims(func);
+        Ok(KernelAbi { name: func.name.clone(), params, grid, threads, seed, tensor_maps, cluster })
     }
 
     /// The position among `params` (and among the launch's arguments) of the hidden
@@ -102,6 +106,17 @@ impl KernelAbi {
     /// The launcher passes the run's seed there as `Arg::Index(seed)`.
     pub fn seed_slot(&self) -> Option<usize> {
         self.seed
+    }
+
+    /// The grid a GPU launch uses for `grid` (the tile programs, as `bind` gives them):
+    /// rounded up to whole clusters. The programs past the end load zeros and store
+    /// nothing (`crate::cluster`).
+    pub fn launch_grid(&self, grid: [u64; 3]) -> [u64; 3] {
+        let mut out = grid;
+        for (g, &c) in out.iter_mut().zip(&self.cluster) {
+            *g = g.next_multiple_of(c.max(1) as u64);
+        }
+        out
     }
 
     /// The slots of every parameter, flattened in call order.

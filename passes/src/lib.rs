@@ -13,6 +13,7 @@ pub mod analysis;
 pub mod auto_space;
 pub mod autodiff;
 pub mod bounds;
+pub mod cluster;
 pub mod codegen;
 pub mod config;
 pub mod diagnostics;

@@ -42,6 +42,12 @@ pub const SCHEDULE_PASSES: &[Pass] = &[
                 range: at.unwrap_or(f.loc.range),
             });
         }
+        if let Some((why, at)) = crate::cluster::cluster_problem(f, c, t) {
+            return Err(LowerError {
+                message: format!("{} cannot be used: {why}", crate::cluster::asked(c)),
+                range: at.unwrap_or(f.loc.range),
+            });
+        }
         sched::specialize(f, c, t)
     }),
     pass("fold-dot-accumulate", Level::Schedule, false, |f, _, _| {
@@ -94,6 +100,7 @@ pub const TILE_PASSES: &[Pass] = &[
         Ok(())
     }),
     pass("specialize-warps", Level::Tile, true, crate::warp_spec::specialize_warps),
+    pass("form-clusters", Level::Tile, true, crate::cluster::form_clusters),
 ];
 
 /// Runs `passes` on a copy of `input` moved to `level`, verifying after each pass (a

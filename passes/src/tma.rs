@@ -326,7 +326,24 @@ pub fn copy_spec(f: &Func, defs: &[Option<OpId>], op: &Op) -> Result<TensorMapSp
         _ => (op.operands[0], op.operands[1]),
     };
     let Type::Smem(slot) = f.ty(slot) else { return Err("the shared side is not a shared buffer".into()) };
-    slot_spec(f, defs, slot, view)
+    let mut spec = slot_spec(f, defs, slot, view)?;
+    // A multicast copy's box is one CTA's slice of the rows (`crate::cluster`).
+    let ways = crate::cluster::multicast_ways(f, op);
+    if ways > 1 {
+        let row = row_coordinate(&spec).ok_or("a multicast box without rows")?;
+        let rows = &mut spec.box_dims[row];
+        if *rows as i64 % ways != 0 {
+            return Err(format!("a box of {rows} rows does not split into {ways} multicast slices"));
+        }
+        *rows /= ways as u32;
+    }
+    Ok(spec)
+}
+
+/// The position in a box's coordinates (innermost dim first) of its rows: the one dim
+/// besides the innermost that is longer than 1.
+pub fn row_coordinate(spec: &TensorMapSpec) -> Option<usize> {
+    spec.box_dims.iter().skip(1).position(|&d| d > 1).map(|i| i + 1)
 }
 
 /// The tensor map that moves a shared slot of type `slot` to or from the global `view`.

@@ -150,6 +150,7 @@ mod tests {
             threads: 128,
             seed: None,
             tensor_maps: Vec::new(),
+            cluster: [1, 1, 1],
         }
     }
 

@@ -459,7 +459,9 @@ impl GpuDevice {
         let binding = kernel.abi.bind(&shapes).map_err(GpuError::Args)?;
         let mut grid = [1u32; 3];
         let limits = [(1u64 << 31) - 1, 65535, 65535];
-        for (axis, (&g, &limit)) in binding.grid.iter().zip(&limits).enumerate() {
+        // Whole clusters (`cluster=(x, y)`): the programs past the end store nothing.
+        let launch_grid = kernel.abi.launch_grid(binding.grid);
+        for (axis, (&g, &limit)) in launch_grid.iter().zip(&limits).enumerate() {
             if g > limit {
                 return Err(GpuError::Resources(format!(
                     "`{}` needs {g} programs along grid axis {axis}; the limit is {limit}",

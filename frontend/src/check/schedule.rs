@@ -6,8 +6,21 @@ use std::fmt;
 use crate::text::TextRange;
 
 /// The standard schedule keys the compiler itself consumes.
-pub const STANDARD_KEYS: &[&str] =
-    &["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle", "mma", "copy", "producer"];
+pub const STANDARD_KEYS: &[&str] = &[
+    "BM",
+    "BN",
+    "BK",
+    "BD",
+    "warps",
+    "stages",
+    "vector",
+    "swizzle",
+    "mma",
+    "copy",
+    "producer",
+    "cluster_x",
+    "cluster_y",
+];
 
 /// The methods of a `Schedule` value (each returns a new `Schedule`).
 pub const SCHEDULE_METHODS: &[&str] = &[
@@ -20,6 +33,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "with_mma",
     "with_copy",
     "with_producer",
+    "with_cluster",
     "block",
     "k",
     "d",
@@ -30,6 +44,7 @@ pub const SCHEDULE_METHODS: &[&str] = &[
     "mma",
     "copy",
     "producer",
+    "cluster",
 ];
 
 /// `ctx.m` ≡ `ctx.BM` and friends; Triton spellings of autotune keys map too.
@@ -57,11 +72,16 @@ pub const KEYWORD_KEYS: &[(&str, &str)] = &[
     ("mma", "mma"),
     ("copy", "copy"),
     ("producer", "producer"),
+    ("cluster_x", "cluster_x"),
+    ("cluster_y", "cluster_y"),
 ];
 
 /// Keys whose value the compiler uses even when the kernel never reads them (no W0705).
 pub fn consumed_by_compiler(key: &str) -> bool {
-    matches!(canonical_key(key), "warps" | "stages" | "vector" | "swizzle" | "mma" | "copy" | "producer")
+    matches!(
+        canonical_key(key),
+        "warps" | "stages" | "vector" | "swizzle" | "mma" | "copy" | "producer" | "cluster_x" | "cluster_y"
+    )
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -113,6 +133,7 @@ impl ScheduleValue {
             "mma" => Some(KeyValue::Str(MMA_SYNC.into())),
             "copy" => Some(KeyValue::Str(CP_ASYNC.into())),
             "producer" => Some(KeyValue::Str(NO_PRODUCER.into())),
+            "cluster_x" | "cluster_y" => Some(KeyValue::Int(1)),
             k => Self::default_for_kernel().get(k).cloned(),
         }
     }
@@ -172,6 +193,17 @@ impl ScheduleValue {
     /// (`producer = "pingpong"`, FlashAttention-3's ping-pong schedule).
     pub fn pingpong(&self) -> bool {
         matches!(self.get("producer"), Some(KeyValue::Str(s)) if s == PRODUCER_PINGPONG)
+    }
+
+    /// The thread-block cluster's shape over the grid's first two axes (`cluster_x`,
+    /// `cluster_y`: CUDA's `clusterDim`), `[1, 1]` without one.
+    pub fn cluster(&self) -> [i64; 2] {
+        [self.int("cluster_x").unwrap_or(1), self.int("cluster_y").unwrap_or(1)]
+    }
+
+    /// CTAs per cluster (1: no cluster).
+    pub fn cluster_size(&self) -> i64 {
+        self.cluster().iter().product()
     }
 }
 
@@ -259,10 +291,14 @@ pub fn validate(key: &str, value: &KeyValue) -> Option<String> {
             (![1, 2, 4, 8, 16].contains(v)).then(|| format!("warps must be one of 1, 2, 4, 8, 16, got {v}"))
         }
         ("stages", KeyValue::Int(v)) => (!(1..=8).contains(v)).then(|| format!("stages must be in 1..8, got {v}")),
+        // The portable cluster sizes: at most 8 CTAs (the product is the rule's).
+        ("cluster_x" | "cluster_y", KeyValue::Int(v)) => {
+            (![1, 2, 4, 8].contains(v)).then(|| format!("{key} must be one of 1, 2, 4, 8, got {v}"))
+        }
         ("vector", KeyValue::Int(v)) => {
             (![1, 2, 4, 8, 16].contains(v)).then(|| format!("vector must be one of 1, 2, 4, 8, 16, got {v}"))
         }
-        ("BM" | "BN" | "BK" | "BD" | "warps" | "stages" | "vector", KeyValue::Str(_)) => {
+        ("BM" | "BN" | "BK" | "BD" | "warps" | "stages" | "vector" | "cluster_x" | "cluster_y", KeyValue::Str(_)) => {
             Some(format!("{key} must be an integer"))
         }
         // A custom autotune key (BLOCK, BLOCK_M, ...): any positive int.

@@ -424,6 +424,8 @@ pub enum PruneReason {
     Tma(String),
     /// `producer = "warpgroup"` cannot be used (`crate::warp_spec`): the reason.
     Producer(String),
+    /// `cluster=(x, y)` cannot be used (`crate::cluster`): the reason.
+    Cluster(String),
     Lowering(String),
 }
 
@@ -437,6 +439,7 @@ impl PruneReason {
             PruneReason::Wgmma(_) => "WGMMA",
             PruneReason::Tma(_) => "TMA",
             PruneReason::Producer(_) => "producer warpgroup",
+            PruneReason::Cluster(_) => "cluster",
             PruneReason::Lowering(_) => "does not lower",
         }
     }
@@ -460,6 +463,7 @@ impl PruneReason {
             | PruneReason::Wgmma(why)
             | PruneReason::Tma(why)
             | PruneReason::Producer(why)
+            | PruneReason::Cluster(why)
             | PruneReason::Lowering(why) => why.clone(),
         }
     }
@@ -517,7 +521,11 @@ fn wgmma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) ->
     wgmma_problem(db, key, config, target).map(|(why, _)| PruneReason::Wgmma(why)).or_else(|| {
         let graph = graph_ir(db, key).as_ref().ok()?;
         crate::tma::tma_problem(graph, config, target).map(|(why, _)| PruneReason::Tma(why)).or_else(|| {
-            crate::warp_spec::producer_problem(graph, config, target).map(|(why, _)| PruneReason::Producer(why))
+            crate::warp_spec::producer_problem(graph, config, target)
+                .map(|(why, _)| PruneReason::Producer(why))
+                .or_else(|| {
+                    crate::cluster::cluster_problem(graph, config, target).map(|(why, _)| PruneReason::Cluster(why))
+                })
         })
     })
 }
@@ -676,6 +684,20 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
             )
             .with_note(format!(
                 "the schedule asks for `{asked}`; `producer=\"none\"` (the default) runs the loop on every warp"
+            ));
+            out.body.push(Lint { diagnostic: d, fix: None });
+            return out;
+        }
+        // `cluster = (x, y)` where the kernel's loads cannot be shared by multicast.
+        if let Some((why, at)) = crate::cluster::cluster_problem(&graph, &config, target) {
+            let asked = crate::cluster::asked(&config);
+            let d = Diagnostic::new(
+                Code::E0708,
+                at.unwrap_or(def.name_range),
+                format!("{asked} cannot be used on {target}: {why}"),
+            )
+            .with_note(format!(
+                "the schedule asks for `{asked}`; `cluster=(1, 1)` (the default) runs every program on its own"
             ));
             out.body.push(Lint { diagnostic: d, fix: None });
             return out;

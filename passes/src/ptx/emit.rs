@@ -145,6 +145,8 @@ pub(crate) struct Emitter<'f> {
     pub(super) tma: Option<super::tma::Tma>,
     /// The producer and consumer roles of a warp-specialized kernel.
     pub(super) roles: Option<super::warp_spec::WarpRoles>,
+    /// The thread-block cluster of a kernel with `cluster=(x, y)`.
+    pub(super) cluster: Option<super::cluster::Cluster>,
 }
 
 impl<'f> Emitter<'f> {
@@ -184,6 +186,7 @@ impl<'f> Emitter<'f> {
             current: OpId(0),
             tma: None,
             roles: None,
+            cluster: super::cluster::Cluster::of(f),
         };
         e.bind_params(abi)?;
         e.place_buffers()?;
@@ -569,7 +572,10 @@ impl<'f> Emitter<'f> {
         self.current = id;
         let op = self.f.op(id);
         match op.kind {
-            OpKind::Return => self.b.ins("ret"),
+            OpKind::Return => {
+                self.leave_cluster(true);
+                self.b.ins("ret")
+            }
             OpKind::For if op.attr(crate::warp_spec::WARP_SPECIALIZED).is_some() => self.specialized_loop(op)?,
             OpKind::For => self.for_loop(op)?,
             OpKind::If => self.if_op(op)?,
@@ -760,6 +766,9 @@ impl<'f> Emitter<'f> {
         // without the bound it allocates what the code needs and drops them.
         if crate::warp_spec::producer_threads(self.f) > 0 {
             let _ = writeln!(header, ".minnctapersm 1");
+        }
+        if let Some(c) = &self.cluster {
+            let _ = writeln!(header, "{}", c.directive());
         }
         let _ = write!(header, "{{");
         for l in header.lines() {

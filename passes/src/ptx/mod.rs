@@ -32,6 +32,7 @@
 
 mod arith;
 mod builder;
+mod cluster;
 mod control;
 mod dot;
 mod emit;

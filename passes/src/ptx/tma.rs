@@ -92,6 +92,10 @@ impl Emitter<'_> {
         // copies, and every consumer thread arrives on an empty barrier.
         let producer = crate::warp_spec::producer_threads(f) > 0;
         let consumers = self.threads;
+        // Under a cluster, an empty barrier counts one arrival per consumer warp of each
+        // program (`ptx::cluster`); otherwise one per consumer thread.
+        let cluster = self.cluster_size();
+        let releases = if cluster > 1 { consumers as i64 / 32 * cluster } else { consumers as i64 };
         let tma = self.b.in_prologue(|b| {
             let (tid, leader, store_leader) = (b.reg(Class::B32), b.reg(Class::Pred), b.reg(Class::Pred));
             b.ins(format!("mov.u32 {tid}, %tid.x"));
@@ -115,7 +119,7 @@ impl Emitter<'_> {
                     leader,
                     false,
                     format!(
-                        "mbarrier.init.shared::cta.b64 [{barriers}+{}], {consumers}",
+                        "mbarrier.init.shared::cta.b64 [{barriers}+{}], {releases}",
                         i * crate::tma::MBARRIER_BYTES
                     ),
                 );
@@ -123,7 +127,12 @@ impl Emitter<'_> {
             // The initialization is visible to the async proxy (the TMA's complete_tx)
             // and to every thread before anyone uses a barrier.
             b.ins_if(leader, false, "fence.mbarrier_init.release.cluster");
-            b.ins("bar.sync 0");
+            if cluster > 1 {
+                // The peers multicast into this program's slots and signal its barriers.
+                super::cluster::cluster_sync(b);
+            } else {
+                b.ins("bar.sync 0");
+            }
             let (commits, waited) = (b.reg(Class::B32), b.reg(Class::B32));
             b.ins(format!("mov.u32 {commits}, 0"));
             b.ins(format!("mov.u32 {waited}, 0"));
@@ -161,18 +170,46 @@ impl Emitter<'_> {
         self.wait_for_empty_slot();
         let barrier = self.barrier_of(commits);
         // A negative or past-the-end box part is zero-filled by the hardware.
-        let coords = self.box_coords(&view.offsets);
+        let mut coords = self.box_coords(&view.offsets);
         let rank = coords.len();
-        let box_bytes = spec.box_bytes();
+        // A multicast copy: this program loads its slice of the rows into every program
+        // that shares the copy, and receives theirs, so each barrier still expects the
+        // whole box.
+        let axes = crate::cluster::multicast_axes(op);
+        let ways = crate::cluster::multicast_ways(self.f, op);
+        let box_bytes = spec.box_bytes() * ways;
         self.b.ins_if(
             leader,
             false,
             format!("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [{barrier}], {}", box_bytes * blocks),
         );
-        self.for_each_box(&slot, &coords, geometry, leader, |dst, c| {
+        let multicast = if ways > 1 { self.multicast_of(&axes) } else { None };
+        let Some((slice, mask)) = multicast else {
+            self.for_each_box(&slot, &coords, geometry, leader, |dst, c| {
+                format!(
+                    "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{dst}], \
+                     [{map}, {{{c}}}], [{barrier}]"
+                )
+            });
+            return Ok(());
+        };
+        let (width, _, rows) = geometry;
+        let slice_rows = rows / ways;
+        let row =
+            crate::tma::row_coordinate(&spec).ok_or_else(|| self.fail(op, "internal error: a box without rows"))?;
+        let (first_row, offset) = (self.b.reg(Class::B32), self.b.reg(Class::B32));
+        self.b.ins(format!("mul.lo.u32 {first_row}, {slice}, {slice_rows}"));
+        self.b.ins(format!("mad.lo.u32 {offset}, {slice}, {}, {}", slice_rows * width, slot.addr));
+        coords[row] = {
+            let r = self.b.reg(Class::B32);
+            self.b.ins(format!("add.u32 {r}, {}, {first_row}", coords[row]));
+            Operand::Reg(r)
+        };
+        let shifted = super::emit::SmemVal { addr: offset, ..slot.clone() };
+        self.for_each_box(&shifted, &coords, geometry, leader, |dst_addr, c| {
             format!(
-                "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{dst}], \
-                 [{map}, {{{c}}}], [{barrier}]"
+                "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster \
+                 [{dst_addr}], [{map}, {{{c}}}], [{barrier}], {mask}"
             )
         });
         Ok(())

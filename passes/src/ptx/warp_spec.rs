@@ -173,9 +173,19 @@ impl Emitter<'_> {
         // Whole warpgroups take one side: the branch is uniform per warp.
         self.b.ins_if(producer, true, format!("bra.uni {consumers}"));
         self.b.ins(format!("setmaxnreg.dec.sync.aligned.u32 {producer_regs}"));
-        self.b.ins_if(leader, true, "exit");
-        self.set_role(Role::Producer);
-        self.producer_loop(op)?;
+        if self.cluster.is_some() {
+            // Every producer thread arrives at the cluster barrier before it exits.
+            let done = self.b.label("produced_all");
+            self.b.ins_if(leader, true, format!("bra {done}"));
+            self.set_role(Role::Producer);
+            self.producer_loop(op)?;
+            self.b.place_label(&done);
+            self.leave_cluster(false);
+        } else {
+            self.b.ins_if(leader, true, "exit");
+            self.set_role(Role::Producer);
+            self.producer_loop(op)?;
+        }
         self.b.ins("exit");
         self.b.place_label(&consumers);
         self.b.ins(format!("setmaxnreg.inc.sync.aligned.u32 {consumer_regs}"));
@@ -321,11 +331,17 @@ impl Emitter<'_> {
         let (Some(roles), Some(ring)) = (self.roles.as_ref(), self.tma.as_ref().map(|t| t.ring)) else { return };
         let released = roles.released;
         let full = self.barrier_of(released);
-        let state = self.b.reg(Class::B64);
-        self.b.ins(format!(
-            "mbarrier.arrive.release.cta.shared::cta.b64 {state}, [{full}+{}]",
-            ring * crate::tma::MBARRIER_BYTES
-        ));
+        if self.cluster.is_some() {
+            let empty = self.b.reg(Class::B32);
+            self.b.ins(format!("add.u32 {empty}, {full}, {}", ring * crate::tma::MBARRIER_BYTES));
+            self.release_in_cluster(empty);
+        } else {
+            let state = self.b.reg(Class::B64);
+            self.b.ins(format!(
+                "mbarrier.arrive.release.cta.shared::cta.b64 {state}, [{full}+{}]",
+                ring * crate::tma::MBARRIER_BYTES
+            ));
+        }
         self.b.ins(format!("add.u32 {released}, {released}, 1"));
     }
 

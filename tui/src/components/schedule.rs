@@ -48,6 +48,7 @@ pub fn standard_candidates(key: &str) -> Vec<KeyValue> {
         "BM" | "BN" | "BK" | "BD" => ints(&[16, 32, 64, 128, 256]),
         "warps" | "vector" => ints(&[1, 2, 4, 8, 16]),
         "stages" => ints(&[1, 2, 3, 4, 5, 6, 7, 8]),
+        "cluster_x" | "cluster_y" => ints(&[1, 2, 4, 8]),
         // Stepped from the default "none" (E0701 lists "xor" first).
         "swizzle" => vec![KeyValue::Str("none".into()), KeyValue::Str("xor".into())],
         // The values E0701 accepts, the default first.
@@ -108,7 +109,8 @@ pub fn run_dims(config: &Result<ConfigInfo, StageError>, overrides: &Overrides) 
 
 /// The schedule panel's rows: the autotune space's keys first, then the other
 /// schedule keys, then the shape symbols (those tiles use, then launch-only ones). On a
-/// GPU target the Hopper choices (`mma`, `copy`) are always listed, at their default
+/// GPU target the Hopper choices (`mma`, `copy`, `producer`, the cluster shape) are
+/// always listed, at their default
 /// when nothing sets them, so they can be stepped without knowing they exist.
 pub fn rows(
     config: &Result<ConfigInfo, StageError>,
@@ -159,7 +161,7 @@ pub fn rows(
         push_key(&mut rows, k, standard_candidates(k), false);
     }
     if gpu {
-        for k in ["mma", "copy", "producer"] {
+        for k in ["mma", "copy", "producer", "cluster_x", "cluster_y"] {
             push_key(&mut rows, k, standard_candidates(k), false);
         }
     }

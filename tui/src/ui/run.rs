@@ -358,6 +358,11 @@ fn short_label(r: &RunRecord) -> String {
             if s.producer_warpgroup() {
                 parts.push("producer".into());
             }
+        } else if k == "cluster_x" || k == "cluster_y" {
+            let [x, y] = s.cluster();
+            if k == "cluster_x" && x * y > 1 {
+                parts.push(format!("c{x}x{y}"));
+            }
         } else if !["BM", "BN", "BK", "BD", "warps", "stages", "vector", "swizzle"].contains(&k.as_str()) {
             parts.push(format!("{k}{}", v.to_string().trim_matches('"')));
         }

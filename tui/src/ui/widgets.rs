@@ -78,6 +78,13 @@ pub(crate) fn short_config(config: &tessera_passes::Config) -> String {
                     parts.push(format!("producer={s}"));
                 }
             }
+            // The cluster: shown once, as `cluster=2x1`, when there is one.
+            _ if k == "cluster_x" || k == "cluster_y" => {
+                let [x, y] = config.schedule.cluster();
+                if k == "cluster_x" && x * y > 1 {
+                    parts.push(format!("cluster={x}x{y}"));
+                }
+            }
             v => parts.push(format!("{k}={}", v.to_string().trim_matches('"'))),
         }
     }

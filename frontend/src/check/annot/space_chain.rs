@@ -129,6 +129,7 @@ fn example(key: &str) -> &'static str {
         "mma" => "\"mma.sync\", \"wgmma\"",
         "copy" => "\"cp.async\", \"tma\"",
         "producer" => "\"none\", \"warpgroup\", \"pingpong\"",
+        "cluster_x" | "cluster_y" => "1, 2",
         _ => "32, 64",
     }
 }

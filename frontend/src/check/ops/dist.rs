@@ -16,20 +16,23 @@ impl<'a> Infer<'a> {
 
     pub(super) fn schedule_ctor(&mut self, a: &Bound) -> Ty {
         let mut s = ScheduleValue::default();
-        if let Some(block) = arg!(a, "Schedule" => "block") {
-            match &block.ty {
+        for (param, keys, shape) in
+            [("block", ["BM", "BN"], "block=(BM, BN)"), ("cluster", ["cluster_x", "cluster_y"], "cluster=(x, y)")]
+        {
+            let Some(pair) = a.get(param) else { continue };
+            match &pair.ty {
                 Ty::Tuple(items) if items.len() == 2 => {
-                    let exprs = match self.body.expr(self.body.unparen(block.expr)) {
+                    let exprs = match self.body.expr(self.body.unparen(pair.expr)) {
                         Expr::Tuple(e) => e.clone(),
-                        _ => vec![block.expr, block.expr],
+                        _ => vec![pair.expr, pair.expr],
                     };
-                    for ((key, item), e) in ["BM", "BN"].iter().zip(items).zip(exprs) {
+                    for ((key, item), e) in keys.iter().zip(items).zip(exprs) {
                         self.schedule_int(&mut s, key, Some(&ArgVal { expr: e, ty: item.clone() }));
                     }
                 }
                 Ty::NoneVal | Ty::Unknown => {}
                 other => {
-                    self.wrong_kind(block.expr, "Schedule", "block=(BM, BN)", &other.clone());
+                    self.wrong_kind(pair.expr, "Schedule", shape, &other.clone());
                 }
             }
         }

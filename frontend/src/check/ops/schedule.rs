@@ -24,6 +24,7 @@ pub(crate) fn method_params(name: &str) -> Option<&'static [(&'static str, &'sta
         "with_mma" | "mma" => &[("mma", "mma")],
         "with_copy" | "copy" => &[("copy", "copy")],
         "with_producer" | "producer" => &[("producer", "producer")],
+        "with_cluster" | "cluster" => &[("x", "cluster_x"), ("y", "cluster_y")],
         _ => return None,
     })
 }
