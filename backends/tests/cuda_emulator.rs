@@ -27,6 +27,10 @@ use tessera_passes::{default_config, tile_ir, Target};
 
 // The emulator, in `cuda_emulator/` (a test crate's root looks for its modules beside
 // itself, hence the paths).
+#[path = "cuda_emulator/cluster.rs"]
+mod cluster;
+#[path = "cuda_emulator/cluster_tests.rs"]
+mod cluster_tests;
 #[path = "cuda_emulator/decode.rs"]
 mod decode;
 #[path = "cuda_emulator/execute.rs"]

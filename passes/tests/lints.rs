@@ -511,3 +511,31 @@ fn attention_takes_a_producer_and_ping_pong_consumers() {
         }
     }
 }
+
+/// `cluster = (x, y)`: a clustered GEMM with a producer checks clean on sm_90, and is
+/// E0708 on sm_80 (clusters are Hopper's); in an autotune space the clustered candidates
+/// without a producer are pruned with the reason (W0702, category "cluster").
+#[test]
+fn cluster_candidates_without_a_producer_are_pruned_with_the_reason() {
+    let fixed = format!(
+        "{HEADER}{}",
+        WGMMA_GEMM.replace("mma=\"wgmma\")", "mma=\"wgmma\", copy=\"tma\", producer=\"warpgroup\", cluster=(2, 2))")
+    );
+    let lints = lint(&fixed, Target::Sm90);
+    assert!(!lints.iter().any(|l| l.starts_with('E') || l.starts_with("W06")), "{lints:#?}");
+    let lints = lint(&fixed, Target::Sm80);
+    assert!(lints.iter().any(|l| l.starts_with("E07")), "{lints:#?}");
+    let space = format!(
+        "{HEADER}{}",
+        WGMMA_GEMM.replace(
+            "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4, mma=\"wgmma\"))",
+            "@kernel.autotune(space=dict(BM=[64], BN=[64], BK=[32], warps=[4], mma=[\"wgmma\"], copy=[\"tma\"], \
+             producer=[\"none\", \"warpgroup\"], cluster_x=[1, 2]))"
+        )
+    );
+    let lints = lint(&space, Target::Sm90);
+    assert!(
+        lints.iter().any(|l| l.starts_with("W0702@3:") && l.contains("1 of 4") && l.contains("1 by cluster")),
+        "{lints:#?}"
+    );
+}

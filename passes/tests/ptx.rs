@@ -129,9 +129,21 @@ fn short(config: &str) -> String {
     config
         .split(", ")
         .filter(|kv| {
-            ["BM=", "BN=", "BK=", "BLOCK=", "warps=", "stages=", "copy=tma", "producer=warpgroup", "producer=pingpong"]
-                .iter()
-                .any(|k| kv.starts_with(k))
+            [
+                "BM=",
+                "BN=",
+                "BK=",
+                "BLOCK=",
+                "warps=",
+                "stages=",
+                "copy=tma",
+                "producer=warpgroup",
+                "producer=pingpong",
+                "cluster_x=2",
+                "cluster_y=2",
+            ]
+            .iter()
+            .any(|k| kv.starts_with(k))
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -324,9 +336,18 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
                     let admitted = tessera_passes::warp_spec::producer_problem(&graph, &specialized, Target::Sm90)
                         .is_none()
                         && tessera_passes::analysis::wgmma_problem(&db, key, &specialized, Target::Sm90).is_none();
-                    if admitted && seen.insert(specialized.to_string()) {
-                        configs.push(specialized);
+                    if !admitted || !seen.insert(specialized.to_string()) {
+                        continue;
                     }
+                    // And in a cluster of two along the first axis that shares a load
+                    // (else the second), where the rule admits one.
+                    let clustered = ["cluster_x", "cluster_y"].into_iter().find_map(|axis| {
+                        let mut c = specialized.clone();
+                        c.schedule.set(axis, KeyValue::Int(2));
+                        tessera_passes::cluster::cluster_problem(&graph, &c, Target::Sm90).is_none().then_some(c)
+                    });
+                    configs.push(specialized);
+                    configs.extend(clustered.filter(|c| seen.insert(c.to_string())));
                 }
                 for config in configs {
                     let ptx = tile_ir(&db, key, config.clone(), Target::Sm90)
@@ -432,6 +453,14 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
                             }
                         }
                     }
+                    // A cluster's multicast loads and its barriers.
+                    if config.contains("cluster_") {
+                        for needed in ["MULTICAST", "UCGABAR_ARV", "UCGABAR_WAIT"] {
+                            if !sass.contains(needed) {
+                                failures.push(format!("{what} [{config}]: no `{needed}` in the SASS"));
+                            }
+                        }
+                    }
                     sass_note = format!(
                         "{hgmma:>3} GMMA {utmaldg:>2} UTMALDG {utmastg} UTMASTG {setmaxreg} USETMAXREG  {}",
                         first.unwrap_or_default()
@@ -478,4 +507,8 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
         c.contains("producer=pingpong") && ptx.as_ref().is_ok_and(|p| p.contains("bar.arrive 2, 256"))
     });
     assert!(pingpong.count() >= 10, "too few configurations with ping-pong consumers");
+    let clusters = cases
+        .iter()
+        .filter(|(_, c, ptx)| c.contains("cluster_") && ptx.as_ref().is_ok_and(|p| p.contains(".multicast::cluster")));
+    assert!(clusters.count() >= 10, "too few configurations in clusters");
 }

@@ -13,6 +13,7 @@ use super::decode::{parse, Module, Opd, Src};
 // ----- memory ------------------------------------------------------------------------
 
 /// Global memory: one buffer per tensor at a distinct, 256-byte aligned address.
+#[derive(Default)]
 pub(crate) struct Global {
     buffers: Vec<(u64, Vec<u8>)>,
 }
@@ -38,6 +39,9 @@ pub(crate) enum State {
     /// At a warpgroup-collective `wgmma` instruction, until the warpgroup's other warps
     /// reach it (`wgmma::Warpgroup`).
     Warpgroup,
+    /// At `barrier.cluster.wait`, until every thread of the cluster has arrived as often
+    /// as this one (`super::cluster`).
+    ClusterWait,
     Done,
 }
 
@@ -66,6 +70,8 @@ pub(crate) struct Thread {
     pub(crate) in_flight: Vec<bool>,
     /// The named barrier this thread waits at (`State::Barrier`).
     barrier: u64,
+    /// This thread's `barrier.cluster.arrive`s.
+    pub(crate) cluster_arrivals: u64,
 }
 
 impl Thread {
@@ -81,6 +87,7 @@ impl Thread {
             wgmma_fence: None,
             in_flight: vec![false; regs],
             barrier: 0,
+            cluster_arrivals: 0,
         }
     }
 }
@@ -95,7 +102,9 @@ pub(crate) struct Cta<'a> {
     /// landed `cp.async`) and not yet followed by a `fence.proxy.async` of the writing
     /// thread: the async proxy (`wgmma`) must not read them.
     pub(crate) unfenced: HashMap<u64, usize>,
-    pub(crate) global: &'a mut Global,
+    /// The grid's global memory, while this program runs (a cluster's programs take
+    /// turns holding it: `super::cluster`).
+    pub(crate) global: Global,
     params: &'a HashMap<String, u64>,
     /// Tensor maps by the generic address of their parameter (`super::tma`).
     pub(crate) tensor_maps: &'a HashMap<u64, super::tma::TensorMap>,
@@ -110,9 +119,15 @@ pub(crate) struct Cta<'a> {
     /// Threads that have arrived at a named barrier with `bar.arrive` (without waiting)
     /// since it last completed, by barrier.
     arrivals: HashMap<u64, usize>,
-    ctaid: [u64; 3],
-    nctaid: [u64; 3],
-    steps: u64,
+    pub(crate) ctaid: [u64; 3],
+    pub(crate) nctaid: [u64; 3],
+    /// Its position in its cluster and the cluster's shape (`[1, 1, 1]`: none).
+    pub(crate) cluster_pos: [u64; 3],
+    pub(crate) cluster_dims: [u64; 3],
+    /// What it did to other programs of its cluster this round, delivered after it
+    /// (`super::cluster::Remote`).
+    pub(crate) outbox: Vec<super::cluster::Remote>,
+    pub(crate) steps: u64,
 }
 
 pub(crate) fn f32of(v: u64) -> f32 {
@@ -173,7 +188,16 @@ impl Cta<'_> {
                 "ctaid.z" => self.ctaid[2],
                 "nctaid.x" => self.nctaid[0],
                 "nctaid.y" => self.nctaid[1],
-                _ => self.nctaid[2],
+                "nctaid.z" => self.nctaid[2],
+                "cluster_ctaid.x" => self.cluster_pos[0],
+                "cluster_ctaid.y" => self.cluster_pos[1],
+                "cluster_ctaid.z" => self.cluster_pos[2],
+                "cluster_nctaid.x" => self.cluster_dims[0],
+                "cluster_nctaid.y" => self.cluster_dims[1],
+                "cluster_nctaid.z" => self.cluster_dims[2],
+                "cluster_ctarank" => self.cluster_rank(),
+                "laneid" => t as u64 % 32,
+                other => return Err(self.err(pc, format!("special register %{other}"))),
             },
         })
     }
@@ -241,54 +265,54 @@ impl Cta<'_> {
         Ok(&mut self.smem[addr as usize..addr as usize + len])
     }
 
-    fn run(&mut self) -> Result<(), String> {
+    /// Each warp with a running thread executes one instruction; whether any did.
+    pub(crate) fn round(&mut self) -> Result<bool, String> {
         let warps = self.threads.len().div_ceil(32);
-        loop {
-            let mut progressed = false;
-            for w in 0..warps {
-                let lanes: Vec<usize> = (w * 32..((w + 1) * 32).min(self.threads.len()))
-                    .filter(|&t| self.threads[t].state == State::Run)
-                    .collect();
-                let Some(pc) = lanes.iter().map(|&t| self.threads[t].pc).min() else { continue };
-                let active: Vec<usize> = lanes.into_iter().filter(|&t| self.threads[t].pc == pc).collect();
-                self.step(pc, &active, w)?;
-                progressed = true;
-                self.steps += 1;
-                if self.steps > 20_000_000 {
-                    return Err("the kernel runs too long (a loop that does not end?)".into());
-                }
-            }
-            if !progressed {
-                if let Some(t) = self.threads.iter().position(|t| t.state == State::Warpgroup) {
-                    return Err(format!(
-                        "thread {t} waits at a warpgroup-collective wgmma instruction (PTX line {}) that the rest of \
-                         its warpgroup never reaches",
-                        self.m.code[self.threads[t].pc].line
-                    ));
-                }
-                // A barrier completes when its last thread arrives (`bar`): one still
-                // waiting now waits for threads that never come.
-                let waiting: Vec<usize> =
-                    (0..self.threads.len()).filter(|&t| self.threads[t].state == State::Barrier).collect();
-                let Some(&first) = waiting.first() else {
-                    // A barrier left with arrivals nobody waited for is a protocol error
-                    // (its next use would complete early).
-                    if let Some((id, n)) = self.arrivals.iter().find(|&(_, &n)| n > 0) {
-                        return Err(format!(
-                            "the kernel ends with {n} arrivals at barrier {id} that no thread waited for"
-                        ));
-                    }
-                    return Ok(());
-                };
-                return Err(format!(
-                    "{} threads wait at barrier {} (PTX line {}) that {} other threads never reach",
-                    waiting.len(),
-                    self.threads[first].barrier,
-                    self.m.code[self.threads[first].pc].line,
-                    self.threads.len() - waiting.len()
-                ));
+        let mut progressed = false;
+        for w in 0..warps {
+            let lanes: Vec<usize> = (w * 32..((w + 1) * 32).min(self.threads.len()))
+                .filter(|&t| self.threads[t].state == State::Run)
+                .collect();
+            let Some(pc) = lanes.iter().map(|&t| self.threads[t].pc).min() else { continue };
+            let active: Vec<usize> = lanes.into_iter().filter(|&t| self.threads[t].pc == pc).collect();
+            self.step(pc, &active, w)?;
+            progressed = true;
+            self.steps += 1;
+            if self.steps > 20_000_000 {
+                return Err("the kernel runs too long (a loop that does not end?)".into());
             }
         }
+        Ok(progressed)
+    }
+
+    /// A program whose warps can no longer progress: done, or why it is stuck.
+    pub(crate) fn stalled(&self) -> Result<(), String> {
+        if let Some(t) = self.threads.iter().position(|t| t.state == State::Warpgroup) {
+            return Err(format!(
+                "thread {t} waits at a warpgroup-collective wgmma instruction (PTX line {}) that the rest of \
+                 its warpgroup never reaches",
+                self.m.code[self.threads[t].pc].line
+            ));
+        }
+        // A barrier completes when its last thread arrives (`bar`): one still
+        // waiting now waits for threads that never come.
+        let waiting: Vec<usize> =
+            (0..self.threads.len()).filter(|&t| self.threads[t].state == State::Barrier).collect();
+        let Some(&first) = waiting.first() else {
+            // A barrier left with arrivals nobody waited for is a protocol error
+            // (its next use would complete early).
+            if let Some((id, n)) = self.arrivals.iter().find(|&(_, &n)| n > 0) {
+                return Err(format!("the kernel ends with {n} arrivals at barrier {id} that no thread waited for"));
+            }
+            return Ok(());
+        };
+        Err(format!(
+            "{} threads wait at barrier {} (PTX line {}) that {} other threads never reach",
+            waiting.len(),
+            self.threads[first].barrier,
+            self.m.code[self.threads[first].pc].line,
+            self.threads.len() - waiting.len()
+        ))
     }
 
     /// `bar.sync id[, count]` by a warp's lanes `on`: they wait at barrier `id` until
@@ -407,16 +431,17 @@ impl Cta<'_> {
                 return Err(self.err(pc, format!("{} of {full} lanes execute a warp-collective instruction", on.len())));
             }
             match op[0] {
+                // `bar.warp.sync -1`: the whole warp is here (checked above).
+                "bar" if op.get(1) == Some(&"warp") => {}
                 "bar" => return self.arrive_at_barrier(pc, &on, &op),
                 "setmaxnreg" => return self.setmaxnreg(pc, &on, &op, warp),
                 "shfl" => self.shfl(pc, &on)?,
                 "ldmatrix" => self.ldmatrix(pc, &on, &op)?,
                 _ => self.mma(pc, &on, &op)?,
             }
-            if op[0] != "bar" {
-                for &t in &on {
-                    self.threads[t].pc += 1;
-                }
+            // (A `bar.sync` moves its threads on when the barrier completes.)
+            for &t in &on {
+                self.threads[t].pc += 1;
             }
             return Ok(());
         }
@@ -463,6 +488,8 @@ impl Cta<'_> {
             // `fence.mbarrier_init.release.cluster`: initializations are applied at once here.
             "fence" if op.get(1) == Some(&"mbarrier_init") => {}
             "mbarrier" => self.mbarrier_op(t, pc, op)?,
+            "mapa" => self.mapa(t, pc)?,
+            "barrier" if op.get(1) == Some(&"cluster") => return self.cluster_barrier(t, pc, op),
             "cp" if op.get(2) == Some(&"bulk") => self.bulk(t, pc, op)?,
             "bra" => {
                 if let Opd::Label(l) = self.m.code[pc].args[0] {
@@ -636,50 +663,68 @@ pub(crate) fn emulate(code: &TargetCode, args: &mut [Arg]) -> Result<u64, String
     }
     let values: HashMap<String, u64> = module.params.iter().cloned().zip(slots).collect();
     let mut steps = 0;
-    let [gx, gy, gz] = binding.grid;
-    for z in 0..gz {
-        for y in 0..gy {
-            for x in 0..gx {
-                let threads = (0..code.abi.threads).map(|_| Thread::new(module.regs)).collect();
-                let mut cta = Cta {
-                    m: &module,
-                    threads,
-                    // The shared window starts at address 0: aligned for any `.align`.
-                    smem: vec![0xAB; code.smem_bytes as usize],
-                    warpgroups: (0..code.abi.threads.div_ceil(128)).map(|_| Default::default()).collect(),
-                    unfenced: HashMap::new(),
-                    global: &mut global,
-                    params: &values,
-                    tensor_maps: &tensor_maps,
-                    mbarriers: HashMap::new(),
-                    box_copies: Vec::new(),
-                    bulk_stores: HashMap::new(),
-                    arrivals: HashMap::new(),
-                    warp_registers: vec![
-                        (65536 / code.abi.threads.max(1)).min(255) / 8 * 8;
-                        code.abi.threads.div_ceil(32) as usize
-                    ],
-                    ctaid: [x, y, z],
-                    nctaid: [gx, gy, gz],
-                    steps: 0,
-                };
-                cta.run().map_err(|e| format!("program ({x}, {y}, {z}): {e}"))?;
-                // A committed group without copies has nothing to land.
-                if cta.threads.iter().any(|t| t.groups.iter().any(|g| !g.is_empty()) || !t.open.is_empty()) {
-                    return Err(format!("program ({x}, {y}, {z}) ends with asynchronous copies still pending"));
+    // Whole clusters (`cluster=(x, y)`): the programs past the grid store nothing.
+    let grid = code.abi.launch_grid(binding.grid);
+    let cluster = code.abi.cluster.map(|c| c.max(1) as u64);
+    let [gx, gy, gz] = grid;
+    for z in (0..gz).step_by(cluster[2] as usize) {
+        for y in (0..gy).step_by(cluster[1] as usize) {
+            for x in (0..gx).step_by(cluster[0] as usize) {
+                let mut ctas = Vec::new();
+                for (dz, dy, dx) in (0..cluster[2])
+                    .flat_map(|dz| (0..cluster[1]).flat_map(move |dy| (0..cluster[0]).map(move |dx| (dz, dy, dx))))
+                {
+                    let threads = (0..code.abi.threads).map(|_| Thread::new(module.regs)).collect();
+                    ctas.push(Cta {
+                        m: &module,
+                        threads,
+                        // The shared window starts at address 0: aligned for any `.align`.
+                        smem: vec![0xAB; code.smem_bytes as usize],
+                        warpgroups: (0..code.abi.threads.div_ceil(128)).map(|_| Default::default()).collect(),
+                        unfenced: HashMap::new(),
+                        global: Global::default(),
+                        params: &values,
+                        tensor_maps: &tensor_maps,
+                        mbarriers: HashMap::new(),
+                        box_copies: Vec::new(),
+                        bulk_stores: HashMap::new(),
+                        arrivals: HashMap::new(),
+                        warp_registers: vec![
+                            (65536 / code.abi.threads.max(1)).min(255) / 8 * 8;
+                            code.abi.threads.div_ceil(32) as usize
+                        ],
+                        ctaid: [x + dx, y + dy, z + dz],
+                        nctaid: grid,
+                        cluster_pos: [dx, dy, dz],
+                        cluster_dims: cluster,
+                        outbox: Vec::new(),
+                        steps: 0,
+                    });
                 }
-                if !cta.box_copies.is_empty() {
-                    return Err(format!("program ({x}, {y}, {z}) ends with TMA copies that no mbarrier wait landed"));
+                super::cluster::run_cluster(&mut ctas, &mut global)?;
+                for cta in &ctas {
+                    let [x, y, z] = cta.ctaid;
+                    // A committed group without copies has nothing to land.
+                    if cta.threads.iter().any(|t| t.groups.iter().any(|g| !g.is_empty()) || !t.open.is_empty()) {
+                        return Err(format!("program ({x}, {y}, {z}) ends with asynchronous copies still pending"));
+                    }
+                    if !cta.box_copies.is_empty() {
+                        return Err(format!(
+                            "program ({x}, {y}, {z}) ends with TMA copies that no mbarrier wait landed"
+                        ));
+                    }
+                    if cta.bulk_stores.values().any(|s| s.pending()) {
+                        return Err(format!(
+                            "program ({x}, {y}, {z}) ends with TMA stores no cp.async.bulk.wait_group.read waited for"
+                        ));
+                    }
+                    if cta.warpgroups.iter().any(|w| w.pending()) {
+                        return Err(format!(
+                            "program ({x}, {y}, {z}) ends with wgmma.mma_async groups still in flight"
+                        ));
+                    }
+                    steps += cta.steps;
                 }
-                if cta.bulk_stores.values().any(|s| s.pending()) {
-                    return Err(format!(
-                        "program ({x}, {y}, {z}) ends with TMA stores no cp.async.bulk.wait_group.read waited for"
-                    ));
-                }
-                if cta.warpgroups.iter().any(|w| w.pending()) {
-                    return Err(format!("program ({x}, {y}, {z}) ends with wgmma.mma_async groups still in flight"));
-                }
-                steps += cta.steps;
             }
         }
     }

@@ -160,15 +160,17 @@ impl Cta<'_> {
                 let bytes = self.src(t, pc, 1)? as i64;
                 self.mbarrier(pc, addr)?.tx += bytes;
             }
+            // `mbarrier.arrive.shared::cluster.b64 _, [addr]`: on a barrier of a program of
+            // the cluster (`mapa`), delivered after this round (`super::cluster`).
+            "arrive" if op.contains(&"shared::cluster") => {
+                let (rank, local) = super::cluster::split_cluster_address(self.addr(t, pc, 1)?);
+                let rank = rank.unwrap_or(self.cluster_rank() as usize);
+                self.outbox.push(super::cluster::Remote::Arrive { rank, barrier: local, pc });
+            }
             "arrive" => {
                 // `mbarrier.arrive... state, [addr]`: the state is opaque; write 0.
                 let addr = self.barrier_at(t, pc, 1)?;
-                let b = self.mbarrier(pc, addr)?;
-                if b.pending == 0 {
-                    return Err(self.err(pc, format!("an arrival on the mbarrier at {addr} beyond its count")));
-                }
-                b.pending -= 1;
-                b.settle();
+                self.remote_arrive(pc, addr)?;
                 let d = self.dst(pc, 0)?;
                 self.set(t, d, 0);
             }
@@ -186,6 +188,35 @@ impl Cta<'_> {
             }
             other => return Err(self.err(pc, format!("mbarrier.{other} is not emulated"))),
         }
+        Ok(())
+    }
+
+    /// One arrival on this program's mbarrier at `addr` (its own threads', or a peer's
+    /// through `mapa`).
+    pub(crate) fn remote_arrive(&mut self, pc: usize, addr: u64) -> Result<(), String> {
+        if !addr.is_multiple_of(8) || addr + 8 > self.smem.len() as u64 {
+            return Err(self.err(pc, format!("mbarrier at shared address {addr}")));
+        }
+        let b = self.mbarrier(pc, addr)?;
+        if b.pending == 0 {
+            return Err(self.err(pc, format!("an arrival on the mbarrier at {addr} beyond its count")));
+        }
+        b.pending -= 1;
+        b.settle();
+        Ok(())
+    }
+
+    /// A box copy issued into this program (by itself, or multicast by a peer): it may
+    /// not overwrite what an in-flight `wgmma` reads, whenever it lands.
+    pub(crate) fn receive_copy(&mut self, pc: usize, copy: BoxCopy) -> Result<(), String> {
+        self.mbarrier(pc, copy.barrier)?;
+        if let Some(addr) = self.wgmma_reading(copy.dst, copy.dst + copy.bytes) {
+            return Err(self.err(
+                pc,
+                format!("a TMA copy into shared byte {addr}, which an in-flight wgmma.mma_async still reads"),
+            ));
+        }
+        self.box_copies.push(copy);
         Ok(())
     }
 
@@ -302,7 +333,8 @@ impl Cta<'_> {
     }
 
     /// `cp.async.bulk.tensor.Nd.shared::cluster.global[.tile].mbarrier::complete_tx::bytes
-    /// [dst], [map, {coords}], [barrier]` for thread `t`.
+    /// [dst], [map, {coords}], [barrier]` for thread `t`, and its `.multicast::cluster`
+    /// form with a mask of programs.
     fn bulk_tensor(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<(), String> {
         let rank: usize = op[4].trim_end_matches('d').parse().map_err(|_| self.err(pc, "the rank of a TMA copy"))?;
         if !op.contains(&"global") || !op.contains(&"mbarrier::complete_tx::bytes") {
@@ -313,13 +345,19 @@ impl Cta<'_> {
         let barrier = self.barrier_at(t, pc, 2)?;
         self.mbarrier(pc, barrier)?;
         let bytes = self.box_in_smem(pc, dst, &map)?;
-        if let Some(addr) = self.wgmma_reading(dst, dst + bytes) {
-            return Err(self.err(
-                pc,
-                format!("a TMA copy into shared byte {addr}, which an in-flight wgmma.mma_async still reads"),
-            ));
+        let copy = BoxCopy { dst, bytes, barrier, map, coords };
+        if !op.contains(&"multicast::cluster") {
+            return self.receive_copy(pc, copy);
         }
-        self.box_copies.push(BoxCopy { dst, bytes, barrier, map, coords });
+        // `.multicast::cluster ..., mask`: the same box, slot and barrier offsets in every
+        // program whose rank is set in the 16-bit mask.
+        let mask = self.src(t, pc, 3)? & 0xffff;
+        if mask == 0 || mask >> self.cluster_size() != 0 {
+            return Err(self.err(pc, format!("a multicast mask {mask:#x} for a cluster of {}", self.cluster_size())));
+        }
+        for rank in (0..16).filter(|r| mask & (1 << r) != 0) {
+            self.outbox.push(super::cluster::Remote::Copy { rank, copy: copy.clone(), pc });
+        }
         Ok(())
     }
 

@@ -61,6 +61,9 @@ pub(crate) enum Staging {
     /// warpgroup, and two consumer warpgroups of 64 rows each that take turns at the
     /// first dot.
     PingPong,
+    /// `copy = "tma"`, `producer = "warpgroup"` and `cluster = (x, y)`: the programs of a
+    /// cluster multicast the loads they share.
+    Cluster([i64; 2]),
 }
 
 /// `config` with `mma = "wgmma"`, and the staging `staging` asks for.
@@ -70,8 +73,12 @@ pub(crate) fn with_wgmma(config: &Config, staging: Staging) -> Config {
     if staging != Staging::Own {
         c.schedule.set("copy", KeyValue::Str("tma".into()));
     }
-    if staging == Staging::Producer {
+    if matches!(staging, Staging::Producer | Staging::Cluster(_)) {
         c.schedule.set("producer", KeyValue::Str("warpgroup".into()));
+    }
+    if let Staging::Cluster([x, y]) = staging {
+        c.schedule.set("cluster_x", KeyValue::Int(x));
+        c.schedule.set("cluster_y", KeyValue::Int(y));
     }
     if staging == Staging::PingPong {
         c.schedule.set("producer", KeyValue::Str("pingpong".into()));
@@ -204,7 +211,9 @@ fn emulate_file(
                 skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
                 continue;
             }
-            if let Some((why, _)) = tessera_passes::warp_spec::producer_problem(&graph, &config, Target::Sm90) {
+            if let Some((why, _)) = tessera_passes::warp_spec::producer_problem(&graph, &config, Target::Sm90)
+                .or_else(|| tessera_passes::cluster::cluster_problem(&graph, &config, Target::Sm90))
+            {
                 skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
                 continue;
             }
@@ -230,7 +239,13 @@ fn emulate_file(
                     "{label} `{kernel}` [{config}]: copy=\"tma\" but not every staged copy is a TMA box"
                 );
             }
-            if matches!(staging, Staging::Producer | Staging::PingPong) {
+            if matches!(staging, Staging::Cluster(_)) {
+                assert!(
+                    code.text.contains(".multicast::cluster") && code.text.contains(".reqnctapercluster"),
+                    "{label} `{kernel}` [{config}]: a cluster but no multicast"
+                );
+            }
+            if matches!(staging, Staging::Producer | Staging::PingPong | Staging::Cluster(_)) {
                 assert!(
                     code.text.contains("setmaxnreg.dec") && code.text.contains("setmaxnreg.inc"),
                     "{label} `{kernel}` [{config}]: a producer warpgroup but no setmaxnreg"
