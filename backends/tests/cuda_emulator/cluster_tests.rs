@@ -30,6 +30,10 @@ fn clustered_attention_multicasts_k_and_v() {
     let covered = emulate_files(&files, Staging::Cluster([1, 2]), None);
     eprintln!("{covered} attention configurations ran in clusters of two query blocks");
     assert!(covered >= 5, "only {covered} attention configurations ran in clusters");
+    // And with ping-pong consumers (both consumer warpgroups release their peers' slots).
+    let covered = emulate_files(&files[..1], Staging::ClusterPingPong([1, 2]), None);
+    eprintln!("{covered} attention configurations ran in clusters with ping-pong consumers");
+    assert!(covered >= 2, "only {covered} attention configurations ran in clusters with ping-pong consumers");
 }
 
 /// The consumers wait at the cluster barrier before their program exits: without that

@@ -64,6 +64,8 @@ pub(crate) enum Staging {
     /// `copy = "tma"`, `producer = "warpgroup"` and `cluster = (x, y)`: the programs of a
     /// cluster multicast the loads they share.
     Cluster([i64; 2]),
+    /// `Cluster` with ping-pong consumers (`PingPong`'s `warps = 8`, `BM = 128`).
+    ClusterPingPong([i64; 2]),
 }
 
 /// `config` with `mma = "wgmma"`, and the staging `staging` asks for.
@@ -76,11 +78,11 @@ pub(crate) fn with_wgmma(config: &Config, staging: Staging) -> Config {
     if matches!(staging, Staging::Producer | Staging::Cluster(_)) {
         c.schedule.set("producer", KeyValue::Str("warpgroup".into()));
     }
-    if let Staging::Cluster([x, y]) = staging {
+    if let Staging::Cluster([x, y]) | Staging::ClusterPingPong([x, y]) = staging {
         c.schedule.set("cluster_x", KeyValue::Int(x));
         c.schedule.set("cluster_y", KeyValue::Int(y));
     }
-    if staging == Staging::PingPong {
+    if matches!(staging, Staging::PingPong | Staging::ClusterPingPong(_)) {
         c.schedule.set("producer", KeyValue::Str("pingpong".into()));
         c.schedule.set("warps", KeyValue::Int(8));
         c.schedule.set("BM", KeyValue::Int(128));
@@ -239,19 +241,19 @@ fn emulate_file(
                     "{label} `{kernel}` [{config}]: copy=\"tma\" but not every staged copy is a TMA box"
                 );
             }
-            if matches!(staging, Staging::Cluster(_)) {
+            if matches!(staging, Staging::Cluster(_) | Staging::ClusterPingPong(_)) {
                 assert!(
                     code.text.contains(".multicast::cluster") && code.text.contains(".reqnctapercluster"),
                     "{label} `{kernel}` [{config}]: a cluster but no multicast"
                 );
             }
-            if matches!(staging, Staging::Producer | Staging::PingPong | Staging::Cluster(_)) {
+            if staging != Staging::Own && staging != Staging::Tma {
                 assert!(
                     code.text.contains("setmaxnreg.dec") && code.text.contains("setmaxnreg.inc"),
                     "{label} `{kernel}` [{config}]: a producer warpgroup but no setmaxnreg"
                 );
             }
-            if staging == Staging::PingPong {
+            if matches!(staging, Staging::PingPong | Staging::ClusterPingPong(_)) {
                 assert!(
                     code.text.contains("bar.arrive 2, 256") && code.text.contains("bar.sync 2, 256"),
                     "{label} `{kernel}` [{config}]: ping-pong but no turns"
