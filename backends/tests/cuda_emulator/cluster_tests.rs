@@ -5,7 +5,7 @@
 //! f64 reference at whole and ragged shapes (the grid rounded up to whole clusters), and
 //! a planted bug in the protocol that must fail.
 
-use super::wgmma_tests::{emulate_files, gemm_files, run_at, schedule_case, Staging, WGMMA_FIXTURE};
+use super::wgmma_tests::{emulate_files, gemm_files, run_at, schedule_case, Staging};
 
 #[test]
 fn clustered_gemms_multicast_what_the_interpreter_and_the_reference_compute() {
