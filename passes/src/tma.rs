@@ -13,8 +13,9 @@
 //!
 //! Completion uses `mbarrier`s instead of `cp.async` groups: the kernel's commit groups
 //! stay as they are in Tile IR, and the PTX backend (`ptx::tma`) gives the `g`-th group
-//! barrier `g mod S` of a ring of `S` (the deepest ring of staged slots) at phase parity
-//! `(g / S) mod 2`; a wait for all but `n` groups waits on every group up to there.
+//! barrier `g mod R` of a ring of `R = G · S` (`S` the deepest ring of staged slots, `G`
+//! the commit groups per iteration of the loop) at phase parity `(g / R) mod 2`; a wait
+//! for all but `n` groups waits on every group up to there.
 
 use smol_str::SmolStr;
 use tessera_frontend::check::{CopyEngine, DType, Dim, MmaFamily};
@@ -156,6 +157,21 @@ pub(crate) fn select_copy_engine(f: &mut Func, config: &Config, target: Target) 
     if marked.is_empty() {
         return Ok(());
     }
+    // A ring of `G · stages` barriers, `G` the commit groups per iteration of the deepest
+    // pipelined loop: group `g` reuses the barrier of group `g − G · stages`, which every
+    // thread has waited for (and passed a CTA barrier after) by then. With `stages`
+    // barriers, a loop of two groups (attention's K and V) reuses a barrier in its
+    // prologue, before anyone has waited for its first phase (`analysis::phases`).
+    let groups = f
+        .walk()
+        .into_iter()
+        .map(|id| f.op(id))
+        .filter(|op| op.kind == OpKind::For)
+        .map(|op| op.regions[0].ops.iter().filter(|&&o| f.op(o).kind == OpKind::AsyncCommit).count() as i64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    ring *= groups;
     for id in marked {
         f.op_mut(id).set_attr(VIA, Attr::Str(SmolStr::new(VIA_TMA)));
     }

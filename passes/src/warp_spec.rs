@@ -290,15 +290,19 @@ pub(crate) fn specialize_warps(f: &mut Func, config: &Config, target: Target) ->
     if config.schedule.pingpong() && threads != 2 * WARPGROUP_THREADS {
         return Err(internal(f, format!("ping-pong with {threads} consumer threads, not two warpgroups")));
     }
-    let Some((ring, stages)) = crate::tma::mbarrier_ring(f) else {
+    let Some((ring, depth)) = crate::tma::mbarrier_ring(f) else {
         return Err(internal(f, "the kernel has no mbarrier ring".into()));
     };
     // Group `g` completes on full barrier `g mod R` and is released on empty barrier
-    // `g mod R`. With R = groups × stages, the group that last used the slot a group
-    // refills is the one R groups earlier, whose release the producer waits for. A
-    // second ring after the full one, in the same allocation, holds the empty barriers.
+    // `g mod R`. With R = groups × stages (`select-copy-engine`'s ring), the group that
+    // last used the slot a group refills is the one R groups earlier, whose release the
+    // producer waits for. A second ring after the full one, in the same allocation, holds
+    // the empty barriers.
+    if depth % groups != 0 {
+        return Err(internal(f, format!("a ring of {depth} barriers for {groups} groups per iteration")));
+    }
     if let Type::Smem(s) = &mut f.values[ring.0 as usize].ty {
-        s.dims = vec![tessera_frontend::check::Dim::constant(2 * groups * stages)];
+        s.dims = vec![tessera_frontend::check::Dim::constant(2 * depth)];
     }
     let alloc = f.walk().into_iter().find(|&id| f.op(id).results.first() == Some(&ring));
     if let Some(alloc) = alloc {

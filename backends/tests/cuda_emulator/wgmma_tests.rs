@@ -330,6 +330,16 @@ fn tma_copies_feed_wgmma_what_the_interpreter_and_the_reference_compute() {
     }
 }
 
+/// Flash attention with TMA copies and no producer, every candidate of the example's
+/// space: two commit groups per iteration (K and V), so the mbarrier ring holds two per
+/// stage. (With one per stage, three stages reused a barrier in the prologue, before any
+/// thread had waited for its first phase; `analysis::phases` found it.)
+#[test]
+fn tma_attention_every_candidate_computes_what_the_interpreter_and_the_reference_compute() {
+    let covered = emulate_files(ATTENTION_FILES, Staging::Tma, None);
+    assert!(covered >= 10, "only {covered} attention configurations ran with TMA copies");
+}
+
 // ----- planted bugs ------------------------------------------------------------------
 
 /// Tile IR and PTX of `kernel` of `fixture` under its own schedule.

@@ -14,6 +14,7 @@ pub mod banks;
 pub mod limits;
 pub mod masked_rows;
 pub mod patterns;
+pub mod phases;
 pub mod prune;
 pub mod races;
 pub mod registers;
@@ -737,7 +738,19 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     let conflicts = bank_conflicts_of(&tile);
     let resources = resources_of(&tile, target, registers::estimate_without_profile);
     resource_lints(&resources, &conflicts, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
+    phase_lints(&tile, &name, def.name_range, &mut out);
     out
+}
+
+/// E0501 for the compiler's own staging (`phases`): a bug of the pipeliner, reported at
+/// the loop it staged, so that it is seen rather than run.
+fn phase_lints(tile: &Func, name: &str, fallback: TextRange, out: &mut KernelLints) {
+    for race in phases::check_pipeline(tile).into_iter().take(1) {
+        let at = range_in(&race.at, name).unwrap_or(fallback);
+        let d = Diagnostic::new(Code::E0501, at, format!("race: {}", race.message))
+            .with_note("this is the compiler's pipeline, not the kernel as written: please report it");
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
 }
 
 fn pruning_diagnostic(
