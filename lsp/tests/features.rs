@@ -408,6 +408,8 @@ fn completion_members_keys_policies_dtypes() {
         BK (5) autotuned: {32, 64}
         BM (5) autotuned: {64, 128}
         BN (5) autotuned: {64, 128}
+        cluster_x (5) default 1
+        cluster_y (5) default 1
         copy (5) default "cp.async"
         mma (5) default "mma.sync"
         producer (5) default "none"

@@ -50,7 +50,8 @@ const AXIS_NAMES: [&str; 2] = ["x", "y"];
 /// Why `cluster=(x, y)` cannot be used for the kernel `graph` (Graph IR) under `config`
 /// on `target`, and where (`None`: the kernel's name); `None` when it can, or when the
 /// schedule asks for no cluster. The producer's rule (E0707) comes first: a cluster
-/// needs a producer warpgroup, and whatever that needs.
+/// needs a producer warpgroup, and whatever that needs. The reasons about the kernel
+/// come before the target's, so they are the same on every target.
 pub fn cluster_problem(graph: &Func, config: &Config, target: Target) -> Option<(String, Option<TextRange>)> {
     let shape = config.schedule.cluster();
     let size: i64 = shape.iter().product();
@@ -62,9 +63,6 @@ pub fn cluster_problem(graph: &Func, config: &Config, target: Target) -> Option<
             format!("a cluster of {} × {} = {size} CTAs; the portable limit is {MAX_CLUSTER}", shape[0], shape[1]),
             None,
         ));
-    }
-    if target != Target::Sm90 {
-        return Some((format!("thread-block clusters are a Hopper feature (sm_90); the target is {target}"), None));
     }
     if !config.schedule.producer_warpgroup() {
         return Some((
@@ -182,6 +180,10 @@ pub fn cluster_problem(graph: &Func, config: &Config, target: Target) -> Option<
             ),
             None,
         ));
+    }
+    // Last: the reasons above hold on every target, this one names it.
+    if target != Target::Sm90 {
+        return Some((format!("thread-block clusters are a Hopper feature (sm_90); the target is {target}"), None));
     }
     None
 }
