@@ -11,9 +11,10 @@
 #   5. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
 #      prebuilt test binaries are there;
 #   6. (hopper) GEMM 4096^3 on the Hopper path: mma="wgmma" with cp.async, with TMA
-#      copies (copy="tma") and with a producer warpgroup (producer="warpgroup", 8 consumer
-#      warps, 4 stages), and the fp8 GEMM ([K, N] B, transposing stage), each checked
-#      against the f64 reference and timed.
+#      copies (copy="tma"), with a producer warpgroup (producer="warpgroup", 8 consumer
+#      warps, 4 stages) and with it in clusters of 2x1 and 2x2 (TMA multicast), and the
+#      fp8 GEMM ([K, N] B, transposing stage), each checked against the f64 reference and
+#      timed.
 # Usage: benches/gpu/acceptance.sh BINDIR OUTDIR [ARCHIVE]
 #   With ARCHIVE, OUTDIR is packed into it after every step (a lease's copy-back takes few
 #   files, and a step that runs out of time must not lose the ones before it).
@@ -56,9 +57,11 @@ cat "$OUT/torch_peer.json"
 
 fi
 if want hopper; then
-log "GEMM 4096^3 on WGMMA, staged by cp.async, by TMA, and by TMA from a producer warpgroup"
+log "GEMM 4096^3 on WGMMA, staged by cp.async, by TMA, by TMA from a producer warpgroup, and multicast in clusters of 2x1 and 2x2"
 for variant in cp.async:warps=4,stages=3,copy=cp.async tma:warps=4,stages=3,copy=tma \
-    producer:warps=8,stages=4,copy=tma,producer=warpgroup; do
+    producer:warps=8,stages=4,copy=tma,producer=warpgroup \
+    cluster2x1:warps=8,stages=4,copy=tma,producer=warpgroup,cluster_x=2 \
+    cluster2x2:warps=8,stages=4,copy=tma,producer=warpgroup,cluster_x=2,cluster_y=2; do
     name=${variant%%:*}
     timeout 60 "$T" run examples/gemm.tsr --kernel gemm --dims M=4096,N=4096,K=4096 --device gpu --check sampled \
         --schedule BM=128,BN=128,BK=64,mma=wgmma,${variant#*:} --repeat 30 --json \
