@@ -5,18 +5,16 @@
 //! planted into Tile IR, are each reported.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
-use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind, KeyValue, ScheduleValue};
+use tessera_frontend::check::{fn_decorators, KeyValue, ScheduleValue};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
 use tessera_passes::analysis::phases::check_pipeline;
 use tessera_passes::ir::{Attr, Func, OpKind, Type};
 use tessera_passes::{default_config, tile_ir, Config, Target};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod common;
+use common::repo;
 
 const FILES: &[&str] = &[
     "tests/fixtures/wgmma/gemms.tsr",
@@ -62,16 +60,10 @@ fn variants(config: &Config) -> Vec<Config> {
 fn staged_kernels(target: Target) -> Vec<(String, Func)> {
     let mut out = Vec::new();
     for f in FILES {
-        let db = Database::default();
-        let file = SourceFile::new(&db, f.into(), std::fs::read_to_string(repo().join(f)).unwrap(), None);
-        for entry in &item_index(&db, file).functions {
-            let key = entry.key;
-            if fn_signature(&db, key).kind != FunctionKind::Kernel {
-                continue;
-            }
-            let Ok((default, _)) = default_config(&db, key, &BTreeMap::new()) else { continue };
+        common::for_each_kernel(f, |db, key| {
+            let Ok((default, _)) = default_config(db, key, &BTreeMap::new()) else { return };
             let space: Vec<ScheduleValue> =
-                fn_decorators(&db, key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
+                fn_decorators(db, key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
             let mut configs = vec![default.clone()];
             configs.extend(space.into_iter().map(|schedule| Config { schedule, shapes: default.shapes.clone() }));
             let mut seen = BTreeSet::new();
@@ -79,11 +71,11 @@ fn staged_kernels(target: Target) -> Vec<(String, Func)> {
                 if !seen.insert(config.to_string()) {
                     continue;
                 }
-                if let Ok(tile) = tile_ir(&db, key, config.clone(), target).as_ref() {
-                    out.push((format!("{f} `{}` [{config}]", key.name(&db)), (**tile).clone()));
+                if let Ok(tile) = tile_ir(db, key, config.clone(), target).as_ref() {
+                    out.push((format!("{f} `{}` [{config}]", key.name(db)), (**tile).clone()));
                 }
             }
-        }
+        });
     }
     out
 }
@@ -151,9 +143,13 @@ fn a_wait_for_too_few_groups_a_missing_barrier_or_a_short_mbarrier_ring_is_repor
         let mut unsynced = tile.clone();
         let body = k_loop_ops(&unsynced);
         let k = unsynced.walk().into_iter().find(|&id| unsynced.op(id).kind == OpKind::For).unwrap();
-        unsynced.op_mut(k).regions[0].ops = body.into_iter().filter(|&id| tile.op(id).kind != OpKind::Barrier).collect();
+        unsynced.op_mut(k).regions[0].ops =
+            body.into_iter().filter(|&id| tile.op(id).kind != OpKind::Barrier).collect();
         let races = check_pipeline(&unsynced);
-        assert!(races.iter().any(|r| r.message.contains("while other threads may still be reading")), "{copy}: {races:?}");
+        assert!(
+            races.iter().any(|r| r.message.contains("while other threads may still be reading")),
+            "{copy}: {races:?}"
+        );
     }
     // A ring of one mbarrier for three stages: the prologue's second group reuses it
     // before anyone waited for the first.

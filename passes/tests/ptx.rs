@@ -12,9 +12,8 @@ use tessera_frontend::{Database, SourceFile};
 use tessera_passes::ptx::{nvdisasm, ptxas};
 use tessera_passes::{default_config, tile_ir, Config, Target};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod common;
+use common::repo;
 
 fn sources() -> Vec<(String, String)> {
     let dirs = [(repo().join("examples"), "examples"), (repo().join("tests/corpus/valid"), "corpus")];
@@ -297,27 +296,21 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
     ];
     let mut out = Vec::new();
     for f in files {
-        let db = Database::default();
-        let file = SourceFile::new(&db, f.into(), std::fs::read_to_string(repo().join(f)).unwrap(), None);
-        for entry in &item_index(&db, file).functions {
-            let key = entry.key;
-            if fn_signature(&db, key).kind != FunctionKind::Kernel {
-                continue;
-            }
-            let graph = tessera_passes::graph_ir(&db, key).clone().unwrap();
+        common::for_each_kernel(f, |db, key| {
+            let graph = tessera_passes::graph_ir(db, key).clone().unwrap();
             if !graph.walk().into_iter().any(|id| graph.op(id).kind == tessera_passes::ir::OpKind::Dot) {
-                continue;
+                return;
             }
-            let (default, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+            let (default, _) = default_config(db, key, &BTreeMap::new()).unwrap();
             let space: Vec<ScheduleValue> =
-                fn_decorators(&db, key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
+                fn_decorators(db, key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
             let mut configs = vec![default.clone()];
             configs.extend(space.into_iter().map(|schedule| Config { schedule, shapes: default.shapes.clone() }));
             let mut seen = BTreeSet::new();
             for mut config in configs {
                 config.schedule.set("mma", KeyValue::Str("wgmma".into()));
                 if !seen.insert(config.to_string())
-                    || tessera_passes::analysis::wgmma_problem(&db, key, &config, Target::Sm90).is_some()
+                    || tessera_passes::analysis::wgmma_problem(db, key, &config, Target::Sm90).is_some()
                 {
                     continue;
                 }
@@ -335,7 +328,7 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
                 for specialized in [producer, pingpong] {
                     let admitted = tessera_passes::warp_spec::producer_problem(&graph, &specialized, Target::Sm90)
                         .is_none()
-                        && tessera_passes::analysis::wgmma_problem(&db, key, &specialized, Target::Sm90).is_none();
+                        && tessera_passes::analysis::wgmma_problem(db, key, &specialized, Target::Sm90).is_none();
                     if !admitted || !seen.insert(specialized.to_string()) {
                         continue;
                     }
@@ -350,16 +343,16 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
                     configs.extend(clustered.filter(|c| seen.insert(c.to_string())));
                 }
                 for config in configs {
-                    let ptx = tile_ir(&db, key, config.clone(), Target::Sm90)
+                    let ptx = tile_ir(db, key, config.clone(), Target::Sm90)
                         .clone()
                         .map_err(|e| format!("tile IR: {}", e.message))
                         .and_then(|t| {
                             tessera_passes::ptx::emit(&t, Target::Sm90).map(|c| c.text).map_err(|e| e.message)
                         });
-                    out.push((format!("{f} `{}`", key.name(&db)), short(&config.to_string()), ptx));
+                    out.push((format!("{f} `{}`", key.name(db)), short(&config.to_string()), ptx));
                 }
             }
-        }
+        });
     }
     out
 }
