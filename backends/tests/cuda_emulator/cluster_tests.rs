@@ -17,6 +17,11 @@ fn clustered_gemms_multicast_what_the_interpreter_and_the_reference_compute() {
             assert!(covered >= 10, "only {covered} GEMMs ran in clusters of {shape:?}");
         }
     }
+    // With ping-pong consumers too (the fixture's GEMMs).
+    let covered =
+        emulate_files(&gemm_files(&[]), Staging::ClusterPingPong([2, 1]), only.as_deref().or(Some("wgmma/gemms")));
+    eprintln!("{covered} GEMMs ran in clusters of [2, 1] with ping-pong consumers");
+    assert!(covered >= 4, "only {covered} GEMMs ran in clusters with ping-pong consumers");
 }
 
 /// Attention's K and V are the same for every query block of a head: clustered along
