@@ -97,7 +97,7 @@ impl KernelAbi {
             }
         }
         let tensor_maps = crate::tma::tensor_maps(func).map_err(|e| format!("`{}`: {e}", func.name))?;
-        let cluster = crate::cluster::cluster_dims(func);
+        let cluster = crate::cluster::cluster_shape(func).map(|d| d as u32);
         Ok(KernelAbi { name: func.name.clone(), params, grid, threads, seed, tensor_maps, cluster })
     }
 

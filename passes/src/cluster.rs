@@ -74,6 +74,7 @@ pub fn cluster_problem(graph: &Func, config: &Config, target: Target) -> Option<
     }
     let grid = grid_loops(graph);
     let masks = axis_dependence(graph);
+    let defs = graph.definitions();
     for (axis, &extent) in shape.iter().enumerate() {
         if extent == 1 {
             continue;
@@ -91,7 +92,7 @@ pub fn cluster_problem(graph: &Func, config: &Config, target: Target) -> Option<
             ));
         };
         let looped = graph.op(lp);
-        if unit_step(graph, looped) {
+        if unit_step(graph, &defs, looped) {
             return Some((
                 format!(
                     "cluster_{name}={extent} clusters a `tile.parallel` loop of step 1: the grid is rounded up to whole \
@@ -105,12 +106,8 @@ pub fn cluster_problem(graph: &Func, config: &Config, target: Target) -> Option<
     let clustered: u8 = (0..2).filter(|&a| shape[a] > 1).fold(0, |m, a| m | 1 << a);
     let dots: Vec<OpId> = graph.walk().into_iter().filter(|&id| graph.op(id).kind == OpKind::Dot).collect();
     // The K loop (the producer's rule has put every dot in it).
-    if let Some(k_loop) = graph
-        .walk()
-        .into_iter()
-        .map(|id| graph.op(id))
-        .find(|op| op.kind == OpKind::For && op.regions.iter().any(|r| dots.iter().any(|&d| r.ops.contains(&d))))
-    {
+    let k_loop = dots.first().and_then(|&d| crate::warp_spec::enclosing_loop(graph, &graph.body, d));
+    if let Some(k_loop) = k_loop.map(|k| graph.op(k)) {
         let bounds = k_loop.operands.iter().take(3).fold(0u8, |m, v| m | masks[v.0 as usize]);
         if let Some(axis) = (0..2).find(|&a| bounds & clustered & (1 << a) != 0) {
             return Some((
@@ -123,18 +120,15 @@ pub fn cluster_problem(graph: &Func, config: &Config, target: Target) -> Option<
             ));
         }
     }
-    // The staged loads: the dots' operands (through a transpose), and the buffers the
-    // kernel fills itself with `tile.cp_async`: each global view, its rows and the op.
-    let defs = graph.definitions();
+    // The staged loads: the dots' operands (through transposes and casts, as staging
+    // follows them), and the buffers the kernel fills itself with `tile.cp_async`: each
+    // global view, its rows and the op.
     let mut staged: Vec<(crate::ir::ValueId, Option<i64>, &Op)> = Vec::new();
     let rows_of = |dims: &[tessera_frontend::check::Dim]| dims.first().and_then(|d| d.eval(&|s| config.key(s)));
     for &dot in &dots {
         for &operand in graph.op(dot).operands.iter().take(2) {
-            let mut def = defs[operand.0 as usize].map(|d| graph.op(d));
-            if let Some(t) = def.filter(|d| d.kind == OpKind::Transpose) {
-                def = t.operands.first().and_then(|&x| defs[x.0 as usize]).map(|d| graph.op(d));
-            }
-            let Some(load) = def.filter(|d| d.kind == OpKind::Load) else { continue };
+            let (_, source) = crate::sched::dot_operand_source(graph, &defs, operand);
+            let Some(load) = source.map(|d| graph.op(d)).filter(|d| d.kind == OpKind::Load) else { continue };
             let rows = match graph.ty(load.results[0]) {
                 Type::Tile(t) => rows_of(&t.dims),
                 _ => None,
@@ -207,9 +201,8 @@ pub fn asked(config: &Config) -> String {
 }
 
 /// Whether a `grid.parallel` loop steps by the constant 1 (it indexes, it does not tile).
-fn unit_step(f: &Func, op: &Op) -> bool {
+fn unit_step(f: &Func, defs: &[Option<OpId>], op: &Op) -> bool {
     let Some(&step) = op.operands.get(2) else { return true };
-    let defs = f.definitions();
     defs[step.0 as usize].map(|d| f.op(d)).is_some_and(|d| d.kind == OpKind::Constant && d.int_attr("value") == Some(1))
 }
 
@@ -338,11 +331,4 @@ pub(crate) fn form_clusters(f: &mut Func, config: &Config, target: Target) -> Re
     }
     f.set_attr(CLUSTER, Attr::Ints(vec![x, y, 1]));
     Ok(())
-}
-
-/// The cluster shape as `Dim`s of the grid's axes (for the ABI: the grid is rounded up to
-/// whole clusters at launch).
-pub fn cluster_dims(f: &Func) -> [u32; 3] {
-    let [x, y, z] = cluster_shape(f);
-    [x.max(1) as u32, y.max(1) as u32, z.max(1) as u32]
 }

@@ -81,7 +81,7 @@ pub fn producer_problem(graph: &Func, config: &Config, target: Target) -> Option
     let Some(&first) = dots.first() else {
         return Some(("the kernel has no `tile.dot` for a producer to feed".into(), None));
     };
-    let Some(body) = enclosing_loop_body(graph, &graph.body, first) else {
+    let Some(body) = enclosing_loop(graph, &graph.body, first).map(|k| &graph.op(k).regions[0]) else {
         return Some((
             "the dot is not directly in a sequential `tile.range` loop (the K loop)".into(),
             Some(graph.op(first).loc.range),
@@ -222,15 +222,16 @@ fn register_work_problem(graph: &Func, ops: &[OpId], operand_loads: &[OpId]) -> 
     None
 }
 
-/// The body of the `scf.for {kind = "sequential"}` whose body holds `target` directly.
-fn enclosing_loop_body<'a>(f: &'a Func, region: &'a Region, target: OpId) -> Option<&'a Region> {
+/// The `scf.for {kind = "sequential"}` whose body holds `target` directly (for a dot:
+/// the K loop).
+pub(crate) fn enclosing_loop(f: &Func, region: &Region, target: OpId) -> Option<OpId> {
     for &id in &region.ops {
         let op = f.op(id);
         for r in &op.regions {
             if op.kind == OpKind::For && op.str_attr("kind") == Some("sequential") && r.ops.contains(&target) {
-                return Some(r);
+                return Some(id);
             }
-            if let Some(found) = enclosing_loop_body(f, r, target) {
+            if let Some(found) = enclosing_loop(f, r, target) {
                 return Some(found);
             }
         }

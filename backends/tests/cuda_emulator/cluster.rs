@@ -121,7 +121,7 @@ pub(crate) fn run_cluster(ctas: &mut [Cta], global: &mut Global) -> Result<(), S
                 }
                 let target = &mut ctas[rank];
                 let delivered = match remote {
-                    Remote::Arrive { barrier, pc, .. } => target.remote_arrive(pc, barrier),
+                    Remote::Arrive { barrier, pc, .. } => target.arrive_on(pc, barrier),
                     Remote::Copy { copy, pc, .. } => target.receive_copy(pc, copy),
                 };
                 delivered.map_err(|e| format!("{} (from {}): {e}", name(&ctas[rank]), name(&ctas[i])))?;

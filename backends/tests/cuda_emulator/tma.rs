@@ -133,6 +133,11 @@ fn swizzled(addr: u64, span: u64) -> u64 {
 impl Cta<'_> {
     fn barrier_at(&mut self, t: usize, pc: usize, i: usize) -> Result<u64, String> {
         let addr = self.addr(t, pc, i)?;
+        self.barrier_address(pc, addr)
+    }
+
+    /// `addr`, when an mbarrier fits there in this program's shared window.
+    fn barrier_address(&self, pc: usize, addr: u64) -> Result<u64, String> {
         if !addr.is_multiple_of(8) || addr + 8 > self.smem.len() as u64 {
             return Err(self.err(pc, format!("mbarrier at shared address {addr}")));
         }
@@ -169,8 +174,8 @@ impl Cta<'_> {
             }
             "arrive" => {
                 // `mbarrier.arrive... state, [addr]`: the state is opaque; write 0.
-                let addr = self.barrier_at(t, pc, 1)?;
-                self.remote_arrive(pc, addr)?;
+                let addr = self.addr(t, pc, 1)?;
+                self.arrive_on(pc, addr)?;
                 let d = self.dst(pc, 0)?;
                 self.set(t, d, 0);
             }
@@ -193,10 +198,8 @@ impl Cta<'_> {
 
     /// One arrival on this program's mbarrier at `addr` (its own threads', or a peer's
     /// through `mapa`).
-    pub(crate) fn remote_arrive(&mut self, pc: usize, addr: u64) -> Result<(), String> {
-        if !addr.is_multiple_of(8) || addr + 8 > self.smem.len() as u64 {
-            return Err(self.err(pc, format!("mbarrier at shared address {addr}")));
-        }
+    pub(crate) fn arrive_on(&mut self, pc: usize, addr: u64) -> Result<(), String> {
+        let addr = self.barrier_address(pc, addr)?;
         let b = self.mbarrier(pc, addr)?;
         if b.pending == 0 {
             return Err(self.err(pc, format!("an arrival on the mbarrier at {addr} beyond its count")));

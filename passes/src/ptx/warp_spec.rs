@@ -173,18 +173,18 @@ impl Emitter<'_> {
         // Whole warpgroups take one side: the branch is uniform per warp.
         self.b.ins_if(producer, true, format!("bra.uni {consumers}"));
         self.b.ins(format!("setmaxnreg.dec.sync.aligned.u32 {producer_regs}"));
-        if self.cluster.is_some() {
-            // Every producer thread arrives at the cluster barrier before it exits.
-            let done = self.b.label("produced_all");
-            self.b.ins_if(leader, true, format!("bra {done}"));
-            self.set_role(Role::Producer);
-            self.producer_loop(op)?;
+        // Under a cluster every producer thread arrives at the cluster barrier before it
+        // exits (the leader after its loop).
+        let done = self.cluster.is_some().then(|| self.b.label("produced_all"));
+        match &done {
+            Some(done) => self.b.ins_if(leader, true, format!("bra {done}")),
+            None => self.b.ins_if(leader, true, "exit"),
+        }
+        self.set_role(Role::Producer);
+        self.producer_loop(op)?;
+        if let Some(done) = done {
             self.b.place_label(&done);
             self.leave_cluster(false);
-        } else {
-            self.b.ins_if(leader, true, "exit");
-            self.set_role(Role::Producer);
-            self.producer_loop(op)?;
         }
         self.b.ins("exit");
         self.b.place_label(&consumers);
