@@ -18,6 +18,12 @@ use tessera_frontend::{Database, SourceFile};
 use tessera_passes::abi::{AbiParam, KernelAbi};
 use tessera_passes::{default_config, tile_ir};
 
+// The Hopper cases the PTX emulator runs (`cuda_emulator.rs`).
+mod hopper_cases;
+
+use hopper_cases::{gemm_files, lower_cases, parse_shape, shapes_of, Case, Staging, ATTENTION_FILES};
+use tessera_passes::Target;
+
 const SEED: u64 = 20240611;
 
 fn sources() -> Vec<(String, PathBuf, String)> {
@@ -181,5 +187,122 @@ fn every_kernel_matches_the_interpreter_on_the_gpu() {
         }
     }
     assert!(covered > 0, "no kernel ran");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Opens the GPU, or says loudly why not (and fails where `TESSERA_REQUIRE_GPU` is set).
+fn gpu_or_skip() -> Option<GpuDevice> {
+    match GpuDevice::open() {
+        Ok(d) => Some(d),
+        Err(GpuError::NoGpu(why)) => {
+            assert!(std::env::var_os("TESSERA_REQUIRE_GPU").is_none(), "a GPU is required: {why}");
+            eprintln!("\n!!!!! NO GPU: the NVIDIA backend was NOT run ({why}) !!!!!\n");
+            None
+        }
+        Err(e) => panic!("opening the GPU failed: {e}"),
+    }
+}
+
+/// Beside the emulator's shapes (`shapes_of`), one the GPU runs quickly and the emulator
+/// would not: many programs (whole clusters and a ragged last one), many K iterations
+/// (every stage of the ring reused), and for attention a causal mask. (D stays the
+/// configuration's 64: the kernel is specialized to it; D = 128 runs in the acceptance
+/// script's `hopper` step.)
+fn larger_shape(case: &Case) -> &'static str {
+    let byte_elements = case.code.abi.params.iter().any(|p| match p {
+        AbiParam::Tensor { dtype, .. } => dtype.bytes() == 1,
+        _ => false,
+    });
+    if case.kernel.contains("attention") {
+        "BH=3,S=328,D=64"
+    } else if byte_elements {
+        "M=264,N=208,K=400"
+    } else {
+        "M=264,N=200,K=392"
+    }
+}
+
+/// The Hopper schedules on an sm_90 GPU: every case the emulator checks (`wgmma` with
+/// `cp.async` or TMA copies, a producer warpgroup, ping-pong consumers, clusters of 2x1,
+/// 1x2 and 2x2 with TMA multicast), at the emulator's shapes and a larger one, against
+/// the Graph IR's f64 reference (no Tile IR pass, interpreter or PTX in it).
+#[test]
+fn hopper_schedules_match_the_f64_reference_on_the_gpu() {
+    // Lowered first, so that without a GPU the test still checks that every case lowers
+    // with the PTX its staging asks for.
+    let only = std::env::var("TESSERA_HOPPER_ONLY").ok();
+    let gemms = gemm_files(&[]);
+    let corpus_attention = [("tests/corpus/valid/flash_attention.tsr", true)];
+    let plan: Vec<(&[(&str, bool)], Staging)> = vec![
+        (&gemms, Staging::Own),
+        (&gemms, Staging::Tma),
+        (&gemms, Staging::Producer),
+        (&gemms, Staging::PingPong),
+        (&gemms, Staging::Cluster([2, 1])),
+        (&gemms, Staging::Cluster([1, 2])),
+        (&gemms, Staging::Cluster([2, 2])),
+        (&gemms, Staging::ClusterPingPong([2, 1])),
+        (ATTENTION_FILES, Staging::Own),
+        (ATTENTION_FILES, Staging::Tma),
+        (ATTENTION_FILES, Staging::Producer),
+        (ATTENTION_FILES, Staging::PingPong),
+        (&corpus_attention, Staging::Cluster([1, 2])),
+        (&corpus_attention, Staging::ClusterPingPong([1, 2])),
+    ];
+    let mut failures = Vec::new();
+    let mut lowered = Vec::new();
+    for (files, staging) in plan {
+        let (cases, skipped, lowering) = lower_cases(files, staging, only.as_deref());
+        eprintln!("== {staging:?}: {} cases, {} not admitted", cases.len(), skipped.len());
+        failures.extend(lowering);
+        lowered.push((staging, cases));
+    }
+    assert!(failures.is_empty(), "{} cases failed to lower:\n{}", failures.len(), failures.join("\n"));
+    let Some(device) = gpu_or_skip() else { return };
+    let target = device.target().unwrap();
+    if target != Target::Sm90 {
+        eprintln!("\n!!!!! NOT an sm_90 GPU ({target}): the Hopper schedules were NOT run !!!!!\n");
+        return;
+    }
+    let mut ran = 0;
+    for (staging, cases) in &lowered {
+        for case in cases {
+            let loaded = match device.load(&case.code) {
+                Ok(k) => k,
+                Err(e) => {
+                    failures.push(format!("{staging:?} {}: load: {e}", case.name()));
+                    continue;
+                }
+            };
+            for spec in shapes_of(&case.kernel, &case.config, &case.func).iter().chain([&larger_shape(case)]) {
+                let what = format!("{staging:?} {} at {spec}", case.name());
+                let mut inputs = seeded(&case.func, &parse_shape(spec), SEED).unwrap();
+                if spec.starts_with("BH=3") {
+                    let _ = set_scalar(&case.code.abi, &mut inputs, "causal", 1.0);
+                }
+                let reference = match case.reference(&inputs) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failures.push(format!("{what}: {e}"));
+                        continue;
+                    }
+                };
+                let mut actual = inputs.clone();
+                match device.launch(&loaded, &mut actual, 1) {
+                    Ok(run) => eprintln!("{what}: {} registers, {:.3} ms", run.registers, run.times_ms[0]),
+                    Err(e) => {
+                        failures.push(format!("{what}: {e}"));
+                        continue;
+                    }
+                }
+                ran += 1;
+                for o in compare_outputs(&case.func, &reference, &actual).into_iter().filter(|o| !o.comparison.passed) {
+                    failures.push(format!("{what}: output `{}`: {}", o.name, o.comparison));
+                }
+            }
+        }
+    }
+    eprintln!("{ran} Hopper launches, {} failures", failures.len());
+    assert!(ran > 0, "no Hopper case ran");
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }

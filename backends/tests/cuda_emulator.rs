@@ -45,6 +45,8 @@ mod warp_spec_tests;
 mod wgmma;
 #[path = "cuda_emulator/wgmma_tests.rs"]
 mod wgmma_tests;
+// The Hopper cases, shared with the GPU test (`cuda.rs`).
+mod hopper_cases;
 
 use execute::emulate;
 

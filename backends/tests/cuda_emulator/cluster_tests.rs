@@ -5,7 +5,8 @@
 //! f64 reference at whole and ragged shapes (the grid rounded up to whole clusters), and
 //! a planted bug in the protocol that must fail.
 
-use super::wgmma_tests::{emulate_files, gemm_files, run_at, schedule_case, Staging};
+use super::wgmma_tests::{emulate_files, run_at, schedule_case};
+use crate::hopper_cases::{gemm_files, Staging};
 
 #[test]
 fn clustered_gemms_multicast_what_the_interpreter_and_the_reference_compute() {

@@ -4,9 +4,8 @@
 //! interpreter and the f64 reference at whole and ragged shapes; and planted bugs in the
 //! protocol that must fail.
 
-use super::wgmma_tests::{
-    emulate_files, gemm_files, run_at, run_tma_case, schedule_case, Staging, ATTENTION_FILES, WGMMA_FIXTURE,
-};
+use super::wgmma_tests::{emulate_files, run_at, run_tma_case, schedule_case};
+use crate::hopper_cases::{gemm_files, Staging, ATTENTION_FILES, WGMMA_FIXTURE};
 
 #[test]
 fn a_producer_warpgroup_feeds_wgmma_what_the_interpreter_and_the_reference_compute() {

@@ -4,266 +4,47 @@
 //! mode or SBO in a descriptor, a missing wait, fence or proxy fence) that must fail.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use tessera_backends::interp::compare_outputs;
 use tessera_backends::interp::inputs::seeded;
-use tessera_backends::tensor::Arg;
-use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind, KeyValue};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
 use tessera_passes::codegen::TargetCode;
 use tessera_passes::ir::{Func, OpKind, Type};
-use tessera_passes::{default_config, graph_ir, tile_ir, Config, Target};
+use tessera_passes::{default_config, tile_ir, Target};
 
 use super::execute::emulate;
 use super::{check_kernel, SEED};
+use crate::hopper_cases::{
+    gemm_files, lower_cases, parse_shape, root, shapes_of, with_wgmma, Case, Staging, ATTENTION_FILES, FP8_FIXTURE,
+    OPERANDS_FIXTURE, WGMMA_FIXTURE,
+};
 
-/// Kernels written for `wgmma` (see the file's header).
-pub(crate) const WGMMA_FIXTURE: &str = "tests/fixtures/wgmma/gemms.tsr";
-/// Kernels with a K-major B and an A in registers.
-const OPERANDS_FIXTURE: &str = "tests/fixtures/wgmma/operands.tsr";
-/// FP8 GEMMs (m64nNk32, both operands K-major).
-const FP8_FIXTURE: &str = "tests/fixtures/wgmma/fp8.tsr";
-
-/// Flash attention: every candidate of the example's space, and the corpus kernel's
-/// default schedule.
-pub(crate) const ATTENTION_FILES: &[(&str, bool)] =
-    &[("examples/flash_attention.tsr", true), ("tests/corpus/valid/flash_attention.tsr", false)];
-
-/// The GEMMs of the examples and the corpus the slice starts from.
-const GEMM_FILES: &[&str] = &[
-    "examples/gemm.tsr",
-    "examples/linear_gelu.tsr",
-    "tests/corpus/valid/gemm.tsr",
-    "tests/corpus/valid/schedules.tsr",
-    "tests/corpus/valid/search_spaces.tsr",
-    "tests/corpus/valid/derived_kernels.tsr",
-    // fp8 with B as [K, N]: through the transposing stage (`tessera_passes::wgmma`).
-    "examples/fp8_gemm.tsr",
-    "tests/corpus/valid/fp8_gemm.tsr",
-];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// What fills the staged operands.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub(crate) enum Staging {
-    /// The schedule's own `copy` (`cp.async` unless it says otherwise).
-    Own,
-    /// `copy = "tma"`.
-    Tma,
-    /// `copy = "tma"` and `producer = "warpgroup"`: a producer warpgroup issues them.
-    Producer,
-    /// `copy = "tma"`, `producer = "pingpong"`, `warps = 8` and `BM = 128`: a producer
-    /// warpgroup, and two consumer warpgroups of 64 rows each that take turns at the
-    /// first dot.
-    PingPong,
-    /// `copy = "tma"`, `producer = "warpgroup"` and `cluster = (x, y)`: the programs of a
-    /// cluster multicast the loads they share.
-    Cluster([i64; 2]),
-    /// `Cluster` with ping-pong consumers (`PingPong`'s `warps = 8`, `BM = 128`).
-    ClusterPingPong([i64; 2]),
-}
-
-/// `config` with `mma = "wgmma"`, and the staging `staging` asks for.
-pub(crate) fn with_wgmma(config: &Config, staging: Staging) -> Config {
-    let mut c = config.clone();
-    c.schedule.set("mma", KeyValue::Str("wgmma".into()));
-    if staging != Staging::Own {
-        c.schedule.set("copy", KeyValue::Str("tma".into()));
-    }
-    if matches!(staging, Staging::Producer | Staging::Cluster(_)) {
-        c.schedule.set("producer", KeyValue::Str("warpgroup".into()));
-    }
-    if let Staging::Cluster([x, y]) | Staging::ClusterPingPong([x, y]) = staging {
-        c.schedule.set("cluster_x", KeyValue::Int(x));
-        c.schedule.set("cluster_y", KeyValue::Int(y));
-    }
-    if matches!(staging, Staging::PingPong | Staging::ClusterPingPong(_)) {
-        c.schedule.set("producer", KeyValue::Str("pingpong".into()));
-        c.schedule.set("warps", KeyValue::Int(8));
-        c.schedule.set("BM", KeyValue::Int(128));
-    }
-    c
-}
-
-fn has_wgmma_dot(tile: &Func) -> bool {
-    tile.walk().into_iter().any(|id| tile.op(id).kind == OpKind::Dot && tile.op(id).str_attr("instr") == Some("wgmma"))
-}
-
-/// Shapes for a kernel's dims: a multiple of every tile the configurations use, a ragged
-/// one (M, N, K cut inside a tile and misaligned rows), and a one-tile-short K.
-const GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=36,K=40", "M=33,N=17,K=9"];
-
-/// Attention: one whole key block and a ragged sequence (a partial query and key block).
-const ATTENTION_SHAPES: &[&str] = &["BH=1,S=64,D=64", "BH=2,S=100,D=64"];
-
-/// Under `copy = "tma"`: ragged tiles whose rows stay multiples of 16 bytes (a tensor
-/// map's strides must be), and a K shorter than one k step.
-const TMA_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=40,K=48", "M=33,N=24,K=16"];
-
-/// The same for 8-bit operands, whose rows are a byte per element: `N` too a multiple of
-/// 16 where B is `[K, N]`.
-const TMA_FP8_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=48,K=48", "M=33,N=32,K=16"];
-
-fn shapes_of(kernel: &str, config: &Config, func: &Func) -> &'static [&'static str] {
-    let byte_elements = func.values.iter().any(|v| matches!(&v.ty, Type::Tensor(t) if t.dtype.bytes() == 1));
-    if kernel.contains("attention") {
-        ATTENTION_SHAPES
-    } else if config.copy() == tessera_frontend::check::CopyEngine::Tma && byte_elements {
-        TMA_FP8_GEMM_SHAPES
-    } else if config.copy() == tessera_frontend::check::CopyEngine::Tma {
-        TMA_GEMM_SHAPES
-    } else {
-        GEMM_SHAPES
-    }
-}
-
-/// Emulates `code` against the interpreter (through `check_kernel`) and the Graph IR's
-/// f64 reference; returns the failures.
-fn check_against_both(
-    label: &str,
-    kernel: &str,
-    graph: &Func,
-    config: &Config,
-    func: &Func,
-    code: &TargetCode,
-) -> Vec<String> {
+/// Emulates a case at each of its shapes against the interpreter (through
+/// `check_kernel`) and the Graph IR's f64 reference; returns the failures.
+fn check_against_both(case: &Case) -> Vec<String> {
     let mut failures = Vec::new();
-    for spec in shapes_of(kernel, config, func) {
-        failures.extend(check_kernel(label, kernel, func, code, spec));
-        // The f64 reference of the Graph IR: no Tile IR pass, interpreter or generator in it.
-        let symbols: BTreeMap<String, i64> = spec
-            .split(',')
-            .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.parse().unwrap())).unwrap())
-            .collect();
-        let inputs = seeded(func, &symbols, SEED).unwrap();
-        let shapes: Vec<Vec<i64>> = inputs
-            .iter()
-            .filter_map(|a| match a {
-                Arg::Tensor(t) => Some(t.dims.iter().map(|&d| d as i64).collect()),
-                _ => None,
-            })
-            .collect();
-        let grid = code.abi.bind(&shapes).unwrap().grid;
-        let mut reference = inputs.clone();
-        let programs = tessera_backends::semantics::Programs::All;
-        if let Err(e) = tessera_backends::semantics::run(graph, config, grid, &mut reference, &programs) {
-            failures.push(format!("{label} `{kernel}` [{spec}]: reference: {e}"));
-            continue;
-        }
+    for spec in shapes_of(&case.kernel, &case.config, &case.func) {
+        failures.extend(check_kernel(&case.label, &case.kernel, &case.func, &case.code, spec));
+        let what = format!("{} `{}` [{spec}]", case.label, case.kernel);
+        let inputs = seeded(&case.func, &parse_shape(spec), SEED).unwrap();
+        let reference = match case.reference(&inputs) {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{what}: {e}"));
+                continue;
+            }
+        };
         let mut actual = inputs.clone();
-        if let Err(e) = emulate(code, &mut actual) {
-            failures.push(format!("{label} `{kernel}` [{spec}]: {e}"));
+        if let Err(e) = emulate(&case.code, &mut actual) {
+            failures.push(format!("{what}: {e}"));
             continue;
         }
-        for o in compare_outputs(func, &reference, &actual).into_iter().filter(|o| !o.comparison.passed) {
-            failures.push(format!(
-                "{label} `{kernel}` [{spec}]: output `{}` against the f64 reference: {}",
-                o.name, o.comparison
-            ));
+        for o in compare_outputs(&case.func, &reference, &actual).into_iter().filter(|o| !o.comparison.passed) {
+            failures.push(format!("{what}: output `{}` against the f64 reference: {}", o.name, o.comparison));
         }
     }
     failures
-}
-
-/// Every kernel of `text` under each of its configurations with `mma = "wgmma"` (the
-/// written ones that already say so, and every candidate of a space with the key set),
-/// lowered for sm_90 where the rule admits it; (covered, skipped with their reasons, failures).
-fn emulate_file(
-    label: &str,
-    path: &Path,
-    text: &str,
-    all_candidates: bool,
-    staging: Staging,
-) -> (usize, Vec<String>, Vec<String>) {
-    let tma = staging != Staging::Own;
-    let db = Database::default();
-    let file = SourceFile::new(&db, path.to_path_buf(), text.to_string(), None);
-    let (mut covered, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
-    for entry in &item_index(&db, file).functions {
-        if fn_signature(&db, entry.key).kind != FunctionKind::Kernel {
-            continue;
-        }
-        let kernel = entry.key.name(&db).to_string();
-        let Ok((default, _)) = default_config(&db, entry.key, &BTreeMap::new()) else { continue };
-        let mut configs = vec![with_wgmma(&default, staging)];
-        if all_candidates {
-            let space = fn_decorators(&db, entry.key).schedule.as_ref().map(|s| s.configurations()).unwrap_or_default();
-            for schedule in space {
-                let c = with_wgmma(&Config { schedule, shapes: default.shapes.clone() }, staging);
-                if !configs.contains(&c) {
-                    configs.push(c);
-                }
-            }
-        }
-        let graph = graph_ir(&db, entry.key).clone().unwrap();
-        if !graph.walk().into_iter().any(|id| graph.op(id).kind == OpKind::Dot) {
-            continue;
-        }
-        for config in configs {
-            if let Some((why, _)) = tessera_passes::pipeline::wgmma_problem(&graph, &config, Target::Sm90) {
-                skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
-                continue;
-            }
-            if let Some((why, _)) = tessera_passes::tma::tma_problem(&graph, &config, Target::Sm90) {
-                skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
-                continue;
-            }
-            if let Some((why, _)) = tessera_passes::warp_spec::producer_problem(&graph, &config, Target::Sm90)
-                .or_else(|| tessera_passes::cluster::cluster_problem(&graph, &config, Target::Sm90))
-            {
-                skipped.push(format!("{label} `{kernel}` [{config}]: {why}"));
-                continue;
-            }
-            let func = match tile_ir(&db, entry.key, config.clone(), Target::Sm90).clone() {
-                Ok(f) => f,
-                Err(e) => {
-                    failures.push(format!("{label} `{kernel}` [{config}]: tile IR: {}", e.message));
-                    continue;
-                }
-            };
-            assert!(has_wgmma_dot(&func), "{label} `{kernel}` [{config}]: no wgmma dot");
-            let code = match tessera_passes::ptx::emit(&func, Target::Sm90) {
-                Ok(c) => c,
-                Err(e) => {
-                    failures.push(format!("{label} `{kernel}` [{config}]: PTX: {}", e.message));
-                    continue;
-                }
-            };
-            assert!(code.text.contains(".target sm_90a"), "{label} `{kernel}`: not sm_90a");
-            if tma && func.walk().into_iter().any(|id| func.op(id).kind == OpKind::CpAsync) {
-                assert!(
-                    code.text.contains("cp.async.bulk.tensor") && !code.text.contains("cp.async.cg"),
-                    "{label} `{kernel}` [{config}]: copy=\"tma\" but not every staged copy is a TMA box"
-                );
-            }
-            if matches!(staging, Staging::Cluster(_) | Staging::ClusterPingPong(_)) {
-                assert!(
-                    code.text.contains(".multicast::cluster") && code.text.contains(".reqnctapercluster"),
-                    "{label} `{kernel}` [{config}]: a cluster but no multicast"
-                );
-            }
-            if staging != Staging::Own && staging != Staging::Tma {
-                assert!(
-                    code.text.contains("setmaxnreg.dec") && code.text.contains("setmaxnreg.inc"),
-                    "{label} `{kernel}` [{config}]: a producer warpgroup but no setmaxnreg"
-                );
-            }
-            if matches!(staging, Staging::PingPong | Staging::ClusterPingPong(_)) {
-                assert!(
-                    code.text.contains("bar.arrive 2, 256") && code.text.contains("bar.sync 2, 256"),
-                    "{label} `{kernel}` [{config}]: ping-pong but no turns"
-                );
-            }
-            failures.extend(check_against_both(label, &kernel, &graph, &config, &func, &code));
-            covered += 1;
-        }
-    }
-    (covered, skipped, failures)
 }
 
 #[test]
@@ -288,33 +69,19 @@ fn wgmma_attention_computes_what_the_interpreter_and_the_reference_compute() {
     assert!(covered >= 2, "only {covered} attention kernels ran with wgmma");
 }
 
-/// The fixtures and the examples' and corpus's GEMMs, then `extra`, each under its own
-/// schedule only.
-pub(crate) fn gemm_files<'a>(extra: &[&'a str]) -> Vec<(&'a str, bool)> {
-    let fixtures = [WGMMA_FIXTURE, OPERANDS_FIXTURE, FP8_FIXTURE].into_iter();
-    fixtures.chain(GEMM_FILES.iter().copied()).chain(extra.iter().copied()).map(|f| (f, false)).collect()
-}
-
-/// Emulates each `(file, every candidate)` (staged as `staging` says; only the
-/// files whose name contains `only`), prints what the rule skipped, fails on any
+/// Emulates the cases of each `(file, every candidate)` staged as `staging` says (only
+/// the files whose name contains `only`), prints what the rules skipped, fails on any
 /// failure, and returns how many kernels ran.
 pub(crate) fn emulate_files(files: &[(&str, bool)], staging: Staging, only: Option<&str>) -> usize {
-    let (mut covered, mut failures) = (0, Vec::new());
-    for &(f, all) in files {
-        if only.is_some_and(|o| !f.contains(o)) {
-            continue;
-        }
-        let path = root().join(f);
-        let text = std::fs::read_to_string(&path).unwrap();
-        let (c, skipped, fails) = emulate_file(f, &path, &text, all, staging);
-        for s in &skipped {
-            eprintln!("not {staging:?}: {s}");
-        }
-        covered += c;
-        failures.extend(fails);
+    let (cases, skipped, mut failures) = lower_cases(files, staging, only);
+    for s in &skipped {
+        eprintln!("not {staging:?}: {s}");
+    }
+    for case in &cases {
+        failures.extend(check_against_both(case));
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
-    covered
+    cases.len()
 }
 
 /// `copy = "tma"`: the staged operands arrive by TMA boxes through tensor maps, completed
