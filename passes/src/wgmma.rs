@@ -40,6 +40,24 @@ pub fn k_step(dtype: DType) -> i64 {
     32 / dtype.bytes().max(1) as i64
 }
 
+/// The most K an fp8 `wgmma` sums inside the tensor cores before the sum is added to the
+/// f32 accumulator in registers ("promotion"): Hopper's FP8 MMAs add their products with
+/// a narrower adder than f32 (about 14 bits kept; DeepSeek-V3 §3.3.2), so a K loop left
+/// to accumulate in place drifts with K. 128 elements (4 k32 instructions) is CUTLASS's
+/// promotion interval and DeepSeek's `N_C`.
+pub const FP8_PROMOTION_K: i64 = 128;
+
+/// Whether `func` (Tile IR) has an fp8 `wgmma`: its sums of up to [`FP8_PROMOTION_K`]
+/// products are not f32-exact, which the check's tolerance allows for.
+pub fn has_fp8_wgmma(func: &Func) -> bool {
+    func.walk().into_iter().any(|id| {
+        let op = func.op(id);
+        op.kind == OpKind::Dot
+            && op.str_attr("instr") == Some("wgmma")
+            && op.operands.first().is_some_and(|&a| func.ty(a).dtype().is_some_and(|d| d.is_fp8()))
+    })
+}
+
 /// The attribute of a staged `tile.load` whose shared buffer a `wgmma` reads through a
 /// matrix descriptor (its swizzle is then the descriptor's, chosen from the row bytes).
 pub const DESCRIPTOR_LAYOUT: &str = "wgmma_operand";

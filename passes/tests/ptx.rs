@@ -505,3 +505,45 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
         .filter(|(_, c, ptx)| c.contains("cluster_") && ptx.as_ref().is_ok_and(|p| p.contains(".multicast::cluster")));
     assert!(clusters.count() >= 10, "too few configurations in clusters");
 }
+
+/// FP8 sums are promoted (`ptx::wgmma`): in a K loop each chain of fp8 `wgmma`s sums at
+/// most `FP8_PROMOTION_K` elements of K from zero (`scale-d` false on its first
+/// instruction) into scratch registers, waits for them (`wait_group 0`: never left in
+/// flight) and adds them to the accumulator in f32. A 16-bit GEMM keeps accumulating in
+/// place. Under each staging the fp8 kernels admit.
+#[test]
+fn fp8_wgmma_sums_are_promoted_to_f32_every_128_elements_of_k() {
+    let k_per_instruction = 32;
+    let limit = (tessera_passes::wgmma::FP8_PROMOTION_K / k_per_instruction) as usize;
+    let mut checked = 0;
+    for (what, config, ptx) in wgmma_cases() {
+        let ptx = ptx.unwrap_or_else(|e| panic!("{what} [{config}]: {e}"));
+        let fp8 = ptx.contains(".e4m3.") || ptx.contains(".e5m2.");
+        let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+        let mut promoted_chunks = 0;
+        for (i, line) in lines.iter().enumerate().filter(|(_, l)| l.starts_with("wgmma.fence")) {
+            let end = i + lines[i..].iter().position(|l| l.starts_with("wgmma.commit_group")).unwrap();
+            let mmas: Vec<&str> = lines[i..end].iter().copied().filter(|l| l.starts_with("wgmma.mma_async")).collect();
+            let Some(first) = mmas.first() else { continue };
+            // The chain's accumulator registers: `{%f1, ...}`.
+            let d = |l: &str| l.split('}').next().unwrap().to_string();
+            let chain = mmas.iter().filter(|l| d(l) == d(first)).count();
+            let adds = lines[end..].iter().skip(2).take_while(|l| l.starts_with("add.f32")).count();
+            if !fp8 {
+                assert_eq!(adds, 0, "{what} [{config}]: a 16-bit wgmma is promoted");
+                continue;
+            }
+            assert!(chain <= limit, "{what} [{config}]: {chain} fp8 wgmmas in one chain at {line}");
+            if adds > 0 {
+                assert_eq!(lines[end + 1], "wgmma.wait_group.sync.aligned 0;", "{what} [{config}]: promoted in flight");
+                promoted_chunks += 1;
+            }
+        }
+        if fp8 {
+            // Every fp8 kernel here sums K in a loop: its chunks are promoted.
+            assert!(promoted_chunks > 0, "{what} [{config}]: no fp8 chunk is added to the accumulator");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "only {checked} fp8 configurations");
+}

@@ -454,6 +454,9 @@ impl Reference {
             if let Some(acc) = narrowest_accumulator(&plan.graph) {
                 tol = tol.with_accumulator(acc, longest);
             }
+            if tessera_passes::wgmma::has_fp8_wgmma(&plan.tile) {
+                tol = tol.with_fp8_tensor_cores();
+            }
             let comparison = compare_with(&ev, &av, &tol);
             let first_mismatch =
                 comparison.first_mismatch.map(|m| (unravel(chosen[m.index], &e.dims), m.expected, m.actual));

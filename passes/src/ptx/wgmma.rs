@@ -9,6 +9,12 @@
 //! free for the next copies once every warpgroup passed it. (The consumers of a
 //! producer warpgroup's GEMM wait with `wait_group 1` instead: `ptx::warp_spec`.)
 //!
+//! FP8 sums are promoted, as CUTLASS's FP8 GEMMs and DeepSeek-V3 do: the tensor cores
+//! add an fp8 MMA's products with an adder narrower than f32 (measured on an H200: a
+//! K = 4096 GEMM accumulated in place was off by 5% in places), so each chunk of at most
+//! `wgmma::FP8_PROMOTION_K` = 128 elements of K is summed from zero into scratch
+//! registers, waited for, and added to the accumulator with `add.f32`.
+//!
 //! Matrix descriptors (PTX ISA, "Matrix Descriptor Format" of the warpgroup-level MMA):
 //! bits 0–13 the start address >> 4, 16–29 the leading-dimension byte offset (LBO) >> 4,
 //! 32–45 the stride-dimension byte offset (SBO) >> 4, 49–51 the base offset (0: the
@@ -218,10 +224,16 @@ impl Emitter<'_> {
         let zero_start = c_vals.iter().all(|v| matches!(v, Operand::F32(0) | Operand::Int(0)));
         let carried: Option<Vec<Reg>> =
             c_vals.iter().map(|v| if let Operand::Reg(r) = v { Some(*r) } else { None }).collect();
+        // fp8 sums are promoted: the tensor cores sum at most FP8_PROMOTION_K products
+        // from zero into scratch registers, which are then added to the accumulator in
+        // f32 (their adder is narrower than f32, so a sum continued in place drifts with
+        // K). That needs the group's result, so such a dot is never left in flight.
+        let chunk = if fp8 { crate::wgmma::FP8_PROMOTION_K } else { k.max(1) };
+        let promoted = fp8 && (!zero_start || k > chunk);
         // A K loop's dot that stays in flight while the next one is issued accumulates
         // in place: its registers are the carried accumulator's, which nothing else reads
         // until the wait after the loop.
-        let in_flight = carried.as_ref().filter(|_| self.keeps_dot_in_flight(self.current)).cloned();
+        let in_flight = carried.as_ref().filter(|_| !promoted && self.keeps_dot_in_flight(self.current)).cloned();
         let acc: Vec<Reg> = match &in_flight {
             Some(regs) => regs.clone(),
             None => (0..c_vals.len()).map(|_| self.b.reg(Class::F32)).collect(),
@@ -231,42 +243,59 @@ impl Emitter<'_> {
                 super::emit::mov(&mut self.b, *r, v);
             }
         }
+        let scratch: Vec<Reg> =
+            if promoted { (0..acc.len()).map(|_| self.b.reg(Class::F32)).collect() } else { Vec::new() };
         let accumulate = materialize(&mut self.b, Class::Pred, Operand::Int(1));
-        let first = if zero_start { materialize(&mut self.b, Class::Pred, Operand::Int(0)) } else { accumulate };
-        self.b.ins("wgmma.fence.sync.aligned");
+        let restart = materialize(&mut self.b, Class::Pred, Operand::Int(0));
+        let first = if zero_start { restart } else { accumulate };
         // imm-trans-b: 1 for an N-major B, 0 for a K-major one.
         let trans_b = if b_k_major { 0 } else { 1 };
-        for k0 in (0..k).step_by(k_step as usize) {
-            let b_offset = if b_k_major { a_start(&b.ty, 0, k0) } else { b_start(&b.ty, k0) };
-            let b_desc = self.descriptor(b_low, b_high, b_offset.unwrap_or(0));
-            for tile in 0..tiles {
-                let d = acc[tile as usize * per_tile..(tile as usize + 1) * per_tile]
-                    .iter()
-                    .map(|r| r.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                let scale_d = if k0 == 0 { first } else { accumulate };
-                let (a_operand, imms) = match &a_input {
-                    AInput::Fragments(words) => {
-                        let at = (tile * k / 4 + k0 / 4) as usize;
-                        let regs = words[at..at + 4].iter().map(|r| r.to_string()).collect::<Vec<_>>();
-                        (format!("{{{}}}", regs.join(", ")), format!("1, 1, {trans_b}"))
-                    }
-                    AInput::Descriptor { low, high, slot } => {
-                        let start = a_start(slot, tile * WGMMA_M, k0).unwrap_or(0);
-                        let imms = if fp8 { "1, 1".to_string() } else { format!("1, 1, 0, {trans_b}") };
-                        (self.descriptor(*low, *high, start).to_string(), imms)
-                    }
-                };
-                self.b.ins(format!(
-                    "wgmma.mma_async.sync.aligned.m64n{n_slice}k{k_step}.f32.{at}.{bt} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
-                ));
+        for chunk0 in (0..k.max(1)).step_by(chunk as usize) {
+            // Unpromoted, or the first chunk of a zero start: straight into `acc`.
+            let into_scratch = promoted && !(zero_start && chunk0 == 0);
+            let target = if into_scratch { &scratch } else { &acc };
+            self.b.ins("wgmma.fence.sync.aligned");
+            for k0 in (chunk0..(chunk0 + chunk).min(k)).step_by(k_step as usize) {
+                let b_offset = if b_k_major { a_start(&b.ty, 0, k0) } else { b_start(&b.ty, k0) };
+                let b_desc = self.descriptor(b_low, b_high, b_offset.unwrap_or(0));
+                for tile in 0..tiles {
+                    let d = target[tile as usize * per_tile..(tile as usize + 1) * per_tile]
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let scale_d = match (k0 == chunk0, into_scratch) {
+                        (true, true) => restart,
+                        (true, false) if k0 == 0 => first,
+                        _ => accumulate,
+                    };
+                    let (a_operand, imms) = match &a_input {
+                        AInput::Fragments(words) => {
+                            let at = (tile * k / 4 + k0 / 4) as usize;
+                            let regs = words[at..at + 4].iter().map(|r| r.to_string()).collect::<Vec<_>>();
+                            (format!("{{{}}}", regs.join(", ")), format!("1, 1, {trans_b}"))
+                        }
+                        AInput::Descriptor { low, high, slot } => {
+                            let start = a_start(slot, tile * WGMMA_M, k0).unwrap_or(0);
+                            let imms = if fp8 { "1, 1".to_string() } else { format!("1, 1, 0, {trans_b}") };
+                            (self.descriptor(*low, *high, start).to_string(), imms)
+                        }
+                    };
+                    self.b.ins(format!(
+                        "wgmma.mma_async.sync.aligned.m64n{n_slice}k{k_step}.f32.{at}.{bt} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
+                    ));
+                }
+            }
+            self.b.ins("wgmma.commit_group.sync.aligned");
+            // In flight: wait for the previous iteration's group only.
+            let pending = u32::from(in_flight.is_some());
+            self.b.ins(format!("wgmma.wait_group.sync.aligned {pending}"));
+            if into_scratch {
+                for (a, t) in acc.iter().zip(&scratch) {
+                    self.b.ins(format!("add.f32 {a}, {a}, {t}"));
+                }
             }
         }
-        self.b.ins("wgmma.commit_group.sync.aligned");
-        // In flight: wait for the previous iteration's group only.
-        let pending = u32::from(in_flight.is_some());
-        self.b.ins(format!("wgmma.wait_group.sync.aligned {pending}"));
         let out = if k == 0 { c_vals } else { acc.into_iter().map(Operand::Reg).collect() };
         self.set(op.results[0], Val::Tile(TileVal { dtype: out_dtype, shape, layout, repr: Repr::Wide(out) }));
         Ok(())
