@@ -306,3 +306,27 @@ fn hopper_schedules_match_the_f64_reference_on_the_gpu() {
     assert!(ran > 0, "no Hopper case ran");
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// A kernel that needs more shared memory than a block can have is refused at load, with
+/// the figures, and the device keeps working. (On an H200 this hung `tessera run`: the
+/// refused kernel unloaded its module on drop, taking the lock `load` still held.)
+#[test]
+fn a_kernel_over_the_shared_memory_limit_is_refused_without_hanging() {
+    let Some(device) = gpu_or_skip() else { return };
+    let target = device.target().unwrap();
+    let (_, path, text) = sources().into_iter().find(|(label, _, _)| label.ends_with("valid/vector_add.tsr")).unwrap();
+    let db = Database::default();
+    let file = SourceFile::new(&db, path, text, None);
+    let key = item_index(&db, file).functions[0].key;
+    let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+    let func = tile_ir(&db, key, config, target).clone().unwrap();
+    let code = tessera_passes::ptx::emit(&func, target).unwrap();
+    let mut oversized = code.clone();
+    oversized.smem_bytes = 1 << 20;
+    match device.load(&oversized) {
+        Err(GpuError::Resources(m)) => assert!(m.contains("shared memory"), "{m}"),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a kernel needing 1 MiB of shared memory per block loaded"),
+    }
+    device.load(&code).expect("the device no longer loads kernels after a refusal");
+}

@@ -409,11 +409,27 @@ impl GpuDevice {
             local_bytes: 0,
             max_threads: 0,
         };
+        // Any error leaves `kernel` to unload its module, which takes the state lock: so
+        // the lock is released first (holding it there deadlocked `tessera run` on a
+        // kernel that needed more shared memory than the GPU has, on an H200).
+        let inspected = self.inspect(&mut kernel, code);
+        drop(state);
+        inspected?;
+        Ok(kernel)
+    }
+
+    /// Finds the loaded module's entry, reads its attributes and checks that a block of it
+    /// fits the GPU (shared memory, threads), raising the dynamic shared memory limit
+    /// where it needs more than the default. The caller holds the state lock.
+    fn inspect(&self, kernel: &mut GpuKernel, code: &TargetCode) -> Result<(), GpuError> {
         let entry = CString::new(code.entry.as_str())
             .map_err(|_| GpuError::Load(format!("the entry name `{}` contains a NUL byte", code.entry)))?;
         // SAFETY: `module` is live; the out-pointers are valid.
         unsafe {
-            check("cuModuleGetFunction", sys::cuModuleGetFunction(&mut kernel.function, module, entry.as_ptr()))?;
+            check(
+                "cuModuleGetFunction",
+                sys::cuModuleGetFunction(&mut kernel.function, kernel.module, entry.as_ptr()),
+            )?;
             let attr = |a: sys::CUfunction_attribute| -> Result<i32, GpuError> {
                 let mut v = 0;
                 check("cuFuncGetAttribute", sys::cuFuncGetAttribute(&mut v, a, kernel.function))?;
@@ -448,8 +464,7 @@ impl GpuDevice {
                 code.entry, code.abi.threads, kernel.registers, kernel.max_threads
             )));
         }
-        drop(state);
-        Ok(kernel)
+        Ok(())
     }
 
     /// Copies the arguments to the device: each tensor to its own buffer.
@@ -479,6 +494,22 @@ impl GpuDevice {
             tensor_maps: Vec::new(),
             grid,
         };
+        // As in `load`: an error leaves `resident` to free its buffers, which takes the
+        // lock, so the lock is released first.
+        let filled = Self::fill(&mut resident, kernel, &tensors, args);
+        drop(state);
+        filled?;
+        Ok(resident)
+    }
+
+    /// Allocates and copies each tensor argument, packs the parameters and encodes the
+    /// tensor maps into `resident`. The caller holds the state lock.
+    fn fill(
+        resident: &mut Resident,
+        kernel: &GpuKernel,
+        tensors: &[(Vec<i64>, usize)],
+        args: &[Arg],
+    ) -> Result<(), GpuError> {
         let mut data = args.iter().filter_map(|a| match a {
             Arg::Tensor(t) => Some(t),
             _ => None,
@@ -520,8 +551,7 @@ impl GpuDevice {
         for spec in &kernel.abi.tensor_maps {
             resident.tensor_maps.push(tensor_map::encode(&kernel.abi, spec, args, &pointers)?);
         }
-        drop(state);
-        Ok(resident)
+        Ok(())
     }
 
     fn lock_for(&self, kernel: &GpuKernel) -> Result<MutexGuard<'_, State>, GpuError> {
