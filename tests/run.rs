@@ -538,6 +538,15 @@ fn bad_input_exits_2_with_a_precise_message() {
         &["--kernel", "gemm", "--arg", "alpha=1"],
         &["--kernel", "gemm", "--schedule", "BM=100"],
         &["--kernel", "gemm", "--schedule", "BLOCK=64"],
+        // More shared memory than a block of sm_90 has (E0500 under `tessera check`).
+        &[
+            "--kernel",
+            "gemm",
+            "--dims",
+            "M=256,N=512,K=512",
+            "--schedule",
+            "BM=128,BN=256,BK=64,warps=8,stages=5,mma=wgmma,copy=tma,producer=warpgroup",
+        ],
         &["--kernel", "gemm", "--target", "sm_75"],
         &["--kernel", "gemm", "--repeat", "0"],
         &["--kernel", "gemm", "--check", "some"],

@@ -172,6 +172,34 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
     } else {
         None
     };
+    // A schedule whose buffers do not fit a block of the target is refused here, before
+    // any input is made (`tessera check` reports it as E0500 with the buffers; a
+    // `--schedule` given to `run` is not linted first).
+    let (registers_estimate, smem_bytes) = if req.target.is_gpu() {
+        match tessera_passes::analysis::kernel_resources(db, key, req.config.clone(), req.target) {
+            Ok(r) => (Some(r.registers.peak), Some(r.smem_bytes)),
+            Err(_) => (None, None),
+        }
+    } else {
+        (None, None)
+    };
+    let limits = tessera_passes::analysis::limits::GpuLimits::of(req.target);
+    if let (Some(bytes), Some(limits)) = (smem_bytes, limits) {
+        if bytes > limits.smem_per_block as u64 {
+            let show = tessera_passes::units::bytes;
+            return Err(LaunchError::new(
+                ErrorKind::Resources,
+                format!(
+                    "`{name}` needs {} of shared memory per block under this schedule, more than the {} a block \
+                     can have on {} (E0500; `tessera check` lists the buffers): fewer stages or smaller tiles \
+                     shrink it",
+                    show(bytes),
+                    show(limits.smem_per_block as u64),
+                    limits.arch
+                ),
+            ));
+        }
+    }
     let abi = KernelAbi::of(&tile).map_err(|e| LaunchError::new(ErrorKind::Compile, e))?;
     let access = param_access(&tile);
     // The `--arg` values first: a mistake there should not wait for the inputs.
@@ -232,14 +260,6 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
             s.value = arg_value(&args[i]);
         }
     }
-    let (registers_estimate, smem_bytes) = if req.target.is_gpu() {
-        match tessera_passes::analysis::kernel_resources(db, key, req.config.clone(), req.target) {
-            Ok(r) => (Some(r.registers.peak), Some(r.smem_bytes)),
-            Err(_) => (None, None),
-        }
-    } else {
-        (None, None)
-    };
     Ok(Plan {
         kernel: name,
         target: req.target,
