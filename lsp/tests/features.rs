@@ -191,7 +191,7 @@ fn hover_schedule_key_symbol_policy_graph_value() {
             @accum(dtype)
             ```
 
-            dtype policy: Accumulate products and sums in `dtype` (at least as wide as the storage).
+            dtype policy: Accumulate products and sums in `dtype` (at least as wide as the storage). fp8 dots on Hopper tensor cores (`mma="wgmma"`) sum each chunk of up to 128 products at about 14 bits, then add it in `dtype`.
 
             Written after a dtype in a type: `bf16 @accum(...)`."#]],
     );

@@ -210,7 +210,7 @@ builtins! {
     "cpu" - Any "device" "The CPU device kind.";
     "prefetch" "(obj, into=\"smem\", overlap=\"compute\")" Graph "placement" "`with prefetch(x, into=\"smem\"):` moves data ahead of use; into is \"smem\", \"l2\" or \"hbm\".";
     // ---- policies (type position, after `@`) ----
-    "accum" "(dtype)" Type "policy" "Accumulate products and sums in `dtype` (at least as wide as the storage).";
+    "accum" "(dtype)" Type "policy" "Accumulate products and sums in `dtype` (at least as wide as the storage). fp8 dots on Hopper tensor cores (`mma=\"wgmma\"`) sum each chunk of up to 128 products at about 14 bits, then add it in `dtype`.";
     "stochastic_round" - Type "policy" "Round stochastically when storing (bf16/f16/fp8 only).";
     "loss_scale" "(k)" Type "policy" "Scale gradients by k > 0 (a power of two keeps it exact).";
     "saturate" - Type "policy" "Clamp out-of-range values to the largest finite value (fp8/int only).";
