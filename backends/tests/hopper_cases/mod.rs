@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use tessera_backends::interp::compare_outputs;
 use tessera_backends::tensor::Arg;
 use tessera_frontend::check::{fn_decorators, fn_signature, FunctionKind, KeyValue};
 use tessera_frontend::db::item_index;
@@ -174,6 +175,29 @@ impl Case {
             .map_err(|e| format!("reference: {e}"))?;
         Ok(reference)
     }
+
+    /// Runs the case on `inputs` with `execute` (the emulator, a GPU) and compares what
+    /// it wrote with the f64 reference; the failures, each starting with `what`.
+    pub fn check(
+        &self,
+        what: &str,
+        inputs: &[Arg],
+        execute: impl FnOnce(&mut [Arg]) -> Result<(), String>,
+    ) -> Vec<String> {
+        let reference = match self.reference(inputs) {
+            Ok(r) => r,
+            Err(e) => return vec![format!("{what}: {e}")],
+        };
+        let mut actual = inputs.to_vec();
+        if let Err(e) = execute(&mut actual) {
+            return vec![format!("{what}: {e}")];
+        }
+        compare_outputs(&self.func, &reference, &actual)
+            .into_iter()
+            .filter(|o| !o.comparison.passed)
+            .map(|o| format!("{what}: output `{}` against the f64 reference: {}", o.name, o.comparison))
+            .collect()
+    }
 }
 
 /// Every kernel with a dot of each `(file, every candidate)` (only the files whose name
@@ -186,6 +210,17 @@ pub fn lower_cases(
     files: &[(&str, bool)],
     staging: Staging,
     only: Option<&str>,
+) -> (Vec<Case>, Vec<String>, Vec<String>) {
+    lower_cases_for(files, staging, only, &BTreeMap::new())
+}
+
+/// [`lower_cases`] with the kernels compiled for the shape symbols `dims` gives (a tile
+/// dimension such as attention's head dim `D` is compiled in).
+pub fn lower_cases_for(
+    files: &[(&str, bool)],
+    staging: Staging,
+    only: Option<&str>,
+    dims: &BTreeMap<String, i64>,
 ) -> (Vec<Case>, Vec<String>, Vec<String>) {
     let (mut cases, mut skipped, mut failures) = (Vec::new(), Vec::new(), Vec::new());
     for &(label, all_candidates) in files {
@@ -201,7 +236,7 @@ pub fn lower_cases(
                 continue;
             }
             let kernel = entry.key.name(&db).to_string();
-            let Ok((default, _)) = default_config(&db, entry.key, &BTreeMap::new()) else { continue };
+            let Ok((default, _)) = default_config(&db, entry.key, dims) else { continue };
             let mut configs = vec![with_wgmma(&default, staging)];
             if all_candidates {
                 let space =
