@@ -307,3 +307,46 @@ fn kernels_without_a_space_and_empty_spaces_are_refused() {
     assert!(e.contains("error: no configuration of `huge`'s autotune space fits sm_90: all 1 are pruned"), "{e}");
     assert!(cache_files(dir.path()).is_empty());
 }
+
+/// The autotuner searches the Hopper choices: the GPU acceptance bench's space over
+/// `mma`, `copy`, `producer`, `cluster_x`, tiles and stages (benches/gpu/gemm_hopper.tsr)
+/// on the interpreter for sm_90, every admitted configuration checked against the f64
+/// reference, what the rules cannot fit pruned with its reason. Ragged dims: the last
+/// row block and cluster are partial.
+#[test]
+fn the_hopper_choices_are_searched_and_every_admitted_one_is_correct() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/gpu/gemm_hopper.tsr").display().to_string();
+    let args = [
+        "autotune",
+        &file,
+        "--kernel",
+        "gemm_hopper",
+        "--dims",
+        "M=200,N=264,K=136",
+        "--device",
+        "interp",
+        "--target",
+        "sm_90",
+        "--repeat",
+        "1",
+        "--check",
+        "full",
+        "--json",
+    ];
+    let o = run_in(dir.path(), &args);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let v = json(&o);
+    let results = v["results"].as_array().unwrap();
+    assert!(results.len() >= 16, "only {} configurations measured", results.len());
+    assert!(results.iter().all(|r| r["correct"] == true), "{results:?}");
+    let producers: std::collections::BTreeSet<&str> =
+        results.iter().filter_map(|r| r["schedule"]["producer"].as_str()).collect();
+    let clusters: std::collections::BTreeSet<i64> =
+        results.iter().filter_map(|r| r["schedule"]["cluster_x"].as_i64()).collect();
+    assert_eq!(producers.into_iter().collect::<Vec<_>>(), ["pingpong", "warpgroup"], "{results:?}");
+    assert_eq!(clusters.into_iter().collect::<Vec<_>>(), [1, 2], "{results:?}");
+    let pruned = v["space"]["pruned"].as_array().unwrap();
+    assert!(!pruned.is_empty() && pruned.iter().all(|p| p["reason"].is_string() || p["reason"].is_object()), "{v}");
+    assert_eq!(v["winner"]["mma"], "wgmma", "{v}");
+}

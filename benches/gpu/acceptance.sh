@@ -10,6 +10,8 @@
 #   3. bf16 GEMM 4096^3 and causal flash attention (B*H=32, S=4096, D=128): autotuned on
 #      timings alone (`--check none`: a sampled f64 check of every candidate at these sizes
 #      takes minutes), then the winner run and checked against the f64 reference, beside torch.matmul and scaled_dot_product_attention (benches/gpu/torch_peer.py);
+#   3b. (tune-hopper) the same GEMM over the Hopper choices (benches/gpu/gemm_hopper.tsr):
+#      autotuned, then the winner run and checked;
 #   4. every flash-attention candidate alone at that size, under a launch time limit;
 #   5. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
 #      prebuilt test binaries are there;
@@ -32,7 +34,7 @@ cd "$ROOT"
 T=$BIN/tessera
 ARCHIVE=${3:-}
 # STEPS picks steps by name (default: all of them).
-STEPS=${STEPS:-machine hopper-gpu peers hopper untuned sweep tune candidates nccl cuda-test}
+STEPS=${STEPS:-machine hopper-gpu peers hopper untuned sweep tune tune-hopper candidates nccl cuda-test}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 log() {
     echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"
@@ -197,6 +199,15 @@ timeout 60 "$T" run examples/flash_attention.tsr --kernel flash_attention --dims
     --arg causal=true --device gpu --check sampled --json > "$OUT/fa_run.json" 2> "$OUT/fa_run.err"
 tail -c 1500 "$OUT/fa_run.json"; cat "$OUT/fa_run.err"
 
+fi
+if want tune-hopper; then
+log "GEMM 4096^3 over the Hopper choices (benches/gpu/gemm_hopper.tsr): autotune, then run"
+timeout ${TUNE_SECONDS:-90} "$T" autotune benches/gpu/gemm_hopper.tsr --kernel gemm_hopper --dims M=4096,N=4096,K=4096 \
+    --device gpu --check none --repeat 30 --json > "$OUT/gemm_hopper_autotune.json" 2> "$OUT/gemm_hopper_autotune.err"
+echo "rc=$?"; tail -c 3000 "$OUT/gemm_hopper_autotune.json"; tail -5 "$OUT/gemm_hopper_autotune.err"
+timeout 60 "$T" run benches/gpu/gemm_hopper.tsr --kernel gemm_hopper --dims M=4096,N=4096,K=4096 --device gpu \
+    --check sampled --repeat 30 --json > "$OUT/gemm_hopper_run.json" 2> "$OUT/gemm_hopper_run.err"
+tail -c 1500 "$OUT/gemm_hopper_run.json"; cat "$OUT/gemm_hopper_run.err"
 fi
 if want candidates; then
 log "flash attention at the benchmark size: every candidate alone (one never finished on an H200, 2026-11-28)"

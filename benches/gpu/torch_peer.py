@@ -1,6 +1,7 @@
 """The GPU peers of Tessera's acceptance benchmarks, timed the same way as `tessera run`
 times a kernel (CUDA events around each launch, median after warm-up): cuBLAS through
-torch.matmul for a bf16 GEMM, and PyTorch's scaled_dot_product_attention (its flash
+torch.matmul for a bf16 GEMM, cuBLASLt through torch._scaled_mm for an e4m3 GEMM, and
+PyTorch's scaled_dot_product_attention (its flash
 backend on Hopper) for causal attention. Prints one JSON object.
 
     python3 benches/gpu/torch_peer.py [--gemm 4096] [--bh 32 --s 4096 --d 128]
@@ -51,6 +52,19 @@ def main():
         out["gemm_bf16_f32_out"] = {"median_ms": med32, "min_ms": mn32, "tflops": flops / med32 / 1e9}
     except (TypeError, RuntimeError) as e:
         out["gemm_bf16_f32_out"] = {"error": str(e)[:200]}
+
+    # FP8 (e4m3) GEMM through cuBLASLt, B column-major as it requires, bf16 out, with
+    # cuBLAS's own promotion of the tensor cores' fp8 sums (use_fast_accum=False), the
+    # peer of examples/fp8_gemm.tsr.
+    try:
+        a8 = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        b8 = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
+        one = torch.tensor(1.0, device="cuda")
+        fp8 = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=False)
+        med8, mn8 = time_ms(fp8)
+        out["gemm_fp8_e4m3"] = {"median_ms": med8, "min_ms": mn8, "tflops": flops / med8 / 1e9}
+    except (AttributeError, TypeError, RuntimeError) as e:
+        out["gemm_fp8_e4m3"] = {"error": str(e)[:200]}
 
     # B*H heads of length S: batch 4 x 8 heads when B*H = 32.
     heads = 8 if a.bh % 8 == 0 else 1
