@@ -432,6 +432,7 @@ impl Reference {
         // Outputs that sum: the tolerance widens with the longest tensor dim (an upper
         // bound on any reduction's length), as `interp::compare_outputs` does.
         let longest = plan.tensors(expected).iter().flat_map(|(_, t)| t.dims.iter().copied()).max().unwrap_or(1);
+        let fp8_tensor_cores = tessera_passes::wgmma::has_fp8_wgmma(&plan.tile);
         let mut outputs = Vec::new();
         for (i, p) in plan.abi.params.iter().enumerate() {
             if !plan.is_output(i) {
@@ -454,7 +455,7 @@ impl Reference {
             if let Some(acc) = narrowest_accumulator(&plan.graph) {
                 tol = tol.with_accumulator(acc, longest);
             }
-            if tessera_passes::wgmma::has_fp8_wgmma(&plan.tile) {
+            if fp8_tensor_cores {
                 tol = tol.with_fp8_tensor_cores();
             }
             let comparison = compare_with(&ev, &av, &tol);

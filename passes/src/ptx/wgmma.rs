@@ -246,8 +246,8 @@ impl Emitter<'_> {
         let scratch: Vec<Reg> =
             if promoted { (0..acc.len()).map(|_| self.b.reg(Class::F32)).collect() } else { Vec::new() };
         let accumulate = materialize(&mut self.b, Class::Pred, Operand::Int(1));
-        let restart = materialize(&mut self.b, Class::Pred, Operand::Int(0));
-        let first = if zero_start { restart } else { accumulate };
+        // `scale-d` false: a chain that starts from zero (a zero tile, a promoted chunk).
+        let restart = (zero_start || promoted).then(|| materialize(&mut self.b, Class::Pred, Operand::Int(0)));
         // imm-trans-b: 1 for an N-major B, 0 for a K-major one.
         let trans_b = if b_k_major { 0 } else { 1 };
         for chunk0 in (0..k.max(1)).step_by(chunk as usize) {
@@ -264,11 +264,8 @@ impl Emitter<'_> {
                         .map(|r| r.to_string())
                         .collect::<Vec<_>>()
                         .join(", ");
-                    let scale_d = match (k0 == chunk0, into_scratch) {
-                        (true, true) => restart,
-                        (true, false) if k0 == 0 => first,
-                        _ => accumulate,
-                    };
+                    let from_zero = k0 == chunk0 && (into_scratch || (k0 == 0 && zero_start));
+                    let scale_d = restart.filter(|_| from_zero).unwrap_or(accumulate);
                     let (a_operand, imms) = match &a_input {
                         AInput::Fragments(words) => {
                             let at = (tile * k / 4 + k0 / 4) as usize;
