@@ -237,11 +237,7 @@ proptest! {
         }
         let config = tessera_passes::config::config_for(&graph, sched, &BTreeMap::new()).0;
         let t = Target::Sm90;
-        let refused = tessera_passes::analysis::wgmma_problem(&db, key, &config, t).map(|(why, _)| why)
-            .or_else(|| tessera_passes::tma::tma_problem(&graph, &config, t).map(|(why, _)| why))
-            .or_else(|| tessera_passes::warp_spec::producer_problem(&graph, &config, t).map(|(why, _)| why))
-            .or_else(|| tessera_passes::cluster::cluster_problem(&graph, &config, t).map(|(why, _)| why));
-        if refused.is_some() {
+        if tessera_passes::analysis::hopper_reason(&db, key, &config, t).is_some() {
             return Ok(());
         }
         let tile = match tessera_passes::tile_ir(&db, key, config.clone(), t).as_ref() {

@@ -117,12 +117,17 @@ const TMA_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=40,K=48", "M=33,
 /// 16 where B is `[K, N]`.
 const TMA_FP8_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=48,K=48", "M=33,N=32,K=16"];
 
+/// Whether a tensor of `func` has 8-bit elements (its rows are then a byte per element,
+/// which the 16-byte strides of a tensor map constrain further).
+pub fn has_byte_tensors(func: &Func) -> bool {
+    func.values.iter().any(|v| matches!(&v.ty, Type::Tensor(t) if t.dtype.bytes() == 1))
+}
+
 /// The shapes a case runs at.
 pub fn shapes_of(kernel: &str, config: &Config, func: &Func) -> &'static [&'static str] {
-    let byte_elements = func.values.iter().any(|v| matches!(&v.ty, Type::Tensor(t) if t.dtype.bytes() == 1));
     if kernel.contains("attention") {
         ATTENTION_SHAPES
-    } else if config.copy() == tessera_frontend::check::CopyEngine::Tma && byte_elements {
+    } else if config.copy() == tessera_frontend::check::CopyEngine::Tma && has_byte_tensors(func) {
         TMA_FP8_GEMM_SHAPES
     } else if config.copy() == tessera_frontend::check::CopyEngine::Tma {
         TMA_GEMM_SHAPES
@@ -254,13 +259,8 @@ pub fn lower_cases_for(
             }
             for config in configs {
                 let what = format!("{label} `{kernel}` [{config}]");
-                let refused = tessera_passes::pipeline::wgmma_problem(&graph, &config, Target::Sm90)
-                    .map(|(why, _)| (why, None))
-                    .or_else(|| tessera_passes::tma::tma_problem(&graph, &config, Target::Sm90))
-                    .or_else(|| tessera_passes::warp_spec::producer_problem(&graph, &config, Target::Sm90))
-                    .or_else(|| tessera_passes::cluster::cluster_problem(&graph, &config, Target::Sm90));
-                if let Some((why, _)) = refused {
-                    skipped.push(format!("{what}: {why}"));
+                if let Some(reason) = tessera_passes::analysis::hopper_reason(&db, entry.key, &config, Target::Sm90) {
+                    skipped.push(format!("{what}: {}", reason.detail()));
                     continue;
                 }
                 let func = match tile_ir(&db, entry.key, config.clone(), Target::Sm90).clone() {

@@ -495,7 +495,7 @@ fn basis_note(basis: prune::Basis) -> &'static str {
 /// shape multiples, lowering errors, and on GPUs the shared-memory and register budgets
 /// of [`kernel_budget`].
 pub fn prune_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
-    if let Some(reason) = mma_reason(db, key, &config.schedule).or_else(|| wgmma_reason(db, key, config, target)) {
+    if let Some(reason) = mma_reason(db, key, &config.schedule).or_else(|| hopper_reason(db, key, config, target)) {
         return Some(reason);
     }
     let Some(limits) = GpuLimits::of(target) else {
@@ -517,8 +517,10 @@ fn mma_reason(db: &dyn Db, key: FnKey<'_>, schedule: &ScheduleValue) -> Option<P
     mma_violation(&infer_function(db, key).mma_sites, schedule).map(PruneReason::MmaShape)
 }
 
-/// The `mma = "wgmma"` check of [`prune_reason`] (E0704 for a fixed schedule).
-fn wgmma_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
+/// The Hopper rules of [`prune_reason`], in their order: `mma = "wgmma"` (E0704 for a
+/// fixed schedule), then TMA, the producer warpgroup and the cluster. `None` when the
+/// schedule asks for none of them or every one admits it.
+pub fn hopper_reason(db: &dyn Db, key: FnKey<'_>, config: &Config, target: Target) -> Option<PruneReason> {
     wgmma_problem(db, key, config, target).map(|(why, _)| PruneReason::Wgmma(why)).or_else(|| {
         let graph = graph_ir(db, key).as_ref().ok()?;
         crate::tma::tma_problem(graph, config, target).map(|(why, _)| PruneReason::Tma(why)).or_else(|| {
@@ -579,7 +581,7 @@ pub fn prune_candidates(
     prune::prune_space(
         &schedules,
         limits,
-        |i| mma_reason(db, key, &configs[i].schedule).or_else(|| wgmma_reason(db, key, &configs[i], target)),
+        |i| mma_reason(db, key, &configs[i].schedule).or_else(|| hopper_reason(db, key, &configs[i], target)),
         |i| match kernel_budget(db, key, configs[i].clone(), target) {
             Ok(b) => prune::Evaluated::Budget(*b),
             Err(e) => prune::Evaluated::Out(PruneReason::Lowering(e.message.clone())),
@@ -653,7 +655,7 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         let mut seed = Vec::new();
         let mut first_survivor: Option<(Config, Func)> = None;
         for (i, config) in configs.iter().enumerate() {
-            if mma_reason(db, key, &config.schedule).is_some() || wgmma_reason(db, key, config, target).is_some() {
+            if mma_reason(db, key, &config.schedule).is_some() || hopper_reason(db, key, config, target).is_some() {
                 continue;
             }
             let (evaluated, tile) = lower_candidate(db, key, config, target, limits);
