@@ -21,7 +21,9 @@ use tessera_passes::{default_config, tile_ir};
 // The Hopper cases the PTX emulator runs (`cuda_emulator.rs`).
 mod hopper_cases;
 
-use hopper_cases::{gemm_files, lower_cases, lower_cases_for, parse_shape, shapes_of, Case, Staging, ATTENTION_FILES};
+use hopper_cases::{
+    gemm_files, has_byte_tensors, lower_cases, lower_cases_for, parse_shape, shapes_of, Case, Staging, ATTENTION_FILES,
+};
 use tessera_passes::Target;
 
 const SEED: u64 = 20240611;
@@ -199,13 +201,9 @@ fn gpu_or_skip() -> Option<GpuDevice> {
 /// configuration's 64, which the kernel is compiled for; the test lowers attention for
 /// D = 128 separately.)
 fn larger_shape(case: &Case) -> &'static str {
-    let byte_elements = case.code.abi.params.iter().any(|p| match p {
-        AbiParam::Tensor { dtype, .. } => dtype.bytes() == 1,
-        _ => false,
-    });
     if case.kernel.contains("attention") {
         "BH=3,S=328,D=64"
-    } else if byte_elements {
+    } else if has_byte_tensors(&case.func) {
         "M=264,N=208,K=400"
     } else {
         "M=264,N=200,K=392"
@@ -278,18 +276,20 @@ fn hopper_schedules_match_the_f64_reference_on_the_gpu() {
                     continue;
                 }
             };
-            let specs: Vec<&str> = match shapes {
-                Some(given) => given.to_vec(),
+            // (shape, causal): the emulator's shapes as it runs them, the GPU's own causal
+            // (a kernel without a `causal` parameter ignores it).
+            let specs: Vec<(&str, bool)> = match shapes {
+                Some(given) => given.iter().map(|&s| (s, true)).collect(),
                 None => shapes_of(&case.kernel, &case.config, &case.func)
                     .iter()
-                    .copied()
-                    .chain([larger_shape(case)])
+                    .map(|&s| (s, false))
+                    .chain([(larger_shape(case), true)])
                     .collect(),
             };
-            for spec in specs {
+            for (spec, causal) in specs {
                 let what = format!("{staging:?} {} at {spec}", case.name());
                 let mut inputs = seeded(&case.func, &parse_shape(spec), SEED).unwrap();
-                if spec.starts_with("BH=3") || spec.contains("D=128") {
+                if causal {
                     let _ = set_scalar(&case.code.abi, &mut inputs, "causal", 1.0);
                 }
                 failures.extend(case.check(&what, &inputs, |actual| {
