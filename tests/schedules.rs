@@ -59,6 +59,10 @@ fn tune(dir: &Path, kernel: &str, target: &str) -> (Vec<String>, u64, u64) {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v = json(&o);
+    // Every candidate matched the f64 reference on the interpreter.
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["correct"], true, "{r}");
+    }
     let mut configs: Vec<String> = v["results"].as_array().unwrap().iter().map(|r| r["schedule"].to_string()).collect();
     configs.sort();
     let pruned = v["space"]["pruned"].as_array().unwrap().len() as u64;
@@ -104,11 +108,17 @@ fn kernel_auto_is_tuned_over_its_default_space() {
     std::fs::write(dir.path().join("k.tsr"), format!("from tessera import *\n\n{}", gemm("@kernel.auto", "a")))
         .unwrap();
     // sm_90 (the interpreter's target): BM, BN in {64, 128}, BK in {32, 64} for f16 dots,
-    // warps {4, 8}, stages {2, 3, 4}.
+    // warps {4, 8}, stages {2, 3, 4}, and the Hopper paths: 48 configurations each of
+    // mma.sync, wgmma, wgmma + TMA and wgmma + TMA + producer warpgroup, and BN = 256 for
+    // the three wgmma paths over 8 warps (12 each).
     let (configs, total, pruned) = tune(dir.path(), "a", "sm_90");
-    assert_eq!(total, 48);
+    assert_eq!(total, 4 * 48 + 3 * 12);
     assert_eq!(configs.len() as u64 + pruned, total);
     assert!(configs.iter().any(|c| c.contains("\"BK\":64")), "{configs:?}");
+    let with = |parts: &[&str]| configs.iter().filter(|c| parts.iter().all(|p| c.contains(p))).count();
+    assert_eq!(with(&["\"producer\":\"warpgroup\"", "\"copy\":\"tma\"", "\"mma\":\"wgmma\""]), 60, "{configs:?}");
+    assert_eq!(with(&["\"copy\":\"tma\"", "\"mma\":\"mma.sync\""]), 0, "{configs:?}");
+    assert_eq!(with(&["\"BN\":256", "\"warps\":8"]), 36, "{configs:?}");
     // sm_80 has less shared memory: stages {2, 3}.
     let (_, total, _) = tune(dir.path(), "a", "sm_80");
     assert_eq!(total, 32, "sm_80 searches stages {{2, 3}}");

@@ -12,6 +12,8 @@
 #      takes minutes), then the winner run and checked against the f64 reference, beside torch.matmul and scaled_dot_product_attention (benches/gpu/torch_peer.py);
 #   3b. (tune-hopper) the same GEMM over the Hopper choices (benches/gpu/gemm_hopper.tsr):
 #      autotuned, then the winner run and checked;
+#   3c. (tune-auto) the @kernel.auto GEMM of the corpus, whose sm_90 space holds the
+#      Hopper paths, autotuned at 4096^3 and its winner run and checked;
 #   4. every flash-attention candidate alone at that size, under a launch time limit;
 #   5. NCCL's one-rank all-reduce and the backend's every-candidate GPU test, when their
 #      prebuilt test binaries are there;
@@ -34,7 +36,7 @@ cd "$ROOT"
 T=$BIN/tessera
 ARCHIVE=${3:-}
 # STEPS picks steps by name (default: all of them).
-STEPS=${STEPS:-machine hopper-gpu peers hopper untuned sweep tune tune-hopper candidates nccl cuda-test}
+STEPS=${STEPS:-machine hopper-gpu peers hopper untuned sweep tune tune-hopper tune-auto candidates nccl cuda-test}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 log() {
     echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"
@@ -208,6 +210,15 @@ echo "rc=$?"; tail -c 3000 "$OUT/gemm_hopper_autotune.json"; tail -5 "$OUT/gemm_
 timeout 60 "$T" run benches/gpu/gemm_hopper.tsr --kernel gemm_hopper --dims M=4096,N=4096,K=4096 --device gpu \
     --check sampled --repeat 30 --json > "$OUT/gemm_hopper_run.json" 2> "$OUT/gemm_hopper_run.err"
 tail -c 1500 "$OUT/gemm_hopper_run.json"; cat "$OUT/gemm_hopper_run.err"
+fi
+if want tune-auto; then
+log "the @kernel.auto GEMM (tests/corpus/valid/search_spaces.tsr, f16, f32 C) at 4096^3: its sm_90 space holds the Hopper paths"
+timeout ${TUNE_SECONDS:-90} "$T" autotune tests/corpus/valid/search_spaces.tsr --kernel auto_gemm --dims M=4096,N=4096,K=4096 \
+    --device gpu --check none --repeat 20 --json > "$OUT/auto_gemm_autotune.json" 2> "$OUT/auto_gemm_autotune.err"
+echo "rc=$?"; tail -c 3000 "$OUT/auto_gemm_autotune.json"; tail -5 "$OUT/auto_gemm_autotune.err"
+timeout 60 "$T" run tests/corpus/valid/search_spaces.tsr --kernel auto_gemm --dims M=4096,N=4096,K=4096 --device gpu \
+    --check sampled --repeat 30 --json > "$OUT/auto_gemm_run.json" 2> "$OUT/auto_gemm_run.err"
+tail -c 1500 "$OUT/auto_gemm_run.json"; cat "$OUT/auto_gemm_run.err"
 fi
 if want candidates; then
 log "flash attention at the benchmark size: every candidate alone (one never finished on an H200, 2026-11-28)"

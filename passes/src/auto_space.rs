@@ -4,8 +4,9 @@
 //!
 //! The derivation:
 //! - a key is searched only when the kernel reads it through `ctx` (`BM`, `BN`, `BK`,
-//!   `vector`), or, on a GPU, when the compiler consumes it (`warps`, `stages`); a key an
-//!   explicit `@kernel.schedule` fixes is kept, not searched;
+//!   `vector`), or, on a GPU, when the compiler consumes it (`warps`, `stages`, and on
+//!   sm_90 `mma`, `copy`, `producer`); a key an explicit `@kernel.schedule` fixes is kept,
+//!   not searched;
 //! - `BM`, `BN` ∈ {64, 128}: multiples of the tensor-core instruction's M (16) and N (8)
 //!   that a 4- or 8-warp block divides evenly;
 //! - `BK` ∈ {2q, 4q} where q is the instruction's K for the dots' operand dtypes (16 for
@@ -13,10 +14,19 @@
 //!   m16n8k32 on sm_80 and sm_90); without a tensor-core dot, {16, 32};
 //! - `warps` ∈ {4, 8}; `stages` ∈ {2, 3} on sm_80 and {2, 3, 4} on sm_90 (227 KB of shared
 //!   memory per block against 163 KB); `vector` ∈ {4, 8};
+//! - on sm_90, for the Hopper paths the kernel can take ([`HopperPaths`]): `mma` ∈
+//!   {"mma.sync", "wgmma"}, `copy` ∈ {"cp.async", "tma"}, `producer` ∈ {"none",
+//!   "warpgroup"}, and `BN` = 256 (CUTLASS 3's 128×256 tile). Only combinations that
+//!   exist are candidates ([`SpaceRule`]s): TMA feeds `wgmma`, a producer warpgroup
+//!   issues TMA, and a 256-wide tile is a `wgmma` tile over two consumer warpgroups;
 //! - on `cpu`, `warps` and `stages` are not searched (the base schedule's values are kept).
 
-use tessera_frontend::check::schedule::{KernelSchedule, KeyValue, SpaceKey};
-use tessera_frontend::check::{fn_decorators, infer_function};
+use std::collections::BTreeMap;
+
+use tessera_frontend::check::schedule::{
+    KernelSchedule, KeyValue, SpaceKey, CP_ASYNC, MMA_SYNC, NO_PRODUCER, PRODUCER_WARPGROUP, TMA, WGMMA,
+};
+use tessera_frontend::check::{fn_decorators, infer_function, SpaceRule};
 use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey};
 
@@ -35,38 +45,109 @@ pub fn fill_auto_space(db: &dyn Db, key: FnKey<'_>, schedule: &mut KernelSchedul
     if schedule.auto && schedule.space.is_empty() {
         let inference = infer_function(db, key);
         let mma = inference.mma_sites.iter().filter_map(|s| s.dtype.mma_multiple()).max();
-        schedule.space = auto_space(mma, &inference.ctx_reads, schedule, target);
+        let hopper = match (target, mma) {
+            (Target::Sm90, Some(_)) => hopper_paths(db, key, schedule, target),
+            _ => HopperPaths::default(),
+        };
+        let (space, rules) = auto_space(mma, &inference.ctx_reads, schedule, target, hopper);
+        schedule.space = space;
+        schedule.rules = rules;
     }
 }
 
+/// The Hopper paths a kernel's dots can take, each on top of the one before: warpgroup
+/// MMAs, fed by the TMA, from a producer warpgroup.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct HopperPaths {
+    pub wgmma: bool,
+    pub tma: bool,
+    pub producer: bool,
+}
+
+/// Which Hopper paths the kernel takes under its base schedule (the fixed values over
+/// the plain-kernel defaults): the rules of E0704, E0706 and E0707
+/// (`analysis::hopper_reason`). The rules that depend on the tile sizes prune single
+/// candidates later, with their reasons (W0702); these decide whether the keys exist.
+fn hopper_paths(db: &dyn Db, key: FnKey<'_>, schedule: &KernelSchedule, target: Target) -> HopperPaths {
+    let Ok(graph) = crate::graph_ir(db, key) else { return HopperPaths::default() };
+    let mut s = schedule.first_configuration();
+    let mut takes = |k: &str, v: &str| {
+        if schedule.fixed.get(k).is_some_and(|fixed| *fixed != KeyValue::Str(v.into())) {
+            return false;
+        }
+        s.set(k, KeyValue::Str(v.into()));
+        let config = crate::config::config_for(graph, s.clone(), &BTreeMap::new()).0;
+        crate::analysis::hopper_reason(db, key, &config, target).is_none()
+    };
+    let wgmma = takes("mma", WGMMA);
+    let tma = wgmma && takes("copy", TMA);
+    let producer = tma && takes("producer", PRODUCER_WARPGROUP);
+    HopperPaths { wgmma, tma, producer }
+}
+
 /// The keys of the default space, in the order `dict(BM=, BN=, BK=, warps=, stages=,
-/// vector=)` would list them. `mma_k` is the tensor-core instruction's K of the
+/// vector=, mma=, copy=, producer=)` would list them, and the rules that drop the
+/// combinations that do not exist. `mma_k` is the tensor-core instruction's K of the
 /// kernel's dots, `reads` the canonical keys the body reads through `ctx`.
-pub fn auto_space(mma_k: Option<u32>, reads: &[String], schedule: &KernelSchedule, target: Target) -> Vec<SpaceKey> {
+pub fn auto_space(
+    mma_k: Option<u32>,
+    reads: &[String],
+    schedule: &KernelSchedule,
+    target: Target,
+    hopper: HopperPaths,
+) -> (Vec<SpaceKey>, Vec<SpaceRule>) {
     let q = i64::from(mma_k.unwrap_or(8));
     let stages: &[i64] = if target == Target::Sm90 { &[2, 3, 4] } else { &[2, 3] };
     let gpu = target != Target::Cpu;
     let read = |k: &str| reads.iter().any(|r| r == k);
-    let keys: [(&str, bool, &[i64]); 6] = [
-        ("BM", read("BM"), &[64, 128]),
-        ("BN", read("BN"), &[64, 128]),
-        ("BK", read("BK"), &[2 * q, 4 * q]),
-        ("warps", gpu, &[4, 8]),
-        ("stages", gpu, stages),
-        ("vector", read("vector"), &[4, 8]),
+    let int = |vs: &[i64]| vs.iter().map(|&v| KeyValue::Int(v)).collect::<Vec<_>>();
+    let str = |vs: &[&str]| vs.iter().map(|&v| KeyValue::Str(v.into())).collect::<Vec<_>>();
+    let wide = hopper.wgmma && read("BN");
+    let keys: [(&str, bool, Vec<KeyValue>); 9] = [
+        ("BM", read("BM"), int(&[64, 128])),
+        ("BN", read("BN"), int(if wide { &[64, 128, 256] } else { &[64, 128] })),
+        ("BK", read("BK"), int(&[2 * q, 4 * q])),
+        ("warps", gpu, int(&[4, 8])),
+        ("stages", gpu, int(stages)),
+        ("vector", read("vector"), int(&[4, 8])),
+        ("mma", hopper.wgmma, str(&[MMA_SYNC, WGMMA])),
+        ("copy", hopper.tma, str(&[CP_ASYNC, TMA])),
+        ("producer", hopper.producer, str(&[NO_PRODUCER, PRODUCER_WARPGROUP])),
     ];
-    keys.iter()
+    let space: Vec<SpaceKey> = keys
+        .into_iter()
         .filter(|(k, searched, _)| *searched && schedule.fixed.get(k).is_none())
         .map(|(k, _, values)| SpaceKey {
             key: k.to_string(),
             key_range: TextRange::default(),
-            candidates: values.iter().map(|&v| (KeyValue::Int(v), TextRange::default())).collect(),
+            candidates: values.into_iter().map(|v| (v, TextRange::default())).collect(),
         })
-        .collect()
+        .collect();
+    let searched = |k: &str| space.iter().any(|s| s.key == k);
+    let rule = |key: &str, value: KeyValue, needs: &[(&str, KeyValue)]| SpaceRule {
+        key: key.into(),
+        value,
+        needs: needs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+    };
+    let wgmma = || ("mma", KeyValue::Str(WGMMA.into()));
+    let mut rules = Vec::new();
+    if searched("BN") && wide {
+        // 128×256 over 4 warps is 256 f32 accumulators a thread: only two warpgroups hold it.
+        rules.push(rule("BN", KeyValue::Int(256), &[wgmma(), ("warps", KeyValue::Int(8))]));
+    }
+    if searched("copy") {
+        rules.push(rule("copy", KeyValue::Str(TMA.into()), &[wgmma()]));
+    }
+    if searched("producer") {
+        rules.push(rule("producer", KeyValue::Str(PRODUCER_WARPGROUP.into()), &[("copy", KeyValue::Str(TMA.into()))]));
+    }
+    (space, rules)
 }
 
 #[cfg(test)]
 mod tests {
+    use tessera_frontend::check::ScheduleValue;
+
     use super::*;
 
     fn keys(space: &[SpaceKey]) -> Vec<(String, Vec<i64>)> {
@@ -79,7 +160,13 @@ mod tests {
 
     #[test]
     fn f16_dots_on_sm90_search_tensor_core_multiples() {
-        let space = auto_space(Some(16), &reads(&["BM", "BN", "BK"]), &KernelSchedule::default(), Target::Sm90);
+        let (space, _) = auto_space(
+            Some(16),
+            &reads(&["BM", "BN", "BK"]),
+            &KernelSchedule::default(),
+            Target::Sm90,
+            HopperPaths::default(),
+        );
         assert_eq!(
             keys(&space),
             vec![
@@ -94,7 +181,8 @@ mod tests {
 
     #[test]
     fn eight_bit_dots_double_bk_and_sm80_has_fewer_stages() {
-        let space = auto_space(Some(32), &reads(&["BK"]), &KernelSchedule::default(), Target::Sm80);
+        let (space, _) =
+            auto_space(Some(32), &reads(&["BK"]), &KernelSchedule::default(), Target::Sm80, HopperPaths::default());
         assert_eq!(
             keys(&space),
             vec![("BK".into(), vec![64, 128]), ("warps".into(), vec![4, 8]), ("stages".into(), vec![2, 3])]
@@ -105,10 +193,45 @@ mod tests {
     fn cpu_searches_only_what_the_body_reads_and_fixed_keys_stay() {
         let mut schedule = KernelSchedule::default();
         schedule.fixed.set("BN", KeyValue::Int(32));
-        let space = auto_space(None, &reads(&["BM", "BN", "BK", "vector"]), &schedule, Target::Cpu);
+        let (space, _) =
+            auto_space(None, &reads(&["BM", "BN", "BK", "vector"]), &schedule, Target::Cpu, HopperPaths::default());
         assert_eq!(
             keys(&space),
             vec![("BM".into(), vec![64, 128]), ("BK".into(), vec![16, 32]), ("vector".into(), vec![4, 8])]
         );
+    }
+
+    #[test]
+    fn hopper_paths_add_their_keys_and_only_the_combinations_that_exist() {
+        let all = HopperPaths { wgmma: true, tma: true, producer: true };
+        let (space, rules) =
+            auto_space(Some(16), &reads(&["BM", "BN", "BK"]), &KernelSchedule::default(), Target::Sm90, all);
+        let names: Vec<&str> = space.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(names, ["BM", "BN", "BK", "warps", "stages", "mma", "copy", "producer"]);
+        assert_eq!(keys(&space)[1], ("BN".into(), vec![64, 128, 256]));
+        let schedule = KernelSchedule { space, rules, auto: true, ..Default::default() };
+        let configs = schedule.configurations();
+        // (mma.sync, cp.async, none), (wgmma, cp.async, none), (wgmma, tma, none) and
+        // (wgmma, tma, warpgroup) for BN 64 and 128 over BM, BK, warps and stages (48
+        // each); BN = 256 only with wgmma and 8 warps: 3 paths over BM, BK, stages.
+        assert_eq!(configs.len(), 4 * 48 + 3 * 12);
+        let s = |c: &ScheduleValue, k: &str| c.get(k).map(|v| v.to_string()).unwrap_or_default();
+        for c in &configs {
+            if s(c, "copy") == "\"tma\"" {
+                assert_eq!(s(c, "mma"), "\"wgmma\"", "{c}");
+            }
+            if s(c, "producer") == "\"warpgroup\"" {
+                assert_eq!(s(c, "copy"), "\"tma\"", "{c}");
+            }
+            if c.int("BN") == Some(256) {
+                assert_eq!((s(c, "mma").as_str(), c.warps()), ("\"wgmma\"", 8), "{c}");
+            }
+        }
+        // A kernel that cannot take the TMA searches mma alone; on sm_80 nothing changes.
+        let only_wgmma = HopperPaths { wgmma: true, ..Default::default() };
+        let (space, rules) =
+            auto_space(Some(16), &reads(&["BK"]), &KernelSchedule::default(), Target::Sm90, only_wgmma);
+        assert_eq!(space.last().unwrap().key, "mma");
+        assert!(rules.is_empty(), "{rules:?}");
     }
 }

@@ -29,7 +29,7 @@ pub use ops::{
     cache_capacity, cache_len, cache_len_symbol, cache_param_type, cache_view, has_fp32_master, kernel_written_params,
     stdlib_dtype_param, stdlib_instance,
 };
-pub use schedule::{CopyEngine, KernelSchedule, KeyValue, MmaFamily, ScheduleKeys, ScheduleValue};
+pub use schedule::{CopyEngine, KernelSchedule, KeyValue, MmaFamily, ScheduleKeys, ScheduleValue, SpaceRule};
 pub use scope::{module_scope, ModuleScope, ScopeEntry};
 pub use types::{LoopKind, Namespace, SharedType, Swizzle, TensorKind, TensorType, TileType, Ty};
 

@@ -320,6 +320,32 @@ pub struct SpaceKey {
     pub candidates: Vec<(KeyValue, TextRange)>,
 }
 
+/// A rule of a derived search space: a configuration where `key` has `value` is a
+/// candidate only if every key of `needs` has its value. `@kernel.auto` on sm_90 uses
+/// these so that its space holds only the Hopper combinations that exist
+/// (`copy="tma"` needs `mma="wgmma"`): written spaces have none, and prune such
+/// candidates with a reason instead (W0702).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SpaceRule {
+    pub key: String,
+    pub value: KeyValue,
+    pub needs: Vec<(String, KeyValue)>,
+}
+
+impl SpaceRule {
+    /// Whether `s` breaks the rule.
+    fn excludes(&self, s: &ScheduleValue) -> bool {
+        s.get(&self.key) == Some(&self.value) && self.needs.iter().any(|(k, v)| s.get(k) != Some(v))
+    }
+}
+
+impl fmt::Display for SpaceRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let needs: Vec<String> = self.needs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        write!(f, "{}={} only with {}", self.key, self.value, needs.join(", "))
+    }
+}
+
 /// How a kernel is scheduled.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct KernelSchedule {
@@ -334,6 +360,8 @@ pub struct KernelSchedule {
     pub cache: Option<String>,
     /// `@kernel.auto`: the target's default search space.
     pub auto: bool,
+    /// Combinations of the space that are not candidates (only derived spaces have any).
+    pub rules: Vec<SpaceRule>,
 }
 
 impl KernelSchedule {
@@ -354,7 +382,8 @@ impl KernelSchedule {
         !self.space.is_empty() || self.auto
     }
 
-    /// Every configuration of the space (cartesian product) over the fixed values.
+    /// Every configuration of the space (cartesian product) over the fixed values, less
+    /// those a [`SpaceRule`] excludes.
     pub fn configurations(&self) -> Vec<ScheduleValue> {
         let base = self.fixed.layered_on(&ScheduleValue::default_for_kernel());
         // The cartesian product, the first key varying slowest: configuration i takes
@@ -376,6 +405,7 @@ impl KernelSchedule {
                 }
                 s
             })
+            .filter(|s| !self.rules.iter().any(|r| r.excludes(s)))
             .collect()
     }
 
@@ -492,5 +522,28 @@ mod tests {
         assert_eq!(order, [(Some(64), 4), (Some(64), 8), (Some(128), 4), (Some(128), 8)]);
         assert!(schedule.has_key("m"));
         assert!(!schedule.has_key("BLOCK"));
+    }
+
+    #[test]
+    fn a_space_rule_drops_the_combinations_it_excludes() {
+        let key = |k: &str, vs: &[&str]| SpaceKey {
+            key: k.into(),
+            key_range: TextRange::default(),
+            candidates: vs.iter().map(|v| (KeyValue::Str(v.to_string()), TextRange::default())).collect(),
+        };
+        let rule = SpaceRule {
+            key: "copy".into(),
+            value: KeyValue::Str("tma".into()),
+            needs: vec![("mma".into(), KeyValue::Str("wgmma".into()))],
+        };
+        let schedule = KernelSchedule {
+            space: vec![key("mma", &["mma.sync", "wgmma"]), key("copy", &["cp.async", "tma"])],
+            rules: vec![rule.clone()],
+            ..Default::default()
+        };
+        let configs: Vec<String> = schedule.configurations().iter().map(|c| c.to_string()).collect();
+        assert_eq!(configs.len(), 3, "{configs:?}");
+        assert!(!configs.iter().any(|c| c.contains("copy=\"tma\"") && c.contains("mma=\"mma.sync\"")), "{configs:?}");
+        assert_eq!(rule.to_string(), "copy=\"tma\" only with mma=\"wgmma\"");
     }
 }
