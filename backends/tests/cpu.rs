@@ -6,7 +6,6 @@
 #![cfg(feature = "llvm")]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tessera_backends::cpu::{CpuKernel, LaunchOptions};
@@ -19,37 +18,14 @@ use tessera_passes::abi::{AbiParam, KernelAbi};
 use tessera_passes::ir::Func;
 use tessera_passes::{default_config, tile_ir, Config, Target};
 
+mod kernel_sources;
+
+use kernel_sources::{parse_dims, Source};
+
 const SEED: u64 = 20240611;
 
-struct Source {
-    label: String,
-    path: PathBuf,
-    text: String,
-}
-
 fn sources() -> Vec<Source> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let mut out = Vec::new();
-    for dir in [root.join("tests/corpus/valid"), root.join("examples")] {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
-            .collect();
-        files.sort();
-        for path in files {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let label = format!(
-                "{}/{}",
-                path.parent().unwrap().file_name().unwrap().to_string_lossy(),
-                path.file_name().unwrap().to_string_lossy()
-            );
-            out.push(Source { label, path, text });
-        }
-    }
-    for (name, text) in tessera_frontend::stdlib::FILES {
-        out.push(Source { label: format!("stdlib/{name}"), path: PathBuf::from(name), text: text.to_string() });
-    }
+    let mut out = kernel_sources::every_source();
     // The kernels graph functions are planned into (generated modules).
     let mut generated = Vec::new();
     for src in &out {
@@ -71,16 +47,6 @@ fn sources() -> Vec<Source> {
     }
     out.extend(generated);
     out
-}
-
-fn dims(spec: &str) -> BTreeMap<String, i64> {
-    spec.split(',')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
 }
 
 fn kernels(src: &Source) -> Vec<String> {
@@ -222,7 +188,7 @@ fn every_kernel_matches_the_interpreter_at_two_shapes() {
         for kernel in kernels(&src) {
             let (config, func) = lower(&src, &kernel, &BTreeMap::new(), false).remove(0);
             for shape in shapes(&kernel, &func, &config) {
-                let symbols = dims(&shape);
+                let symbols = parse_dims(&shape);
                 for (_, func) in lower(&src, &kernel, &symbols, false) {
                     failures.extend(check(&src.label, &kernel, &func, &symbols, 2));
                     covered += 1;
@@ -242,7 +208,7 @@ fn every_autotune_candidate_matches_the_interpreter_at_a_ragged_shape() {
         for kernel in kernels(&src) {
             let (config, func) = lower(&src, &kernel, &BTreeMap::new(), false).remove(0);
             let shape = shapes(&kernel, &func, &config)[1].clone();
-            let symbols = dims(&shape);
+            let symbols = parse_dims(&shape);
             for (_, func) in lower(&src, &kernel, &symbols, true) {
                 failures.extend(check(&src.label, &kernel, &func, &symbols, 2));
                 covered += 1;
@@ -258,7 +224,7 @@ fn every_autotune_candidate_matches_the_interpreter_at_a_ragged_shape() {
 #[test]
 fn repeated_runs_start_from_the_same_inputs() {
     let src = sources().into_iter().find(|s| s.label.ends_with("saxpy.tsr")).expect("saxpy");
-    let symbols = dims("n=1000");
+    let symbols = parse_dims("n=1000");
     let (_, func) = lower(&src, "saxpy", &symbols, false).remove(0);
     let inputs = seeded(&func, &symbols, SEED).unwrap();
     let k = CpuKernel::new(&func).unwrap();
@@ -275,7 +241,7 @@ fn repeated_runs_start_from_the_same_inputs() {
 #[test]
 fn thread_counts_agree() {
     let src = sources().into_iter().find(|s| s.label.ends_with("layernorm.tsr")).expect("layernorm");
-    let symbols = dims("R=37,C=300");
+    let symbols = parse_dims("R=37,C=300");
     let (_, func) = lower(&src, "layernorm", &symbols, false).remove(0);
     let mut inputs = seeded(&func, &symbols, SEED).unwrap();
     set_scalar(&KernelAbi::of(&func).unwrap(), &mut inputs, "eps", 1e-5).unwrap();
@@ -294,12 +260,12 @@ fn thread_counts_agree() {
 #[test]
 fn compiled_kernels_are_cached() {
     let src = sources().into_iter().find(|s| s.label.ends_with("vector_add.tsr")).expect("vector_add");
-    let symbols = dims("N=1000");
+    let symbols = parse_dims("N=1000");
     let (_, func) = lower(&src, "vector_add", &symbols, false).remove(0);
     let a = CpuKernel::new(&func).unwrap();
     let b = CpuKernel::new(&func).unwrap();
     assert!(a.shares_code_with(&b));
-    let (_, other) = lower(&src, "vector_add", &dims("N=1000"), true).pop().unwrap();
+    let (_, other) = lower(&src, "vector_add", &parse_dims("N=1000"), true).pop().unwrap();
     let c = CpuKernel::new(&other).unwrap();
     assert!(!a.shares_code_with(&c), "another configuration is other code");
 }

@@ -7,7 +7,6 @@
 #![cfg(feature = "cuda")]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use tessera_backends::cuda::{GpuDevice, GpuError};
 use tessera_backends::interp::inputs::{make_nonnegative, seeded, set_scalar};
@@ -20,40 +19,15 @@ use tessera_passes::{default_config, tile_ir};
 
 // The Hopper cases the PTX emulator runs (`cuda_emulator.rs`).
 mod hopper_cases;
+mod kernel_sources;
 
 use hopper_cases::{
-    gemm_files, has_byte_tensors, lower_cases, lower_cases_for, parse_shape, shapes_of, Case, Staging, ATTENTION_FILES,
+    gemm_files, has_byte_tensors, lower_cases, lower_cases_for, shapes_of, Case, Staging, ATTENTION_FILES,
 };
+use kernel_sources::{parse_dims, Source};
 use tessera_passes::Target;
 
 const SEED: u64 = 20240611;
-
-fn sources() -> Vec<(String, PathBuf, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let dirs = [root.join("examples"), root.join("tests/corpus/valid")];
-    let mut out = Vec::new();
-    for dir in dirs {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
-            .collect();
-        files.sort();
-        for path in files {
-            let label = format!(
-                "{}/{}",
-                path.parent().unwrap().file_name().unwrap().to_string_lossy(),
-                path.file_name().unwrap().to_string_lossy()
-            );
-            let text = std::fs::read_to_string(&path).unwrap();
-            out.push((label, path, text));
-        }
-    }
-    for (name, text) in tessera_frontend::stdlib::FILES {
-        out.push((format!("stdlib/{name}"), PathBuf::from(name), text.to_string()));
-    }
-    out
-}
 
 /// Two shapes per kernel: one a multiple of the tiles, one ragged.
 fn shapes(kernel: &str, abi: &KernelAbi, shape_symbols: &BTreeMap<String, i64>) -> [String; 2] {
@@ -104,7 +78,7 @@ fn every_kernel_matches_the_interpreter_on_the_gpu() {
     eprintln!("running on {} ({target})", device.name());
     let mut failures = Vec::new();
     let mut covered = 0;
-    for (label, path, text) in sources() {
+    for Source { label, path, text } in kernel_sources::every_source() {
         let db = Database::default();
         let file = SourceFile::new(&db, path.clone(), text.clone(), None);
         for entry in &item_index(&db, file).functions {
@@ -136,7 +110,7 @@ fn every_kernel_matches_the_interpreter_on_the_gpu() {
                 }
             };
             for spec in shapes(&kernel, &abi, &config.shapes) {
-                let symbols = parse_shape(&spec);
+                let symbols = parse_dims(&spec);
                 let what = format!("{label} `{kernel}` [{spec}]");
                 let mut inputs = match seeded(&func, &symbols, SEED) {
                     Ok(a) => a,
@@ -288,7 +262,7 @@ fn hopper_schedules_match_the_f64_reference_on_the_gpu() {
             };
             for (spec, causal) in specs {
                 let what = format!("{staging:?} {} at {spec}", case.name());
-                let mut inputs = seeded(&case.func, &parse_shape(spec), SEED).unwrap();
+                let mut inputs = seeded(&case.func, &parse_dims(spec), SEED).unwrap();
                 if causal {
                     let _ = set_scalar(&case.code.abi, &mut inputs, "causal", 1.0);
                 }
@@ -313,7 +287,8 @@ fn hopper_schedules_match_the_f64_reference_on_the_gpu() {
 fn a_kernel_over_the_shared_memory_limit_is_refused_without_hanging() {
     let Some(device) = gpu_or_skip() else { return };
     let target = device.target().unwrap();
-    let (_, path, text) = sources().into_iter().find(|(label, _, _)| label.ends_with("valid/vector_add.tsr")).unwrap();
+    let Source { path, text, .. } =
+        kernel_sources::repository_files().into_iter().find(|s| s.label == "valid/vector_add.tsr").unwrap();
     let db = Database::default();
     let file = SourceFile::new(&db, path, text, None);
     let key = item_index(&db, file).functions[0].key;

@@ -47,8 +47,10 @@ mod wgmma;
 mod wgmma_tests;
 // The Hopper cases, shared with the GPU test (`cuda.rs`).
 mod hopper_cases;
+mod kernel_sources;
 
 use execute::emulate;
+use kernel_sources::Source;
 
 const SEED: u64 = 7;
 
@@ -172,24 +174,9 @@ def shared_roundtrip(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32]):
             Y[r0:r0 + ctx.BM, c0:c0 + ctx.BM] = tile.load(s).T
 "#;
 
-fn sources() -> Vec<(String, PathBuf, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let mut out = Vec::new();
-    let dirs = [root.join("examples"), root.join("tests/corpus/valid")];
-    out.push(("ops.tsr".to_string(), PathBuf::from("ops.tsr"), OPS.to_string()));
-    for dir in dirs {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
-            .collect();
-        files.sort();
-        for path in files {
-            let label = path.display().to_string();
-            let text = std::fs::read_to_string(&path).unwrap();
-            out.push((label, path, text));
-        }
-    }
+fn sources() -> Vec<Source> {
+    let mut out = vec![Source { label: "ops.tsr".into(), path: PathBuf::from("ops.tsr"), text: OPS.to_string() }];
+    out.extend(kernel_sources::repository_files());
     out
 }
 
@@ -261,7 +248,7 @@ fn generated_ptx_computes_what_the_interpreter_computes() {
     let ptxas = tessera_passes::ptx::ptxas::locate();
     let mut failures = Vec::new();
     let mut covered = 0;
-    for (label, path, text) in sources() {
+    for Source { label, path, text } in sources() {
         let db = Database::default();
         let file = SourceFile::new(&db, path.clone(), text.clone(), None);
         for entry in &item_index(&db, file).functions {

@@ -6,7 +6,6 @@
 //! layouts).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,48 +21,14 @@ use tessera_passes::abi::KernelAbi;
 use tessera_passes::ir::Func;
 use tessera_passes::{default_config, tile_ir, Target};
 
+mod kernel_sources;
+
+use kernel_sources::{parse_dims, Source};
+
 const SEED: u64 = 20240611;
 
-struct Source {
-    label: String,
-    path: PathBuf,
-    text: String,
-}
-
 fn sources() -> Vec<Source> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let mut out = Vec::new();
-    for dir in [root.join("tests/corpus/valid"), root.join("examples")] {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
-            .collect();
-        files.sort();
-        for path in files {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let label = format!(
-                "{}/{}",
-                path.parent().unwrap().file_name().unwrap().to_string_lossy(),
-                path.file_name().unwrap().to_string_lossy()
-            );
-            out.push(Source { label, path, text });
-        }
-    }
-    for (name, text) in tessera_frontend::stdlib::FILES {
-        out.push(Source { label: format!("stdlib/{name}"), path: PathBuf::from(name), text: text.to_string() });
-    }
-    out
-}
-
-fn dims(spec: &str) -> BTreeMap<String, i64> {
-    spec.split(',')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
+    kernel_sources::every_source()
 }
 
 /// Tile IR of every kernel of a source, for a target.
@@ -250,7 +215,7 @@ fn run(func: &Func, symbols: &BTreeMap<String, i64>, scalars: &[(&str, f64)]) ->
 
 /// Checks one kernel at one shape on every target; collects the failures.
 fn check(src: &Source, kernel: &str, shape: &str, spec: &Spec, failures: &mut Vec<String>) {
-    let symbols = dims(shape);
+    let symbols = parse_dims(shape);
     let mut outputs: Vec<(Target, Run)> = Vec::new();
     for target in [Target::Sm90, Target::Sm80, Target::Cpu] {
         let func = lower(src, kernel, target, &symbols);
@@ -396,7 +361,7 @@ fn large_shapes_are_fast() {
         ("valid/fp8_gemm.tsr", "fp8_gemm", "M=256,N=256,K=256", vec![]),
     ];
     for (label, kernel, shape, scalars) in cases {
-        let symbols = dims(shape);
+        let symbols = parse_dims(shape);
         for target in [Target::Sm90, Target::Cpu] {
             let func = lower(find(label), kernel, target, &symbols);
             let start = Instant::now();
@@ -419,7 +384,7 @@ fn large_shapes_are_fast() {
 fn inputs_are_seeded_and_outputs_zero() {
     let srcs = sources();
     let src = srcs.iter().find(|s| s.label == "valid/gemm.tsr").unwrap();
-    let symbols = dims("M=8,N=4,K=6");
+    let symbols = parse_dims("M=8,N=4,K=6");
     let func = lower(src, "gemm", Target::Cpu, &symbols);
     let a = seeded(&func, &symbols, 1).unwrap();
     let b = seeded(&func, &symbols, 1).unwrap();

@@ -15,7 +15,7 @@ use tessera_passes::{default_config, tile_ir, Target};
 use super::execute::emulate;
 use super::{check_kernel, SEED};
 use crate::hopper_cases::{
-    gemm_files, lower_cases, parse_shape, root, shapes_of, with_wgmma, Case, Staging, ATTENTION_FILES, FP8_FIXTURE,
+    gemm_files, lower_cases, root, shapes_of, with_wgmma, Case, Staging, ATTENTION_FILES, FP8_FIXTURE,
     OPERANDS_FIXTURE, WGMMA_FIXTURE,
 };
 
@@ -26,7 +26,7 @@ fn check_against_both(case: &Case) -> Vec<String> {
     for spec in shapes_of(&case.kernel, &case.config, &case.func) {
         failures.extend(check_kernel(&case.label, &case.kernel, &case.func, &case.code, spec));
         let what = format!("{} `{}` [{spec}]", case.label, case.kernel);
-        let inputs = seeded(&case.func, &parse_shape(spec), SEED).unwrap();
+        let inputs = seeded(&case.func, &crate::kernel_sources::parse_dims(spec), SEED).unwrap();
         failures.extend(case.check(&what, &inputs, |actual| emulate(&case.code, actual).map(|_| ())));
     }
     failures

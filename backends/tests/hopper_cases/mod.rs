@@ -136,17 +136,6 @@ pub fn shapes_of(kernel: &str, config: &Config, func: &Func) -> &'static [&'stat
     }
 }
 
-/// `M=70,N=40` as symbols.
-pub fn parse_shape(spec: &str) -> BTreeMap<String, i64> {
-    spec.split(',')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
 /// One kernel under one configuration, lowered for sm_90a.
 pub struct Case {
     pub label: String,
