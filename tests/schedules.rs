@@ -124,6 +124,62 @@ fn kernel_auto_is_tuned_over_its_default_space() {
     assert_eq!(total, 32, "sm_80 searches stages {{2, 3}}");
 }
 
+/// Flash attention under `@kernel.auto` on sm_90: the Hopper paths its dots take are in
+/// the space, the combinations its rules refuse are not (none is pruned by them: W0702
+/// speaks of the budgets only), and every candidate that fits matches the reference.
+#[test]
+fn kernel_auto_attention_leaves_out_what_the_hopper_rules_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let example =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/flash_attention.tsr")).unwrap();
+    let (decorator, def) =
+        (example.find("@ts.kernel.autotune(").unwrap(), example.find("def flash_attention").unwrap());
+    let source = format!("{}@ts.kernel.auto\n{}", &example[..decorator], &example[def..]);
+    std::fs::write(dir.path().join("fa.tsr"), source).unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            "autotune",
+            "fa.tsr",
+            "--kernel",
+            "flash_attention",
+            "--target",
+            "sm_90",
+            "--dims",
+            "BH=2,S=128,D=64",
+            "--arg",
+            "causal=true",
+            "--device",
+            "interp",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--force",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    let results = v["results"].as_array().unwrap();
+    for r in results {
+        assert_eq!(r["correct"], true, "{r}");
+    }
+    for p in v["space"]["pruned"].as_array().unwrap() {
+        let reason = p["reason"].as_str().unwrap();
+        assert!(reason == "registers" || reason == "shared memory", "pruned by a rule the space should leave out: {p}");
+    }
+    let path = |producer: &str, copy: &str, mma: &str| {
+        results.iter().any(|r| {
+            r["schedule"]["producer"] == producer && r["schedule"]["copy"] == copy && r["schedule"]["mma"] == mma
+        })
+    };
+    assert!(path("none", "cp.async", "mma.sync"), "{results:?}");
+    assert!(path("none", "cp.async", "wgmma"), "{results:?}");
+    assert!(path("none", "tma", "wgmma"), "{results:?}");
+    assert!(path("warpgroup", "tma", "wgmma"), "{results:?}");
+}
+
 /// `name = kernel.with_schedule(S)`: a kernel of its own, found by name by `lower`, `run`
 /// and the lints, with `S` as its fixed schedule (the original's space dropped).
 #[test]

@@ -19,6 +19,8 @@
 //!   "warpgroup"}, and `BN` = 256 (CUTLASS 3's 128×256 tile). Only combinations that
 //!   exist are candidates ([`SpaceRule`]s): TMA feeds `wgmma`, a producer warpgroup
 //!   issues TMA, and a 256-wide tile is a `wgmma` tile over two consumer warpgroups;
+//!   and single configurations the kernel's Hopper rules refuse are left out too
+//!   (`KernelSchedule::excluded`), so W0702 speaks only of the budgets;
 //! - on `cpu`, `warps` and `stages` are not searched (the base schedule's values are kept).
 
 use std::collections::BTreeMap;
@@ -52,7 +54,32 @@ pub fn fill_auto_space(db: &dyn Db, key: FnKey<'_>, schedule: &mut KernelSchedul
         let (space, rules) = auto_space(mma, &inference.ctx_reads, schedule, target, hopper);
         schedule.space = space;
         schedule.rules = rules;
+        if hopper.wgmma {
+            schedule.excluded = refused_by_hopper_rules(db, key, schedule, target);
+        }
     }
+}
+
+/// The configurations of a derived space that the Hopper rules refuse for this kernel
+/// (a `wgmma` whose A comes from registers over warpgroups that split N, say): the
+/// derivation added those keys, so such combinations are left out rather than pruned
+/// with a warning (W0702 is for the budgets). Each check reads Graph IR only.
+fn refused_by_hopper_rules(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    schedule: &KernelSchedule,
+    target: Target,
+) -> Vec<tessera_frontend::check::ScheduleValue> {
+    let Ok(graph) = crate::graph_ir(db, key) else { return Vec::new() };
+    let sites = crate::config::SymbolSites::of(graph);
+    schedule
+        .configurations()
+        .into_iter()
+        .filter(|s| {
+            let config = sites.config(s.clone(), &BTreeMap::new()).0;
+            crate::analysis::hopper_reason(db, key, &config, target).is_some()
+        })
+        .collect()
 }
 
 /// The Hopper paths a kernel's dots can take, each on top of the one before: warpgroup

@@ -362,6 +362,9 @@ pub struct KernelSchedule {
     pub auto: bool,
     /// Combinations of the space that are not candidates (only derived spaces have any).
     pub rules: Vec<SpaceRule>,
+    /// Single configurations that are not candidates: those of a derived space that a
+    /// rule of the kernel refuses (`passes::auto_space`).
+    pub excluded: Vec<ScheduleValue>,
 }
 
 impl KernelSchedule {
@@ -383,7 +386,7 @@ impl KernelSchedule {
     }
 
     /// Every configuration of the space (cartesian product) over the fixed values, less
-    /// those a [`SpaceRule`] excludes.
+    /// those a [`SpaceRule`] excludes and the `excluded` ones.
     pub fn configurations(&self) -> Vec<ScheduleValue> {
         let base = self.fixed.layered_on(&ScheduleValue::default_for_kernel());
         // The cartesian product, the first key varying slowest: configuration i takes
@@ -405,7 +408,7 @@ impl KernelSchedule {
                 }
                 s
             })
-            .filter(|s| !self.rules.iter().any(|r| r.excludes(s)))
+            .filter(|s| !self.rules.iter().any(|r| r.excludes(s)) && !self.excluded.contains(s))
             .collect()
     }
 
