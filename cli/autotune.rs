@@ -380,6 +380,9 @@ fn tuned_text(
         space.pruned.len(),
         space.candidates.len()
     );
+    if let Some(derived) = derived_space_text(&setup.info.schedule) {
+        let _ = writeln!(s, "  derived   {derived}");
+    }
     if let Some(r) = &tuned.reference {
         let how = match &r.kind {
             CheckKind::Full => "full".to_string(),
@@ -414,6 +417,20 @@ fn tuned_text(
         }
     }
     s
+}
+
+/// What the derivation of an `@kernel.auto` space left out of its product: its rules,
+/// and how many single configurations the kernel's Hopper rules refuse.
+fn derived_space_text(schedule: &tessera_frontend::check::KernelSchedule) -> Option<String> {
+    let mut parts: Vec<String> = schedule.rules.iter().map(|r| r.to_string()).collect();
+    if !schedule.excluded.is_empty() {
+        let n = schedule.excluded.len();
+        parts.push(format!(
+            "{n} more left out: the kernel's Hopper rules refuse {}",
+            if n == 1 { "it" } else { "them" }
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn tuned_json(
@@ -468,7 +485,14 @@ fn tuned_json(
         "device_name": setup.opened.backend.description(),
         "target": setup.target.name(),
         "dims": setup.dims.values.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<String, Value>>(),
-        "space": {"keys": space.keys, "total": space.total, "measured": space.candidates.len(), "pruned": pruned},
+        "space": {
+            "keys": space.keys,
+            "total": space.total,
+            "measured": space.candidates.len(),
+            "pruned": pruned,
+            "rules": setup.info.schedule.rules.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+            "left_out": setup.info.schedule.excluded.len(),
+        },
         "check": check,
         "results": results,
         "winner": tuned.winner.map(|i| schedule_json(&tuned.measured[i].schedule)),

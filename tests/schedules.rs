@@ -165,6 +165,9 @@ fn kernel_auto_attention_leaves_out_what_the_hopper_rules_refuse() {
     for r in results {
         assert_eq!(r["correct"], true, "{r}");
     }
+    // Attention's P @ V at BM=64 over 8 warps (warpgroups that split N) is refused.
+    assert!(v["space"]["left_out"].as_u64().unwrap() > 0, "{}", v["space"]);
+    assert_eq!(v["space"]["rules"].as_array().unwrap().len(), 3, "{}", v["space"]);
     for p in v["space"]["pruned"].as_array().unwrap() {
         let reason = p["reason"].as_str().unwrap();
         assert!(reason == "registers" || reason == "shared memory", "pruned by a rule the space should leave out: {p}");
