@@ -93,8 +93,9 @@ pub struct HopperPaths {
 
 /// Which Hopper paths the kernel takes under its base schedule (the fixed values over
 /// the plain-kernel defaults): the rules of E0704, E0706 and E0707
-/// (`analysis::hopper_reason`). The rules that depend on the tile sizes prune single
-/// candidates later, with their reasons (W0702); these decide whether the keys exist.
+/// (`analysis::hopper_reason`). These decide whether the keys exist; the single
+/// configurations the same rules refuse at other tile sizes are then left out
+/// (`refused_by_hopper_rules`).
 fn hopper_paths(db: &dyn Db, key: FnKey<'_>, schedule: &KernelSchedule, target: Target) -> HopperPaths {
     let Ok(graph) = crate::graph_ir(db, key) else { return HopperPaths::default() };
     let mut s = schedule.first_configuration();
