@@ -28,10 +28,11 @@ use std::collections::BTreeMap;
 use tessera_frontend::check::schedule::{
     KernelSchedule, KeyValue, SpaceKey, CP_ASYNC, MMA_SYNC, NO_PRODUCER, PRODUCER_WARPGROUP, TMA, WGMMA,
 };
-use tessera_frontend::check::{fn_decorators, infer_function, SpaceRule};
+use tessera_frontend::check::{fn_decorators, infer_function, ScheduleValue, SpaceRule};
 use tessera_frontend::text::TextRange;
 use tessera_frontend::{Db, FnKey};
 
+use crate::config::SymbolSites;
 use crate::target::Target;
 
 /// The kernel's schedule on `target`: its decorators' schedule, with the default search
@@ -47,15 +48,17 @@ pub fn fill_auto_space(db: &dyn Db, key: FnKey<'_>, schedule: &mut KernelSchedul
     if schedule.auto && schedule.space.is_empty() {
         let inference = infer_function(db, key);
         let mma = inference.mma_sites.iter().filter_map(|s| s.dtype.mma_multiple()).max();
-        let hopper = match (target, mma) {
-            (Target::Sm90, Some(_)) => hopper_paths(db, key, schedule, target),
-            _ => HopperPaths::default(),
+        // The Hopper rules read Graph IR, through each candidate's configuration.
+        let sites = match (target, mma, crate::graph_ir(db, key)) {
+            (Target::Sm90, Some(_), Ok(graph)) => Some(SymbolSites::of(graph)),
+            _ => None,
         };
+        let hopper = sites.as_ref().map_or_else(HopperPaths::default, |s| hopper_paths(db, key, s, schedule, target));
         let (space, rules) = auto_space(mma, &inference.ctx_reads, schedule, target, hopper);
         schedule.space = space;
         schedule.rules = rules;
-        if hopper.wgmma {
-            schedule.excluded = refused_by_hopper_rules(db, key, schedule, target);
+        if let (Some(sites), true) = (&sites, hopper.wgmma) {
+            schedule.excluded = refused_by_hopper_rules(db, key, sites, schedule, target);
         }
     }
 }
@@ -67,19 +70,17 @@ pub fn fill_auto_space(db: &dyn Db, key: FnKey<'_>, schedule: &mut KernelSchedul
 fn refused_by_hopper_rules(
     db: &dyn Db,
     key: FnKey<'_>,
+    sites: &SymbolSites,
     schedule: &KernelSchedule,
     target: Target,
-) -> Vec<tessera_frontend::check::ScheduleValue> {
-    let Ok(graph) = crate::graph_ir(db, key) else { return Vec::new() };
-    let sites = crate::config::SymbolSites::of(graph);
-    schedule
-        .configurations()
-        .into_iter()
-        .filter(|s| {
-            let config = sites.config(s.clone(), &BTreeMap::new()).0;
-            crate::analysis::hopper_reason(db, key, &config, target).is_some()
-        })
-        .collect()
+) -> Vec<ScheduleValue> {
+    schedule.configurations().into_iter().filter(|s| refuses(db, key, sites, s, target)).collect()
+}
+
+/// Whether the Hopper rules (`analysis::hopper_reason`) refuse the kernel under `s`.
+fn refuses(db: &dyn Db, key: FnKey<'_>, sites: &SymbolSites, s: &ScheduleValue, target: Target) -> bool {
+    let config = sites.config(s.clone(), &BTreeMap::new()).0;
+    crate::analysis::hopper_reason(db, key, &config, target).is_some()
 }
 
 /// The Hopper paths a kernel's dots can take, each on top of the one before: warpgroup
@@ -96,16 +97,20 @@ pub struct HopperPaths {
 /// (`analysis::hopper_reason`). These decide whether the keys exist; the single
 /// configurations the same rules refuse at other tile sizes are then left out
 /// (`refused_by_hopper_rules`).
-fn hopper_paths(db: &dyn Db, key: FnKey<'_>, schedule: &KernelSchedule, target: Target) -> HopperPaths {
-    let Ok(graph) = crate::graph_ir(db, key) else { return HopperPaths::default() };
+fn hopper_paths(
+    db: &dyn Db,
+    key: FnKey<'_>,
+    sites: &SymbolSites,
+    schedule: &KernelSchedule,
+    target: Target,
+) -> HopperPaths {
     let mut s = schedule.first_configuration();
     let mut takes = |k: &str, v: &str| {
         if schedule.fixed.get(k).is_some_and(|fixed| *fixed != KeyValue::Str(v.into())) {
             return false;
         }
         s.set(k, KeyValue::Str(v.into()));
-        let config = crate::config::config_for(graph, s.clone(), &BTreeMap::new()).0;
-        crate::analysis::hopper_reason(db, key, &config, target).is_none()
+        !refuses(db, key, sites, &s, target)
     };
     let wgmma = takes("mma", WGMMA);
     let tma = wgmma && takes("copy", TMA);
@@ -174,8 +179,6 @@ pub fn auto_space(
 
 #[cfg(test)]
 mod tests {
-    use tessera_frontend::check::ScheduleValue;
-
     use super::*;
 
     fn keys(space: &[SpaceKey]) -> Vec<(String, Vec<i64>)> {

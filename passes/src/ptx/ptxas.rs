@@ -96,10 +96,14 @@ pub fn spill_free_registers(ptxas: &Path, ptx: &str, arch: &str) -> Result<Optio
         }
     };
     let free = assemble_with(ptxas, ptx, arch)?;
-    let mut best = match (fits(&free), bounded(255)?) {
-        (true, _) => free.registers,
-        (false, Some(r)) => r.registers,
-        (false, None) => return Ok(None),
+    let mut best = if fits(&free) {
+        free.registers
+    } else {
+        // Free, ptxas may have aimed at more programs per SM than one: the whole file.
+        match bounded(255)? {
+            Some(r) => r.registers,
+            None => return Ok(None),
+        }
     };
     let (mut lo, mut hi) = (8u32, best);
     while lo < hi {
