@@ -501,6 +501,18 @@ fn verify_numerics_is_checked_at_run_time() {
     assert!(out.contains("result    correct; @verify.numerics VIOLATED"), "{out}");
 }
 
+/// An f16 output computed through bf16 arithmetic is judged with bf16's error added:
+/// the kernel rounds the intermediate where the f64 reference does not, and with f16's
+/// tolerance alone the run said WRONG for a kernel that computes what it says.
+#[test]
+fn an_output_through_a_narrower_intermediate_is_judged_with_its_error() {
+    let file = "tests/fixtures/run/narrow_intermediate.tsr";
+    let o = run(&["run", file, "--kernel", "narrow_math", "--dims", "R=91,C=38", "--device", "interp", "--json"]);
+    let v = json(&o);
+    assert_eq!(o.status.code(), Some(0), "{v}");
+    assert_eq!(v["correct"], true, "{v}");
+}
+
 /// `--save` on a full disk: the file that does not fit fails (a file-size limit makes
 /// the write fail with EFBIG, as a full disk does with ENOSPC), the files this run had
 /// already written are removed again, no temporary file is left, and the error says so.

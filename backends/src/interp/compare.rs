@@ -39,7 +39,9 @@
 //! Any wrong element (a sign, a swapped row, a missing term) is of the order of `scale`
 //! and fails; `tests` check that it does. [`Tolerance::with_accumulator`] widens it for
 //! accumulators narrower than f32 and [`Tolerance::with_fp8_tensor_cores`] for the
-//! tensor cores' fp8 sums (`wgmma` with fp8 operands).
+//! tensor cores' fp8 sums (`wgmma` with fp8 operands). [`Tolerance::with_intermediate`]
+//! adds the tolerance of a narrower float that arithmetic on the way to the output rounds
+//! to, where the reference keeps f64 (`interp::precision`).
 
 use std::fmt;
 
@@ -84,6 +86,20 @@ impl Tolerance {
             return self;
         }
         Tolerance { atol: self.atol + (k.max(1) as f64).sqrt() * 2f64.powi(-20), ..self }
+    }
+
+    /// Widened for an output computed through arithmetic that rounds to `intermediate`,
+    /// a float narrower than the output's dtype, where the f64 reference does not round
+    /// (`interp::precision`): the intermediate's tolerance is added to the output's, as
+    /// their errors add. An exact (integer) output, or an intermediate no coarser than
+    /// the output, changes nothing.
+    pub fn with_intermediate(self, intermediate: Option<DType>) -> Tolerance {
+        let Some(d) = intermediate else { return self };
+        let inner = Tolerance::for_dtype(d);
+        if (self.rtol == 0.0 && self.atol == 0.0) || inner.rtol <= self.rtol {
+            return self;
+        }
+        Tolerance { rtol: self.rtol + inner.rtol, atol: self.atol + inner.atol, ..self }
     }
 
     /// Accepting NaN where NaN is expected and the same infinity where one is expected.
@@ -228,13 +244,16 @@ pub fn longest_dim(args: &[Arg]) -> usize {
 pub fn compare_outputs(func: &Func, expected: &[Arg], actual: &[Arg]) -> Vec<OutputComparison> {
     let longest = longest_dim(expected);
     let fp8_tensor_cores = tessera_passes::wgmma::has_fp8_wgmma(func);
+    let intermediates = super::precision::narrow_intermediates(func);
     param_access(func)
         .iter()
         .enumerate()
         .filter(|(_, a)| a.written)
         .filter_map(|(i, _)| match (expected.get(i), actual.get(i)) {
             (Some(Arg::Tensor(e)), Some(Arg::Tensor(a))) => {
-                let mut tol = Tolerance::for_dtype(e.dtype).with_reduction(longest);
+                let mut tol = Tolerance::for_dtype(e.dtype)
+                    .with_reduction(longest)
+                    .with_intermediate(intermediates.get(i).copied().flatten());
                 if fp8_tensor_cores {
                     tol = tol.with_fp8_tensor_cores();
                 }

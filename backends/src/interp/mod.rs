@@ -26,6 +26,7 @@ pub mod graph;
 pub mod inputs;
 pub(crate) mod memory;
 pub(crate) mod numerics;
+pub mod precision;
 mod program;
 
 use std::fmt;

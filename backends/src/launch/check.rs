@@ -433,6 +433,7 @@ impl Reference {
         // bound on any reduction's length), as `interp::compare_outputs` does.
         let longest = plan.tensors(expected).iter().flat_map(|(_, t)| t.dims.iter().copied()).max().unwrap_or(1);
         let fp8_tensor_cores = tessera_passes::wgmma::has_fp8_wgmma(&plan.tile);
+        let intermediates = crate::interp::precision::narrow_intermediates(&plan.tile);
         let mut outputs = Vec::new();
         for (i, p) in plan.abi.params.iter().enumerate() {
             if !plan.is_output(i) {
@@ -450,8 +451,10 @@ impl Reference {
             } else {
                 Vec::new()
             };
-            let mut tol =
-                Tolerance::for_dtype(e.dtype).with_reduction(longest).allowing_nonfinite(plan.allows_nonfinite());
+            let mut tol = Tolerance::for_dtype(e.dtype)
+                .with_reduction(longest)
+                .with_intermediate(intermediates.get(i).copied().flatten())
+                .allowing_nonfinite(plan.allows_nonfinite());
             if let Some(acc) = narrowest_accumulator(&plan.graph) {
                 tol = tol.with_accumulator(acc, longest);
             }

@@ -1,0 +1,246 @@
+//! Where a kernel rounds and its f64 reference does not: arithmetic on tiles narrower
+//! than f32.
+//!
+//! The reference (docs/run.md, "The reference") keeps every intermediate in f64 whatever
+//! dtype the IR gives it, and rounds only where the program stores to a tensor or
+//! converts explicitly (`tile.cast`). A kernel that computes `z = tile.exp(x) * x` on a
+//! bf16 tile holds z in bf16, so an output computed from z (`W = tile.cast(z * 0.5,
+//! f16)`) carries z's bf16 error. Judged by its own dtype's tolerance, f16's, that
+//! output fails against the reference however right the kernel is. Its tolerance adds
+//! the narrowest such intermediate's ([`super::Tolerance::with_intermediate`]).
+//!
+//! Only ops that round count: arithmetic and transcendental functions whose result is a
+//! float narrower than f32. Loads (the inputs are exact), data movement, comparisons,
+//! `max`/`min`/`abs`/`neg`/`relu`/`select` (exact on their operands' values) and explicit
+//! casts (which the reference rounds too) do not; a dot's accumulator has its own
+//! widening (`@accum`, [`super::Tolerance::with_accumulator`]).
+
+use tessera_frontend::check::DType;
+use tessera_passes::ir::{Func, OpId, OpKind, Type, ValueId};
+
+/// For each parameter of `func`, the narrowest float dtype (fewest significand bits)
+/// that a rounding op gives a value the kernel's writes to that parameter depend on;
+/// `None` when nothing narrower than f32 rounds on the way (or the parameter is not
+/// written).
+pub fn narrow_intermediates(func: &Func) -> Vec<Option<DType>> {
+    let defs = func.definitions();
+    // The op owning each region argument (a loop's carried values, an if's results).
+    let mut region_owner: Vec<Option<OpId>> = vec![None; func.values.len()];
+    for id in func.walk() {
+        for region in &func.op(id).regions {
+            for &a in &region.args {
+                region_owner[a.0 as usize] = Some(id);
+            }
+        }
+    }
+    // Values written to shared memory: a read of any slot depends on all of them.
+    let shared_writes: Vec<ValueId> = func
+        .walk()
+        .into_iter()
+        .filter(|&id| func.op(id).kind == OpKind::StoreShared)
+        .flat_map(|id| func.op(id).operands.iter().copied().filter(|&v| !matches!(func.ty(v), Type::Smem(_))))
+        .collect();
+    let param_of_view = |v: ValueId| -> Option<usize> {
+        let op = func.op(defs.get(v.0 as usize).copied().flatten()?);
+        (op.kind == OpKind::View).then(|| func.params.iter().position(|&p| p == op.operands[0])).flatten()
+    };
+    let mut out = vec![None; func.params.len()];
+    for id in func.walk() {
+        let op = func.op(id);
+        let (param, stored): (Option<usize>, Vec<ValueId>) = match op.kind {
+            OpKind::Store | OpKind::TmaStore => {
+                (op.operands.first().and_then(|&v| param_of_view(v)), op.operands[1..].to_vec())
+            }
+            OpKind::Scatter => {
+                (op.operands.first().and_then(|&v| func.params.iter().position(|&p| p == v)), op.operands[1..].to_vec())
+            }
+            _ => continue,
+        };
+        let Some(param) = param else { continue };
+        let narrowest = narrowest_rounding(func, &defs, &region_owner, &shared_writes, stored);
+        out[param] = coarser(out[param], narrowest);
+    }
+    out
+}
+
+/// The narrowest dtype a rounding op in the backward slice of `roots` produces.
+fn narrowest_rounding(
+    func: &Func,
+    defs: &[Option<OpId>],
+    region_owner: &[Option<OpId>],
+    shared_writes: &[ValueId],
+    roots: Vec<ValueId>,
+) -> Option<DType> {
+    let mut seen = vec![false; func.values.len()];
+    let mut seen_ops = vec![false; func.ops.len()];
+    let mut stack = roots;
+    let mut narrowest = None;
+    let mut shared_followed = false;
+    while let Some(v) = stack.pop() {
+        if std::mem::replace(&mut seen[v.0 as usize], true) {
+            continue;
+        }
+        // Indices, views and tensors address the data and carry none of its values (a
+        // tensor parameter's values are exact inputs).
+        if matches!(func.ty(v), Type::Index | Type::View(_) | Type::Tensor(_) | Type::Token) {
+            continue;
+        }
+        if matches!(func.ty(v), Type::Smem(_)) && !shared_followed {
+            shared_followed = true;
+            stack.extend_from_slice(shared_writes);
+        }
+        // A loop's carried value or an if's result: what enters the op and what its
+        // regions yield.
+        let op = match (defs.get(v.0 as usize).copied().flatten(), region_owner[v.0 as usize]) {
+            (Some(op), _) | (None, Some(op)) => op,
+            (None, None) => continue,
+        };
+        if std::mem::replace(&mut seen_ops[op.0 as usize], true) {
+            continue;
+        }
+        let o = func.op(op);
+        if rounds(o.kind) {
+            if let Some(d) = func.ty(v).dtype().filter(|d| d.is_float() && d.bits() < 32) {
+                narrowest = coarser(narrowest, Some(d));
+            }
+        }
+        stack.extend_from_slice(&o.operands);
+        for region in &o.regions {
+            for &inner in &region.ops {
+                let inner = func.op(inner);
+                if matches!(inner.kind, OpKind::Yield | OpKind::Condition) {
+                    stack.extend_from_slice(&inner.operands);
+                }
+            }
+        }
+    }
+    narrowest
+}
+
+/// Ops whose narrow float result is rounded from a value the reference keeps in f64.
+fn rounds(kind: OpKind) -> bool {
+    use OpKind::*;
+    matches!(kind, Add | Sub | Mul | Div | Pow | Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Gelu | Silu | Reduce)
+}
+
+/// The coarser of two dtypes (fewer significand bits; `None` is exact).
+fn coarser(a: Option<DType>, b: Option<DType>) -> Option<DType> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if significand_bits(y) < significand_bits(x) { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+fn significand_bits(d: DType) -> u32 {
+    match d {
+        DType::F64 => 53,
+        DType::F32 => 24,
+        DType::TF32 | DType::F16 => 11,
+        DType::BF16 => 8,
+        DType::Fp8E4m3 => 4,
+        DType::Fp8E5m2 => 3,
+        _ => 64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use tessera_frontend::db::item_index;
+    use tessera_frontend::{Database, SourceFile};
+    use tessera_passes::{default_config, tile_ir, Target};
+
+    use super::*;
+    use crate::interp::Tolerance;
+
+    const HEADER: &str =
+        "import tessera as ts\nfrom tessera import tile, Tensor, bf16, f16, f32, i32, kernel, Schedule\n\n";
+
+    /// `kernel`'s parameters by name, with what [`narrow_intermediates`] says of each.
+    fn intermediates(body: &str, kernel: &str) -> BTreeMap<String, Option<DType>> {
+        let db = Database::default();
+        let file = SourceFile::new(&db, PathBuf::from("precision.tsr"), format!("{HEADER}{body}"), None);
+        let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
+        let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
+        let func = tile_ir(&db, key, config, Target::Sm90).clone().unwrap();
+        let names = func.params.iter().map(|p| func.values[p.0 as usize].name.clone().unwrap().to_string());
+        names.zip(narrow_intermediates(&func)).collect()
+    }
+
+    #[test]
+    fn an_output_computed_through_bf16_arithmetic_carries_bf16() {
+        let found = intermediates(
+            r#"@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def narrow(X: Tensor["R", "C", bf16], Y: Tensor["R", "C", f16], Z: Tensor["R", "C", bf16], W: Tensor["R", "C", f16], V: Tensor["R", "C", f32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        for c0 in tile.parallel(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            y = tile.load(Y[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            z = tile.exp(x) * x + tile.cast(y, bf16)
+            Z[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = z
+            W[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(tile.cast(z, f32) * 0.5, f16)
+            V[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(tile.relu(x), f32) + tile.cast(y, f32)
+"#,
+            "narrow",
+        );
+        assert_eq!(found["Z"], Some(DType::BF16));
+        assert_eq!(found["W"], Some(DType::BF16));
+        // relu and casts of loaded values round nothing the reference keeps in f64.
+        assert_eq!(found["V"], None);
+        assert_eq!((found["X"], found["Y"]), (None, None), "inputs are not written");
+    }
+
+    #[test]
+    fn a_loop_carried_f16_sum_reaches_the_output_after_the_loop() {
+        let found = intermediates(
+            r#"@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def running(X: Tensor["R", "C", f16], S: Tensor["R", f32], G: Tensor["R", "C", f32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        acc = tile.zeros((ctx.BM,), f16)
+        for c0 in tile.range(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            acc = acc + tile.sum(x, axis=1)
+            G[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(x, f32)
+        S[r0:r0 + ctx.BM] = tile.cast(acc, f32)
+"#,
+            "running",
+        );
+        assert_eq!(found["S"], Some(DType::F16));
+        assert_eq!(found["G"], None);
+    }
+
+    #[test]
+    fn a_bf16_gemm_with_an_f32_accumulator_rounds_nothing_narrow() {
+        let found = intermediates(
+            r#"@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))
+def gemm(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N", f32]):
+    ctx = tile.context()
+    for m0 in tile.parallel(0, M, ctx.BM):
+        for n0 in tile.parallel(0, N, ctx.BN):
+            acc = tile.zeros((ctx.BM, ctx.BN), f32)
+            for k0 in tile.range(0, K, ctx.BK):
+                acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))
+            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = tile.relu(acc)
+"#,
+            "gemm",
+        );
+        assert_eq!(found["C"], None);
+    }
+
+    #[test]
+    fn only_a_coarser_intermediate_widens_and_never_an_exact_output() {
+        let f16 = Tolerance::for_dtype(DType::F16);
+        let widened = f16.with_intermediate(Some(DType::BF16));
+        let bf16 = Tolerance::for_dtype(DType::BF16);
+        assert_eq!((widened.rtol, widened.atol), (f16.rtol + bf16.rtol, f16.atol + bf16.atol));
+        assert_eq!(bf16.with_intermediate(Some(DType::F16)), bf16);
+        assert_eq!(bf16.with_intermediate(Some(DType::BF16)), bf16);
+        assert_eq!(f16.with_intermediate(None), f16);
+        assert_eq!(Tolerance::EXACT.with_intermediate(Some(DType::Fp8E5m2)), Tolerance::EXACT);
+    }
+}
