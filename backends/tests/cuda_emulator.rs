@@ -37,6 +37,8 @@ mod decode;
 mod execute;
 #[path = "cuda_emulator/instructions.rs"]
 mod instructions;
+#[path = "cuda_emulator/random_schedules.rs"]
+mod random_schedules;
 #[path = "cuda_emulator/tma.rs"]
 mod tma;
 #[path = "cuda_emulator/warp_spec_tests.rs"]
