@@ -91,12 +91,13 @@ fn random_hopper_schedules_compute_what_the_reference_computes() {
             } else {
                 Family::Other
             };
-            // The sources' kernels with a dot are the Hopper files' already; the others
-            // run at a shape of the emulator's table, resized.
+            // The repository's kernels with a dot are the Hopper files' already (the op
+            // kernels' are not); those without one run at a shape of the emulator's
+            // table, resized.
             let wanted = if *hopper_file {
                 family != Family::Other
             } else {
-                family == Family::Other && !super::shapes(&name).is_empty()
+                (family == Family::Other || label == "ops.tsr") && !super::shapes(&name).is_empty()
             };
             if wanted {
                 kernels.push((label.clone(), text.clone(), name, family));
