@@ -233,13 +233,15 @@ def gemm(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N
     }
 
     #[test]
-    fn only_a_coarser_intermediate_widens_and_never_an_exact_output() {
+    fn an_intermediate_as_coarse_as_the_output_or_coarser_widens_and_never_an_exact_output() {
         let f16 = Tolerance::for_dtype(DType::F16);
         let widened = f16.with_intermediate(Some(DType::BF16));
         let bf16 = Tolerance::for_dtype(DType::BF16);
         assert_eq!((widened.rtol, widened.atol), (f16.rtol + bf16.rtol, f16.atol + bf16.atol));
         assert_eq!(bf16.with_intermediate(Some(DType::F16)), bf16);
-        assert_eq!(bf16.with_intermediate(Some(DType::BF16)), bf16);
+        // bf16 arithmetic before a bf16 store: both roundings count.
+        let twice = bf16.with_intermediate(Some(DType::BF16));
+        assert_eq!((twice.rtol, twice.atol), (2.0 * bf16.rtol, 2.0 * bf16.atol));
         assert_eq!(f16.with_intermediate(None), f16);
         assert_eq!(Tolerance::EXACT.with_intermediate(Some(DType::Fp8E5m2)), Tolerance::EXACT);
     }
