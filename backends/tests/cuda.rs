@@ -280,6 +280,46 @@ fn hopper_schedules_match_the_f64_reference_on_the_gpu() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// The emulator's random schedules (`hopper_cases::random`: GEMMs and attention under
+/// random tiles, warps, stages and stagings, on sm_90a and sm_80, at random ragged
+/// shapes) on the GPU against the f64 reference. On an sm_80 GPU only the sm_80 draws
+/// run. `TESSERA_RANDOM_SCHEDULES` and `TESSERA_RANDOM_SEED` as for the emulator.
+#[test]
+fn random_schedules_match_the_f64_reference_on_the_gpu() {
+    let count: usize = std::env::var("TESSERA_RANDOM_SCHEDULES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    let seed: u64 = std::env::var("TESSERA_RANDOM_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(2026);
+    let drawn = hopper_cases::random::random_cases(seed, count, &[], &|_| None);
+    assert!(
+        drawn.failures.is_empty(),
+        "{} draws failed to lower:\n{}",
+        drawn.failures.len(),
+        drawn.failures.join("\n")
+    );
+    let Some(device) = gpu_or_skip() else { return };
+    let target = device.target().unwrap();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for d in drawn.cases.iter().filter(|d| target == Target::Sm90 || d.target == target) {
+        let loaded = match device.load(&d.case.code) {
+            Ok(k) => k,
+            Err(e) => {
+                failures.push(format!("{}: load: {e}", d.what));
+                continue;
+            }
+        };
+        let inputs = seeded(&d.case.func, &parse_dims(&d.shape), SEED).unwrap();
+        let result = d
+            .case
+            .check(&d.what, &inputs, |actual| device.launch(&loaded, actual, 1).map(|_| ()).map_err(|e| e.to_string()));
+        eprintln!("{} {}", if result.is_empty() { "ok  " } else { "FAIL" }, d.what);
+        failures.extend(result);
+        ran += 1;
+    }
+    eprintln!("{ran} random schedules on the GPU ({target}), {} failures", failures.len());
+    assert!(ran > 0, "no random schedule ran");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
 /// A kernel that needs more shared memory than a block can have is refused at load, with
 /// the figures, and the device keeps working. (On an H200 this hung `tessera run`: the
 /// refused kernel unloaded its module on drop, taking the lock `load` still held.)

@@ -3,7 +3,9 @@
 #   1. the machine: nvidia-smi, `tessera devices`;
 #   1b. (hopper-gpu) the Hopper cases the PTX emulator checks (wgmma, TMA, producer,
 #      ping-pong, clusters; backends/tests/cuda.rs), launched on the GPU against the f64
-#      reference, when the test binary `cuda-test` is there;
+#      reference, when the test binary `cuda-test` is there; then 150 random schedules
+#      (the emulator's draws: tiles, warps, stages, stagings, sm_90a and sm_80, ragged
+#      shapes) the same way;
 #   2. every @kernel and @jit function of tests/corpus/valid and examples/ through
 #      `tessera run --device gpu --json` (checked against the f64 reference), one JSON
 #      object per line in corpus.jsonl;
@@ -65,6 +67,10 @@ if want hopper-gpu && [ -x "$BIN/cuda-test" ]; then
     TESSERA_GPU_TIMEOUT=10 TESSERA_REQUIRE_GPU=1 timeout "${HOPPER_GPU_SECONDS:-150}" "$BIN/cuda-test" \
         hopper_schedules --nocapture > "$OUT/hopper_gpu.txt" 2>&1
     echo "hopper-gpu rc=$?"; grep -E '^== |Hopper launches|failures' "$OUT/hopper_gpu.txt" | head -40; tail -30 "$OUT/hopper_gpu.txt"
+    log "random schedules on the GPU against the f64 reference (the emulator's draws, backends/tests/hopper_cases/random.rs)"
+    TESSERA_RANDOM_SCHEDULES=${RANDOM_SCHEDULES:-150} TESSERA_GPU_TIMEOUT=10 TESSERA_REQUIRE_GPU=1 \
+        timeout "${RANDOM_GPU_SECONDS:-120}" "$BIN/cuda-test" random_schedules --nocapture > "$OUT/random_gpu.txt" 2>&1
+    echo "random-gpu rc=$?"; grep -E '^FAIL|random schedules on the GPU' "$OUT/random_gpu.txt" | head -20
 fi
 if want peers; then
 log "peers (torch)"

@@ -7,6 +7,8 @@
 // Each test crate that includes this module uses part of it.
 #![allow(dead_code)]
 
+pub mod random;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
