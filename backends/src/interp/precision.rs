@@ -18,6 +18,8 @@
 use tessera_frontend::check::DType;
 use tessera_passes::ir::{Func, OpId, OpKind, Type, ValueId};
 
+use super::program::significant_bits;
+
 /// For each parameter of `func`, the narrowest float dtype (fewest significand bits)
 /// that a rounding op gives a value the kernel's writes to that parameter depend on;
 /// `None` when nothing narrower than f32 rounds on the way (or the parameter is not
@@ -126,21 +128,9 @@ fn rounds(kind: OpKind) -> bool {
 /// The coarser of two dtypes (fewer significand bits; `None` is exact).
 fn coarser(a: Option<DType>, b: Option<DType>) -> Option<DType> {
     match (a, b) {
-        (Some(x), Some(y)) => Some(if significand_bits(y) < significand_bits(x) { y } else { x }),
+        (Some(x), Some(y)) => Some(if significant_bits(y) < significant_bits(x) { y } else { x }),
         (x, None) => x,
         (None, y) => y,
-    }
-}
-
-fn significand_bits(d: DType) -> u32 {
-    match d {
-        DType::F64 => 53,
-        DType::F32 => 24,
-        DType::TF32 | DType::F16 => 11,
-        DType::BF16 => 8,
-        DType::Fp8E4m3 => 4,
-        DType::Fp8E5m2 => 3,
-        _ => 64,
     }
 }
 
@@ -159,10 +149,16 @@ mod tests {
     const HEADER: &str =
         "import tessera as ts\nfrom tessera import tile, Tensor, bf16, f16, f32, i32, kernel, Schedule\n\n";
 
-    /// `kernel`'s parameters by name, with what [`narrow_intermediates`] says of each.
-    fn intermediates(body: &str, kernel: &str) -> BTreeMap<String, Option<DType>> {
+    /// [`intermediates`] of a kernel written without the imports.
+    fn intermediates_with_imports(body: &str, kernel: &str) -> BTreeMap<String, Option<DType>> {
+        intermediates(&format!("{HEADER}{body}"), kernel)
+    }
+
+    /// `kernel` of `source`: its parameters by name, with what [`narrow_intermediates`]
+    /// says of each.
+    fn intermediates(source: &str, kernel: &str) -> BTreeMap<String, Option<DType>> {
         let db = Database::default();
-        let file = SourceFile::new(&db, PathBuf::from("precision.tsr"), format!("{HEADER}{body}"), None);
+        let file = SourceFile::new(&db, PathBuf::from("precision.tsr"), source.to_string(), None);
         let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
         let (config, _) = default_config(&db, key, &BTreeMap::new()).unwrap();
         let func = tile_ir(&db, key, config, Target::Sm90).clone().unwrap();
@@ -172,31 +168,34 @@ mod tests {
 
     #[test]
     fn an_output_computed_through_bf16_arithmetic_carries_bf16() {
-        let found = intermediates(
-            r#"@kernel.schedule(Schedule(block=(32, 64), warps=4))
-def narrow(X: Tensor["R", "C", bf16], Y: Tensor["R", "C", f16], Z: Tensor["R", "C", bf16], W: Tensor["R", "C", f16], V: Tensor["R", "C", f32]):
-    ctx = tile.context()
-    for r0 in tile.parallel(0, R, ctx.BM):
-        for c0 in tile.parallel(0, C, ctx.BN):
-            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
-            y = tile.load(Y[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
-            z = tile.exp(x) * x + tile.cast(y, bf16)
-            Z[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = z
-            W[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(tile.cast(z, f32) * 0.5, f16)
-            V[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(tile.relu(x), f32) + tile.cast(y, f32)
-"#,
-            "narrow",
-        );
+        // The fixture `tessera run` is tested on: Z = exp(x) * x + y in bf16, and
+        // W = cast(z * 0.5, f16) from it.
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/run/narrow_intermediate.tsr");
+        let found = intermediates(&std::fs::read_to_string(path).unwrap(), "narrow_math");
         assert_eq!(found["Z"], Some(DType::BF16));
         assert_eq!(found["W"], Some(DType::BF16));
-        // relu and casts of loaded values round nothing the reference keeps in f64.
-        assert_eq!(found["V"], None);
         assert_eq!((found["X"], found["Y"]), (None, None), "inputs are not written");
     }
 
     #[test]
+    fn relu_and_casts_of_loaded_values_round_nothing() {
+        let found = intermediates_with_imports(
+            r#"@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def exact(X: Tensor["R", "C", bf16], Y: Tensor["R", "C", f16], V: Tensor["R", "C", f32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        for c0 in tile.parallel(0, C, ctx.BN):
+            x = tile.relu(tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]))
+            V[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.cast(x, f32) + tile.cast(tile.load(Y[r0:r0 + ctx.BM, c0:c0 + ctx.BN]), f32)
+"#,
+            "exact",
+        );
+        assert_eq!(found["V"], None);
+    }
+
+    #[test]
     fn a_loop_carried_f16_sum_reaches_the_output_after_the_loop() {
-        let found = intermediates(
+        let found = intermediates_with_imports(
             r#"@kernel.schedule(Schedule(block=(32, 64), warps=4))
 def running(X: Tensor["R", "C", f16], S: Tensor["R", f32], G: Tensor["R", "C", f32]):
     ctx = tile.context()
@@ -215,21 +214,12 @@ def running(X: Tensor["R", "C", f16], S: Tensor["R", f32], G: Tensor["R", "C", f
     }
 
     #[test]
-    fn a_bf16_gemm_with_an_f32_accumulator_rounds_nothing_narrow() {
-        let found = intermediates(
-            r#"@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))
-def gemm(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N", f32]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f32)
-            for k0 in tile.range(0, K, ctx.BK):
-                acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = tile.relu(acc)
-"#,
-            "gemm",
-        );
-        assert_eq!(found["C"], None);
+    fn the_corpus_gemms_with_f32_accumulators_and_epilogues_round_nothing_narrow() {
+        for (file, kernel) in [("gemm.tsr", "gemm"), ("linear_gelu.tsr", "linear_gelu")] {
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/valid").join(file);
+            let found = intermediates(&std::fs::read_to_string(path).unwrap(), kernel);
+            assert!(found.values().all(Option::is_none), "{kernel}: {found:?}");
+        }
     }
 
     #[test]

@@ -931,8 +931,8 @@ impl Compiler<'_> {
     }
 }
 
-/// Significant bits (with the implicit one) of a float dtype's products.
-fn significant_bits(d: DType) -> u32 {
+/// Significant bits (with the implicit one) of a dtype's values.
+pub(super) fn significant_bits(d: DType) -> u32 {
     match d {
         DType::F64 => 53,
         DType::F32 => 24,
