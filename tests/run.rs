@@ -11,6 +11,9 @@ use tessera_frontend::check::{fn_signature, FunctionKind};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
 
+#[path = "support/kernel_sources.rs"]
+mod kernel_sources;
+
 fn tessera() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
     cmd.env_remove("NO_COLOR");
@@ -19,10 +22,6 @@ fn tessera() -> Command {
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn corpus() -> PathBuf {
-    root().join("tests/corpus/valid")
 }
 
 fn run_in(args: &[&str], dir: &Path) -> Output {
@@ -49,43 +48,34 @@ fn json(o: &Output) -> serde_json::Value {
 /// the examples, as (path relative to the repository, kernel, its two shapes).
 fn kernels() -> Vec<(String, String, [String; 2])> {
     let mut out = Vec::new();
-    for dir in [corpus(), root().join("examples")] {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
-            .collect();
-        files.sort();
-        for path in files {
-            let db = Database::default();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let file = SourceFile::new(&db, path.clone(), text, None);
-            for f in item_index(&db, file).functions.iter() {
-                let signature = fn_signature(&db, f.key);
-                if signature.kind == FunctionKind::Kernel {
-                    let shown = path.strip_prefix(root()).unwrap_or(&path).display().to_string();
-                    let name = f.key.name(&db).to_string();
-                    let shapes = match shapes(&name) {
-                        Some(s) => s.map(String::from),
-                        None => {
-                            // Sizes 128 and 100; symbols that tile dims use (a head dim)
-                            // keep the value the kernel is checked with.
-                            let tile_symbols = tessera_passes::default_config(&db, f.key, &Default::default())
-                                .map(|(_, assumed)| assumed)
-                                .unwrap_or_default();
-                            [128, 100].map(|n| {
-                                let pairs: Vec<String> = signature
-                                    .symbols
-                                    .iter()
-                                    .filter(|s| !tile_symbols.contains(s))
-                                    .map(|s| format!("{s}={n}"))
-                                    .collect();
-                                pairs.join(",")
-                            })
-                        }
-                    };
-                    out.push((shown, name, shapes));
-                }
+    for kernel_sources::Source { path, text, .. } in kernel_sources::repository_files() {
+        let db = Database::default();
+        let file = SourceFile::new(&db, path.clone(), text, None);
+        for f in item_index(&db, file).functions.iter() {
+            let signature = fn_signature(&db, f.key);
+            if signature.kind == FunctionKind::Kernel {
+                let shown = path.strip_prefix(root()).unwrap_or(&path).display().to_string();
+                let name = f.key.name(&db).to_string();
+                let shapes = match shapes(&name) {
+                    Some(s) => s.map(String::from),
+                    None => {
+                        // Sizes 128 and 100; symbols that tile dims use (a head dim)
+                        // keep the value the kernel is checked with.
+                        let tile_symbols = tessera_passes::default_config(&db, f.key, &Default::default())
+                            .map(|(_, assumed)| assumed)
+                            .unwrap_or_default();
+                        [128, 100].map(|n| {
+                            let pairs: Vec<String> = signature
+                                .symbols
+                                .iter()
+                                .filter(|s| !tile_symbols.contains(s))
+                                .map(|s| format!("{s}={n}"))
+                                .collect();
+                            pairs.join(",")
+                        })
+                    }
+                };
+                out.push((shown, name, shapes));
             }
         }
     }

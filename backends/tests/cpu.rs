@@ -18,6 +18,7 @@ use tessera_passes::abi::{AbiParam, KernelAbi};
 use tessera_passes::ir::Func;
 use tessera_passes::{default_config, tile_ir, Config, Target};
 
+#[path = "../../tests/support/kernel_sources.rs"]
 mod kernel_sources;
 
 use kernel_sources::{parse_dims, Source};

@@ -19,6 +19,7 @@ use tessera_passes::{default_config, tile_ir};
 
 // The Hopper cases the PTX emulator runs (`cuda_emulator.rs`).
 mod hopper_cases;
+#[path = "../../tests/support/kernel_sources.rs"]
 mod kernel_sources;
 
 use hopper_cases::{

@@ -49,6 +49,7 @@ mod wgmma;
 mod wgmma_tests;
 // The Hopper cases, shared with the GPU test (`cuda.rs`).
 mod hopper_cases;
+#[path = "../../tests/support/kernel_sources.rs"]
 mod kernel_sources;
 
 use execute::emulate;

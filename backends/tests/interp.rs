@@ -21,6 +21,7 @@ use tessera_passes::abi::KernelAbi;
 use tessera_passes::ir::Func;
 use tessera_passes::{default_config, tile_ir, Target};
 
+#[path = "../../tests/support/kernel_sources.rs"]
 mod kernel_sources;
 
 use kernel_sources::{parse_dims, Source};

@@ -16,29 +16,16 @@ use tessera_passes::codegen::{target_code, TargetCode};
 use tessera_passes::ir::{Func, FuncKind, Level, Loc, OpKind, Type};
 use tessera_passes::{default_config, lowering_text, tile_ir, Config, Stage, Target};
 
+#[path = "../../tests/support/kernel_sources.rs"]
+mod kernel_sources;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Every `.tsr` file of the corpus and the examples, and the standard library: (label, text).
 fn sources() -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let dirs = [(repo().join("examples"), "examples"), (repo().join("tests/corpus/valid"), "corpus/valid")];
-    for (dir, shown) in dirs {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
-            .collect();
-        files.sort();
-        for p in files {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            out.push((format!("{shown}/{name}"), std::fs::read_to_string(&p).unwrap()));
-        }
-    }
-    for (name, text) in tessera_frontend::stdlib::FILES {
-        out.push((format!("stdlib/{name}"), text.to_string()));
-    }
-    out
+    kernel_sources::every_source().into_iter().map(|s| (s.label, s.text)).collect()
 }
 
 /// The `opt` to verify with: `TESSERA_OPT`, else `opt-14` from PATH. Missing: a failure

@@ -13,24 +13,13 @@ use tessera_passes::ptx::{nvdisasm, ptxas};
 use tessera_passes::{default_config, tile_ir, Config, Target};
 
 mod common;
+#[path = "../../tests/support/kernel_sources.rs"]
+mod kernel_sources;
 use common::repo;
 
+/// Every `.tsr` file of the corpus and the examples: (label, text).
 fn sources() -> Vec<(String, String)> {
-    let dirs = [(repo().join("examples"), "examples"), (repo().join("tests/corpus/valid"), "corpus")];
-    let mut out = Vec::new();
-    for (dir, shown) in dirs {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
-            .collect();
-        files.sort();
-        for p in files {
-            let name = format!("{shown}/{}", p.file_name().unwrap().to_string_lossy());
-            out.push((name, std::fs::read_to_string(&p).unwrap()));
-        }
-    }
-    out
+    kernel_sources::repository_files().into_iter().map(|s| (s.label, s.text)).collect()
 }
 
 /// One kernel × configuration × target.

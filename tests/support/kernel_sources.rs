@@ -1,6 +1,8 @@
-//! The sources the backend test crates run every kernel of (the contract corpus's valid
-//! files, the examples, the standard library) and the `M=70,N=40` shape specs they run
-//! them at. Each test crate declares `mod kernel_sources;` and takes what it needs.
+//! The sources the test crates run every kernel of (the contract corpus's valid files,
+//! the examples, the standard library) and the `M=70,N=40` shape specs they run them
+//! at. Each test crate, of whichever package, includes this file as a module
+//! (`#[path = ".../tests/support/kernel_sources.rs"] mod kernel_sources;`) and takes what
+//! it needs.
 
 // Each test crate uses its own part of this module.
 #![allow(dead_code)]
@@ -16,10 +18,18 @@ pub struct Source {
     pub text: String,
 }
 
+/// The repository's root: the including package's directory or the nearest one above it
+/// that holds the corpus.
+pub fn repository_root() -> PathBuf {
+    let package = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = package.ancestors().find(|p| p.join("tests/corpus/valid").is_dir());
+    root.unwrap_or_else(|| panic!("no tests/corpus/valid at or above {}", package.display())).to_path_buf()
+}
+
 /// The `.tsr` files of `tests/corpus/valid` and `examples`, in that order, each sorted
 /// by name, labelled `folder/file`.
 pub fn repository_files() -> Vec<Source> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let root = repository_root();
     let mut out = Vec::new();
     for dir in [root.join("tests/corpus/valid"), root.join("examples")] {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
