@@ -104,6 +104,27 @@ impl Tolerance {
         Tolerance { rtol: self.rtol + inner.rtol, atol: self.atol + inner.atol, ..self }
     }
 
+    /// The tolerance of one output of a kernel: its dtype's, widened for sums as long
+    /// as `longest` (the longest tensor dim), for the narrowest float that arithmetic on
+    /// the way to it rounds to, for an accumulator narrower than f32, and for fp8
+    /// `wgmma`s.
+    pub fn for_output(
+        dtype: DType,
+        longest: usize,
+        intermediate: Option<DType>,
+        accumulator: Option<DType>,
+        fp8_tensor_cores: bool,
+    ) -> Tolerance {
+        let mut tol = Tolerance::for_dtype(dtype).with_reduction(longest).with_intermediate(intermediate);
+        if let Some(acc) = accumulator {
+            tol = tol.with_accumulator(acc, longest);
+        }
+        if fp8_tensor_cores {
+            tol = tol.with_fp8_tensor_cores();
+        }
+        tol
+    }
+
     /// Accepting NaN where NaN is expected and the same infinity where one is expected.
     pub fn allowing_nonfinite(self, allow: bool) -> Tolerance {
         Tolerance { allow_nonfinite: allow, ..self }
@@ -253,12 +274,8 @@ pub fn compare_outputs(func: &Func, expected: &[Arg], actual: &[Arg]) -> Vec<Out
         .filter(|(_, a)| a.written)
         .filter_map(|(i, _)| match (expected.get(i), actual.get(i)) {
             (Some(Arg::Tensor(e)), Some(Arg::Tensor(a))) => {
-                let mut tol = Tolerance::for_dtype(e.dtype)
-                    .with_reduction(longest)
-                    .with_intermediate(intermediates.get(i).copied().flatten());
-                if fp8_tensor_cores {
-                    tol = tol.with_fp8_tensor_cores();
-                }
+                let intermediate = intermediates.get(i).copied().flatten();
+                let tol = Tolerance::for_output(e.dtype, longest, intermediate, None, fp8_tensor_cores);
                 let mut comparison = compare_with(&e.to_f64(), &a.to_f64(), &tol);
                 if e.dims != a.dims || e.dtype != a.dtype {
                     comparison.passed = false;

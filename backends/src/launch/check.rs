@@ -434,6 +434,7 @@ impl Reference {
         let longest = plan.tensors(expected).iter().flat_map(|(_, t)| t.dims.iter().copied()).max().unwrap_or(1);
         let fp8_tensor_cores = tessera_passes::wgmma::has_fp8_wgmma(&plan.tile);
         let intermediates = crate::interp::precision::narrow_intermediates(&plan.tile);
+        let accumulator = narrowest_accumulator(&plan.graph);
         let mut outputs = Vec::new();
         for (i, p) in plan.abi.params.iter().enumerate() {
             if !plan.is_output(i) {
@@ -451,16 +452,9 @@ impl Reference {
             } else {
                 Vec::new()
             };
-            let mut tol = Tolerance::for_dtype(e.dtype)
-                .with_reduction(longest)
-                .with_intermediate(intermediates.get(i).copied().flatten())
+            let intermediate = intermediates.get(i).copied().flatten();
+            let tol = Tolerance::for_output(e.dtype, longest, intermediate, accumulator, fp8_tensor_cores)
                 .allowing_nonfinite(plan.allows_nonfinite());
-            if let Some(acc) = narrowest_accumulator(&plan.graph) {
-                tol = tol.with_accumulator(acc, longest);
-            }
-            if fp8_tensor_cores {
-                tol = tol.with_fp8_tensor_cores();
-            }
             let comparison = compare_with(&ev, &av, &tol);
             let first_mismatch =
                 comparison.first_mismatch.map(|m| (unravel(chosen[m.index], &e.dims), m.expected, m.actual));
