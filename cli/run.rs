@@ -322,6 +322,9 @@ pub(crate) fn report_text(
         result.push_str("; @verify.numerics VIOLATED");
     }
     let _ = writeln!(s, "  result    {result}");
+    if let Some(cause) = verdict::cause_text(check) {
+        let _ = writeln!(s, "  cause     {cause}");
+    }
     s
 }
 

@@ -4,7 +4,9 @@
 use std::fmt::Write;
 
 use serde_json::{json, Map, Value};
-use tessera_backends::launch::{CheckKind, CheckReport, NonFiniteCount, NumericsViolation, OutputCheck, Verdict};
+use tessera_backends::launch::{
+    CheckKind, CheckReport, MismatchSource, NonFiniteCount, NumericsViolation, OutputCheck, Verdict,
+};
 
 use crate::number_text::sig;
 
@@ -165,6 +167,20 @@ pub(crate) fn verdict_text(check: &CheckReport, nonfinite: &[NonFiniteCount]) ->
     }
 }
 
+/// The `cause` line under a WRONG result that carries the same-schedule Tile IR check.
+pub(crate) fn cause_text(check: &CheckReport) -> Option<&'static str> {
+    Some(match check.mismatch_source()? {
+        MismatchSource::TileIr => {
+            "the device computes what its Tile IR computes on the interpreter: the kernel's own arithmetic \
+             in its dtypes (a formula that loses precision at these inputs) or a Tile IR pass departs from \
+             the f64 reference, not code generation"
+        }
+        MismatchSource::CodeGeneration => {
+            "the device also differs from its Tile IR on the interpreter: code generation or the device is at fault"
+        }
+    })
+}
+
 pub(crate) fn verdict_name(v: Verdict) -> &'static str {
     match v {
         Verdict::Correct => "correct",
@@ -221,6 +237,13 @@ fn num_or_text(x: f64) -> Value {
 pub(crate) fn insert_verdict_json(obj: &mut Map<String, Value>, check: &CheckReport, nonfinite: &[NonFiniteCount]) {
     obj.insert("reference".into(), json!(check.source.name()));
     obj.insert("verdict".into(), json!(verdict_name(check.verdict())));
+    if let Some(source) = check.mismatch_source() {
+        let name = match source {
+            MismatchSource::TileIr => "tile-ir",
+            MismatchSource::CodeGeneration => "code-generation",
+        };
+        obj.insert("mismatch_source".into(), json!(name));
+    }
     let counts: Map<String, Value> = nonfinite.iter().map(|c| (c.name.clone(), json!(c.total()))).collect();
     obj.insert("nonfinite".into(), Value::Object(counts));
     if let Some(l) = &check.lowering {

@@ -570,6 +570,36 @@ fn an_output_through_a_narrower_intermediate_is_judged_with_its_error() {
     }
 }
 
+/// A WRONG verdict says where the difference comes from. layernorm computes its variance
+/// as `E[x²] - mean²`, which cancels in f32 for two nearly equal values: at C=2 and seed 2
+/// nine rows are out of tolerance on the CPU backend. The same-schedule Tile IR on the
+/// interpreter computes the same numbers, so the report blames the kernel's arithmetic
+/// (or a Tile IR pass), not code generation; the verdict stays WRONG.
+#[test]
+fn a_wrong_verdict_says_whether_the_device_computes_its_tile_ir() {
+    if !cpu_backend() {
+        eprintln!("skipping: no CPU backend in this build");
+        return;
+    }
+    let args = ["run", "tests/corpus/valid/layernorm.tsr", "--kernel", "layernorm", "--dims", "C=2", "--seed", "2"];
+    let o = run(&[&args[..], &["--device", "cpu", "--json"]].concat());
+    let v = json(&o);
+    assert_eq!(o.status.code(), Some(1), "{v}");
+    assert_eq!(v["verdict"], "wrong", "{v}");
+    assert_eq!(v["mismatch_source"], "tile-ir", "{v}");
+    assert_eq!(v["lowering"]["verdict"], "correct", "{v}");
+    let text = stdout(&run(&[&args[..], &["--device", "cpu"]].concat()));
+    assert!(
+        text.contains("result    WRONG") && text.contains("cause     the device computes what its Tile IR computes"),
+        "{text}"
+    );
+    // The interpreter is its own Tile IR: it gets the verdict without a cause.
+    let o = run(&[&args[..], &["--device", "interp", "--json"]].concat());
+    let v = json(&o);
+    assert_eq!(v["verdict"], "wrong", "{v}");
+    assert!(v.get("mismatch_source").is_none() && v.get("lowering").is_none(), "{v}");
+}
+
 /// `--save` on a full disk: the file that does not fit fails (a file-size limit makes
 /// the write fail with EFBIG, as a full disk does with ENOSPC), the files this run had
 /// already written are removed again, no temporary file is left, and the error says so.

@@ -484,6 +484,62 @@ impl Reference {
     }
 }
 
+/// When a device's outputs differ from the f64 reference, whether the same-schedule Tile
+/// IR on the interpreter computes what the device computed: the check `--check lowering`
+/// runs, run here only after a mismatch (it costs a second interpreter run). It tells a
+/// kernel's own arithmetic in its dtypes (a cancelling formula in f32: the interpreter
+/// reproduces it) and the Tile IR passes, which the interpreter shares, from the code
+/// generator and the device, which it does not. Nothing is added for the interpreter
+/// device (it would compare a run with itself), for checks that already carry it, or
+/// when the interpreter cannot run the plan: the verdict stands without the diagnosis.
+pub fn diagnose_mismatch(plan: &Plan, device: Device, mode: CheckMode, actual: &[Arg], report: &mut CheckReport) {
+    let wrong = report.verdict() == Verdict::Wrong;
+    if !wrong
+        || device == Device::Interpreter
+        || report.lowering.is_some()
+        || report.source != ReferenceSource::GraphF64
+    {
+        return;
+    }
+    let mode = match mode {
+        CheckMode::Full => CheckMode::Full,
+        CheckMode::Sampled => CheckMode::Sampled,
+        CheckMode::Auto | CheckMode::Lowering => CheckMode::Auto,
+        CheckMode::None => return,
+    };
+    if let Ok(tile) = Reference::tile_interpreter(plan, mode) {
+        report.lowering = Some(Box::new(tile.compare(plan, actual)));
+    }
+}
+
+/// Where a mismatch with the f64 reference comes from, by the same-schedule Tile IR check
+/// beside it ([`diagnose_mismatch`], `--check lowering`).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum MismatchSource {
+    /// The device computes what its Tile IR computes: the difference is the kernel's
+    /// arithmetic in its dtypes, or a Tile IR pass.
+    TileIr,
+    /// The device differs from its own Tile IR: the code generator or the device.
+    CodeGeneration,
+}
+
+impl CheckReport {
+    /// Where the outputs' difference from the f64 reference comes from, when the check
+    /// disagrees with it and carries the same-schedule Tile IR check.
+    pub fn mismatch_source(&self) -> Option<MismatchSource> {
+        let own_wrong =
+            self.outputs.iter().any(|o| o.comparison.mismatches > 0 || o.comparison.length_mismatch.is_some());
+        if self.source != ReferenceSource::GraphF64 || !own_wrong {
+            return None;
+        }
+        match self.lowering.as_ref()?.verdict() {
+            Verdict::Correct => Some(MismatchSource::TileIr),
+            Verdict::Wrong => Some(MismatchSource::CodeGeneration),
+            Verdict::NonFinite | Verdict::Unchecked => None,
+        }
+    }
+}
+
 /// The least precise accumulator a kernel's `@accum(T)` policies ask for (the `acc`
 /// attribute on its dots and sums), when one is narrower than f32.
 pub fn narrowest_accumulator(graph: &Func) -> Option<DType> {

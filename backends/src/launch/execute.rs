@@ -5,8 +5,8 @@ use std::time::Duration;
 use crate::tensor::{Arg, HostTensor};
 
 use super::{
-    count_dot_flops, numerics_violations, scan_nonfinite, Backend, CheckMode, CheckReport, Device, LaunchError, Loaded,
-    NonFiniteCount, NumericsViolation, Plan, Reference,
+    count_dot_flops, diagnose_mismatch, numerics_violations, scan_nonfinite, Backend, CheckMode, CheckReport, Device,
+    LaunchError, Loaded, NonFiniteCount, NumericsViolation, Plan, Reference,
 };
 
 #[derive(Clone, Debug)]
@@ -114,7 +114,11 @@ pub fn execute_loaded(
     let timing = time_launches(loaded, options)?;
     let check = match reference {
         Some(r) => r.compare(plan, &outputs),
-        None => Reference::compute(plan, options.check)?.compare(plan, &outputs),
+        None => {
+            let mut check = Reference::compute(plan, options.check)?.compare(plan, &outputs);
+            diagnose_mismatch(plan, backend.device(), options.check, &outputs, &mut check);
+            check
+        }
     };
     let nonfinite = scan_nonfinite(plan, &outputs);
     let numerics = match &plan.numerics {

@@ -11,11 +11,14 @@
 //!    once for correctness, times warm-up + repeated launches, and checks the outputs
 //!    against the interpreter (whole grid, or a sample of tile programs for big problems).
 //!
-//! # The reference
-//! The oracle is the interpreter on the kernel's **CPU Tile IR** with the same schedule
-//! (the plainest lowering: no pipelining, no layouts). A GPU run thus checks PTX and the
-//! GPU tile passes together; `--device interp --target sm_90` checks the GPU lowering
-//! (with the interpreter's async-copy and barrier hazard checks) against the CPU one.
+//! # The references
+//! The oracle is the kernel's Graph IR, before any schedule, interpreted in f64
+//! ([`crate::semantics`]): it shares no pass with the device. The second reference is the
+//! interpreter on the kernel's **CPU Tile IR** with the same schedule (`--check lowering`,
+//! and after any mismatch with the first: [`diagnose_mismatch`]); agreeing with it and
+//! not with the first places a difference in the Tile IR or the kernel's own arithmetic,
+//! not in code generation. `--device interp --target sm_90` checks the GPU lowering (with
+//! the interpreter's async-copy and barrier hazard checks).
 //!
 //! # Work model
 //! FLOPs are counted from the Tile IR and the bound dims without running anything: each

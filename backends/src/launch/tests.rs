@@ -21,6 +21,18 @@ pub(crate) fn corpus(name: &str) -> String {
 
 /// Plans `kernel` of `text` at `dims` for `target` with its first configuration.
 pub(crate) fn plan_of(text: &str, kernel: &str, dims: &[(&str, i64)], target: Target, args: &[(&str, &str)]) -> Plan {
+    seeded_plan_of(text, kernel, dims, target, args, 7)
+}
+
+/// [`plan_of`] with inputs of another seed.
+fn seeded_plan_of(
+    text: &str,
+    kernel: &str,
+    dims: &[(&str, i64)],
+    target: Target,
+    args: &[(&str, &str)],
+    seed: u64,
+) -> Plan {
     let db = Database::default();
     let file = SourceFile::new(&db, "t.tsr".into(), text.to_string(), None);
     let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == kernel).unwrap().key;
@@ -33,7 +45,7 @@ pub(crate) fn plan_of(text: &str, kernel: &str, dims: &[(&str, i64)], target: Ta
         config,
         dims: resolved.map(),
         args: args.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        seed: 7,
+        seed,
         code: false,
         max_memory: None,
     };
@@ -224,4 +236,52 @@ fn product_dims_take_their_symbols_from_the_dims() {
     assert_eq!(y.dims, [6, 64]);
     let want: Vec<f64> = x.to_f64().iter().map(|v| v * 2.0).collect();
     assert_eq!(y.to_f64(), want);
+}
+
+/// A mismatch with the f64 reference is traced by the same-schedule Tile IR check: a
+/// device that computes what its Tile IR computes points at the Tile IR (layernorm's
+/// `E[x²] - mean²` cancels in f32 over two columns), one that does not points at code
+/// generation; a correct run and the interpreter device get no second run.
+#[test]
+fn mismatches_are_traced_to_the_tile_ir_or_to_code_generation() {
+    let layernorm = corpus("layernorm.tsr");
+    // The seed decides whether some row of two nearly equal values cancels badly enough.
+    let p = (0..64u64)
+        .map(|seed| seeded_plan_of(&layernorm, "layernorm", &[("R", 1024), ("C", 2)], Target::Cpu, &[], seed))
+        .find(|p| {
+            let mut device = p.inputs.clone();
+            interp::run_kernel(&p.tile, &mut device).unwrap();
+            Reference::compute(p, CheckMode::Full).unwrap().compare(p, &device).verdict() == Verdict::Wrong
+        })
+        .expect("some seed makes layernorm's f32 variance cancel at C=2");
+    let mut device = p.inputs.clone();
+    interp::run_kernel(&p.tile, &mut device).unwrap();
+    let reference = Reference::compute(&p, CheckMode::Auto).unwrap();
+
+    let mut check = reference.compare(&p, &device);
+    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &device, &mut check);
+    assert_eq!(check.verdict(), Verdict::Wrong, "the diagnosis does not change the verdict");
+    assert_eq!(check.lowering.as_ref().map(|l| l.verdict()), Some(Verdict::Correct));
+    assert_eq!(check.mismatch_source(), Some(MismatchSource::TileIr));
+
+    // The interpreter device is its own Tile IR: nothing to compare.
+    let mut itself = reference.compare(&p, &device);
+    diagnose_mismatch(&p, Device::Interpreter, CheckMode::Auto, &device, &mut itself);
+    assert!(itself.lowering.is_none() && itself.mismatch_source().is_none());
+
+    // A device that writes something else than its Tile IR: code generation.
+    let Arg::Tensor(y) = &mut device[3] else { panic!("Y is the fourth parameter") };
+    y.set(0, y.get(0) + 1.0);
+    let mut miscompiled = reference.compare(&p, &device);
+    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &device, &mut miscompiled);
+    assert_eq!(miscompiled.mismatch_source(), Some(MismatchSource::CodeGeneration));
+
+    // A correct run is not checked twice.
+    let ok = plan_of(&layernorm, "layernorm", &[("R", 64), ("C", 256)], Target::Cpu, &[]);
+    let mut good = ok.inputs.clone();
+    interp::run_kernel(&ok.tile, &mut good).unwrap();
+    let mut passed = Reference::compute(&ok, CheckMode::Auto).unwrap().compare(&ok, &good);
+    diagnose_mismatch(&ok, Device::Cpu, CheckMode::Auto, &good, &mut passed);
+    assert_eq!(passed.verdict(), Verdict::Correct);
+    assert!(passed.lowering.is_none());
 }
