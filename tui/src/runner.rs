@@ -23,7 +23,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tessera_backends::launch::graph::{GraphInputs, GraphRun, GraphRunOptions, GraphSession};
-use tessera_backends::launch::{self, CheckKind, CheckMode, DeviceRequest, Plan, Reference, RunOptions};
+use tessera_backends::launch::{
+    self, CheckKind, CheckMode, DeviceRequest, MismatchSource, Plan, Reference, RunOptions,
+};
 use tessera_passes::session::{catch, AnalysisHost};
 use tessera_passes::{Config, Target};
 
@@ -53,6 +55,9 @@ pub enum Correctness {
         sampled: bool,
         /// The reference itself is NaN/Inf somewhere: the run is "non-finite", not wrong.
         nonfinite: bool,
+        /// A wrong run: whether the device computes what its Tile IR computes on the
+        /// interpreter (`launch::diagnose_mismatch`).
+        cause: Option<MismatchSource>,
     },
     /// Not checked, and why (the interpreter on the CPU target is the reference itself).
     Unchecked(String),
@@ -114,8 +119,9 @@ impl Runner for LaunchRunner {
         if reference.is_none() {
             *reference = Some(Reference::compute(&job.plan, CheckMode::Auto).map_err(|e| e.message)?);
         }
-        let out = launch::execute_loaded(&job.plan, &*self.0, loaded.as_mut(), &options, reference.as_ref())
+        let mut out = launch::execute_loaded(&job.plan, &*self.0, loaded.as_mut(), &options, reference.as_ref())
             .map_err(|e| e.message)?;
+        launch::diagnose_mismatch(&job.plan, device, CheckMode::Auto, &out.outputs, &mut out.check);
         let correctness = match &out.check.kind {
             CheckKind::Skipped(why) => Correctness::Unchecked(why.clone()),
             kind => Correctness::Checked {
@@ -124,6 +130,7 @@ impl Runner for LaunchRunner {
                 max_rel: out.check.max_rel().unwrap_or(0.0),
                 sampled: matches!(kind, CheckKind::Sampled { .. }),
                 nonfinite: out.check.verdict() == launch::Verdict::NonFinite,
+                cause: out.check.mismatch_source(),
             },
         };
         let median = out.timing.median_ms;

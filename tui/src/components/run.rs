@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tessera_backends::launch::Verdict;
+use tessera_backends::launch::{MismatchSource, Verdict};
 use tessera_passes::{Config, Target};
 
 use super::Outcome;
@@ -412,8 +412,18 @@ impl RunTab {
                             Correctness::Checked { passed: false, nonfinite: true, .. } => {
                                 "NON-FINITE: the reference itself has NaN or Inf".to_string()
                             }
-                            Correctness::Checked { passed: false, max_abs, .. } => {
-                                format!("WRONG: differs from the reference (max abs err {max_abs:.2e})")
+                            Correctness::Checked { passed: false, max_abs, cause, .. } => {
+                                let cause = match cause {
+                                    Some(MismatchSource::TileIr) => {
+                                        "; the device computes its Tile IR: the kernel's arithmetic in its dtypes \
+                                         or a Tile IR pass"
+                                    }
+                                    Some(MismatchSource::CodeGeneration) => {
+                                        "; it differs from its Tile IR too: code generation"
+                                    }
+                                    None => "",
+                                };
+                                format!("WRONG: differs from the f64 reference (max abs err {max_abs:.2e}){cause}")
                             }
                         }
                     ),

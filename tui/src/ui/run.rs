@@ -8,6 +8,7 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Gauge;
 use ratatui::Frame;
+use tessera_backends::launch::MismatchSource;
 use tessera_frontend::check::FunctionKind;
 
 use super::graph_run;
@@ -192,6 +193,12 @@ fn correctness_text(c: &Correctness) -> String {
             format!("ok {err}{}", if *sampled { " ~" } else { "" })
         }
         Correctness::Checked { passed: false, nonfinite: true, .. } => "NON-FINITE".into(),
+        // Whether the device computes its Tile IR: the kernel's arithmetic or a Tile IR
+        // pass, or code generation (the status line says it in words).
+        Correctness::Checked { passed: false, cause: Some(MismatchSource::TileIr), .. } => "WRONG tile-ir".into(),
+        Correctness::Checked { passed: false, cause: Some(MismatchSource::CodeGeneration), .. } => {
+            "WRONG codegen".into()
+        }
         Correctness::Checked { passed: false, .. } => "WRONG".into(),
     }
 }
