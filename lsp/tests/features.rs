@@ -155,7 +155,7 @@ fn hover_kernel_shows_schedule() {
 
             ---
 
-            **On sm_90** (BD=64, BK=32, BM=64, BN=64, stages=2, swizzle=none, vector=4, warps=4): ~70 registers/thread (estimate), 16 KiB shared memory, 128 threads; occupancy 43.8% (7 blocks of 4 warps per SM, limited by registers)
+            **On sm_90** (BD=64, BK=32, BM=64, BN=64, stages=2, swizzle=none, vector=4, warps=4): ~67 registers/thread (estimate), 16 KiB shared memory, 128 threads; occupancy 43.8% (7 blocks of 4 warps per SM, limited by registers)
 
             Largest live values at the peak: `acc` 32 regs, `a` 8 regs, `b` 8 regs"#]],
     );

@@ -295,11 +295,13 @@ fn the_estimate_is_sure_only_where_lowering_agrees() {
 
 /// How many candidates `tessera check` lowers for the examples' spaces on sm_90: the
 /// first that fits (whose Tile IR the lints report on), then what the search asks for.
+/// Flash attention's BM=128, BN=64 candidates are estimated at exactly the 255 limit
+/// (tensor parameters count one register each), so both of their stages are lowered.
 #[test]
 fn the_examples_spaces_lower_only_the_candidates_near_a_limit() {
     use tessera_passes::analysis::analytic::BudgetModel;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    for (file, kernel, most) in [("gemm.tsr", "gemm", 1), ("flash_attention.tsr", "flash_attention", 4)] {
+    for (file, kernel, most) in [("gemm.tsr", "gemm", 1), ("flash_attention.tsr", "flash_attention", 5)] {
         let db = Database::default();
         let text = std::fs::read_to_string(root.join("examples").join(file)).unwrap();
         let source = SourceFile::new(&db, file.into(), text, None);

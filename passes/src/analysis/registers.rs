@@ -5,7 +5,8 @@
 //! definition is outside of extends the value to the end of that loop (it is needed
 //! again on the next iteration). The pressure at an op is the sum over live values of
 //! `ceil(bits × elements per thread / 32)` registers, plus a fixed overhead for the
-//! thread's own indices and the kernel parameters.
+//! thread's own indices and the kernel parameters, plus, at a reduction across warps,
+//! the partials it reads back from shared memory (one per warp).
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -47,7 +48,9 @@ pub fn registers_of(ty: &Type) -> u32 {
     match ty {
         Type::Index => 1,
         Type::Scalar(d) => bits(*d).div_ceil(32),
-        Type::Tensor(_) => 2,
+        // A kernel parameter lives in the constant bank, and ptxas reads it as an
+        // operand there; the address arithmetic built on it keeps about one register.
+        Type::Tensor(_) => 1,
         // A 64-bit base address; offsets fold into it.
         Type::View(_) => 2,
         Type::Smem(_) => 1,
@@ -294,6 +297,23 @@ fn liveness(f: &Func) -> Liveness {
         }
         streamed_fragment_registers(f.ty(v))
     };
+    // A reduction across warps reads the warps' partials of an element it owns back from
+    // shared memory and combines them: one register per warp, at the op only.
+    for (i, &id) in n.order.iter().enumerate() {
+        let op = f.op(id);
+        if op.kind != OpKind::Reduce {
+            continue;
+        }
+        let Some(&src) = op.operands.first() else { continue };
+        let Type::Tile(t) = f.ty(src) else { continue };
+        let axis = op.int_attr("axis").unwrap_or(0) as usize;
+        let slots = t.layout.as_ref().map_or(1, |l| warps_along(l, axis));
+        if slots > 1 {
+            let read_back = slots as i64;
+            live_in[i + 1] += read_back;
+            live_in[i + 2] -= read_back;
+        }
+    }
     // Many values share a type (a kernel's row vectors, its accumulators): count each
     // tile layout's elements once.
     let mut registers_of_type: HashMap<&Type, u32> = HashMap::default();
@@ -312,6 +332,21 @@ fn liveness(f: &Func) -> Liveness {
         intervals.push((v, def, last, regs as u32));
     }
     Liveness { n, intervals, live_in, live_out }
+}
+
+/// The warps a tile of `layout` spreads along `axis` (a reduction along it crosses them).
+fn warps_along(layout: &crate::ir::Layout, axis: usize) -> u32 {
+    use crate::ir::Layout;
+    match layout {
+        Layout::Blocked { warps_per_cta, .. } => warps_per_cta.get(axis).copied().unwrap_or(1),
+        Layout::Mma { warps } => warps.get(axis).copied().unwrap_or(1),
+        // A warpgroup's four warps split its rows; `across_n` warpgroups split the columns.
+        Layout::Wgmma { warpgroups, across_n } => match axis {
+            0 => 4 * (warpgroups / across_n).max(1),
+            _ => *across_n,
+        },
+        Layout::DotOperand { .. } | Layout::Slice { .. } => 1,
+    }
 }
 
 /// Adds a value of `regs` registers defined at point `def` and last used at `last` to

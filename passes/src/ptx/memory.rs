@@ -21,13 +21,70 @@ use crate::ir::{Attr, Op};
 struct Plan {
     /// Per register: a row address (`b64`) and a byte offset.
     addr: Vec<(Reg, i64)>,
-    /// Per register: in bounds.
-    pred: Vec<Reg>,
+    /// Per register: how to tell that it is in bounds.
+    pred: Vec<InBounds>,
     /// Elements per vector access and the uniform test that allows it.
     vector: Option<(usize, Reg)>,
 }
 
+/// One register's bounds check, made where its access is issued. Made up front (as it
+/// was), the predicates of a wide tile (128 for a 64x256 `wgmma` accumulator's thread)
+/// are live together across both paths of `vector_or_elements`, and ptxas holds them in
+/// registers: a bias epilogue over such a tile spilled at 255 registers, and a 64x64
+/// `mma.sync` GEMM took 80 on sm_90a.
+#[derive(Clone)]
+struct InBounds {
+    /// What does not change along the tile (dims the view squeezes, dims whose
+    /// coordinate is computed per register): computed once.
+    fixed: Option<Reg>,
+    /// Per view dim with a thread part: `position + constant < dim`.
+    checks: Vec<DimCheck>,
+}
+
+#[derive(Copy, Clone)]
+struct DimCheck {
+    /// The dim's position as the access's addresses use it (`offset + widen(thread
+    /// part)`, 64-bit, made once).
+    position: Operand,
+    offset: Operand,
+    /// The 32-bit thread part, which the prologue computes once.
+    thread_part: Operand,
+    constant: i64,
+    dim: Reg,
+}
+
+/// Where a bounds check takes its position from.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum CheckFrom {
+    /// The 64-bit position the addresses share.
+    Position,
+    /// Offset and thread part, widened again at every check: nothing 64-bit lives from
+    /// one access to the next.
+    ThreadPart,
+}
+
 impl Emitter<'_> {
+    /// The predicate of `check`, computed here (every access its own). Loads check from
+    /// the thread part and stores from the shared position: of the four combinations,
+    /// the one that needed the fewest registers over the register table's 42 kernels
+    /// (`passes/tests/registers.rs`), and the only one with no spill in it.
+    fn in_bounds(&mut self, check: &InBounds, from: CheckFrom) -> Reg {
+        let mut ok = check.fixed;
+        for c in &check.checks {
+            let at = match from {
+                CheckFrom::Position => c.position,
+                CheckFrom::ThreadPart => {
+                    let wide = self.widen_u32(c.thread_part);
+                    self.add64(c.offset, wide)
+                }
+            };
+            let at = self.add64(at, Operand::Int(c.constant));
+            let p = self.in_range(at, c.dim);
+            ok = Some(self.and_pred(ok, p));
+        }
+        ok.unwrap_or_else(|| always(&mut self.b))
+    }
+
     pub(super) fn view_of(&self, op: &Op, v: crate::ir::ValueId) -> R<ViewVal> {
         match self.val(op, v)? {
             Val::View(view) => Ok(view.clone()),
@@ -161,11 +218,15 @@ impl Emitter<'_> {
         let contiguous = view.dims.iter().position(|&j| j + 1 == tensor_rank).filter(|&d| !map.wraps(d));
         // Positions of each view dim: offset + thread part (non-wrapping dims).
         let mut pos: Vec<Option<Operand>> = Vec::new();
+        // The 32-bit thread part of each non-wrapping dim (the prologue computes it once).
+        let mut parts: Vec<Option<Operand>> = Vec::new();
         for (d, &j) in view.dims.iter().enumerate() {
             if map.wraps(d) {
                 pos.push(None);
+                parts.push(None);
             } else {
                 let part = map.thread_part(d);
+                parts.push(Some(self.exprs.emit(&mut self.b, &part)));
                 let wide = self.exprs.emit_wide(&mut self.b, &part);
                 let p = self.add64(view.offsets[j], wide);
                 pos.push(Some(p));
@@ -179,7 +240,7 @@ impl Emitter<'_> {
         // Per row (the position and constant of every non-contiguous dim): its address
         // and whether it is inside the tensor.
         type RowKey = Vec<(Operand, i64)>;
-        let mut rows: HashMap<RowKey, (Reg, Option<Reg>)> = HashMap::new();
+        let mut rows: HashMap<RowKey, Reg> = HashMap::new();
         let mut dim_preds: HashMap<(usize, Operand, i64), Reg> = HashMap::new();
         let mut addr = Vec::with_capacity(map.len());
         let mut pred = Vec::with_capacity(map.len());
@@ -202,36 +263,48 @@ impl Emitter<'_> {
             }
             let key: Vec<(Operand, i64)> =
                 coords.iter().enumerate().filter(|(d, _)| Some(*d) != contiguous).map(|(_, c)| *c).collect();
-            let (row, row_ok) = match rows.get(&key) {
+            let row = match rows.get(&key) {
                 Some(r) => *r,
                 None => {
                     let mut a = base;
-                    let mut ok = squeezed_ok;
                     for (d, &(p, c)) in coords.iter().enumerate() {
                         if Some(d) == contiguous {
                             continue;
                         }
-                        let j = view.dims[d];
                         let at = self.add64(p, Operand::Int(c));
-                        let sb = self.stride_bytes(t, j, eb);
+                        let sb = self.stride_bytes(t, view.dims[d], eb);
                         a = self.mad64(at, sb, a);
-                        let pd = self.dim_pred(t, j, d, p, c, &mut dim_preds);
-                        ok = Some(self.and_pred(ok, pd));
                     }
                     let a = materialize(&mut self.b, Class::B64, a);
-                    rows.insert(key, (a, ok));
-                    (a, ok)
+                    rows.insert(key, a);
+                    a
                 }
             };
-            let (imm, p) = match contiguous {
-                Some(c) => {
-                    let (pc, cc) = coords[c];
-                    let j = view.dims[c];
-                    let pd = self.dim_pred(t, j, c, pc, cc, &mut dim_preds);
-                    (cc * eb, self.and_pred(row_ok, pd))
+            // Bounds: wrapping dims (their coordinate is this register's own) now, the
+            // others where the access is issued.
+            let mut check = InBounds { fixed: squeezed_ok, checks: Vec::new() };
+            for (d, &(p, c)) in coords.iter().enumerate() {
+                let j = view.dims[d];
+                let dim = self.tensors[t].dims[j];
+                match parts[d] {
+                    Some(thread_part) => check.checks.push(DimCheck {
+                        position: p,
+                        offset: view.offsets[j],
+                        thread_part,
+                        constant: c,
+                        dim,
+                    }),
+                    None => {
+                        let pd = self.dim_pred(t, j, d, p, c, &mut dim_preds);
+                        check.fixed = Some(self.and_pred(check.fixed, pd));
+                    }
                 }
-                None => (0, row_ok.unwrap_or_else(|| always(&mut self.b))),
+            }
+            let imm = match contiguous {
+                Some(c) => coords[c].1 * eb,
+                None => 0,
             };
+            let p = check;
             addr.push((row, imm));
             pred.push(p);
         }
@@ -373,7 +446,7 @@ impl Emitter<'_> {
             "loaded",
             |e, g, v| {
                 let (row, imm) = plan.addr[g];
-                let p = plan.pred[g];
+                let p = e.in_bounds(&plan.pred[g], CheckFrom::ThreadPart);
                 let storage = e.vector_load(p, row, imm, v, eb, ty, class, other_bits);
                 for (k, s) in storage.into_iter().enumerate() {
                     let w = from_storage(&mut e.b, target, dtype, s);
@@ -384,7 +457,8 @@ impl Emitter<'_> {
                 let s = e.b.reg(class);
                 mov(&mut e.b, s, other_bits);
                 let (row, imm) = plan.addr[i];
-                e.b.ins_if(plan.pred[i], false, format!("ld.global.{ty} {s}, [{row}+{imm}]"));
+                let p = e.in_bounds(&plan.pred[i], CheckFrom::ThreadPart);
+                e.b.ins_if(p, false, format!("ld.global.{ty} {s}, [{row}+{imm}]"));
                 let w = from_storage(&mut e.b, target, dtype, s);
                 mov(&mut e.b, out[i], w);
             },
@@ -497,15 +571,17 @@ impl Emitter<'_> {
                 let list = e.vector_words(dtype, &storage[g..g + v], packed_words.as_deref(), g, eb, class);
                 let (n, wty) = if eb >= 4 { (v, ty) } else { (v * eb / 4, "b32") };
                 let vec = if n == 1 { String::new() } else { format!(".v{n}") };
-                e.b.ins_if(plan.pred[g], false, format!("st.global{vec}.{wty} [{row}+{imm}], {{{list}}}"));
+                let p = e.in_bounds(&plan.pred[g], CheckFrom::Position);
+                e.b.ins_if(p, false, format!("st.global{vec}.{wty} [{row}+{imm}], {{{list}}}"));
             },
             |e, i| {
+                let in_bounds = e.in_bounds(&plan.pred[i], CheckFrom::Position);
                 let p = match &mask {
                     Some(m) => {
                         let m = materialize(&mut e.b, Class::Pred, m[i]);
-                        e.and_pred(Some(plan.pred[i]), m)
+                        e.and_pred(Some(in_bounds), m)
                     }
-                    None => plan.pred[i],
+                    None => in_bounds,
                 };
                 let s = materialize(&mut e.b, class, storage[i]);
                 let (row, imm) = plan.addr[i];
