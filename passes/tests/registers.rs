@@ -121,6 +121,12 @@ fn estimates_are_within_a_quarter_of_ptxas() {
             needed_text,
             needed_ratio.map_or("-".to_string(), |x| format!("{x:.2}"))
         );
+        // The PTX makes each bounds predicate where its access is issued (ptx/memory.rs):
+        // made up front, the 128 store predicates of `wide_n_relu`'s 64x256 bias epilogue
+        // were live together and it spilled at 255 registers.
+        if r.kernel == "wide_n_relu" {
+            assert_eq!(report.spill_stores, 0, "wide_n_relu on {} spills", r.target);
+        }
         // What ptxas needs is at most what it takes when free, unless that spilled.
         if let (Some(n), 0) = (needed, report.spill_stores) {
             assert!(*n <= report.registers, "{} on {}: needs {n}, allocated {}", r.kernel, r.target, report.registers);
