@@ -238,11 +238,7 @@ pub(crate) fn insert_verdict_json(obj: &mut Map<String, Value>, check: &CheckRep
     obj.insert("reference".into(), json!(check.source.name()));
     obj.insert("verdict".into(), json!(verdict_name(check.verdict())));
     if let Some(source) = check.mismatch_source() {
-        let name = match source {
-            MismatchSource::TileIr => "tile-ir",
-            MismatchSource::CodeGeneration => "code-generation",
-        };
-        obj.insert("mismatch_source".into(), json!(name));
+        obj.insert("mismatch_source".into(), json!(source.name()));
     }
     let counts: Map<String, Value> = nonfinite.iter().map(|c| (c.name.clone(), json!(c.total()))).collect();
     obj.insert("nonfinite".into(), Value::Object(counts));

@@ -200,9 +200,7 @@ impl CheckReport {
     pub fn verdict(&self) -> Verdict {
         let own = match self.kind {
             CheckKind::Skipped(_) => Verdict::Unchecked,
-            _ if self.outputs.iter().any(|o| o.comparison.mismatches > 0 || o.comparison.length_mismatch.is_some()) => {
-                Verdict::Wrong
-            }
+            _ if self.mismatched() => Verdict::Wrong,
             _ if self.outputs.iter().all(|o| o.comparison.passed) => Verdict::Correct,
             _ => Verdict::NonFinite,
         };
@@ -210,6 +208,12 @@ impl CheckReport {
             (Verdict::Correct, Some(v @ (Verdict::Wrong | Verdict::NonFinite))) => v,
             (v, _) => v,
         }
+    }
+
+    /// Whether some output of this check (not the lowering check's) has an element out
+    /// of tolerance or the wrong length.
+    fn mismatched(&self) -> bool {
+        self.outputs.iter().any(|o| o.comparison.mismatches > 0 || o.comparison.length_mismatch.is_some())
     }
 
     pub fn max_abs(&self) -> Option<f64> {
@@ -501,12 +505,8 @@ pub fn diagnose_mismatch(plan: &Plan, device: Device, mode: CheckMode, actual: &
     {
         return;
     }
-    let mode = match mode {
-        CheckMode::Full => CheckMode::Full,
-        CheckMode::Sampled => CheckMode::Sampled,
-        CheckMode::Auto | CheckMode::Lowering => CheckMode::Auto,
-        CheckMode::None => return,
-    };
+    // A wrong verdict means the check ran: `mode` is not `None`, and `Lowering` would
+    // already carry this check.
     if let Ok(tile) = Reference::tile_interpreter(plan, mode) {
         report.lowering = Some(Box::new(tile.compare(plan, actual)));
     }
@@ -523,13 +523,21 @@ pub enum MismatchSource {
     CodeGeneration,
 }
 
+impl MismatchSource {
+    /// The name in JSON reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MismatchSource::TileIr => "tile-ir",
+            MismatchSource::CodeGeneration => "code-generation",
+        }
+    }
+}
+
 impl CheckReport {
     /// Where the outputs' difference from the f64 reference comes from, when the check
     /// disagrees with it and carries the same-schedule Tile IR check.
     pub fn mismatch_source(&self) -> Option<MismatchSource> {
-        let own_wrong =
-            self.outputs.iter().any(|o| o.comparison.mismatches > 0 || o.comparison.length_mismatch.is_some());
-        if self.source != ReferenceSource::GraphF64 || !own_wrong {
+        if self.source != ReferenceSource::GraphF64 || !self.mismatched() {
             return None;
         }
         match self.lowering.as_ref()?.verdict() {

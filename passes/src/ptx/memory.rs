@@ -237,8 +237,7 @@ impl Emitter<'_> {
             let p = pos[c].expect("the contiguous dim does not wrap");
             base = self.mad64(p, Operand::Int(eb), base);
         }
-        // Per row (the position and constant of every non-contiguous dim): its address
-        // and whether it is inside the tensor.
+        // Per row (the position and constant of every non-contiguous dim): its address.
         type RowKey = Vec<(Operand, i64)>;
         let mut rows: HashMap<RowKey, Reg> = HashMap::new();
         let mut dim_preds: HashMap<(usize, Operand, i64), Reg> = HashMap::new();
@@ -304,9 +303,8 @@ impl Emitter<'_> {
                 Some(c) => coords[c].1 * eb,
                 None => 0,
             };
-            let p = check;
             addr.push((row, imm));
-            pred.push(p);
+            pred.push(check);
         }
         let vector = match (allow_vector, contiguous) {
             (true, Some(c)) => self.vector_width(map, c, eb, &addr).map(|v| (v, c)),
