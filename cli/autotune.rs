@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use tessera_backends::autotune::{self, schedule_json, CacheEntry, Measured, Progress, Space, TuneOptions, Tuned};
-use tessera_backends::launch::{self, CheckKind, CheckMode, Device, DeviceRequest, RunOptions};
+use tessera_backends::launch::{self, CheckKind, CheckMode, Device, DeviceRequest, MismatchSource, RunOptions};
 use tessera_frontend::check::{KeyValue, ScheduleValue};
 use tessera_passes::Target;
 
@@ -20,6 +20,7 @@ use crate::launch_setup::{self, Setup};
 use crate::number_text::sig;
 use crate::options::Source;
 use crate::parsers::{parse_check, parse_device};
+use crate::verdict::cause_explanation;
 
 #[derive(clap::Args, Debug)]
 pub struct AutotuneArgs {
@@ -81,6 +82,8 @@ struct Row {
     /// FLOP/s or bytes/s (see `Rate`).
     rate: Option<f64>,
     correct: Option<bool>,
+    /// A wrong configuration: whether the device computes what its Tile IR computes.
+    cause: Option<MismatchSource>,
     error: Option<String>,
 }
 
@@ -215,6 +218,14 @@ fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
     Ok(if tuned.winner.is_some() { 0 } else { 1 })
 }
 
+/// The table's short name of a wrong configuration's cause.
+fn cause_tag(cause: MismatchSource) -> &'static str {
+    match cause {
+        MismatchSource::TileIr => "tile-ir",
+        MismatchSource::CodeGeneration => "codegen",
+    }
+}
+
 /// `BM=64, BN=128, warps=4`: the space's keys only.
 fn schedule_keys(s: &ScheduleValue, keys: &[String]) -> String {
     keys.iter().filter_map(|k| s.get(k).map(|v| format!("{k}={}", value_text(v)))).collect::<Vec<_>>().join(", ")
@@ -286,6 +297,7 @@ fn rows_of(tuned: &Tuned) -> Vec<Row> {
                     min_ms: Some(o.timing.min_ms),
                     rate,
                     correct: o.check.passed(),
+                    cause: o.check.mismatch_source(),
                     error: None,
                 }
             }
@@ -295,6 +307,7 @@ fn rows_of(tuned: &Tuned) -> Vec<Row> {
                 min_ms: None,
                 rate: None,
                 correct: None,
+                cause: None,
                 error: Some(e.message.clone()),
             },
         })
@@ -334,7 +347,10 @@ fn table(keys: &[String], rows: &[Row], rate: Rate, interp: bool) -> String {
         line.push(match (&r.error, r.correct) {
             (Some(e), _) => format!("error: {e}"),
             (None, Some(true)) => "yes".into(),
-            (None, Some(false)) => "NO".into(),
+            (None, Some(false)) => match r.cause {
+                Some(cause) => format!("NO ({})", cause_tag(cause)),
+                None => "NO".into(),
+            },
             (None, None) => "unchecked".into(),
         });
         cells.push(line);
@@ -400,6 +416,13 @@ fn tuned_text(
     let rows = rows_of(tuned);
     s.push_str(&table(&space.keys, &rows, Rate::of(tuned), interp));
     s.push('\n');
+    // What the causes of the wrong rows mean, once each (`tessera run` prints it as `cause`).
+    let mut causes: Vec<MismatchSource> = rows.iter().filter_map(|r| r.cause).collect();
+    causes.sort_by_key(|c| c.name());
+    causes.dedup();
+    for cause in causes {
+        let _ = writeln!(s, "NO ({}): {}", cause_tag(cause), cause_explanation(cause));
+    }
     match tuned.winner.map(|i| &tuned.measured[i]) {
         Some(w) => {
             let _ = writeln!(
@@ -466,6 +489,7 @@ fn tuned_json(
                 "tflops": tflops,
                 "gbps": gbps,
                 "correct": row.correct,
+                "mismatch_source": row.cause.map(|c| c.name()),
                 "error": row.error,
             })
         })
@@ -550,6 +574,7 @@ fn print_hit(src: &Source, setup: &Setup<'_>, path: &std::path::Path, entry: &Ca
                 min_ms: r.get("min_ms").and_then(Value::as_f64),
                 rate: tflops.or(gbps),
                 correct: r.get("correct").and_then(Value::as_bool),
+                cause: r.get("mismatch_source").and_then(Value::as_str).and_then(MismatchSource::from_name),
                 error: r.get("error").and_then(Value::as_str).map(str::to_string),
             })
         })

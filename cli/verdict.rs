@@ -169,7 +169,12 @@ pub(crate) fn verdict_text(check: &CheckReport, nonfinite: &[NonFiniteCount]) ->
 
 /// The `cause` line under a WRONG result that carries the same-schedule Tile IR check.
 pub(crate) fn cause_text(check: &CheckReport) -> Option<&'static str> {
-    Some(match check.mismatch_source()? {
+    Some(cause_explanation(check.mismatch_source()?))
+}
+
+/// What a mismatch's source says about where the error is.
+pub(crate) fn cause_explanation(source: MismatchSource) -> &'static str {
+    match source {
         MismatchSource::TileIr => {
             "the device computes what its Tile IR computes on the interpreter: the kernel's own arithmetic \
              in its dtypes (a formula that loses precision at these inputs) or a Tile IR pass departs from \
@@ -178,7 +183,7 @@ pub(crate) fn cause_text(check: &CheckReport) -> Option<&'static str> {
         MismatchSource::CodeGeneration => {
             "the device also differs from its Tile IR on the interpreter: code generation or the device is at fault"
         }
-    })
+    }
 }
 
 pub(crate) fn verdict_name(v: Verdict) -> &'static str {

@@ -350,3 +350,44 @@ fn the_hopper_choices_are_searched_and_every_admitted_one_is_correct() {
     assert!(!pruned.is_empty() && pruned.iter().all(|p| p["reason"].is_string() || p["reason"].is_object()), "{v}");
     assert_eq!(v["winner"]["mma"], "wgmma", "{v}");
 }
+
+/// A wrong configuration says where its error comes from, as `tessera run` does: the
+/// one-pass LayerNorm variance (`E[x²] - mean²`) cancels in f32 for two columns of these
+/// inputs, so the CPU computes what its Tile IR computes and every configuration is
+/// wrong against the f64 reference for the same reason.
+#[test]
+fn wrong_configurations_say_whether_the_device_computes_its_tile_ir() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/valid/layernorm.tsr").display().to_string();
+    let args = [
+        "autotune",
+        &file,
+        "--kernel",
+        "layernorm",
+        "--dims",
+        "C=2,R=64",
+        "--seed",
+        "3",
+        "--device",
+        "cpu",
+        "--repeat",
+        "1",
+    ];
+    let o = run_in(dir.path(), &args);
+    if o.status.code() == Some(2) && stderr(&o).contains("--device cpu:") {
+        eprintln!("skipping: {}", stderr(&o).trim());
+        return;
+    }
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("- ")).collect();
+    assert_eq!(rows.len(), 12, "{text}");
+    assert!(rows.iter().all(|l| l.ends_with("NO (tile-ir)")), "{text}");
+    assert!(text.contains("\nNO (tile-ir): the device computes what its Tile IR computes"), "{text}");
+    assert!(text.contains("no winner"), "{text}");
+
+    let o = run_in(dir.path(), &[&args[..], &["--json"]].concat());
+    let v = json(&o);
+    let results = v["results"].as_array().unwrap();
+    assert!(results.iter().all(|r| r["correct"] == false && r["mismatch_source"] == "tile-ir"), "{v}");
+}

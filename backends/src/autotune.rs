@@ -447,6 +447,7 @@ pub fn entry_for(key: CacheKey, info: &KernelInfo, tuned: &Tuned, device_name: &
                 "tflops": work.as_ref().and_then(|w| w.tflops(o.timing.median_ms)),
                 "gbps": work.as_ref().and_then(|w| w.gbps(o.timing.median_ms)),
                 "correct": o.check.passed(),
+                "mismatch_source": o.check.mismatch_source().map(|c| c.name()),
             }),
             Err(e) => json!({ "schedule": schedule_json(&m.schedule), "error": e.message }),
         })

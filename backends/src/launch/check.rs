@@ -531,6 +531,11 @@ impl MismatchSource {
             MismatchSource::CodeGeneration => "code-generation",
         }
     }
+
+    /// The source [`MismatchSource::name`] names (an autotune cache entry reads it back).
+    pub fn from_name(name: &str) -> Option<MismatchSource> {
+        [MismatchSource::TileIr, MismatchSource::CodeGeneration].into_iter().find(|s| s.name() == name)
+    }
 }
 
 impl CheckReport {

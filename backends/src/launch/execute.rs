@@ -112,14 +112,13 @@ pub fn execute_loaded(
     let mut outputs = plan.inputs.clone();
     loaded.run(&mut outputs)?;
     let timing = time_launches(loaded, options)?;
-    let check = match reference {
+    let mut check = match reference {
         Some(r) => r.compare(plan, &outputs),
-        None => {
-            let mut check = Reference::compute(plan, options.check)?.compare(plan, &outputs);
-            diagnose_mismatch(plan, backend.device(), options.check, &outputs, &mut check);
-            check
-        }
+        None => Reference::compute(plan, options.check)?.compare(plan, &outputs),
     };
+    // Every mismatch says where it comes from, an autotune candidate's too: the search
+    // table and the explorer show the same cause as `tessera run`.
+    diagnose_mismatch(plan, backend.device(), options.check, &outputs, &mut check);
     let nonfinite = scan_nonfinite(plan, &outputs);
     let numerics = match &plan.numerics {
         Some(spec) => {
