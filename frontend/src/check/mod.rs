@@ -25,6 +25,7 @@ use crate::text::TextRange;
 pub use dims::{Dim, Obligation};
 pub use dtype::{DType, ElemType, Policy};
 pub use numerics::numerics_lints;
+pub(crate) use ops::optimizer_target;
 pub use ops::{
     cache_capacity, cache_len, cache_len_symbol, cache_param_type, cache_view, has_fp32_master, kernel_written_params,
     stdlib_dtype_param, stdlib_instance,

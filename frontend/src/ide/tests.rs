@@ -446,3 +446,51 @@ fn decorators_namespaces_and_constants_in_decorators() {
     let h = signature_help(&db, file, offset).unwrap();
     assert!(h.label.starts_with("gelu(x)"), "{}", h.label);
 }
+
+/// Parameters named where no expression reads them: in a `grad(f, wrt=...)` string and in
+/// an `OptimizerState[W]` annotation. Go to definition, references and rename reach them.
+#[test]
+fn parameters_named_in_strings_and_optimizer_state() {
+    let src = r#"from tessera import *
+
+@jit
+@autodiff
+def loss(x: Tensor["B", "D", f32], W: Tensor["D", "N", f32]) -> Tensor[f32]:
+    return mean(x @ W)
+
+@jit
+def step(x: Tensor["B", "D", f32], W: Tensor["D", "N", f32]):
+    (g,) = grad(loss, wrt=("$0W",))(x, W)
+    return g
+
+@jit
+def adam_step(P: Tensor["K", "N", bf16], state: OptimizerState[P] @fp32_master,
+              g: Tensor["K", "N", bf16], lr: float):
+    P, state = state.adam(P, g, lr=lr)
+    return P, state
+"#;
+    let (db, file, offset) = fixture(src);
+    let text = text_of(&db, file);
+    let line = |o: u32| crate::text::LineIndex::new(&text).line_of(o) + 1;
+    // From the string: `loss`'s parameter W (not `step`'s).
+    let defs: Vec<u32> = goto_definition(&db, file, offset).iter().map(|t| line(t.focus.start)).collect();
+    assert_eq!(defs, [5]);
+    assert_eq!(prepare_rename(&db, file, offset).unwrap().slice(&text), "W");
+    let edits = rename(&db, file, offset, "weight").unwrap();
+    let mut out = text.clone();
+    let mut sorted = edits.clone();
+    sorted.sort_by_key(|e| e.range.start);
+    for e in sorted.iter().rev() {
+        out.replace_range(e.range.start as usize..e.range.end as usize, &e.text);
+    }
+    assert!(out.contains("weight: Tensor[\"D\", \"N\", f32]) -> Tensor[f32]:\n    return mean(x @ weight)"), "{out}");
+    assert!(out.contains("wrt=(\"weight\",))(x, W)"), "{out}");
+    // `OptimizerState[P]`: P is the parameter.
+    let at_state = text.find("OptimizerState[P]").unwrap() as u32 + "OptimizerState[".len() as u32;
+    let defs: Vec<u32> = goto_definition(&db, file, at_state).iter().map(|t| line(t.focus.start)).collect();
+    assert_eq!(defs, [14]);
+    let at_param = text.find("def adam_step(P").unwrap() as u32 + "def adam_step(".len() as u32;
+    let refs: Vec<u32> = find_references(&db, file, at_param, true).iter().map(|r| r.range.start).collect();
+    assert!(refs.contains(&at_state), "{refs:?}");
+    assert!(hover(&db, file, at_state).is_some_and(|h| h.markdown.contains("P")));
+}

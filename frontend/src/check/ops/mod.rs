@@ -61,6 +61,7 @@ pub use state::{
 };
 mod transforms;
 
+pub(crate) use state::optimizer_target;
 pub(crate) use transforms::vmap_text;
 
 /// An evaluated call argument.

@@ -196,7 +196,7 @@ impl Infer<'_> {
 // ----- optimizer state ---------------------------------------------------------------
 
 /// The name `OptimizerState[W]` (with or without policies) refers to.
-fn optimizer_target(body: &Body, ann: ExprId) -> Option<(String, ExprId)> {
+pub(crate) fn optimizer_target(body: &Body, ann: ExprId) -> Option<(String, ExprId)> {
     let mut e = body.unparen(ann);
     while let Expr::Binary { op: BinOp::MatMul, lhs, .. } = body.expr(e) {
         e = body.unparen(*lhs);

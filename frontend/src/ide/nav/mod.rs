@@ -321,6 +321,15 @@ fn classify_in_function(db: &dyn Db, file: SourceFile, f: &FnCtx<'_>, tok: Tok) 
         match body.expr(id) {
             Expr::Name(name) if body.expr_range(id) == rel => {
                 let in_sig = sig_exprs[id.0 as usize];
+                // `state: OptimizerState[W]`: W is the parameter of that name.
+                let holds_state_of = f.ast.params.iter().zip(&f.sig.params).any(|(q, info)| {
+                    matches!(&info.ty, Ty::Tensor(t) if t.kind == check::TensorKind::OptimizerState)
+                        && q.annotation.and_then(|a| check::optimizer_target(body, a)).is_some_and(|(_, at)| at == id)
+                });
+                if let Some(i) = f.ast.params.iter().position(|p| holds_state_of && p.name == *name) {
+                    let def = Definition::Param { function: f.index, index: i as u32 };
+                    return Some(NameAt { range: tok.range, def, is_definition: false, site });
+                }
                 let def = if in_sig {
                     resolve_syntactic(db, file, &[name.as_str()])?
                 } else {
@@ -343,6 +352,14 @@ fn classify_in_function(db: &dyn Db, file: SourceFile, f: &FnCtx<'_>, tok: Tok) 
                     attribute_def(f, id, *object, name)?
                 };
                 return Some(NameAt { range: tok.range, def, is_definition: false, site });
+            }
+            Expr::Str(_) if body.expr_range(id) == rel && !sig_exprs[id.0 as usize] => {
+                // `grad(f, wrt=("W",))`: the string names f's parameter W.
+                let w = references::grad_wrt_strings(f, file.text(db)).into_iter().find(|w| w.expr == id)?;
+                let callee = all_functions(db, file).into_iter().find(|g| g.name() == w.callee)?;
+                let index = callee.ast.params.iter().position(|p| p.name == w.param.as_str())?;
+                let def = Definition::Param { function: callee.index, index: index as u32 };
+                return Some(NameAt { range: w.range, def, is_definition: false, site });
             }
             Expr::Str(s) if body.expr_range(id) == rel && sig_exprs[id.0 as usize] => {
                 // A dim string: `"M"` names the symbol M.

@@ -4,7 +4,7 @@
 
 use super::goto::{import_binding, symbol_occurrences};
 use super::{all_constants, all_functions, classify, Definition, FnCtx};
-use crate::check::{schedule::canonical_key, Resolution, Ty};
+use crate::check::{optimizer_target, schedule::canonical_key, Resolution, TensorKind, Ty};
 use crate::db::{self, Db, SourceFile};
 use crate::syntax::ast::*;
 use crate::text::TextRange;
@@ -68,6 +68,16 @@ pub(crate) fn references_of(db: &dyn Db, file: SourceFile, def: &Definition) -> 
                             push(f.abs(f.body().expr_range(id)), ReferenceKind::Read);
                         }
                     }
+                    // `state: OptimizerState[W]` names the parameter in another's type.
+                    for (q, info) in f.ast.params.iter().zip(&f.sig.params) {
+                        let holds_state = matches!(&info.ty, Ty::Tensor(t) if t.kind == TensorKind::OptimizerState);
+                        let target = q.annotation.and_then(|a| optimizer_target(f.body(), a));
+                        if let (true, Some((name, at))) = (holds_state, target) {
+                            if name == p.name.as_str() {
+                                push(f.abs(f.body().expr_range(at)), ReferenceKind::Read);
+                            }
+                        }
+                    }
                     // `callee(name=...)` at every call site of this function.
                     let callee = f.name().to_string();
                     for g in &functions {
@@ -88,6 +98,12 @@ pub(crate) fn references_of(db: &dyn Db, file: SourceFile, def: &Definition) -> 
                                         push(g.abs(*r), ReferenceKind::Read);
                                     }
                                 }
+                            }
+                        }
+                        // `grad(callee, wrt=("name",))` names the parameter in a string.
+                        for w in grad_wrt_strings(g, text) {
+                            if w.callee == callee && w.param == p.name.as_str() {
+                                push(w.range, ReferenceKind::Read);
                             }
                         }
                     }
@@ -231,5 +247,58 @@ pub(crate) fn references_of(db: &dyn Db, file: SourceFile, def: &Definition) -> 
     }
     out.sort_by_key(|r| (r.range.start, r.range.end, r.kind));
     out.dedup_by_key(|r| r.range);
+    out
+}
+
+/// A string that names a parameter of a graph function: `"W"` in the `wrt=` of a
+/// `grad(callee, wrt=("W",))` call in `g`. `range` is absolute, inside the quotes.
+pub(crate) struct WrtString {
+    pub callee: String,
+    pub param: String,
+    pub expr: ExprId,
+    pub range: TextRange,
+}
+
+/// Every `wrt=` string of the `grad` calls in `g`.
+pub(crate) fn grad_wrt_strings(g: &FnCtx<'_>, text: &str) -> Vec<WrtString> {
+    let body = g.body();
+    let mut out = Vec::new();
+    for id in body.expr_ids() {
+        let Expr::Call { func, args } = body.expr(id) else { continue };
+        if !matches!(g.inf.type_of(body.unparen(*func)), Ty::Builtin("grad")) {
+            continue;
+        }
+        // `grad(f, wrt)`: by position or by keyword.
+        let arg = |name: &str, position: usize| {
+            args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == name)).or_else(|| {
+                args.get(position).filter(|a| a.name.is_none() && args[..position].iter().all(|b| b.name.is_none()))
+            })
+        };
+        let Some(Resolution::Function(callee)) = arg("f", 0).and_then(|a| g.inf.resolution(body.unparen(a.value)))
+        else {
+            continue;
+        };
+        let Some(wrt) = arg("wrt", 1) else { continue };
+        let mut strings = vec![body.unparen(wrt.value)];
+        while let Some(e) = strings.pop() {
+            match body.expr(e) {
+                Expr::Tuple(items) | Expr::List(items) => strings.extend(items.iter().map(|&i| body.unparen(i))),
+                Expr::Str(param) => {
+                    let whole = g.abs(body.expr_range(e));
+                    let literal = &text[whole.start as usize..whole.end as usize];
+                    if let Some(at) = literal.find(param.as_str()).filter(|_| !param.is_empty()) {
+                        let start = whole.start + at as u32;
+                        out.push(WrtString {
+                            callee: callee.to_string(),
+                            param: param.clone(),
+                            expr: e,
+                            range: TextRange::new(start, start + param.len() as u32),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     out
 }
