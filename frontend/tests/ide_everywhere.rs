@@ -183,3 +183,36 @@ fn renaming_any_name_of_a_valid_program_keeps_it_valid() {
     }
     assert!(renamed >= 100, "only {renamed} names renamed");
 }
+
+#[test]
+fn renaming_from_any_occurrence_edits_the_same_places() {
+    for (name, text) in programs(&["examples", "tests/corpus/valid"]) {
+        let db = Database::default();
+        let file = SourceFile::new(&db, name.clone().into(), text.clone(), None);
+        // (cursor, the name's range there, the ranges a rename from there edits)
+        let mut renames = Vec::new();
+        for offset in cursor_offsets(&text) {
+            let Ok(range) = ide::prepare_rename(&db, file, offset) else { continue };
+            let Ok(edits) = ide::rename(&db, file, offset, "zz") else { continue };
+            let mut edited: Vec<(u32, u32)> = edits.iter().map(|e| (e.range.start, e.range.end)).collect();
+            edited.sort_unstable();
+            renames.push((offset, range, edited));
+        }
+        // A rename from an occurrence it edits (the cursor at its start) edits the same.
+        for (offset, range, edited) in &renames {
+            for &(start, end) in edited {
+                let Some((other, _, again)) =
+                    renames.iter().find(|(o, r, _)| *o == start && r.start == start && r.end == end)
+                else {
+                    continue;
+                };
+                assert_eq!(
+                    edited,
+                    again,
+                    "{name}: renaming `{}` at {offset} and at {other} edit different places",
+                    &text[range.start as usize..range.end as usize]
+                );
+            }
+        }
+    }
+}
