@@ -1,5 +1,5 @@
 //! Graph-level data movement end to end (`docs/language.md`, "Graph functions"):
-//! `concat`, `split`, `split_qkv` and `merge_heads`, `randn`, and the losses `mse` and
+//! `concat`, `split`, `split_qkv` and `merge_heads`, `where`, `randn`, and the losses `mse` and
 //! `cross_entropy` with their gradients. Each `@jit` function runs through the
 //! real `tessera run --save` on the interpreter and, where it is built, the CPU backend;
 //! the run must pass its own check against the f64 reference, and a NumPy oracle
@@ -70,6 +70,10 @@ def loss_grads(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C",
     dl, dt = grad(ce)(logits, target)
     dp, dy = grad(sq)(pred, y)
     return dl, dt, dp, dy
+
+@jit
+def choose(a: Tensor["M", "N", f32], b: Tensor["N", f32], c: Tensor["M", "N", f16]):
+    return where(a > b, a, b), where(b > 0.5, 1.0, a * 2.0), where(c < 0.0, c, 0.0)
 
 @jit
 def heads(qkv: Tensor["B", "S", "E", f16], h: Tensor["B", "H", "S", "Dh", f32]):
@@ -281,6 +285,17 @@ for name, i, f, v in (
     want = fd(f, v)
     # f32 gradients; the central difference errs by O(h^2) (the losses are smooth).
     close(name, result(f"return{i}", v.shape), want, 2.0 ** -16 * (1 + np.abs(want)) + 1e-7 * np.abs(v).max())
+"#,
+    },
+    Case {
+        // `where` broadcasts its condition and both sides (a row, a Python number).
+        function: "choose",
+        dims: "M=33,N=70",
+        oracle: r#"
+a, b, c = load("a"), load("b"), load("c")
+same("return0", "f32", np.where(a > b, a, b))
+same("return1", "f32", np.where(b > 0.5, 1.0, a * 2.0))
+same("return2", "f16", np.where(c < 0.0, c, 0.0))
 "#,
     },
     Case {

@@ -781,6 +781,23 @@ impl Body<'_, '_, '_> {
                 };
                 Ok(Val::One(self.op1(kind, vec![a, b], t, vec![], &loc)))
             }
+            "where" => {
+                // `where(cond, a, b)`: a and b broadcast to the result, the condition to
+                // a bool tensor of its dims; one `arith.select`.
+                let cond = self.value(need(arg("cond", 0), "cond")?)?;
+                let a = self.value(need(arg("a", 1), "a")?)?;
+                let b = self.value(need(arg("b", 2), "b")?)?;
+                let t = result.clone()?;
+                let (a, b) = (self.coerce(a, &t, &loc)?, self.coerce(b, &t, &loc)?);
+                let mask = match &t {
+                    Type::Tensor(tt) => {
+                        Type::Tensor(TensorType { dims: tt.dims.clone(), dtype: DType::Bool, policies: vec![] })
+                    }
+                    _ => Type::Scalar(DType::Bool),
+                };
+                let cond = self.coerce(cond, &mask, &loc)?;
+                Ok(Val::One(self.op1(OpKind::Select, vec![cond, a, b], t, vec![], &loc)))
+            }
             "sum" | "mean" | "max" | "min" => {
                 let x = self.value(need(arg("x", 0), "x")?)?;
                 let rank = self.vty(x).dims().len() as i64;
