@@ -18,6 +18,8 @@ use tessera_frontend::check::{DType, Dim};
 use crate::error::LowerError;
 use crate::ir::*;
 
+mod heads;
+mod norms;
 mod pipeline;
 pub use pipeline::BACKWARD;
 
@@ -338,6 +340,9 @@ impl Ad<'_, '_> {
         if f_op.kind == OpKind::Split {
             return self.split_rule(f_op);
         }
+        if f_op.kind == OpKind::SplitQkv {
+            return self.split_qkv_rule(f_op);
+        }
         let Some(&r) = f_op.results.first() else { return Ok(()) };
         let Some(&g) = self.adjoint.get(&r) else { return Ok(()) };
         let x = |i: usize| f_op.operands[i];
@@ -650,6 +655,22 @@ impl Ad<'_, '_> {
                 }
             }
             OpKind::Concat => self.concat_rule(f_op, g)?,
+            OpKind::Select => {
+                // `where(c, a, b)`: the gradient goes to the side each element took.
+                let t = self.ty(g);
+                let zero = self.filled(0.0, &t);
+                for (i, (then, otherwise)) in [(1, (g, zero)), (2, (zero, g))] {
+                    if diff(x(i), self) {
+                        let d = self.op(OpKind::Select, vec![x(0), then, otherwise], t.clone(), vec![]);
+                        let to = tensor_type(&self.ty(x(i))).cloned().expect("checked by diff");
+                        let d = self.unbroadcast(d, &to);
+                        self.accumulate(x(i), d);
+                    }
+                }
+            }
+            OpKind::Softmax => self.softmax_rule(f_op, g)?,
+            OpKind::MergeHeads => self.merge_heads_rule(f_op, g)?,
+            OpKind::LayerNorm | OpKind::RmsNorm => self.norm_rule(f_op, g)?,
             OpKind::Send => self.send_rule(f_op, g),
             // A collective is its operand's value (the global view): the gradient passes
             // through, and sharding propagation lays the backward values out.

@@ -157,6 +157,28 @@ impl Planner<'_> {
                 if rank >= 2 {
                     swap_last.swap(rank - 1, rank - 2);
                 }
+                // Two adjacent dims before the last swapped (`[B, S, H, Dh] -> [B, H, S, Dh]`,
+                // the backward of `merge_heads`): rows of the last dim move whole.
+                let middle = (0..rank.saturating_sub(2)).find(|&i| {
+                    let mut p: Vec<i64> = (0..rank as i64).collect();
+                    p.swap(i, i + 1);
+                    p == perm
+                });
+                if let Some(i) = middle.filter(|_| rank >= 3) {
+                    let dt = dtype_of(self, x);
+                    let (outer, inner) = (dims_product(&dims[..i]), dims_product(&dims[i + 2..]));
+                    let (p, q) = (dims[i].clone(), dims[i + 1].clone());
+                    let xv = self.view(stored(self, x), vec![outer.clone(), p.clone(), q.clone(), inner.clone()], &loc);
+                    let o = out(self, 0)?;
+                    let ov = self.view(o, vec![outer, q, p, inner], &loc);
+                    sig.push(format!("X: Tensor[\"O\", \"P\", \"Q\", \"I\", {dt}]"), xv);
+                    sig.push(format!("Y: Tensor[\"O\", \"Q\", \"P\", \"I\", {dt}]"), ov);
+                    let text = format!(
+                        "@kernel.schedule(Schedule(block=(64, 64), warps=4))\ndef {name}({}):\n    \"\"\"Y[o, q, p] = X[o, p, q]: rows of I moved whole.\"\"\"\n    ctx = tile.context()\n    for o in tile.parallel(0, O):\n        for p in tile.parallel(0, P):\n            for q0 in tile.parallel(0, Q, ctx.BM):\n                for i0 in tile.range(0, I, ctx.BN):\n                    Y[o, q0:q0 + ctx.BM, p, i0:i0 + ctx.BN] = tile.load(X[o, p, q0:q0 + ctx.BM, i0:i0 + ctx.BN])\n",
+                        sig.params.join(", ")
+                    );
+                    return Ok((text, sig.args, "copy: swap two dims".into()));
+                }
                 if rank < 2 || perm != swap_last {
                     return unsupported(format!("a transpose with permutation {perm:?} (only the last two dims swap)"), &loc);
                 }

@@ -1,0 +1,130 @@
+//! `grad` through the normalizations, `where` and the attention layout moves
+//! (`docs/language.md`, "Autodiff"): `softmax_safe` along either axis, `layernorm_safe`
+//! with a weight and a bias, `rmsnorm_safe` with and without a weight, `where`,
+//! `split_qkv` and `merge_heads`. Each `@jit` function runs through
+//! the real `tessera run --save` on the interpreter and, where it is built, the CPU
+//! backend (the backward graph planned into kernels); the run must pass its own check
+//! against the f64 reference, and a NumPy oracle recomputes every gradient by central
+//! differences in float64 of a NumPy forward function written from the documented
+//! formulas.
+
+mod graph_oracles;
+
+use graph_oracles::*;
+
+const PROGRAM: &str = r#"from tessera import *
+
+@autodiff
+def normed(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32], t: Tensor["B", "D", f32]) -> Tensor[f32]:
+    h = layernorm_safe(x, weight=w, bias=b)
+    p = softmax_safe(h * 2.0, axis=-1) + softmax_safe(x, axis=0)
+    q = rmsnorm_safe(p + x, weight=w) + rmsnorm_safe(t * x)
+    return mse(where(q > 0.0, q, q * 0.1), t)
+
+@autodiff
+def heads_loss(qkv: Tensor["B", "S", "E", f32], r: Tensor["B", "S", "E // 3", f32]) -> Tensor[f32]:
+    q, k, v = split_qkv(qkv, heads=2)
+    return mean(merge_heads(tanh(q) * k + v * v) * r)
+
+@jit
+def heads_grads(qkv: Tensor["B", "S", "E", f32], r: Tensor["B", "S", "E // 3", f32]):
+    return grad(heads_loss)(qkv, r)
+
+@jit
+def normed_grads(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32], t: Tensor["B", "D", f32]):
+    return grad(normed)(x, w, b, t)
+"#;
+
+const PRELUDE: &str = r#"
+import sys, numpy as np
+d = sys.argv[1]
+def load(name):
+    return np.load(d + "/" + name + ".npy").astype(np.float64)
+def result(name, shape):
+    y = np.load(d + "/" + name + ".out.npy")
+    assert y.shape == tuple(shape), (name, y.shape, shape)
+    return y.astype(np.float64)
+def close(name, y, ref, bound):
+    bad = ~(np.abs(y - ref) <= bound)
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{name}: {bad.sum()} of {bad.size} beyond the bound; at {i}: got {y[i]}, want {ref[i]}")
+def fd(f, v, h=1e-5):
+    g = np.zeros_like(v)
+    for i in np.ndindex(v.shape):
+        a, b = v.copy(), v.copy()
+        a[i] += h
+        b[i] -= h
+        g[i] = (f(a) - f(b)) / (2 * h)
+    return g
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+def layernorm(x, w, b, eps=1e-5):
+    m = x.mean(axis=-1, keepdims=True)
+    return (x - m) / np.sqrt(((x - m) ** 2).mean(axis=-1, keepdims=True) + eps) * w + b
+def rmsnorm(x, w, eps=1e-6):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+"#;
+
+const CASES: &[Case] = &[
+    Case {
+        // E = 3·H·Dh with H = 2, Dh = 3; r is [B, S, H·Dh].
+        function: "heads_grads",
+        dims: "B=2,S=5,E=18",
+        oracle: r#"
+qkv, r = load("qkv"), load("r")
+B, S, E = qkv.shape
+def split_qkv(x, h=2):
+    return x.reshape(B, S, 3, h, E // (3 * h)).transpose(2, 0, 3, 1, 4)
+def merge_heads(x):
+    return x.transpose(0, 2, 1, 3).reshape(B, S, -1)
+def f(qkv, r):
+    q, k, v = split_qkv(qkv)
+    return (merge_heads(np.tanh(q) * k + v * v) * r).mean()
+for i, (name, v) in enumerate((("qkv", qkv), ("r", r))):
+    want = fd(lambda a: f(a, r) if i == 0 else f(qkv, a), v)
+    close("d heads_loss / d " + name, result(f"return{i}", v.shape), want, 2.0 ** -14 * (1 + np.abs(want)))
+"#,
+    },
+    Case {
+        function: "normed_grads",
+        dims: "B=3,D=5",
+        oracle: r#"
+x, w, b, t = (load(n) for n in ("x", "w", "b", "t"))
+def f(x, w, b, t):
+    h = layernorm(x, w, b)
+    p = softmax(h * 2.0, -1) + softmax(x, 0)
+    q = rmsnorm(p + x, w) + rmsnorm(t * x, 1.0)
+    return ((np.where(q > 0.0, q, q * 0.1) - t) ** 2).mean()
+args = [x, w, b, t]
+for i, name in enumerate(("x", "w", "b", "t")):
+    def along(v, i=i):
+        a = list(args)
+        a[i] = v
+        return f(*a)
+    want = fd(along, args[i])
+    # f32 gradients of a smooth loss (no q within 1e-5 of where's switch here); the
+    # central difference errs by O(h^2).
+    close("d normed / d " + name, result(f"return{i}", args[i].shape), want, 2.0 ** -14 * (1 + np.abs(want)))
+"#,
+    },
+];
+
+#[test]
+fn gradients_through_norms_and_where_match_numpy_on_every_device() {
+    run_every_case("graph_norm_grads.tsr", PROGRAM, PRELUDE, CASES);
+}
+
+/// The oracle can fail: a gradient with one element changed is refused.
+#[test]
+fn the_oracle_refuses_a_wrong_gradient() {
+    if !numpy() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path(), "graph_norm_grads.tsr", PROGRAM);
+    let case = CASES.iter().find(|c| c.function == "normed_grads").unwrap();
+    let out = dir.path().join("wrong");
+    assert_oracle_refuses(&file, PRELUDE, case, &out, "return1", "", "np.where(np.arange(y.size) == 2, y + 1e-3, y)");
+}
