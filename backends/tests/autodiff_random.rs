@@ -5,8 +5,8 @@
 //! real compiler; its backward graph, evaluated in f64, must match the finite differences
 //! of the forward graph at random elements of every parameter. Only smooth operations are
 //! drawn (no `relu`, `abs`, `maximum`: a kink within the step would make the difference
-//! quotient wrong, not the gradient), and `where`, whose switch a step of 1e-5 crosses
-//! with negligible probability at these fixed seeds.
+//! quotient wrong, not the gradient), and `where`, `max` and `min`, whose switch a step of
+//! 1e-5 crosses with negligible probability at these fixed seeds.
 //!
 //! `TESSERA_FUZZ_ITERATIONS` and `TESSERA_FUZZ_SEED` run a longer or different campaign.
 
@@ -58,7 +58,7 @@ fn random_body(d: &mut Draw) -> String {
         };
         let a = pick(d, &names);
         let c = pick(d, &names);
-        let expr = match d.below(28) {
+        let expr = match d.below(30) {
             0 => format!("tanh({a})"),
             1 => format!("sigmoid({a})"),
             2 => format!("gelu({a})"),
@@ -89,6 +89,8 @@ fn random_body(d: &mut Draw) -> String {
             24 => format!("layernorm_safe({a}, weight=b, bias=b * 0.5)"),
             25 => format!("rmsnorm_safe({a})"),
             26 => format!("where({a} > {c}, {a} * 2.0, {c})"),
+            27 => format!("{a} - max({a}, axis=-1, keepdim=True)"),
+            28 => format!("{a} * min({c}, axis=(0, 1), keepdim=True)"),
             _ => format!("mean({a} * {c}, axis=(0, 1), keepdim=True) + {a}"),
         };
         let _ = writeln!(body, "    t{i} = {expr}");
@@ -193,15 +195,26 @@ fn check_case(seed: u64) -> Result<Outcome, String> {
         for _ in 0..3 {
             let i = d.below(g.len());
             let h = 1e-5 * inputs[p][i].abs().max(1.0);
-            let mut plus = inputs.clone();
-            let mut minus = inputs.clone();
-            plus[p][i] += h;
-            minus[p][i] -= h;
-            let fd = (loss_at(&plus)? - loss_at(&minus)?) / (2.0 * h);
+            let quotient = |h: f64| -> Result<f64, String> {
+                let mut plus = inputs.clone();
+                let mut minus = inputs.clone();
+                plus[p][i] += h;
+                minus[p][i] -= h;
+                Ok((loss_at(&plus)? - loss_at(&minus)?) / (2.0 * h))
+            };
+            let fd = quotient(h)?;
             // The difference quotient's own error: O(h²) of the gradient, and the
-            // rounding of two losses of size |base| divided by 2h.
+            // rounding of two losses of size |base| divided by 2h (a floor of 1e-7 for a
+            // loss that cancels to about zero from intermediates of size ~100).
             let rounding = 8.0 * f64::EPSILON * base.abs() / h;
-            if (g[i] - fd).abs() > 1e-5 * (fd.abs() + scale) + rounding + 1e-9 {
+            let tolerance = 1e-5 * (fd.abs() + scale) + rounding + 1e-7;
+            // An ill-conditioned loss (a norm of a row whose values are equal up to
+            // rounding) makes the quotient noise: it then disagrees with itself at 4h,
+            // and says nothing about the gradient.
+            if (fd - quotient(4.0 * h)?).abs() > tolerance {
+                continue;
+            }
+            if (g[i] - fd).abs() > tolerance {
                 return fail(format!(
                     "d loss / d {}[{i}] = {} but the finite difference is {fd} (gradient scale {scale})",
                     ["x", "W", "v", "b"][p],
@@ -230,4 +243,30 @@ fn gradients_of_random_programs_match_finite_differences() {
     eprintln!("{checked} programs checked, {refused} refused by lowering, {} failed", failures.len());
     assert!(failures.is_empty(), "{} of {cases} failed; the first:\n{}", failures.len(), failures[0]);
     assert!(checked * 2 >= cases as usize, "only {checked} of {cases} programs were checked");
+}
+
+/// `max` and `min` give the gradient to the elements equal to the extremum, split evenly
+/// between ties (as JAX and PyTorch's `amax` do).
+#[test]
+fn ties_share_the_gradient_of_max_and_min() {
+    let text = r#"from tessera import *
+
+@autodiff
+def extremes(x: Tensor[2, 4, f64]) -> Tensor[f64]:
+    return sum(max(x, axis=-1) * 3.0) + sum(min(x, axis=(0, 1)))
+
+@jit
+def g(x: Tensor[2, 4, f64]):
+    return grad(extremes)(x)
+"#;
+    let db = Database::default();
+    let file = SourceFile::new(&db, "ties.tsr".into(), text.to_string(), None);
+    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == "g").unwrap().key;
+    let ir = tessera_passes::graph_ir(&db, key).clone().unwrap_or_else(|e| panic!("{}", e.message));
+    // Row 0: the maximum 3 twice; row 1: 5 once. The minimum -1 three times overall.
+    let x = [1.0, 3.0, 3.0, -1.0, 5.0, -1.0, 2.0, -1.0];
+    let args = [Arg::Tensor(HostTensor::from_f64(DType::F64, &[2, 4], &x))];
+    let out = run_graph_f64_with_dims(&ir, &args, &BTreeMap::new(), 0).unwrap();
+    let third = 1.0 / 3.0;
+    assert_eq!(values(&out[0]), [0.0, 1.5, 1.5, third, 3.0, third, 0.0, third]);
 }

@@ -532,7 +532,7 @@ impl Ad<'_, '_> {
             }
             OpKind::GReduce => {
                 let kind = f_op.str_attr("kind").unwrap_or("sum");
-                if !matches!(kind, "sum" | "mean") {
+                if !matches!(kind, "sum" | "mean" | "max" | "min") {
                     return self.err(format!("grad of `{kind}` is not supported yet"));
                 }
                 let xt = tensor_type(&self.ty(x(0))).cloned().expect("a tensor");
@@ -555,6 +555,24 @@ impl Ad<'_, '_> {
                     Type::Tensor(TensorType { dims: xt.dims.clone(), dtype: gt.dtype, policies: gt.policies }),
                     vec![],
                 );
+                if matches!(kind, "max" | "min") {
+                    // To the elements equal to the extremum, split evenly between ties.
+                    let rk = self.reshape(r, self.ty(gk).dims().to_vec());
+                    let xty = self.ty(x(0));
+                    let rb = self.op(OpKind::GBroadcast, vec![rk], xty.clone(), vec![]);
+                    let mask_t =
+                        Type::Tensor(TensorType { dims: xt.dims.clone(), dtype: DType::Bool, policies: vec![] });
+                    let mask =
+                        self.op(OpKind::Cmp, vec![x(0), rb], mask_t, vec![("pred", Attr::Str(SmolStr::new("eq")))]);
+                    let hit = self.op(OpKind::Cast, vec![mask], xty, vec![]);
+                    let axes: Vec<usize> = axes.iter().map(|&a| a as usize).collect();
+                    let ties = self.sum_back(hit, &axes);
+                    let share = self.bin(OpKind::Div, hit, ties);
+                    let dt = self.ty(d);
+                    let share =
+                        if self.ty(share) == dt { share } else { self.op(OpKind::Cast, vec![share], dt, vec![]) };
+                    d = self.bin(OpKind::Mul, d, share);
+                }
                 if kind == "mean" {
                     let t = self.ty(d);
                     let n = self.count(x(0), &axes, t.dtype().unwrap_or(DType::F32));

@@ -17,10 +17,11 @@ use super::{tensor_type, Ad, R};
 use crate::ir::*;
 
 impl Ad<'_, '_> {
-    /// `sum(v, axis, keepdim=True)` broadcast back to `v`'s shape.
-    fn line_sum(&mut self, v: ValueId, axis: usize) -> ValueId {
+    /// `sum(v, axes, keepdim=True)` broadcast back to `v`'s shape.
+    pub(super) fn sum_back(&mut self, v: ValueId, axes: &[usize]) -> ValueId {
         let t = tensor_type(&self.ty(v)).cloned().expect("a tensor");
-        let kept: Vec<Dim> = t.dims.iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, d)| d.clone()).collect();
+        let kept: Vec<Dim> =
+            t.dims.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| d.clone()).collect();
         let summed = self.op(
             OpKind::GReduce,
             vec![v],
@@ -28,17 +29,26 @@ impl Ad<'_, '_> {
             [
                 vec![
                     ("kind", Attr::Str("sum".into())),
-                    ("axes", Attr::Ints(vec![axis as i64])),
+                    ("axes", Attr::Ints(axes.iter().map(|&a| a as i64).collect())),
                     ("keepdim", Attr::Bool(false)),
                 ],
                 policy::acc_attrs(&[&Type::Tensor(t.clone())]),
             ]
             .concat(),
         );
-        let mut keep = t.dims.clone();
-        keep[axis] = Dim::constant(1);
+        let keep: Vec<Dim> = t
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| if axes.contains(&i) { Dim::constant(1) } else { d.clone() })
+            .collect();
         let k = self.reshape(summed, keep);
         self.op(OpKind::GBroadcast, vec![k], Type::Tensor(t), vec![])
+    }
+
+    /// `sum(v, axis, keepdim=True)` broadcast back to `v`'s shape.
+    fn line_sum(&mut self, v: ValueId, axis: usize) -> ValueId {
+        self.sum_back(v, &[axis])
     }
 
     /// `mean(v, axis, keepdim=True)` broadcast back to `v`'s shape.
