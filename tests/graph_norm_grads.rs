@@ -1,7 +1,7 @@
 //! `grad` through the normalizations, `where` and the attention layout moves
 //! (`docs/language.md`, "Autodiff"): `softmax_safe` along either axis, `layernorm_safe`
 //! with a weight and a bias, `rmsnorm_safe` with and without a weight, `where`,
-//! `split_qkv` and `merge_heads`. Each `@jit` function runs through
+//! `split_qkv`, `merge_heads` and `flash_attention`. Each `@jit` function runs through
 //! the real `tessera run --save` on the interpreter and, where it is built, the CPU
 //! backend (the backward graph planned into kernels); the run must pass its own check
 //! against the f64 reference, and a NumPy oracle recomputes every gradient by central
@@ -29,6 +29,14 @@ def heads_loss(qkv: Tensor["B", "S", "E", f32], r: Tensor["B", "S", "E // 3", f3
 @jit
 def heads_grads(qkv: Tensor["B", "S", "E", f32], r: Tensor["B", "S", "E // 3", f32]):
     return grad(heads_loss)(qkv, r)
+
+@autodiff
+def attention_loss(q: Tensor["B", "H", "S", "E", bf16], k: Tensor["B", "H", "T", "E", bf16], v: Tensor["B", "H", "T", "E", bf16]) -> Tensor[bf16]:
+    return mean(flash_attention(q, k, v) * q) + mean(flash_attention(q, k, v, causal=True) ** 2)
+
+@jit
+def attention_grads(q: Tensor["B", "H", "S", "E", bf16], k: Tensor["B", "H", "T", "E", bf16], v: Tensor["B", "H", "T", "E", bf16]):
+    return grad(attention_loss)(q, k, v)
 
 @jit
 def normed_grads(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32], t: Tensor["B", "D", f32]):
@@ -85,6 +93,33 @@ def f(qkv, r):
 for i, (name, v) in enumerate((("qkv", qkv), ("r", r))):
     want = fd(lambda a: f(a, r) if i == 0 else f(qkv, a), v)
     close("d heads_loss / d " + name, result(f"return{i}", v.shape), want, 2.0 ** -14 * (1 + np.abs(want)))
+"#,
+    },
+    Case {
+        // The plain attention backward in bf16 (products summed in f32, every op rounded
+        // to bf16) against central differences of a float64 NumPy attention: loose.
+        function: "attention_grads",
+        dims: "B=1,H=2,S=5,T=7,E=8",
+        oracle: r#"
+q, k, v = load("q"), load("k"), load("v")
+def attention(q, k, v, causal):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        sq, sk = s.shape[-2:]
+        hidden = np.arange(sk)[None, :] > np.arange(sq)[:, None] + (sk - sq)
+        s = np.where(hidden, -np.inf, s)
+    return softmax(s, -1) @ v
+def f(q, k, v):
+    return (attention(q, k, v, False) * q).mean() + (attention(q, k, v, True) ** 2).mean()
+args = [q, k, v]
+for i, name in enumerate(("q", "k", "v")):
+    def along(x, i=i):
+        a = list(args)
+        a[i] = x
+        return f(*a)
+    want = fd(along, args[i])
+    scale = np.sqrt((want ** 2).mean())
+    close("d attention_loss / d " + name, result(f"return{i}", args[i].shape), want, 2.0 ** -5 * (np.abs(want) + scale))
 "#,
     },
     Case {

@@ -140,16 +140,29 @@ enum Outcome {
 fn check_case(seed: u64) -> Result<Outcome, String> {
     let mut d = Draw(seed);
     let text = program(&random_body(&mut d));
-    let fail = |why: String| Err(format!("{why}\n--- program (seed {seed}) ---\n{text}"));
+    let dims = [("M", M), ("K", K), ("N", N)];
+    check_gradients(&text, &[&[M, K], &[K, N], &[M, N], &[N]], &dims, &mut d, seed)
+        .map_err(|why| format!("{why}\n--- program (seed {seed}) ---\n{text}"))
+}
+
+/// `text`'s `loss` (f64 parameters of `shapes`) and `gradients` (its `grad`) at seeded
+/// normal inputs: three random elements of every gradient against central differences.
+fn check_gradients(
+    text: &str,
+    shapes: &[&[usize]],
+    dims: &[(&str, usize)],
+    d: &mut Draw,
+    seed: u64,
+) -> Result<Outcome, String> {
     let db = Database::default();
-    let file = SourceFile::new(&db, "autodiff_random.tsr".into(), text.clone(), None);
+    let file = SourceFile::new(&db, "autodiff_random.tsr".into(), text.to_string(), None);
     let errors: Vec<String> = file_diagnostics(&db, file)
         .iter()
         .filter(|d| d.is_error())
         .map(|d| format!("{} {} at {:?}", d.code, d.message, &text[d.range.start as usize..d.range.end as usize]))
         .collect();
     if !errors.is_empty() {
-        return fail(format!("the generated program does not check: {errors:?}"));
+        return Err(format!("the program does not check: {errors:?}"));
     }
     let ir = |name: &str| {
         let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == name).unwrap().key;
@@ -157,39 +170,35 @@ fn check_case(seed: u64) -> Result<Outcome, String> {
     };
     let (forward, backward) = match (ir("loss"), ir("gradients")) {
         (Ok(f), Ok(b)) => (f, b),
-        (Err(e), _) => return fail(format!("the loss does not lower: {}", e.message)),
+        (Err(e), _) => return Err(format!("the loss does not lower: {}", e.message)),
         (_, Err(e)) if e.message.contains("not supported") => return Ok(Outcome::Refused),
-        (_, Err(e)) => return fail(format!("the gradient does not lower: {}", e.message)),
+        (_, Err(e)) => return Err(format!("the gradient does not lower: {}", e.message)),
     };
-    let shapes: [&[usize]; 4] = [&[M, K], &[K, N], &[M, N], &[N]];
     let mut rng = Rng::stream(seed, 1);
     let inputs: Vec<Vec<f64>> =
         shapes.iter().map(|s| (0..s.iter().product::<usize>()).map(|_| rng.normal()).collect()).collect();
     let args = |inputs: &[Vec<f64>]| -> Vec<Arg> {
         inputs.iter().zip(shapes).map(|(v, s)| Arg::Tensor(HostTensor::from_f64(DType::F64, s, v))).collect()
     };
-    let dims: BTreeMap<String, i64> =
-        [("M", M), ("K", K), ("N", N)].iter().map(|(k, v)| (k.to_string(), *v as i64)).collect();
+    let dims: BTreeMap<String, i64> = dims.iter().map(|(k, v)| (k.to_string(), *v as i64)).collect();
     let loss_at = |inputs: &[Vec<f64>]| -> Result<f64, String> {
         let out = run_graph_f64_with_dims(&forward, &args(inputs), &dims, 0).map_err(|e| e.to_string())?;
         Ok(values(&out[0])[0])
     };
-    let grads = match run_graph_f64_with_dims(&backward, &args(&inputs), &dims, 0) {
-        Ok(g) => g,
-        Err(e) => return fail(format!("the gradient does not run: {e}")),
-    };
-    if grads.len() != 4 {
-        return fail(format!("{} gradients for 4 parameters", grads.len()));
+    let grads = run_graph_f64_with_dims(&backward, &args(&inputs), &dims, 0)
+        .map_err(|e| format!("the gradient does not run: {e}"))?;
+    if grads.len() != shapes.len() {
+        return Err(format!("{} gradients for {} parameters", grads.len(), shapes.len()));
     }
     let base = match loss_at(&inputs) {
         Ok(l) if l.is_finite() => l,
-        Ok(l) => return fail(format!("the loss is {l}")),
-        Err(e) => return fail(format!("the loss does not run: {e}")),
+        Ok(l) => return Err(format!("the loss is {l}")),
+        Err(e) => return Err(format!("the loss does not run: {e}")),
     };
     for (p, (g, shape)) in grads.iter().zip(shapes).enumerate() {
         let g = values(g);
         if g.len() != shape.iter().product::<usize>() {
-            return fail(format!("gradient {p} has {} elements for shape {shape:?}", g.len()));
+            return Err(format!("gradient {p} has {} elements for shape {shape:?}", g.len()));
         }
         let scale = (g.iter().map(|x| x * x).sum::<f64>() / g.len() as f64).sqrt();
         for _ in 0..3 {
@@ -215,9 +224,8 @@ fn check_case(seed: u64) -> Result<Outcome, String> {
                 continue;
             }
             if (g[i] - fd).abs() > tolerance {
-                return fail(format!(
-                    "d loss / d {}[{i}] = {} but the finite difference is {fd} (gradient scale {scale})",
-                    ["x", "W", "v", "b"][p],
+                return Err(format!(
+                    "d loss / d parameter {p}[{i}] = {} but the finite difference is {fd} (gradient scale {scale})",
                     g[i]
                 ));
             }
@@ -269,4 +277,35 @@ def g(x: Tensor[2, 4, f64]):
     let out = run_graph_f64_with_dims(&ir, &args, &BTreeMap::new(), 0).unwrap();
     let third = 1.0 / 3.0;
     assert_eq!(values(&out[0]), [0.0, 1.5, 1.5, third, 3.0, third, 0.0, third]);
+}
+
+/// `flash_attention`'s backward (the plain attention backward, `docs/language.md`,
+/// "Autodiff"): with and without the causal mask, queries and keys of different lengths
+/// (the mask bottom-right aligned), a given `scale` and the default `1/√D`.
+#[test]
+fn attention_gradients_match_finite_differences() {
+    let text = r#"from tessera import *
+
+@jit
+@autodiff
+def loss(q: Tensor["B", "H", "S", "E", f64], k: Tensor["B", "H", "T", "E", f64], v: Tensor["B", "H", "T", "E", f64], w: Tensor["B", "H", "S", "E", f64]) -> Tensor[f64]:
+    a = flash_attention(q, k, v) * w
+    c = flash_attention(q, k, v * v, causal=True, scale=0.7)
+    return sum(a) + mean(c * c) + sum(flash_attention(k, k, v, causal=True))
+
+@jit
+def gradients(q: Tensor["B", "H", "S", "E", f64], k: Tensor["B", "H", "T", "E", f64], v: Tensor["B", "H", "T", "E", f64], w: Tensor["B", "H", "S", "E", f64]):
+    return grad(loss)(q, k, v, w)
+"#;
+    let (b, h, s, t, e) = (2, 2, 3, 5, 4);
+    for seed in 0..20 {
+        let mut d = Draw(seed);
+        let shapes: [&[usize]; 4] = [&[b, h, s, e], &[b, h, t, e], &[b, h, t, e], &[b, h, s, e]];
+        let dims = [("B", b), ("H", h), ("S", s), ("T", t), ("E", e)];
+        match check_gradients(text, &shapes, &dims, &mut d, seed) {
+            Ok(Outcome::Checked) => {}
+            Ok(Outcome::Refused) => panic!("grad through flash_attention was refused"),
+            Err(why) => panic!("seed {seed}: {why}"),
+        }
+    }
 }

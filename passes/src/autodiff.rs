@@ -18,6 +18,7 @@ use tessera_frontend::check::{DType, Dim};
 use crate::error::LowerError;
 use crate::ir::*;
 
+mod attention;
 mod heads;
 mod norms;
 mod pipeline;
@@ -688,6 +689,7 @@ impl Ad<'_, '_> {
             }
             OpKind::Softmax => self.softmax_rule(f_op, g)?,
             OpKind::MergeHeads => self.merge_heads_rule(f_op, g)?,
+            OpKind::FlashAttention => self.attention_rule(f_op, g)?,
             OpKind::LayerNorm | OpKind::RmsNorm => self.norm_rule(f_op, g)?,
             OpKind::Send => self.send_rule(f_op, g),
             // A collective is its operand's value (the global view): the gradient passes
