@@ -15,8 +15,18 @@ impl<'a> Infer<'a> {
 
     pub(super) fn tile_intrinsic(&mut self, id: ExprId, _func: ExprId, name: &str, a: &Bound) -> Ty {
         match name {
-            "parallel" => Ty::Range(LoopKind::Parallel),
-            "range" | "range_n" => Ty::Range(LoopKind::Sequential),
+            "parallel" | "range" | "range_n" => {
+                // Loop bounds are ints (a float bound would pass here and stop lowering).
+                let what = format!("tile.{name}");
+                for p in ["start", "stop", "step", "extent"] {
+                    if let Some(v) = a.get(p) {
+                        if !matches!(v.ty, Ty::Int(_) | Ty::Unknown | Ty::NoneVal) {
+                            self.wrong_kind(v.expr, &what, "an int", &v.ty.clone());
+                        }
+                    }
+                }
+                Ty::Range(if name == "parallel" { LoopKind::Parallel } else { LoopKind::Sequential })
+            }
             "program_id" => Ty::Int(Some(Dim::sym(&format!(
                 "pid{}",
                 arg!(a, "tile.program_id" => ty "axis").const_int().unwrap_or(0)
