@@ -91,13 +91,17 @@ pub fn reachable_error(db: &dyn Db, key: FnKey<'_>) -> Option<(String, FirstErro
     None
 }
 
-/// E0809: a `@jit`/`@autodiff` function whose own code is free of errors but which
-/// Graph IR lowering refuses (an operation it does not support yet, such as `grad`
+/// E0809: a `@jit`/`@autodiff` function or a kernel whose own code is free of errors but
+/// which Graph IR lowering refuses (an operation it does not support yet, such as `grad`
 /// through an op with no backward rule). `tessera check` reports it where `tessera run`
 /// and `tessera lower` would stop, instead of passing code nothing can compile. An
 /// internal error of lowering is E0900. Relative to the function's anchor.
 pub fn lowering_diagnostic(db: &dyn Db, key: FnKey<'_>) -> Option<Diagnostic> {
-    if fn_signature(db, key).kind != tessera_frontend::check::FunctionKind::Graph || reachable_error(db, key).is_some()
+    use tessera_frontend::check::FunctionKind;
+    let kind = fn_signature(db, key).kind;
+    if !matches!(kind, FunctionKind::Graph | FunctionKind::Kernel)
+        || reachable_error(db, key).is_some()
+        || (kind == FunctionKind::Kernel && crate::queries::decorator_error(db, key).is_some())
     {
         return None;
     }

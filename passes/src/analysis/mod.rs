@@ -734,7 +734,19 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         Some(tile) => tile,
         None => match transient_tile_ir(db, key, &chosen, target) {
             Ok(tile) => tile,
-            Err(_) => return out,
+            // The kernel's own schedule does not lower for this target: `tessera run`
+            // would stop here, so `tessera check` says so (E0809; a bug is E0900).
+            Err(e) => {
+                let at = if e.range == graph.loc.range || e.range == TextRange::default() {
+                    def.name_range
+                } else {
+                    e.range
+                };
+                let code = if e.message.starts_with("internal error") { Code::E0900 } else { Code::E0809 };
+                let d = Diagnostic::new(code, at, format!("`{name}` cannot be lowered for {target}: {}", e.message));
+                out.body.push(Lint { diagnostic: d, fix: None });
+                return out;
+            }
         },
     };
     let conflicts = bank_conflicts_of(&tile);
