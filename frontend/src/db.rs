@@ -238,6 +238,9 @@ pub struct ConstantEntry<'db> {
 pub struct ItemIndex<'db> {
     pub functions: Vec<FunctionEntry<'db>>,
     pub constants: Vec<ConstantEntry<'db>>,
+    /// Each function name with the position of its first definition, sorted by name: a
+    /// generated module of thousands of kernels is looked up per kernel and per IR line.
+    by_name: Vec<(String, u32)>,
 }
 
 impl<'db> ItemIndex<'db> {
@@ -249,8 +252,9 @@ impl<'db> ItemIndex<'db> {
     }
 
     /// Where [`ItemIndex::function`]'s function is in `functions`.
-    pub fn function_position(&self, db: &'db dyn Db, name: &str) -> Option<usize> {
-        self.functions.iter().position(|f| f.key.name(db) == name)
+    pub fn function_position(&self, _db: &'db dyn Db, name: &str) -> Option<usize> {
+        let at = self.by_name.binary_search_by(|(n, _)| n.as_str().cmp(name)).ok()?;
+        Some(self.by_name[at].1 as usize)
     }
 
     /// Every function's name, in file order (for "it defines ..." in errors).
@@ -321,6 +325,12 @@ pub fn item_index(db: &dyn Db, file: SourceFile) -> ItemIndex<'_> {
         let (range, name_range) = (entry.range, entry.names[0].1);
         index.functions.push(FunctionEntry { key, anchor, range, name_range });
     }
+    let mut by_name: Vec<(String, u32)> =
+        index.functions.iter().enumerate().map(|(i, f)| (f.key.name(db).to_string(), i as u32)).collect();
+    // Sorted by name, then position: the first of each name is its first definition.
+    by_name.sort();
+    by_name.dedup_by(|later, first| later.0 == first.0);
+    index.by_name = by_name;
     index
 }
 

@@ -54,8 +54,12 @@ pub struct LoweredText {
 
 /// Prints IR and maps each line back to the source.
 pub fn print_ir(db: &dyn Db, file: SourceFile, func: &Func) -> LoweredText {
-    let locs = FileLocs::new(db, file);
-    let Printed { text, lines } = ir::print::print_func(func, &locs);
+    print_ir_with(&FileLocs::new(db, file), func)
+}
+
+/// [`print_ir`] with the file's locations already indexed (many functions of one file).
+fn print_ir_with(locs: &FileLocs<'_>, func: &Func) -> LoweredText {
+    let Printed { text, lines } = ir::print::print_func(func, locs);
     let source_map = lines
         .iter()
         .enumerate()
@@ -164,6 +168,8 @@ fn graph_lowering_text(
         return Ok(out);
     }
     let mut out = LoweredText::default();
+    // The generated module's line index, built once for all its kernels.
+    let mut indexed: Vec<(SourceFile, FileLocs<'_>)> = Vec::new();
     for k in &plan.kernels {
         let kkey = planned_kernel(db, key, module, &k.name, k.source.as_deref()).ok_or_else(|| LowerError {
             message: format!("internal error: no generated kernel `{}`", k.name),
@@ -172,7 +178,17 @@ fn graph_lowering_text(
         let (config, _) = default_config(db, kkey, shapes)?;
         let file = kkey.file(db);
         let text = match stage {
-            Stage::Tile => print_ir(db, file, &*tile_ir(db, kkey, config, target).clone()?).text,
+            Stage::Tile => {
+                let func = tile_ir(db, kkey, config, target).clone()?;
+                let at = match indexed.iter().position(|(f, _)| *f == file) {
+                    Some(at) => at,
+                    None => {
+                        indexed.push((file, FileLocs::new(db, file)));
+                        indexed.len() - 1
+                    }
+                };
+                print_ir_with(&indexed[at].1, &func).text
+            }
             _ => codegen::target_code(db, kkey, config, target).clone()?.text.clone(),
         };
         out.text.push_str(&format!("// ===== {}: {} =====\n", k.name, k.summary));
