@@ -518,17 +518,27 @@ impl Planner<'_> {
     fn elementwise(&mut self, id: OpId, op: &Op) -> R<()> {
         let dims = self.ty(op.results[0]).dims().to_vec();
         let tensors: Vec<ValueId> = op.operands.iter().copied().filter(|&o| !self.is_host(o)).collect();
-        // Join the latest open group of the same shape that produced an operand.
+        // Join the latest open group of the same shape that produced an operand; with none
+        // (every operand is in memory or a constant), the last group of the plan when it is
+        // an elementwise group of that shape: no group after it can have written an operand.
+        let last_elementwise = self
+            .groups
+            .len()
+            .checked_sub(1)
+            .filter(|&g| self.groups[g].dims == dims && matches!(self.groups[g].kind, Kind::Elementwise));
         let candidate = tensors
             .iter()
             .filter_map(|o| self.produced.get(o).copied())
             .filter(|&g| self.groups[g].dims == dims && !matches!(self.groups[g].kind, Kind::Single(_)))
-            .max();
+            .max()
+            .or(last_elementwise.filter(|_| tensors.iter().all(|o| !self.produced.contains_key(o))));
         let fits = |p: &Self, g: usize| {
             tensors.iter().all(|&o| {
                 p.splat.contains_key(&o)
                     || p.produced.get(&o) == Some(&g)
                     || p.available_before(o, g)
+                    // Produced by an earlier group: it stores the value for this one.
+                    || p.produced.get(&o).is_some_and(|&h| h < g)
                     || p.lazy_fits(o, g)
                     // A broadcast input is loaded from memory at its own shape.
                     || (op.kind == OpKind::GBroadcast && p.host.contains_key(&o))

@@ -53,6 +53,16 @@ def softmaxes(x: Tensor["A", "B", "C", f32]):
 @jit
 def mm_f64(a: Tensor["M", "K", f64], b: Tensor["K", "N", f64]):
     return a @ b
+
+
+@jit
+def chooses(a: Tensor["M", "N", f32], c: Tensor["M", "N", f32]):
+    return where(a > c, a * 2.0, c)
+
+
+@jit
+def two_exps(a: Tensor["M", "N", f32], c: Tensor["M", "N", f32]):
+    return exp(a) + exp(c) * tanh(a)
 "#;
 
 struct Planned {
@@ -139,6 +149,18 @@ fn reductions_over_any_axes_are_one_kernel_each() {
             "stdlib stable_logsumexp (f32, axis 2)"
         ]
     );
+}
+
+/// Elementwise ops of one shape whose operands are all in memory join the plan's last
+/// elementwise group, and a value an earlier group produced is stored by it for a later
+/// one: each of these is one kernel (`where` was three, the sum of exps two).
+#[test]
+fn independent_elementwise_chains_fuse_into_one_kernel() {
+    let (db, file) = setup();
+    let p = plan(&db, file, "chooses").unwrap();
+    assert_eq!(p.summaries, ["fused elementwise: cmp, mul, select"], "{}", p.source);
+    let p = plan(&db, file, "two_exps").unwrap();
+    assert_eq!(p.summaries.len(), 1, "{:?}\n{}", p.summaries, p.source);
 }
 
 #[test]
