@@ -397,6 +397,40 @@ print("numpy agrees", flush=True)
     assert!(stdout(&o).contains("numpy agrees"));
 }
 
+/// `continue` in a kernel loop skips the rest of the body: two guards, one after
+/// statements of its branch, on the interpreter (CPU and sm_90 lowerings) and the CPU
+/// backend, against a NumPy loop (the f64 reference shares the kernel's lowering).
+#[test]
+fn continue_skips_the_rest_of_a_kernel_loop() {
+    let Some(python) = numpy() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut devices = vec![vec!["--device", "interp"], vec!["--device", "interp", "--target", "sm_90"]];
+    if cpu_backend() {
+        devices.push(vec!["--device", "cpu"]);
+    }
+    for (i, device) in devices.iter().enumerate() {
+        let out = dir.path().join(i.to_string());
+        let file = "tests/fixtures/kernels/continue_guards.tsr";
+        let args = ["run", file, "--kernel", "skip_blocks", "--dims", "N=320", "--repeat", "1", "--save"];
+        let o = run(&[&args[..], &[out.to_str().unwrap()], &device[..]].concat());
+        assert_eq!(o.status.code(), Some(0), "{device:?}: {}{}", stdout(&o), stderr(&o));
+        let script = r#"
+import sys, numpy as np
+d = sys.argv[1]
+x = np.load(d + "/x.npy").astype(np.float64).reshape(-1, 64)
+y = np.load(d + "/y.out.npy").astype(np.float64).reshape(-1, 64)
+ref = np.zeros_like(x)
+for b in range(x.shape[0]):
+    for k in range(b + 1):
+        ref[b] += x[k] * (2.0 if k == 0 else 1.0)
+err = np.abs(y - ref).max()
+assert err <= 1e-5 * (1 + np.abs(ref).max()), err
+"#;
+        let o = Command::new(python).args(["-c", script, out.to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "{device:?}: {}{}", stdout(&o), stderr(&o));
+    }
+}
+
 /// `--save` of graph functions: every tensor argument, the returned value as
 /// `return.out.npy` (tuples as `return0.out.npy`, `return1.out.npy`), recomputed by NumPy.
 #[test]

@@ -92,7 +92,7 @@ codes! {
     E0806 Error "gradient of a non-scalar function";
     E0807 Error "gradient of a function that is not @autodiff";
     E0808 Error "operation the transform cannot transform";
-    E0809 Error "graph function that cannot be lowered yet";
+    E0809 Error "function that cannot be lowered yet";
     E0900 Error "internal compiler error";
 }
 

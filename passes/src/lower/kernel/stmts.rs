@@ -12,6 +12,25 @@ use tessera_frontend::text::TextRange;
 use super::{unsupported, Lower, Val, R};
 use crate::ir::*;
 
+/// Statements a branch runs: its own, then the rest of the enclosing loop body when
+/// another branch of its `if` ends in `continue` (`Lower::loop_body`).
+struct Block {
+    body: Vec<StmtId>,
+    tail: Vec<StmtId>,
+}
+
+impl Block {
+    fn of(body: &[StmtId]) -> Block {
+        Block { body: body.to_vec(), tail: vec![] }
+    }
+}
+
+/// A branch of a scalar `if`: its condition and what it runs.
+struct Branch {
+    cond: ExprId,
+    block: Block,
+}
+
 impl Lower<'_, '_> {
     pub(super) fn stmts(&mut self, stmts: &[StmtId]) -> R<()> {
         for &s in stmts {
@@ -76,7 +95,9 @@ impl Lower<'_, '_> {
                 Ok(())
             }
             Stmt::Pass => Ok(()),
-            Stmt::Break | Stmt::Continue => unsupported("`break`/`continue` in a kernel loop", range),
+            Stmt::Break => unsupported("`break` in a kernel loop", range),
+            // `Lower::loop_body` lowers the ones that end a branch of an `if` of the body.
+            Stmt::Continue => unsupported("`continue` nested deeper than a branch of an `if` of the loop body", range),
             Stmt::If { branches, orelse } => self.if_stmt(range, branches, orelse.as_deref()),
             Stmt::For { target, iter, body, orelse } => {
                 if orelse.is_some() {
@@ -193,7 +214,7 @@ impl Lower<'_, '_> {
             self.b.open_region(vec![iv]);
             self.env.insert(var, Val::One(iv));
             self.ivs.push(iv);
-            let lowered = self.stmts(body);
+            let lowered = self.loop_body(body);
             self.ivs.pop();
             lowered?;
             self.b.op(OpKind::Yield, vec![], vec![], vec![], &loc);
@@ -226,7 +247,7 @@ impl Lower<'_, '_> {
             self.env.insert(n.clone(), Val::One(a));
         }
         self.ivs.push(iv);
-        let lowered = self.stmts(body);
+        let lowered = self.loop_body(body);
         self.ivs.pop();
         lowered?;
         let mut yields = Vec::new();
@@ -312,30 +333,78 @@ impl Lower<'_, '_> {
             return Ok(());
         }
         // A scalar branch: `if c1: ... elif c2: ... else: ...` as nested scf.if.
-        self.scalar_if(range, cond, branches, orelse)
+        let branches: Vec<Branch> =
+            branches.iter().map(|b| Branch { cond: b.cond, block: Block::of(&b.body) }).collect();
+        let orelse = orelse.map(Block::of);
+        self.scalar_if(range, cond, &branches, orelse.as_ref())
     }
 
-    fn scalar_if(
-        &mut self,
-        range: TextRange,
-        cond: ValueId,
-        branches: &[IfBranch],
-        orelse: Option<&[StmtId]>,
-    ) -> R<()> {
+    /// A loop body, with `continue` lowered. A `continue` that ends a branch of a scalar
+    /// `if` standing in the body makes that branch skip the rest of the body, and the
+    /// other branches run it (after their own statements); a bare `continue` drops the
+    /// rest. The rest is lowered the same way, so guards may follow one another. A
+    /// `continue` anywhere else (deeper in a branch) is not lowered yet.
+    fn loop_body(&mut self, body: &[StmtId]) -> R<()> {
+        let ends_in_continue =
+            |me: &Self, b: &[StmtId]| b.last().is_some_and(|&l| matches!(me.body.stmt(l), Stmt::Continue));
+        for (i, &s) in body.iter().enumerate() {
+            let Stmt::If { branches, orelse } = self.body.stmt(s) else {
+                if matches!(self.body.stmt(s), Stmt::Continue) {
+                    return Ok(());
+                }
+                self.stmt(s)?;
+                continue;
+            };
+            let (branches, orelse) = (branches.clone(), orelse.clone());
+            let skips = branches.iter().any(|b| ends_in_continue(self, &b.body))
+                || orelse.as_deref().is_some_and(|e| ends_in_continue(self, e));
+            if !skips {
+                self.stmt(s)?;
+                continue;
+            }
+            let range = self.body.stmt_range(s);
+            let rest = &body[i + 1..];
+            let block = |me: &Self, b: &[StmtId]| {
+                if ends_in_continue(me, b) {
+                    Block { body: b[..b.len() - 1].to_vec(), tail: vec![] }
+                } else {
+                    Block { body: b.to_vec(), tail: rest.to_vec() }
+                }
+            };
+            let lowered: Vec<Branch> =
+                branches.iter().map(|b| Branch { cond: b.cond, block: block(self, &b.body) }).collect();
+            let orelse = match &orelse {
+                Some(e) => block(self, e),
+                None => Block { body: vec![], tail: rest.to_vec() },
+            };
+            let cond = self.value(lowered[0].cond)?;
+            if let Type::Tile(_) = self.vty(cond) {
+                return unsupported("`continue` in a masked region", range);
+            }
+            return self.scalar_if(range, cond, &lowered, Some(&orelse));
+        }
+        Ok(())
+    }
+
+    /// A branch's statements, then the loop body's rest it runs (see [`Self::loop_body`]).
+    fn block(&mut self, b: &Block) -> R<()> {
+        self.stmts(&b.body)?;
+        self.loop_body(&b.tail)
+    }
+
+    fn scalar_if(&mut self, range: TextRange, cond: ValueId, branches: &[Branch], orelse: Option<&Block>) -> R<()> {
         let loc = self.loc(range);
         let mut assigned = Vec::new();
-        for b in branches {
+        for b in branches.iter().map(|b| &b.block).chain(orelse) {
             self.assigned(&b.body, &mut assigned);
-        }
-        if let Some(e) = orelse {
-            self.assigned(e, &mut assigned);
+            self.assigned(&b.tail, &mut assigned);
         }
         let carried: Vec<SmolStr> =
             assigned.into_iter().filter(|n| matches!(self.env.get(n), Some(Val::One(_)))).collect();
         let before = self.env.clone();
         // then
         self.b.open_region(vec![]);
-        self.stmts(&branches[0].body)?;
+        self.block(&branches[0].block)?;
         let then_vals = self.carried_values(&carried, &before, &loc)?;
         self.b.op(OpKind::Yield, then_vals, vec![], vec![], &loc);
         let then_region = self.b.close_region();
@@ -346,7 +415,7 @@ impl Lower<'_, '_> {
             let c = self.value(branches[1].cond)?;
             self.scalar_if(range, c, &branches[1..], orelse)?;
         } else if let Some(e) = orelse {
-            self.stmts(e)?;
+            self.block(e)?;
         }
         let else_vals = self.carried_values(&carried, &before, &loc)?;
         self.b.op(OpKind::Yield, else_vals, vec![], vec![], &loc);
