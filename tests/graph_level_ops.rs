@@ -81,11 +81,8 @@ def heads(qkv: Tensor["B", "S", "E", f16], h: Tensor["B", "H", "S", "Dh", f32]):
     return q, k, v, merge_heads(h)
 "#;
 
+/// After [`NUMPY_HELPERS`] (`prelude`).
 const PRELUDE: &str = r#"
-import sys, numpy as np
-d = sys.argv[1]
-def load(name):
-    return np.load(d + "/" + name + ".npy").astype(np.float64)
 def same(name, dtype, ref):
     y = np.load(d + "/" + name + ".out.npy")
     # bf16 is saved widened to float32 (exactly).
@@ -96,15 +93,6 @@ def same(name, dtype, ref):
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
         raise AssertionError(f"{name}: {bad.sum()} of {bad.size} differ; at {i}: got {y[i]}, want {ref[i]}")
-def close(name, y, ref, bound):
-    bad = ~(np.abs(y - ref) <= bound)
-    if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"{name}: {bad.sum()} of {bad.size} beyond the bound; at {i}: got {y[i]}, want {ref[i]}")
-def result(name, shape):
-    y = np.load(d + "/" + name + ".out.npy")
-    assert y.shape == tuple(shape), (name, y.shape, shape)
-    return y.astype(np.float64)
 # randn's generator (docs/language.md): tile.rand's hash, then Box-Muller.
 def mix32(h):
     h = h ^ (h >> np.uint32(16))
@@ -314,7 +302,7 @@ same("return3", "f32", h.transpose(0, 2, 1, 3).reshape(B, S, -1))
 
 #[test]
 fn data_movement_matches_numpy_on_every_device() {
-    run_every_case("graph_level_ops.tsr", PROGRAM, PRELUDE, CASES);
+    run_every_case("graph_level_ops.tsr", PROGRAM, &prelude(PRELUDE), CASES);
 }
 
 /// The oracles can fail: the parts of a concat in another order, or one part of a split
@@ -340,7 +328,7 @@ fn the_oracles_refuse_a_wrong_result() {
              a, b, c = (load(n) if '{function}' == 'cat' else None for n in 'abc')\n\
              x = None if '{function}' in ('cat', 'noise', 'mixgrad', 'loss_grads') else load('x')"
         );
-        assert_oracle_refuses(&file, PRELUDE, case, &dir.path().join(function), name, &setup, wrong);
+        assert_oracle_refuses(&file, &prelude(PRELUDE), case, &dir.path().join(function), name, &setup, wrong);
     }
 }
 

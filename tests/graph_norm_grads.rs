@@ -43,20 +43,8 @@ def normed_grads(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f
     return grad(normed)(x, w, b, t)
 "#;
 
+/// After [`NUMPY_HELPERS`] (`prelude`).
 const PRELUDE: &str = r#"
-import sys, numpy as np
-d = sys.argv[1]
-def load(name):
-    return np.load(d + "/" + name + ".npy").astype(np.float64)
-def result(name, shape):
-    y = np.load(d + "/" + name + ".out.npy")
-    assert y.shape == tuple(shape), (name, y.shape, shape)
-    return y.astype(np.float64)
-def close(name, y, ref, bound):
-    bad = ~(np.abs(y - ref) <= bound)
-    if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"{name}: {bad.sum()} of {bad.size} beyond the bound; at {i}: got {y[i]}, want {ref[i]}")
 def fd(f, v, h=1e-5):
     g = np.zeros_like(v)
     for i in np.ndindex(v.shape):
@@ -148,7 +136,7 @@ for i, name in enumerate(("x", "w", "b", "t")):
 
 #[test]
 fn gradients_through_norms_and_where_match_numpy_on_every_device() {
-    run_every_case("graph_norm_grads.tsr", PROGRAM, PRELUDE, CASES);
+    run_every_case("graph_norm_grads.tsr", PROGRAM, &prelude(PRELUDE), CASES);
 }
 
 /// The oracle can fail: a gradient with one element changed is refused.
@@ -161,5 +149,13 @@ fn the_oracle_refuses_a_wrong_gradient() {
     let file = program(dir.path(), "graph_norm_grads.tsr", PROGRAM);
     let case = CASES.iter().find(|c| c.function == "normed_grads").unwrap();
     let out = dir.path().join("wrong");
-    assert_oracle_refuses(&file, PRELUDE, case, &out, "return1", "", "np.where(np.arange(y.size) == 2, y + 1e-3, y)");
+    assert_oracle_refuses(
+        &file,
+        &prelude(PRELUDE),
+        case,
+        &out,
+        "return1",
+        "",
+        "np.where(np.arange(y.size) == 2, y + 1e-3, y)",
+    );
 }

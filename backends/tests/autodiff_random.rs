@@ -24,41 +24,29 @@ const M: usize = 3;
 const K: usize = 4;
 const N: usize = 5;
 
-/// A small deterministic generator (splitmix64).
-struct Draw(u64);
-
-impl Draw {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+/// `n` choices: a uniform index below `n` from the interpreter's seeded generator.
+fn below(d: &mut Rng, n: usize) -> usize {
+    d.int(0, n as i64 - 1) as usize
 }
 
 /// The body of a random loss: statements `tI = ...` of shape [M, N] over the parameters
 /// x [M, K], W [K, N], v [M, N], b [N], then `return <loss>`.
-fn random_body(d: &mut Draw) -> String {
+fn random_body(d: &mut Rng) -> String {
     let mut body = String::new();
     let mut names: Vec<String> = Vec::new();
-    let steps = 2 + d.below(5);
+    let steps = 2 + below(d, 5);
     for i in 0..steps {
-        let pick = |d: &mut Draw, names: &[String]| -> String {
+        let pick = |d: &mut Rng, names: &[String]| -> String {
             let leaves = ["(x @ W)", "v", "(x @ W + b)", "(v * b)"];
-            if names.is_empty() || d.below(4) == 0 {
-                leaves[d.below(leaves.len())].to_string()
+            if names.is_empty() || below(d, 4) == 0 {
+                leaves[below(d, leaves.len())].to_string()
             } else {
-                names[d.below(names.len())].clone()
+                names[below(d, names.len())].clone()
             }
         };
         let a = pick(d, &names);
         let c = pick(d, &names);
-        let expr = match d.below(30) {
+        let expr = match below(d, 30) {
             0 => format!("tanh({a})"),
             1 => format!("sigmoid({a})"),
             2 => format!("gelu({a})"),
@@ -97,7 +85,7 @@ fn random_body(d: &mut Draw) -> String {
         names.push(format!("t{i}"));
     }
     let last = names.last().unwrap();
-    let loss = match d.below(4) {
+    let loss = match below(d, 4) {
         0 => format!("mean({last} * {last})"),
         1 => format!("sum({last}) * 0.1"),
         2 => format!("mse({last}, v)"),
@@ -138,7 +126,7 @@ enum Outcome {
 
 /// Compiles one random program and compares its gradients with finite differences.
 fn check_case(seed: u64) -> Result<Outcome, String> {
-    let mut d = Draw(seed);
+    let mut d = Rng::new(seed);
     let text = program(&random_body(&mut d));
     let dims = [("M", M), ("K", K), ("N", N)];
     check_gradients(&text, &[&[M, K], &[K, N], &[M, N], &[N]], &dims, &mut d, seed)
@@ -151,7 +139,7 @@ fn check_gradients(
     text: &str,
     shapes: &[&[usize]],
     dims: &[(&str, usize)],
-    d: &mut Draw,
+    d: &mut Rng,
     seed: u64,
 ) -> Result<Outcome, String> {
     let db = Database::default();
@@ -202,7 +190,7 @@ fn check_gradients(
         }
         let scale = (g.iter().map(|x| x * x).sum::<f64>() / g.len() as f64).sqrt();
         for _ in 0..3 {
-            let i = d.below(g.len());
+            let i = below(d, g.len());
             let h = 1e-5 * inputs[p][i].abs().max(1.0);
             let quotient = |h: f64| -> Result<f64, String> {
                 let mut plus = inputs.clone();
@@ -299,7 +287,7 @@ def gradients(q: Tensor["B", "H", "S", "E", f64], k: Tensor["B", "H", "T", "E", 
 "#;
     let (b, h, s, t, e) = (2, 2, 3, 5, 4);
     for seed in 0..20 {
-        let mut d = Draw(seed);
+        let mut d = Rng::new(seed);
         let shapes: [&[usize]; 4] = [&[b, h, s, e], &[b, h, t, e], &[b, h, t, e], &[b, h, s, e]];
         let dims = [("B", b), ("H", h), ("S", s), ("T", t), ("E", e)];
         match check_gradients(text, &shapes, &dims, &mut d, seed) {

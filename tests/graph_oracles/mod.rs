@@ -16,6 +16,30 @@ pub struct Case {
     pub oracle: &'static str,
 }
 
+/// The helpers every oracle prelude may start with ([`prelude`]): the saved inputs as
+/// float64 (`load`), a saved result of a given shape (`result`), and an elementwise bound
+/// check that names the first element outside it (`close`).
+pub const NUMPY_HELPERS: &str = r#"
+import sys, numpy as np
+d = sys.argv[1]
+def load(name):
+    return np.load(d + "/" + name + ".npy").astype(np.float64)
+def result(name, shape):
+    y = np.load(d + "/" + name + ".out.npy")
+    assert y.shape == tuple(shape), (name, y.shape, shape)
+    return y.astype(np.float64)
+def close(name, y, ref, bound):
+    bad = ~(np.abs(y - ref) <= bound)
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{name}: {bad.sum()} of {bad.size} beyond the bound; at {i}: got {y[i]}, want {ref[i]}")
+"#;
+
+/// A suite's prelude: [`NUMPY_HELPERS`], then its own definitions.
+pub fn prelude(own: &str) -> String {
+    format!("{NUMPY_HELPERS}{own}")
+}
+
 pub fn tessera() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
     cmd.env_remove("NO_COLOR");
