@@ -218,14 +218,6 @@ fn tune(src: &Source, args: &AutotuneArgs) -> Result<i32, Failure> {
     Ok(if tuned.winner.is_some() { 0 } else { 1 })
 }
 
-/// The table's short name of a wrong configuration's cause.
-fn cause_tag(cause: MismatchSource) -> &'static str {
-    match cause {
-        MismatchSource::TileIr => "tile-ir",
-        MismatchSource::CodeGeneration => "codegen",
-    }
-}
-
 /// `BM=64, BN=128, warps=4`: the space's keys only.
 fn schedule_keys(s: &ScheduleValue, keys: &[String]) -> String {
     keys.iter().filter_map(|k| s.get(k).map(|v| format!("{k}={}", value_text(v)))).collect::<Vec<_>>().join(", ")
@@ -348,7 +340,7 @@ fn table(keys: &[String], rows: &[Row], rate: Rate, interp: bool) -> String {
             (Some(e), _) => format!("error: {e}"),
             (None, Some(true)) => "yes".into(),
             (None, Some(false)) => match r.cause {
-                Some(cause) => format!("NO ({})", cause_tag(cause)),
+                Some(cause) => format!("NO ({})", cause.short_name()),
                 None => "NO".into(),
             },
             (None, None) => "unchecked".into(),
@@ -421,7 +413,7 @@ fn tuned_text(
     causes.sort_by_key(|c| c.name());
     causes.dedup();
     for cause in causes {
-        let _ = writeln!(s, "NO ({}): {}", cause_tag(cause), cause_explanation(cause));
+        let _ = writeln!(s, "NO ({}): {}", cause.short_name(), cause_explanation(cause));
     }
     match tuned.winner.map(|i| &tuned.measured[i]) {
         Some(w) => {

@@ -81,6 +81,11 @@ impl Ad<'_, '_> {
         self.b.op1(kind, operands, ty, attrs, &loc)
     }
 
+    /// A float tensor: a value that has a gradient.
+    fn is_float_tensor(&self, v: ValueId) -> bool {
+        matches!(self.ty(v), Type::Tensor(t) if t.dtype.is_float())
+    }
+
     fn err<T>(&self, what: String) -> R<T> {
         Err(LowerError { message: what, range: self.loc.range })
     }
@@ -135,6 +140,17 @@ impl Ad<'_, '_> {
         self.adjoint.insert(v, total);
     }
 
+    /// The adjoint of one result of a multi-result op, in its type: zeros when nothing
+    /// read the result.
+    fn adjoint_or_zero(&mut self, r: ValueId) -> ValueId {
+        let t = self.ty(r);
+        match self.adjoint.get(&r) {
+            Some(&g) if self.ty(g) == t => g,
+            Some(&g) => self.op(OpKind::Cast, vec![g], t, vec![]),
+            None => self.filled(0.0, &t),
+        }
+    }
+
     /// `split(x, n, axis)`: the adjoint of `x` is the concatenation of the parts'
     /// adjoints (zeros for a part nothing reads).
     fn split_rule(&mut self, f_op: &Op) -> R<()> {
@@ -142,21 +158,7 @@ impl Ad<'_, '_> {
             return Ok(());
         }
         let x = f_op.operands[0];
-        let parts: Vec<ValueId> = f_op
-            .results
-            .iter()
-            .map(|&r| match self.adjoint.get(&r) {
-                Some(&g) if self.ty(g) == self.ty(r) => g,
-                Some(&g) => {
-                    let t = self.ty(r);
-                    self.op(OpKind::Cast, vec![g], t, vec![])
-                }
-                None => {
-                    let t = self.ty(r);
-                    self.filled(0.0, &t)
-                }
-            })
-            .collect();
+        let parts: Vec<ValueId> = f_op.results.iter().map(|&r| self.adjoint_or_zero(r)).collect();
         let axis = f_op.int_attr("axis").unwrap_or(0);
         let t = self.ty(x);
         let mut attrs = vec![("axis", Attr::Int(axis))];
@@ -211,7 +213,7 @@ impl Ad<'_, '_> {
             let n = counts[k] as usize;
             let mine = pieces[at..at + n].to_vec();
             at += n;
-            if !matches!(self.ty(o), Type::Tensor(t) if t.dtype.is_float()) {
+            if !self.is_float_tensor(o) {
                 continue;
             }
             let d = if n == 1 {
@@ -347,7 +349,7 @@ impl Ad<'_, '_> {
         let Some(&r) = f_op.results.first() else { return Ok(()) };
         let Some(&g) = self.adjoint.get(&r) else { return Ok(()) };
         let x = |i: usize| f_op.operands[i];
-        let diff = |v: ValueId, ad: &Self| matches!(ad.ty(v), Type::Tensor(t) if t.dtype.is_float());
+        let diff = |v: ValueId, ad: &Self| ad.is_float_tensor(v);
         match f_op.kind {
             OpKind::Add => {
                 for i in 0..2 {

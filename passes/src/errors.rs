@@ -106,6 +106,14 @@ pub fn lowering_diagnostic(db: &dyn Db, key: FnKey<'_>) -> Option<Diagnostic> {
         return None;
     }
     let e = crate::queries::graph_ir(db, key).as_ref().err()?;
-    let code = if e.message.starts_with("internal error") { Code::E0900 } else { Code::E0809 };
-    Some(Diagnostic::new(code, e.range, format!("`{}` cannot be lowered: {}", key.name(db), e.message)))
+    Some(Diagnostic::new(lowering_code(e), e.range, format!("`{}` cannot be lowered: {}", key.name(db), e.message)))
+}
+
+/// The code of a lowering refusal: E0809, or E0900 for an internal error (a bug).
+pub fn lowering_code(e: &crate::error::LowerError) -> Code {
+    if e.message.starts_with("internal error") {
+        Code::E0900
+    } else {
+        Code::E0809
+    }
 }

@@ -532,6 +532,14 @@ impl MismatchSource {
         }
     }
 
+    /// The short name in tables (`tessera autotune`, the explorer's results).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            MismatchSource::TileIr => "tile-ir",
+            MismatchSource::CodeGeneration => "codegen",
+        }
+    }
+
     /// The source [`MismatchSource::name`] names (an autotune cache entry reads it back).
     pub fn from_name(name: &str) -> Option<MismatchSource> {
         [MismatchSource::TileIr, MismatchSource::CodeGeneration].into_iter().find(|s| s.name() == name)

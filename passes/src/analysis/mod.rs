@@ -742,7 +742,7 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
                 } else {
                     e.range
                 };
-                let code = if e.message.starts_with("internal error") { Code::E0900 } else { Code::E0809 };
+                let code = crate::errors::lowering_code(&e);
                 let d = Diagnostic::new(code, at, format!("`{name}` cannot be lowered for {target}: {}", e.message));
                 out.body.push(Lint { diagnostic: d, fix: None });
                 return out;

@@ -57,7 +57,7 @@ impl Ad<'_, '_> {
         let v_t = self.transpose_last2(v);
         let dp = self.op(OpKind::MatMul, vec![g, v_t], scores_t.clone(), acc.clone());
         let dpp = self.bin(OpKind::Mul, dp, p);
-        let rows = self.line_sum_last(dpp);
+        let rows = self.line_sum(dpp, rank - 1);
         let centered = self.bin(OpKind::Sub, dp, rows);
         let ds = self.bin(OpKind::Mul, p, centered);
         let ds = self.bin(OpKind::Mul, ds, scale);
@@ -84,16 +84,6 @@ impl Ad<'_, '_> {
         let d = self.op(OpKind::Cast, vec![d], Type::Scalar(dtype), vec![]);
         let r = self.op(OpKind::Rsqrt, vec![d], Type::Scalar(dtype), vec![]);
         self.op(OpKind::GBroadcast, vec![r], scores_t.clone(), vec![])
-    }
-
-    fn is_float_tensor(&self, v: ValueId) -> bool {
-        matches!(self.ty(v), Type::Tensor(t) if t.dtype.is_float())
-    }
-
-    /// `sum(v, axis=-1, keepdim=True)` broadcast back to `v`'s shape.
-    fn line_sum_last(&mut self, v: ValueId) -> ValueId {
-        let rank = self.ty(v).dims().len();
-        self.sum_back(v, &[rank - 1])
     }
 
     /// The scores with the keys a query may not see (bottom-right aligned: query `i`

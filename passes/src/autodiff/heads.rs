@@ -51,13 +51,7 @@ impl Ad<'_, '_> {
         let qkv = f_op.operands[0];
         let mut parts = Vec::new();
         for &r in &f_op.results {
-            let g = match self.adjoint.get(&r) {
-                Some(&g) => g,
-                None => {
-                    let t = self.ty(r);
-                    self.filled(0.0, &t)
-                }
-            };
+            let g = self.adjoint_or_zero(r);
             parts.push(self.heads_to_rows(g)?);
         }
         let t = self.ty(qkv);

@@ -47,7 +47,7 @@ impl Ad<'_, '_> {
     }
 
     /// `sum(v, axis, keepdim=True)` broadcast back to `v`'s shape.
-    fn line_sum(&mut self, v: ValueId, axis: usize) -> ValueId {
+    pub(super) fn line_sum(&mut self, v: ValueId, axis: usize) -> ValueId {
         self.sum_back(v, &[axis])
     }
 
@@ -135,7 +135,7 @@ impl Ad<'_, '_> {
 
         // dw and db: summed over every row.
         for (param, grad_of) in [(weight, Some(xhat)), (bias, None)] {
-            let Some(p) = param.filter(|&p| matches!(self.ty(p), Type::Tensor(t) if t.dtype.is_float())) else {
+            let Some(p) = param.filter(|&p| self.is_float_tensor(p)) else {
                 continue;
             };
             let per_row = match grad_of {

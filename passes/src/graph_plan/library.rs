@@ -164,7 +164,7 @@ impl Planner<'_> {
                     p.swap(i, i + 1);
                     p == perm
                 });
-                if let Some(i) = middle.filter(|_| rank >= 3) {
+                if let Some(i) = middle {
                     let dt = dtype_of(self, x);
                     let (outer, inner) = (dims_product(&dims[..i]), dims_product(&dims[i + 2..]));
                     let (p, q) = (dims[i].clone(), dims[i + 1].clone());

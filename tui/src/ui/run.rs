@@ -8,7 +8,6 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Gauge;
 use ratatui::Frame;
-use tessera_backends::launch::MismatchSource;
 use tessera_frontend::check::FunctionKind;
 
 use super::graph_run;
@@ -195,10 +194,7 @@ fn correctness_text(c: &Correctness) -> String {
         Correctness::Checked { passed: false, nonfinite: true, .. } => "NON-FINITE".into(),
         // Whether the device computes its Tile IR: the kernel's arithmetic or a Tile IR
         // pass, or code generation (the status line says it in words).
-        Correctness::Checked { passed: false, cause: Some(MismatchSource::TileIr), .. } => "WRONG tile-ir".into(),
-        Correctness::Checked { passed: false, cause: Some(MismatchSource::CodeGeneration), .. } => {
-            "WRONG codegen".into()
-        }
+        Correctness::Checked { passed: false, cause: Some(cause), .. } => format!("WRONG {}", cause.short_name()),
         Correctness::Checked { passed: false, .. } => "WRONG".into(),
     }
 }

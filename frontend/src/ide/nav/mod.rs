@@ -65,6 +65,17 @@ impl<'db> FnCtx<'db> {
         range.shift(self.anchor)
     }
 
+    /// Each `state: OptimizerState[W] ...` parameter's `W`: its name and expression.
+    pub fn optimizer_state_targets(&self) -> Vec<(String, ExprId)> {
+        self.ast
+            .params
+            .iter()
+            .zip(&self.sig.params)
+            .filter(|(_, info)| matches!(&info.ty, Ty::Tensor(t) if t.kind == check::TensorKind::OptimizerState))
+            .filter_map(|(q, _)| q.annotation.and_then(|a| check::optimizer_target(self.body(), a)))
+            .collect()
+    }
+
     pub fn body(&self) -> &Body {
         &self.ast.arena
     }
@@ -322,10 +333,7 @@ fn classify_in_function(db: &dyn Db, file: SourceFile, f: &FnCtx<'_>, tok: Tok) 
             Expr::Name(name) if body.expr_range(id) == rel => {
                 let in_sig = sig_exprs[id.0 as usize];
                 // `state: OptimizerState[W]`: W is the parameter of that name.
-                let holds_state_of = f.ast.params.iter().zip(&f.sig.params).any(|(q, info)| {
-                    matches!(&info.ty, Ty::Tensor(t) if t.kind == check::TensorKind::OptimizerState)
-                        && q.annotation.and_then(|a| check::optimizer_target(body, a)).is_some_and(|(_, at)| at == id)
-                });
+                let holds_state_of = f.optimizer_state_targets().iter().any(|&(_, at)| at == id);
                 if let Some(i) = f.ast.params.iter().position(|p| holds_state_of && p.name == *name) {
                     let def = Definition::Param { function: f.index, index: i as u32 };
                     return Some(NameAt { range: tok.range, def, is_definition: false, site });

@@ -4,7 +4,7 @@
 
 use super::goto::{import_binding, symbol_occurrences};
 use super::{all_constants, all_functions, classify, Definition, FnCtx};
-use crate::check::{optimizer_target, schedule::canonical_key, Resolution, TensorKind, Ty};
+use crate::check::{schedule::canonical_key, Resolution, Ty};
 use crate::db::{self, Db, SourceFile};
 use crate::syntax::ast::*;
 use crate::text::TextRange;
@@ -69,13 +69,9 @@ pub(crate) fn references_of(db: &dyn Db, file: SourceFile, def: &Definition) -> 
                         }
                     }
                     // `state: OptimizerState[W]` names the parameter in another's type.
-                    for (q, info) in f.ast.params.iter().zip(&f.sig.params) {
-                        let holds_state = matches!(&info.ty, Ty::Tensor(t) if t.kind == TensorKind::OptimizerState);
-                        let target = q.annotation.and_then(|a| optimizer_target(f.body(), a));
-                        if let (true, Some((name, at))) = (holds_state, target) {
-                            if name == p.name.as_str() {
-                                push(f.abs(f.body().expr_range(at)), ReferenceKind::Read);
-                            }
+                    for (name, at) in f.optimizer_state_targets() {
+                        if name == p.name.as_str() {
+                            push(f.abs(f.body().expr_range(at)), ReferenceKind::Read);
                         }
                     }
                     // `callee(name=...)` at every call site of this function.
