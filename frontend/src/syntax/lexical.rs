@@ -73,6 +73,8 @@ impl<'a> Scanner<'a> {
         let mut pos = 0usize;
         // Whether the previous logical line opened a block (ended with `:`).
         let mut expect_indent: Option<u32> = None;
+        // Where the `:` of the last line that opened a block ends.
+        let mut opener_end = 0u32;
         let mut continuation = false;
         while pos < len {
             let line_start = pos;
@@ -130,8 +132,14 @@ impl<'a> Scanner<'a> {
                                     TextRange::new(i as u32, self.char_end(i)).cover(indent_range),
                                     "expected an indented block",
                                 )
+                                .with_label(
+                                    TextRange::new(i as u32, self.char_end(i)).cover(indent_range),
+                                    "not indented",
+                                )
                                 .with_label(TextRange::empty(block_line), "the block opened by this line is empty"),
-                                line_range,
+                                // The parser's error for the same mistake is at the end of
+                                // the opening line: this explains it.
+                                TextRange::new(block_line, line_end as u32),
                             );
                         }
                     } else if width > top {
@@ -171,6 +179,7 @@ impl<'a> Scanner<'a> {
             continuation = false;
             // Tokens of the rest of the line: strings, comments, brackets.
             let mut last_significant: Option<u8> = None;
+            let mut significant_end = i;
             while i < line_end {
                 let b = self.bytes[i];
                 match b {
@@ -203,11 +212,26 @@ impl<'a> Scanner<'a> {
                 }
                 last_significant = Some(b);
                 i += 1;
+                significant_end = i;
             }
             if self.brackets.is_empty() && !continuation && last_significant == Some(b':') {
                 expect_indent = Some(line_start as u32);
+                opener_end = significant_end as u32;
             }
             pos = line_end + 1;
+        }
+        // The text ends right after a line that opens a block (`def f():` as the last
+        // line, or a chunk's only line).
+        if let Some(block_line) = expect_indent {
+            let end = opener_end;
+            let text_start =
+                block_line + self.bytes[block_line as usize..].iter().take_while(|b| **b == b' ').count() as u32;
+            self.error(
+                Diagnostic::new(Code::E0101, TextRange::new(text_start, end), "expected an indented block")
+                    .with_label(TextRange::new(text_start, end), "this line opens a block with no body")
+                    .with_note("write the body on the next lines, indented, or `pass`"),
+                TextRange::new(block_line, len as u32),
+            );
         }
         for (bracket, at) in std::mem::take(&mut self.brackets).into_iter().rev() {
             let close = match bracket {

@@ -298,6 +298,10 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
                 self.report(Code::E0100, node, format!("expression nested more than {MAX_DEPTH} levels deep"));
             }
             self.missing(self.rel(node))
+        } else if node.is_missing() {
+            // A token the parser invented to recover (the name of `def f():` with no
+            // body): its E0100 is reported; a name with no text would be E0200 too.
+            self.missing(self.rel(node))
         } else {
             self.expr_inner(node)
         };

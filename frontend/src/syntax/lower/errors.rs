@@ -39,7 +39,7 @@ pub(super) fn collect_syntax_errors(text: &str, root: Node, lexical: &LexicalRep
                 let context = node.parent().map(|p| describe_context(p.kind())).unwrap_or("");
                 let message = if let Some(hint) = python_construct(token, node) {
                     hint
-                } else if token.is_empty() {
+                } else if token.trim().is_empty() {
                     format!("syntax error{context}")
                 } else {
                     format!("syntax error: unexpected `{}`{context}", truncate(token, 30))
