@@ -139,7 +139,16 @@ pub(crate) fn signature(db: &dyn Db, file: SourceFile, ast: &FunctionDef, info: 
     }
     let mut params = Vec::new();
     let mut symbols: Vec<String> = Vec::new();
-    for p in &ast.params {
+    for (i, p) in ast.params.iter().enumerate() {
+        // `def f(V, V)`: Python refuses it; here the second would shadow the first in the
+        // body while callers and `tessera run` bind both.
+        if let Some(first) = ast.params[..i].iter().find(|q| q.name == p.name && !p.name.is_empty()) {
+            cx.push(
+                Diagnostic::new(Code::E0202, p.name_range, format!("parameter `{}` is defined more than once", p.name))
+                    .with_label(first.name_range, "first defined here")
+                    .with_note("rename this parameter or remove one of them"),
+            );
+        }
         let mut sharding = None;
         let ty = match p.annotation {
             Some(a) => {
