@@ -221,7 +221,7 @@ fn stage_region(
             continue;
         }
         if staged_loop {
-            ops.extend(pipeline_loop(f, config, id, allocs)?);
+            ops.extend(pipeline_loop(f, config, id, allocs, in_loop)?);
             continue;
         }
         // A staged load outside a loop: one copy, waited for at once.
@@ -255,6 +255,7 @@ fn pipeline_loop(
     config: &Config,
     loop_id: OpId,
     allocs: &mut Vec<OpId>,
+    in_loop: bool,
 ) -> Result<Vec<OpId>, LowerError> {
     let lp = f.op(loop_id);
     let stages = lp.int_attr("stages").unwrap_or(1).max(1) as u32;
@@ -263,7 +264,16 @@ fn pipeline_loop(
     let iv = lp.regions[0].args[0];
     let body_ops: Vec<OpId> = lp.regions[0].ops.clone();
     let in_body: HashSet<OpId> = body_ops.iter().copied().collect();
-    let defs = f.definitions();
+    // The defining op of each value the body's own ops define: all that the copies
+    // recompute. Not `f.definitions()`: while `stage_region` walks an enclosing loop
+    // (`for n0 in tile.range` around this one), that loop's region is taken out of the
+    // function, and this body with it.
+    let mut defs: Vec<Option<OpId>> = vec![None; f.values.len()];
+    for &id in &body_ops {
+        for &r in &f.op(id).results {
+            defs[r.0 as usize] = Some(id);
+        }
+    }
     // The copies this loop performs: implicit (staged loads) and explicit (cp_async
     // into buffers allocated outside the loop).
     let mut staged: Vec<Staged> = Vec::new();
@@ -402,6 +412,11 @@ fn pipeline_loop(
     out.push(loop_id);
     // Drain the copies issued for iterations past the end.
     out.push(push_op(f, OpKind::AsyncWait, vec![], vec![], vec![("pending", Attr::Int(0))], &loc));
+    if in_loop {
+        // An enclosing loop runs this one again, and its prologue overwrites the ring:
+        // every thread must be done reading the last iterations' slots first.
+        out.push(push_op(f, OpKind::Barrier, vec![], vec![], vec![("pipeline", Attr::Bool(true))], &loc));
+    }
     Ok(out)
 }
 
