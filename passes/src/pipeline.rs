@@ -190,9 +190,14 @@ pub fn wgmma_problem(graph: &Func, config: &Config, target: Target) -> Option<(S
 }
 
 fn verified(f: &Func, after: &str) -> Result<(), LowerError> {
-    crate::ir::verify::verify(f).map_err(|e| LowerError {
-        message: format!("internal error: the IR after the `{after}` pass does not verify: {e}"),
-        range: f.loc.range,
+    crate::ir::verify::verify(f).map_err(|e| {
+        if std::env::var_os("TESSERA_DUMP_BAD_IR").is_some() {
+            eprintln!("{}", crate::ir::print::print_func(f, &crate::ir::print::NoLocs).text);
+        }
+        LowerError {
+            message: format!("internal error: the IR after the `{after}` pass does not verify: {e}"),
+            range: f.loc.range,
+        }
     })
 }
 
