@@ -363,7 +363,9 @@ impl<'a> Infer<'a> {
                 Ty::NoneVal => out.push(Dim::constant(1)),
                 Ty::Slice => {
                     let dim = dims.get(d).cloned().unwrap_or_else(|| Dim::constant(1));
-                    out.push(self.slice_extent(idx, &dim)?);
+                    let extent = self.slice_extent(idx, &dim)?;
+                    self.check_static_extent(idx, &extent)?;
+                    out.push(extent);
                     d += 1;
                 }
                 Ty::Int(v) => {
@@ -400,6 +402,26 @@ impl<'a> Infer<'a> {
         }
         out.extend(dims.iter().skip(d).cloned());
         Some(out)
+    }
+
+    /// E0504 when a kernel's slice has an extent that changes with a loop variable
+    /// (`X[c0:c0 // BN]`): every iteration's tile must have the same shape, which the
+    /// lowering fixes when the kernel is compiled.
+    fn check_static_extent(&mut self, slice: ExprId, extent: &Dim) -> Option<()> {
+        if !self.in_kernel() {
+            return Some(());
+        }
+        let symbols = extent.symbols();
+        let Some(var) = self.loop_vars.iter().rev().find(|v| symbols.contains(v)) else { return Some(()) };
+        let message = format!(
+            "the slice `{}` has extent {extent}, which changes with the loop variable `{var}`",
+            self.text(slice)
+        );
+        self.push(
+            Diagnostic::new(Code::E0504, self.range(slice), message)
+                .with_note("a tile has the same shape in every iteration: slice `start:start + SIZE` with SIZE a constant, a schedule key or a shape symbol"),
+        );
+        None
     }
 
     pub(super) fn slice_extent(&mut self, slice: ExprId, dim: &Dim) -> Option<Dim> {

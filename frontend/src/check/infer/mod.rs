@@ -57,6 +57,9 @@ pub(crate) struct Infer<'a> {
     grid: Option<u32>,
     /// A `tile.parallel` loop already appeared at the current grid level.
     grid_level_used: bool,
+    /// The variables of the enclosing `tile.parallel` and `tile.range` loops: a tile's
+    /// extent may not depend on them.
+    pub(super) loop_vars: Vec<String>,
     masked_depth: u32,
     returns: Vec<(TextRange, Ty)>,
     /// The function's name (for messages), empty for constants.
@@ -103,6 +106,7 @@ impl<'a> Infer<'a> {
             ctx_reads: BTreeSet::new(),
             grid: Some(0),
             grid_level_used: false,
+            loop_vars: Vec::new(),
             masked_depth: 0,
             returns: Vec::new(),
             fn_name: String::new(),

@@ -235,6 +235,11 @@ impl<'a> Infer<'a> {
             _ => Ty::Unknown,
         };
         self.assign(target, var_ty, None);
+        let tile_loop_var = match (kind, self.body.expr(target)) {
+            (LoopKind::Parallel | LoopKind::Sequential, Expr::Name(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        self.loop_vars.extend(tile_loop_var.clone());
         if kind == LoopKind::Parallel {
             let saved = (self.grid, self.grid_level_used);
             self.grid = self.grid.map(|d| d + 1);
@@ -246,6 +251,9 @@ impl<'a> Infer<'a> {
             let saved = self.grid.take();
             self.stmts(loop_body);
             self.grid = saved;
+        }
+        if tile_loop_var.is_some() {
+            self.loop_vars.pop();
         }
         if let Some(e) = orelse {
             self.stmts(e);
