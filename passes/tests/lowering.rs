@@ -117,6 +117,38 @@ fn grad_appends_the_backward_graph() {
 /// A helper inlined with arguments of other dims than its own symbols (`b` bound to a
 /// `B//2` half): Graph IR speaks of the graph function's dims only, so that a run can
 /// evaluate every type (it used to keep the helper's `b`, which no argument binds).
+/// A kernel's `return` ends what is lowered: code after it never runs (it made the IR
+/// fail verification: "func.return must be the last op"), and a `return` inside a branch
+/// or loop is E0809's "not lowered yet", not an internal error.
+#[test]
+fn a_kernel_stops_at_its_return_and_refuses_an_early_one() {
+    let text = r#"import tessera as ts
+
+@ts.kernel
+def after(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32]) -> ts.Tensor["n", ts.f32]:
+    i = ts.tile.linear_id()
+    if i < n:
+        y[i] = x[i] * 2.0
+    return y
+    y[i] = x[i]
+
+@ts.kernel
+def early(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32]) -> ts.Tensor["n", ts.f32]:
+    i = ts.tile.linear_id()
+    if i < n:
+        y[i] = x[i] * 2.0
+        return y
+    return y
+"#;
+    let lowered: BTreeMap<String, Result<String, String>> =
+        lower_file("returns.tsr", text, Target::Sm90).into_iter().map(|(name, _, r)| (name, r)).collect();
+    let after = lowered["after"].as_ref().unwrap();
+    let graph = after.split("// ===== sched").next().unwrap();
+    assert_eq!(graph.matches("tile.scatter").count(), 1, "{graph}");
+    let early = lowered["early"].as_ref().unwrap_err();
+    assert!(early.contains("a `return` inside a loop or a branch") && !early.contains("internal"), "{early}");
+}
+
 #[test]
 fn inlined_helpers_take_the_callers_dims() {
     let text = r#"from tessera import *

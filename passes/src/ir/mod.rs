@@ -565,6 +565,11 @@ impl<'f> Builder<'f> {
         self.stack.push(Region { args, ops: Vec::new() });
     }
 
+    /// Whether ops go to a nested region (a loop's or a branch's), not the body.
+    pub fn in_nested_region(&self) -> bool {
+        self.stack.len() > 1
+    }
+
     pub fn close_region(&mut self) -> Region {
         assert!(self.stack.len() > 1, "close_region without open_region");
         self.stack.pop().unwrap()

@@ -35,6 +35,10 @@ impl Lower<'_, '_> {
     pub(super) fn stmts(&mut self, stmts: &[StmtId]) -> R<()> {
         for &s in stmts {
             self.stmt(s)?;
+            // What follows a `return` never runs (and a region ends at its return).
+            if matches!(self.body.stmt(s), Stmt::Return(_)) {
+                break;
+            }
         }
         Ok(())
     }
@@ -83,6 +87,12 @@ impl Lower<'_, '_> {
                 self.bind(target, Val::One(combined))
             }
             Stmt::Return(value) => {
+                if self.b.in_nested_region() || self.mask.is_some() {
+                    return unsupported(
+                        "a `return` inside a loop or a branch of a kernel (guard the work instead: `if i < n: ...`)",
+                        range,
+                    );
+                }
                 let loc = self.loc(range);
                 let operands = match value {
                     Some(v) => match self.expr(*v)? {
