@@ -4,7 +4,8 @@
 //! mutations keep programs close to valid (a number, a dtype, a tile op, an operator, a
 //! schedule string or a shape symbol replaced by another of its kind; a line deleted or
 //! repeated), so they reach the passes. Any answer may be an error with a span; none
-//! may be an internal error (a caught panic).
+//! may be an internal error (a caught panic, or IR that fails verification after a pass:
+//! E0900).
 //!
 //! `TESSERA_FUZZ_ITERATIONS` and `TESSERA_FUZZ_SEED` run a longer or different campaign.
 
@@ -17,6 +18,10 @@ use tessera_passes::session::capture::{Cancellable, ErrorKind};
 use tessera_passes::session::{AnalysisHost, Overrides};
 use tessera_passes::stages::Stage;
 use tessera_passes::Target;
+
+#[path = "../../tests/support/mutate.rs"]
+mod mutate;
+use mutate::{mutate, mutation, tokens, Mutation};
 
 fn programs() -> Vec<(PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -34,128 +39,11 @@ fn programs() -> Vec<(PathBuf, String)> {
     out
 }
 
-/// Replacements by kind: a token of one of these lists is replaced by another of it.
-const FAMILIES: &[&[&str]] = &[
-    &["f64", "f32", "tf32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "i32", "i64", "bool"],
-    &["exp", "rsqrt", "gelu", "sqrt", "abs", "neg", "log", "tanh", "sigmoid", "relu"],
-    &["row_sum", "row_max", "row_min", "col_sum", "sum", "max"],
-    &["maximum", "minimum"],
-    &["zeros", "full", "ones", "arange"],
-    &["load", "cp_async", "store"],
-    &["parallel", "range"],
-    &["+", "-", "*", "/", "@", "//", "%"],
-    &["+=", "-=", "*=", "="],
-    &["\"wgmma\"", "\"mma.sync\"", "\"tma\"", "\"cp.async\"", "\"xor\"", "\"none\"", "\"pingpong\""],
-    &["M", "N", "K", "C", "R", "D", "S", "B", "H"],
-    &["BM", "BN", "BK", "warps", "stages"],
-];
-
-const NUMBERS: &[&str] = &[
-    "0", "1", "2", "3", "4", "7", "8", "16", "17", "31", "32", "48", "64", "96", "128", "256", "1024", "-1", "0.5",
-    "1e-5",
-];
-
-/// Splits source into tokens: words (with dots inside numbers), strings, operators
-/// (`+=`, `//`, `->`, `**` kept whole), single other characters.
-fn tokens(text: &str) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let start = i;
-        if c.is_alphanumeric() || c == '_' {
-            while i < chars.len()
-                && (chars[i].is_alphanumeric() || chars[i] == '_' || (chars[i] == '.' && c.is_ascii_digit()))
-            {
-                i += 1;
-            }
-        } else if c == '"' {
-            i += 1;
-            while i < chars.len() && chars[i] != '"' && chars[i] != '\n' {
-                i += 1;
-            }
-            i = (i + 1).min(chars.len());
-        } else if i + 1 < chars.len()
-            && ["+=", "-=", "*=", "//", "->", "**", "==", "<=", ">="].contains(&&*format!("{c}{}", chars[i + 1]))
-        {
-            i += 2;
-        } else {
-            i += 1;
-        }
-        out.push(chars[start..i].iter().collect());
-    }
-    out
-}
-
-#[derive(Clone, Debug)]
-enum Mutation {
-    /// Replace the n-th replaceable token by the r-th other member of its kind.
-    Replace(usize, usize),
-    /// Delete the n-th line.
-    DeleteLine(usize),
-    /// Repeat the n-th line.
-    RepeatLine(usize),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        6 => (any::<usize>(), any::<usize>()).prop_map(|(n, r)| Mutation::Replace(n, r)),
-        1 => any::<usize>().prop_map(Mutation::DeleteLine),
-        1 => any::<usize>().prop_map(Mutation::RepeatLine),
-    ]
-}
-
-fn is_number(t: &str) -> bool {
-    t.starts_with(|c: char| c.is_ascii_digit())
-}
-
-fn replacements(t: &str) -> Option<&'static [&'static str]> {
-    if is_number(t) {
-        return Some(NUMBERS);
-    }
-    FAMILIES.iter().copied().find(|f| f.contains(&t))
-}
-
-fn mutate(text: &str, mutations: &[Mutation]) -> String {
-    let mut text = text.to_string();
-    for m in mutations {
-        match *m {
-            Mutation::Replace(n, r) => {
-                let mut toks = tokens(&text);
-                let candidates: Vec<usize> = (0..toks.len()).filter(|&i| replacements(&toks[i]).is_some()).collect();
-                if candidates.is_empty() {
-                    continue;
-                }
-                let at = candidates[n % candidates.len()];
-                let family = replacements(&toks[at]).unwrap();
-                let others: Vec<&str> = family.iter().copied().filter(|&o| o != toks[at]).collect();
-                toks[at] = others[r % others.len()].to_string();
-                text = toks.concat();
-            }
-            Mutation::DeleteLine(n) | Mutation::RepeatLine(n) => {
-                let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
-                if lines.is_empty() {
-                    continue;
-                }
-                let at = n % lines.len();
-                if matches!(m, Mutation::DeleteLine(_)) {
-                    lines.remove(at);
-                } else {
-                    lines.insert(at, lines[at]);
-                }
-                text = lines.concat();
-            }
-        }
-    }
-    text
-}
-
 /// An internal error in an answer fails the case, with the program that caused it.
 fn no_internal<T>(what: &str, answer: Cancellable<T>, program: &str) -> Option<T> {
     match answer {
         Ok(v) => Some(v),
-        Err(e) if e.kind == ErrorKind::Internal => {
+        Err(e) if e.kind == ErrorKind::Internal || e.message.contains("internal error") => {
             panic!("{what}: {}\n--- program ---\n{program}", e.message)
         }
         Err(_) => None,
@@ -174,6 +62,14 @@ fn run_whole_pipeline(path: &Path, text: &str) -> usize {
         if let Some(diagnostics) = no_internal("diagnostics", analysis.diagnostics(target), text) {
             for d in &diagnostics {
                 assert!(d.range.end as usize <= text.len(), "{} {:?} outside the file: {}", d.code, d.range, d.message);
+                // An IR that fails verification after a pass is reported, not a panic;
+                // it is a compiler bug all the same.
+                assert!(
+                    d.code.as_str() != "E0900",
+                    "internal compiler error on {}: {}\n--- program ---\n{text}",
+                    target.name(),
+                    d.message
+                );
             }
             if !diagnostics.iter().any(|d| d.is_error()) {
                 clean.push(target);
