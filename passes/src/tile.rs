@@ -76,6 +76,7 @@ fn index_dim(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
         }
         OpKind::Add => Some(arg(0)?.add(&arg(1)?)),
         OpKind::Sub => Some(arg(0)?.sub(&arg(1)?)),
+        OpKind::Neg => Some(Dim::constant(0).sub(&arg(0)?)),
         OpKind::Mul => Some(arg(0)?.mul_plain(&arg(1)?)),
         OpKind::FloorDiv => arg(0)?.floor_div(&arg(1)?),
         _ => None,

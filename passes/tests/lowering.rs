@@ -149,6 +149,25 @@ def early(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32]) -> ts.Tensor["n"
     assert!(early.contains("a `return` inside a loop or a branch") && !early.contains("internal"), "{early}");
 }
 
+/// A grid axis may start at a negative constant (`tile.parallel(-64, N, 64)`): the
+/// extent counts from it, on every target (it was "bounds are not tensor dims or
+/// constants", since `-64` is a negation).
+#[test]
+fn a_grid_axis_may_start_at_a_negative_constant() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(64, 64), warps=4))
+def shifted(X: Tensor["N", f32], Y: Tensor["N", f32]):
+    for i0 in tile.parallel(-64, N, 64):
+        Y[i0:i0 + 64] = tile.load(X[i0:i0 + 64], other=0.0) * 2.0
+"#;
+    for target in Target::ALL {
+        let lowered = lower_file("shifted.tsr", text, target);
+        let tile = lowered[0].2.as_ref().unwrap_or_else(|e| panic!("{target}: {e}"));
+        assert!(tile.contains("grid = [(N + 127)//64, 1, 1]"), "{target}: {tile}");
+    }
+}
+
 #[test]
 fn inlined_helpers_take_the_callers_dims() {
     let text = r#"from tessera import *
