@@ -639,7 +639,17 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     let name = key.name(db).to_string();
     race_lints(&graph, &name, &mut out);
     pattern_lints(&graph, &name, &mut out);
-    let Some(limits) = GpuLimits::of(target) else { return out };
+    let Some(limits) = GpuLimits::of(target) else {
+        // The CPU backend: a fixed schedule's Tile IR must lower as on a GPU target.
+        let schedule = crate::auto_space::kernel_schedule(db, key, target);
+        if !schedule.is_autotuned() && !schedule.auto {
+            let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
+            if let Err(e) = transient_tile_ir(db, key, &config, target) {
+                out.body.push(unlowerable(&e, &graph, def.name_range, &name, target));
+            }
+        }
+        return out;
+    };
     // `@kernel.auto` gets its default space here (crate::auto_space).
     let schedule = crate::auto_space::kernel_schedule(db, key, target);
     let chosen = if schedule.is_autotuned() {
@@ -737,14 +747,7 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
             // The kernel's own schedule does not lower for this target: `tessera run`
             // would stop here, so `tessera check` says so (E0809; a bug is E0900).
             Err(e) => {
-                let at = if e.range == graph.loc.range || e.range == TextRange::default() {
-                    def.name_range
-                } else {
-                    e.range
-                };
-                let code = crate::errors::lowering_code(&e);
-                let d = Diagnostic::new(code, at, format!("`{name}` cannot be lowered for {target}: {}", e.message));
-                out.body.push(Lint { diagnostic: d, fix: None });
+                out.body.push(unlowerable(&e, &graph, def.name_range, &name, target));
                 return out;
             }
         },
@@ -754,6 +757,14 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     resource_lints(&resources, &conflicts, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
     phase_lints(&tile, &name, def.name_range, &mut out);
     out
+}
+
+/// E0809 (E0900 for a compiler bug) for a kernel whose Tile IR does not lower for
+/// `target`: `tessera run` would stop there, so `tessera check` says so.
+fn unlowerable(e: &LowerError, graph: &Func, name_range: TextRange, name: &str, target: Target) -> Lint {
+    let at = if e.range == graph.loc.range || e.range == TextRange::default() { name_range } else { e.range };
+    let code = crate::errors::lowering_code(e);
+    Lint { diagnostic: Diagnostic::new(code, at, format!("`{name}` cannot be lowered for {target}: {}", e.message)), fix: None }
 }
 
 /// E0501 for the compiler's own staging (`phases`): a bug of the pipeliner, reported at
