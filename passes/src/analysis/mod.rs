@@ -764,7 +764,10 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
 fn unlowerable(e: &LowerError, graph: &Func, name_range: TextRange, name: &str, target: Target) -> Lint {
     let at = if e.range == graph.loc.range || e.range == TextRange::default() { name_range } else { e.range };
     let code = crate::errors::lowering_code(e);
-    Lint { diagnostic: Diagnostic::new(code, at, format!("`{name}` cannot be lowered for {target}: {}", e.message)), fix: None }
+    Lint {
+        diagnostic: Diagnostic::new(code, at, format!("`{name}` cannot be lowered for {target}: {}", e.message)),
+        fix: None,
+    }
 }
 
 /// E0501 for the compiler's own staging (`phases`): a bug of the pipeliner, reported at
