@@ -109,3 +109,34 @@ fn a_data_parallel_step_reduces_one_gradient_while_it_computes_the_other() {
     assert_eq!(check("dp_mlp_step (one bucket)", &plan.schedule), 1);
     assert_eq!(collective_overlaps(&plan.schedule), vec![Vec::<String>::new()]);
 }
+
+/// Two collectives on one buffer with nothing between them (a reduce-scatter written
+/// twice): both start and complete before the kernel that reads the buffer, each wait
+/// after its own start. The waits were put before every start of their slot, the first
+/// collective's before its own start, and the plan did not verify.
+#[test]
+fn two_collectives_on_one_buffer_in_a_row_start_and_complete_in_order() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus/valid/sequence_parallel_mlp.tsr"),
+    )
+    .unwrap();
+    let line = "    y = dist.reduce_scatter(y, axis=\"tp\", dim=1)\n";
+    assert!(text.contains(line));
+    let text = text.replace(line, &format!("{line}{line}"));
+    let db = Database::default();
+    let file = SourceFile::new(&db, "twice.tsr".into(), text, None);
+    let key = item_index(&db, file).functions.iter().find(|f| f.key.name(&db) == "mlp").unwrap().key;
+    let plan = mesh_plan(&db, key, &BTreeMap::new()).unwrap().unwrap();
+    tessera_passes::ir::verify::verify(&plan.schedule).unwrap();
+    assert_eq!(check("mlp with two reduce-scatters", &plan.schedule), 3);
+    let kinds: Vec<OpKind> = plan
+        .schedule
+        .body
+        .ops
+        .iter()
+        .map(|&id| plan.schedule.op(id).kind)
+        .filter(|k| matches!(k, OpKind::CollectiveStart | OpKind::CollectiveWait))
+        .collect();
+    use OpKind::{CollectiveStart as Start, CollectiveWait as Wait};
+    assert_eq!(kinds, [Start, Wait, Start, Wait, Start, Wait]);
+}

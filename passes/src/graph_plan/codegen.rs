@@ -434,8 +434,9 @@ impl Planner<'_> {
         let mut waits: Vec<Vec<(OpId, OpId, Vec<ValueId>)>> = vec![Vec::new(); kernels.len() + 1];
         // (first kernel it must precede, buffers) of each placed one.
         let mut placed: Vec<(usize, Vec<ValueId>)> = Vec::new();
-        for (token, buffers, at) in started {
-            let all = views_of(&self.s, buffers);
+        let views: Vec<Vec<ValueId>> = started.iter().map(|(_, buffers, _)| views_of(&self.s, buffers)).collect();
+        for (i, (token, _, at)) in started.iter().enumerate() {
+            let all = views[i].clone();
             let touches = |k: usize| self.s.op(kernels[k]).operands.iter().any(|o| all.contains(o));
             let here = kernels_before[*at];
             let mut lo = (0..here).rev().find(|&k| touches(k)).map_or(0, |k| k + 1);
@@ -447,7 +448,16 @@ impl Planner<'_> {
                     lo = lo.max(*phi);
                 }
             }
-            let hi = (here..kernels.len()).find(|&k| touches(k)).unwrap_or(kernels.len()).max(lo);
+            // Complete before a later collective on the same buffers starts (one that
+            // reduces this one's result), at the latest where that one stands.
+            let next_collective = started[i + 1..]
+                .iter()
+                .zip(&views[i + 1..])
+                .filter(|(_, later)| later.iter().any(|b| all.contains(b)))
+                .map(|((_, _, later_at), _)| kernels_before[*later_at])
+                .min();
+            let first_kernel = (here..kernels.len()).find(|&k| touches(k)).unwrap_or(kernels.len());
+            let hi = first_kernel.min(next_collective.unwrap_or(kernels.len())).max(lo);
             let overlaps: Vec<String> =
                 kernels[lo..hi].iter().filter_map(|&k| self.s.op(k).str_attr("callee").map(str::to_string)).collect();
             let start_op = launches[*at];
@@ -469,16 +479,23 @@ impl Planner<'_> {
             placed.push((hi, all));
         }
         let mut ops = Vec::new();
+        let mut issued: Vec<OpId> = Vec::new();
         for k in 0..=kernels.len() {
-            // In a slot, a wait goes before the starts only when another of them works on
-            // its buffers; the others after them, so that more collectives are in flight.
-            let (first, last): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut waits[k]).into_iter().partition(|(_, own, bufs)| {
-                    starts[k].iter().any(|(s, started)| s != own && started.iter().any(|b| bufs.contains(b)))
+            // In a slot, a wait goes before a start only when that start works on its
+            // buffers (and after its own start: two collectives on one buffer may start
+            // and complete in one slot); the others after the starts, so that more
+            // collectives are in flight.
+            let mut pending = std::mem::take(&mut waits[k]);
+            for (start, started) in &starts[k] {
+                let (before, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(_, own, bufs)| {
+                    own != start && issued.contains(own) && started.iter().any(|b| bufs.contains(b))
                 });
-            ops.extend(first.into_iter().map(|(w, _, _)| w));
-            ops.extend(starts[k].iter().map(|(s, _)| *s));
-            ops.extend(last.into_iter().map(|(w, _, _)| w));
+                ops.extend(before.into_iter().map(|(w, _, _)| w));
+                pending = rest;
+                ops.push(*start);
+                issued.push(*start);
+            }
+            ops.extend(pending.into_iter().map(|(w, _, _)| w));
             if let Some(&l) = kernels.get(k) {
                 ops.push(l);
             }
