@@ -825,6 +825,20 @@ fn pruning_diagnostic(
 }
 
 fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
+    for read in races::unwritten_reads(graph) {
+        let Some(at) = range_in(&read.at, name) else { continue };
+        let mut d = Diagnostic::new(
+            Code::E0504,
+            at,
+            format!("`{}` is read here, but nothing writes it: its contents are undefined", read.buffer),
+        )
+        .with_label(at, "read, but never written")
+        .with_note("fill a shared buffer with `tile.cp_async(buf, src)` or a store before reading it");
+        if let Some(allocated) = range_in(&read.allocated, name) {
+            d = d.with_label(allocated, "allocated here");
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
     // One diagnostic per kind and barrier-free stretch: one barrier fixes them all
     // (`tile.mma(a_s, b_s)` reads two buffers that were both just copied).
     let mut groups: BTreeMap<(u32, u8), Vec<races::Race>> = BTreeMap::new();

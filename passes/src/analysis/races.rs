@@ -177,3 +177,44 @@ pub fn find_races(f: &Func) -> Vec<Race> {
     races.sort_by_key(|r| (r.at.range.start, r.at.range.end));
     races
 }
+
+/// A shared buffer the kernel reads but never writes: what it reads is whatever the
+/// previous kernel left in shared memory.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UnwrittenRead {
+    /// The first read.
+    pub at: Loc,
+    pub buffer: String,
+    /// The allocation.
+    pub allocated: Loc,
+}
+
+/// Every shared buffer of `f` that some op reads (`tile.load_shared`, the operand reads
+/// of `tile.mma`) and no `tile.cp_async` or shared store writes.
+pub fn unwritten_reads(f: &Func) -> Vec<UnwrittenRead> {
+    let ops = f.walk();
+    let writes = |buf: ValueId| {
+        ops.iter().any(|&id| {
+            let op = f.op(id);
+            matches!(op.kind, OpKind::CpAsync | OpKind::StoreShared) && op.operands.first() == Some(&buf)
+        })
+    };
+    let mut out = Vec::new();
+    for &alloc in &ops {
+        let op = f.op(alloc);
+        if op.kind != OpKind::AllocShared {
+            continue;
+        }
+        let Some(&buf) = op.results.first() else { continue };
+        if writes(buf) {
+            continue;
+        }
+        let first_read =
+            ops.iter().map(|&id| f.op(id)).find(|r| r.kind == OpKind::LoadShared && r.operands.first() == Some(&buf));
+        if let Some(read) = first_read {
+            let buffer = f.values[buf.0 as usize].name.as_deref().unwrap_or("the shared buffer").to_string();
+            out.push(UnwrittenRead { at: read.loc.clone(), buffer, allocated: op.loc.clone() });
+        }
+    }
+    out
+}
