@@ -521,10 +521,16 @@ pub(crate) fn fold_transposed_loads(f: &mut Func) {
         return;
     }
     let defs = f.definitions();
+    // Uses of each value, and how many of them are transposes: a load that only
+    // transposes read (one, or one per dot that reads `b.T`) folds into each of them.
     let mut uses = vec![0u32; f.values.len()];
+    let mut transposed_uses = vec![0u32; f.values.len()];
     for id in f.walk() {
         for &o in &f.op(id).operands {
             uses[o.0 as usize] += 1;
+            if f.op(id).kind == OpKind::Transpose {
+                transposed_uses[o.0 as usize] += 1;
+            }
         }
     }
     for id in f.walk() {
@@ -534,7 +540,7 @@ pub(crate) fn fold_transposed_loads(f: &mut Func) {
         }
         let src = op.operands[0];
         let Some(load) = defs[src.0 as usize] else { continue };
-        if f.op(load).kind != OpKind::LoadShared || uses[src.0 as usize] != 1 {
+        if f.op(load).kind != OpKind::LoadShared || uses[src.0 as usize] != transposed_uses[src.0 as usize] {
             continue;
         }
         // The transpose becomes the load (same result); the old load is dead.
@@ -543,7 +549,6 @@ pub(crate) fn fold_transposed_loads(f: &mut Func) {
         t.kind = OpKind::LoadShared;
         t.operands = vec![buffer];
         t.set_attr("transpose", Attr::Bool(true));
-        uses[src.0 as usize] = 0;
     }
 }
 

@@ -168,6 +168,23 @@ def shifted(X: Tensor["N", f32], Y: Tensor["N", f32]):
     }
 }
 
+/// Two `wgmma` dots that read one staged `[N, K]` tile as `b.T` (here the fp8 GEMM's dot
+/// written twice): each transpose folds into its own K-major read of the staging slot.
+/// A load with two transposes reading it did not fold, and lowering stopped with "a
+/// `wgmma` operand is not a read of a shared buffer".
+#[test]
+fn two_wgmma_dots_may_read_one_loaded_tile_transposed() {
+    let text = std::fs::read_to_string(repo().join("tests/fixtures/wgmma/fp8.tsr")).unwrap();
+    let dot = "                acc += tile.dot(a, b.T)\n";
+    assert!(text.contains(dot));
+    let text = text.replace(dot, &format!("{dot}{dot}"));
+    let lowered = lower_file("fp8_twice.tsr", &text, Target::Sm90);
+    let (_, _, tile) = lowered.iter().find(|(name, _, _)| name == "fp8_gemm_tn").unwrap();
+    let tile = tile.as_ref().unwrap();
+    let tile_ir = tile.split("// ===== tile IR =====").nth(1).unwrap();
+    assert_eq!(tile_ir.matches("tile.dot").count(), 2, "{tile_ir}");
+}
+
 #[test]
 fn inlined_helpers_take_the_callers_dims() {
     let text = r#"from tessera import *
