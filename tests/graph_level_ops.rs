@@ -76,6 +76,10 @@ def choose(a: Tensor["M", "N", f32], b: Tensor["N", f32], c: Tensor["M", "N", f1
     return where(a > b, a, b), where(b > 0.5, 1.0, a * 2.0), where(c < 0.0, c, 0.0)
 
 @jit
+def wrap(x: Tensor["M", "N", f32], y: Tensor["M", "N", i32]):
+    return x // 0.25, x % 0.75, y // 3, y % 5
+
+@jit
 def heads(qkv: Tensor["B", "S", "E", f16], h: Tensor["B", "H", "S", "Dh", f32]):
     q, k, v = split_qkv(qkv, heads=4)
     return q, k, v, merge_heads(h)
@@ -86,7 +90,7 @@ const PRELUDE: &str = r#"
 def same(name, dtype, ref):
     y = np.load(d + "/" + name + ".out.npy")
     # bf16 is saved widened to float32 (exactly).
-    saved = {"f32": np.float32, "f16": np.float16, "bf16": np.float32}[dtype]
+    saved = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i32": np.int32}[dtype]
     assert y.dtype == saved, (name, y.dtype, dtype)
     assert y.shape == ref.shape, (name, y.shape, ref.shape)
     bad = y.astype(np.float64) != ref
@@ -284,6 +288,19 @@ a, b, c = load("a"), load("b"), load("c")
 same("return0", "f32", np.where(a > b, a, b))
 same("return1", "f32", np.where(b > 0.5, 1.0, a * 2.0))
 same("return2", "f16", np.where(c < 0.0, c, 0.0))
+"#,
+    },
+    Case {
+        // Floor division and remainder as Python's (the remainder takes the divisor's
+        // sign); they were refused when planned ("in a fused elementwise kernel").
+        function: "wrap",
+        dims: "M=33,N=70",
+        oracle: r#"
+x, y = load("x"), load("y")
+same("return0", "f32", np.floor_divide(x.astype(np.float32), np.float32(0.25)).astype(np.float64))
+same("return1", "f32", np.mod(x.astype(np.float32), np.float32(0.75)).astype(np.float64))
+same("return2", "i32", np.floor_divide(y, 3))
+same("return3", "i32", np.mod(y, 5))
 "#,
     },
     Case {

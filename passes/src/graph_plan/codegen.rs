@@ -193,6 +193,8 @@ impl Planner<'_> {
                 OpKind::Mul => format!("{} * {}", bin(0, self), bin(1, self)),
                 OpKind::Div => format!("{} / {}", bin(0, self), bin(1, self)),
                 OpKind::Pow => format!("{} ** {}", bin(0, self), bin(1, self)),
+                OpKind::FloorDiv => format!("{} // {}", bin(0, self), bin(1, self)),
+                OpKind::Rem => format!("{} % {}", bin(0, self), bin(1, self)),
                 OpKind::Max => format!("tile.maximum({}, {})", a(0), a(1)),
                 OpKind::Min => format!("tile.minimum({}, {})", a(0), a(1)),
                 OpKind::Neg => format!("-{}", a(0)),
