@@ -25,6 +25,15 @@ impl<'a> Infer<'a> {
                         }
                     }
                 }
+                // A step of 0 never ends, a negative one is not a tile loop.
+                if let Some(step) = a.get("step") {
+                    if let Ty::Int(Some(d)) = &step.ty {
+                        if let Some(v) = d.as_const().filter(|v| *v <= 0) {
+                            let message = format!("the step of `{what}` must be positive, but it is {v}");
+                            self.error(Code::E0802, self.range(step.expr), message);
+                        }
+                    }
+                }
                 Ty::Range(if name == "parallel" { LoopKind::Parallel } else { LoopKind::Sequential })
             }
             "program_id" => Ty::Int(Some(Dim::sym(&format!(
