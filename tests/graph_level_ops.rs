@@ -75,9 +75,14 @@ def loss_grads(logits: Tensor["B", "S", "C", f32], target: Tensor["B", "S", "C",
 def choose(a: Tensor["M", "N", f32], b: Tensor["N", f32], c: Tensor["M", "N", f16]):
     return where(a > b, a, b), where(b > 0.5, 1.0, a * 2.0), where(c < 0.0, c, 0.0)
 
+@autodiff
+def wrapped(x: Tensor["M", "N", f32], s: Tensor["M", "N", f32]):
+    return sum(x % 0.75 * x + x // 0.25 + x % s)
+
 @jit
-def wrap(x: Tensor["M", "N", f32], y: Tensor["M", "N", i32]):
-    return x // 0.25, x % 0.75, y // 3, y % 5
+def wrap(x: Tensor["M", "N", f32], y: Tensor["M", "N", i32], s: Tensor["M", "N", f32]):
+    dx, ds = grad(wrapped)(x, s)
+    return x // 0.25, x % 0.75, y // 3, y % 5, dx, ds
 
 @jit
 def heads(qkv: Tensor["B", "S", "E", f16], h: Tensor["B", "H", "S", "Dh", f32]):
@@ -292,7 +297,8 @@ same("return2", "f16", np.where(c < 0.0, c, 0.0))
     },
     Case {
         // Floor division and remainder as Python's (the remainder takes the divisor's
-        // sign); they were refused when planned ("in a fused elementwise kernel").
+        // sign); they were refused when planned ("in a fused elementwise kernel"). Their
+        // gradients: 1 and -floor(x / s) for `%`, none for `//`.
         function: "wrap",
         dims: "M=33,N=70",
         oracle: r#"
@@ -301,6 +307,13 @@ same("return0", "f32", np.floor_divide(x.astype(np.float32), np.float32(0.25)).a
 same("return1", "f32", np.mod(x.astype(np.float32), np.float32(0.75)).astype(np.float64))
 same("return2", "i32", np.floor_divide(y, 3))
 same("return3", "i32", np.mod(y, 5))
+# d/dx (x % 0.75 * x + x // 0.25 + x % s) = x % 0.75 + x + 1 (floor division is flat);
+# d/ds (x % s) = -floor(x / s).
+s = load("s")
+x32, s32 = x.astype(np.float32), s.astype(np.float32)
+want_dx = np.mod(x32, np.float32(0.75)).astype(np.float64) + x + 1.0
+close("return4", result("return4", x.shape), want_dx, 1e-6 * (1 + np.abs(want_dx)))
+same("return5", "f32", -np.floor_divide(x32, s32).astype(np.float64))
 "#,
     },
     Case {

@@ -390,6 +390,20 @@ impl Ad<'_, '_> {
                     self.accumulate(x(1), d);
                 }
             }
+            // `a // b` is piecewise constant: no gradient (almost everywhere), as in JAX.
+            OpKind::FloorDiv => {}
+            // `a % b = a - floor(a / b) * b`: 1 for a, -floor(a / b) for b.
+            OpKind::Rem => {
+                if diff(x(0), self) {
+                    self.accumulate(x(0), g);
+                }
+                if diff(x(1), self) {
+                    let q = self.bin(OpKind::FloorDiv, x(0), x(1));
+                    let gq = self.bin(OpKind::Mul, g, q);
+                    let d = self.neg(gq);
+                    self.accumulate(x(1), d);
+                }
+            }
             OpKind::Pow => {
                 let Some(c) = self.constant_of(x(1)) else {
                     return self.err("grad of `**` with a non-constant exponent is not supported yet".into());
