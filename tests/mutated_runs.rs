@@ -38,8 +38,14 @@ const DEVICES: &[(&[&str], &str)] = &[
 ];
 
 /// The value of every shape symbol that no tile dim uses: not a multiple of the usual
-/// tile sizes, so the last tiles are partial.
+/// tile sizes, so the last tiles are partial. Graph functions get a smaller one (still
+/// not a multiple of a tile, and divisible by a mesh of 8): a mixture of 80 experts of
+/// 80 x 80 took minutes on the debug interpreter.
 const RAGGED: u32 = 80;
+const RAGGED_GRAPH: u32 = 40;
+
+/// A run that takes longer hangs (the slowest mutants take about 20 s in debug).
+const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(240);
 
 /// What one run of one mutant came to.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -53,7 +59,7 @@ enum Outcome {
 }
 
 /// The kernels and graph functions of a program, with the symbols to pass `--dims` for.
-fn kernels(path: &Path, text: &str) -> Vec<(String, Vec<String>)> {
+fn kernels(path: &Path, text: &str) -> Vec<(String, Vec<String>, u32)> {
     let db = Database::default();
     let file = SourceFile::new(&db, path.to_path_buf(), text.to_string(), None);
     let mut out = Vec::new();
@@ -68,7 +74,8 @@ fn kernels(path: &Path, text: &str) -> Vec<(String, Vec<String>)> {
             Err(_) => Vec::new(),
         };
         let free = signature.symbols.iter().filter(|s| !tile_symbols.contains(*s)).cloned().collect();
-        out.push((entry.key.name(&db).to_string(), free));
+        let value = if signature.kind == FunctionKind::Graph { RAGGED_GRAPH } else { RAGGED };
+        out.push((entry.key.name(&db).to_string(), free, value));
     }
     out
 }
@@ -80,7 +87,15 @@ fn tessera() -> Command {
 }
 
 /// Runs one mutant's kernel on one device; panics with the program on a broken promise.
-fn run_mutant(dir: &Path, text: &str, kernel: &str, symbols: &[String], device: usize, seed: u64) -> Outcome {
+fn run_mutant(
+    dir: &Path,
+    text: &str,
+    kernel: &str,
+    symbols: &[String],
+    value: u32,
+    device: usize,
+    seed: u64,
+) -> Outcome {
     let path = dir.join("mutant.tsr");
     std::fs::write(&path, text).unwrap();
     let (device_args, target) = DEVICES[device];
@@ -95,14 +110,30 @@ fn run_mutant(dir: &Path, text: &str, kernel: &str, symbols: &[String], device: 
     if check_text.contains("internal error") || check.status.code().is_none_or(|c| c > 2) {
         broken("made `tessera check` fail inside", &check_text);
     }
-    let dims: Vec<String> = symbols.iter().map(|s| format!("{s}={RAGGED}")).collect();
+    let dims: Vec<String> = symbols.iter().map(|s| format!("{s}={value}")).collect();
     let run = |device_args: &[&str]| {
         let mut cmd = tessera();
         cmd.args(["run", "--kernel", kernel, "--repeat", "1", "--json", "--seed", &seed.to_string()]).args(device_args);
         if !dims.is_empty() {
             cmd.args(["--dims", &dims.join(",")]);
         }
-        cmd.arg(&path).current_dir(dir).output().unwrap()
+        let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+        cmd.arg(&path).current_dir(dir);
+        cmd.stdout(std::fs::File::create(&out).unwrap()).stderr(std::fs::File::create(&err).unwrap());
+        let mut child = cmd.spawn().unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > RUN_TIMEOUT {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                broken(&format!("did not finish within {} s", RUN_TIMEOUT.as_secs()), "");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        std::process::Output { status, stdout: std::fs::read(&out).unwrap(), stderr: std::fs::read(&err).unwrap() }
     };
     let run_output = run(device_args);
     let stdout = String::from_utf8_lossy(&run_output.stdout).into_owned();
@@ -187,7 +218,9 @@ fn mutated_kernels_run_correct_or_refused() {
         let mutated = mutate(source, &mutations);
         let kernels = kernels(path, &mutated);
         let outcome = match kernels.get(pick % kernels.len().max(1)) {
-            Some((kernel, symbols)) => run_mutant(dir.path(), &mutated, kernel, symbols, device, input_seed),
+            Some((kernel, symbols, value)) => {
+                run_mutant(dir.path(), &mutated, kernel, symbols, *value, device, input_seed)
+            }
             None => Outcome::NoKernel,
         };
         outcomes.borrow_mut().push(outcome);
