@@ -28,7 +28,30 @@ pub fn parse_items(text: &str) -> Option<Vec<Item>> {
     while p.peek().kind != Kind::Eof {
         p.item(&mut items)?;
     }
-    Some(items)
+    // A long left-associative chain (`x + x + ... + x`, thousands of terms) is parsed
+    // by a loop, not by recursion, but every pass over its tree recurses: tree-sitter's
+    // lowering reports it past its depth limit (E0100) instead.
+    let deep = items.iter().any(|item| match &item.kind {
+        ItemKind::Function(f) => too_deep(&f.def.arena) || too_deep(&f.decorators.arena),
+        ItemKind::Constant(c) => too_deep(&c.arena),
+        _ => false,
+    });
+    (!deep).then_some(items)
+}
+
+/// Whether an expression of `body` nests deeper than the lowering's limit. Children are
+/// allocated before their parents, so one pass in id order sees each child's depth first.
+fn too_deep(body: &Body) -> bool {
+    let mut depth = vec![0u32; body.exprs.len()];
+    for i in 0..body.exprs.len() {
+        let mut d = 0;
+        body.walk_children(ExprId(i as u32), |c| d = d.max(depth.get(c.0 as usize).copied().unwrap_or(0)));
+        depth[i] = d + 1;
+        if depth[i] > crate::syntax::lower::MAX_DEPTH {
+            return true;
+        }
+    }
+    false
 }
 
 pub(super) struct Parser<'a> {

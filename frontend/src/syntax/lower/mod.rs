@@ -29,7 +29,7 @@ pub use literals::unquote;
 
 /// Expressions nested deeper than this are not lowered (and reported): it bounds the
 /// recursion of every later pass, whatever the input.
-const MAX_DEPTH: u32 = 200;
+pub(crate) const MAX_DEPTH: u32 = 200;
 
 pub fn language() -> Language {
     tree_sitter_tessera::LANGUAGE.into()
