@@ -545,7 +545,7 @@ impl Planner<'_> {
             })
         };
         let g = match candidate {
-            Some(g) if fits(self, g) => g,
+            Some(g) if fits(self, g) && self.groups[g].ops.len() < MAX_FUSED_OPS => g,
             _ => {
                 let g = self.groups.len();
                 self.groups.push(Group { kind: Kind::Elementwise, dims, ops: vec![], outputs: vec![] });
@@ -569,6 +569,12 @@ impl Planner<'_> {
         Ok(())
     }
 }
+
+/// The most ops one fused elementwise kernel takes; the next starts a new kernel (and the
+/// values it reads from this one are stored). Unbounded, the gradient sum of a pipeline
+/// over 1024 microbatches became one kernel of thousands of ops, whose generated source
+/// nested deeper than the checker recurses and took gigabytes to plan.
+const MAX_FUSED_OPS: usize = 64;
 
 /// Plans a graph function (Graph IR) into generated kernels and launches.
 pub fn plan(graph: &Func) -> R<GraphPlan> {

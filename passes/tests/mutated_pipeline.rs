@@ -7,7 +7,8 @@
 //! may be an internal error (a caught panic, or IR that fails verification after a pass:
 //! E0900).
 //!
-//! `TESSERA_FUZZ_ITERATIONS` and `TESSERA_FUZZ_SEED` run a longer or different campaign.
+//! `TESSERA_FUZZ_ITERATIONS` and `TESSERA_FUZZ_SEED` run a longer or different campaign;
+//! `TESSERA_FUZZ_TRACE=1` prints each mutant before it runs.
 
 use std::path::{Path, PathBuf};
 
@@ -140,6 +141,11 @@ fn mutated_programs_lower_without_internal_errors() {
     let result = runner.run(&(any::<usize>(), proptest::collection::vec(mutation(), 1..4)), |(index, mutations)| {
         let (path, source) = &programs[index % programs.len()];
         let mutated = mutate(source, &mutations);
+        // A mutant that aborts the process (a stack overflow) cannot be reported by the
+        // runner: `TESSERA_FUZZ_TRACE=1` prints each one first.
+        if std::env::var_os("TESSERA_FUZZ_TRACE").is_some() {
+            eprintln!("--- mutant of {} ---\n{mutated}", path.display());
+        }
         let r = run_whole_pipeline(path, &mutated);
         reached.set(reached.get() + usize::from(r > 0));
         Ok(())

@@ -43,31 +43,44 @@ impl Planner<'_> {
         let mut sig = Signature::default();
         let mut body = String::new();
         let mut offset = String::new();
+        // Parts of one size (a pipeline's microbatches) share one symbol and land at
+        // `k * D`: the sum of every earlier part's size made the source quadratic in the
+        // parts and the offset expressions as deep as there are parts (1024 microbatches
+        // nested past the checker's limit).
+        let sizes: Vec<_> = op.operands.iter().map(|&x| self.ty(x).dims().get(axis).cloned()).collect();
+        let equal = sizes.windows(2).all(|w| w[0] == w[1]);
         for (k, &x) in op.operands.clone().iter().enumerate() {
             let d = around(self.ty(x).dims(), axis);
+            let dk = if equal { "D".to_string() } else { format!("D{k}") };
             let stored = self.host[&x];
             let (decl, view) = if flat {
                 (
-                    format!("X{k}: Tensor[\"O\", \"D{k}\", {dt}]"),
+                    format!("X{k}: Tensor[\"O\", \"{dk}\", {dt}]"),
                     self.view(stored, vec![d[0].clone(), d[1].clone()], &loc),
                 )
             } else {
-                (format!("X{k}: Tensor[\"O\", \"D{k}\", \"I\", {dt}]"), self.view(stored, d, &loc))
+                (format!("X{k}: Tensor[\"O\", \"{dk}\", \"I\", {dt}]"), self.view(stored, d, &loc))
             };
             sig.push(decl, view);
             let at = if offset.is_empty() { "d0".to_string() } else { format!("{offset} + d0") };
             let _ = if flat {
                 write!(
                     body,
-                    "        for d0 in tile.range(0, D{k}, ctx.BN):\n            t = tile.load(X{k}[o0:o0 + ctx.BM, d0:d0 + ctx.BN])\n            inside = (d0 + tile.arange(ctx.BN))[None, :] < D{k}\n            tile.store(Y[o0:o0 + ctx.BM, {at}:{at} + ctx.BN], t, mask=inside)\n"
+                    "        for d0 in tile.range(0, {dk}, ctx.BN):\n            t = tile.load(X{k}[o0:o0 + ctx.BM, d0:d0 + ctx.BN])\n            inside = (d0 + tile.arange(ctx.BN))[None, :] < {dk}\n            tile.store(Y[o0:o0 + ctx.BM, {at}:{at} + ctx.BN], t, mask=inside)\n"
                 )
             } else {
                 write!(
                     body,
-                    "            for d0 in tile.range(0, D{k}, ctx.BM):\n                t = tile.load(X{k}[o, d0:d0 + ctx.BM, i0:i0 + ctx.BN])\n                inside = (d0 + tile.arange(ctx.BM))[:, None] < D{k}\n                tile.store(Y[o, {at}:{at} + ctx.BM, i0:i0 + ctx.BN], t, mask=inside)\n"
+                    "            for d0 in tile.range(0, {dk}, ctx.BM):\n                t = tile.load(X{k}[o, d0:d0 + ctx.BM, i0:i0 + ctx.BN])\n                inside = (d0 + tile.arange(ctx.BM))[:, None] < {dk}\n                tile.store(Y[o, {at}:{at} + ctx.BM, i0:i0 + ctx.BN], t, mask=inside)\n"
                 )
             };
-            offset = if offset.is_empty() { format!("D{k}") } else { format!("{offset} + D{k}") };
+            offset = if equal {
+                format!("{} * D", k + 1)
+            } else if offset.is_empty() {
+                format!("D{k}")
+            } else {
+                format!("{offset} + D{k}")
+            };
         }
         let y = self.stored_result(op, 0)?;
         let yd = around(out_ty.dims(), axis);
