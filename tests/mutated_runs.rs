@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use proptest::test_runner::Config;
 use tessera_frontend::check::{fn_signature, FunctionKind};
 use tessera_frontend::db::item_index;
 use tessera_frontend::{Database, SourceFile};
@@ -28,7 +28,7 @@ use tessera_frontend::{Database, SourceFile};
 mod kernel_sources;
 #[path = "support/mutate.rs"]
 mod mutate;
-use mutate::{mutate, mutation};
+use mutate::{campaign, mutate, mutation};
 
 /// Where a mutant runs: `tessera run` arguments, and the target `tessera check` checks.
 const DEVICES: &[(&[&str], &str)] = &[
@@ -204,14 +204,8 @@ fn mutated_kernels_run_correct_or_refused() {
         .map(|s| (s.path, s.text))
         .collect();
     assert!(programs.len() >= 10, "only {} programs with kernels", programs.len());
-    let cases: u32 = std::env::var("TESSERA_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
-    let seed: u64 = std::env::var("TESSERA_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5EED_4E55);
-    let mut seed_bytes = [0u8; 32];
-    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config { cases, failure_persistence: None, max_shrink_iters: 0, ..Config::default() },
-        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
-    );
+    let mut runner = campaign(40, 0x5EED_4E55, Config { max_shrink_iters: 0, ..Config::default() });
+    let cases = runner.config().cases;
     let dir = tempfile::tempdir().unwrap();
     let outcomes = std::cell::RefCell::new(Vec::new());
     let strategy =

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use proptest::test_runner::Config;
 use tessera_frontend::check::FunctionKind;
 use tessera_passes::session::capture::{Cancellable, ErrorKind};
 use tessera_passes::session::{AnalysisHost, Overrides};
@@ -22,7 +22,7 @@ use tessera_passes::Target;
 
 #[path = "../../tests/support/mutate.rs"]
 mod mutate;
-use mutate::{mutate, mutation, tokens, Mutation};
+use mutate::{campaign, mutate, mutation, tokens, Mutation};
 
 fn programs() -> Vec<(PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -126,14 +126,8 @@ fn run_whole_pipeline(path: &Path, text: &str) -> usize {
 #[test]
 fn mutated_programs_lower_without_internal_errors() {
     let programs = programs();
-    let cases: u32 = std::env::var("TESSERA_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
-    let seed: u64 = std::env::var("TESSERA_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x7E55_E4A0);
-    let mut seed_bytes = [0u8; 32];
-    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config { cases, failure_persistence: None, ..Config::default() },
-        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
-    );
+    let mut runner = campaign(48, 0x7E55_E4A0, Config::default());
+    let cases = runner.config().cases;
     // Panics are caught and reported as internal errors; keep the hook from printing each.
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));

@@ -4,6 +4,21 @@
 //! (`passes/tests/mutated_pipeline.rs`) and `tessera run`'s (`tests/mutated_runs.rs`).
 
 use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+/// A seeded campaign: `TESSERA_FUZZ_ITERATIONS` cases (else `default_cases`) drawn from
+/// `TESSERA_FUZZ_SEED` (else `default_seed`), with `config`'s other settings and no
+/// failure file.
+pub fn campaign(default_cases: u32, default_seed: u64, config: Config) -> TestRunner {
+    let cases = std::env::var("TESSERA_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(default_cases);
+    let seed: u64 = std::env::var("TESSERA_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(default_seed);
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    TestRunner::new_with_rng(
+        Config { cases, failure_persistence: None, ..config },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    )
+}
 
 /// Replacements by kind: a token of one of these lists is replaced by another of it.
 const FAMILIES: &[&[&str]] = &[

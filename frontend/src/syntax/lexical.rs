@@ -126,17 +126,11 @@ impl<'a> Scanner<'a> {
                         if width > top {
                             self.indents.push(width);
                         } else if tab_at.is_none() {
+                            let unindented = TextRange::new(i as u32, self.char_end(i)).cover(indent_range);
                             self.error(
-                                Diagnostic::new(
-                                    Code::E0101,
-                                    TextRange::new(i as u32, self.char_end(i)).cover(indent_range),
-                                    "expected an indented block",
-                                )
-                                .with_label(
-                                    TextRange::new(i as u32, self.char_end(i)).cover(indent_range),
-                                    "not indented",
-                                )
-                                .with_label(TextRange::empty(block_line), "the block opened by this line is empty"),
+                                Diagnostic::new(Code::E0101, unindented, "expected an indented block")
+                                    .with_label(unindented, "not indented")
+                                    .with_label(TextRange::empty(block_line), "the block opened by this line is empty"),
                                 // The parser's error for the same mistake is at the end of
                                 // the opening line: this explains it.
                                 TextRange::new(block_line, line_end as u32),
@@ -223,12 +217,12 @@ impl<'a> Scanner<'a> {
         // The text ends right after a line that opens a block (`def f():` as the last
         // line, or a chunk's only line).
         if let Some(block_line) = expect_indent {
-            let end = opener_end;
             let text_start =
                 block_line + self.bytes[block_line as usize..].iter().take_while(|b| **b == b' ').count() as u32;
+            let opener = TextRange::new(text_start, opener_end);
             self.error(
-                Diagnostic::new(Code::E0101, TextRange::new(text_start, end), "expected an indented block")
-                    .with_label(TextRange::new(text_start, end), "this line opens a block with no body")
+                Diagnostic::new(Code::E0101, opener, "expected an indented block")
+                    .with_label(opener, "this line opens a block with no body")
                     .with_note("write the body on the next lines, indented, or `pass`"),
                 TextRange::new(block_line, len as u32),
             );

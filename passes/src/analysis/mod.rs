@@ -639,9 +639,10 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     let name = key.name(db).to_string();
     race_lints(&graph, &name, &mut out);
     pattern_lints(&graph, &name, &mut out);
+    // `@kernel.auto` gets its default space here (crate::auto_space).
+    let schedule = crate::auto_space::kernel_schedule(db, key, target);
     let Some(limits) = GpuLimits::of(target) else {
         // The CPU backend: a fixed schedule's Tile IR must lower as on a GPU target.
-        let schedule = crate::auto_space::kernel_schedule(db, key, target);
         if !schedule.is_autotuned() && !schedule.auto {
             let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
             if let Err(e) = transient_tile_ir(db, key, &config, target) {
@@ -650,8 +651,6 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         }
         return out;
     };
-    // `@kernel.auto` gets its default space here (crate::auto_space).
-    let schedule = crate::auto_space::kernel_schedule(db, key, target);
     let chosen = if schedule.is_autotuned() {
         // Each candidate's configuration, built once: the search below asks for it per
         // precheck and per lowering.
