@@ -80,6 +80,33 @@ def copy(A: Tensor[\"M\", \"K\", f32], C: Tensor[\"M\", \"K\", f32]):
 }
 
 #[test]
+fn programs_that_all_store_the_same_elements_race_unless_the_grid_axis_places_the_store() {
+    let text = corpus("invalid/e0501_grid_store_race.tsr");
+    let lints = lint(&text, Target::Sm90);
+    let race: Vec<&String> = lints.iter().filter(|l| l.starts_with("E0501")).collect();
+    assert_eq!(race.len(), 1, "{lints:#?}");
+    assert!(race[0].starts_with("E0501@15:") && race[0].contains("along `n0`"), "{lints:#?}");
+    // No error at all: a variant that stopped earlier would have no race lint either.
+    let no_race = |text: &str| !lint(text, Target::Sm90).iter().any(|l| l.starts_with('E'));
+    // Placed by `n0`, directly or through a local.
+    assert!(no_race(&text.replace("0:ctx.BN] = acc", "n0:n0 + ctx.BN] = acc")));
+    assert!(no_race(&text.replace(
+        "            C[m0:m0 + ctx.BM, 0:ctx.BN] = acc",
+        "            col = n0 * 1\n            C[m0:m0 + ctx.BM, col:col + ctx.BN] = acc"
+    )));
+    // Stored by one program of the axis only.
+    assert!(no_race(&text.replace(
+        "            C[m0:m0 + ctx.BM, 0:ctx.BN] = acc",
+        "            if n0 == 0:\n                C[m0:m0 + ctx.BM, 0:ctx.BN] = acc"
+    )));
+    // A grid axis of one program (constant bounds) cannot race with itself.
+    assert!(no_race(&text.replace("tile.parallel(0, N, ctx.BN)", "tile.parallel(0, 64, 64)")));
+    // Ignoring `m0` instead is the same race, reported along `m0`.
+    let rows = text.replace("C[m0:m0 + ctx.BM, 0:ctx.BN]", "C[0:ctx.BM, n0:n0 + ctx.BN]");
+    assert!(lint(&rows, Target::Sm90).iter().any(|l| l.starts_with("E0501@15:") && l.contains("along `m0`")));
+}
+
+#[test]
 fn shared_memory_over_the_budget_points_at_the_largest_buffer() {
     let text = corpus("invalid/e0500_smem.tsr");
     let lints = lint(&text, Target::Sm90);

@@ -838,6 +838,26 @@ fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
+    for race in races::grid_store_races(graph) {
+        let Some(at) = range_in(&race.at, name) else { continue };
+        let axis = &race.axis;
+        let mut d = Diagnostic::new(
+            Code::E0501,
+            at,
+            format!(
+                "race: every program along `{axis}` stores these same elements (the store's place does not depend \
+                 on `{axis}`); a GPU keeps one program's values"
+            ),
+        )
+        .with_label(at, format!("the same elements for every `{axis}`"))
+        .with_note(format!(
+            "index the stored tensor with `{axis}` (as its loads are), or store under a condition on it"
+        ));
+        if let Some(grid) = range_in(&race.grid, name) {
+            d = d.with_label(grid, format!("one program per `{axis}`"));
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
     // One diagnostic per kind and barrier-free stretch: one barrier fixes them all
     // (`tile.mma(a_s, b_s)` reads two buffers that were both just copied).
     let mut groups: BTreeMap<(u32, u8), Vec<races::Race>> = BTreeMap::new();

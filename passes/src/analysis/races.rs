@@ -218,3 +218,200 @@ pub fn unwritten_reads(f: &Func) -> Vec<UnwrittenRead> {
     }
     out
 }
+
+/// A store every program along a grid axis makes to the same elements: its place in
+/// the tensor (and its mask, and any branch around it) does not depend on the axis's
+/// index, so the programs race for them (a GPU keeps one of their values).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GridStoreRace {
+    /// The store.
+    pub at: Loc,
+    /// The grid loop's index, as written (`m0`).
+    pub axis: String,
+    /// The grid loop.
+    pub grid: Loc,
+}
+
+/// The grid loops a value depends on, one bit per `grid.parallel` (in walk order).
+type GridDeps = u64;
+
+/// Every global store (`tile.store`, `tile.scatter`) of `f`'s Graph IR whose address,
+/// mask and enclosing branch conditions do not depend on an enclosing grid loop that
+/// may have more than one program. A grid loop whose bounds are constants with one
+/// trip is one program; `tile.program_id` counts as depending on every axis.
+pub fn grid_store_races(f: &Func) -> Vec<GridStoreRace> {
+    let ops = f.walk();
+    let grids: Vec<OpId> = ops.iter().copied().filter(|&id| f.op(id).kind == OpKind::GridParallel).take(64).collect();
+    let every_axis: GridDeps = if grids.len() == 64 { u64::MAX } else { (1u64 << grids.len()) - 1 };
+    let deps = value_grid_deps(f, &ops, &grids, every_axis);
+    let mut out = Vec::new();
+    let mut enclosing = Vec::new();
+    stores_in(f, &f.body, &grids, &deps, 0, &mut enclosing, &mut out);
+    out
+}
+
+/// What each value depends on, to a fixpoint over loop-carried values.
+fn value_grid_deps(f: &Func, ops: &[OpId], grids: &[OpId], every_axis: GridDeps) -> Vec<GridDeps> {
+    let mut deps = vec![0 as GridDeps; f.values.len()];
+    for (bit, &g) in grids.iter().enumerate() {
+        if let Some(&index) = f.op(g).regions.first().and_then(|r| r.args.first()) {
+            deps[index.0 as usize] = 1 << bit;
+        }
+    }
+    let union = |deps: &[GridDeps], values: &[ValueId]| values.iter().fold(0, |d, v| d | deps[v.0 as usize]);
+    let yielded = |region: &Region, i: usize, deps: &[GridDeps]| {
+        region
+            .ops
+            .last()
+            .map(|&y| f.op(y))
+            .filter(|y| y.kind == OpKind::Yield)
+            .and_then(|y| y.operands.get(i))
+            .map_or(0, |v| deps[v.0 as usize])
+    };
+    // Each round can carry a dependency one loop further around; the bits only grow.
+    for _ in 0..8 {
+        let mut changed = false;
+        let mut set = |deps: &mut Vec<GridDeps>, v: ValueId, d: GridDeps| {
+            let slot = &mut deps[v.0 as usize];
+            if *slot | d != *slot {
+                *slot |= d;
+                changed = true;
+            }
+        };
+        for &id in ops {
+            let op = f.op(id);
+            match op.kind {
+                OpKind::ProgramId | OpKind::NumPrograms => {
+                    for &r in &op.results {
+                        set(&mut deps, r, every_axis);
+                    }
+                }
+                OpKind::For | OpKind::GridParallel => {
+                    let Some(body) = op.regions.first() else { continue };
+                    if op.kind == OpKind::For {
+                        let bounds = union(&deps, &op.operands[..op.operands.len().min(3)]);
+                        if let Some(&index) = body.args.first() {
+                            set(&mut deps, index, bounds);
+                        }
+                    }
+                    for (i, &init) in op.operands.iter().skip(3).enumerate() {
+                        let d = deps[init.0 as usize] | yielded(body, i, &deps);
+                        if let Some(&arg) = body.args.get(1 + i) {
+                            set(&mut deps, arg, d);
+                        }
+                        if let Some(&r) = op.results.get(i) {
+                            set(&mut deps, r, d);
+                        }
+                    }
+                }
+                OpKind::If => {
+                    let condition = union(&deps, &op.operands);
+                    for (i, &r) in op.results.iter().enumerate() {
+                        let d = op.regions.iter().fold(condition, |d, region| d | yielded(region, i, &deps));
+                        set(&mut deps, r, d);
+                    }
+                }
+                // A `while` loop's carried values: every axis (never a false report).
+                OpKind::While => {
+                    for &v in op.results.iter().chain(op.regions.iter().flat_map(|r| r.args.iter())) {
+                        set(&mut deps, v, every_axis);
+                    }
+                }
+                _ => {
+                    let d = union(&deps, &op.operands);
+                    for &r in &op.results {
+                        set(&mut deps, r, d);
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    deps
+}
+
+/// Whether a grid loop certainly has one program: constant bounds and step, one trip.
+fn single_program(f: &Func, grid: &crate::ir::Op) -> bool {
+    let constant = |v: ValueId| {
+        f.ops
+            .iter()
+            .find(|op| op.kind == OpKind::Constant && op.results.first() == Some(&v))
+            .and_then(|op| op.attr("value").and_then(|a| a.as_int()))
+    };
+    match (constant(grid.operands[0]), constant(grid.operands[1]), constant(grid.operands[2])) {
+        (Some(start), Some(end), Some(step)) if step > 0 => end - start <= step,
+        _ => false,
+    }
+}
+
+/// Walks `region` with the grid loops around it (`enclosing`: bit and op) and the
+/// conditions of the branches and loop bounds around it (`control`).
+fn stores_in(
+    f: &Func,
+    region: &Region,
+    grids: &[OpId],
+    deps: &[GridDeps],
+    control: GridDeps,
+    enclosing: &mut Vec<(usize, OpId)>,
+    out: &mut Vec<GridStoreRace>,
+) {
+    for &id in &region.ops {
+        let op = f.op(id);
+        match op.kind {
+            OpKind::Store | OpKind::Scatter => {
+                // A store's address and mask; a scatter's every operand (its indices
+                // are data, and its values may be what tells the programs apart).
+                let placed: Vec<ValueId> = if op.kind == OpKind::Store {
+                    op.operands.iter().enumerate().filter(|(i, _)| *i != 1).map(|(_, &v)| v).collect()
+                } else {
+                    op.operands.clone()
+                };
+                let d = placed.iter().fold(control, |d, v| d | deps[v.0 as usize]);
+                // The innermost axis it ignores: the one its fix most likely names.
+                if let Some(&(_, grid)) = enclosing.iter().rev().find(|(bit, _)| d & (1 << bit) == 0) {
+                    let g = f.op(grid);
+                    let axis = g.regions[0].args.first().and_then(|v| f.values[v.0 as usize].name.clone());
+                    out.push(GridStoreRace {
+                        at: op.loc.clone(),
+                        axis: axis.map_or("the grid index".to_string(), |a| a.to_string()),
+                        grid: g.loc.clone(),
+                    });
+                }
+            }
+            OpKind::GridParallel => {
+                let bit = grids.iter().position(|&g| g == id);
+                let counted = bit.filter(|_| !single_program(f, op));
+                if let Some(bit) = counted {
+                    enclosing.push((bit, id));
+                }
+                for r in &op.regions {
+                    stores_in(f, r, grids, deps, control, enclosing, out);
+                }
+                if counted.is_some() {
+                    enclosing.pop();
+                }
+            }
+            // A branch's condition, a loop's bounds: whether the store happens at all.
+            OpKind::If | OpKind::For => {
+                let decided =
+                    if op.kind == OpKind::If { &op.operands[..] } else { &op.operands[..op.operands.len().min(3)] };
+                let condition = control | decided.iter().fold(0, |d, v| d | deps[v.0 as usize]);
+                for r in &op.regions {
+                    stores_in(f, r, grids, deps, condition, enclosing, out);
+                }
+            }
+            OpKind::While => {
+                for r in &op.regions {
+                    stores_in(f, r, grids, deps, GridDeps::MAX, enclosing, out);
+                }
+            }
+            _ => {
+                for r in &op.regions {
+                    stores_in(f, r, grids, deps, control, enclosing, out);
+                }
+            }
+        }
+    }
+}
