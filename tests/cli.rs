@@ -218,3 +218,44 @@ fn color_follows_no_color_and_terminals() {
     let o = run(&["check", "tests/fixtures/invalid/mixed.tsr"], &root());
     assert!(!stdout(&o).contains('\u{1b}'));
 }
+
+/// A race `tessera check` reports is in the code under any schedule: `run` and
+/// `autotune` refuse the kernel with it, on every device. The interpreter runs one
+/// program at a time with every write visible, so it used to call these kernels correct.
+#[test]
+fn a_kernel_check_finds_racy_is_never_run() {
+    let corpus = root().join("tests/corpus/invalid");
+    for (file, line) in [("e0501_race.tsr", 14), ("e0501_grid_store_race.tsr", 15)] {
+        let path = corpus.join(file);
+        let path = path.to_str().unwrap();
+        let check = run(&["check", path], &root());
+        assert_eq!(check.status.code(), Some(1), "{file}: {}", stdout(&check));
+        assert!(stdout(&check).contains("E0501"), "{file}: {}", stdout(&check));
+        for device in [&["--device", "interp"][..], &["--device", "cpu"], &["--device", "interp", "--target", "sm_80"]]
+        {
+            let mut argv = vec!["run", path, "--kernel", "gemm", "--dims", "M=64,N=128,K=64", "--json"];
+            argv.extend_from_slice(device);
+            let o = run(&argv, &root());
+            assert_eq!(o.status.code(), Some(1), "{file} {device:?}: {}{}", stdout(&o), stderr(&o));
+            let v = json(&o);
+            assert_eq!(v["correct"], false, "{v}");
+            assert_eq!(v["error"]["kind"], "compile", "{v}");
+            let message = v["error"]["message"].as_str().unwrap();
+            assert!(message.contains(&format!("{file}:{line}:")) && message.contains("E0501 race"), "{message}");
+        }
+    }
+    // The same kernel with a space to search: refused before the search.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(corpus.join("e0501_grid_store_race.tsr")).unwrap().replace(
+        "@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4))",
+        "@kernel.autotune(space=dict(BM=[32, 64], BN=[64], BK=[32], warps=[4]))",
+    );
+    assert!(text.contains("@kernel.autotune"));
+    std::fs::write(dir.path().join("tuned.tsr"), text).unwrap();
+    let o = run(
+        &["autotune", "tuned.tsr", "--kernel", "gemm", "--device", "interp", "--dims", "M=64,N=128,K=64"],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("tuned.tsr:15:13: cannot tune `gemm`: E0501 race"), "{}", stderr(&o));
+}

@@ -823,6 +823,17 @@ fn pruning_diagnostic(
     d
 }
 
+/// The first race (E0501) or unwritten shared read (E0504) of a kernel's Graph IR, with
+/// where it is: facts of the code under every schedule and target, so a launch is
+/// refused on them as `tessera check` is (the interpreter, running one program at a
+/// time, would otherwise call a racy kernel correct).
+pub fn race_error(graph: &Func, name: &str) -> Option<(Loc, String)> {
+    let mut lints = KernelLints::default();
+    race_lints(graph, name, &mut lints);
+    let first = lints.body.into_iter().map(|l| l.diagnostic).find(|d| d.is_error())?;
+    Some((Loc::new(name, first.range), format!("{} {}", first.code, first.message)))
+}
+
 fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
     for read in races::unwritten_reads(graph) {
         let Some(at) = range_in(&read.at, name) else { continue };
