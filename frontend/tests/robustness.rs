@@ -205,3 +205,21 @@ fn deep_nesting_is_bounded() {
     let many_blocks: String = (0..200).map(|i| format!("{}if x:\n", "    ".repeat(i + 1))).collect();
     check_spans(format!("def f(x: int):\n{many_blocks}").as_bytes());
 }
+
+/// An expression too deep is one E0100 however many of its operands pass the limit (the
+/// node at the limit has two), and each such expression gets its own.
+#[test]
+fn an_expression_too_deep_is_one_diagnostic() {
+    let sum = vec!["x"; 250].join(" + ");
+    let count = |text: &str| {
+        let db = Database::default();
+        let file = SourceFile::new(&db, "deep.tsr".into(), text.to_string(), None);
+        file_diagnostics(&db, file).iter().filter(|d| d.message.contains("levels deep")).count()
+    };
+    let one = format!(
+        "from tessera import *\n\n@jit\ndef f(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return {sum}\n"
+    );
+    assert_eq!(count(&one), 1);
+    let two = one.replace("    return", &format!("    y = {sum}\n    return"));
+    assert_eq!(count(&two), 2);
+}

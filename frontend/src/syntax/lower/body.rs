@@ -17,6 +17,9 @@ pub(super) struct Cx<'l, 'a, 't> {
     pub(super) anchor: u32,
     pub(super) body: Body,
     pub(super) depth: u32,
+    /// Set when an expression too deep was reported, until lowering climbs out of it:
+    /// both operands of the node at the limit are too deep, one diagnostic says so.
+    pub(super) too_deep_reported: bool,
 }
 
 impl<'l, 'a, 't> Cx<'l, 'a, 't> {
@@ -294,7 +297,8 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
     pub(super) fn expr(&mut self, node: Node<'t>) -> ExprId {
         self.depth += 1;
         let id = if self.depth > MAX_DEPTH {
-            if self.depth == MAX_DEPTH + 1 {
+            if !self.too_deep_reported {
+                self.too_deep_reported = true;
                 self.report(Code::E0100, node, format!("expression nested more than {MAX_DEPTH} levels deep"));
             }
             self.missing(self.rel(node))
@@ -306,6 +310,9 @@ impl<'l, 'a, 't> Cx<'l, 'a, 't> {
             self.expr_inner(node)
         };
         self.depth -= 1;
+        if self.depth < MAX_DEPTH {
+            self.too_deep_reported = false;
+        }
         id
     }
 

@@ -306,7 +306,7 @@ impl<'a, 't> Lowering<'a, 't> {
             let inner = if kind == id.k_assignment { Some(node) } else { self.kids(node).named().next() };
             match inner {
                 Some(a) if a.kind_id() == id.k_assignment => {
-                    let mut cx = Cx { lw: self, anchor, body: Body::default(), depth: 0 };
+                    let mut cx = Cx { lw: self, anchor, body: Body::default(), depth: 0, too_deep_reported: false };
                     ItemKind::Constant(Arc::new(cx.constant(a)?))
                 }
                 // A module docstring is allowed.
@@ -335,7 +335,7 @@ impl<'a, 't> Lowering<'a, 't> {
         let mut decorators = Decorators::default();
         let def = if node.kind_id() == id.k_decorated_definition {
             let kids = self.kids(node);
-            let mut cx = Cx { lw: self, anchor: item_start, body: Body::default(), depth: 0 };
+            let mut cx = Cx { lw: self, anchor: item_start, body: Body::default(), depth: 0, too_deep_reported: false };
             for d in kids.fields(id.f_decorator).collect::<Vec<_>>() {
                 let inner = cx.kids(d).named().next();
                 let expr = match inner {
@@ -350,7 +350,7 @@ impl<'a, 't> Lowering<'a, 't> {
             node
         };
         let def_start = def.start_byte() as u32;
-        let mut cx = Cx { lw: self, anchor: def_start, body: Body::default(), depth: 0 };
+        let mut cx = Cx { lw: self, anchor: def_start, body: Body::default(), depth: 0, too_deep_reported: false };
         let function = cx.function_def(def)?;
         Some((
             FunctionAst {
