@@ -335,7 +335,13 @@ impl Machine<'_> {
             OpKind::While => return self.while_loop(id, env, depth),
             OpKind::ProgramId | OpKind::NumPrograms => {
                 let axis = op.int_attr("axis").unwrap_or(0).clamp(0, 2) as usize;
-                Value::Index(if kind == OpKind::ProgramId { env.pid[axis] as i64 } else { self.grid[axis] as i64 })
+                // Inside `tile.parallel` loops the program is the loops' trip: axis 0 is
+                // the outermost loop, as Tile IR numbers them.
+                let (pid, programs) = match env.grid_pos.get(axis) {
+                    Some(&(trip, extent)) => (trip, extent as i64),
+                    None => (env.pid[axis] as i64, self.grid[axis] as i64),
+                };
+                Value::Index(if kind == OpKind::ProgramId { pid } else { programs })
             }
             OpKind::SchedParam => {
                 let key = op.str_attr("key").unwrap_or("");
