@@ -46,21 +46,21 @@ impl Failure {
 /// Code with errors never runs: the first error of the function, or of a function it
 /// calls, refuses it (exit 1).
 pub(crate) fn refuse_errors(src: &Source, key: FnKey<'_>, verb: &str) -> Result<(), Failure> {
-    if let Some(message) = refusal(src.db(), src.file(), key, verb).or_else(|| race_refusal(src, key, verb)) {
+    if let Some(message) = refusal(src.db(), src.file(), key, verb).or_else(|| code_refusal(src, key, verb)) {
         return Err(Failure { code: 1, kind: Some("compile"), message });
     }
     Ok(())
 }
 
-/// A kernel with a race `tessera check` reports (E0501, E0504: facts of its code under
+/// A kernel with a race or grid error `tessera check` reports (E0501, E0503, E0504: facts of its code under
 /// any schedule) is not run or tuned: the launch plan refuses it too, and this says so
 /// before the search of `autotune` finds every candidate refused.
-fn race_refusal(src: &Source, key: FnKey<'_>, verb: &str) -> Option<String> {
+fn code_refusal(src: &Source, key: FnKey<'_>, verb: &str) -> Option<String> {
     use tessera_passes::ir::print::LocResolver;
     let db = src.db();
     let graph = tessera_passes::graph_ir(db, key).clone().ok()?;
     let name = key.name(db);
-    let (loc, message) = tessera_passes::analysis::race_error(&graph, name)?;
+    let (loc, message) = tessera_passes::analysis::code_error(&graph, name)?;
     let at = tessera_passes::FileLocs::new(db, src.file())
         .resolve(&loc)
         .map(|(path, line, col)| format!("{path}:{line}:{col}: "))

@@ -219,11 +219,11 @@ fn color_follows_no_color_and_terminals() {
     assert!(!stdout(&o).contains('\u{1b}'));
 }
 
-/// A race `tessera check` reports is in the code under any schedule: `run` and
-/// `autotune` refuse the kernel with it, on every device. The interpreter runs one
+/// A race `tessera check` reports, or a program id outside its grid loop, is in the code
+/// under any schedule: `run` and `autotune` refuse the kernel with it, on every device. The interpreter runs one
 /// program at a time with every write visible, so it used to call these kernels correct.
 #[test]
-fn a_kernel_check_finds_racy_is_never_run() {
+fn a_kernel_check_finds_racy_or_misplacing_program_ids_is_never_run() {
     let corpus = root().join("tests/corpus/invalid");
     for (file, line) in [("e0501_race.tsr", 14), ("e0501_grid_store_race.tsr", 15)] {
         let path = corpus.join(file);
@@ -244,6 +244,15 @@ fn a_kernel_check_finds_racy_is_never_run() {
             assert!(message.contains(&format!("{file}:{line}:")) && message.contains("E0501 race"), "{message}");
         }
     }
+    // A program id outside its grid loop: the reference has no program there.
+    let path = corpus.join("e0503_program_id_outside_grid.tsr");
+    let o = run(&["run", path.to_str().unwrap(), "--kernel", "shifted", "--device", "cpu", "--dims", "N=300"], &root());
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("e0503_program_id_outside_grid.tsr:7:9: cannot run `shifted`: E0503"),
+        "{}",
+        stderr(&o)
+    );
     // The same kernel with a space to search: refused before the search.
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(corpus.join("e0501_grid_store_race.tsr")).unwrap().replace(

@@ -104,6 +104,28 @@ fn programs_that_all_store_the_same_elements_race_unless_the_grid_axis_places_th
     // Ignoring `m0` instead is the same race, reported along `m0`.
     let rows = text.replace("C[m0:m0 + ctx.BM, 0:ctx.BN]", "C[0:ctx.BM, n0:n0 + ctx.BN]");
     assert!(lint(&rows, Target::Sm90).iter().any(|l| l.starts_with("E0501@15:") && l.contains("along `m0`")));
+    // A store outside the `n0` loop is made by every program of `n0`, whatever its place.
+    let outside = text.replace(
+        "        for n0 in tile.parallel(0, N, ctx.BN):\n",
+        "        C[m0:m0 + ctx.BM, 0:ctx.BN] = tile.zeros((ctx.BM, ctx.BN), f32)\n        for n0 in tile.parallel(0, N, ctx.BN):\n",
+    );
+    let lints = lint(&outside, Target::Sm90);
+    assert!(lints.iter().any(|l| l.starts_with("E0501@9:") && l.contains("outside the `n0` loop")), "{lints:#?}");
+}
+
+#[test]
+fn a_program_id_is_read_inside_the_grid_loop_of_its_axis() {
+    let text = corpus("invalid/e0503_program_id_outside_grid.tsr");
+    let lints = lint(&text, Target::Sm90);
+    assert_eq!(lints.len(), 1, "{lints:#?}");
+    assert!(lints[0].starts_with("E0503@7:") && lints[0].contains("outside the `i0` loop"), "{lints:#?}");
+    // Inside the loop it is the loop's trip; an axis no loop makes is 0 everywhere.
+    let inside = text.replace(
+        "    p = tile.program_id(0)  # <- E0503\n    for i0 in tile.parallel(0, N, 64):\n",
+        "    for i0 in tile.parallel(0, N, 64):\n        p = tile.program_id(0)\n",
+    );
+    assert!(lint(&inside, Target::Sm90).is_empty(), "{inside}: {:#?}", lint(&inside, Target::Sm90));
+    assert!(lint(&text.replace("program_id(0)", "program_id(1)"), Target::Sm90).is_empty());
 }
 
 #[test]

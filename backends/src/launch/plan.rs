@@ -165,7 +165,7 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         graph_ir(db, key).clone().map_err(|e| LaunchError::lowering(&name, "Graph IR (the reference)", None, &e))?;
     // A race or an unwritten shared read is in the code whatever the schedule: refused
     // as `tessera check` reports it, not run on the interpreter to a `correct` verdict.
-    if let Some((loc, message)) = tessera_passes::analysis::race_error(&graph, key.name(db)) {
+    if let Some((loc, message)) = tessera_passes::analysis::code_error(&graph, key.name(db)) {
         let mut e = LaunchError::new(
             ErrorKind::Compile,
             format!("cannot run `{name}`: {message} (`tessera check` shows its errors)"),

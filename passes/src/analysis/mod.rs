@@ -1,5 +1,6 @@
 //! Target-aware analyses of a kernel's IR and their diagnostics (LANGUAGE.md §6.4):
-//! shared-memory budget (E0500), races around async copies (E0501), register pressure
+//! shared-memory budget (E0500), races around async copies and between the programs of
+//! the grid (E0501), program ids outside their grid loop (E0503), register pressure
 //! (W0600), bank conflicts (W0601), occupancy (W0602), coalescing (W0603), independent
 //! loops (W0604), and autotune pruning (W0702/E0703).
 //!
@@ -11,6 +12,7 @@
 
 pub mod analytic;
 pub mod banks;
+pub mod grid;
 pub mod limits;
 pub mod masked_rows;
 pub mod patterns;
@@ -823,11 +825,12 @@ fn pruning_diagnostic(
     d
 }
 
-/// The first race (E0501) or unwritten shared read (E0504) of a kernel's Graph IR, with
-/// where it is: facts of the code under every schedule and target, so a launch is
-/// refused on them as `tessera check` is (the interpreter, running one program at a
-/// time, would otherwise call a racy kernel correct).
-pub fn race_error(graph: &Func, name: &str) -> Option<(Loc, String)> {
+/// The first race (E0501), program id outside its grid loop (E0503) or unwritten shared
+/// read (E0504) of a kernel's Graph IR, with where it is: facts of the code under every
+/// schedule and target, so a launch is refused on them as `tessera check` is (the
+/// interpreter, running one program at a time, would otherwise call a racy kernel
+/// correct, and the reference has no program outside the grid loops).
+pub fn code_error(graph: &Func, name: &str) -> Option<(Loc, String)> {
     let mut lints = KernelLints::default();
     race_lints(graph, name, &mut lints);
     let first = lints.body.into_iter().map(|l| l.diagnostic).find(|d| d.is_error())?;
@@ -849,23 +852,50 @@ fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
-    for race in races::grid_store_races(graph) {
+    for race in grid::grid_store_races(graph) {
         let Some(at) = range_in(&race.at, name) else { continue };
         let axis = &race.axis;
+        let why = if race.outside {
+            format!("the store is outside the `{axis}` loop")
+        } else {
+            format!("the store's place does not depend on `{axis}`")
+        };
         let mut d = Diagnostic::new(
             Code::E0501,
             at,
-            format!(
-                "race: every program along `{axis}` stores these same elements (the store's place does not depend \
-                 on `{axis}`); a GPU keeps one program's values"
-            ),
+            format!("race: every program along `{axis}` stores these same elements ({why}); a GPU keeps one program's values"),
         )
-        .with_label(at, format!("the same elements for every `{axis}`"))
-        .with_note(format!(
-            "index the stored tensor with `{axis}` (as its loads are), or store under a condition on it"
-        ));
+        .with_label(at, format!("the same elements for every `{axis}`"));
+        d = if race.outside {
+            d.with_note(format!("store inside the `{axis}` loop, at a place its index decides"))
+        } else {
+            d.with_note(format!(
+                "index the stored tensor with `{axis}` (as its loads are), or store under a condition on it"
+            ))
+        };
         if let Some(grid) = range_in(&race.grid, name) {
             d = d.with_label(grid, format!("one program per `{axis}`"));
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+    for read in grid::program_ids_outside_their_loop(graph) {
+        let Some(at) = range_in(&read.at, name) else { continue };
+        let index = &read.index;
+        let mut d = Diagnostic::new(
+            Code::E0503,
+            at,
+            format!(
+                "`tile.program_id({})` outside the `{index}` loop that makes grid axis {}: which of its programs runs \
+                 this code is defined inside that loop only",
+                read.axis, read.axis
+            ),
+        )
+        .with_label(at, format!("outside the `{index}` loop"))
+        .with_note(format!(
+            "read it inside the `{index}` loop, or use `{index}` itself (the program's offset on the axis)"
+        ));
+        if let Some(grid) = range_in(&read.grid, name) {
+            d = d.with_label(grid, format!("grid axis {}", read.axis));
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
