@@ -12,7 +12,9 @@
 //!   masked whole too.
 //!
 //! A running maximum whose key loop starts at 0 is safe: every row's first block holds
-//! key 0, which no causal mask hides, so the maximum is finite from then on.
+//! key 0, which no causal mask hides, so the maximum is finite from then on. So is a
+//! block's own maximum where the mask's key offset is at most its query offset (the
+//! diagonal block `causal_mask(s, q0, q0)`, or keys from 0 for queries from 0 or past).
 
 use crate::ir::{Func, Loc, OpId, OpKind, ValueId};
 
@@ -83,6 +85,58 @@ pub fn masked_softmax_rows(f: &Func) -> Vec<MaskedSoftmax> {
     let is_zero = |v: ValueId| {
         def(v).map(|o| f.op(o)).is_some_and(|op| op.kind == OpKind::Constant && op.int_attr("value") == Some(0))
     };
+    // The loop whose index each value is (`for`, `tile.parallel`).
+    let mut index_of: Vec<Option<OpId>> = vec![None; f.values.len()];
+    for id in f.walk() {
+        let op = f.op(id);
+        if matches!(op.kind, OpKind::For | OpKind::GridParallel) {
+            if let Some(&iv) = op.regions.first().and_then(|r| r.args.first()) {
+                index_of[iv.0 as usize] = Some(id);
+            }
+        }
+    }
+    let constant =
+        |v: ValueId| def(v).map(|o| f.op(o)).filter(|o| o.kind == OpKind::Constant).and_then(|o| o.int_attr("value"));
+    // Whether an index is certainly at least 0: a constant, the index of a loop that
+    // starts at one, or a sum or product of such.
+    fn non_negative(
+        v: ValueId,
+        depth: u32,
+        index_of: &[Option<OpId>],
+        f: &Func,
+        def: &dyn Fn(ValueId) -> Option<OpId>,
+        constant: &dyn Fn(ValueId) -> Option<i64>,
+    ) -> bool {
+        if depth > 8 {
+            return false;
+        }
+        if let Some(c) = constant(v) {
+            return c >= 0;
+        }
+        if let Some(lp) = index_of[v.0 as usize] {
+            let lp = f.op(lp);
+            return non_negative(lp.operands[0], depth + 1, index_of, f, def, constant)
+                && constant(lp.operands[2]).is_none_or(|step| step > 0);
+        }
+        def(v).map(|o| f.op(o)).is_some_and(|op| {
+            matches!(op.kind, OpKind::Add | OpKind::Mul)
+                && op.operands.iter().all(|&x| non_negative(x, depth + 1, index_of, f, def, constant))
+        })
+    }
+    // `causal_mask(s, q0, k0)` masks row `i` whole only where `k0 > q0 + i`: never when
+    // `k0 <= q0` (the diagonal block, or key block 0 for queries at 0 or past it).
+    let keeps_every_row = |mask: OpId| {
+        let op = f.op(mask);
+        let (Some(&q0), Some(&k0)) = (op.operands.get(1), op.operands.get(2)) else { return false };
+        if q0 == k0 {
+            return true;
+        }
+        match (constant(q0), constant(k0)) {
+            (Some(q), Some(k)) => k <= q,
+            (_, Some(k)) if k <= 0 => non_negative(q0, 0, &index_of, f, &def, &constant),
+            _ => false,
+        }
+    };
     let mut out = Vec::new();
     for id in f.walk() {
         let exp = f.op(id);
@@ -92,6 +146,9 @@ pub fn masked_softmax_rows(f: &Func) -> Vec<MaskedSoftmax> {
         let Some(sub) = def(exp.operands[0]).map(|o| f.op(o)).filter(|o| o.kind == OpKind::Sub) else { continue };
         let m = strip(sub.operands[1]);
         if let Some(mask) = masked_row_max(m) {
+            if keeps_every_row(mask) {
+                continue;
+            }
             out.push(MaskedSoftmax { at: exp.loc.clone(), mask: f.op(mask).loc.clone(), running: false });
             continue;
         }
