@@ -84,3 +84,38 @@ fn the_closest_local_parameter_or_module_name_is_suggested() {
         "{diagnostics:?}"
     );
 }
+
+/// Names from PyTorch and JAX get the Tessera built-in as their fix, with its signature;
+/// every such name maps to a built-in that exists, and the fixed program checks clean.
+#[test]
+fn familiar_names_and_keywords_from_other_frameworks_point_at_tessera_s() {
+    use tessera_frontend::check::builtins::{familiar_name, lookup};
+    for name in ["softmax", "logsumexp", "layer_norm", "layernorm", "rms_norm", "swish", "bmm", "mse_loss"] {
+        let target = familiar_name(name).unwrap_or_else(|| panic!("{name}"));
+        assert!(lookup(target).is_some(), "{name} -> {target}");
+    }
+    let src = "from tessera import *\n\n@jit\ndef f(x: Tensor[\"B\", \"D\", f32]) -> Tensor[\"B\", \"D\", f32]:\n    return layer_norm(softmax(x, axis=-1))\n";
+    let (diagnostics, _) = undefined(src.to_string());
+    assert_eq!(diagnostics.len(), 2, "{diagnostics:#?}");
+    let mut fixed = src.to_string();
+    for d in diagnostics.iter().rev() {
+        let fix = d.fix.as_ref().unwrap();
+        assert!(d.notes.iter().any(|n| n.starts_with("Tessera's is `")), "{d:?}");
+        for edit in &fix.edits {
+            fixed.replace_range(edit.range.start as usize..edit.range.end as usize, &edit.text);
+        }
+    }
+    assert!(fixed.contains("return layernorm_safe(softmax_safe(x, axis=-1))"), "{fixed}");
+    let db = Database::default();
+    let file = SourceFile::new(&db, "fixed.tsr".into(), fixed, None);
+    assert!(file_diagnostics(&db, file).is_empty());
+    // Their keywords: PyTorch's `dim=` is `axis=`; JAX's `argnums` is said to be `wrt`.
+    let src = "from tessera import *\n\n@autodiff\ndef loss(x: Tensor[\"B\", \"D\", f32], W: Tensor[\"D\", \"D\", f32]) -> f32:\n    return sum(softmax_safe(x @ W, dim=-1))\n\n@jit\ndef g(x: Tensor[\"B\", \"D\", f32], W: Tensor[\"D\", \"D\", f32]):\n    return grad(loss, argnums=(1,))(x, W)\n";
+    let db = Database::default();
+    let file = SourceFile::new(&db, "keywords.tsr".into(), src.to_string(), None);
+    let diagnostics = file_diagnostics(&db, file).clone();
+    let dim = diagnostics.iter().find(|d| d.message.contains("no parameter `dim`")).expect("dim");
+    assert_eq!(dim.fix.as_ref().unwrap().edits[0].text, "axis");
+    let argnums = diagnostics.iter().find(|d| d.message.contains("no parameter `argnums`")).expect("argnums");
+    assert!(argnums.notes.iter().any(|n| n.contains("`wrt` names the parameters")), "{argnums:?}");
+}

@@ -266,6 +266,25 @@ builtins! {
     "tile.col_index" "(off=0)" Kernel "tile" "Column indices of the current tile plus `off` (for masks).";
 }
 
+/// The Tessera built-in for a name kernel engineers bring from PyTorch, JAX or NumPy
+/// (`softmax` is `softmax_safe`), for E0200's fix where no defined name is close.
+pub fn familiar_name(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "softmax" => "softmax_safe",
+        "logsumexp" => "logsumexp_safe",
+        "layernorm" | "layer_norm" | "LayerNorm" => "layernorm_safe",
+        "rmsnorm" | "rms_norm" | "RMSNorm" => "rmsnorm_safe",
+        "swish" | "SiLU" => "silu",
+        "mm" | "bmm" | "dot" => "matmul",
+        "mse_loss" => "mse",
+        "scaled_dot_product_attention" | "sdpa" => "flash_attention",
+        "transpose_" | "permute" => "transpose",
+        "clamp_max" => "minimum",
+        "clamp_min" => "maximum",
+        _ => return None,
+    })
+}
+
 /// Looks up a built-in by its canonical path.
 pub fn lookup(path: &str) -> Option<&'static Builtin> {
     static INDEX: OnceLock<HashMap<&'static str, &'static Builtin>> = OnceLock::new();

@@ -224,6 +224,13 @@ impl<'a> Infer<'a> {
         let mut d = Diagnostic::new(Code::E0200, self.range(id), format!("undefined name `{name}`"));
         if let Some(s) = self.closest_name(name) {
             d = d.with_did_you_mean(self.range(id), &s);
+        } else if let Some(builtin) = super::builtins::familiar_name(name).and_then(super::builtins::lookup) {
+            d = d
+                .with_fix(
+                    format!("use `{}`", builtin.path),
+                    vec![Edit { range: self.range(id), text: builtin.path.into() }],
+                )
+                .with_note(format!("Tessera's is `{}`: {}", builtin.signature(), builtin.doc));
         } else if name == "ts" || name == "tessera" {
             d = d.with_fix(
                 "import tessera as ts",

@@ -178,8 +178,16 @@ impl<'a> Infer<'a> {
                         let mut d =
                             Diagnostic::new(Code::E0804, *kw_range, format!("`{what}` has no parameter `{kw}`"))
                                 .with_note(format!("signature: {}", signature_text(what, specs)));
+                        let has = |name: &str| specs.iter().any(|p| p.name == name);
                         if let Some(s) = suggest(kw, specs.iter().map(|p| p.name)) {
                             d = d.with_did_you_mean(*kw_range, s);
+                        } else if kw == "dim" && has("axis") {
+                            // PyTorch's `dim=` is `axis=` here, as in NumPy and JAX.
+                            d = d.with_did_you_mean(*kw_range, "axis");
+                        } else if kw == "argnums" && has("wrt") {
+                            d = d.with_note(
+                                "JAX's `argnums` counts positions; `wrt` names the parameters: `grad(f, wrt=(\"W\", \"b\"))`",
+                            );
                         }
                         self.push(d);
                         ok = false;
