@@ -103,6 +103,7 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         "numerics": crate::verdict::numerics_json(&run.numerics),
         "reference": "graph-f64",
         "nonfinite": run.checks.iter().map(|c| (c.name.clone(), json!(c.comparison.actual_nonfinite))).collect::<serde_json::Map<_, _>>(),
+        "rounding_sensitivity": run.checks.iter().filter_map(|c| Some((c.name.clone(), json!(c.rounding_sensitivity?)))).collect::<serde_json::Map<_, _>>(),
         "max_abs_err": run.max_abs_err(),
         "max_rel_err": run.max_rel_err(),
         "time_ms": {"median": run.median_ms(), "min": run.min_ms()},
@@ -180,6 +181,12 @@ fn report_text(
         let (name, c) = (&check.name, &check.comparison);
         let state = if c.mismatches > 0 {
             format!("{} MISMATCHES", c.mismatches)
+        } else if let (true, Some(moved)) = (c.passed, check.rounding_sensitivity) {
+            format!(
+                "ok within its rounding sensitivity (the f64 reference itself moves by up to {moved:.2e} when its values \
+                 stay f64 instead of rounding to their dtypes: the result cancels larger terms; allowed {:.0}x that)",
+                launch::graph::SENSITIVITY_FACTOR
+            )
         } else if c.passed {
             "ok".to_string()
         } else {

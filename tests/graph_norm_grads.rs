@@ -41,6 +41,15 @@ def attention_grads(q: Tensor["B", "H", "S", "E", bf16], k: Tensor["B", "H", "T"
 @jit
 def normed_grads(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32], t: Tensor["B", "D", f32]):
     return grad(normed)(x, w, b, t)
+
+@autodiff
+def normalized_energy(x: Tensor["B", "D", f32], w: Tensor["D", "H", f32]) -> Tensor[f32]:
+    y = layernorm_safe(x @ w)
+    return sum(y * y) / 8.0
+
+@jit
+def normalized_energy_grads(x: Tensor["B", "D", f32], w: Tensor["D", "H", f32]):
+    return grad(normalized_energy)(x, w)
 "#;
 
 /// After [`NUMPY_HELPERS`] (`prelude`).
@@ -132,6 +141,21 @@ for i, name in enumerate(("x", "w", "b", "t")):
     close("d normed / d " + name, result(f"return{i}", args[i].shape), want, 2.0 ** -14 * (1 + np.abs(want)))
 "#,
     },
+    Case {
+        // Every row of a layernorm has unit variance, so the loss is H/8 per row but for
+        // eps: its gradients are a cancellation of terms thousands of times larger, and
+        // f32 gets them to a few 1e-7 (the run passes within its rounding sensitivity).
+        function: "normalized_energy_grads",
+        dims: "B=6,D=8,H=48",
+        oracle: r#"
+x, w = load("x"), load("w")
+def f(x, w):
+    return (layernorm(x @ w, 1.0, 0.0) ** 2).sum() / 8.0
+for i, name in enumerate(("x", "w")):
+    want = fd(lambda a: f(a, w) if i == 0 else f(x, a), (x, w)[i])
+    close("d normalized_energy / d " + name, result(f"return{i}", want.shape), want, 4e-6)
+"#,
+    },
 ];
 
 #[test]
@@ -158,4 +182,38 @@ fn the_oracle_refuses_a_wrong_gradient() {
         "",
         "np.where(np.arange(y.size) == 2, y + 1e-3, y)",
     );
+}
+
+/// The gradients of `normalized_energy` differ from the f64 reference by more than f32's
+/// tolerance of their RMS, on every device, because they cancel larger terms: the run
+/// says they pass within their rounding sensitivity (how far the reference moves when it
+/// keeps f64 instead of rounding to f32), and a well-conditioned gradient is never
+/// judged that way.
+#[test]
+fn a_cancelling_gradient_is_judged_by_its_rounding_sensitivity() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = program(dir.path(), "graph_norm_grads.tsr", PROGRAM);
+    let run = |function: &str, dims: &str, device: &str| -> serde_json::Value {
+        let o = tessera()
+            .args(["run", file.to_str().unwrap(), "--kernel", function, "--dims", dims, "--device", device])
+            .args(["--repeat", "1", "--json"])
+            .output()
+            .expect("tessera runs");
+        assert_eq!(o.status.code(), Some(0), "{function} on {device}: {}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    for device in devices() {
+        let v = run("normalized_energy_grads", "B=6,D=8,H=48", device);
+        assert_eq!(v["verdict"], "correct", "{v}");
+        let sensitivity = v["rounding_sensitivity"].as_object().unwrap();
+        assert!(sensitivity.contains_key("return0") && sensitivity.contains_key("return1"), "{v}");
+        // The shift is a few 1e-7 here; the errors stay within 16 times it.
+        for (name, moved) in sensitivity {
+            let moved = moved.as_f64().unwrap();
+            assert!(moved > 1e-8 && moved < 1e-5, "{name}: {moved}");
+        }
+        let v = run("normed_grads", "B=3,D=5", device);
+        assert_eq!(v["verdict"], "correct", "{v}");
+        assert!(v["rounding_sensitivity"].as_object().unwrap().is_empty(), "{v}");
+    }
 }

@@ -168,6 +168,11 @@ fn check_spans(check: &GraphCheck) -> Vec<Span<'static>> {
     if c.actual_nonfinite > 0 {
         detail.push_str(&format!(" · {} non-finite results", c.actual_nonfinite));
     }
+    if let Some(moved) = check.rounding_sensitivity {
+        detail.push_str(&format!(
+            " · within its rounding sensitivity: the reference moves {moved:.2e} unrounded (a cancellation)"
+        ));
+    }
     vec![Span::raw(format!("{ty}  ")), Span::styled(verdict_word(verdict), verdict_style(verdict)), Span::raw(detail)]
 }
 

@@ -198,8 +198,34 @@ fn run_graph_with(
     exact: bool,
     kernels: Option<&dyn KernelReference>,
 ) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
+    run_graph_rounding(func, args, dims, seed, exact, false, kernels)
+}
+
+/// [`run_graph_f64_with_dims`] (with the kernels' references) with every float value
+/// kept in f64 instead of rounded to its declared dtype: how far the f64 reference
+/// moves without its own roundings measures how much the function's result depends on
+/// where it rounds (a result that is a cancellation of larger values depends a lot).
+pub fn run_graph_f64_unrounded(
+    func: &Func,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    kernels: Option<&dyn KernelReference>,
+) -> Result<Vec<GraphArg>, InterpError> {
+    run_graph_rounding(func, args, dims, seed, true, true, kernels).map(|(out, _)| out)
+}
+
+fn run_graph_rounding(
+    func: &Func,
+    args: &[GraphArg],
+    dims: &BTreeMap<String, i64>,
+    seed: i64,
+    exact: bool,
+    unrounded: bool,
+    kernels: Option<&dyn KernelReference>,
+) -> Result<(Vec<GraphArg>, GraphTrace), InterpError> {
     let (params, symbols) = bind_params(func, args, dims)?;
-    let mut m = Machine { func, vals: vec![None; func.values.len()], symbols, seed, exact, kernels };
+    let mut m = Machine { func, vals: vec![None; func.values.len()], symbols, seed, exact, unrounded, kernels };
     for (&p, v) in func.params.iter().zip(params) {
         m.vals[p.0 as usize] = Some(v);
     }
@@ -234,6 +260,8 @@ struct Machine<'f> {
     seed: i64,
     /// Compute in f64 ([`run_graph_f64`]).
     exact: bool,
+    /// Keep float results in f64, not rounded to their dtype ([`run_graph_f64_unrounded`]).
+    unrounded: bool,
     /// The references of called kernels ([`run_graph_f64_with_kernels`]).
     kernels: Option<&'f dyn KernelReference>,
 }
@@ -460,6 +488,9 @@ impl Machine<'_> {
         self.check_dims(id, r, &dims)?;
         let dtype = self.result_dtype(id, r)?;
         let dom = Domain::of_dtype(dtype);
+        if self.unrounded && dtype.is_float() {
+            return Ok(Val::Tensor(Tensor { dtype, dims, data }));
+        }
         let saturate = self.saturates(r);
         Ok(Val::Tensor(Tensor { dtype, dims, data: data.into_iter().map(|x| dom.convert_with(x, saturate)).collect() }))
     }

@@ -69,8 +69,8 @@ mod eval;
 mod plan;
 mod values;
 pub use eval::{
-    run_graph, run_graph_f64, run_graph_f64_with_dims, run_graph_f64_with_kernels, run_graph_on_mesh, run_graph_traced,
-    GraphTrace, KernelReference, MeshRun,
+    run_graph, run_graph_f64, run_graph_f64_unrounded, run_graph_f64_with_dims, run_graph_f64_with_kernels,
+    run_graph_on_mesh, run_graph_traced, GraphTrace, KernelReference, MeshRun,
 };
 pub(crate) use plan::kernel_symbols;
 pub use plan::{run_plan, run_plan_with_dims, InterpExecutor, KernelExecutor};

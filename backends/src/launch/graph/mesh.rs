@@ -107,6 +107,7 @@ pub fn run_on_mesh(
                 dtype: d,
                 dims: arg_dims(want),
                 comparison: compare_with(&values(want), &values(got), &graph_tolerance(d, 1)),
+                rounding_sensitivity: None,
             }
         })
         .collect();

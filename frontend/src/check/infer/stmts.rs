@@ -534,16 +534,25 @@ impl<'a> Infer<'a> {
                     );
                 }
             }
-            (Some(_), None) => {
+            (Some((vd, ve)), None) => {
                 if !matches!(expected, Ty::Unknown) {
-                    self.push(
-                        Diagnostic::new(
-                            Code::E0803,
-                            range,
-                            format!("returns {} but the annotation declares {}", ty.kind_name(), expected),
-                        )
-                        .with_label(ann_range, "declared here"),
-                    );
+                    let mut d = Diagnostic::new(
+                        Code::E0803,
+                        range,
+                        format!("returns {} but the annotation declares {}", ty.kind_name(), expected),
+                    )
+                    .with_label(ann_range, "declared here");
+                    // A reduction to one value is a 0-d tensor (`sum(x)`), not a scalar.
+                    if vd.is_empty() && matches!(expected, Ty::Scalar(_)) {
+                        let annotation = format!("Tensor[{}]", ve.dtype);
+                        d = d
+                            .with_fix(
+                                format!("declare the 0-d tensor `{annotation}`"),
+                                vec![Edit { range: ann_range, text: annotation.clone() }],
+                            )
+                            .with_note("a reduction over every element (`sum(x)`) is a 0-d tensor, as a loss is");
+                    }
+                    self.push(d);
                 }
             }
             (None, None) => {}

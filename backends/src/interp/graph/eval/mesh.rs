@@ -75,6 +75,7 @@ pub fn run_graph_on_mesh(
             symbols: symbols.clone(),
             seed,
             exact,
+            unrounded: false,
             kernels: None,
         })
         .collect();
