@@ -36,11 +36,30 @@ impl<'a> Infer<'a> {
                 }
                 Ty::Range(if name == "parallel" { LoopKind::Parallel } else { LoopKind::Sequential })
             }
-            "program_id" => Ty::Int(Some(Dim::sym(&format!(
-                "pid{}",
-                arg!(a, "tile.program_id" => ty "axis").const_int().unwrap_or(0)
-            )))),
-            "num_programs" => Ty::Int(None),
+            "program_id" | "num_programs" => {
+                // The grid has three axes, and the lowering reads the axis as written.
+                let given = if name == "program_id" {
+                    arg!(a, "tile.program_id" => "axis")
+                } else {
+                    arg!(a, "tile.num_programs" => "axis")
+                };
+                let axis = match given.map(|g| (g.expr, self.body.expr(g.expr).clone())) {
+                    None => Some(0),
+                    Some((_, Expr::Int(v))) if (0..=2).contains(&v) => Some(v),
+                    Some((e, _)) => {
+                        let message = format!(
+                            "the grid axis of `tile.{name}` must be the literal 0, 1 or 2, but it is `{}`",
+                            self.text(e)
+                        );
+                        self.error(Code::E0802, self.range(e), message);
+                        None
+                    }
+                };
+                match (name, axis) {
+                    ("program_id", Some(axis)) => Ty::Int(Some(Dim::sym(&format!("pid{axis}")))),
+                    _ => Ty::Int(None),
+                }
+            }
             "context" => Ty::Context,
             "linear_id" => {
                 // BLOCK is the schedule's `BLOCK` key when it has one, else 1024; it is a
