@@ -27,7 +27,7 @@ pub mod inputs;
 pub(crate) mod memory;
 pub(crate) mod numerics;
 pub mod precision;
-mod program;
+pub(crate) mod program;
 
 use std::fmt;
 use std::sync::Arc;

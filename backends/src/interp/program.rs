@@ -932,7 +932,7 @@ impl Compiler<'_> {
 }
 
 /// Significant bits (with the implicit one) of a dtype's values.
-pub(super) fn significant_bits(d: DType) -> u32 {
+pub(crate) fn significant_bits(d: DType) -> u32 {
     match d {
         DType::F64 => 53,
         DType::F32 => 24,

@@ -673,20 +673,6 @@ pub const SENSITIVITY_FACTOR: f64 = 16.0;
 /// dtype's tolerance.
 const CANCELLATION_ROUNDINGS: f64 = 64.0;
 
-/// The unit roundoff of a float dtype (half its ulp at 1); `None` for integers.
-fn unit_roundoff(d: DType) -> Option<f64> {
-    let bits = match d {
-        DType::F64 => 53,
-        DType::F32 => 24,
-        DType::TF32 | DType::F16 => 11,
-        DType::BF16 => 8,
-        DType::Fp8E4m3 => 4,
-        DType::Fp8E5m2 => 3,
-        _ => return None,
-    };
-    Some(2f64.powi(-bits))
-}
-
 /// Re-judges a value that mismatched. When the f64 reference itself moves by `moved` (its
 /// largest change over finite elements) between rounding every value to its declared
 /// dtype and keeping it in f64, and that is more than [`CANCELLATION_ROUNDINGS`]
@@ -696,13 +682,14 @@ fn unit_roundoff(d: DType) -> Option<f64> {
 /// [`SENSITIVITY_FACTOR`] times that shift on top of the dtype's tolerance. A value
 /// within it passes, and the check says so; one outside stays wrong.
 fn rounding_sensitivity(check: &mut GraphCheck, want: &[f64], unrounded: &[f64], got: &[f64]) {
-    let Some(u) = unit_roundoff(check.dtype) else { return };
-    if want.len() != unrounded.len() {
+    if !check.dtype.is_float() || want.len() != unrounded.len() {
         return;
     }
     let finite = || want.iter().zip(unrounded).filter(|(w, r)| w.is_finite() && r.is_finite());
     let moved = finite().map(|(w, r)| (w - r).abs()).fold(0.0, f64::max);
     let largest = finite().map(|(w, _)| w.abs()).fold(0.0, f64::max);
+    // The unit roundoff: half an ulp at 1.
+    let u = 2f64.powi(-(crate::interp::program::significant_bits(check.dtype) as i32));
     let tol = check.comparison.tolerance;
     if moved <= CANCELLATION_ROUNDINGS * u * largest || tol.rtol == 0.0 {
         return;
