@@ -113,6 +113,27 @@ fn programs_that_all_store_the_same_elements_race_unless_the_grid_axis_places_th
     assert!(lints.iter().any(|l| l.starts_with("E0501@9:") && l.contains("outside the `n0` loop")), "{lints:#?}");
 }
 
+/// A value assigned inside a `tile.parallel` loop is each program's own: a running sum
+/// over the axis would sum one block. The fix iterates sequentially, which checks clean
+/// and is the prefix sum the author meant; a fresh name inside the loop is fine.
+#[test]
+fn a_value_reassigned_in_a_grid_loop_is_not_carried_across_programs() {
+    let text = corpus("invalid/e0503_carried_across_programs.tsr");
+    let lints = lint(&text, Target::Sm90);
+    assert_eq!(lints.len(), 1, "{lints:#?}");
+    assert!(lints[0].starts_with("E0503@10:") && lints[0].contains("`acc` is assigned inside"), "{lints:#?}");
+    let fixed = apply_fix(&text, "E0503", Target::Sm90);
+    assert!(fixed.contains("for k0 in tile.range(0, K, 16):"), "{fixed}");
+    assert!(lint(&fixed, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{:#?}", lint(&fixed, Target::Sm90));
+    let fresh =
+        text.replace("            acc += tile.load", "            blk = acc + tile.load").replace("= acc\n", "= blk\n");
+    assert!(
+        lint(&fresh, Target::Sm90).iter().all(|l| !l.starts_with('E')),
+        "{fresh}\n{:#?}",
+        lint(&fresh, Target::Sm90)
+    );
+}
+
 #[test]
 fn a_program_id_is_read_inside_the_grid_loop_of_its_axis() {
     let text = corpus("invalid/e0503_program_id_outside_grid.tsr");

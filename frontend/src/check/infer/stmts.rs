@@ -244,7 +244,18 @@ impl<'a> Infer<'a> {
             let saved = (self.grid, self.grid_level_used);
             self.grid = self.grid.map(|d| d + 1);
             self.grid_level_used = false;
+            // Names bound before the loop (the loop variable is bound by now, and is new).
+            let bound_before: Vec<u32> = self
+                .locals_by_name
+                .iter()
+                .filter(|(n, _)| Some(n.as_str()) != tile_loop_var.as_deref())
+                .map(|(_, &l)| l)
+                .collect();
+            let first_binding = self.out.bindings.len();
             self.stmts(loop_body);
+            if self.mode == Mode::Kernel {
+                self.rebound_in_grid_loop(&bound_before, first_binding, target, iter);
+            }
             self.grid = saved.0;
             self.grid_level_used = true;
         } else {
@@ -257,6 +268,49 @@ impl<'a> Infer<'a> {
         }
         if let Some(e) = orelse {
             self.stmts(e);
+        }
+    }
+
+    /// E0503 for a name bound before a `tile.parallel` loop and assigned again inside it:
+    /// each iteration is its own program with its own copy, so the new value is neither
+    /// carried to the next iteration (an accumulation over the loop sums one term) nor
+    /// seen after the loop, where the name keeps its value from before it.
+    fn rebound_in_grid_loop(&mut self, bound_before: &[u32], first_binding: usize, target: ExprId, iter: ExprId) {
+        let mut reported = Vec::new();
+        let loop_var = self.text(target);
+        let rebound: Vec<(u32, TextRange)> = self.out.bindings[first_binding..]
+            .iter()
+            .filter(|b| bound_before.contains(&b.local))
+            .map(|b| (b.local, b.range))
+            .collect();
+        for (local, range) in rebound {
+            if reported.contains(&local) {
+                continue;
+            }
+            reported.push(local);
+            let name = self.out.locals[local as usize].name.clone();
+            let mut d = Diagnostic::new(
+                Code::E0503,
+                range,
+                format!(
+                    "`{name}` is assigned inside the `tile.parallel` loop over `{loop_var}`, but each iteration is its \
+                     own program with its own `{name}`: the value is not carried to the next iteration, and after \
+                     the loop `{name}` keeps its value from before it"
+                ),
+            )
+            .with_label(range, format!("a new `{name}` in each program of `{loop_var}`"))
+            .with_note(format!(
+                "accumulate over `{loop_var}` in a `tile.range` loop inside one program, or give the value a new name"
+            ));
+            if let Expr::Call { func, .. } = self.body.expr(iter) {
+                if let Expr::Attribute { name_range, .. } = self.body.expr(*func) {
+                    d = d.with_fix(
+                        "iterate sequentially with `tile.range`",
+                        vec![Edit { range: *name_range, text: "range".into() }],
+                    );
+                }
+            }
+            self.push(d);
         }
     }
 
