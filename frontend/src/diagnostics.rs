@@ -75,6 +75,7 @@ codes! {
     W0603 Warning "uncoalesced global access";
     W0604 Warning "independent sequential loop";
     W0605 Warning "softmax over a row that may be fully masked";
+    W0606 Warning "a partial tile's padding enters a reduction";
     E0700 Error "unknown schedule key";
     E0701 Error "invalid schedule value";
     W0702 Warning "autotune candidates pruned";
@@ -114,6 +115,7 @@ impl Code {
                 | W0603
                 | W0604
                 | W0605
+                | W0606
                 | W0702
                 | E0703
                 | E0704

@@ -302,6 +302,41 @@ fn a_softmax_that_can_see_a_fully_masked_row_is_w0605() {
     );
 }
 
+/// A reduction over a tile whose last block may run past the tensor's edge takes in the
+/// load's padding: right for a sum of a zero-padded value (or of its square), wrong for
+/// a max, or for a softmax's `sum(exp(x - m))`. `other=-INF` (the fix) or a mask of the
+/// positions past the edge makes them right.
+#[test]
+fn a_reduction_that_takes_in_a_partial_tiles_padding_is_w0606() {
+    let text = corpus("invalid/w0606_padded_reduction.tsr");
+    let w = |text: &str| -> Vec<String> {
+        lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with("W0606")).collect()
+    };
+    let found = w(&text);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].starts_with("W0606@12:") && found[0].contains("hold 0.0 there, not -inf"), "{found:#?}");
+    let fixed = apply_fix(&text, "W0606", Target::Sm90);
+    assert!(fixed.contains("c0:c0 + ctx.BN], other=-INF)"), "{fixed}");
+    assert!(w(&fixed).is_empty(), "{:#?}", w(&fixed));
+    // Masked past the edge: right.
+    let masked = text.replace(
+        "            m = tile.maximum(",
+        "            x = tile.where((c0 + tile.arange(ctx.BN))[None, :] < C, x, -INF)\n            m = tile.maximum(",
+    );
+    assert!(w(&masked).is_empty() && lint(&masked, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{masked}");
+    // A sum of squares of zero padding is right; a sum of exponentials is not.
+    let squares = text.replace("tile.maximum(m, tile.row_max(x))", "m + tile.row_sum(x * x)");
+    assert!(w(&squares).is_empty(), "{:#?}", w(&squares));
+    let exps = text.replace("tile.maximum(m, tile.row_max(x))", "m + tile.row_sum(tile.exp(x))");
+    assert!(w(&exps).iter().any(|l| l.contains("this sum") && l.contains("hold 1.0 there")), "{:#?}", w(&exps));
+    // The corpus's softmax pads with -INF: its max and its sum of exponentials are right.
+    assert!(w(&corpus("valid/softmax.tsr")).is_empty());
+    // Its flash attention masks keys past the end only when causal: the max and the sum
+    // of the non-causal path take in the zero-padded keys' scores.
+    let attention = w(&corpus("valid/flash_attention.tsr"));
+    assert!(attention.iter().any(|l| l.starts_with("W0606@27:") && l.contains("`K`")), "{attention:#?}");
+}
+
 #[test]
 fn valid_examples_have_no_target_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -15,6 +15,7 @@ pub mod banks;
 pub mod grid;
 pub mod limits;
 pub mod masked_rows;
+pub mod padding;
 pub mod patterns;
 pub mod phases;
 pub mod prune;
@@ -988,6 +989,7 @@ fn pattern_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
+    padding::padding_lints(graph, name, out);
     for l in patterns::independent_loops(graph) {
         let Some(at) = range_in(&l.at, name) else { continue };
         let d = Diagnostic::new(

@@ -1,0 +1,475 @@
+//! W0606: the padding of a partial tile enters a reduction.
+//!
+//! A tile loaded from a view that runs past its tensor's edge (`X[r0:r0 + BM, c0:c0 + BN]`
+//! where `BN` need not divide `C`) holds the load's `other` (0 unless given) at the
+//! positions past the edge. A reduction over that axis — `tile.reduce` sum, max or min,
+//! or the K sum of `tile.dot` — takes those positions in, so its result is right only
+//! where what they hold by then is the reduction's neutral value: 0 for a sum (so
+//! `sum(x * x)` of a zero-padded `x` is right), -inf for a max, +inf for a min. A max of
+//! a zero-padded row of negative values is 0; a softmax's `sum(exp(x - m))` adds
+//! `exp(-m)` per padded position. The kernel and its reference share this semantics, so
+//! `tessera run` cannot see it: the lint says it.
+//!
+//! An abstract evaluation over Graph IR, in program order, gives every tile the axes
+//! along which it may be padded and what it holds there: a constant, a finite value
+//! (data is assumed finite), or unknown. Arithmetic follows IEEE on constants
+//! (`-inf - m = -inf`, `exp(-inf) = 0`, `0 * m = 0` for finite `m`); a coordinate tile
+//! (`c0 + tile.arange(BN)`) compared `<` a tensor dim is false past the edge, so
+//! `tile.where(that, x, -INF)` holds -inf there; a causal mask hides every key past the
+//! last query. Values carried around loops are taken as finite and unpadded.
+
+use tessera_frontend::diagnostics::{Code, Diagnostic};
+
+use super::{range_in, FixRequest, KernelLints, Lint};
+use crate::ir::{Attr, Func, Loc, Op, OpId, OpKind, Type, ValueId};
+
+/// What a tile holds at the positions past its tensor's edge.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Pad {
+    Known(f64),
+    /// Some finite value (computed from data).
+    Finite,
+    Unknown,
+}
+
+/// The most axes a tile's padding is followed on.
+const AXES: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+struct Abs {
+    /// Per axis, when the tile may run past its tensor's edge along it: what the
+    /// positions past the edge hold, and the load whose padding that is.
+    axes: [Option<(Pad, OpId)>; AXES],
+    /// What the tile holds elsewhere: a constant, or finite data.
+    value: Pad,
+    /// A coordinate tile: its value grows by one along this axis.
+    coord: Option<usize>,
+    /// A bool tile that is false where this axis's coordinate is past a tensor dim.
+    in_bounds: Option<usize>,
+    /// A tensor dim (`tile.dim`), cast or splat.
+    dim: bool,
+}
+
+const PLAIN: Abs = Abs { axes: [None; AXES], value: Pad::Finite, coord: None, in_bounds: None, dim: false };
+
+impl Abs {
+    /// What the tile holds past the edge along `axis` (its value there if not padded).
+    fn at(&self, axis: usize) -> Pad {
+        self.axes[axis].map_or(self.value, |(p, _)| p)
+    }
+}
+
+/// One reduction the padding enters.
+#[derive(Clone, Debug)]
+pub struct PaddedReduction {
+    /// The reduction (`tile.reduce` or `tile.dot`).
+    pub at: Loc,
+    /// `sum`, `max`, `min`, or `dot` (its K sum).
+    pub kind: String,
+    /// The load whose partial tile pads.
+    pub load: Loc,
+    /// The tensor it loads, as written.
+    pub tensor: String,
+    /// What the padded positions hold when they reach the reduction (`None`: values
+    /// computed from the padding).
+    pub holds: Option<f64>,
+    /// An `other=` for the load (it has none) that makes every reduction of its padding
+    /// right: `"-INF"` or `"INF"`.
+    pub other_fix: Option<&'static str>,
+}
+
+/// Every reduction of `f` whose input may hold a partial tile's padding there, with a
+/// value that is not the reduction's neutral one.
+pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
+    let findings = evaluate(f, None);
+    let mut out = Vec::new();
+    for (reduction, origin, kind, holds) in &findings {
+        let load = f.op(*origin);
+        // An `other=` to suggest: the one under which no reduction of this load's padding
+        // is wrong any more.
+        let other_fix = if load.attr("other").is_none() {
+            [(-f64::INFINITY, "-INF"), (f64::INFINITY, "INF")].into_iter().find_map(|(value, text)| {
+                let again = evaluate(f, Some((*origin, value)));
+                (!again.iter().any(|(_, o, _, _)| o == origin)).then_some(text)
+            })
+        } else {
+            None
+        };
+        let view = load.operands.first().and_then(|&v| defining(f, v));
+        let tensor = view
+            .and_then(|v| v.operands.first())
+            .and_then(|&t| f.values[t.0 as usize].name.as_deref())
+            .unwrap_or("the tensor")
+            .to_string();
+        out.push(PaddedReduction {
+            at: f.op(*reduction).loc.clone(),
+            kind: kind.clone(),
+            load: load.loc.clone(),
+            tensor,
+            holds: match holds {
+                Pad::Known(v) => Some(*v),
+                _ => None,
+            },
+            other_fix,
+        });
+    }
+    out
+}
+
+fn defining(f: &Func, v: ValueId) -> Option<&Op> {
+    f.ops.iter().find(|op| op.results.contains(&v))
+}
+
+/// The padded axes of the tile a view reads: the axes whose extent may not divide the
+/// tensor's (a view as wide as its dim, or a constant extent dividing a constant dim,
+/// never runs past it).
+fn partial_axes(f: &Func, view: &Op) -> u8 {
+    let Some(Attr::Dims(sizes)) = view.attr("sizes") else { return 0 };
+    let Some(Type::Tensor(t)) = view.operands.first().map(|&v| f.ty(v)) else { return 0 };
+    let squeezed: Vec<i64> = match view.attr("squeeze") {
+        Some(Attr::Ints(s)) => s.clone(),
+        _ => Vec::new(),
+    };
+    let mut bits = 0u8;
+    let mut axis = 0u32;
+    for (i, (size, dim)) in sizes.iter().zip(&t.dims).enumerate() {
+        if squeezed.contains(&(i as i64)) {
+            continue;
+        }
+        let whole =
+            size == dim || matches!((size.as_const(), dim.as_const()), (Some(s), Some(d)) if s > 0 && d % s == 0);
+        if !whole && axis < 8 {
+            bits |= 1 << axis;
+        }
+        axis += 1;
+    }
+    bits
+}
+
+fn neutral(kind: &str) -> Option<f64> {
+    match kind {
+        "sum" | "dot" => Some(0.0),
+        "max" => Some(f64::NEG_INFINITY),
+        "min" => Some(f64::INFINITY),
+        _ => None,
+    }
+}
+
+/// `op` applied to pads (IEEE on constants; finite data otherwise).
+fn apply(kind: OpKind, pads: &[Pad]) -> Pad {
+    use Pad::*;
+    // Data is finite: 0 times anything the padding became is 0.
+    if kind == OpKind::Mul
+        && pads.contains(&Known(0.0))
+        && !pads.iter().any(|p| matches!(p, Known(v) if !v.is_finite()))
+    {
+        return Known(0.0);
+    }
+    if pads.contains(&Unknown) {
+        return Unknown;
+    }
+    if let Some(values) =
+        pads.iter().map(|p| if let Known(v) = p { Some(*v) } else { None }).collect::<Option<Vec<f64>>>()
+    {
+        let (a, b) = (values.first().copied().unwrap_or(0.0), values.get(1).copied().unwrap_or(0.0));
+        let v = match kind {
+            OpKind::Add => a + b,
+            OpKind::Sub => a - b,
+            OpKind::Mul => a * b,
+            OpKind::Div => a / b,
+            OpKind::Max => a.max(b),
+            OpKind::Min => a.min(b),
+            OpKind::Neg => -a,
+            OpKind::Abs => a.abs(),
+            OpKind::Exp => a.exp(),
+            OpKind::Log => a.ln(),
+            OpKind::Sqrt => a.sqrt(),
+            OpKind::Rsqrt => 1.0 / a.sqrt(),
+            OpKind::Tanh => a.tanh(),
+            OpKind::Relu => a.max(0.0),
+            OpKind::Sigmoid => 1.0 / (1.0 + (-a).exp()),
+            OpKind::Cast => a,
+            _ => return Finite,
+        };
+        return if v.is_nan() { Unknown } else { Known(v) };
+    }
+    // One constant and finite data.
+    let known = pads.iter().find_map(|p| if let Known(v) = p { Some(*v) } else { None });
+    match (kind, known) {
+        (OpKind::Add | OpKind::Sub, Some(v)) if v.is_infinite() => {
+            // `inf - m` is inf; `m - inf` is -inf.
+            let first_is_known = matches!(pads.first(), Some(Known(_)));
+            Known(if kind == OpKind::Sub && !first_is_known { -v } else { v })
+        }
+        (OpKind::Div, Some(v)) if v == 0.0 && matches!(pads.first(), Some(Known(_))) => Known(0.0),
+        (OpKind::Max, Some(v)) if v == f64::NEG_INFINITY => Finite,
+        (OpKind::Min, Some(v)) if v == f64::INFINITY => Finite,
+        (OpKind::Max | OpKind::Min | OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div, Some(v))
+            if v.is_finite() =>
+        {
+            Finite
+        }
+        (k, None) if k.is_elementwise() => Finite,
+        _ => Unknown,
+    }
+}
+
+fn join(a: Pad, b: Pad) -> Pad {
+    match (a, b) {
+        (Pad::Known(x), Pad::Known(y)) if x == y => a,
+        (Pad::Finite, Pad::Finite) => Pad::Finite,
+        _ => Pad::Unknown,
+    }
+}
+
+/// The axes with `axis` removed (higher ones move down).
+fn drop_axis(axes: [Option<(Pad, OpId)>; AXES], axis: usize) -> [Option<(Pad, OpId)>; AXES] {
+    let mut out = [None; AXES];
+    let kept = axes.iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, a)| *a);
+    for (slot, a) in out.iter_mut().zip(kept) {
+        *slot = a;
+    }
+    out
+}
+
+/// The axes with an unpadded one inserted at `axis`.
+fn insert_axis(axes: [Option<(Pad, OpId)>; AXES], axis: usize) -> [Option<(Pad, OpId)>; AXES] {
+    let mut out = [None; AXES];
+    for (i, a) in axes.iter().enumerate() {
+        let to = if i >= axis { i + 1 } else { i };
+        if to < AXES {
+            out[to] = *a;
+        }
+    }
+    out
+}
+
+/// The reductions the padding enters (reduction, load, kind, what it holds there),
+/// with `override_pad` giving one load another `other`.
+fn evaluate(f: &Func, override_pad: Option<(OpId, f64)>) -> Vec<(OpId, OpId, String, Pad)> {
+    let mut abs = vec![PLAIN; f.values.len()];
+    let mut findings: Vec<(OpId, OpId, String, Pad)> = Vec::new();
+    for id in post_order(f) {
+        let op = f.op(id);
+        let operands: Vec<Abs> = op.operands.iter().map(|&v| abs[v.0 as usize]).collect();
+        let operand = |i: usize| operands.get(i).copied().unwrap_or(PLAIN);
+        let result = match op.kind {
+            OpKind::Constant | OpKind::Full => {
+                let v = op.attr("value").and_then(Attr::as_float);
+                Abs { value: v.map_or(Pad::Finite, Pad::Known), ..PLAIN }
+            }
+            OpKind::TensorDim => Abs { dim: true, ..PLAIN },
+            OpKind::Splat | OpKind::Broadcast | OpKind::ConvertLayout | OpKind::Cast => operand(0),
+            OpKind::ExpandDims => {
+                let a = operand(0);
+                let axis = op.int_attr("axis").unwrap_or(0).clamp(0, AXES as i64) as usize;
+                let shift = |x: usize| if x >= axis { x + 1 } else { x };
+                Abs {
+                    axes: insert_axis(a.axes, axis),
+                    in_bounds: a.in_bounds.map(shift),
+                    coord: a.coord.map(shift),
+                    ..a
+                }
+            }
+            OpKind::Transpose => {
+                let a = operand(0);
+                let flip = |x: usize| if x < 2 { 1 - x } else { x };
+                let mut axes = a.axes;
+                axes.swap(0, 1);
+                Abs { axes, in_bounds: a.in_bounds.map(flip), coord: a.coord.map(flip), ..a }
+            }
+            OpKind::Arange => Abs { coord: Some(0), ..PLAIN },
+            OpKind::Load => {
+                let view = op.operands.first().and_then(|&v| defining(f, v));
+                let partial = view.map_or(0, |v| partial_axes(f, v));
+                let other = match override_pad {
+                    Some((load, value)) if load == id => value,
+                    _ => op.attr("other").and_then(Attr::as_float).unwrap_or(0.0),
+                };
+                let mut axes = [None; AXES];
+                for (axis, slot) in axes.iter_mut().enumerate() {
+                    if partial & (1 << axis) != 0 {
+                        *slot = Some((Pad::Known(other), id));
+                    }
+                }
+                Abs { axes, ..PLAIN }
+            }
+            OpKind::Select => {
+                let (c, x, y) = (operand(0), operand(1), operand(2));
+                let mut axes = [None; AXES];
+                for (axis, slot) in axes.iter_mut().enumerate() {
+                    let origin = x.axes[axis].or(y.axes[axis]).or(c.axes[axis]).map(|(_, o)| o);
+                    *slot = origin.map(|o| {
+                        // Past the edge along the axis `c` bounds, the select takes `y`.
+                        let pad = if c.in_bounds == Some(axis) { y.at(axis) } else { join(x.at(axis), y.at(axis)) };
+                        (pad, o)
+                    });
+                }
+                Abs { axes, value: join(x.value, y.value), ..PLAIN }
+            }
+            // A causal mask hides every key past the last query.
+            OpKind::CausalMask => {
+                let mut s = operand(0);
+                if let Some((_, origin)) = s.axes[1] {
+                    s.axes[1] = Some((Pad::Known(f64::NEG_INFINITY), origin));
+                }
+                s
+            }
+            OpKind::Reduce => {
+                let a = operand(0);
+                let kind = op.str_attr("kind").unwrap_or("sum");
+                let axis = op.int_attr("axis").unwrap_or(0).clamp(0, AXES as i64 - 1) as usize;
+                if let Some((pad, origin)) = a.axes[axis] {
+                    if !neutral(kind).is_some_and(|n| pad == Pad::Known(n)) {
+                        findings.push((id, origin, kind.to_string(), pad));
+                    }
+                }
+                // A reduction of a row past the edge of another axis: some finite value.
+                let mut axes = drop_axis(a.axes, axis);
+                for slot in axes.iter_mut().flatten() {
+                    slot.0 = Pad::Finite;
+                }
+                Abs { axes, ..PLAIN }
+            }
+            OpKind::Dot => {
+                let (a, b) = (operand(0), operand(1));
+                if let Some((_, origin)) = a.axes[1].or(b.axes[0]) {
+                    // At a padded k: A's value there times B's.
+                    let product = apply(OpKind::Mul, &[a.at(1), b.at(0)]);
+                    if product != Pad::Known(0.0) {
+                        findings.push((id, origin, "dot".to_string(), product));
+                    }
+                }
+                // A row of A past the edge holding 0 makes a row of 0 (and B's columns).
+                let row = |side: Option<(Pad, OpId)>| {
+                    side.map(|(p, o)| (if p == Pad::Known(0.0) { Pad::Known(0.0) } else { Pad::Finite }, o))
+                };
+                let mut axes = [None; AXES];
+                axes[0] = row(a.axes[0]);
+                axes[1] = row(b.axes[1]);
+                Abs { axes, ..PLAIN }
+            }
+            OpKind::If => {
+                for (i, &r) in op.results.iter().enumerate() {
+                    let yielded: Vec<Abs> = op
+                        .regions
+                        .iter()
+                        .filter_map(|region| region.ops.last().map(|&y| f.op(y)))
+                        .filter(|y| y.kind == OpKind::Yield)
+                        .filter_map(|y| y.operands.get(i).map(|&v| abs[v.0 as usize]))
+                        .collect();
+                    let joined = yielded.into_iter().reduce(|x, y| {
+                        let mut axes = [None; AXES];
+                        for (axis, slot) in axes.iter_mut().enumerate() {
+                            let origin = x.axes[axis].or(y.axes[axis]).map(|(_, o)| o);
+                            *slot = origin.map(|o| (join(x.at(axis), y.at(axis)), o));
+                        }
+                        Abs { axes, value: join(x.value, y.value), ..PLAIN }
+                    });
+                    abs[r.0 as usize] = joined.unwrap_or(PLAIN);
+                }
+                continue;
+            }
+            OpKind::Cmp => {
+                let (a, b) = (operand(0), operand(1));
+                // `coord < dim` (or `dim > coord`) is false past the edge.
+                let bound = match op.str_attr("pred").unwrap_or("") {
+                    "lt" | "le" if b.dim => a.coord,
+                    "gt" | "ge" if a.dim => b.coord,
+                    _ => None,
+                };
+                Abs { in_bounds: bound, ..elementwise(op.kind, &operands) }
+            }
+            k if k.is_elementwise() => {
+                // `c0 + arange(BN)` stays a coordinate.
+                let coord = match (k, operands.as_slice()) {
+                    (OpKind::Add, [x, y]) if y.coord.is_none() && y.axes == [None; AXES] => x.coord,
+                    (OpKind::Add, [x, y]) if x.coord.is_none() && x.axes == [None; AXES] => y.coord,
+                    _ => None,
+                };
+                Abs { coord, ..elementwise(k, &operands) }
+            }
+            _ => PLAIN,
+        };
+        for &r in &op.results {
+            abs[r.0 as usize] = result;
+        }
+    }
+    findings
+}
+
+/// The ops of `f`, each after the ops of its regions (an `scf.if`'s results join what
+/// its branches yield), in program order otherwise.
+fn post_order(f: &Func) -> Vec<OpId> {
+    fn visit(f: &Func, region: &crate::ir::Region, out: &mut Vec<OpId>) {
+        for &id in &region.ops {
+            for r in &f.op(id).regions {
+                visit(f, r, out);
+            }
+            out.push(id);
+        }
+    }
+    let mut out = Vec::with_capacity(f.ops.len());
+    visit(f, &f.body, &mut out);
+    out
+}
+
+/// An elementwise op on abstract tiles: per axis, the op on what each operand holds
+/// past the edge there.
+fn elementwise(kind: OpKind, operands: &[Abs]) -> Abs {
+    let mut axes = [None; AXES];
+    for (axis, slot) in axes.iter_mut().enumerate() {
+        if let Some(origin) = operands.iter().find_map(|a| a.axes[axis].map(|(_, o)| o)) {
+            let pads: Vec<Pad> = operands.iter().map(|a| a.at(axis)).collect();
+            *slot = Some((apply(kind, &pads), origin));
+        }
+    }
+    let values: Vec<Pad> = operands.iter().map(|a| a.value).collect();
+    Abs { axes, value: apply(kind, &values), ..PLAIN }
+}
+
+/// W0606 for every reduction the padding of a partial tile enters (at the reduction,
+/// with the load labelled and, where one `other=` fixes it, that keyword as the fix).
+pub(super) fn padding_lints(graph: &Func, name: &str, out: &mut KernelLints) {
+    for p in padded_reductions(graph) {
+        let Some(at) = range_in(&p.at, name) else { continue };
+        let what = match p.kind.as_str() {
+            "dot" => "the K sum of this `tile.dot`".to_string(),
+            kind => format!("this {kind}"),
+        };
+        let holds = match p.holds {
+            Some(v) => format!("{v:?} there"),
+            None => "values computed from the padding there".to_string(),
+        };
+        let neutral = match p.kind.as_str() {
+            "max" => "-inf",
+            "min" => "inf",
+            _ => "0",
+        };
+        let mut d = Diagnostic::new(
+            Code::W0606,
+            at,
+            format!(
+                "the last tile of `{}` may run past the tensor's edge, and {what} takes in its padded positions: \
+                 they hold {holds}, not {neutral}, so the result depends on the padding where a dim is not a \
+                 multiple of the tile",
+                p.tensor
+            ),
+        )
+        .with_label(at, format!("takes in {holds}"))
+        .with_note(
+            "mask the positions past the edge (`tile.where((c0 + tile.arange(ctx.BN))[None, :] < C, x, -INF)`) or \
+             give the load the reduction's neutral value as `other=`",
+        );
+        if let Some(load) = range_in(&p.load, name) {
+            d = d.with_label(load, "a partial tile, padded with the load's `other` (0 unless given)");
+        }
+        let fix = p.other_fix.zip(range_in(&p.load, name)).map(|(value, call)| {
+            (
+                format!("pad with `other={value}`"),
+                FixRequest::AddKeyword { call, keyword: "other".into(), value: value.into() },
+            )
+        });
+        out.body.push(Lint { diagnostic: d, fix });
+    }
+}
