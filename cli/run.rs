@@ -102,6 +102,7 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     }
     let setup = setup(src, &args.kernel, args.device, args.target, &dims_given, &args.args)?;
     print_notes(&setup);
+    warn_padding(src, key);
     let backend = setup.opened.backend.clone();
     let dims = setup.dims.map();
     let info = &setup.info;
@@ -414,4 +415,21 @@ fn save(dir: &std::path::Path, plan: &Plan, outcome: &Outcome, report: &Value) -
         }
     }
     save.json("run.json", report)
+}
+
+/// A reduction that takes in a partial tile's padding (W0606) is where the kernel and its
+/// reference agree by construction: both pad the same way, so the verdict cannot see a
+/// result that depends on the padding. Said before the run, as `tessera check` says it.
+fn warn_padding(src: &Source, key: tessera_frontend::FnKey<'_>) {
+    let Ok(graph) = tessera_passes::graph_ir(src.db(), key).clone() else { return };
+    for p in tessera_passes::analysis::padding::padded_reductions(&graph) {
+        eprintln!(
+            "warning: {}W0606 this {} takes in the padding of a partial tile of `{}`: the f64 reference pads the \
+             same way, so the verdict holds for the padded semantics, not for the tensor without it (`tessera \
+             check` says more)",
+            src.position(Some(&p.at)),
+            if p.kind == "dot" { "tile.dot's K sum".to_string() } else { p.kind.clone() },
+            p.tensor
+        );
+    }
 }

@@ -268,3 +268,27 @@ fn a_kernel_check_finds_racy_or_misplacing_program_ids_is_never_run() {
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
     assert!(stderr(&o).contains("tuned.tsr:15:13: cannot tune `gemm`: E0501 race"), "{}", stderr(&o));
 }
+
+/// A kernel whose reduction takes in a partial tile's padding (W0606) runs, and its
+/// verdict is against a reference that pads the same way: the run says so first.
+#[test]
+fn a_run_warns_that_its_verdict_cannot_see_padding_in_a_reduction() {
+    let path = root().join("tests/corpus/invalid/w0606_padded_reduction.tsr");
+    let o = run(
+        &["run", path.to_str().unwrap(), "--kernel", "row_max", "--device", "interp", "--dims", "R=20,C=300"],
+        &root(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("w0606_padded_reduction.tsr:12:33: W0606 this max takes in the padding of a partial tile of `X`"),
+        "{}",
+        stderr(&o)
+    );
+    // The example softmax pads with -INF: no warning.
+    let o = run(
+        &["run", "examples/softmax.tsr", "--kernel", "softmax", "--device", "interp", "--dims", "R=4,C=300"],
+        &root(),
+    );
+    assert!(!stderr(&o).contains("W0606"), "{}", stderr(&o));
+}
