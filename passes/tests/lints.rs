@@ -121,7 +121,10 @@ fn a_value_reassigned_in_a_grid_loop_is_not_carried_across_programs() {
     let text = corpus("invalid/e0503_carried_across_programs.tsr");
     let lints = lint(&text, Target::Sm90);
     assert_eq!(lints.len(), 1, "{lints:#?}");
-    assert!(lints[0].starts_with("E0503@10:") && lints[0].contains("`acc` is assigned inside"), "{lints:#?}");
+    assert!(
+        lints[0].starts_with("E0503@10:") && lints[0].contains("`acc` is carried from one iteration"),
+        "{lints:#?}"
+    );
     let fixed = apply_fix(&text, "E0503", Target::Sm90);
     assert!(fixed.contains("for k0 in tile.range(0, K, 16):"), "{fixed}");
     assert!(lint(&fixed, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{:#?}", lint(&fixed, Target::Sm90));
@@ -132,6 +135,16 @@ fn a_value_reassigned_in_a_grid_loop_is_not_carried_across_programs() {
         "{fresh}\n{:#?}",
         lint(&fresh, Target::Sm90)
     );
+    // Assigned without reading the value from before: each program's own, fine inside
+    // the loop; read after the loop, it is the value from before (E0503 at that read).
+    let reinit = text.replace("            acc += tile.load", "            acc = tile.load");
+    assert!(lint(&reinit, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{:#?}", lint(&reinit, Target::Sm90));
+    let read_after = reinit.replace(
+        "            P[k0:k0 + 16, n0:n0 + 32] = acc\n",
+        "            P[k0:k0 + 16, n0:n0 + 32] = acc\n        P[0:16, n0:n0 + 32] = acc\n",
+    );
+    let lints = lint(&read_after, Target::Sm90);
+    assert!(lints.iter().any(|l| l.starts_with("E0503@12:") && l.contains("value from before")), "{lints:#?}");
 }
 
 #[test]

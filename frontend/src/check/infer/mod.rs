@@ -38,6 +38,16 @@ pub(crate) enum Mode {
     Decl,
 }
 
+/// One `tile.parallel` loop being checked: the locals bound before it, those its body
+/// read before assigning them (their value from before the loop, the same in every
+/// program), and those it assigned, with the first assignment.
+#[derive(Default)]
+pub(crate) struct GridScope {
+    pub bound_before: Vec<u32>,
+    pub read_first: Vec<u32>,
+    pub assigned: Vec<(u32, TextRange)>,
+}
+
 pub(crate) struct Infer<'a> {
     pub db: &'a dyn Db,
     pub file: SourceFile,
@@ -57,6 +67,13 @@ pub(crate) struct Infer<'a> {
     grid: Option<u32>,
     /// A `tile.parallel` loop already appeared at the current grid level.
     grid_level_used: bool,
+    /// The `tile.parallel` loops around the statement being checked (see
+    /// [`GridScope`]).
+    pub(super) grid_scopes: Vec<GridScope>,
+    /// Locals a `tile.parallel` loop assigned (each program its own copy) and nothing
+    /// assigned since: after the loop they hold their value from before it. With the
+    /// loop variable and the assignment.
+    pub(super) stale: Vec<(u32, String, TextRange)>,
     /// The variables of the enclosing `tile.parallel` and `tile.range` loops: a tile's
     /// extent may not depend on them.
     pub(super) loop_vars: Vec<String>,
@@ -106,6 +123,8 @@ impl<'a> Infer<'a> {
             ctx_reads: BTreeSet::new(),
             grid: Some(0),
             grid_level_used: false,
+            grid_scopes: Vec::new(),
+            stale: Vec::new(),
             loop_vars: Vec::new(),
             masked_depth: 0,
             returns: Vec::new(),
@@ -158,6 +177,7 @@ impl<'a> Infer<'a> {
     fn resolve_name(&mut self, id: ExprId, name: &str) -> Ty {
         if let Some(&local) = self.locals_by_name.get(name) {
             self.resolutions[id.0 as usize] = Some(Resolution::Local(local));
+            self.grid_read(id, local);
             return self.out.locals[local as usize].ty.clone();
         }
         if let Some(sig) = self.sig {
@@ -265,6 +285,33 @@ impl<'a> Infer<'a> {
         best.name().map(str::to_string)
     }
 
+    /// A read of `local` inside `tile.parallel` loops (their bodies' reads of values from
+    /// before them), or after one that assigned it (E0503: the value from before).
+    fn grid_read(&mut self, id: ExprId, local: u32) {
+        for scope in &mut self.grid_scopes {
+            let assigned = scope.assigned.iter().any(|(l, _)| *l == local);
+            if scope.bound_before.contains(&local) && !assigned && !scope.read_first.contains(&local) {
+                scope.read_first.push(local);
+            }
+        }
+        if let Some(at) = self.stale.iter().position(|(l, ..)| *l == local) {
+            let (_, loop_var, assigned) = self.stale.remove(at);
+            let name = self.out.locals[local as usize].name.clone();
+            let d = Diagnostic::new(
+                Code::E0503,
+                self.range(id),
+                format!(
+                    "`{name}` here is its value from before the `tile.parallel` loop over `{loop_var}`: the \
+                     assignment inside that loop is each program's own copy, and ends with the program"
+                ),
+            )
+            .with_label(self.range(id), "the value from before the loop")
+            .with_label(assigned, format!("each program of `{loop_var}` assigns its own `{name}`"))
+            .with_note(format!("use `{name}` inside the loop, or give the loop's value a new name"));
+            self.push(d);
+        }
+    }
+
     pub fn bind_local(&mut self, name: &str, range: TextRange, ty: Ty, id: Option<ExprId>) -> u32 {
         let local = match self.locals_by_name.get(name) {
             Some(&l) => {
@@ -284,6 +331,12 @@ impl<'a> Infer<'a> {
             self.resolutions[id.0 as usize] = Some(Resolution::Local(local));
             self.out.expr_types[id.0 as usize] = ty.clone();
         }
+        for scope in &mut self.grid_scopes {
+            if scope.bound_before.contains(&local) && !scope.assigned.iter().any(|(l, _)| *l == local) {
+                scope.assigned.push((local, range));
+            }
+        }
+        self.stale.retain(|(l, ..)| *l != local);
         self.out.bindings.push(BindingInfo { local, range, ty });
         local
     }

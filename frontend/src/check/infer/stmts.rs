@@ -8,7 +8,7 @@ use crate::diagnostics::{Code, Diagnostic, Edit};
 use crate::syntax::ast::*;
 use crate::text::TextRange;
 
-use super::{op_range_text, Infer, Mode};
+use super::{op_range_text, GridScope, Infer, Mode};
 
 impl<'a> Infer<'a> {
     // ----- statements ----------------------------------------------------------------
@@ -251,10 +251,11 @@ impl<'a> Infer<'a> {
                 .filter(|(n, _)| Some(n.as_str()) != tile_loop_var.as_deref())
                 .map(|(_, &l)| l)
                 .collect();
-            let first_binding = self.out.bindings.len();
+            self.grid_scopes.push(GridScope { bound_before, ..Default::default() });
             self.stmts(loop_body);
+            let scope = self.grid_scopes.pop().unwrap_or_default();
             if self.mode == Mode::Kernel {
-                self.rebound_in_grid_loop(&bound_before, first_binding, target, iter);
+                self.assigned_in_grid_loop(scope, target, iter);
             }
             self.grid = saved.0;
             self.grid_level_used = true;
@@ -271,31 +272,26 @@ impl<'a> Infer<'a> {
         }
     }
 
-    /// E0503 for a name bound before a `tile.parallel` loop and assigned again inside it:
-    /// each iteration is its own program with its own copy, so the new value is neither
-    /// carried to the next iteration (an accumulation over the loop sums one term) nor
-    /// seen after the loop, where the name keeps its value from before it.
-    fn rebound_in_grid_loop(&mut self, bound_before: &[u32], first_binding: usize, target: ExprId, iter: ExprId) {
-        let mut reported = Vec::new();
+    /// A `tile.parallel` loop's body assigned names bound before it: each program has its
+    /// own copy. One it read before assigning (`acc += ...`) would carry a value from one
+    /// iteration to the next in a sequential loop, and here does not: E0503 at the
+    /// assignment. The others hold their value from before the loop after it: a later
+    /// read is E0503 (`Infer::grid_read`).
+    fn assigned_in_grid_loop(&mut self, scope: GridScope, target: ExprId, iter: ExprId) {
         let loop_var = self.text(target);
-        let rebound: Vec<(u32, TextRange)> = self.out.bindings[first_binding..]
-            .iter()
-            .filter(|b| bound_before.contains(&b.local))
-            .map(|b| (b.local, b.range))
-            .collect();
-        for (local, range) in rebound {
-            if reported.contains(&local) {
+        for (local, range) in scope.assigned {
+            if !scope.read_first.contains(&local) {
+                self.stale.push((local, loop_var.clone(), range));
                 continue;
             }
-            reported.push(local);
             let name = self.out.locals[local as usize].name.clone();
             let mut d = Diagnostic::new(
                 Code::E0503,
                 range,
                 format!(
-                    "`{name}` is assigned inside the `tile.parallel` loop over `{loop_var}`, but each iteration is its \
-                     own program with its own `{name}`: the value is not carried to the next iteration, and after \
-                     the loop `{name}` keeps its value from before it"
+                    "`{name}` is carried from one iteration of the `tile.parallel` loop over `{loop_var}` to the \
+                     next, but each iteration is its own program: every program starts from `{name}`'s value \
+                     before the loop"
                 ),
             )
             .with_label(range, format!("a new `{name}` in each program of `{loop_var}`"))
