@@ -59,7 +59,8 @@ fn kernel(s: &Shape) -> String {
     }
     params.push("C: Tensor[\"M\", \"N\", f32]".to_string());
     if s.row_sums {
-        params.push("S: Tensor[\"M\", f32]".to_string());
+        // One row of partial sums per column block: every program stores its own.
+        params.push("S: Tensor[\"NB\", \"M\", f32]".to_string());
     }
     let a_window =
         if s.a_transposed { "A[k0:k0 + ctx.BK, m0:m0 + ctx.BM]" } else { "A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]" };
@@ -113,7 +114,7 @@ fn kernel(s: &Shape) -> String {
         line(3, &format!("acc = tile.dot(tile.cast(acc, {t}), v)"));
     }
     if s.row_sums {
-        line(3, "S[m0:m0 + ctx.BM] = tile.row_sum(acc)");
+        line(3, "S[n0 // ctx.BN, m0:m0 + ctx.BM] = tile.row_sum(acc)");
     }
     line(3, "C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc");
     format!(

@@ -214,13 +214,8 @@ impl<'a> Infer<'a> {
                     "grid axes are declared by `for ... in tile.parallel(...)` loops that enclose the body; \
                      inside a sequential loop or a branch use `tile.range`",
                 );
-                if let Expr::Call { func, .. } = self.body.expr(iter) {
-                    if let Expr::Attribute { name_range, .. } = self.body.expr(*func) {
-                        d = d.with_fix(
-                            "use a sequential `tile.range` loop",
-                            vec![Edit { range: *name_range, text: "range".into() }],
-                        );
-                    }
+                if let Some(edit) = self.parallel_to_range(iter) {
+                    d = d.with_fix("use a sequential `tile.range` loop", vec![edit]);
                 }
                 self.push(d);
             }
@@ -272,6 +267,13 @@ impl<'a> Infer<'a> {
         }
     }
 
+    /// The edit that makes a `tile.parallel(...)` loop's iterable a `tile.range(...)`.
+    fn parallel_to_range(&self, iter: ExprId) -> Option<Edit> {
+        let Expr::Call { func, .. } = self.body.expr(iter) else { return None };
+        let Expr::Attribute { name_range, .. } = self.body.expr(*func) else { return None };
+        Some(Edit { range: *name_range, text: "range".into() })
+    }
+
     /// A `tile.parallel` loop's body assigned names bound before it: each program has its
     /// own copy. One it read before assigning (`acc += ...`) would carry a value from one
     /// iteration to the next in a sequential loop, and here does not: E0503 at the
@@ -298,13 +300,8 @@ impl<'a> Infer<'a> {
             .with_note(format!(
                 "accumulate over `{loop_var}` in a `tile.range` loop inside one program, or give the value a new name"
             ));
-            if let Expr::Call { func, .. } = self.body.expr(iter) {
-                if let Expr::Attribute { name_range, .. } = self.body.expr(*func) {
-                    d = d.with_fix(
-                        "iterate sequentially with `tile.range`",
-                        vec![Edit { range: *name_range, text: "range".into() }],
-                    );
-                }
+            if let Some(edit) = self.parallel_to_range(iter) {
+                d = d.with_fix("iterate sequentially with `tile.range`", vec![edit]);
             }
             self.push(d);
         }
