@@ -49,7 +49,8 @@ pub fn grid_store_races(f: &Func) -> Vec<GridStoreRace> {
     let grids = grid_loops(f, &ops);
     let every_axis: GridDeps = if grids.len() == 64 { u64::MAX } else { (1u64 << grids.len()) - 1 };
     let deps = value_grid_deps(f, &ops, &grids, every_axis);
-    let several: Vec<OpId> = grids.iter().copied().filter(|&g| !single_program(f, f.op(g))).collect();
+    let defs = f.definitions();
+    let several: Vec<OpId> = grids.iter().copied().filter(|&g| !single_program(f, &defs, f.op(g))).collect();
     let mut walk =
         StoreWalk { f, grids: &grids, several: &several, deps: &deps, enclosing: Vec::new(), out: Vec::new() };
     walk.region(&f.body, 0);
@@ -139,12 +140,10 @@ fn value_grid_deps(f: &Func, ops: &[OpId], grids: &[OpId], every_axis: GridDeps)
 }
 
 /// Whether a grid loop certainly has one program: constant bounds and step, one trip.
-fn single_program(f: &Func, grid: &Op) -> bool {
+fn single_program(f: &Func, defs: &[Option<OpId>], grid: &Op) -> bool {
     let constant = |v: ValueId| {
-        f.ops
-            .iter()
-            .find(|op| op.kind == OpKind::Constant && op.results.first() == Some(&v))
-            .and_then(|op| op.attr("value").and_then(|a| a.as_int()))
+        let op = f.op(defs.get(v.0 as usize).copied().flatten()?);
+        (op.kind == OpKind::Constant).then(|| op.int_attr("value")).flatten()
     };
     match (constant(grid.operands[0]), constant(grid.operands[1]), constant(grid.operands[2])) {
         (Some(start), Some(end), Some(step)) if step > 0 => end - start <= step,

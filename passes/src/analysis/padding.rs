@@ -81,7 +81,8 @@ pub struct PaddedReduction {
 /// Every reduction of `f` whose input may hold a partial tile's padding there, with a
 /// value that is not the reduction's neutral one.
 pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
-    let findings = evaluate(f, None);
+    let defs = f.definitions();
+    let findings = evaluate(f, &defs, None);
     let mut out = Vec::new();
     for (reduction, origin, kind, holds) in &findings {
         let load = f.op(*origin);
@@ -89,13 +90,13 @@ pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
         // is wrong any more.
         let other_fix = if load.attr("other").is_none() {
             [(-f64::INFINITY, "-INF"), (f64::INFINITY, "INF")].into_iter().find_map(|(value, text)| {
-                let again = evaluate(f, Some((*origin, value)));
+                let again = evaluate(f, &defs, Some((*origin, value)));
                 (!again.iter().any(|(_, o, _, _)| o == origin)).then_some(text)
             })
         } else {
             None
         };
-        let view = load.operands.first().and_then(|&v| defining(f, v));
+        let view = load.operands.first().and_then(|&v| defining(f, &defs, v));
         let tensor = view
             .and_then(|v| v.operands.first())
             .and_then(|&t| f.values[t.0 as usize].name.as_deref())
@@ -116,8 +117,9 @@ pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
     out
 }
 
-fn defining(f: &Func, v: ValueId) -> Option<&Op> {
-    f.ops.iter().find(|op| op.results.contains(&v))
+/// The op that defines `v`, from `Func::definitions`.
+fn defining<'f>(f: &'f Func, defs: &[Option<OpId>], v: ValueId) -> Option<&'f Op> {
+    defs.get(v.0 as usize).copied().flatten().map(|id| f.op(id))
 }
 
 /// The padded axes of the tile a view reads: the axes whose extent may not divide the
@@ -246,7 +248,7 @@ fn insert_axis(axes: [Option<(Pad, OpId)>; AXES], axis: usize) -> [Option<(Pad, 
 
 /// The reductions the padding enters (reduction, load, kind, what it holds there),
 /// with `override_pad` giving one load another `other`.
-fn evaluate(f: &Func, override_pad: Option<(OpId, f64)>) -> Vec<(OpId, OpId, String, Pad)> {
+fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) -> Vec<(OpId, OpId, String, Pad)> {
     let mut abs = vec![PLAIN; f.values.len()];
     let mut findings: Vec<(OpId, OpId, String, Pad)> = Vec::new();
     for id in post_order(f) {
@@ -280,7 +282,7 @@ fn evaluate(f: &Func, override_pad: Option<(OpId, f64)>) -> Vec<(OpId, OpId, Str
             }
             OpKind::Arange => Abs { coord: Some(0), ..PLAIN },
             OpKind::Load => {
-                let view = op.operands.first().and_then(|&v| defining(f, v));
+                let view = op.operands.first().and_then(|&v| defining(f, defs, v));
                 let partial = view.map_or(0, |v| partial_axes(f, v));
                 let other = match override_pad {
                     Some((load, value)) if load == id => value,
