@@ -272,6 +272,15 @@ pub(crate) fn report_text(
     if plan.target.is_gpu() {
         let _ = write!(launch_line, " x {} threads", plan.threads);
         match (outcome.registers, plan.registers_estimate) {
+            (Some(r), Some(e)) if plan.registers_setmaxnreg => {
+                // The driver reports the allocation at entry; setmaxnreg then moves registers
+                // from the producer to the consumers.
+                let limit = plan.registers_limit.unwrap_or(r);
+                let _ = write!(
+                    launch_line,
+                    ", {r} registers/thread at launch, {limit} per consumer after setmaxnreg (estimate {e})"
+                );
+            }
             (Some(r), Some(e)) => {
                 let _ = write!(launch_line, ", {r} registers/thread (estimate {e})");
             }
@@ -279,7 +288,7 @@ pub(crate) fn report_text(
                 let _ = write!(launch_line, ", {r} registers/thread");
             }
             (None, Some(e)) => {
-                let _ = write!(launch_line, ", ~{e} registers/thread (estimate)");
+                let _ = write!(launch_line, ", {}", estimate_text(e, plan.registers_limit, plan.registers_setmaxnreg));
             }
             (None, None) => {}
         }
@@ -391,7 +400,15 @@ pub(crate) fn report_json(
         obj.insert("check_skipped".into(), json!(why));
     }
     if plan.target.is_gpu() {
-        obj.insert("registers".into(), json!({"estimate": plan.registers_estimate, "allocated": outcome.registers}));
+        obj.insert(
+            "registers".into(),
+            json!({
+                "estimate": plan.registers_estimate,
+                "allocated": outcome.registers,
+                "limit": plan.registers_limit,
+                "limit_from": if plan.registers_setmaxnreg { "setmaxnreg" } else { "target" },
+            }),
+        );
         obj.insert("smem_bytes".into(), json!(plan.smem_bytes));
     }
     if let Some(why) = &w.flops_unknown {
@@ -415,6 +432,22 @@ fn save(dir: &std::path::Path, plan: &Plan, outcome: &Outcome, report: &Value) -
         }
     }
     save.json("run.json", report)
+}
+
+/// The launch line's register estimate where no device measured the allocation. Under warp
+/// specialization the figure is a consumer thread's, whose `setmaxnreg` count is the limit
+/// (a producer thread keeps few); past the limit, ptxas spills, which the line says rather
+/// than showing a count no thread can hold.
+fn estimate_text(estimate: u32, limit: Option<u32>, setmaxnreg: bool) -> String {
+    let over = limit.filter(|&l| estimate > l);
+    match (setmaxnreg, over) {
+        (true, Some(l)) => format!(
+            "~{estimate} registers per consumer thread (estimate; over the {l} their setmaxnreg gives: ptxas will spill)"
+        ),
+        (true, None) => format!("~{estimate} registers per consumer thread (estimate; setmaxnreg gives them {})", limit.unwrap_or(estimate)),
+        (false, Some(l)) => format!("~{estimate} registers/thread (estimate; over the {l} a thread can hold: ptxas will spill)"),
+        (false, None) => format!("~{estimate} registers/thread (estimate)"),
+    }
 }
 
 /// A reduction that takes in a partial tile's padding (W0606) is where the kernel and its

@@ -95,6 +95,11 @@ pub struct Plan {
     pub scalars: Vec<ScalarValue>,
     /// Estimated registers per thread and shared memory per program (GPU targets).
     pub registers_estimate: Option<u32>,
+    /// The most registers a thread may hold (GPU targets): the target's per-thread limit,
+    /// or under warp specialization the count the consumers' `setmaxnreg` gives them.
+    pub registers_limit: Option<u32>,
+    /// Whether `registers_limit` is the consumers' `setmaxnreg` count.
+    pub registers_setmaxnreg: bool,
     pub smem_bytes: Option<u64>,
     pub seed: u64,
     /// The kernel file's source positions, so the interpreter's messages name
@@ -185,15 +190,16 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
     // A schedule whose buffers do not fit a block of the target is refused here, before
     // any input is made (`tessera check` reports it as E0500 with the buffers; a
     // `--schedule` given to `run` is not linted first).
-    let (registers_estimate, smem_bytes) = if req.target.is_gpu() {
+    let limits = tessera_passes::analysis::limits::GpuLimits::of(req.target);
+    let (registers_estimate, smem_bytes, consumer_registers) = if req.target.is_gpu() {
         match tessera_passes::analysis::kernel_resources(db, key, req.config.clone(), req.target) {
-            Ok(r) => (Some(r.registers.peak), Some(r.smem_bytes)),
-            Err(_) => (None, None),
+            Ok(r) => (Some(r.registers.peak), Some(r.smem_bytes), r.consumer_registers),
+            Err(_) => (None, None, None),
         }
     } else {
-        (None, None)
+        (None, None, None)
     };
-    let limits = tessera_passes::analysis::limits::GpuLimits::of(req.target);
+    let registers_limit = consumer_registers.or(limits.map(|l| l.max_registers_per_thread));
     if let (Some(bytes), Some(limits)) = (smem_bytes, limits) {
         if bytes > limits.smem_per_block as u64 {
             let show = tessera_passes::units::bytes;
@@ -287,6 +293,8 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         inputs: args,
         scalars,
         registers_estimate,
+        registers_limit,
+        registers_setmaxnreg: consumer_registers.is_some(),
         smem_bytes,
         seed: req.seed,
         positions: Arc::new(SourcePositions::of(db, key.file(db))),

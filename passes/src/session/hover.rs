@@ -17,9 +17,16 @@ impl Analysis<'_> {
         let f = self.function(kernel).ok()?;
         let config = self.configure(f, None, &Overrides::default()).ok()?.config;
         let r = self.resources(f, &config, target).ok()?;
+        // Under warp specialization the peak is a consumer thread's, and their `setmaxnreg`
+        // count (not the target's 255) is what it must fit.
+        let registers = match r.consumer_registers {
+            Some(limit) => {
+                format!("~{} registers per consumer thread (estimate; setmaxnreg gives them {limit})", r.registers.peak)
+            }
+            None => format!("~{} registers/thread (estimate)", r.registers.peak),
+        };
         let mut md = format!(
-            "**On {target}** ({config}): ~{} registers/thread (estimate), {} shared memory, {} threads",
-            r.registers.peak,
+            "**On {target}** ({config}): {registers}, {} shared memory, {} threads",
             crate::units::bytes(r.smem_bytes),
             r.threads
         );

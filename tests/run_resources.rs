@@ -1,0 +1,73 @@
+//! What `tessera run` says of a kernel's registers before any device measures them: the
+//! estimate, and the limit it must fit. Under warp specialization that limit is the count
+//! the consumers' `setmaxnreg` gives them (240 of the SM's registers, the producer keeping
+//! 24), not the target's 255; an estimate past it means ptxas spills, and the report says
+//! so instead of printing a per-thread count that no thread can hold.
+
+use std::process::Command;
+
+fn run(schedule: &str, json: bool) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "run",
+        "examples/flash_attention.tsr",
+        "--kernel",
+        "flash_attention",
+        "--device",
+        "interp",
+        "--target",
+        "sm_90",
+        "--repeat",
+        "1",
+        "--dims",
+        "BH=1,S=128,D=128",
+        "--schedule",
+        schedule,
+    ]);
+    if json {
+        cmd.arg("--json");
+    }
+    cmd.output().expect("tessera runs")
+}
+
+fn launch_line(o: &std::process::Output) -> String {
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    text.lines()
+        .find(|l| l.trim_start().starts_with("launch"))
+        .unwrap_or_else(|| panic!("no launch line: {text}"))
+        .to_string()
+}
+
+#[test]
+fn a_consumer_estimate_is_weighed_against_its_setmaxnreg_count() {
+    // FA3's ping-pong at BM=128, BN=128, D=128: each consumer warpgroup holds a 64x128 f32
+    // accumulator and a 64x128 score block at once, more than 240 registers (ptxas 12.9
+    // spills 40 bytes for this PTX).
+    let over = "mma=wgmma,copy=tma,producer=pingpong,BM=128,BN=128,warps=8,stages=2";
+    let line = launch_line(&run(over, false));
+    assert!(
+        line.contains(
+            "registers per consumer thread (estimate; over the 240 their setmaxnreg gives: ptxas will spill)"
+        ),
+        "{line}"
+    );
+    let o = run(over, true);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["registers"]["limit"], 240, "{v}");
+    assert_eq!(v["registers"]["limit_from"], "setmaxnreg", "{v}");
+    assert!(v["registers"]["estimate"].as_u64().unwrap() > 240, "{v}");
+
+    // BN=64 halves the score block: it fits, and the line gives the count it fits in.
+    let line = launch_line(&run("mma=wgmma,copy=tma,producer=pingpong,BM=128,BN=64,warps=8,stages=2", false));
+    assert!(line.contains("registers per consumer thread (estimate; setmaxnreg gives them 240)"), "{line}");
+
+    // Without warp specialization the limit is the target's, and a fitting estimate is
+    // just the estimate.
+    let line = launch_line(&run("mma=wgmma,BM=64,BN=64,warps=4,stages=2", false));
+    assert!(line.contains("registers/thread (estimate),"), "{line}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&run("mma=wgmma,BM=64,BN=64,warps=4,stages=2", true).stdout).unwrap();
+    assert_eq!(v["registers"]["limit"], 255, "{v}");
+    assert_eq!(v["registers"]["limit_from"], "target", "{v}");
+}
