@@ -119,3 +119,42 @@ fn familiar_names_and_keywords_from_other_frameworks_point_at_tessera_s() {
     let argnums = diagnostics.iter().find(|d| d.message.contains("no parameter `argnums`")).expect("argnums");
     assert!(argnums.notes.iter().any(|n| n.contains("`wrt` names the parameters")), "{argnums:?}");
 }
+
+/// `tile` members from Triton's `tl` and CUDA get the Tessera member as their fix, not the
+/// closest spelling (`tile.trans` was offered `tile.tanh`); every one exists, and the fixed
+/// kernel checks clean.
+#[test]
+fn triton_tile_names_point_at_tessera_s() {
+    use tessera_frontend::check::builtins::{familiar_tile_member, lookup};
+    for name in ["trans", "permute", "debug_barrier", "static_range", "expand_dims", "to", "reduce_max", "zeros_like"] {
+        let member = familiar_tile_member(name).unwrap_or_else(|| panic!("{name}"));
+        assert!(lookup(&format!("tile.{member}")).is_some(), "{name} -> tile.{member}");
+    }
+    let src = "from tessera import *\n\n@kernel.schedule(Schedule(block=(64, 64), k=32, warps=4, stages=2))\n\
+def linear(A: Tensor[\"M\", \"K\", bf16], W: Tensor[\"N\", \"K\", bf16], C: Tensor[\"M\", \"N\", f32]):\n    \
+ctx = tile.context()\n    for m0 in tile.parallel(0, M, ctx.BM):\n        for n0 in tile.parallel(0, N, ctx.BN):\n            \
+acc = tile.zeros((ctx.BM, ctx.BN), f32)\n            for k0 in tile.static_range(0, K, ctx.BK):\n                \
+w = tile.load(W[n0:n0 + ctx.BN, k0:k0 + ctx.BK])\n                \
+acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.trans(w))\n            \
+C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc\n";
+    let db = Database::default();
+    let file = SourceFile::new(&db, "triton.tsr".into(), src.to_string(), None);
+    let diagnostics = file_diagnostics(&db, file).clone();
+    let fixes: Vec<_> = diagnostics.iter().map(|d| (d.code, fix_message(d).unwrap_or("-"))).collect();
+    assert_eq!(
+        fixes,
+        [
+            (Code::E0201, "did you mean `tile.range`, Tessera's name for `static_range`?"),
+            (Code::E0201, "did you mean `tile.transpose`, Tessera's name for `trans`?"),
+        ],
+        "{diagnostics:#?}"
+    );
+    let mut fixed = src.to_string();
+    for d in diagnostics.iter().rev() {
+        for edit in &d.fix.as_ref().unwrap().edits {
+            fixed.replace_range(edit.range.start as usize..edit.range.end as usize, &edit.text);
+        }
+    }
+    let file = SourceFile::new(&db, "fixed.tsr".into(), fixed.clone(), None);
+    assert!(file_diagnostics(&db, file).is_empty(), "{fixed}\n{:#?}", file_diagnostics(&db, file));
+}

@@ -285,6 +285,24 @@ pub fn familiar_name(name: &str) -> Option<&'static str> {
     })
 }
 
+/// The `tile` member for a name kernel engineers bring from Triton's `tl` or CUDA
+/// (`tl.trans` is `tile.transpose`), for E0201's fix: edit distance alone offers
+/// `tile.tanh` for `tile.trans`.
+pub fn familiar_tile_member(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "trans" | "permute" => "transpose",
+        "debug_barrier" | "syncthreads" | "__syncthreads" => "barrier",
+        "static_range" => "range",
+        "expand_dims" | "broadcast_to" => "broadcast",
+        "to" | "astype" => "cast",
+        "reduce_max" | "amax" => "max",
+        "reduce_sum" => "sum",
+        "zeros_like" => "zeros",
+        "copy_async" | "async_copy" => "cp_async",
+        _ => return None,
+    })
+}
+
 /// Looks up a built-in by its canonical path.
 pub fn lookup(path: &str) -> Option<&'static Builtin> {
     static INDEX: OnceLock<HashMap<&'static str, &'static Builtin>> = OnceLock::new();

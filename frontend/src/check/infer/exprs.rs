@@ -221,7 +221,13 @@ impl<'a> Infer<'a> {
 
     pub(super) fn unknown_member(&mut self, ns: &str, name: &str, range: TextRange, candidates: Vec<&str>) -> Ty {
         let mut d = Diagnostic::new(Code::E0201, range, format!("`{ns}` has no member `{name}`"));
-        if let Some(s) = suggest(name, candidates.iter().copied()) {
+        let familiar = (ns == "tile").then(|| builtins::familiar_tile_member(name)).flatten();
+        if let Some(s) = familiar.filter(|s| candidates.contains(s)) {
+            d = d.with_fix(
+                format!("did you mean `{ns}.{s}`, Tessera's name for `{name}`?"),
+                vec![Edit { range, text: s.to_string() }],
+            );
+        } else if let Some(s) = suggest(name, candidates.iter().copied()) {
             d = d.with_fix(format!("did you mean `{ns}.{s}`?"), vec![Edit { range, text: s.to_string() }]);
         }
         self.push(d);
