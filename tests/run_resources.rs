@@ -1,5 +1,5 @@
-//! What `tessera run` says of a kernel's registers before any device measures them: the
-//! estimate, and the limit it must fit. Under warp specialization that limit is the count
+//! What `tessera run` says of a kernel's resources before any device measures them, and
+//! the arguments a resource cannot take. Registers: the estimate, and the limit it must fit. Under warp specialization that limit is the count
 //! the consumers' `setmaxnreg` gives them (240 of the SM's registers, the producer keeping
 //! 24), not the target's 255; an estimate past it means ptxas spills, and the report says
 //! so instead of printing a per-thread count that no thread can hold.
@@ -70,4 +70,33 @@ fn a_consumer_estimate_is_weighed_against_its_setmaxnreg_count() {
         serde_json::from_slice(&run("mma=wgmma,BM=64,BN=64,warps=4,stages=2", true).stdout).unwrap();
     assert_eq!(v["registers"]["limit"], 255, "{v}");
     assert_eq!(v["registers"]["limit_from"], "target", "{v}");
+}
+
+/// A TMA copy's tensor map needs every row stride to be a multiple of 16 bytes. The GPU's
+/// launcher refused `K = 70` bf16 rows (140 bytes) before the driver was asked, but the
+/// interpreter, standing in for the same sm_90 code, ran it to `correct`. The plan now
+/// refuses it for every device, naming the tensor; `K = 72` (144 bytes) runs.
+#[test]
+fn a_tma_kernel_refuses_rows_a_tensor_map_cannot_stride_on_every_device() {
+    let run = |k: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["run", "tests/fixtures/wgmma/gemms.tsr", "--kernel", "two_warpgroups", "--device", "interp"])
+            .args(["--target", "sm_90", "--repeat", "1", "--schedule", "copy=tma", "--dims"])
+            .arg(format!("M=64,N=64,K={k}"))
+            .output()
+            .expect("tessera runs")
+    };
+    let o = run("70");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`A` (shape [64, 70]) has rows of 140 bytes; copy=\"tma\" needs every stride to be a multiple of 16 bytes"
+        ),
+        "{stderr}"
+    );
+    let o = run("72");
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("result    correct"));
 }

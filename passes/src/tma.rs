@@ -42,6 +42,24 @@ pub const MAX_BOX: i64 = 256;
 /// Global strides of a tensor map must be multiples of this many bytes.
 pub const STRIDE_ALIGN: i64 = 16;
 
+/// Why a tensor of `shape` (outermost first) with `elem_bytes`-byte elements cannot have a
+/// tensor map: a global stride that is not a multiple of [`STRIDE_ALIGN`] bytes. The
+/// launcher refuses such an argument before the driver is asked, on the GPU and on the
+/// interpreter standing in for it alike.
+pub fn stride_problem(name: &str, shape: &[u64], elem_bytes: u64) -> Option<String> {
+    let mut stride = elem_bytes;
+    for &d in shape.iter().skip(1).rev() {
+        stride *= d;
+        if !stride.is_multiple_of(STRIDE_ALIGN as u64) {
+            return Some(format!(
+                "`{name}` (shape {shape:?}) has rows of {stride} bytes; copy=\"tma\" needs every stride to be a \
+                 multiple of {STRIDE_ALIGN} bytes (pad the tensor, or use copy=\"cp.async\")"
+            ));
+        }
+    }
+    None
+}
+
 /// One tensor map a kernel reads through: encoded by the launcher from the tensor
 /// argument (`cuTensorMapEncodeTiled`) and passed as a 128-byte `__grid_constant__`
 /// parameter after the kernel's own parameters, in the order of `KernelAbi::tensor_maps`.

@@ -31,13 +31,9 @@ pub(super) fn encode(
         stride *= d;
         strides.push(stride);
     }
-    if let Some(bad) = strides.iter().find(|s| *s % tessera_passes::tma::STRIDE_ALIGN as u64 != 0) {
-        return Err(GpuError::Args(format!(
-            "`{name}` (shape {:?}) has rows of {bad} bytes; copy=\"tma\" needs every stride to be a multiple of {} bytes \
-             (pad the tensor, or use copy=\"cp.async\")",
-            t.dims,
-            tessera_passes::tma::STRIDE_ALIGN
-        )));
+    let shape: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
+    if let Some(why) = tessera_passes::tma::stride_problem(name, &shape, eb) {
+        return Err(GpuError::Args(why));
     }
     let data = match spec.dtype {
         tessera_frontend::check::DType::BF16 => Data::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,

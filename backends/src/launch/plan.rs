@@ -249,6 +249,15 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
     let tensor_shapes: Vec<Vec<i64>> = shapes.iter().flatten().map(|d| d.iter().map(|&x| x as i64).collect()).collect();
     let binding = abi.bind(&tensor_shapes).map_err(LaunchError::input)?;
     check_memory(&abi, &shapes, req.max_memory)?;
+    // A TMA copy's tensor map needs 16-byte strides: refused here for every device, so the
+    // interpreter does not run to `correct` what the GPU's launcher refuses.
+    for spec in &abi.tensor_maps {
+        let (Some(Some(shape)), Some(p)) = (shapes.get(spec.param), abi.params.get(spec.param)) else { continue };
+        let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        if let Some(why) = tessera_passes::tma::stride_problem(p.name(), &shape, spec.dtype.bytes() as u64) {
+            return Err(LaunchError::input(why));
+        }
+    }
     let mut args = inputs::seeded_for_cached(&abi, &access, &req.dims, req.seed).map_err(LaunchError::input)?;
     let mut scalars = Vec::new();
     for (i, p) in abi.params.iter().enumerate() {
