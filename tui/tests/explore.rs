@@ -496,6 +496,29 @@ fn lints_jump_to_source() {
     assert_eq!(ui.app.src.cursor as u32, ui.app.ws.line_index().line_of(diags[0].range.start));
 }
 
+/// The Lints tab's detail shows a note whole, however it wraps (its height was the count
+/// of its lines, so a wrapped note lost its end), and its source preview scrolls to the
+/// selected diagnostic (it showed the top of the file, wherever the lint was).
+#[test]
+fn lints_show_whole_notes_and_the_selected_line() {
+    let text = include_str!("../../tests/fixtures/wgmma/gemms.tsr");
+    let mut ui = Ui::with_text(text, Some("two_warpgroups"), 100, 30);
+    ui.keys(&["3"]);
+    let s = ui.screen();
+    assert!(s.contains("W0601") && s.contains("W0602"), "{s}");
+    // W0601's note is three rows wrapped at this width; its last words show.
+    let words: Vec<&str> = s.lines().map(|l| l.trim_matches(|c: char| c == '│' || c.is_whitespace())).collect();
+    assert!(words.join(" ").contains("the order in which threads copy it decides the conflict"), "{s}");
+    assert!(s.contains("for k0 in tile.range(0, K, ctx.BK):"), "line 25 (W0601) is on screen: {s}");
+    ui.keys(&["Down"]);
+    let s = ui.screen();
+    let words: Vec<&str> = s.lines().map(|l| l.trim_matches(|c: char| c == '│' || c.is_whitespace())).collect();
+    assert!(words.join(" ").contains("warps: 16 blocks/SM (4 warps per block)"), "{s}");
+    assert!(s.contains("def wide_n_relu"), "line 30 (W0602) is on screen: {s}");
+    // The Explore tab's cursor did not move.
+    assert_eq!(ui.app.tab, Tab::Lints);
+}
+
 #[test]
 fn an_edit_relowers_the_edited_kernel_and_reuses_the_others() {
     let mut ui = Ui::new(Some("gemm"), 100, 30);

@@ -208,8 +208,8 @@ impl Body<'_, '_, '_> {
             message: match self.ty_of(e) {
                 // The checker could not infer it (an unannotated helper's result, say):
                 // it reported nothing, as it does for any unknown, so say what to do.
-                Ty::Unknown => "the checker could not infer this value's type (annotate the parameters and result \
-                                of the helper it comes from)"
+                Ty::Unknown => "the checker could not infer this value's type: annotate the parameters and result \
+                                of the helper it comes from"
                     .to_string(),
                 ty => format!("a value of type {ty} is not supported in a graph function yet"),
             },

@@ -63,6 +63,12 @@ fn digits(n: usize) -> usize {
 /// The source with line numbers, lint markers, the register gutter (when the analysis
 /// exists) and the lines behind the selected op highlighted.
 pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &App, pane: Option<Pane>) {
+    draw_source_pane_from(f, area, app, pane, app.src.top);
+}
+
+/// The source pane with its first row at line `top` (0-based): the Lints tab's preview
+/// scrolls to the selected diagnostic without moving the Explore tab's cursor.
+pub fn draw_source_pane_from(f: &mut Frame, area: Rect, app: &App, pane: Option<Pane>, top: usize) {
     let file = app.ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let title = vec![Span::raw(" Source "), Span::styled(format!("{file} "), theme::dim())];
     let (block, inner) = pane_block(app, pane, area, Line::from(title));
@@ -106,7 +112,7 @@ pub fn draw_source_pane(f: &mut Frame, area: Rect, app: &App, pane: Option<Pane>
     let focused = app.focus == Pane::Source && pane.is_some();
     let buf = f.buffer_mut();
     for row in 0..height {
-        let line = app.src.top + row;
+        let line = top + row;
         if line >= len {
             break;
         }

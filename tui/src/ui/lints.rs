@@ -8,7 +8,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 use tessera_frontend::diagnostics::{Diagnostic, Severity};
 
-use super::explore::draw_source_pane;
+use super::explore::draw_source_pane_from;
 use super::widgets::{pane_block, put_row, truncate};
 use crate::app::App;
 use crate::state::Pane;
@@ -30,10 +30,15 @@ pub(super) fn areas(area: Rect, app: &App, selected: Option<&Diagnostic>) -> Are
         Layout::vertical([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area)
     };
     let text_and_source = selected.map(|d| {
-        let rows = detail_lines(app, d).len();
+        // The rows the text takes once wrapped to the pane (a note is often wider than the
+        // pane): counting its lines instead cut the end of long notes off. The source
+        // below keeps at least 6 rows, or half the pane when that is more.
+        let wrapped = Paragraph::new(detail_lines(app, d))
+            .wrap(Wrap { trim: false })
+            .line_count(detail.width.saturating_sub(2)) as u16;
+        let room = detail.height.saturating_sub(6).max(detail.height / 2);
         let [text, source] =
-            Layout::vertical([Constraint::Length((rows as u16 + 2).min(detail.height / 2)), Constraint::Min(3)])
-                .areas(detail);
+            Layout::vertical([Constraint::Length((wrapped + 2).min(room)), Constraint::Min(3)]).areas(detail);
         (text, source)
     });
     Areas { list, detail, text_and_source }
@@ -50,7 +55,17 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
             f.render_widget(Paragraph::new(rows).block(block).wrap(Wrap { trim: false }), text);
             // The source pane highlights the selected diagnostic's range (focus is on
             // the list, whose linked range is the diagnostic's).
-            draw_source_pane(f, source, app, None);
+            // It scrolls to the diagnostic's first line when that is off screen, a third
+            // of the way down (as a jump does), so the code above it shows.
+            let index = app.ws.line_index();
+            let line = index.line_of(d.range.start) as usize;
+            let height = source.height.saturating_sub(2).max(1) as usize;
+            let top = if (app.src.top..app.src.top + height).contains(&line) {
+                app.src.top
+            } else {
+                line.saturating_sub(height / 3).min(index.line_count().saturating_sub(height))
+            };
+            draw_source_pane_from(f, source, app, None, top);
         }
         _ => {
             let (block, inner) = pane_block(app, None, detail, Line::raw(" Source "));
