@@ -350,6 +350,39 @@ fn a_reduction_that_takes_in_a_partial_tiles_padding_is_w0606() {
     assert!(attention.iter().any(|l| l.starts_with("W0606@27:") && l.contains("`K`")), "{attention:#?}");
 }
 
+/// A cross-entropy kernel picks the target's logit with `cols == target`: past the
+/// vocabulary's edge that is false for any target inside it (loaded indices are taken to
+/// lie in the dims they index), so its sum takes 0 there, not the -INF padding. With `!=`
+/// the padding enters the sum.
+#[test]
+fn selecting_by_a_loaded_index_keeps_the_padding_out() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(1, 256), warps=4))
+def cross_entropy(logits: Tensor["N", "V", f32], target: Tensor["N", i32], loss: Tensor["N", f32]):
+    ctx = tile.context()
+    for r in tile.parallel(0, N, 1):
+        m = tile.full((1,), -INF, f32)
+        l = tile.zeros((1,), f32)
+        t = tile.load(target[r:r + 1])
+        picked = tile.zeros((1,), f32)
+        for v0 in tile.range(0, V, ctx.BN):
+            x = tile.load(logits[r:r + 1, v0:v0 + ctx.BN], other=-INF)
+            m_new = tile.maximum(m, tile.row_max(x))
+            l = l * tile.exp(m - m_new) + tile.row_sum(tile.exp(x - m_new[:, None]))
+            m = m_new
+            cols = v0 + tile.arange(ctx.BN)
+            picked = picked + tile.row_sum(tile.where(cols[None, :] == t[:, None], x, 0.0))
+        loss[r:r + 1] = m + tile.log(l) - picked
+"#;
+    let w = |text: &str| -> Vec<String> {
+        lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with("W0606")).collect()
+    };
+    assert!(w(text).is_empty(), "{:#?}", w(text));
+    let others = w(&text.replace("cols[None, :] == t[:, None]", "cols[None, :] != t[:, None]"));
+    assert!(others.len() == 1 && others[0].starts_with("W0606@17:"), "{others:#?}");
+}
+
 #[test]
 fn valid_examples_have_no_target_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

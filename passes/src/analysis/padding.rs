@@ -48,9 +48,13 @@ struct Abs {
     in_bounds: Option<usize>,
     /// A tensor dim (`tile.dim`), cast or splat.
     dim: bool,
+    /// Integers loaded from a tensor: indices, taken to lie inside the dims they index
+    /// (`cols == target` selects one column of the vocabulary, never one past its edge).
+    index_data: bool,
 }
 
-const PLAIN: Abs = Abs { axes: [None; AXES], value: Pad::Finite, coord: None, in_bounds: None, dim: false };
+const PLAIN: Abs =
+    Abs { axes: [None; AXES], value: Pad::Finite, coord: None, in_bounds: None, dim: false, index_data: false };
 
 impl Abs {
     /// What the tile holds past the edge along `axis` (its value there if not padded).
@@ -294,7 +298,12 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                         *slot = Some((Pad::Known(other), id));
                     }
                 }
-                Abs { axes, ..PLAIN }
+                let index_data = op.results.first().is_some_and(|&r| match f.ty(r) {
+                    Type::Tile(t) => t.dtype.is_int(),
+                    Type::Scalar(d) => d.is_int(),
+                    _ => false,
+                });
+                Abs { axes, index_data, ..PLAIN }
             }
             OpKind::Select => {
                 let (c, x, y) = (operand(0), operand(1), operand(2));
@@ -378,6 +387,9 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 let bound = match op.str_attr("pred").unwrap_or("") {
                     "lt" | "le" if b.dim => a.coord,
                     "gt" | "ge" if a.dim => b.coord,
+                    // `coord == index` past the edge: only for an index out of its range.
+                    "eq" if b.index_data => a.coord,
+                    "eq" if a.index_data => b.coord,
                     _ => None,
                 };
                 Abs { in_bounds: bound, ..elementwise(op.kind, &operands) }
