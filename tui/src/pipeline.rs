@@ -133,16 +133,30 @@ pub struct RegisterGutter {
     by_line: HashMap<u32, u32>,
     pub peak: u32,
     pub limit: u32,
+    /// The figures are a consumer thread's, and the limit their `setmaxnreg` count.
+    pub setmaxnreg: bool,
 }
 
 impl RegisterGutter {
+    /// The pane title's words for the figures (per thread, or per consumer thread), short
+    /// on a narrow pane.
+    pub fn title(&self, pane_width: u16) -> String {
+        let wide = pane_width >= if self.setmaxnreg { 64 } else { 50 };
+        match (self.setmaxnreg, wide) {
+            (true, true) => format!(" consumer registers/thread: peak {} of {} (setmaxnreg) ", self.peak, self.limit),
+            (true, false) => format!(" consumer regs {}/{} ", self.peak, self.limit),
+            (false, true) => format!(" registers/thread: peak {} of {} ", self.peak, self.limit),
+            (false, false) => format!(" regs peak {}/{} ", self.peak, self.limit),
+        }
+    }
+
     pub fn new(profile: &RegisterProfile) -> RegisterGutter {
         let mut by_line = HashMap::new();
         for &(line, live) in &profile.per_line {
             let e = by_line.entry(line).or_insert(0);
             *e = (*e).max(live);
         }
-        RegisterGutter { by_line, peak: profile.peak, limit: profile.limit }
+        RegisterGutter { by_line, peak: profile.peak, limit: profile.limit, setmaxnreg: profile.setmaxnreg }
     }
 
     /// Columns the gutter takes at a pane width.
@@ -183,6 +197,7 @@ mod tests {
             per_line: vec![(3, 128), (3, 64), (5, 255)],
             peak: 255,
             limit: 255,
+            setmaxnreg: false,
         });
         let (text, _) = g.cell(3, 9);
         assert_eq!(text, "128 ██▏ ");

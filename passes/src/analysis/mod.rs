@@ -1148,7 +1148,10 @@ pub struct RegisterProfile {
     /// (0-based source line, the largest pressure of any op of that line).
     pub per_line: Vec<(u32, u32)>,
     pub peak: u32,
+    /// What a thread may hold: the target's limit, or under warp specialization the
+    /// count the consumers' `setmaxnreg` gives them (the peak is a consumer thread's).
     pub limit: u32,
+    pub setmaxnreg: bool,
 }
 
 /// The register profile of a kernel for one configuration and target, by line.
@@ -1173,6 +1176,11 @@ pub fn register_profile(
     }
     let mut per_line: Vec<(u32, u32)> = per_line.into_iter().collect();
     per_line.sort();
-    let limit = GpuLimits::of(target).map(|l| l.max_registers_per_thread).unwrap_or(0);
-    Ok(RegisterProfile { per_line, peak: resources.registers.peak, limit })
+    let limit = resources.consumer_registers.or(GpuLimits::of(target).map(|l| l.max_registers_per_thread)).unwrap_or(0);
+    Ok(RegisterProfile {
+        per_line,
+        peak: resources.registers.peak,
+        limit,
+        setmaxnreg: resources.consumer_registers.is_some(),
+    })
 }

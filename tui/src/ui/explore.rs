@@ -74,15 +74,7 @@ pub fn draw_source_pane_from(f: &mut Frame, area: Rect, app: &App, pane: Option<
     let (block, inner) = pane_block(app, pane, area, Line::from(title));
     let block = match app.view.shown_registers() {
         Some(Ok(g)) => block.title_bottom(
-            Line::from(Span::styled(
-                if area.width >= 50 {
-                    format!(" registers/thread: peak {} of {} ", g.peak, g.limit)
-                } else {
-                    format!(" regs peak {}/{} ", g.peak, g.limit)
-                },
-                theme::pressure(g.peak, g.limit),
-            ))
-            .right_aligned(),
+            Line::from(Span::styled(g.title(area.width), theme::pressure(g.peak, g.limit))).right_aligned(),
         ),
         _ => block,
     };

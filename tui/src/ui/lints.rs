@@ -105,7 +105,11 @@ fn draw_list(f: &mut Frame, area: Rect, app: &App) {
     let block = match app.view.shown_registers() {
         Some(Ok(g)) => block.title_bottom(
             Line::from(Span::styled(
-                format!(" registers: peak {} of {} ", g.peak, g.limit),
+                if g.setmaxnreg {
+                    format!(" consumer registers: peak {} of {} ", g.peak, g.limit)
+                } else {
+                    format!(" registers: peak {} of {} ", g.peak, g.limit)
+                },
                 theme::pressure(g.peak, g.limit),
             ))
             .right_aligned(),
