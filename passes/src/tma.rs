@@ -47,17 +47,33 @@ pub const STRIDE_ALIGN: i64 = 16;
 /// launcher refuses such an argument before the driver is asked, on the GPU and on the
 /// interpreter standing in for it alike.
 pub fn stride_problem(name: &str, shape: &[u64], elem_bytes: u64) -> Option<String> {
-    let mut stride = elem_bytes;
-    for &d in shape.iter().skip(1).rev() {
-        stride *= d;
-        if !stride.is_multiple_of(STRIDE_ALIGN as u64) {
-            return Some(format!(
-                "`{name}` (shape {shape:?}) has rows of {stride} bytes; copy=\"tma\" needs every stride to be a \
-                 multiple of {STRIDE_ALIGN} bytes (pad the tensor, or use copy=\"cp.async\")"
-            ));
-        }
+    // Every outer stride is a multiple of a row's, so the rows decide.
+    let (&last, outer) = shape.split_last()?;
+    let row = last * elem_bytes;
+    (!outer.is_empty() && !row.is_multiple_of(STRIDE_ALIGN as u64)).then(|| {
+        format!(
+            "`{name}` (shape {shape:?}) has rows of {row} bytes; copy=\"tma\" needs every stride to be a multiple \
+             of {STRIDE_ALIGN} bytes (pad the tensor, or use copy=\"cp.async\")"
+        )
+    })
+}
+
+#[cfg(test)]
+mod stride_tests {
+    use super::stride_problem;
+
+    #[test]
+    fn a_tensor_map_needs_rows_of_a_multiple_of_16_bytes() {
+        assert_eq!(stride_problem("A", &[64, 72], 2), None);
+        let rows = stride_problem("A", &[64, 70], 2).unwrap();
+        assert!(rows.starts_with("`A` (shape [64, 70]) has rows of 140 bytes"), "{rows}");
+        assert_eq!(stride_problem("Q", &[2, 3, 8], 2), None);
+        assert!(stride_problem("Q", &[2, 3, 4], 2).unwrap().contains("rows of 8 bytes"));
+        // fp8 rows of 16 bytes, whatever the outer dims.
+        assert_eq!(stride_problem("K", &[4, 3, 16], 1), None);
+        // A vector has no stride.
+        assert_eq!(stride_problem("b", &[70], 2), None);
     }
-    None
 }
 
 /// One tensor map a kernel reads through: encoded by the launcher from the tensor
