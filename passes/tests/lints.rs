@@ -601,6 +601,37 @@ fn tma_copies_and_the_tma_store_buffer_are_free_of_bank_conflicts() {
     }
 }
 
+/// A conflict in a buffer `wgmma` reads through a descriptor names the two ways out, and
+/// each removes it: `copy="tma"`, and rows of 128 bytes (BN = 64 f16) for the 128-byte
+/// swizzle. `two_tiles_narrow_b`'s B has rows of 96 bytes (the 32-byte swizzle).
+#[test]
+fn a_descriptor_buffer_conflict_names_the_ways_out_and_each_works() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let gemms = std::fs::read_to_string(root.join("tests/fixtures/wgmma/gemms.tsr")).unwrap();
+    let start = gemms.find("@kernel.schedule(Schedule(block=(128, 48)").unwrap();
+    let end = start + gemms[start..].find("\n\n").unwrap();
+    let kernel = format!("from tessera import *\n\n{}\n", &gemms[start..end]);
+    let conflicts = |text: &str| -> Vec<String> {
+        lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with("W0601")).collect()
+    };
+    let db = Database::default();
+    let file = SourceFile::new(&db, "t.tsr".into(), kernel.clone(), None);
+    let found: Vec<Diagnostic> =
+        file_diagnostics(&db, file, Target::Sm90).iter().filter(|d| d.code.as_str() == "W0601").cloned().collect();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let note = found[0].notes.join(" ");
+    assert!(
+        note.contains("32-byte swizzle")
+            && note.contains("`copy=\"tma\"` has the TMA unit write it instead")
+            && note.contains("rows of 128 bytes"),
+        "{note}"
+    );
+    let tma = kernel.replace("mma=\"wgmma\")", "mma=\"wgmma\", copy=\"tma\")");
+    assert!(conflicts(&tma).is_empty(), "{:#?}", conflicts(&tma));
+    let wide = kernel.replace("block=(128, 48)", "block=(128, 64)");
+    assert!(conflicts(&wide).is_empty(), "{:#?}", conflicts(&wide));
+}
+
 /// In an autotune space the candidates that cannot take `wgmma` are pruned with the
 /// reason (W0702, category WGMMA); a space of nothing else is E0703.
 #[test]

@@ -1081,10 +1081,24 @@ fn resource_lints(
                  (8-bit `wgmma` reads B K-major): load B as `[N, K]` and pass `b.T`, and the stage goes away"
                 .to_string(),
             None => match c.descriptor_swizzle {
-                Some(width) => format!(
-                    "`wgmma` reads this buffer through a matrix descriptor, so its layout is the descriptor's {width}-byte \
-                     swizzle (`swizzle=` and `pad=` do not apply); the order in which threads copy it decides the conflict"
-                ),
+                Some(width) => {
+                    // The two ways out that the analysis itself confirms: the TMA unit writes a
+                    // box with no thread order to conflict, and the 128-byte swizzle spreads a
+                    // warp's 16-byte chunks over every bank.
+                    let mut ways = Vec::new();
+                    if c.access.contains("cp.async") {
+                        ways.push("`copy=\"tma\"` has the TMA unit write it instead".to_string());
+                    }
+                    if width < 128 {
+                        ways.push("rows of 128 bytes (a wider tile) take the 128-byte swizzle".to_string());
+                    }
+                    let out = if ways.is_empty() { String::new() } else { format!(": {}", ways.join(", or ")) };
+                    format!(
+                        "`wgmma` reads this buffer through a matrix descriptor, so its layout is the descriptor's \
+                         {width}-byte swizzle (`swizzle=` and `pad=` do not apply); the order in which threads copy \
+                         it decides the conflict{out}"
+                    )
+                }
                 None => "neither a swizzle nor a pad removes it; change the access pattern".to_string(),
             },
         };
