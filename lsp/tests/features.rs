@@ -165,19 +165,8 @@ fn hover_kernel_shows_schedule() {
 /// against the count the consumers' `setmaxnreg` gives them.
 #[test]
 fn hover_a_warp_specialized_kernel_gives_consumer_registers() {
-    let src = r#"from tessera import *
-
-@kernel.schedule(Schedule(block=(128, 128), k=64, warps=8, stages=3, mma="wgmma", copy="tma", producer="warpgroup"))
-def $0ws_gemm(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N", f32]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f32)
-            for k0 in tile.range(0, K, ctx.BK):
-                acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc
-"#;
-    let (mut s, _, pos) = open(src);
+    let src = include_str!("../../tests/fixtures/wgmma/warp_specialized.tsr").replace("def ws_gemm", "def $0ws_gemm");
+    let (mut s, _, pos) = open(&src);
     let h = s.result("textDocument/hover", doc_pos(&pos));
     let text = h["contents"]["value"].as_str().unwrap_or_default().to_string();
     assert!(text.contains("registers per consumer thread (estimate; setmaxnreg gives them 240)"), "{text}");

@@ -523,18 +523,7 @@ fn lints_show_whole_notes_and_the_selected_line() {
 /// the consumers' `setmaxnreg` gives them, and the pane title says so.
 #[test]
 fn a_warp_specialized_kernel_s_registers_are_against_setmaxnreg() {
-    let text = r#"from tessera import *
-
-@kernel.schedule(Schedule(block=(128, 128), k=64, warps=8, stages=3, mma="wgmma", copy="tma", producer="warpgroup"))
-def ws_gemm(A: Tensor["M", "K", bf16], B: Tensor["K", "N", bf16], C: Tensor["M", "N", f32]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f32)
-            for k0 in tile.range(0, K, ctx.BK):
-                acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc
-"#;
+    let text = include_str!("../../tests/fixtures/wgmma/warp_specialized.tsr");
     let ui = Ui::with_text(text, Some("ws_gemm"), 160, 30);
     let s = ui.screen();
     assert!(s.contains("consumer registers/thread: peak") && s.contains("of 240 (setmaxnreg)"), "{s}");
