@@ -191,15 +191,15 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
     // any input is made (`tessera check` reports it as E0500 with the buffers; a
     // `--schedule` given to `run` is not linted first).
     let limits = tessera_passes::analysis::limits::GpuLimits::of(req.target);
-    let (registers_estimate, smem_bytes, consumer_registers) = if req.target.is_gpu() {
-        match tessera_passes::analysis::kernel_resources(db, key, req.config.clone(), req.target) {
-            Ok(r) => (Some(r.registers.peak), Some(r.smem_bytes), r.consumer_registers),
-            Err(_) => (None, None, None),
-        }
+    let resources = if req.target.is_gpu() {
+        tessera_passes::analysis::kernel_resources(db, key, req.config.clone(), req.target).as_ref().ok()
     } else {
-        (None, None, None)
+        None
     };
-    let registers_limit = consumer_registers.or(limits.map(|l| l.max_registers_per_thread));
+    let registers_estimate = resources.map(|r| r.registers.peak);
+    let smem_bytes = resources.map(|r| r.smem_bytes);
+    let registers_limit = resources.zip(limits).map(|(r, l)| r.register_limit(l));
+    let registers_setmaxnreg = resources.is_some_and(|r| r.consumer_registers.is_some());
     if let (Some(bytes), Some(limits)) = (smem_bytes, limits) {
         if bytes > limits.smem_per_block as u64 {
             let show = tessera_passes::units::bytes;
@@ -303,7 +303,7 @@ pub fn plan(db: &dyn Db, key: FnKey<'_>, info: &KernelInfo, req: &PlanRequest) -
         scalars,
         registers_estimate,
         registers_limit,
-        registers_setmaxnreg: consumer_registers.is_some(),
+        registers_setmaxnreg,
         smem_bytes,
         seed: req.seed,
         positions: Arc::new(SourcePositions::of(db, key.file(db))),

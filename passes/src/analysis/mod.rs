@@ -91,6 +91,14 @@ pub struct Resources {
     pub consumer_registers: Option<u32>,
 }
 
+impl Resources {
+    /// The registers a thread whose figures these are may hold: the consumers'
+    /// `setmaxnreg` count under warp specialization, else the target's per-thread limit.
+    pub fn register_limit(&self, limits: &GpuLimits) -> u32 {
+        self.consumer_registers.unwrap_or(limits.max_registers_per_thread)
+    }
+}
+
 /// Resource figures of a kernel's Tile IR for one configuration and target.
 #[salsa::tracked(returns(ref))]
 pub fn kernel_resources<'db>(
@@ -1049,7 +1057,7 @@ fn resource_lints(
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
-    let register_limit = r.consumer_registers.unwrap_or(limits.max_registers_per_thread);
+    let register_limit = r.register_limit(limits);
     let after_setmaxnreg = if r.consumer_registers.is_some() { " after the consumers' setmaxnreg" } else { "" };
     if !autotuned && r.registers.peak > register_limit {
         over_budget = true;
@@ -1190,7 +1198,7 @@ pub fn register_profile(
     }
     let mut per_line: Vec<(u32, u32)> = per_line.into_iter().collect();
     per_line.sort();
-    let limit = resources.consumer_registers.or(GpuLimits::of(target).map(|l| l.max_registers_per_thread)).unwrap_or(0);
+    let limit = GpuLimits::of(target).map_or(0, |l| resources.register_limit(l));
     Ok(RegisterProfile {
         per_line,
         peak: resources.registers.peak,

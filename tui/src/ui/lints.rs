@@ -55,17 +55,16 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
             f.render_widget(Paragraph::new(rows).block(block).wrap(Wrap { trim: false }), text);
             // The source pane highlights the selected diagnostic's range (focus is on
             // the list, whose linked range is the diagnostic's).
-            // It scrolls to the diagnostic's first line when that is off screen, a third
-            // of the way down (as a jump does), so the code above it shows.
+            // It scrolls to the diagnostic's first line as a jump does (a third of the way
+            // down when off screen), on a copy: the Explore tab's cursor stays where it is.
             let index = app.ws.line_index();
-            let line = index.line_of(d.range.start) as usize;
-            let height = source.height.saturating_sub(2).max(1) as usize;
-            let top = if (app.src.top..app.src.top + height).contains(&line) {
-                app.src.top
-            } else {
-                line.saturating_sub(height / 3).min(index.line_count().saturating_sub(height))
-            };
-            draw_source_pane_from(f, source, app, None, top);
+            let mut preview = app.src;
+            preview.jump(
+                index.line_of(d.range.start) as usize,
+                index.line_count(),
+                source.height.saturating_sub(2) as usize,
+            );
+            draw_source_pane_from(f, source, app, None, preview.top);
         }
         _ => {
             let (block, inner) = pane_block(app, None, detail, Line::raw(" Source "));
