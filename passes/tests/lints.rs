@@ -191,6 +191,32 @@ fn a_huge_accumulator_is_register_pressure_at_the_kernel_name() {
     assert!(!lint(&small, Target::Sm90).iter().any(|l| l.starts_with("W0600")), "{:#?}", lint(&small, Target::Sm90));
 }
 
+/// W0602's note gives each resource's limit on resident blocks; one that allows more
+/// blocks than an SM holds (no shared memory: 228 KiB / 1 KiB reserved = 228 on sm_90,
+/// where an SM holds 32) is no limit, not a count.
+#[test]
+fn occupancy_names_a_resource_that_does_not_bind_as_no_limit() {
+    let text = format!(
+        "{HEADER}@kernel.schedule(Schedule(block=(128, 128), k=32, warps=4))\n\
+         def fma_gemm(A: Tensor[\"M\", \"K\", f32], B: Tensor[\"K\", \"N\", f32], C: Tensor[\"M\", \"N\", f32]):\n    \
+         ctx = tile.context()\n    \
+         for m0 in tile.parallel(0, M, ctx.BM):\n        \
+         for n0 in tile.parallel(0, N, ctx.BN):\n            \
+         acc = tile.zeros((ctx.BM, ctx.BN), f32)\n            \
+         for k0 in tile.range(0, K, ctx.BK):\n                \
+         acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN]))\n            \
+         C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc\n"
+    );
+    let db = Database::default();
+    let file = SourceFile::new(&db, "t.tsr".into(), text, None);
+    let diags = file_diagnostics(&db, file, Target::Sm90);
+    let w = diags.iter().find(|d| d.code == tessera_frontend::diagnostics::Code::W0602).expect("W0602");
+    let note = w.notes.join(" ");
+    assert!(note.contains("shared memory: not a limit (0 B per block)"), "{note}");
+    assert!(note.contains("registers: 2 blocks/SM"), "{note}");
+    assert!(!note.contains("228"), "{note}");
+}
+
 #[test]
 fn ldmatrix_on_unswizzled_half_rows_is_8_way_and_the_fix_swizzles() {
     let text = corpus("invalid/w0601_bank.tsr");

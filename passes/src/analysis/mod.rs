@@ -1144,7 +1144,13 @@ fn resource_lints(
                 ("warps", o.by_warps, format!("{} warps per block", o.warps_per_block)),
             ]
             .into_iter()
-            .map(|(what, blocks, why)| format!("{what}: {blocks} blocks/SM ({why})"))
+            // A resource that would allow more blocks than the SM can hold (shared memory
+            // at 0 B per block allows 228 on sm_90) is said to be no limit, not given as a
+            // count no SM reaches.
+            .map(|(what, blocks, why)| match blocks >= o.by_blocks {
+                true => format!("{what}: not a limit ({why})"),
+                false => format!("{what}: {blocks} blocks/SM ({why})"),
+            })
             .collect();
             let d = Diagnostic::new(
                 Code::W0602,
