@@ -455,6 +455,30 @@ fn target_switch_relowers_and_lints_follow() {
     assert_eq!(ui.app.target, Target::Sm90);
 }
 
+/// A key is "schedule" only where the kernel's `Schedule(...)` writes it; the keys it
+/// leaves to the plain-kernel defaults (BD, vector, swizzle) say "default".
+#[test]
+fn only_the_keys_a_schedule_writes_are_its_own() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/wgmma/warp_specialized.tsr"),
+    )
+    .unwrap();
+    let mut ui = Ui::with_text(&text, Some("ws_gemm"), 120, 36);
+    ui.keys(&["4"]);
+    let origin = |key: &str| {
+        let rows = ui.app.schedule_rows();
+        let row = rows.iter().find(|r| r.key == key).unwrap_or_else(|| panic!("no {key} row"));
+        (row.value.clone(), row.origin)
+    };
+    for key in ["BM", "BK", "warps", "stages", "mma", "copy", "producer"] {
+        assert_eq!(origin(key).1, "schedule", "{key}");
+    }
+    assert_eq!(origin("BD"), ("64".to_string(), "default"));
+    assert_eq!(origin("vector"), ("4".to_string(), "default"));
+    assert_eq!(origin("swizzle"), ("none".to_string(), "default"));
+    assert_eq!(origin("cluster_x"), ("1".to_string(), "default"));
+}
+
 #[test]
 fn hopper_keys_are_listed_at_their_defaults_and_can_be_stepped() {
     let mut ui = Ui::new(Some("gemm"), 120, 36);

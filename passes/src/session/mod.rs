@@ -116,6 +116,9 @@ pub struct Configured {
     pub assumed: Vec<String>,
     /// The kernel's autotune space (empty for a fixed schedule).
     pub space: Vec<SpaceKey>,
+    /// The schedule keys its decorator writes (`@kernel.schedule(S)`'s, canonical names);
+    /// the configuration's other keys are the plain-kernel defaults.
+    pub written: Vec<String>,
     /// `@kernel.auto`: searched over the target's default space when `space` is empty
     /// (`crate::auto_space`).
     pub auto: bool,
@@ -250,7 +253,9 @@ impl<'db> Analysis<'db> {
             if graph.kind == crate::ir::FuncKind::Graph {
                 config.shapes.extend(dims);
             }
-            Ok(Configured { config, assumed, space: declared.space.clone(), auto: declared.auto, symbols, rejected })
+            let written = declared.fixed.values.keys().cloned().collect();
+            let (space, auto) = (declared.space.clone(), declared.auto);
+            Ok(Configured { config, assumed, space, written, auto, symbols, rejected })
         });
         computed?
     }

@@ -139,8 +139,10 @@ pub fn rows(
             (Some(_), _, _) => "invalid",
             (None, true, _) => "edited",
             (None, false, true) => "space",
-            (None, false, false) if default.is_some() => "default",
-            (None, false, false) => "schedule",
+            // A key the kernel's schedule writes; the rest (a plain `@kernel`'s BD, say)
+            // are the defaults, whether or not the configuration spells them out.
+            (None, false, false) if info.written.contains(&key) => "schedule",
+            (None, false, false) => "default",
         };
         let (typed, error) = match rejected {
             Some((t, e)) => (Some(t), Some(e)),
