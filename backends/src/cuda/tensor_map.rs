@@ -17,7 +17,7 @@ pub(super) fn encode(
     args: &[Arg],
     pointers: &[u64],
 ) -> Result<sys::CUtensorMap, GpuError> {
-    use sys::{CUtensorMapDataType as Data, CUtensorMapSwizzle as Swizzle};
+    use sys::CUtensorMapSwizzle as Swizzle;
     let tensor_index = args[..spec.param].iter().filter(|a| matches!(a, Arg::Tensor(_))).count();
     let (Some(Arg::Tensor(t)), Some(&ptr)) = (args.get(spec.param), pointers.get(tensor_index)) else {
         return Err(GpuError::Args(format!("internal error: tensor map {spec:?} of a non-tensor argument")));
@@ -35,14 +35,7 @@ pub(super) fn encode(
     if let Some(why) = tessera_passes::tma::stride_problem(name, &shape, eb) {
         return Err(GpuError::Args(why));
     }
-    let data = match spec.dtype {
-        tessera_frontend::check::DType::BF16 => Data::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        tessera_frontend::check::DType::F16 => Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        tessera_frontend::check::DType::F32 => Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-        // The TMA moves bytes: 8-bit floats travel as UINT8.
-        d if d.is_fp8() => Data::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        other => return Err(GpuError::Args(format!("copy=\"tma\" of a {other} tensor (`{name}`) is not supported"))),
-    };
+    let data = data_type(spec.dtype);
     let swizzle = match spec.swizzle_bytes {
         32 => Swizzle::CU_TENSOR_MAP_SWIZZLE_32B,
         64 => Swizzle::CU_TENSOR_MAP_SWIZZLE_64B,
@@ -73,4 +66,49 @@ pub(super) fn encode(
         )?;
     }
     Ok(map)
+}
+
+/// The tensor-map element type of a `dtype` tensor. The TMA moves elements as bytes (no
+/// conversion, zeros out of bounds), so only the element size must be right; every dtype
+/// a kernel can copy or store has one (int8 and fp8 are UINT8, like int4 and bool, which
+/// the runtime keeps one per byte).
+fn data_type(dtype: tessera_frontend::check::DType) -> sys::CUtensorMapDataType {
+    use sys::CUtensorMapDataType as Data;
+    use tessera_frontend::check::DType;
+    match dtype {
+        DType::BF16 => Data::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::F16 => Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DType::F32 | DType::TF32 => Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        DType::F64 => Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
+        DType::I32 => Data::CU_TENSOR_MAP_DATA_TYPE_INT32,
+        DType::I64 => Data::CU_TENSOR_MAP_DATA_TYPE_INT64,
+        DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Int8 | DType::Int4 | DType::Bool => {
+            Data::CU_TENSOR_MAP_DATA_TYPE_UINT8
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An int8 GEMM's i32 output goes out by TMA store under `copy = "tma"`: every dtype
+    /// has a tensor-map type whose element is the runtime's element size.
+    #[test]
+    fn every_dtype_has_a_tensor_map_type_of_its_element_size() {
+        use sys::CUtensorMapDataType as Data;
+        for &d in tessera_frontend::check::DType::ALL {
+            let bytes = match data_type(d) {
+                Data::CU_TENSOR_MAP_DATA_TYPE_UINT8 => 1,
+                Data::CU_TENSOR_MAP_DATA_TYPE_UINT16
+                | Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                | Data::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 => 2,
+                Data::CU_TENSOR_MAP_DATA_TYPE_UINT64
+                | Data::CU_TENSOR_MAP_DATA_TYPE_INT64
+                | Data::CU_TENSOR_MAP_DATA_TYPE_FLOAT64 => 8,
+                _ => 4,
+            };
+            assert_eq!(bytes, crate::tensor::elem_bytes(d), "{d}");
+        }
+    }
 }
