@@ -205,7 +205,7 @@ pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {
     let mut staged: HashSet<ValueId> = HashSet::default();
     for id in f.walk() {
         let op = f.op(id);
-        // An fp8 B on its way to a `wgmma` dot through a transposing stage.
+        // An 8-bit B on its way to a `wgmma` dot through a transposing stage.
         if op.kind == OpKind::Load && op.attr(crate::wgmma::TRANSPOSE_STAGE).is_some() {
             staged.extend(op.results.first());
             continue;

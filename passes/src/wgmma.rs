@@ -3,7 +3,7 @@
 //! pruning share, and the marks it leaves on Schedule IR for the Tile IR passes.
 //!
 //! What this slice supports (docs/language.md, "Schedules and autotuning"): sm_90,
-//! f16 or bf16 operands, an f32 accumulator, warpgroups (4 warps each) stacked along M
+//! f16, bf16 or fp8 operands with an f32 accumulator, or int8 ones with an i32 one, warpgroups (4 warps each) stacked along M
 //! with `M` a multiple of 64 per warpgroup, or, where M has fewer m64 tiles than there
 //! are warpgroups, the rest splitting N (A then from shared memory); `N` per warpgroup a
 //! multiple of 8 up to 256 (one instruction covers its columns), `K` a multiple of 16. A is read from shared memory
@@ -13,8 +13,8 @@
 //! (N-major, whose rows must be a multiple of the narrowest descriptor swizzle, 32 bytes)
 //! or as the transpose of an `[N, K]` tile (K-major: `Q @ K.T`).
 //!
-//! FP8 `wgmma` has no transposed B: both operands are read K-major. A staged `[K, N]` fp8
-//! B goes through a transposing stage (CUTLASS's answer for the same layout): its tile
+//! 8-bit (fp8, int8) `wgmma` has no transposed B: both operands are read K-major. A staged
+//! `[K, N]` 8-bit B goes through a transposing stage (CUTLASS's answer for the same layout): its tile
 //! is staged as loaded, read into registers transposed, stored into an `[N, K]` buffer in
 //! the descriptor's swizzle between two barriers, and the dot reads that buffer K-major.
 
@@ -35,7 +35,7 @@ pub const WGMMA_MAX_N: i64 = 256;
 pub const WARPGROUP_WARPS: u32 = 4;
 
 /// K of one `wgmma` instruction with `dtype` operands: 32 bytes of each row (k16 for
-/// f16/bf16, k32 for fp8).
+/// f16/bf16, k32 for fp8 and int8).
 pub fn k_step(dtype: DType) -> i64 {
     32 / dtype.bytes().max(1) as i64
 }
@@ -77,7 +77,7 @@ pub fn is_k_major_b_slot(op: &Op, b: &Type) -> bool {
     matches!(b, Type::Smem(_)) && op.attr(B_K_MAJOR).is_some()
 }
 
-/// The attribute of a staged `tile.load` of an fp8 `[K, N]` B that a `wgmma` dot reads
+/// The attribute of a staged `tile.load` of an 8-bit `[K, N]` B that a `wgmma` dot reads
 /// through a transposing stage: `mark-staging` stages it although no dot reads it.
 pub const TRANSPOSE_STAGE: &str = "wgmma_transpose_b";
 
@@ -102,7 +102,7 @@ struct Sources {
     /// The widest descriptor swizzle (bytes) B's buffer may take: a warpgroup's N slice
     /// of an N-major B must start on a swizzle block.
     b_max_swizzle: i64,
-    /// B is a staged fp8 `[K, N]` load that reaches the dot through a transposing stage
+    /// B is a staged 8-bit `[K, N]` load that reaches the dot through a transposing stage
     /// (then read K-major).
     transpose_b: bool,
 }
@@ -147,17 +147,27 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
     let bt = b.dtype().unwrap_or(DType::F32);
     let sixteen = matches!(dtype, DType::F16 | DType::BF16) && bt == dtype;
     let fp8 = dtype.is_fp8() && bt.is_fp8();
-    if !sixteen && !fp8 {
-        return Err(format!(
-            "the operands are {dtype} x {bt}; `wgmma` takes f16 x f16, bf16 x bf16 or fp8 (e4m3/e5m2) x fp8 operands"
-        ));
+    let int8 = dtype == DType::Int8 && bt == DType::Int8;
+    // 8-bit operands (fp8, int8): k32 per instruction, both operands K-major.
+    let eight_bit = fp8 || int8;
+    if !sixteen && !eight_bit {
+        let why = if matches!(dtype, DType::F32 | DType::TF32) && bt == dtype {
+            // The hardware's `.tf32` form exists, but f32 dots are exact f32 FMAs here;
+            // a tensor-core dot would change their numbers without the kernel saying so.
+            "`wgmma` reads 32-bit floats as tf32 (10 mantissa bits), which is not lowered: f32 and tf32 dots run as \
+             f32 FMAs on the CUDA cores"
+        } else {
+            "`wgmma` takes f16 x f16, bf16 x bf16, fp8 (e4m3/e5m2) x fp8 or int8 x int8 operands"
+        };
+        return Err(format!("the operands are {dtype} x {bt}; {why}"));
     }
-    if c.dtype() != Some(DType::F32) {
+    let accumulator = if int8 { DType::I32 } else { DType::F32 };
+    if c.dtype() != Some(accumulator) {
         let ct = c.dtype().map_or("?".to_string(), |d| d.to_string());
-        return Err(format!("the accumulator is {ct}; `wgmma` here accumulates in f32"));
+        return Err(format!("the accumulator is {ct}; `wgmma` with {dtype} operands accumulates in {accumulator}"));
     }
     if let Some(t) = ir_policy::acc(op).filter(|&t| ir_policy::rounds_each_step(t)) {
-        return Err(format!("`@accum({t})` sums in {t}; `wgmma` here accumulates in f32"));
+        return Err(format!("`@accum({t})` sums in {t}; `wgmma` here accumulates in {accumulator}"));
     }
     let warps = config.warps();
     if !warps.is_multiple_of(WARPGROUP_WARPS) {
@@ -177,6 +187,11 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
             String::new()
         };
         return Err(format!("N = {n}: one `wgmma` covers a multiple of 8 columns up to 256{split}"));
+    }
+    // The integer shapes are fewer: m64nNk32 for N = 8, 16, 24 and multiples of 16.
+    if int8 && n_slice > 24 && n_slice % 16 != 0 {
+        let per = if across_n > 1 { format!(" ({n_slice} per warpgroup)") } else { String::new() };
+        return Err(format!("N = {n}{per}: an integer `wgmma` covers 8, 16, 24 or a multiple of 16 columns up to 256"));
     }
     let step = k_step(dtype);
     if k % step != 0 {
@@ -200,15 +215,15 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
         return Err(computed_b(f, &defs, op.operands[1]));
     };
     // 8-bit WGMMA has no transpose: both operands are read K-major.
-    if fp8 && matches!(a, Source::Registers) {
-        return Err("A is computed in registers; fp8 `wgmma` here reads A from shared memory".into());
+    if eight_bit && matches!(a, Source::Registers) {
+        return Err(format!("A is computed in registers; {dtype} `wgmma` here reads A from shared memory"));
     }
     // A staged [K, N] load is transposed on its way (the module's doc); a buffer the
     // kernel fills itself is the kernel's layout to choose.
-    let transpose_b = fp8 && !b_k_major;
+    let transpose_b = eight_bit && !b_k_major;
     if transpose_b && !matches!(b, Source::StagedLoad(_)) {
         return Err(format!(
-            "B is read from a [K, N] shared buffer (N-major); fp8 `wgmma` reads both operands K-major: fill the \
+            "B is read from a [K, N] shared buffer (N-major); {dtype} `wgmma` reads both operands K-major: fill the \
              buffer as [N, K] and pass it transposed (K = {k} a multiple of 32)"
         ));
     }
@@ -343,7 +358,7 @@ pub fn descriptor_layout(s: &SmemType, widest: i64) -> SmemType {
     SmemType { swizzle, pad: 0, ..s.clone() }
 }
 
-/// The transposing stage of an fp8 `[K, N]` B (the module's doc), in Schedule IR: the
+/// The transposing stage of an 8-bit `[K, N]` B (the module's doc), in Schedule IR: the
 /// load is marked for staging, and before `dot`:
 ///
 /// ```text

@@ -590,7 +590,7 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
     assert!(!lints.iter().any(|l| l.starts_with('E')), "{lints:#?}");
     // Its transposed shared reads conflict, and the warning says whose they are.
     assert!(
-        lints.iter().any(|l| l.starts_with("W0601@") && l.contains("fp8 `wgmma`'s transposing stage")),
+        lints.iter().any(|l| l.starts_with("W0601@") && l.contains("8-bit `wgmma`'s transposing stage")),
         "{lints:#?}"
     );
     let fp8_buffer = fp8
@@ -607,7 +607,38 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
     assert!(lints.iter().any(|l| l.starts_with("E0704@") && l.contains("fill the buffer as [N, K]")), "{lints:#?}");
     // f32 operands: the dtype is the reason (no tensor cores for f32 under mma.sync either).
     let f32 = clean.replace("bf16", "f32");
-    assert!(lint(&f32, Target::Sm90).iter().any(|l| l.starts_with("E0704@12:") && l.contains("f32 x f32")));
+    let lints = lint(&f32, Target::Sm90);
+    assert!(
+        lints.iter().any(|l| l.starts_with("E0704@12:")
+            && l.contains("f32 x f32")
+            && l.contains("tf32")
+            && l.contains("f32 FMAs")),
+        "{lints:#?}"
+    );
+}
+
+/// int8 dots run on integer `wgmma` (the int8 fixture lints clean of errors); its shapes
+/// are fewer than the float ones' (N of 8, 16, 24 or a multiple of 16), and that is E0704.
+/// A block's N is a power of two or a multiple of 16 (E0701), so the odd N is a
+/// warpgroup's half of it: BM = 64 on 8 warps splits N across two warpgroups.
+#[test]
+fn int8_wgmma_takes_the_integer_shapes_only() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let int8 = std::fs::read_to_string(root.join("tests/fixtures/wgmma/int8.tsr")).unwrap();
+    let lints = lint(&int8, Target::Sm90);
+    assert!(!lints.iter().any(|l| l.starts_with('E')), "{lints:#?}");
+    // 40 columns per warpgroup: a float wgmma takes m64n40, an integer one does not.
+    let n40 = int8.replace("block=(128, 64)", "block=(64, 80)");
+    let lints = lint(&n40, Target::Sm90);
+    assert!(
+        lints
+            .iter()
+            .any(|l| l.starts_with("E0704@")
+                && l.contains("N = 80 (40 per warpgroup): an integer `wgmma` covers 8, 16, 24")),
+        "{lints:#?}"
+    );
+    let n48 = int8.replace("block=(128, 64)", "block=(64, 96)");
+    assert!(!lint(&n48, Target::Sm90).iter().any(|l| l.starts_with('E')), "{:#?}", lint(&n48, Target::Sm90));
 }
 
 /// Under `copy = "tma"` neither the TMA's box copies (the hardware writes through the

@@ -20,6 +20,7 @@ const FILES: &[&str] = &[
     "tests/fixtures/wgmma/gemms.tsr",
     "tests/fixtures/wgmma/operands.tsr",
     "tests/fixtures/wgmma/fp8.tsr",
+    "tests/fixtures/wgmma/int8.tsr",
     "examples/flash_attention.tsr",
     "examples/gemm.tsr",
     "examples/linear_gelu.tsr",

@@ -271,6 +271,7 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
         "tests/fixtures/wgmma/gemms.tsr",
         "tests/fixtures/wgmma/operands.tsr",
         "tests/fixtures/wgmma/fp8.tsr",
+        "tests/fixtures/wgmma/int8.tsr",
         "examples/flash_attention.tsr",
         "tests/corpus/valid/flash_attention.tsr",
         "examples/gemm.tsr",
@@ -347,7 +348,8 @@ fn wgmma_cases() -> Vec<(String, String, Result<String, String>)> {
 }
 
 /// Every `wgmma` kernel is an sm_90a module that NVIDIA's `ptxas -arch=sm_90a` accepts,
-/// and the SASS it produced runs the dot on `HGMMA` (`QGMMA` for fp8; never `HMMA`, the `mma.sync` path).
+/// and the SASS it produced runs the dot on `HGMMA` (`QGMMA` for fp8, `IGMMA` for int8; never `HMMA`, the
+/// `mma.sync` path).
 /// Without ptxas or nvdisasm the test says so loudly and fails under `CI=true`.
 #[test]
 fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
@@ -395,13 +397,14 @@ fn wgmma_kernels_assemble_for_sm_90a_and_run_on_hgmma() {
         if let Some(nvdisasm) = &nvdisasm_path {
             match nvdisasm::disassemble(nvdisasm, &cubin) {
                 Ok(sass) => {
-                    // FP8 warpgroup MMAs are `QGMMA` in SASS, 16-bit ones `HGMMA`.
-                    let gmma = |l: &&str| l.contains("HGMMA.") || l.contains("QGMMA.");
+                    // FP8 warpgroup MMAs are `QGMMA` in SASS, int8 ones `IGMMA`, 16-bit ones `HGMMA`.
+                    let gmma = |l: &&str| ["HGMMA.", "QGMMA.", "IGMMA."].iter().any(|g| l.contains(g));
                     let hgmma = sass.lines().filter(gmma).count();
                     let hmma = sass.lines().filter(|l| l.contains("HMMA.")).count();
                     let first = sass.lines().find(gmma).map(|l| l.trim().to_string());
                     if hgmma == 0 || hmma != 0 {
-                        failures.push(format!("{what} [{config}]: {hgmma} HGMMA/QGMMA and {hmma} HMMA in the SASS"));
+                        failures
+                            .push(format!("{what} [{config}]: {hgmma} HGMMA/QGMMA/IGMMA and {hmma} HMMA in the SASS"));
                     }
                     let utmaldg = sass.lines().filter(|l| l.contains("UTMALDG")).count();
                     let ldgsts = sass.lines().filter(|l| l.contains("LDGSTS")).count();

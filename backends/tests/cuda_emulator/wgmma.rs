@@ -35,7 +35,9 @@
 //!
 //! Products of 16-bit operands are exact; the k16 sum and the accumulation are done in
 //! f64 and rounded once to f32 (the hardware's internal order differs; the comparison
-//! with the interpreter has a tolerance).
+//! with the interpreter has a tolerance). The integer form
+//! (`m64nNk32.s32.{s8,u8}.{s8,u8} d, a-desc, b-desc, scale-d`, N in 8, 16, 24 or a
+//! multiple of 16) sums exactly and wraps to 32 bits (no `.satfinite`).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -226,19 +228,27 @@ impl Cta<'_> {
         // wgmma.mma_async.sync.aligned.m64nNkK.f32.atype.btype: K = 16 for f16/bf16, 32 for
         // the 8-bit e4m3/e5m2 (which take no transpose immediates: both K-major).
         let (atype, btype) = (op.get(6).cloned().unwrap_or_default(), op.get(7).cloned().unwrap_or_default());
-        let eight_bit = |t: &str| matches!(t, "e4m3" | "e5m2");
-        let fp8 = eight_bit(&atype) && eight_bit(&btype);
-        let (kk, eb): (u64, u64) = if fp8 { (32, 1) } else { (16, 2) };
+        let eight_bit = |t: &str| matches!(t, "e4m3" | "e5m2" | "s8" | "u8");
+        let integer = |t: &str| matches!(t, "s8" | "u8");
+        let int = integer(&atype) && integer(&btype);
+        let fp8 = eight_bit(&atype) && eight_bit(&btype) && !integer(&atype) && !integer(&btype);
+        let (kk, eb): (u64, u64) = if fp8 || int { (32, 1) } else { (16, 2) };
         let shape = op.get(4).cloned().unwrap_or_default();
         let n: u64 = shape
             .strip_prefix("m64n")
             .and_then(|s| s.strip_suffix(&format!("k{kk}")))
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| self.err(pc, format!("shape `{shape}` for {atype} x {btype}: m64nNk{kk}")))?;
-        if n == 0 || !n.is_multiple_of(8) || n > 256 || op.get(5).map(String::as_str) != Some("f32") {
-            return Err(self.err(pc, "an m64nNkK with N a multiple of 8 up to 256 and an f32 accumulator"));
+        let accumulator = if int { "s32" } else { "f32" };
+        if n == 0 || !n.is_multiple_of(8) || n > 256 || op.get(5).map(String::as_str) != Some(accumulator) {
+            return Err(
+                self.err(pc, format!("an m64nNkK with N a multiple of 8 up to 256 and an {accumulator} accumulator"))
+            );
         }
-        if !fp8 && (eight_bit(&atype) || eight_bit(&btype) || atype != btype) {
+        if int && n > 24 && !n.is_multiple_of(16) {
+            return Err(self.err(pc, format!("m64n{n}k32 for integers: N is 8, 16, 24 or a multiple of 16")));
+        }
+        if !fp8 && !int && (eight_bit(&atype) || eight_bit(&btype) || atype != btype) {
             return Err(self.err(pc, format!("operand types {atype} x {btype}")));
         }
         let elem = |bits: u64, ty: &str| -> Result<f64, String> {
@@ -247,13 +257,15 @@ impl Cta<'_> {
                 "f16" => Ok(f16_to_f32(bits) as f64),
                 "e4m3" => Ok(fp8_to_f32(bits & 0xff, true) as f64),
                 "e5m2" => Ok(fp8_to_f32(bits & 0xff, false) as f64),
+                "s8" => Ok((bits & 0xff) as u8 as i8 as f64),
+                "u8" => Ok((bits & 0xff) as f64),
                 other => Err(format!("operand type {other}")),
             }
         };
         let args = self.m.code[pc].args.clone();
         let d = match &args[0] {
             Opd::Vec(v) if v.len() as u64 == n / 2 => v.clone(),
-            _ => return Err(self.err(pc, format!("m64n{n}k16 has {} f32 accumulator registers", n / 2))),
+            _ => return Err(self.err(pc, format!("m64n{n} has {} {accumulator} accumulator registers", n / 2))),
         };
         // A is a descriptor, or four b32 registers per thread (the A fragment): then the
         // immediates are imm-scale-a, imm-scale-b and imm-trans-b only.
@@ -273,8 +285,12 @@ impl Cta<'_> {
             _ => None,
         };
         let imms = match a_operand {
-            A::Fragment(_) if fp8 => return Err(self.err(pc, "an 8-bit wgmma with A in registers is not emulated")),
+            A::Fragment(_) if fp8 || int => {
+                return Err(self.err(pc, "an 8-bit wgmma with A in registers is not emulated"))
+            }
             A::Fragment(_) => (imm(4), imm(5), Some(0), imm(6), args.len() == 7),
+            // The integer form has no immediates: no scaling, both operands K-major.
+            A::Descriptor(_) if int => (Some(1), Some(1), Some(0), Some(0), args.len() == 4),
             A::Descriptor(_) if fp8 => (imm(4), imm(5), Some(0), Some(0), args.len() == 6),
             A::Descriptor(_) => (imm(4), imm(5), imm(6), imm(7), args.len() == 8),
         };
@@ -391,14 +407,16 @@ impl Cta<'_> {
                 let i = i as u64;
                 let row = (16 * w + l / 4 + 8 * ((i / 2) % 2)) as usize;
                 let col = (8 * (i / 4) + 2 * (l % 4) + i % 2) as usize;
-                let mut acc = 0f64;
-                if scale_d {
-                    acc = f32of(self.pending_or_register(pc, group, t, r)?) as f64;
-                }
-                for k in 0..kk as usize {
-                    acc += a[row][k] * b[k][col];
-                }
-                results.push((t, r, bits32(acc as f32)));
+                let previous = if scale_d { Some(self.pending_or_register(pc, group, t, r)?) } else { None };
+                // Exact: 32 products of 8-bit integers, or of 16-bit floats, fit f64.
+                let sum: f64 = (0..kk as usize).map(|k| a[row][k] * b[k][col]).sum();
+                let bits = if int {
+                    let before = previous.map_or(0, |v| v as u32 as i32);
+                    before.wrapping_add(sum as i64 as i32) as u32 as u64
+                } else {
+                    bits32((previous.map_or(0.0, |v| f32of(v) as f64) + sum) as f32)
+                };
+                results.push((t, r, bits));
             }
         }
         for &(t, r, v) in &results {

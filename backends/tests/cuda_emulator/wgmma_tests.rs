@@ -15,7 +15,7 @@ use tessera_passes::{default_config, tile_ir, Target};
 use super::execute::emulate;
 use super::{check_kernel, SEED};
 use crate::hopper_cases::{
-    gemm_files, lower_cases, root, shapes_of, with_wgmma, Case, Staging, ATTENTION_FILES, FP8_FIXTURE,
+    gemm_files, lower_cases, root, shapes_of, with_wgmma, Case, Staging, ATTENTION_FILES, FP8_FIXTURE, INT8_FIXTURE,
     OPERANDS_FIXTURE, WGMMA_FIXTURE,
 };
 
@@ -234,6 +234,24 @@ fn a_wrong_b_major_or_a_fragment_order_fails() {
         format!("{head}}}, {{{}, {}, {}, {}}}{tail}", r[0], r[2], r[1], r[3])
     });
     assert!(run_case(&func, &wrong).is_err(), "a swapped A fragment passed");
+}
+
+/// An int8 `wgmma` whose operands are read unsigned (`.u8`: -1 becomes 255), or whose
+/// accumulator restarts from zero at every k step (`scale-d` false), must not match.
+#[test]
+fn an_int8_wgmma_read_unsigned_or_restarted_fails() {
+    let (func, code) = fixture_case(INT8_FIXTURE, "w8a8_linear");
+    run_case(&func, &code).unwrap();
+    let unsigned = edit_wgmmas(&code, |l| l.replace(".s32.s8.s8", ".s32.u8.u8"));
+    let err = run_case(&func, &unsigned).expect_err("int8 operands read as u8 passed");
+    assert!(err.contains("elements differ"), "{err}");
+    let restarted = edit_wgmmas(&code, |l| {
+        let (head, scale_d) = l.trim_end_matches(';').rsplit_once(", ").unwrap();
+        assert!(scale_d.starts_with("%p"), "{l}");
+        format!("{head}, 0;")
+    });
+    let err = run_case(&func, &restarted).expect_err("a sum restarted at every k step passed");
+    assert!(err.contains("elements differ"), "{err}");
 }
 
 // ----- copy = "tma": planted bugs ------------------------------------------------------

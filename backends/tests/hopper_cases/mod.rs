@@ -27,6 +27,8 @@ pub const WGMMA_FIXTURE: &str = "tests/fixtures/wgmma/gemms.tsr";
 pub const OPERANDS_FIXTURE: &str = "tests/fixtures/wgmma/operands.tsr";
 /// FP8 GEMMs (m64nNk32, both operands K-major).
 pub const FP8_FIXTURE: &str = "tests/fixtures/wgmma/fp8.tsr";
+/// int8 GEMMs (integer `wgmma`, i32 accumulators).
+pub const INT8_FIXTURE: &str = "tests/fixtures/wgmma/int8.tsr";
 
 /// Flash attention: every candidate of the example's space, and the corpus kernel's
 /// default schedule.
@@ -49,7 +51,7 @@ const GEMM_FILES: &[&str] = &[
 /// The fixtures and the examples' and corpus's GEMMs, then `extra`, each under its own
 /// schedule only.
 pub fn gemm_files<'a>(extra: &[&'a str]) -> Vec<(&'a str, bool)> {
-    let fixtures = [WGMMA_FIXTURE, OPERANDS_FIXTURE, FP8_FIXTURE].into_iter();
+    let fixtures = [WGMMA_FIXTURE, OPERANDS_FIXTURE, FP8_FIXTURE, INT8_FIXTURE].into_iter();
     fixtures.chain(GEMM_FILES.iter().copied()).chain(extra.iter().copied()).map(|f| (f, false)).collect()
 }
 

@@ -288,7 +288,7 @@ fn bank_conflicts(f: &Func, threads: u32) -> Vec<BankConflict> {
                     Layout::DotOperand { op: 0, .. } => "ldmatrix loads of the A operand of `tile.dot`".to_string(),
                     Layout::DotOperand { .. } => "ldmatrix loads of the B operand of `tile.dot`".to_string(),
                     _ if op.attr(crate::wgmma::TRANSPOSE_STAGE).is_some() => {
-                        "transposed reads of B into registers (fp8 `wgmma`'s transposing stage)".to_string()
+                        "transposed reads of B into registers (8-bit `wgmma`'s transposing stage)".to_string()
                     }
                     _ if transposed => "transposed reads into registers".to_string(),
                     _ => "reads into registers".to_string(),
@@ -1085,9 +1085,11 @@ fn resource_lints(
         let fix_text = match &c.fix {
             Some(BankFix::Swizzle) => "swizzle=\"xor\" makes every access conflict free".to_string(),
             Some(BankFix::Pad(p)) => format!("pad={p} makes every access conflict free"),
-            None if c.transposing_stage => "this is the transposing stage `mma=\"wgmma\"` adds for an fp8 `[K, N]` B \
-                 (8-bit `wgmma` reads B K-major): load B as `[N, K]` and pass `b.T`, and the stage goes away"
-                .to_string(),
+            None if c.transposing_stage => {
+                "this is the transposing stage `mma=\"wgmma\"` adds for an 8-bit `[K, N]` B \
+                 (fp8 and int8 `wgmma` read B K-major): load B as `[N, K]` and pass `b.T`, and the stage goes away"
+                    .to_string()
+            }
             None => match c.descriptor_swizzle {
                 Some(width) => {
                     // The two ways out that the analysis itself confirms: the TMA unit writes a

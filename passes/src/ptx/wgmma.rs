@@ -1,6 +1,7 @@
 //! `tile.dot` as Hopper warpgroup MMAs (`mma = "wgmma"`, sm_90a): both operands are read
-//! from shared memory through 64-bit matrix descriptors, the f32 accumulator lives in
-//! the `#wgmma` register layout (`Layout::Wgmma`).
+//! from shared memory through 64-bit matrix descriptors, the f32 accumulator (i32 for
+//! int8 operands: `m64nNk32.s32.s8.s8`) lives in the `#wgmma` register layout
+//! (`Layout::Wgmma`).
 //!
 //! Per dot: `wgmma.fence`, then for each k16 step and each m64 tile of the warpgroup's
 //! rows one `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}` (A K-major, B
@@ -134,6 +135,7 @@ impl Emitter<'_> {
             DType::F16 => Some("f16"),
             DType::Fp8E4m3 => Some("e4m3"),
             DType::Fp8E5m2 => Some("e5m2"),
+            DType::Int8 => Some("s8"),
             _ => None,
         };
         let (at, bt) = match (name(a.dtype()), name(b.ty.dtype)) {
@@ -142,11 +144,16 @@ impl Emitter<'_> {
         };
         // 8-bit operands: k32 per instruction and no transpose immediates (both K-major).
         let fp8 = a.dtype().is_fp8();
+        let int8 = a.dtype() == DType::Int8;
         let k_step = crate::wgmma::k_step(a.dtype());
-        if fp8 && (!b_k_major || matches!(a, AOperand::Registers(_))) {
-            return Err(internal(self, "an fp8 `wgmma` operand that is not K-major in shared memory"));
+        if (fp8 || int8) && (!b_k_major || matches!(a, AOperand::Registers(_))) {
+            return Err(internal(self, "an 8-bit `wgmma` operand that is not K-major in shared memory"));
         }
-        if out_dtype != DType::F32 || c.dtype != DType::F32 {
+        // Integer operands accumulate in s32 (exactly, wrapping as the hardware does
+        // without `.satfinite`), float ones in f32.
+        let (acc_dtype, acc_class, acc_type) =
+            if int8 { (DType::I32, Class::B32, "s32") } else { (DType::F32, Class::F32, "f32") };
+        if out_dtype != acc_dtype || c.dtype != acc_dtype {
             return Err(self.unsupported(op, format!("with a {out_dtype} accumulator on `wgmma`")));
         }
         // B's buffer is [K, N], or [N, K] when K-major.
@@ -236,7 +243,7 @@ impl Emitter<'_> {
         let in_flight = carried.as_ref().filter(|_| !promoted && self.keeps_dot_in_flight(self.current)).cloned();
         let acc: Vec<Reg> = match &in_flight {
             Some(regs) => regs.clone(),
-            None => (0..c_vals.len()).map(|_| self.b.reg(Class::F32)).collect(),
+            None => (0..c_vals.len()).map(|_| self.b.reg(acc_class)).collect(),
         };
         if !zero_start && in_flight.is_none() {
             for (r, &v) in acc.iter().zip(&c_vals) {
@@ -270,16 +277,21 @@ impl Emitter<'_> {
                         AInput::Fragments(words) => {
                             let at = (tile * k / 4 + k0 / 4) as usize;
                             let regs = words[at..at + 4].iter().map(|r| r.to_string()).collect::<Vec<_>>();
-                            (format!("{{{}}}", regs.join(", ")), format!("1, 1, {trans_b}"))
+                            (format!("{{{}}}", regs.join(", ")), format!(", 1, 1, {trans_b}"))
                         }
                         AInput::Descriptor { low, high, slot } => {
                             let start = a_start(slot, tile * WGMMA_M, k0).unwrap_or(0);
-                            let imms = if fp8 { "1, 1".to_string() } else { format!("1, 1, 0, {trans_b}") };
+                            // fp8 takes the scale immediates only, the integer form none.
+                            let imms = match (fp8, int8) {
+                                (_, true) => String::new(),
+                                (true, _) => ", 1, 1".to_string(),
+                                _ => format!(", 1, 1, 0, {trans_b}"),
+                            };
                             (self.descriptor(*low, *high, start).to_string(), imms)
                         }
                     };
                     self.b.ins(format!(
-                        "wgmma.mma_async.sync.aligned.m64n{n_slice}k{k_step}.f32.{at}.{bt} {{{d}}}, {a_operand}, {b_desc}, {scale_d}, {imms}"
+                        "wgmma.mma_async.sync.aligned.m64n{n_slice}k{k_step}.{acc_type}.{at}.{bt} {{{d}}}, {a_operand}, {b_desc}, {scale_d}{imms}"
                     ));
                 }
             }
