@@ -117,7 +117,7 @@ fn hover_builtin_signature_and_doc() {
             tile.dot(a, b) -> tile
             ```
 
-            Tile matmul on tensor cores: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4). Dims multiples of 16 (f16/bf16) or 32 (fp8/int8).
+            Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4). On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs.
 
             *kernel intrinsic: only inside `@kernel` functions*
 
@@ -410,7 +410,7 @@ fn completion_members_keys_policies_dtypes() {
         tile.dot(a, b) -> tile
         ```
 
-        Tile matmul on tensor cores: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4). Dims multiples of 16 (f16/bf16) or 32 (fp8/int8)."#]]
+        Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4). On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs."#]]
     .assert_eq(dot["documentation"]["value"].as_str().unwrap());
     assert_eq!(slice(&text, &dot["textEdit"]["range"]), "d");
 
