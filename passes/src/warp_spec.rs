@@ -132,9 +132,11 @@ pub fn producer_problem(graph: &Func, config: &Config, target: Target) -> Option
             if let Type::Tile(t) = graph.ty(v) {
                 if t.dtype.bits() == 8 && !transposed {
                     return Some((
-                        "an fp8 B loaded as [K, N] takes a transposing stage that every warp runs (load it as [N, K] \
-                         and pass `b.T`)"
-                            .into(),
+                        format!(
+                            "B is {} loaded as [K, N], which takes a transposing stage that every warp runs (load \
+                             it as [N, K] and pass `b.T`)",
+                            t.dtype
+                        ),
                         at,
                     ));
                 }

@@ -637,6 +637,11 @@ fn int8_wgmma_takes_the_integer_shapes_only() {
                 && l.contains("N = 80 (40 per warpgroup): an integer `wgmma` covers 8, 16, 24")),
         "{lints:#?}"
     );
+    // A [K, N] int8 B is transposed by every warp: no producer warpgroup (E0707).
+    let producer =
+        int8.replace("stages=2, mma=\"wgmma\")", "stages=2, mma=\"wgmma\", copy=\"tma\", producer=\"warpgroup\")");
+    let lints = lint(&producer, Target::Sm90);
+    assert!(lints.iter().any(|l| l.starts_with("E0707@") && l.contains("B is int8 loaded as [K, N]")), "{lints:#?}");
     let n48 = int8.replace("block=(128, 64)", "block=(64, 96)");
     assert!(!lint(&n48, Target::Sm90).iter().any(|l| l.starts_with('E')), "{:#?}", lint(&n48, Target::Sm90));
 }
