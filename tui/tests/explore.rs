@@ -479,6 +479,27 @@ fn only_the_keys_a_schedule_writes_are_its_own() {
     assert_eq!(origin("cluster_x"), ("1".to_string(), "default"));
 }
 
+/// Stepping a key away from its default sets it in the configuration; its row stays
+/// where it was, under the cursor, so a second step steps the same key.
+#[test]
+fn a_stepped_key_keeps_its_row_under_the_cursor() {
+    let mut ui = Ui::new(Some("gemm"), 120, 36);
+    ui.keys(&["4"]);
+    let at = ui.app.schedule_rows().iter().position(|r| r.key == "cluster_x").expect("a cluster_x row on sm_90");
+    let order: Vec<String> = ui.app.schedule_rows().iter().map(|r| r.key.clone()).collect();
+    for _ in 0..at {
+        ui.keys(&["j"]);
+    }
+    assert_eq!(ui.app.sched.cursor, at);
+    ui.keys(&["l"]);
+    let rows = ui.app.schedule_rows();
+    assert_eq!((rows[at].key.as_str(), rows[at].value.as_str(), rows[at].origin), ("cluster_x", "2", "edited"));
+    assert_eq!(rows.iter().map(|r| r.key.clone()).collect::<Vec<_>>(), order);
+    ui.keys(&["l"]);
+    let rows = ui.app.schedule_rows();
+    assert_eq!((rows[at].key.as_str(), rows[at].value.as_str()), ("cluster_x", "4"));
+}
+
 #[test]
 fn hopper_keys_are_listed_at_their_defaults_and_can_be_stepped() {
     let mut ui = Ui::new(Some("gemm"), 120, 36);

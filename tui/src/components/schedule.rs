@@ -154,18 +154,18 @@ pub fn rows(
         let candidates = k.candidates.iter().map(|(v, _)| v.clone()).collect();
         push_key(&mut rows, &k.key, candidates, true);
     }
+    // The standard keys in their one order, whether the configuration sets them or not:
+    // an edit that sets a key (stepping `cluster_x` from its default) must not move its
+    // row away from the cursor.
     for k in STANDARD_KEYS {
-        if info.config.schedule.get(k).is_some() {
+        let hopper = ["mma", "copy", "producer", "cluster_x", "cluster_y"].contains(k);
+        let edited = overrides.schedule.keys().any(|o| canonical_key(o) == *k);
+        if info.config.schedule.get(k).is_some() || edited || (gpu && hopper) {
             push_key(&mut rows, k, standard_candidates(k), false);
         }
     }
     for k in info.config.schedule.values.keys() {
         push_key(&mut rows, k, standard_candidates(k), false);
-    }
-    if gpu {
-        for k in ["mma", "copy", "producer", "cluster_x", "cluster_y"] {
-            push_key(&mut rows, k, standard_candidates(k), false);
-        }
     }
     for k in overrides.schedule.keys() {
         push_key(&mut rows, k, standard_candidates(k), false);
