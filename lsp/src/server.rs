@@ -657,6 +657,7 @@ impl LanguageServer for Backend {
                 HoverSubject::GraphValue { function, value } => {
                     Analysis::new(&s.db, s.file).sharding_hover(function, value)
                 }
+                HoverSubject::Dot { kernel, at } => Analysis::new(&s.db, s.file).dot_hover(kernel, *at, s.target),
                 HoverSubject::Other => None,
             };
             if let Some(extra) = extra {

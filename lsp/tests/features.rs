@@ -121,7 +121,11 @@ fn hover_builtin_signature_and_doc() {
 
             *kernel intrinsic: only inside `@kernel` functions*
 
-            here: `tile<BMxBNxf32>`"#]],
+            here: `tile<BMxBNxf32>`
+
+            ---
+
+            **On sm_90** (BD=64, BK=32, BM=64, BN=64, stages=2, swizzle=none, vector=4, warps=4): 64×64×32 (bf16 × bf16 → f32) as warp MMAs: `mma.sync.aligned.m16n8k16` (`HMMA` in SASS) on 2×2 warps, 16 per warp"#]],
     );
 }
 
@@ -171,6 +175,39 @@ fn hover_a_warp_specialized_kernel_gives_consumer_registers() {
     let text = h["contents"]["value"].as_str().unwrap_or_default().to_string();
     assert!(text.contains("registers per consumer thread (estimate; setmaxnreg gives them 240)"), "{text}");
     assert!(!text.contains("registers/thread"), "{text}");
+}
+
+/// A `tile.dot`'s hover says what it runs as under the kernel's configuration: Hopper
+/// warpgroup MMAs (int8: IGMMA), warp MMAs, or FMAs and why.
+#[test]
+fn hover_a_dot_says_which_instructions_run_it() {
+    let hover = |src: &str| {
+        let (mut s, _, pos) = open(src);
+        let h = s.result("textDocument/hover", doc_pos(&pos));
+        h["contents"]["value"].as_str().unwrap_or_default().to_string()
+    };
+    let int8 = include_str!("../../tests/fixtures/wgmma/int8.tsr").replacen("tile.dot(", "tile.$0dot(", 1);
+    let text = hover(&int8);
+    assert!(text.contains("Tile matmul"), "{text}");
+    assert!(
+        text.contains("`wgmma.mma_async.m64n64k32.s32.s8.s8` (`IGMMA` in SASS), 2 warpgroups each computing 64×64, 4 instructions per warpgroup"),
+        "{text}"
+    );
+    assert!(text.contains("B from shared memory (K-major)"), "{text}");
+    let gemm = include_str!("../../tests/fixtures/wgmma/warp_specialized.tsr").replacen("tile.dot(", "tile.$0dot(", 1);
+    let text = hover(&gemm);
+    assert!(text.contains("`wgmma.mma_async.m64n128k16.f32.bf16.bf16` (`HGMMA` in SASS)"), "{text}");
+    let f32 = gemm.replace("bf16", "f32").replace(", mma=\"wgmma\", copy=\"tma\", producer=\"warpgroup\"", "");
+    let text = hover(&f32);
+    assert!(
+        text.contains(
+            "as FMAs on the CUDA cores, not tensor cores: tensor cores take 16- and 8-bit operands, these are f32"
+        ),
+        "{text}"
+    );
+    let sync = gemm.replace(", mma=\"wgmma\", copy=\"tma\", producer=\"warpgroup\"", "");
+    let text = hover(&sync);
+    assert!(text.contains("as warp MMAs: `mma.sync.aligned.m16n8k16` (`HMMA` in SASS) on"), "{text}");
 }
 
 #[test]

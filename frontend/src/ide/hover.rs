@@ -31,6 +31,12 @@ pub enum HoverSubject {
         function: String,
         value: String,
     },
+    /// A `tile.dot` (or `tile.mma`) call of kernel `kernel`, `at` an absolute offset in
+    /// it (the instructions it runs as on a GPU target).
+    Dot {
+        kernel: String,
+        at: u32,
+    },
     Other,
 }
 
@@ -137,9 +143,13 @@ pub fn hover(db: &dyn Db, file: SourceFile, offset: u32) -> Option<HoverResult> 
         other => {
             let mut out = describe(other)?;
             // The type this call of a built-in produces here.
-            if let (Definition::Builtin { .. }, Some((function, id))) = (other, at.site) {
+            if let (Definition::Builtin { path }, Some((function, id))) = (other, at.site) {
                 if let Some(ty) = call_result(db, file, function, id) {
                     out += &format!("\n\nhere: `{ty}`");
+                }
+                let kernel = FnCtx::new(db, file, function).filter(|f| f.sig.kind == FunctionKind::Kernel);
+                if let (Some(f), "tile.dot" | "tile.mma") = (kernel, &**path) {
+                    subject = HoverSubject::Dot { kernel: f.name().to_string(), at: at.range.start };
                 }
             }
             if let (Definition::ScheduleKey { function, key }, _) = (other, at.site) {

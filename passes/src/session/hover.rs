@@ -49,6 +49,29 @@ impl Analysis<'_> {
         Some(md)
     }
 
+    /// Extra markdown for the hover of a `tile.dot` call of `kernel` (`at`: an absolute
+    /// offset inside the call): the instructions the hardware runs it as on `target`
+    /// under the kernel's default configuration, read from its Tile IR (`wgmma`,
+    /// `mma.sync` or FMAs, and why FMAs). `None` for the CPU, a kernel that does not
+    /// lower, and a call no dot of the Tile IR comes from.
+    pub fn dot_hover(&self, kernel: &str, at: u32, target: Target) -> Option<String> {
+        if !target.is_gpu() {
+            return None;
+        }
+        let f = self.function(kernel).ok()?;
+        let config = self.configure(f, None, &Overrides::default()).ok()?.config;
+        let tile = self.tile_ir(f, &config, target).ok()?;
+        let dot = tile
+            .walk()
+            .into_iter()
+            .filter(|&id| tile.op(id).kind == crate::ir::OpKind::Dot)
+            .filter_map(|id| Some((id, self.absolute(&tile.op(id).loc)?)))
+            .filter(|(_, r)| r.start <= at && at < r.end)
+            .min_by_key(|(_, r)| r.end - r.start)?
+            .0;
+        Some(format!("**On {target}** ({config}): {}", dot_instructions(&tile, dot)?))
+    }
+
     /// Extra markdown for the hover of a shared-memory buffer (`buffer`, a local of
     /// `kernel`): its size and bank-conflict verdict on `target` (W0601's analysis).
     pub fn buffer_hover(&self, kernel: &str, buffer: &str, target: Target) -> Option<String> {
@@ -112,4 +135,85 @@ impl Analysis<'_> {
         }
         Some(md)
     }
+}
+
+/// What the hardware runs the Tile IR dot `dot` as (markdown, one paragraph).
+fn dot_instructions(f: &crate::ir::Func, dot: crate::ir::OpId) -> Option<String> {
+    use tessera_frontend::check::DType;
+    let op = f.op(dot);
+    let (a, b, c) = (f.ty(op.operands[0]), f.ty(op.operands[1]), f.ty(op.operands[2]));
+    let (at, bt, ct) = (a.dtype()?, b.dtype()?, c.dtype()?);
+    let (ad, cd) = (a.const_dims()?, c.const_dims()?);
+    let (m, n, k) = (*cd.first()?, *cd.get(1)?, *ad.get(1)?);
+    let ptx = |d: DType| match d {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        DType::Fp8E4m3 => "e4m3",
+        DType::Fp8E5m2 => "e5m2",
+        DType::Int8 => "s8",
+        DType::I32 => "s32",
+        _ => "f32",
+    };
+    let eight_bit = at.bits() == 8;
+    let k_step = if eight_bit { 32 } else { 16 };
+    let shape = format!("{m}×{n}×{k} ({at} × {bt} → {ct})");
+    Some(match op.str_attr("instr")? {
+        "wgmma" => {
+            let groups = op.int_attr("warpgroups").unwrap_or(1).max(1);
+            let across_n = op.int_attr(crate::wgmma::ACROSS_N).unwrap_or(1).max(1);
+            let (rows, cols) = (m / (groups / across_n).max(1), n / across_n);
+            let instructions = (rows / crate::wgmma::WGMMA_M).max(1) * (k / k_step).max(1);
+            let sass = match at {
+                DType::Int8 => "IGMMA",
+                d if d.is_fp8() => "QGMMA",
+                _ => "HGMMA",
+            };
+            let a_from = if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() {
+                "A in registers (the accumulator's fragment layout)"
+            } else {
+                "A from shared memory through a matrix descriptor"
+            };
+            let b_major = if op.attr(crate::wgmma::B_K_MAJOR).is_some() { "K-major" } else { "N-major" };
+            let mut text = format!(
+                "{shape} as Hopper warpgroup MMAs: `wgmma.mma_async.m64n{cols}k{k_step}.{}.{}.{}` (`{sass}` in SASS), \
+                 {groups} warpgroup{} each computing {rows}×{cols}, {instructions} instruction{} per warpgroup; {a_from}, \
+                 B from shared memory ({b_major})",
+                ptx(ct),
+                ptx(at),
+                ptx(bt),
+                if groups == 1 { "" } else { "s" },
+                if instructions == 1 { "" } else { "s" },
+            );
+            if at.is_fp8() {
+                text.push_str(&format!(
+                    "; fp8 sums are added into the {ct} accumulator every {} of K (promotion)",
+                    crate::wgmma::FP8_PROMOTION_K
+                ));
+            }
+            text
+        }
+        "fma" => {
+            let why = if at.bits() > 16 || bt.bits() > 16 {
+                format!("tensor cores take 16- and 8-bit operands, these are {at}")
+            } else {
+                format!(
+                    "M = {m}, N = {n}, K = {k} are not multiples of the tensor-core instruction's 16 × 8 × {k_step}"
+                )
+            };
+            format!("{shape} as FMAs on the CUDA cores, not tensor cores: {why}")
+        }
+        instr => {
+            let warps = match op.attr("warps") {
+                Some(crate::ir::Attr::Ints(w)) => w.clone(),
+                _ => Vec::new(),
+            };
+            let (wm, wn) = (warps.first().copied().unwrap_or(1).max(1), warps.get(1).copied().unwrap_or(1).max(1));
+            let per_warp = (m / wm / 16).max(1) * (n / wn / 8).max(1) * (k / k_step).max(1);
+            let sass = if ct == DType::I32 { "IMMA" } else { "HMMA" };
+            format!(
+                "{shape} as warp MMAs: `mma.sync.aligned.{instr}` (`{sass}` in SASS) on {wm}×{wn} warps, {per_warp} per \
+                 warp"
+            )
+        }
+    })
 }
