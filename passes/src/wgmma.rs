@@ -7,7 +7,8 @@
 //! with `M` a multiple of 64 per warpgroup, or, where M has fewer m64 tiles than there
 //! are warpgroups, the rest splitting N (A then from shared memory); `N` per warpgroup a
 //! multiple of 8 up to 256 (one instruction covers its columns), `K` a multiple of 16. A is read from shared memory
-//! as `[M, K]` (K-major) or, when the kernel computes it, from registers in the
+//! as `[M, K]` (K-major), as the transpose of a `[K, M]` tile (M-major, 16-bit only: a
+//! weight gradient's `X.T @ dY`) or, when the kernel computes it, from registers in the
 //! accumulator's own fragment layout (attention's `P @ V`: P is the `#wgmma` result of
 //! `Q @ K.T`, so it needs no shuffle). B is read from shared memory, either as `[K, N]`
 //! (N-major, whose rows must be a multiple of the narrowest descriptor swizzle, 32 bytes)
@@ -77,6 +78,17 @@ pub fn is_k_major_b_slot(op: &Op, b: &Type) -> bool {
     matches!(b, Type::Smem(_)) && op.attr(B_K_MAJOR).is_some()
 }
 
+/// The attribute of a `wgmma` dot whose A operand is M-major: the transpose `a.T` of a
+/// `[K, M]` tile in shared memory (`imm-trans-a = 1`; 16-bit operands only), as a
+/// weight gradient `X.T @ dY` reads X.
+pub const A_M_MAJOR: &str = "a_m_major";
+
+/// Whether `op`'s A operand, of type `a`, is an M-major `wgmma` slot in Tile IR: a
+/// `[K, M]` shared buffer whose dims read reversed are the dot's `[M, K]`.
+pub fn is_m_major_a_slot(op: &Op, a: &Type) -> bool {
+    matches!(a, Type::Smem(_)) && op.attr(A_M_MAJOR).is_some()
+}
+
 /// The attribute of a staged `tile.load` of an 8-bit `[K, N]` B that a `wgmma` dot reads
 /// through a transposing stage: `mark-staging` stages it although no dot reads it.
 pub const TRANSPOSE_STAGE: &str = "wgmma_transpose_b";
@@ -95,6 +107,8 @@ enum Source {
 /// is K-major.
 struct Sources {
     a: Source,
+    /// A is read transposed from a `[K, M]` buffer (M-major).
+    a_m_major: bool,
     b: Source,
     b_k_major: bool,
     /// How many warpgroups split N (the rest stack along M).
@@ -205,12 +219,19 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
             WGMMA_M * groups
         ));
     }
-    let a = match source(f, &defs, op.operands[0], "A")? {
-        Some((a, false)) => a,
-        Some((_, true)) => return Err("A is read transposed; `wgmma` reads A as [M, K] (or from registers)".into()),
+    let (a, a_m_major) = match source(f, &defs, op.operands[0], "A")? {
+        Some((a, transposed)) => (a, transposed),
         // A tile the kernel computes goes in as registers.
-        None => Source::Registers,
+        None => (Source::Registers, false),
     };
+    // 16-bit A may be M-major (`imm-trans-a`): the transpose of a [K, M] tile, whose
+    // rows (M of them) are whole 128-byte swizzle blocks per m64 tile.
+    if a_m_major && eight_bit {
+        return Err(format!(
+            "A is read transposed; {dtype} `wgmma` reads A K-major only: store A as [M, K] (8-bit WGMMA has no \
+             transpose)"
+        ));
+    }
     let Some((b, b_k_major)) = source(f, &defs, op.operands[1], "B")? else {
         return Err(computed_b(f, &defs, op.operands[1]));
     };
@@ -247,7 +268,7 @@ fn dot_sources(f: &Func, dot: OpId, config: &Config, target: Target) -> Result<S
         };
         w as i64
     };
-    Ok(Sources { a, b, b_k_major, across_n, b_max_swizzle, transpose_b })
+    Ok(Sources { a, a_m_major, b, b_k_major, across_n, b_max_swizzle, transpose_b })
 }
 
 /// The shared-memory source of operand `v` (`name` is "A" or "B"; `defs` from
@@ -323,6 +344,7 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
             }
         }
         let a_in_registers = matches!(sources.a, Source::Registers);
+        let a_m_major = sources.a_m_major;
         let b_k_major = sources.b_k_major || sources.transpose_b;
         for (s, widest) in [(sources.a, 128), (b, sources.b_max_swizzle)] {
             match s {
@@ -345,6 +367,9 @@ pub(crate) fn select_wgmma(f: &mut Func, config: &Config, target: Target) -> Res
         }
         if b_k_major {
             op.set_attr(B_K_MAJOR, Attr::Bool(true));
+        }
+        if a_m_major {
+            op.set_attr(A_M_MAJOR, Attr::Bool(true));
         }
     }
     Ok(())

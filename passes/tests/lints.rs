@@ -548,11 +548,12 @@ fn wgmma_where_it_cannot_run_is_e0704_with_the_reason_at_the_dot() {
             Target::Sm90,
             "B is computed in registers",
         ),
+        // A read transposed (M-major, `imm-trans-a`) is taken for 16-bit operands.
         (
             "a = tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])",
             "a = tile.load(A[k0:k0 + ctx.BK, m0:m0 + ctx.BM]).T",
             Target::Sm90,
-            "A is read transposed",
+            "",
         ),
     ];
     for (from, to, target, reason) in cases {
@@ -642,6 +643,17 @@ fn int8_wgmma_takes_the_integer_shapes_only() {
         int8.replace("stages=2, mma=\"wgmma\")", "stages=2, mma=\"wgmma\", copy=\"tma\", producer=\"warpgroup\")");
     let lints = lint(&producer, Target::Sm90);
     assert!(lints.iter().any(|l| l.starts_with("E0707@") && l.contains("B is int8 loaded as [K, N]")), "{lints:#?}");
+    // 8-bit WGMMA has no transpose: an M-major A is E0704 (B has the transposing stage).
+    let transposed_a = int8
+        .replace("def i8_gemm_nn(A: Tensor[\"M\", \"K\", int8]", "def i8_gemm_nn(A: Tensor[\"K\", \"M\", int8]")
+        .replace("tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK])", "tile.load(A[k0:k0 + ctx.BK, m0:m0 + ctx.BM]).T");
+    let lints = lint(&transposed_a, Target::Sm90);
+    assert!(
+        lints
+            .iter()
+            .any(|l| l.starts_with("E0704@") && l.contains("A is read transposed; int8 `wgmma` reads A K-major")),
+        "{lints:#?}"
+    );
     let n48 = int8.replace("block=(128, 64)", "block=(64, 96)");
     assert!(!lint(&n48, Target::Sm90).iter().any(|l| l.starts_with('E')), "{:#?}", lint(&n48, Target::Sm90));
 }

@@ -427,19 +427,28 @@ impl<'a> Runner<'a> {
                 reduce(self.tile(*src)?, *kind, (*outer, *len, *inner), *dom, *step, &mut out);
                 self.set(*dst, Value::Tile(out));
             }
-            I::Dot { dst, a, b, acc, m, n, k, mode, dom, step, b_k_major } => {
+            I::Dot { dst, a, b, acc, m, n, k, mode, dom, step, a_m_major, b_k_major } => {
                 let mut out = self.out_buf(*dst);
                 let how = (*mode, *dom, *step);
                 self.check_dot_operand(*a, op)?;
                 self.check_dot_operand(*b, op)?;
+                // An [R, C] row-major operand read as its transpose [C, R].
+                let transposed = |rc: &[f64], rows: usize, cols: usize| -> Vec<f64> {
+                    (0..rows * cols).map(|i| rc[(i % rows) * cols + i / rows]).collect()
+                };
                 let b_rows: std::borrow::Cow<[f64]> = if *b_k_major {
                     // [N, K] row-major to [K, N].
-                    let nk = self.dot_operand(*b)?;
-                    (0..*k * *n).map(|i| nk[(i % *n) * *k + i / *n]).collect::<Vec<f64>>().into()
+                    transposed(self.dot_operand(*b)?, *n, *k).into()
                 } else {
                     self.dot_operand(*b)?.into()
                 };
-                dot(self.dot_operand(*a)?, &b_rows, self.tile(*acc)?, (*m, *n, *k), how, &mut out);
+                let a_rows: std::borrow::Cow<[f64]> = if *a_m_major {
+                    // [K, M] row-major to [M, K].
+                    transposed(self.dot_operand(*a)?, *k, *m).into()
+                } else {
+                    self.dot_operand(*a)?.into()
+                };
+                dot(&a_rows, &b_rows, self.tile(*acc)?, (*m, *n, *k), how, &mut out);
                 self.counters.dot_flops += 2 * (*m * *n * *k) as u64;
                 self.set(*dst, Value::Tile(out));
             }

@@ -199,6 +199,8 @@ pub(crate) enum I {
         mode: DotMode,
         dom: Domain,
         step: Option<DType>,
+        /// A is a `wgmma` M-major shared slot, `[K, M]` row-major.
+        a_m_major: bool,
         /// B is a `wgmma` K-major shared slot, `[N, K]` row-major.
         b_k_major: bool,
     },
@@ -673,7 +675,13 @@ impl Compiler<'_> {
                 if b_k_major {
                     bd.reverse();
                 }
-                let (ad, cd) = (operand_dims(a)?, self.tile_dims_of(id, acc)?);
+                // An M-major `wgmma` A is its [K, M] slot.
+                let a_m_major = tessera_passes::wgmma::is_m_major_a_slot(op, self.ty(a));
+                let mut ad = operand_dims(a)?;
+                if a_m_major {
+                    ad.reverse();
+                }
+                let cd = self.tile_dims_of(id, acc)?;
                 if ad.len() != 2 || bd.len() != 2 || cd.len() != 2 || ad[1] != bd[0] || cd != [ad[0], bd[1]] {
                     return Err(
                         self.err(id, format!("tile.dot shapes {} x {} + {}", self.ty(a), self.ty(b), self.ty(acc)))
@@ -691,7 +699,20 @@ impl Compiler<'_> {
                 };
                 let dom = self.domain(id, acc)?;
                 let step = policy::acc(op).filter(|&t| policy::rounds_each_step(t));
-                I::Dot { dst, a: a.0, b: b.0, acc: acc.0, m: ad[0], n: bd[1], k: ad[1], mode, dom, step, b_k_major }
+                I::Dot {
+                    dst,
+                    a: a.0,
+                    b: b.0,
+                    acc: acc.0,
+                    m: ad[0],
+                    n: bd[1],
+                    k: ad[1],
+                    mode,
+                    dom,
+                    step,
+                    a_m_major,
+                    b_k_major,
+                }
             }
             OpKind::Rand => {
                 let dst = self.result(id, op)?;

@@ -236,6 +236,16 @@ fn a_wrong_b_major_or_a_fragment_order_fails() {
     assert!(run_case(&func, &wrong).is_err(), "a swapped A fragment passed");
 }
 
+/// An M-major A (`X.T` of a `[K, M]` tile) read K-major (`imm-trans-a = 0`) must not match.
+#[test]
+fn an_m_major_a_read_k_major_fails() {
+    let (func, code) = fixture_case(OPERANDS_FIXTURE, "m_major_a");
+    run_case(&func, &code).unwrap();
+    let wrong = edit_wgmmas(&code, |l| l.replace(", 1, 1, 1, 1;", ", 1, 1, 0, 1;"));
+    // It reads other elements of its slot, or bytes past it (the B slot's).
+    assert!(run_case(&func, &wrong).is_err(), "an M-major A read K-major passed");
+}
+
 /// An int8 `wgmma` whose operands are read unsigned (`.u8`: -1 becomes 255), or whose
 /// accumulator restarts from zero at every k step (`scale-d` false), must not match.
 #[test]

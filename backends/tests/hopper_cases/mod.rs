@@ -114,12 +114,13 @@ const GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=36,K=40", "M=33,N=17
 const ATTENTION_SHAPES: &[&str] = &["BH=1,S=64,D=64", "BH=2,S=100,D=64"];
 
 /// Under `copy = "tma"`: ragged tiles whose rows stay multiples of 16 bytes (a tensor
-/// map's strides must be), and a K shorter than one k step.
-const TMA_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=40,K=48", "M=33,N=24,K=16"];
+/// map's strides must be) whichever dim is a tensor's last (an M-major A is `[K, M]`),
+/// and a K shorter than one k step.
+const TMA_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=72,N=40,K=48", "M=40,N=24,K=16"];
 
 /// The same for 8-bit operands, whose rows are a byte per element: `N` too a multiple of
 /// 16 where B is `[K, N]`.
-const TMA_FP8_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=70,N=48,K=48", "M=33,N=32,K=16"];
+const TMA_FP8_GEMM_SHAPES: &[&str] = &["M=128,N=256,K=128", "M=80,N=48,K=48", "M=48,N=32,K=16"];
 
 /// Whether a tensor of `func` has 8-bit elements (its rows are then a byte per element,
 /// which the 16-byte strides of a tensor map constrain further).

@@ -192,7 +192,8 @@ pub fn random_cases(
                 continue;
             }
         };
-        // A ragged shape; under TMA, rows stay multiples of 16 bytes (a tensor map's strides).
+        // A ragged shape; under TMA, rows stay multiples of 16 bytes (a tensor map's
+        // strides), whichever dim is a tensor's last (an M-major A is [K, M]).
         let tma = config.copy() == tessera_frontend::check::CopyEngine::Tma;
         let align = if !tma {
             1
@@ -216,7 +217,7 @@ pub fn random_cases(
                 let d = config.shapes.get("D").copied().unwrap_or(64);
                 format!("BH={},S={},D={d}", draws.dim(2, 1), draws.dim(160, 1))
             }
-            (None, _) => format!("M={},N={},K={}", draws.dim(160, 1), draws.dim(200, align), draws.dim(160, align)),
+            (None, _) => format!("M={},N={},K={}", draws.dim(160, align), draws.dim(200, align), draws.dim(160, align)),
         };
         let what = format!("{what} at {shape}");
         let graph = (*graph_ir(&db, key).clone().unwrap()).clone();

@@ -253,7 +253,15 @@ impl Verifier<'_> {
                     }
                     d
                 });
-                let (Some(a_dims), Some(b_dims), Type::Tile(c)) = (operand_dims(a), b_dims, c) else {
+                // An M-major `wgmma` A is its [K, M] slot.
+                let a_m_major = wgmma && crate::wgmma::is_m_major_a_slot(op, a);
+                let a_dims = operand_dims(a).map(|mut d| {
+                    if a_m_major {
+                        d.reverse();
+                    }
+                    d
+                });
+                let (Some(a_dims), Some(b_dims), Type::Tile(c)) = (a_dims, b_dims, c) else {
                     return Err(err(
                         id,
                         "tile.dot operands are tiles (a `wgmma` dot's A and B may be shared slots, in Tile IR)",

@@ -109,6 +109,16 @@ pub fn a_start(a: &SmemType, row0: i64, k0: i64) -> Option<i64> {
     Some((x / w) * rows * w + row0 * w + x % w)
 }
 
+/// Byte offset, in an M-major A's slot (`[K, M]`, read transposed), of the A operand of
+/// the m64 tile whose first row (of the dot's M) is `row0`, at k step `k0`: the column
+/// block of `row0`, then row `k0` (the same canonical layout as an N-major B).
+pub fn a_start_m_major(a: &SmemType, row0: i64, k0: i64) -> Option<i64> {
+    let Swizzle::Wgmma(w) = a.swizzle else { return None };
+    let (k_rows, _) = a.rows_and_row_len()?;
+    let (w, x) = (w as i64, row0 * a.dtype.bytes() as i64);
+    Some((x / w) * k_rows * w + k0 * w + x % w)
+}
+
 /// Byte offset, in B's slot, of the B operand of k step `k0`: row `k0` of block 0.
 pub fn b_start(b: &SmemType, k0: i64) -> Option<i64> {
     let Swizzle::Wgmma(w) = b.swizzle else { return None };
@@ -119,6 +129,7 @@ impl Emitter<'_> {
     pub(super) fn wgmma_dot(&mut self, op: &Op) -> R<()> {
         let b = self.smem_of(op, op.operands[1])?;
         let b_k_major = op.attr(crate::wgmma::B_K_MAJOR).is_some();
+        let a_m_major = op.attr(crate::wgmma::A_M_MAJOR).is_some();
         let a = if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() {
             AOperand::Registers(self.tile(op, op.operands[0])?)
         } else {
@@ -146,7 +157,7 @@ impl Emitter<'_> {
         let fp8 = a.dtype().is_fp8();
         let int8 = a.dtype() == DType::Int8;
         let k_step = crate::wgmma::k_step(a.dtype());
-        if (fp8 || int8) && (!b_k_major || matches!(a, AOperand::Registers(_))) {
+        if (fp8 || int8) && (!b_k_major || a_m_major || matches!(a, AOperand::Registers(_))) {
             return Err(internal(self, "an 8-bit `wgmma` operand that is not K-major in shared memory"));
         }
         // Integer operands accumulate in s32 (exactly, wrapping as the hardware does
@@ -158,7 +169,9 @@ impl Emitter<'_> {
         }
         // B's buffer is [K, N], or [N, K] when K-major.
         let b_dims = b.ty.rows_and_row_len().map(|(r, c)| if b_k_major { (c, r) } else { (r, c) });
-        let (Some((m, k)), Some((kb, n))) = (a.dims(), b_dims) else {
+        // A's buffer is [M, K], or [K, M] when M-major.
+        let a_dims = a.dims().map(|(r, c)| if a_m_major { (c, r) } else { (r, c) });
+        let (Some((m, k)), Some((kb, n))) = (a_dims, b_dims) else {
             return Err(internal(self, "a symbolic operand buffer"));
         };
         if k != kb || shape != [m, n] || self.threads != warpgroups * WARPGROUP_WARPS * WARP {
@@ -195,9 +208,15 @@ impl Emitter<'_> {
             // Descriptor words of this warpgroup's first A tile, from the slot address
             // (the warpgroup's rows start `block_rows * W` bytes into the slot).
             AOperand::Shared(slot) => {
-                let Some(da) = k_major_descriptor(&slot.ty) else { return Err(no_swizzle(self)) };
-                let wa = (da.sbo / 8) as i64;
-                let group_rows = Expr::tid().div(group_threads * across_n, self.threads).mul(block_rows * wa);
+                let da = if a_m_major { n_major_descriptor(&slot.ty) } else { k_major_descriptor(&slot.ty) };
+                let Some(da) = da else { return Err(no_swizzle(self)) };
+                // The offset of a warpgroup's first row: rows of a K-major A, whole
+                // column blocks of an M-major one (m64 tiles of 16-bit elements are
+                // 128 bytes, a whole block of any descriptor swizzle).
+                let block_bytes =
+                    if a_m_major { a_start_m_major(&slot.ty, block_rows, 0) } else { a_start(&slot.ty, block_rows, 0) };
+                let Some(block_bytes) = block_bytes else { return Err(no_swizzle(self)) };
+                let group_rows = Expr::tid().div(group_threads * across_n, self.threads).mul(block_bytes);
                 let low = self.descriptor_base(slot, da, group_rows);
                 let high = self.b.reg(Class::B32);
                 self.b.ins(format!("mov.b32 {high}, {}", da.high_word()));
@@ -280,12 +299,17 @@ impl Emitter<'_> {
                             (format!("{{{}}}", regs.join(", ")), format!(", 1, 1, {trans_b}"))
                         }
                         AInput::Descriptor { low, high, slot } => {
-                            let start = a_start(slot, tile * WGMMA_M, k0).unwrap_or(0);
+                            let start = if a_m_major {
+                                a_start_m_major(slot, tile * WGMMA_M, k0)
+                            } else {
+                                a_start(slot, tile * WGMMA_M, k0)
+                            };
+                            let start = start.unwrap_or(0);
                             // fp8 takes the scale immediates only, the integer form none.
                             let imms = match (fp8, int8) {
                                 (_, true) => String::new(),
                                 (true, _) => ", 1, 1".to_string(),
-                                _ => format!(", 1, 1, 0, {trans_b}"),
+                                _ => format!(", 1, 1, {}, {trans_b}", u8::from(a_m_major)),
                             };
                             (self.descriptor(*low, *high, start).to_string(), imms)
                         }

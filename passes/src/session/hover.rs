@@ -170,8 +170,10 @@ fn dot_instructions(f: &crate::ir::Func, dot: crate::ir::OpId) -> Option<String>
             };
             let a_from = if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() {
                 "A in registers (the accumulator's fragment layout)"
+            } else if op.attr(crate::wgmma::A_M_MAJOR).is_some() {
+                "A from shared memory through a matrix descriptor (M-major)"
             } else {
-                "A from shared memory through a matrix descriptor"
+                "A from shared memory through a matrix descriptor (K-major)"
             };
             let b_major = if op.attr(crate::wgmma::B_K_MAJOR).is_some() { "K-major" } else { "N-major" };
             let mut text = format!(
