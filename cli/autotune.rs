@@ -246,6 +246,8 @@ fn header(src: &Source, setup: &Setup<'_>) -> String {
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Rate {
     Flops,
+    /// Integer operations of int8 dots (TOP/s).
+    Ops,
     Bytes,
     None,
 }
@@ -253,6 +255,7 @@ enum Rate {
 impl Rate {
     fn of(tuned: &Tuned) -> Rate {
         match tuned.plan.as_ref().map(launch::work) {
+            Some(w) if w.flops.is_some() && w.integer => Rate::Ops,
             Some(w) if w.flops.is_some() => Rate::Flops,
             Some(w) if w.flops_unknown.is_none() => Rate::Bytes,
             _ => Rate::None,
@@ -264,6 +267,7 @@ impl Rate {
         let max = rows.iter().filter_map(|r| r.rate).fold(0.0, f64::max);
         let units: &[(&str, f64)] = match self {
             Rate::Flops => &[("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6), ("kFLOP/s", 1e3)],
+            Rate::Ops => &[("TOP/s", 1e12), ("GOP/s", 1e9), ("MOP/s", 1e6), ("kOP/s", 1e3)],
             Rate::Bytes => &[("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)],
             Rate::None => &[("rate", 1.0)],
         };
@@ -546,7 +550,10 @@ fn print_hit(src: &Source, setup: &Setup<'_>, path: &std::path::Path, entry: &Ca
     ));
     let flops = entry.results.iter().any(|r| r.get("tflops").is_some_and(Value::is_number));
     let bytes = entry.results.iter().any(|r| r.get("gbps").is_some_and(Value::is_number));
-    let rate = if flops {
+    let integer = entry.results.iter().any(|r| r.get("work_unit").and_then(Value::as_str) == Some("OP"));
+    let rate = if flops && integer {
+        Rate::Ops
+    } else if flops {
         Rate::Flops
     } else if bytes {
         Rate::Bytes

@@ -190,14 +190,15 @@ pub(crate) fn schedule_text(info: &KernelInfo, s: &ScheduleValue) -> String {
 }
 
 /// `1.23 TFLOP/s`, `45.6 GFLOP/s`, `789 MFLOP/s`.
-pub(crate) fn flops_rate(tflops: f64) -> String {
+/// `41.1 GFLOP/s`; `op` is the unit of the work ("FLOP", or "OP" for integer dots).
+pub(crate) fn flops_rate(tflops: f64, op: &str) -> String {
     let flops = tflops * 1e12;
-    for (unit, scale) in [("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6)] {
+    for (prefix, scale) in [("T", 1e12), ("G", 1e9), ("M", 1e6)] {
         if flops >= scale {
-            return format!("{} {unit}", sig(flops / scale, 3));
+            return format!("{} {prefix}{op}/s", sig(flops / scale, 3));
         }
     }
-    format!("{} kFLOP/s", sig(flops / 1e3, 3))
+    format!("{} k{op}/s", sig(flops / 1e3, 3))
 }
 
 /// `812 GB/s`, `1.20 TB/s`, `3.4 MB/s`.
@@ -211,14 +212,14 @@ pub(crate) fn bandwidth(gbps: f64) -> String {
     format!("{} kB/s", sig(b / 1e3, 3))
 }
 
-fn flop_count(f: u64) -> String {
+fn flop_count(f: u64, op: &str) -> String {
     let f = f as f64;
-    for (unit, scale) in [("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)] {
+    for (prefix, scale) in [("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)] {
         if f >= scale {
-            return format!("{} {unit}", sig(f / scale, 3));
+            return format!("{} {prefix}{op}", sig(f / scale, 3));
         }
     }
-    format!("{f} FLOP")
+    format!("{f} {op}")
 }
 
 /// A scalar as its dtype prints it (`1e-5` as an f32 is `0.00001`, not f64's digits).
@@ -314,7 +315,10 @@ pub(crate) fn report_text(
     let w = &outcome.work;
     let tag = if interp { " (interpreter)" } else { "" };
     let work = match (w.flops, &w.flops_unknown, w.tflops(t.median_ms), w.gbps(t.median_ms)) {
-        (Some(f), _, Some(tf), _) => format!("{} in tile.dot: {}{tag}", flop_count(f), flops_rate(tf)),
+        (Some(f), _, Some(tf), _) => {
+            let op = w.op_unit();
+            format!("{} in tile.dot: {}{tag}", flop_count(f, op), flops_rate(tf, op))
+        }
         (_, Some(why), _, _) => format!("tile.dot FLOPs not counted ({why})"),
         (_, _, _, Some(gb)) => {
             format!(
@@ -385,6 +389,7 @@ pub(crate) fn report_json(
         "flops": w.flops,
         "bytes": w.bytes,
         "tflops": w.tflops(t.median_ms).map_or(Value::Null, num),
+        "work_unit": w.op_unit(),
         "gbps": w.gbps(t.median_ms).map_or(Value::Null, num),
     });
     let obj = v.as_object_mut().expect("an object");

@@ -1,5 +1,5 @@
-//! What `tessera run` says of a kernel's resources before any device measures them, and
-//! the arguments a resource cannot take. Registers: the estimate, and the limit it must fit. Under warp specialization that limit is the count
+//! What `tessera run` says of a kernel's resources before any device measures them, the
+//! arguments a resource cannot take, and the unit of its work. Registers: the estimate, and the limit it must fit. Under warp specialization that limit is the count
 //! the consumers' `setmaxnreg` gives them (240 of the SM's registers, the producer keeping
 //! 24), not the target's 255; an estimate past it means ptxas spills, and the report says
 //! so instead of printing a per-thread count that no thread can hold.
@@ -99,4 +99,39 @@ fn a_tma_kernel_refuses_rows_a_tensor_map_cannot_stride_on_every_device() {
     let o = run("72");
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("result    correct"));
+}
+
+fn tessera(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(env!("CARGO_MANIFEST_DIR")).args(args).output().unwrap()
+}
+
+/// An int8 GEMM's work is integer operations: the report counts OP and OP/s (TOP/s on
+/// a GPU), as int8 GEMMs are quoted, and the JSON says `"work_unit": "OP"`; a float
+/// GEMM's stays FLOP.
+#[test]
+fn integer_dots_are_counted_in_ops_not_flops() {
+    let base =
+        ["run", "tests/fixtures/wgmma/int8.tsr", "--kernel", "i8_gemm_nn", "--device", "interp", "--repeat", "1"];
+    let o = tessera(&[&base[..], &["--dims", "M=128,N=128,K=64"]].concat());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    let work = text.lines().find(|l| l.trim_start().starts_with("work")).unwrap_or_default();
+    assert!(work.contains("2.10 MOP in tile.dot: ") && work.contains("OP/s") && !work.contains("FLOP"), "{work}");
+    let json = |o: std::process::Output| -> serde_json::Value { serde_json::from_slice(&o.stdout).unwrap() };
+    let v = json(tessera(&[&base[..], &["--dims", "M=128,N=128,K=64", "--json"]].concat()));
+    assert_eq!((v["flops"].as_u64(), v["work_unit"].as_str()), (Some(2 * 128 * 128 * 64), Some("OP")), "{v}");
+    let v = json(tessera(&[
+        "run",
+        "examples/gemm.tsr",
+        "--kernel",
+        "gemm",
+        "--device",
+        "interp",
+        "--repeat",
+        "1",
+        "--dims",
+        "M=64,N=64,K=64",
+        "--json",
+    ]));
+    assert_eq!(v["work_unit"], "FLOP", "{v}");
 }

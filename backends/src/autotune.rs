@@ -446,6 +446,7 @@ pub fn entry_for(key: CacheKey, info: &KernelInfo, tuned: &Tuned, device_name: &
                 "min_ms": o.timing.min_ms,
                 "tflops": work.as_ref().and_then(|w| w.tflops(o.timing.median_ms)),
                 "gbps": work.as_ref().and_then(|w| w.gbps(o.timing.median_ms)),
+                "work_unit": work.as_ref().map(|w| w.op_unit()),
                 "correct": o.check.passed(),
                 "mismatch_source": o.check.mismatch_source().map(|c| c.name()),
             }),

@@ -136,7 +136,7 @@ impl Runner for LaunchRunner {
         // The interpreter's speed says nothing about the kernel's.
         let throughput = (device != Device::Interpreter)
             .then(|| match (out.work.tflops(median), out.work.gbps(median)) {
-                (Some(t), _) => Some(format!("{t:.2} TFLOP/s")),
+                (Some(t), _) => Some(format!("{t:.2} T{}/s", out.work.op_unit())),
                 (None, Some(g)) => Some(format!("{g:.1} GB/s")),
                 _ => None,
             })

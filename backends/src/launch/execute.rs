@@ -61,9 +61,21 @@ pub struct Work {
     pub flops_unknown: Option<String>,
     /// Bytes of every tensor read once plus every tensor written once.
     pub bytes: u64,
+    /// Every dot has integer operands (int8): the work is integer operations, quoted in
+    /// OP and TOP/s as int8 GEMMs are, not FLOP.
+    pub integer: bool,
 }
 
 impl Work {
+    /// The unit of `flops`: "FLOP", or "OP" when the dots are integer ones.
+    pub fn op_unit(&self) -> &'static str {
+        if self.integer {
+            "OP"
+        } else {
+            "FLOP"
+        }
+    }
+
     /// TFLOP/s at `ms` for kernels with dots.
     pub fn tflops(&self, ms: f64) -> Option<f64> {
         self.flops.filter(|_| ms > 0.0).map(|f| f as f64 / (ms * 1e-3) / 1e12)
@@ -185,8 +197,12 @@ pub fn work(plan: &Plan) -> Work {
             _ => None,
         })
         .sum();
+    let f = &plan.tile;
+    let mut dots = f.walk().into_iter().filter(|&id| f.op(id).kind == tessera_passes::ir::OpKind::Dot).peekable();
+    let integer =
+        dots.peek().is_some() && dots.all(|id| f.ty(f.op(id).operands[0]).dtype().is_some_and(|d| d.is_int()));
     match count_dot_flops(&plan.tile, &plan.abi, &plan.inputs, plan.grid) {
-        Ok(flops) => Work { flops, flops_unknown: None, bytes },
-        Err(why) => Work { flops: None, flops_unknown: Some(why), bytes },
+        Ok(flops) => Work { flops, flops_unknown: None, bytes, integer },
+        Err(why) => Work { flops: None, flops_unknown: Some(why), bytes, integer },
     }
 }
