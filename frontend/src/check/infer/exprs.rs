@@ -115,6 +115,20 @@ impl<'a> Infer<'a> {
                 Some(m) => member_ty(m),
                 None => self.unknown_member("tessera.stdlib", name, name_range, crate::stdlib::kernel_names()),
             },
+            // `tl.cdiv` written `tile.cdiv`: a built-in function of its own in Tessera.
+            Ty::Namespace(ns)
+                if ns.name() == "tile"
+                    && builtins::lookup(&format!("tile.{name}")).is_none()
+                    && builtins::lookup(name).is_some_and(|b| b.level == builtins::Level::Any) =>
+            {
+                let whole = TextRange::new(self.range(object).start, name_range.end);
+                let d = Diagnostic::new(Code::E0201, name_range, format!("`tile` has no member `{name}`")).with_fix(
+                    format!("`{name}` is a built-in function of its own: write `{name}(...)`"),
+                    vec![Edit { range: whole, text: name.to_string() }],
+                );
+                self.push(d);
+                Ty::Unknown
+            }
             Ty::Namespace(ns) => self.builtin_member(ns.name(), name, name_range),
             Ty::Builtin(path) if builtins::members(path).next().is_some() => {
                 self.builtin_member(path, name, name_range)
@@ -444,6 +458,27 @@ impl<'a> Infer<'a> {
                 },
             }
         };
+        // `x:x + n` where `x` is an int whose value the checker does not track (a
+        // `min(...)`, a loaded index): the extent is still `n`, as Triton's grouped
+        // program ordering computes its tile origin.
+        if let (Some(s), Some(t), None) = (start, stop, step) {
+            if let Expr::Binary { op: BinOp::Add, lhs, rhs } = self.body.expr(self.body.unparen(*t)) {
+                let (lhs, rhs) = (*lhs, *rhs);
+                let opaque = matches!(self.out.expr_types[s.0 as usize], Ty::Int(None));
+                let offset = if self.text(lhs) == self.text(*s) {
+                    Some(rhs)
+                } else if self.text(rhs) == self.text(*s) {
+                    Some(lhs)
+                } else {
+                    None
+                };
+                if let (true, Some(n)) = (opaque, offset) {
+                    if let Ty::Int(Some(n)) = &self.out.expr_types[n.0 as usize] {
+                        return Some(n.clone());
+                    }
+                }
+            }
+        }
         let start_v = value(self, start)?.unwrap_or_else(|| Dim::constant(0));
         let stop_v = value(self, stop)?.unwrap_or_else(|| dim.clone());
         let mut extent = stop_v.sub(&start_v);
