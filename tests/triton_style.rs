@@ -1,8 +1,9 @@
 //! Kernels written the way Triton's tutorials write them: `tl.cdiv` as `tile.cdiv` gets
-//! E0201 with the fix (`cdiv` is a built-in function of its own), and the grouped program
-//! ordering, whose tile origins come from a `min(...)`, checks, lowers and runs; its
-//! output is compared with A @ B computed here in f64 from the saved inputs (no Tessera
-//! code in that oracle).
+//! E0201 with the fix (`cdiv` is a built-in function of its own); the grouped program
+//! ordering, whose tile origins come from a `min(...)`, checks, lowers and runs; the fused
+//! softmax pads with `other=-float("inf")`, which is -inf (it was 0, silently). Outputs
+//! are compared with what this file computes in f64 from the saved inputs (no Tessera
+//! code in those oracles).
 
 use std::path::Path;
 use std::process::Command;
@@ -68,5 +69,101 @@ fn grouped_program_order_computes_a_times_b() {
             let got = c[i * n + j];
             assert!((got - want).abs() <= bound, "C[{i}, {j}] = {got}, A @ B = {want} (bound {bound})");
         }
+    }
+}
+
+#[test]
+fn a_load_padded_with_minus_float_inf_pads_with_minus_infinity() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixture = "tests/fixtures/triton/softmax.tsr";
+    let dir = tempfile::tempdir().unwrap();
+    let save = dir.path().join("saved");
+    let (r, c) = (6usize, 781usize);
+    let dims = format!("R={r},C={c}");
+    let o = tessera(root, &["check", fixture]);
+    assert_eq!(o.status.code(), Some(0), "no W0606 either: {}", String::from_utf8_lossy(&o.stdout));
+    let o = tessera(
+        root,
+        &[
+            "run",
+            fixture,
+            "--kernel",
+            "softmax_rows",
+            "--device",
+            "interp",
+            "--repeat",
+            "1",
+            "--dims",
+            &dims,
+            "--save",
+            save.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
+    let (x, y) = (read("X.npy"), read("Y.out.npy"));
+    for i in 0..r {
+        let row = &x[i * c..(i + 1) * c];
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        for j in 0..c {
+            let want = (row[j] - max).exp() / sum;
+            // An f16 result: half an f16 step, plus f32 exp and sum rounding.
+            let bound = want * (2f64.powi(-11) + 1e-5) + 2f64.powi(-25);
+            assert!((y[i * c + j] - want).abs() <= bound, "Y[{i}, {j}] = {}, softmax = {want}", y[i * c + j]);
+        }
+    }
+    // A padding known only at run time is refused, not taken as 0.
+    let text = std::fs::read_to_string(root.join(fixture))
+        .unwrap()
+        .replace("Y: Tensor[\"R\", \"C\", f16]):", "Y: Tensor[\"R\", \"C\", f16], pad: float):")
+        .replace("other=-float(\"inf\")", "other=pad");
+    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
+    let o = tessera(dir.path(), &["check", "k.tsr", "--format", "concise"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("error[E0809]") && out.contains("a load's `other=` that is not a constant number"), "{out}");
+    std::fs::write(dir.path().join("k.tsr"), text.replace("other=pad", "other=float(\"-infinite\")")).unwrap();
+    let o = tessera(dir.path(), &["check", "k.tsr", "--format", "concise"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("error[E0802]") && out.contains("not a number Python's float() reads"), "{out}");
+}
+
+#[test]
+fn float_constants_lower_in_graph_functions() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let save = dir.path().join("saved");
+    let o = tessera(
+        root,
+        &[
+            "run",
+            "tests/fixtures/triton/softmax.tsr",
+            "--kernel",
+            "shifted",
+            "--device",
+            "interp",
+            "--dims",
+            "N=9",
+            "--save",
+            save.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
+    let (x, y) = (read("x.npy"), read("return.out.npy"));
+    for (a, b) in x.iter().zip(&y) {
+        assert_eq!(*b, (*a as f32 + 1.5) as f64, "{x:?} -> {y:?}");
     }
 }

@@ -174,7 +174,7 @@ builtins! {
     // ---- scalars and helpers ----
     "INF" - Any "float" "Positive infinity.";
     "NAN" - Any "float" "Not a number.";
-    "float" "(x)" Any "float" "Converts to a Python float (also a parameter annotation).";
+    "float" "(x)" Any "float" "Converts to a Python float (also a parameter annotation); `float(\"inf\")`, `float(\"-inf\")` and `float(\"nan\")` are constants, as in Python.";
     "int" "(x)" Any "int" "Converts to a Python int (also a parameter annotation; an int parameter is a dim symbol).";
     "bool" "(x)" Any "bool" "Converts to a bool (also a parameter annotation).";
     "cdiv" "(a, b)" Any "int" "Ceiling division: (a + b - 1) // b.";

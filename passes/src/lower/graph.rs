@@ -714,6 +714,16 @@ impl Body<'_, '_, '_> {
         if path.starts_with("dist.") {
             return self.collective_call(e, path, args);
         }
+        // A constant the checker folded (`float("-inf")`, `float(2)`).
+        if let (Ty::Float(Some(v)), "float") = (self.ty_of(e).clone(), path) {
+            return Ok(Val::One(self.op1(
+                OpKind::Constant,
+                vec![],
+                Type::Scalar(DType::F32),
+                vec![("value", Attr::float(v.get()))],
+                &loc,
+            )));
+        }
         let name = path.rsplit('.').next().unwrap_or(path);
         let need = |slot: Option<ExprId>, what: &str| {
             slot.ok_or_else(|| LowerError { message: format!("`{name}` needs `{what}`"), range })

@@ -781,7 +781,31 @@ impl<'a> Infer<'a> {
             (false, "custom_vjp") => self.custom_vjp(a),
             (false, "jvp") => self.jvp(id, a),
             // ---- scalars ----
-            (false, "float") => Ty::Float(None),
+            // A constant stays one: `float("-inf")` is the padding value Triton users
+            // give a load's `other=`, and a load's `other=` must be a constant.
+            (false, "float") => match arg!(a, "float" => ty "x") {
+                Ty::Str(Some(text)) => match python_float(&text) {
+                    Some(v) => Ty::Float(Some(crate::syntax::ast::FloatLit::new(v))),
+                    None => {
+                        let x = arg!(a, "float" => "x").unwrap().expr;
+                        self.error(
+                            Code::E0802,
+                            self.range(x),
+                            format!(
+                                "`float({text:?})`: not a number Python's float() reads (\"inf\", \"-inf\", \"nan\", \
+                                 \"1.5\", \"1e-3\")"
+                            ),
+                        );
+                        Ty::Unknown
+                    }
+                },
+                Ty::Float(Some(v)) => Ty::Float(Some(v)),
+                Ty::Int(Some(d)) => match d.as_const() {
+                    Some(c) => Ty::Float(Some(crate::syntax::ast::FloatLit::new(c as f64))),
+                    None => Ty::Float(None),
+                },
+                _ => Ty::Float(None),
+            },
             (false, "int") => match &arg!(a, "int" => ty "x") {
                 Ty::Int(v) => Ty::Int(v.clone()),
                 _ => Ty::Int(None),
@@ -1011,4 +1035,24 @@ pub(crate) fn substitute_ty(ty: &Ty, subst: &BTreeMap<String, Dim>) -> Ty {
         Ty::Int(Some(d)) => Ty::Int(Some(sub(d))),
         other => other.clone(),
     }
+}
+
+/// The value of Python's `float(text)` for a string: a decimal number, or `inf`,
+/// `infinity` and `nan` in any case, signed or not, with surrounding whitespace.
+fn python_float(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let (sign, body) = match t.strip_prefix('-') {
+        Some(rest) => (-1.0, rest),
+        None => (1.0, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let value = match body.to_ascii_lowercase().as_str() {
+        "inf" | "infinity" => f64::INFINITY,
+        "nan" => f64::NAN,
+        // Digits, a point and an exponent only (Rust's parser would take "inf" forms too).
+        b if !b.is_empty() && b.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | '+' | '-')) => {
+            b.parse::<f64>().ok()?
+        }
+        _ => return None,
+    };
+    Some(sign * value)
 }

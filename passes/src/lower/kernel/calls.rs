@@ -67,10 +67,22 @@ impl Lower<'_, '_> {
                         }
                         let mut attrs = vec![];
                         if let Some(o) = kw("other") {
+                            // The padding is a constant of the load; one known only at run
+                            // time must not quietly become 0.
                             let value = match self.ty_of(o) {
-                                Ty::Float(Some(f)) => f.get(),
-                                Ty::Int(Some(d)) => d.as_const().unwrap_or(0) as f64,
-                                _ => 0.0,
+                                Ty::Float(Some(f)) => Some(f.get()),
+                                Ty::Int(Some(d)) => d.as_const().map(|c| c as f64),
+                                Ty::Bool(Some(b)) => Some(f64::from(u8::from(*b))),
+                                _ => None,
+                            };
+                            let Some(value) = value else {
+                                return unsupported(
+                                    "a load's `other=` that is not a constant number (`0.0`, `-INF`, \
+                                     `float(\"-inf\")`): the padding of a partial tile is fixed when the kernel is \
+                                     compiled; select with `tile.where` for a value known only at run time"
+                                        .to_string(),
+                                    self.body.expr_range(o),
+                                );
                             };
                             attrs.push(("other", Attr::float(value)));
                         }
@@ -342,6 +354,11 @@ impl Lower<'_, '_> {
                 let base_t = self.coerce(base, &t, &loc)?;
                 let ar = self.b.op1(OpKind::Arange, vec![], t.clone(), vec![], &loc);
                 Ok(Val::One(self.b.op1(OpKind::Add, vec![base_t, ar], t, vec![], &loc)))
+            }
+            // A constant the checker folded (`float("-inf")`, `float(2)`).
+            "float" if matches!(self.ty_of(e), Ty::Float(Some(_))) => {
+                let Ty::Float(Some(v)) = self.ty_of(e) else { unreachable!() };
+                Ok(Val::One(self.const_scalar(v.get(), DType::F32, &loc)))
             }
             "float" | "int" => {
                 let x = self.value(positional[0])?;
