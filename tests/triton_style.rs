@@ -1,7 +1,9 @@
 //! Kernels written the way Triton's tutorials write them: `tl.cdiv` as `tile.cdiv` gets
 //! E0201 with the fix (`cdiv` is a built-in function of its own); the grouped program
 //! ordering, whose tile origins come from a `min(...)`, checks, lowers and runs; the fused
-//! softmax pads with `other=-float("inf")`, which is -inf (it was 0, silently). Outputs
+//! softmax pads with `other=-float("inf")`, which is -inf (it was 0, silently); the
+//! matmul tutorial's `acc = tl.dot(a, b, acc)` accumulates, and its `acc.to(tl.float16)`
+//! gets E0201 with a note naming `tile.cast`. Outputs
 //! are compared with what this file computes in f64 from the saved inputs (no Tessera
 //! code in those oracles).
 
@@ -166,4 +168,58 @@ fn float_constants_lower_in_graph_functions() {
     for (a, b) in x.iter().zip(&y) {
         assert_eq!(*b, (*a as f32 + 1.5) as f64, "{x:?} -> {y:?}");
     }
+}
+
+#[test]
+fn three_argument_dot_accumulates_and_dot_to_names_tile_cast() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixture = "tests/fixtures/triton/matmul_leaky_relu.tsr";
+    let dir = tempfile::tempdir().unwrap();
+    let save = dir.path().join("saved");
+    let (m, n, k) = (100usize, 72usize, 200usize);
+    let dims = format!("M={m},N={n},K={k}");
+    // Also under Hopper's warpgroup MMAs fed by a producer warpgroup.
+    for schedule in ["warps=4", "mma=wgmma,copy=tma,producer=warpgroup"] {
+        let o = tessera(
+            root,
+            &[
+                "run",
+                fixture,
+                "--kernel",
+                "matmul_leaky_relu",
+                "--device",
+                "interp",
+                "--repeat",
+                "1",
+                "--dims",
+                &dims,
+                "--schedule",
+                schedule,
+                "--save",
+                save.to_str().unwrap(),
+            ],
+        );
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{schedule}: {text}{}", String::from_utf8_lossy(&o.stderr));
+        let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
+        let (a, b, c) = (read("A.npy"), read("B.npy"), read("C.out.npy"));
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+                let sum_abs: f64 = (0..k).map(|p| (a[i * k + p] * b[p * n + j]).abs()).sum();
+                let want = if dot >= 0.0 { dot } else { 0.01 * dot };
+                let bound = want.abs() * 2f64.powi(-11) + sum_abs * k as f64 * 2f64.powi(-24) + 1e-30;
+                let got = c[i * n + j];
+                assert!((got - want).abs() <= bound, "{schedule}: C[{i}, {j}] = {got}, want {want}");
+            }
+        }
+    }
+    let text = std::fs::read_to_string(root.join(fixture)).unwrap().replace("tile.cast(acc, f16)", "acc.to(f16)");
+    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
+    let o = tessera(dir.path(), &["check", "k.tsr"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("a tile has no attribute `to`") && out.contains("`x.to(dtype)` is `tile.cast(x, dtype)`"),
+        "{out}"
+    );
 }

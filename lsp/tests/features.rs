@@ -114,10 +114,10 @@ fn hover_builtin_signature_and_doc() {
         expect![[r#"
             [dot]
             ```tessera
-            tile.dot(a, b) -> tile
+            tile.dot(a, b, acc=None) -> tile
             ```
 
-            Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4). On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs.
+            Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs.
 
             *kernel intrinsic: only inside `@kernel` functions*
 
@@ -444,10 +444,10 @@ fn completion_members_keys_policies_dtypes() {
     let dot = r["items"].as_array().unwrap().iter().find(|i| i["label"] == "dot").unwrap();
     expect![[r#"
         ```tessera
-        tile.dot(a, b) -> tile
+        tile.dot(a, b, acc=None) -> tile
         ```
 
-        Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4). On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs."#]]
+        Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs."#]]
     .assert_eq(dot["documentation"]["value"].as_str().unwrap());
     assert_eq!(slice(&text, &dot["textEdit"]["range"]), "d");
 

@@ -235,7 +235,7 @@ builtins! {
     "tile.full" "(shape, value, dtype=f32)" Kernel "tile" "A new tile filled with `value`.";
     "tile.arange" "(n)" Kernel "tile<nxi32>" "The tile 0, 1, ..., n-1.";
     "tile.rand" "(shape, seed, offsets)" Kernel "tile<f32>" "Uniform numbers in [0, 1), one per element, from a counter-based hash of (seed, offsets + element coordinates): the same seed and coordinates give the same number in every kernel and on every backend.";
-    "tile.dot" "(a, b)" Kernel "tile" "Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4). On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs.";
+    "tile.dot" "(a, b, acc=None)" Kernel "tile" "Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs.";
     "tile.mma" "(a, b, accumulator=f32)" Kernel "tile" "Like tile.dot; with an accumulator tile, returns acc + a@b.";
     "tile.transpose" "(t)" Kernel "tile" "Swaps the two dims of a 2-D tile (same as t.T).";
     "tile.broadcast" "(t, shape)" Kernel "tile" "Broadcasts a tile to `shape`.";

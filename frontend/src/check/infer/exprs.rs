@@ -213,7 +213,13 @@ impl<'a> Infer<'a> {
 
     pub(super) fn no_attribute(&mut self, what: &str, name: &str, range: TextRange, known: &[&str]) -> Ty {
         let mut d = Diagnostic::new(Code::E0201, range, format!("{what} has no attribute `{name}`"));
-        if let Some(s) = suggest(name, known.iter().copied()) {
+        // Triton's `x.to(dtype)`, NumPy's and PyTorch's `x.astype(dtype)` / `x.to(dtype)`.
+        let cast = if what.contains("tile") { "tile.cast" } else { "cast" };
+        if matches!(name, "to" | "astype") {
+            d = d.with_note(format!(
+                "a dtype conversion is a function in Tessera: `x.{name}(dtype)` is `{cast}(x, dtype)`"
+            ));
+        } else if let Some(s) = suggest(name, known.iter().copied()) {
             d = d.with_did_you_mean(range, s);
         } else if !known.is_empty() {
             d = d.with_note(format!("available: {}", known.join(", ")));

@@ -205,7 +205,9 @@ impl<'a> Infer<'a> {
             "dot" => {
                 let x = arg!(a, "tile.dot" => "a").unwrap().clone();
                 let y = arg!(a, "tile.dot" => "b").unwrap().clone();
-                self.tile_dot(id, x.expr, x.ty, y.expr, y.ty, None)
+                // Triton's `tl.dot(a, b, acc)`: the accumulating form of `tile.mma`.
+                let acc = arg!(a, "tile.dot" => "acc").filter(|v| !matches!(v.ty, Ty::NoneVal)).cloned();
+                self.tile_dot(id, x.expr, x.ty, y.expr, y.ty, acc.as_ref())
             }
             "mma" => {
                 let x = arg!(a, "tile.mma" => "a").unwrap().clone();

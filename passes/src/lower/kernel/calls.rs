@@ -159,7 +159,9 @@ impl Lower<'_, '_> {
                 let a = self.operand(a, ae)?;
                 let b = self.value(be)?;
                 let b = self.operand(b, be)?;
-                let acc = match kw("accumulator") {
+                // `tile.mma(..., accumulator=acc)`, or Triton's `tile.dot(a, b, acc)`.
+                let acc_arg = kw("accumulator").or_else(|| kw("acc")).or_else(|| positional.get(2).copied());
+                let acc = match acc_arg {
                     Some(c) if matches!(self.ty_of(c), Ty::Tile(_)) => Some(self.value(c)?),
                     _ => None,
                 };
