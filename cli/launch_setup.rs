@@ -30,8 +30,17 @@ pub(crate) fn setup<'s>(
 ) -> Result<Setup<'s>, Failure> {
     let key = src.function(kernel).map_err(Failure::usage)?;
     let info = launch::kernel_info(src.db(), key).map_err(|e| Failure::launch(src, e))?;
-    let given = options::parse_dims(dims).map_err(Failure::usage)?;
+    let mut given = options::parse_dims(dims).map_err(Failure::usage)?;
     let args = options::parse_args(args).map_err(Failure::usage)?;
+    // `--arg reps=5` for an int parameter the body uses as a size (a shape symbol): its
+    // value is that symbol's, unless `--dims` gives it too (the plan refuses a mismatch).
+    for (name, text) in &args {
+        if info.symbols.contains(name) && !given.iter().any(|(s, _)| s == name) {
+            if let Ok(v) = text.trim().parse::<i64>() {
+                given.push((name.clone(), v));
+            }
+        }
+    }
     let opened = launch::open(device).map_err(|e| Failure::launch(src, e))?;
     let target = target.unwrap_or_else(|| opened.backend.default_target());
     opened.backend.check_target(target).map_err(|why| Failure::usage(format!("--target {target}: {why}")))?;

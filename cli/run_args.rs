@@ -16,7 +16,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub kernel: String,
     /// Values of the shape symbols (M=1024,N=1024,...); missing ones are assumed (1024, or 64
-    /// for symbols that tile dims use) and said so.
+    /// for symbols that tile dims use) and said so; an int parameter used as a size takes its
+    /// default.
     #[arg(long, value_delimiter = ',', value_name = "SYM=VALUE")]
     pub dims: Vec<String>,
     /// Scalar arguments (alpha=2.0,causal=false); others take the signature's default, else a

@@ -135,3 +135,42 @@ fn integer_dots_are_counted_in_ops_not_flops() {
     ]));
     assert_eq!(v["work_unit"], "FLOP", "{v}");
 }
+
+/// An int parameter with a default that the body uses as a size (a loop bound) is a shape
+/// symbol: a run without a value for it takes the declared default, as a call would (it
+/// was assumed 1024 and the kernel doubled its input 1024 times), and `--arg` gives it
+/// like any scalar.
+#[test]
+fn an_int_parameter_used_as_a_size_takes_its_default() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("k.tsr"),
+        "from tessera import *\n\n@kernel.schedule(Schedule(block=(64, 64), warps=4))\n\
+         def twice(X: Tensor[\"M\", \"N\", f32], Y: Tensor[\"M\", \"N\", f32], reps: int = 3):\n    \
+         ctx = tile.context()\n    for m0 in tile.parallel(0, M, ctx.BM):\n        \
+         for n0 in tile.parallel(0, N, ctx.BN):\n            x = tile.load(X[m0:m0 + ctx.BM, n0:n0 + ctx.BN])\n            \
+         for i in tile.range(0, reps, 1):\n                x = x * 2.0\n            \
+         Y[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = x\n",
+    )
+    .unwrap();
+    let factor = |extra: &[&str]| -> f64 {
+        let save = dir.path().join("saved");
+        let mut args =
+            vec!["run", "k.tsr", "--kernel", "twice", "--device", "interp", "--repeat", "1", "--dims", "M=8,N=8"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--save", save.to_str().unwrap()]);
+        let o = Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(dir.path()).args(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("assuming reps"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
+        let (x, y) = (read("X.npy"), read("Y.out.npy"));
+        y[0] / x[0]
+    };
+    assert_eq!(factor(&[]), 8.0);
+    assert_eq!(factor(&["--arg", "reps=1"]), 2.0);
+}

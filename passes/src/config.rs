@@ -217,3 +217,32 @@ pub const DEFAULT_SHAPE: i64 = 64;
 pub fn config_for(graph: &Func, schedule: ScheduleValue, dims: &BTreeMap<String, i64>) -> (Config, Vec<String>) {
     SymbolSites::of(graph).config(schedule, dims)
 }
+
+/// The declared defaults of a function's int parameters that its body uses as sizes
+/// (shape symbols: `reps: int = 3` as a loop bound): a launch that gives no value takes
+/// the default, as a call would, not an assumed size.
+pub fn symbol_defaults(db: &dyn tessera_frontend::db::Db, key: tessera_frontend::FnKey<'_>) -> BTreeMap<String, i64> {
+    use tessera_frontend::check::{fn_signature, infer_function, Ty};
+    let signature = fn_signature(db, key);
+    let inference = infer_function(db, key);
+    let Some(ast) = tessera_frontend::db::function_def(db, key).clone() else { return BTreeMap::new() };
+    signature
+        .params
+        .iter()
+        .zip(&ast.params)
+        .filter(|(p, _)| signature.symbols.contains(&p.name))
+        .filter_map(|(p, a)| {
+            let default = a.default?;
+            // The literal as written (a default is not an expression of the body), else
+            // what inference made of it (a module constant).
+            let value = match ast.arena.expr(default) {
+                tessera_frontend::syntax::ast::Expr::Int(v) => Some(*v),
+                _ => match inference.type_of(default) {
+                    Ty::Int(Some(d)) => d.as_const(),
+                    _ => None,
+                },
+            };
+            value.filter(|&v| v >= 1).map(|v| (p.name.clone(), v))
+        })
+        .collect()
+}

@@ -455,6 +455,20 @@ fn target_switch_relowers_and_lints_follow() {
     assert_eq!(ui.app.target, Target::Sm90);
 }
 
+/// An int parameter with a default that the body uses as a size launches with its
+/// default (it was the assumed 64).
+#[test]
+fn an_int_parameter_used_as_a_size_launches_with_its_default() {
+    let text = "from tessera import *\n\n@kernel.schedule(Schedule(block=(64, 64), warps=4))\n\
+        def twice(X: Tensor[\"M\", \"N\", f32], Y: Tensor[\"M\", \"N\", f32], reps: int = 3):\n    \
+        ctx = tile.context()\n    for m0 in tile.parallel(0, M, ctx.BM):\n        \
+        for n0 in tile.parallel(0, N, ctx.BN):\n            x = tile.load(X[m0:m0 + ctx.BM, n0:n0 + ctx.BN])\n            \
+        for i in tile.range(0, reps, 1):\n                x = x * 2.0\n            \
+        Y[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = x\n";
+    let ui = Ui::with_text(text, Some("twice"), 120, 36);
+    assert_eq!(ui.app.run_dims().get("reps"), Some(&3), "{:?}", ui.app.run_dims());
+}
+
 /// A key is "schedule" only where the kernel's `Schedule(...)` writes it; the keys it
 /// leaves to the plain-kernel defaults (BD, vector, swizzle) say "default".
 #[test]

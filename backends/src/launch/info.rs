@@ -163,9 +163,13 @@ pub fn resolve_dims(
     let graph = graph_ir(db, key).clone().map_err(|e| LaunchError::lowering(&info.name, "Graph IR", None, &e))?;
     let specialized = sched::specialized_symbols(&graph, &info.base_schedule);
     let mut out = ResolvedDims { values: Vec::new(), assumed: Vec::new() };
+    let declared = tessera_passes::config::symbol_defaults(db, key);
     for sym in &info.symbols {
+        // An int parameter the body uses as a size (`reps: int = 3` as a loop bound) is a
+        // shape symbol too: its declared default is its value, not an assumed size.
         let value = match given.iter().rev().find(|(s, _)| s == sym) {
             Some((_, v)) => *v,
+            None if declared.contains_key(sym) => declared[sym],
             None => {
                 let v = if specialized.contains(sym) { DEFAULT_SHAPE } else { DEFAULT_SIZE };
                 out.assumed.push((sym.clone(), v));

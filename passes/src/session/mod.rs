@@ -119,6 +119,9 @@ pub struct Configured {
     /// The schedule keys its decorator writes (`@kernel.schedule(S)`'s, canonical names);
     /// the configuration's other keys are the plain-kernel defaults.
     pub written: Vec<String>,
+    /// The declared defaults of int parameters that are shape symbols (`reps: int = 3`):
+    /// what a launch binds them to when no dim is given.
+    pub symbol_defaults: BTreeMap<String, i64>,
     /// `@kernel.auto`: searched over the target's default space when `space` is empty
     /// (`crate::auto_space`).
     pub auto: bool,
@@ -245,6 +248,11 @@ impl<'db> Analysis<'db> {
                     }
                 }
             }
+            // An int parameter used as a size takes its declared default, as a call would.
+            let symbol_defaults = crate::config::symbol_defaults(db, f.key);
+            for (symbol, &value) in &symbol_defaults {
+                dims.entry(symbol.clone()).or_insert(value);
+            }
             let graph =
                 crate::queries::graph_ir(db, f.key).clone().map_err(|e| SessionError::lowering(f.anchor, &e))?;
             let (mut config, assumed) = crate::config::config_for(&graph, schedule, &dims);
@@ -255,7 +263,7 @@ impl<'db> Analysis<'db> {
             }
             let written = declared.fixed.values.keys().cloned().collect();
             let (space, auto) = (declared.space.clone(), declared.auto);
-            Ok(Configured { config, assumed, space, written, auto, symbols, rejected })
+            Ok(Configured { config, assumed, space, written, symbol_defaults, auto, symbols, rejected })
         });
         computed?
     }

@@ -101,7 +101,8 @@ pub fn run_dims(config: &Result<ConfigInfo, StageError>, overrides: &Overrides) 
         .map(|s| {
             // A dim the override rule refused (a value below 1) is not launched with.
             let given = overrides.dims.get(s).filter(|_| info.rejection(OverrideKind::Dims, s).is_none());
-            let v = given.or(info.config.shapes.get(s)).copied().unwrap_or(DEFAULT_SHAPE);
+            let declared = info.symbol_defaults.get(s);
+            let v = given.or(info.config.shapes.get(s)).or(declared).copied().unwrap_or(DEFAULT_SHAPE);
             (s.clone(), v)
         })
         .collect()
