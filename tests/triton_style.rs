@@ -3,7 +3,8 @@
 //! ordering, whose tile origins come from a `min(...)`, checks, lowers and runs; the fused
 //! softmax pads with `other=-float("inf")`, which is -inf (it was 0, silently); the
 //! matmul tutorial's `acc = tl.dot(a, b, acc)` accumulates, and its `acc.to(tl.float16)`
-//! gets E0201 with a note naming `tile.cast`. Outputs
+//! gets E0201 with a note naming `tile.cast`; the persistent matmul runs with its grid
+//! a module constant, and a grid bounded by a scalar parameter says how to bound it. Outputs
 //! are compared with what this file computes in f64 from the saved inputs (no Tessera
 //! code in those oracles).
 
@@ -222,4 +223,54 @@ fn three_argument_dot_accumulates_and_dot_to_names_tile_cast() {
         out.contains("a tile has no attribute `to`") && out.contains("`x.to(dtype)` is `tile.cast(x, dtype)`"),
         "{out}"
     );
+}
+
+#[test]
+fn a_persistent_matmul_walks_every_tile_once() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixture = "tests/fixtures/triton/persistent_matmul.tsr";
+    let dir = tempfile::tempdir().unwrap();
+    let save = dir.path().join("saved");
+    // 3 x 3 = 9 tiles over 4 programs: two or three each.
+    let (m, n, k) = (300usize, 264usize, 72usize);
+    let dims = format!("M={m},N={n},K={k}");
+    let o = tessera(
+        root,
+        &[
+            "run",
+            fixture,
+            "--kernel",
+            "persistent_matmul",
+            "--device",
+            "interp",
+            "--repeat",
+            "1",
+            "--dims",
+            &dims,
+            "--save",
+            save.to_str().unwrap(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("grid 4x1x1"), "{text}");
+    let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
+    let (a, b, c) = (read("A.npy"), read("B.npy"), read("C.out.npy"));
+    for i in 0..m {
+        for j in 0..n {
+            let want: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            let sum_abs: f64 = (0..k).map(|p| (a[i * k + p] * b[p * n + j]).abs()).sum();
+            let bound = sum_abs * k as f64 * 2f64.powi(-24) + 1e-30;
+            assert!((c[i * n + j] - want).abs() <= bound, "C[{i}, {j}] = {}, A @ B = {want}", c[i * n + j]);
+        }
+    }
+    // Bounded by a scalar parameter instead: the error says how to bound it.
+    let text = std::fs::read_to_string(root.join(fixture))
+        .unwrap()
+        .replace("C: Tensor[\"M\", \"N\", f32]):", "C: Tensor[\"M\", \"N\", f32], num_sms: int = 4):")
+        .replace("tile.parallel(0, NUM_SMS, 1)", "tile.parallel(0, num_sms, 1)");
+    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
+    let o = tessera(dir.path(), &["check", "k.tsr", "--format", "concise"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("`num_sms` is a scalar parameter") && out.contains("`NUM_SMS = 132`"), "{out}");
 }

@@ -135,8 +135,21 @@ fn lower_grid_region(
             _ => None,
         };
         let Some(extent) = extent else {
+            // A scalar parameter (Triton's persistent kernels size their grid by NUM_SMS):
+            // the grid is computed from the tensors' dims before the launch.
+            let param = [lo, hi, step]
+                .into_iter()
+                .find(|v| f.params.contains(v))
+                .and_then(|v| f.values[v.0 as usize].name.clone());
+            let hint = match param {
+                Some(name) => format!(
+                    " (`{name}` is a scalar parameter; the grid is sized from the tensors' dims before the launch: \
+                     bound it by a module constant, `NUM_SMS = 132`, or a dim)"
+                ),
+                None => String::new(),
+            };
             return Err(LowerError {
-                message: "a grid axis whose bounds are not tensor dims or constants".into(),
+                message: format!("a grid axis whose bounds are not tensor dims or constants{hint}"),
                 range: op.loc.range,
             });
         };
