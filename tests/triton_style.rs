@@ -4,7 +4,10 @@
 //! softmax pads with `other=-float("inf")`, which is -inf (it was 0, silently); the
 //! matmul tutorial's `acc = tl.dot(a, b, acc)` accumulates, and its `acc.to(tl.float16)`
 //! gets E0201 with a note naming `tile.cast`; the persistent matmul runs with its grid
-//! a module constant, and a grid bounded by a scalar parameter says how to bound it. Outputs
+//! a module constant, and a grid bounded by a scalar parameter says how to bound it; the
+//! seeded dropout's `tl.rand(seed, offsets)` written with an offsets tile gets E0802 with
+//! a note on Tessera's tile-origin offsets, and the fixed kernel draws the same mask on
+//! the interpreter and the CPU. Outputs
 //! are compared with what this file computes in f64 from the saved inputs (no Tessera
 //! code in those oracles).
 
@@ -273,4 +276,62 @@ fn a_persistent_matmul_walks_every_tile_once() {
     let o = tessera(dir.path(), &["check", "k.tsr", "--format", "concise"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("`num_sms` is a scalar parameter") && out.contains("`NUM_SMS = 132`"), "{out}");
+}
+
+#[test]
+fn seeded_dropout_draws_one_mask_everywhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixture = "tests/fixtures/triton/dropout.tsr";
+    let dir = tempfile::tempdir().unwrap();
+    let mut masks = Vec::new();
+    for device in ["interp", "cpu"] {
+        let save = dir.path().join(device);
+        let o = tessera(
+            root,
+            &[
+                "run",
+                fixture,
+                "--kernel",
+                "seeded_dropout",
+                "--device",
+                device,
+                "--repeat",
+                "1",
+                "--dims",
+                "N=3000",
+                "--save",
+                save.to_str().unwrap(),
+            ],
+        );
+        if device == "cpu" && String::from_utf8_lossy(&o.stderr).contains("no CPU backend") {
+            continue;
+        }
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
+        let (x, y) = (read("X.npy"), read("Y.out.npy"));
+        let kept: Vec<bool> = y.iter().map(|&v| v != 0.0).collect();
+        let fraction = kept.iter().filter(|&&k| k).count() as f64 / kept.len() as f64;
+        // p = 0.5 over 3000 draws: within four standard deviations (0.009 each).
+        assert!((fraction - 0.5).abs() < 0.04, "{device}: kept {fraction}");
+        for (i, &k) in kept.iter().enumerate() {
+            if k {
+                assert_eq!(y[i], (x[i] as f32 / 0.5) as f64, "{device}: Y[{i}]");
+            }
+        }
+        masks.push(kept);
+    }
+    assert!(masks.windows(2).all(|w| w[0] == w[1]), "the devices drew different masks");
+    let text = std::fs::read_to_string(root.join(fixture))
+        .unwrap()
+        .replace("tile.rand((ctx.BM,), seed, (n0,))", "tile.rand((ctx.BM,), seed, offsets)");
+    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
+    let o = tessera(dir.path(), &["check", "k.tsr"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("unlike Triton's `tl.rand(seed, offsets)`, the offsets are the tile's origin"), "{out}");
 }

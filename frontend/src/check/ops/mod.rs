@@ -750,6 +750,25 @@ impl<'a> Infer<'a> {
                     }
                     Ty::Int(_) => 1,
                     Ty::Unknown => return Ty::Unknown,
+                    // Triton's `tl.rand(seed, offsets)` takes each element's offset as a
+                    // tile; here the offsets are the tile's origin, one int per dim.
+                    Ty::Tile(_) => {
+                        let d = Diagnostic::new(
+                            Code::E0802,
+                            self.range(offsets.expr),
+                            format!(
+                                "`tile.rand` expects a tuple of int offsets (the tile's origin), but `{}` is a tile",
+                                self.text(offsets.expr)
+                            ),
+                        )
+                        .with_note(
+                            "unlike Triton's `tl.rand(seed, offsets)`, the offsets are the tile's origin, one int per \
+                             dim (`(n0,)`); each element's coordinates within the tile are added to them, so \
+                             `tile.rand((BM,), seed, (n0,))` draws for offsets `n0 + tile.arange(BM)`",
+                        );
+                        self.push(d);
+                        return Ty::Unknown;
+                    }
                     other => return self.wrong_kind(offsets.expr, path, "a tuple of int offsets", &other.clone()),
                 };
                 if count < dims.len() {
