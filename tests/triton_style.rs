@@ -7,7 +7,8 @@
 //! a module constant, and a grid bounded by a scalar parameter says how to bound it; the
 //! seeded dropout's `tl.rand(seed, offsets)` written with an offsets tile gets E0802 with
 //! a note on Tessera's tile-origin offsets, and the fixed kernel draws the same mask on
-//! the interpreter and the CPU. Outputs
+//! the interpreter and the CPU; `tl.exp2`/`tl.log2` are `tile.exp2`/`tile.log2` (E0201
+//! offered `tile.exp` for `tile.exp2`, a fix that changed the numbers). Outputs
 //! are compared with what this file computes in f64 from the saved inputs (no Tessera
 //! code in those oracles).
 
@@ -334,4 +335,59 @@ fn seeded_dropout_draws_one_mask_everywhere() {
     let o = tessera(dir.path(), &["check", "k.tsr"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("unlike Triton's `tl.rand(seed, offsets)`, the offsets are the tile's origin"), "{out}");
+}
+
+#[test]
+fn exp2_and_log2_are_base_two() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    for device in ["interp", "cpu"] {
+        let save = dir.path().join(device);
+        let o = tessera(
+            root,
+            &[
+                "run",
+                "tests/fixtures/triton/exp2.tsr",
+                "--kernel",
+                "exp2_log2",
+                "--device",
+                device,
+                "--repeat",
+                "1",
+                "--dims",
+                "N=1000",
+                "--save",
+                save.to_str().unwrap(),
+            ],
+        );
+        if device == "cpu" && String::from_utf8_lossy(&o.stderr).contains("no CPU backend") {
+            continue;
+        }
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
+        let (x, e, l) = (read("X.npy"), read("E.out.npy"), read("L.out.npy"));
+        for i in 0..x.len() {
+            let want_e = (x[i] * 8.0).exp2();
+            let want_l = (x[i].abs() + 0.5).log2();
+            // f32 results through e^(x ln 2) and ln(x) / ln 2: a few ulps, times |x ln 2|.
+            assert!(
+                (e[i] - want_e).abs() <= want_e * 1e-5 * (1.0 + (x[i] * 8.0).abs()),
+                "{device}: 2^{} = {}",
+                x[i] * 8.0,
+                e[i]
+            );
+            assert!(
+                (l[i] - want_l).abs() <= 1e-6 * (1.0 + want_l.abs()),
+                "{device}: log2 {} = {}",
+                x[i].abs() + 0.5,
+                l[i]
+            );
+        }
+    }
 }

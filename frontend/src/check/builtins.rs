@@ -242,6 +242,8 @@ builtins! {
     "tile.cast" "(t, dtype, uniform=None)" Kernel "tile" "Converts a tile to another dtype (round to nearest even). `uniform=`: an f32 tile of `t`'s shape with numbers in [0, 1), the draws a `@stochastic_round` conversion uses instead of its own.";
     "tile.exp" "(x)" Kernel "tile" "Elementwise e^x.";
     "tile.log" "(x)" Kernel "tile" "Elementwise natural logarithm.";
+    "tile.exp2" "(x)" Kernel "tile" "Elementwise 2^x (Triton's `tl.exp2`; attention kernels fold log2(e) into their scale). Computed as e^(x ln 2).";
+    "tile.log2" "(x)" Kernel "tile" "Elementwise base-2 logarithm (Triton's `tl.log2`). Computed as ln(x) / ln 2.";
     "tile.sqrt" "(x)" Kernel "tile" "Elementwise square root.";
     "tile.rsqrt" "(x)" Kernel "tile" "Elementwise 1/sqrt(x).";
     "tile.tanh" "(x)" Kernel "tile" "Elementwise tanh.";

@@ -296,8 +296,9 @@ impl<'a> Infer<'a> {
         let in_tile_ns = path.starts_with("tile.");
         match (in_tile_ns, name) {
             // ---- elementwise ----
-            (_, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg") => {
-                let x = arg!(a, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg" | "tile.exp" | "tile.log" | "tile.tanh" | "tile.sqrt" | "tile.rsqrt" | "tile.sigmoid" | "tile.relu" | "tile.gelu" | "tile.silu" | "tile.abs" => "x").unwrap().clone();
+            (_, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg")
+            | (true, "exp2" | "log2") => {
+                let x = arg!(a, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg" | "tile.exp" | "tile.log" | "tile.tanh" | "tile.sqrt" | "tile.rsqrt" | "tile.sigmoid" | "tile.relu" | "tile.gelu" | "tile.silu" | "tile.abs" | "tile.exp2" | "tile.log2" => "x").unwrap().clone();
                 let t = self.operand(x.ty.clone());
                 match &t {
                     Ty::Int(_) | Ty::Float(_) => Ty::Float(None),

@@ -35,6 +35,25 @@ impl Lower<'_, '_> {
                 _ => return None,
             })
         };
+        // 2^x and log2(x) through e^x and ln(x): `e^(x ln 2)`, `ln(x) / ln 2`.
+        if matches!(name, "exp2" | "log2") {
+            let x = arg("x", 0).ok_or_else(|| LowerError { message: "missing operand".into(), range: loc.range })?;
+            let v = self.value(x)?;
+            let v = self.operand(v, x)?;
+            let t = self.result_type(e)?;
+            let v = self.coerce(v, &t, &loc)?;
+            let ln2 = self.const_scalar(std::f64::consts::LN_2, DType::F32, &loc);
+            let ln2 = self.coerce(ln2, &t, &loc)?;
+            let r = if name == "exp2" {
+                let scaled = self.b.op1(OpKind::Mul, vec![v, ln2], t.clone(), vec![], &loc);
+                self.b.op1(OpKind::Exp, vec![scaled], t, vec![], &loc)
+            } else {
+                let ln = self.b.op1(OpKind::Log, vec![v], t.clone(), vec![], &loc);
+                self.b.op1(OpKind::Div, vec![ln, ln2], t, vec![], &loc)
+            };
+            self.mark_saturating(e, r);
+            return Ok(Val::One(r));
+        }
         if let Some(kind) = unary(name) {
             let x = arg("x", 0).ok_or_else(|| LowerError { message: "missing operand".into(), range: loc.range })?;
             let v = self.value(x)?;
