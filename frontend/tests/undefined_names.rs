@@ -158,3 +158,31 @@ C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc\n";
     let file = SourceFile::new(&db, "fixed.tsr".into(), fixed.clone(), None);
     assert!(file_diagnostics(&db, file).is_empty(), "{fixed}\n{:#?}", file_diagnostics(&db, file));
 }
+
+/// Triton functions `tile` lacks get a note, never an edit-distance fix that would
+/// compile into another function (`tile.erf` to `tile.exp`, `tile.fma` to `tile.mma`,
+/// `tile.cos` to `tile.cast`).
+#[test]
+fn missing_triton_functions_get_no_fix_into_another_function() {
+    for (name, note) in [
+        ("erf", "Triton's `tl.erf` has no `tile` counterpart yet"),
+        ("cumsum", "Triton's `tl.cumsum` has no `tile` counterpart yet"),
+        ("cos", "Triton's `tl.cos` has no `tile` counterpart yet"),
+        ("fma", "Triton's `tl.fma` has no `tile` counterpart: write `a * b + c`"),
+    ] {
+        let src = format!(
+            "from tessera import *\n\n@kernel.schedule(Schedule(block=(64, 1), warps=4))\n\
+             def k(X: Tensor[\"N\", f32], Y: Tensor[\"N\", f32]):\n    ctx = tile.context()\n    \
+             for n0 in tile.parallel(0, N, ctx.BM):\n        x = tile.load(X[n0:n0 + ctx.BM])\n        \
+             Y[n0:n0 + ctx.BM] = tile.{name}(x)\n"
+        );
+        let db = Database::default();
+        let file = SourceFile::new(&db, "k.tsr".into(), src, None);
+        let diagnostics = file_diagnostics(&db, file).clone();
+        assert_eq!(diagnostics.len(), 1, "{name}: {diagnostics:#?}");
+        let d = &diagnostics[0];
+        assert_eq!(d.code, Code::E0201);
+        assert!(d.fix.is_none(), "{name}: {:?}", d.fix);
+        assert!(d.notes.iter().any(|n| n == note), "{name}: {:?}", d.notes);
+    }
+}

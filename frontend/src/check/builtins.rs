@@ -305,6 +305,21 @@ pub fn familiar_tile_member(name: &str) -> Option<&'static str> {
     })
 }
 
+/// For a function of Triton's `tl` (or NumPy) that `tile` lacks: what to write instead
+/// (empty when there is nothing yet). E0201 then offers no edit-distance fix, which would compile
+/// into another function (`tile.erf` to `tile.exp`, `tile.fma` to `tile.mma`).
+pub fn missing_triton_function(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "fma" => "write `a * b + c`",
+        "clamp" => "write `tile.minimum(tile.maximum(x, lo), hi)`",
+        "exp10" | "log10" => "write `tile.exp(x * 2.302585092994046)` or `tile.log(x) / 2.302585092994046`",
+        "cumsum" | "cumprod" | "associative_scan" | "argmax" | "argmin" | "sort" | "flip" | "histogram" | "erf"
+        | "cos" | "sin" | "floor" | "ceil" | "umulhi" | "atomic_add" | "atomic_max" | "atomic_min" | "atomic_cas"
+        | "atomic_xchg" | "div_rn" | "fdiv" | "sqrt_rn" | "interleave" | "join" | "split" => "",
+        _ => return None,
+    })
+}
+
 /// Looks up a built-in by its canonical path.
 pub fn lookup(path: &str) -> Option<&'static Builtin> {
     static INDEX: OnceLock<HashMap<&'static str, &'static Builtin>> = OnceLock::new();

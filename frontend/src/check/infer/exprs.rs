@@ -242,7 +242,13 @@ impl<'a> Infer<'a> {
     pub(super) fn unknown_member(&mut self, ns: &str, name: &str, range: TextRange, candidates: Vec<&str>) -> Ty {
         let mut d = Diagnostic::new(Code::E0201, range, format!("`{ns}` has no member `{name}`"));
         let familiar = (ns == "tile").then(|| builtins::familiar_tile_member(name)).flatten();
-        if let Some(s) = familiar.filter(|s| candidates.contains(s)) {
+        let missing = (ns == "tile").then(|| builtins::missing_triton_function(name)).flatten();
+        if let Some(instead) = missing {
+            d = d.with_note(match instead {
+                "" => format!("Triton's `tl.{name}` has no `tile` counterpart yet"),
+                _ => format!("Triton's `tl.{name}` has no `tile` counterpart: {instead}"),
+            });
+        } else if let Some(s) = familiar.filter(|s| candidates.contains(s)) {
             d = d.with_fix(
                 format!("did you mean `{ns}.{s}`, Tessera's name for `{name}`?"),
                 vec![Edit { range, text: s.to_string() }],
