@@ -1,120 +1,122 @@
-//! Kernels written the way Triton's tutorials write them: `tl.cdiv` as `tile.cdiv` gets
-//! E0201 with the fix (`cdiv` is a built-in function of its own); the grouped program
-//! ordering, whose tile origins come from a `min(...)`, checks, lowers and runs; the fused
-//! softmax pads with `other=-float("inf")`, which is -inf (it was 0, silently); the
-//! matmul tutorial's `acc = tl.dot(a, b, acc)` accumulates, and its `acc.to(tl.float16)`
-//! gets E0201 with a note naming `tile.cast`; the persistent matmul runs with its grid
-//! a module constant, and a grid bounded by a scalar parameter says how to bound it; the
-//! seeded dropout's `tl.rand(seed, offsets)` written with an offsets tile gets E0802 with
-//! a note on Tessera's tile-origin offsets, and the fixed kernel draws the same mask on
-//! the interpreter and the CPU; `tl.exp2`/`tl.log2` are `tile.exp2`/`tile.log2` (E0201
-//! offered `tile.exp` for `tile.exp2`, a fix that changed the numbers). Outputs
-//! are compared with what this file computes in f64 from the saved inputs (no Tessera
-//! code in those oracles).
+//! Kernels written the way Triton's tutorials write them (`tests/fixtures/triton/`), and
+//! what a Triton user's first spellings get:
+//! - `tl.cdiv` written `tile.cdiv`: E0201 with the fix (`cdiv` is a built-in function);
+//! - the grouped program ordering, whose tile origins come from a `min(...)`, runs;
+//! - the fused softmax pads with `other=-float("inf")`, which is -inf (it was 0, silently);
+//! - `acc = tl.dot(a, b, acc)` accumulates; `acc.to(tl.float16)` names `tile.cast`;
+//! - the persistent matmul runs with its grid a module constant, and a grid bounded by a
+//!   scalar parameter says how to bound it;
+//! - `tl.rand(seed, offsets)` with an offsets tile gets a note on tile-origin offsets, and
+//!   the seeded dropout draws one mask on the interpreter and the CPU;
+//! - `tl.exp2`/`tl.log2` are `tile.exp2`/`tile.log2` (E0201 offered `tile.exp`, a fix that
+//!   changed the numbers).
+//!
+//! Outputs are compared with what this file computes in f64 from the saved inputs (no
+//! Tessera code in those oracles).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FIXTURE: &str = "tests/fixtures/triton/grouped_gemm.tsr";
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
 
 fn tessera(dir: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(dir).args(args).output().expect("tessera runs")
 }
 
-#[test]
-fn tl_cdiv_written_tile_cdiv_is_e0201_with_the_fix() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(root.join(FIXTURE)).unwrap().replace("cdiv(", "tile.cdiv(");
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
-    let o = tessera(dir.path(), &["check", "k.tsr", "--format", "json"]);
-    assert_eq!(o.status.code(), Some(1));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let diags = v["diagnostics"].as_array().or_else(|| v.as_array()).cloned().unwrap_or_default();
-    let text_out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(diags.len(), 2, "{text_out}");
-    assert!(text_out.contains("`cdiv` is a built-in function of its own: write `cdiv(...)`"), "{text_out}");
+/// A kernel run with `--save`: its report and its saved arrays.
+struct Saved {
+    text: String,
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
 }
 
-#[test]
-fn grouped_program_order_computes_a_times_b() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+impl Saved {
+    /// A saved array (`A.npy`, `C.out.npy`) in f64.
+    fn read(&self, name: &str) -> Vec<f64> {
+        tessera_backends::npy::read(&self.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")).to_f64()
+    }
+}
+
+/// Runs `kernel` of `fixture` on `device` at `dims` (and the options `extra`), saving its
+/// arrays; `None` when this build has no CPU backend (it is a feature).
+fn run_saved(fixture: &str, kernel: &str, device: &str, dims: &str, extra: &[&str]) -> Option<Saved> {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("saved");
+    let mut args = vec!["run", fixture, "--kernel", kernel, "--device", device, "--repeat", "1", "--dims", dims];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--save", dir.to_str().unwrap()]);
+    let o = tessera(root(), &args);
+    let (text, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr));
+    if device == "cpu" && err.contains("no CPU backend") {
+        return None;
+    }
+    assert_eq!(o.status.code(), Some(0), "{kernel} {extra:?}: {text}{err}");
+    Some(Saved { text, dir, _tmp: tmp })
+}
+
+/// `tessera check` of `text` (a fixture changed the way a user would write it): the exit
+/// code and the report.
+fn check_text(text: &str, format: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let save = dir.path().join("saved");
-    let (m, n, k) = (300usize, 136usize, 72usize);
-    let dims = format!("M={m},N={n},K={k}");
-    let o = tessera(
-        root,
-        &[
-            "run",
-            FIXTURE,
-            "--kernel",
-            "grouped_gemm",
-            "--device",
-            "interp",
-            "--repeat",
-            "1",
-            "--dims",
-            &dims,
-            "--save",
-            save.to_str().unwrap(),
-        ],
-    );
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&o.stderr));
-    // 3 x 2 tiles: three along M, which the ordering visits in one group.
-    assert!(text.contains("grid 6x1x1"), "{text}");
-    let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
-    let (a, b, c) = (read("A.npy"), read("B.npy"), read("C.out.npy"));
+    std::fs::write(dir.path().join("k.tsr"), text).unwrap();
+    let o = tessera(dir.path(), &["check", "k.tsr", "--format", format]);
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn fixture_text(fixture: &str) -> String {
+    std::fs::read_to_string(root().join(fixture)).unwrap()
+}
+
+/// `c` against `epilogue(A @ B)` in f64 (row-major `[M, K]`, `[K, N]`, `[M, N]`): within
+/// `rounding` of the value (half a step of the output dtype) plus an f32 sum's error.
+fn assert_matmul(s: &Saved, c_name: &str, (m, n, k): (usize, usize, usize), rounding: f64, epilogue: fn(f64) -> f64) {
+    let (a, b, c) = (s.read("A.npy"), s.read("B.npy"), s.read(c_name));
     assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
     for i in 0..m {
         for j in 0..n {
-            let want: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            let dot: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
             let sum_abs: f64 = (0..k).map(|p| (a[i * k + p] * b[p * n + j]).abs()).sum();
-            // bf16 output: half a bf16 step of the value, plus the f32 sum's rounding.
-            let bound = want.abs() * 2f64.powi(-8) + sum_abs * k as f64 * 2f64.powi(-24) + 1e-30;
+            let want = epilogue(dot);
+            let bound = want.abs() * rounding + sum_abs * k as f64 * 2f64.powi(-24) + 1e-30;
             let got = c[i * n + j];
-            assert!((got - want).abs() <= bound, "C[{i}, {j}] = {got}, A @ B = {want} (bound {bound})");
+            assert!((got - want).abs() <= bound, "{c_name}[{i}, {j}] = {got}, want {want} (bound {bound})");
         }
     }
 }
 
+const GROUPED: &str = "tests/fixtures/triton/grouped_gemm.tsr";
+const SOFTMAX: &str = "tests/fixtures/triton/softmax.tsr";
+const MATMUL: &str = "tests/fixtures/triton/matmul_leaky_relu.tsr";
+const PERSISTENT: &str = "tests/fixtures/triton/persistent_matmul.tsr";
+const DROPOUT: &str = "tests/fixtures/triton/dropout.tsr";
+
+#[test]
+fn tl_cdiv_written_tile_cdiv_is_e0201_with_the_fix() {
+    let (code, out) = check_text(&fixture_text(GROUPED).replace("cdiv(", "tile.cdiv("), "concise");
+    assert_eq!(code, Some(1));
+    assert_eq!(out.lines().filter(|l| l.contains("error[E0201]")).count(), 2, "{out}");
+    let (_, json) = check_text(&fixture_text(GROUPED).replace("cdiv(", "tile.cdiv("), "json");
+    assert!(json.contains("`cdiv` is a built-in function of its own: write `cdiv(...)`"), "{json}");
+}
+
+#[test]
+fn grouped_program_order_computes_a_times_b() {
+    let s = run_saved(GROUPED, "grouped_gemm", "interp", "M=300,N=136,K=72", &[]).unwrap();
+    // 3 x 2 tiles: three along M, which the ordering visits in one group.
+    assert!(s.text.contains("grid 6x1x1"), "{}", s.text);
+    // A bf16 output: half a bf16 step.
+    assert_matmul(&s, "C.out.npy", (300, 136, 72), 2f64.powi(-8), |x| x);
+}
+
 #[test]
 fn a_load_padded_with_minus_float_inf_pads_with_minus_infinity() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixture = "tests/fixtures/triton/softmax.tsr";
-    let dir = tempfile::tempdir().unwrap();
-    let save = dir.path().join("saved");
-    let (r, c) = (6usize, 781usize);
-    let dims = format!("R={r},C={c}");
-    let o = tessera(root, &["check", fixture]);
+    let o = tessera(root(), &["check", SOFTMAX]);
     assert_eq!(o.status.code(), Some(0), "no W0606 either: {}", String::from_utf8_lossy(&o.stdout));
-    let o = tessera(
-        root,
-        &[
-            "run",
-            fixture,
-            "--kernel",
-            "softmax_rows",
-            "--device",
-            "interp",
-            "--repeat",
-            "1",
-            "--dims",
-            &dims,
-            "--save",
-            save.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
-    let (x, y) = (read("X.npy"), read("Y.out.npy"));
+    let (r, c) = (6usize, 781usize);
+    let s = run_saved(SOFTMAX, "softmax_rows", "interp", &format!("R={r},C={c}"), &[]).unwrap();
+    let (x, y) = (s.read("X.npy"), s.read("Y.out.npy"));
     for i in 0..r {
         let row = &x[i * c..(i + 1) * c];
         let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -127,49 +129,19 @@ fn a_load_padded_with_minus_float_inf_pads_with_minus_infinity() {
         }
     }
     // A padding known only at run time is refused, not taken as 0.
-    let text = std::fs::read_to_string(root.join(fixture))
-        .unwrap()
+    let with_pad = fixture_text(SOFTMAX)
         .replace("Y: Tensor[\"R\", \"C\", f16]):", "Y: Tensor[\"R\", \"C\", f16], pad: float):")
         .replace("other=-float(\"inf\")", "other=pad");
-    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
-    let o = tessera(dir.path(), &["check", "k.tsr", "--format", "concise"]);
-    let out = String::from_utf8_lossy(&o.stdout);
+    let (_, out) = check_text(&with_pad, "concise");
     assert!(out.contains("error[E0809]") && out.contains("a load's `other=` that is not a constant number"), "{out}");
-    std::fs::write(dir.path().join("k.tsr"), text.replace("other=pad", "other=float(\"-infinite\")")).unwrap();
-    let o = tessera(dir.path(), &["check", "k.tsr", "--format", "concise"]);
-    let out = String::from_utf8_lossy(&o.stdout);
+    let (_, out) = check_text(&with_pad.replace("other=pad", "other=float(\"-infinite\")"), "concise");
     assert!(out.contains("error[E0802]") && out.contains("not a number Python's float() reads"), "{out}");
 }
 
 #[test]
 fn float_constants_lower_in_graph_functions() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile::tempdir().unwrap();
-    let save = dir.path().join("saved");
-    let o = tessera(
-        root,
-        &[
-            "run",
-            "tests/fixtures/triton/softmax.tsr",
-            "--kernel",
-            "shifted",
-            "--device",
-            "interp",
-            "--dims",
-            "N=9",
-            "--save",
-            save.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
-    let (x, y) = (read("x.npy"), read("return.out.npy"));
+    let s = run_saved(SOFTMAX, "shifted", "interp", "N=9", &[]).unwrap();
+    let (x, y) = (s.read("x.npy"), s.read("return.out.npy"));
     for (a, b) in x.iter().zip(&y) {
         assert_eq!(*b, (*a as f32 + 1.5) as f64, "{x:?} -> {y:?}");
     }
@@ -177,52 +149,14 @@ fn float_constants_lower_in_graph_functions() {
 
 #[test]
 fn three_argument_dot_accumulates_and_dot_to_names_tile_cast() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixture = "tests/fixtures/triton/matmul_leaky_relu.tsr";
-    let dir = tempfile::tempdir().unwrap();
-    let save = dir.path().join("saved");
-    let (m, n, k) = (100usize, 72usize, 200usize);
-    let dims = format!("M={m},N={n},K={k}");
     // Also under Hopper's warpgroup MMAs fed by a producer warpgroup.
     for schedule in ["warps=4", "mma=wgmma,copy=tma,producer=warpgroup"] {
-        let o = tessera(
-            root,
-            &[
-                "run",
-                fixture,
-                "--kernel",
-                "matmul_leaky_relu",
-                "--device",
-                "interp",
-                "--repeat",
-                "1",
-                "--dims",
-                &dims,
-                "--schedule",
-                schedule,
-                "--save",
-                save.to_str().unwrap(),
-            ],
-        );
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert_eq!(o.status.code(), Some(0), "{schedule}: {text}{}", String::from_utf8_lossy(&o.stderr));
-        let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
-        let (a, b, c) = (read("A.npy"), read("B.npy"), read("C.out.npy"));
-        for i in 0..m {
-            for j in 0..n {
-                let dot: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
-                let sum_abs: f64 = (0..k).map(|p| (a[i * k + p] * b[p * n + j]).abs()).sum();
-                let want = if dot >= 0.0 { dot } else { 0.01 * dot };
-                let bound = want.abs() * 2f64.powi(-11) + sum_abs * k as f64 * 2f64.powi(-24) + 1e-30;
-                let got = c[i * n + j];
-                assert!((got - want).abs() <= bound, "{schedule}: C[{i}, {j}] = {got}, want {want}");
-            }
-        }
+        let s =
+            run_saved(MATMUL, "matmul_leaky_relu", "interp", "M=100,N=72,K=200", &["--schedule", schedule]).unwrap();
+        // An f16 output: half an f16 step.
+        assert_matmul(&s, "C.out.npy", (100, 72, 200), 2f64.powi(-11), |x| if x >= 0.0 { x } else { 0.01 * x });
     }
-    let text = std::fs::read_to_string(root.join(fixture)).unwrap().replace("tile.cast(acc, f16)", "acc.to(f16)");
-    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
-    let o = tessera(dir.path(), &["check", "k.tsr"]);
-    let out = String::from_utf8_lossy(&o.stdout);
+    let (_, out) = check_text(&fixture_text(MATMUL).replace("tile.cast(acc, f16)", "acc.to(f16)"), "human");
     assert!(
         out.contains("a tile has no attribute `to`") && out.contains("`x.to(dtype)` is `tile.cast(x, dtype)`"),
         "{out}"
@@ -231,91 +165,24 @@ fn three_argument_dot_accumulates_and_dot_to_names_tile_cast() {
 
 #[test]
 fn a_persistent_matmul_walks_every_tile_once() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixture = "tests/fixtures/triton/persistent_matmul.tsr";
-    let dir = tempfile::tempdir().unwrap();
-    let save = dir.path().join("saved");
     // 3 x 3 = 9 tiles over 4 programs: two or three each.
-    let (m, n, k) = (300usize, 264usize, 72usize);
-    let dims = format!("M={m},N={n},K={k}");
-    let o = tessera(
-        root,
-        &[
-            "run",
-            fixture,
-            "--kernel",
-            "persistent_matmul",
-            "--device",
-            "interp",
-            "--repeat",
-            "1",
-            "--dims",
-            &dims,
-            "--save",
-            save.to_str().unwrap(),
-        ],
-    );
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&o.stderr));
-    assert!(text.contains("grid 4x1x1"), "{text}");
-    let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
-    let (a, b, c) = (read("A.npy"), read("B.npy"), read("C.out.npy"));
-    for i in 0..m {
-        for j in 0..n {
-            let want: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
-            let sum_abs: f64 = (0..k).map(|p| (a[i * k + p] * b[p * n + j]).abs()).sum();
-            let bound = sum_abs * k as f64 * 2f64.powi(-24) + 1e-30;
-            assert!((c[i * n + j] - want).abs() <= bound, "C[{i}, {j}] = {}, A @ B = {want}", c[i * n + j]);
-        }
-    }
+    let s = run_saved(PERSISTENT, "persistent_matmul", "interp", "M=300,N=264,K=72", &[]).unwrap();
+    assert!(s.text.contains("grid 4x1x1"), "{}", s.text);
+    assert_matmul(&s, "C.out.npy", (300, 264, 72), 2f64.powi(-24), |x| x);
     // Bounded by a scalar parameter instead: the error says how to bound it.
-    let text = std::fs::read_to_string(root.join(fixture))
-        .unwrap()
+    let with_param = fixture_text(PERSISTENT)
         .replace("C: Tensor[\"M\", \"N\", f32]):", "C: Tensor[\"M\", \"N\", f32], num_sms: int = 4):")
         .replace("tile.parallel(0, NUM_SMS, 1)", "tile.parallel(0, num_sms, 1)");
-    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
-    let o = tessera(dir.path(), &["check", "k.tsr", "--format", "concise"]);
-    let out = String::from_utf8_lossy(&o.stdout);
+    let (_, out) = check_text(&with_param, "concise");
     assert!(out.contains("`num_sms` is a scalar parameter") && out.contains("`NUM_SMS = 132`"), "{out}");
 }
 
 #[test]
 fn seeded_dropout_draws_one_mask_everywhere() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixture = "tests/fixtures/triton/dropout.tsr";
-    let dir = tempfile::tempdir().unwrap();
     let mut masks = Vec::new();
     for device in ["interp", "cpu"] {
-        let save = dir.path().join(device);
-        let o = tessera(
-            root,
-            &[
-                "run",
-                fixture,
-                "--kernel",
-                "seeded_dropout",
-                "--device",
-                device,
-                "--repeat",
-                "1",
-                "--dims",
-                "N=3000",
-                "--save",
-                save.to_str().unwrap(),
-            ],
-        );
-        if device == "cpu" && String::from_utf8_lossy(&o.stderr).contains("no CPU backend") {
-            continue;
-        }
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
-        let (x, y) = (read("X.npy"), read("Y.out.npy"));
+        let Some(s) = run_saved(DROPOUT, "seeded_dropout", device, "N=3000", &[]) else { continue };
+        let (x, y) = (s.read("X.npy"), s.read("Y.out.npy"));
         let kept: Vec<bool> = y.iter().map(|&v| v != 0.0).collect();
         let fraction = kept.iter().filter(|&&k| k).count() as f64 / kept.len() as f64;
         // p = 0.5 over 3000 draws: within four standard deviations (0.009 each).
@@ -328,60 +195,22 @@ fn seeded_dropout_draws_one_mask_everywhere() {
         masks.push(kept);
     }
     assert!(masks.windows(2).all(|w| w[0] == w[1]), "the devices drew different masks");
-    let text = std::fs::read_to_string(root.join(fixture))
-        .unwrap()
-        .replace("tile.rand((ctx.BM,), seed, (n0,))", "tile.rand((ctx.BM,), seed, offsets)");
-    std::fs::write(dir.path().join("k.tsr"), &text).unwrap();
-    let o = tessera(dir.path(), &["check", "k.tsr"]);
-    let out = String::from_utf8_lossy(&o.stdout);
+    let with_tile =
+        fixture_text(DROPOUT).replace("tile.rand((ctx.BM,), seed, (n0,))", "tile.rand((ctx.BM,), seed, offsets)");
+    let (_, out) = check_text(&with_tile, "human");
     assert!(out.contains("unlike Triton's `tl.rand(seed, offsets)`, the offsets are the tile's origin"), "{out}");
 }
 
 #[test]
 fn exp2_and_log2_are_base_two() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile::tempdir().unwrap();
     for device in ["interp", "cpu"] {
-        let save = dir.path().join(device);
-        let o = tessera(
-            root,
-            &[
-                "run",
-                "tests/fixtures/triton/exp2.tsr",
-                "--kernel",
-                "exp2_log2",
-                "--device",
-                device,
-                "--repeat",
-                "1",
-                "--dims",
-                "N=1000",
-                "--save",
-                save.to_str().unwrap(),
-            ],
-        );
-        if device == "cpu" && String::from_utf8_lossy(&o.stderr).contains("no CPU backend") {
-            continue;
-        }
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let read = |name: &str| tessera_backends::npy::read(&save.join(name)).unwrap().to_f64();
-        let (x, e, l) = (read("X.npy"), read("E.out.npy"), read("L.out.npy"));
+        let Some(s) = run_saved("tests/fixtures/triton/exp2.tsr", "exp2_log2", device, "N=1000", &[]) else { continue };
+        let (x, e, l) = (s.read("X.npy"), s.read("E.out.npy"), s.read("L.out.npy"));
         for i in 0..x.len() {
-            let want_e = (x[i] * 8.0).exp2();
-            let want_l = (x[i].abs() + 0.5).log2();
+            let (want_e, want_l) = ((x[i] * 8.0).exp2(), (x[i].abs() + 0.5).log2());
             // f32 results through e^(x ln 2) and ln(x) / ln 2: a few ulps, times |x ln 2|.
-            assert!(
-                (e[i] - want_e).abs() <= want_e * 1e-5 * (1.0 + (x[i] * 8.0).abs()),
-                "{device}: 2^{} = {}",
-                x[i] * 8.0,
-                e[i]
-            );
+            let bound_e = want_e * 1e-5 * (1.0 + (x[i] * 8.0).abs());
+            assert!((e[i] - want_e).abs() <= bound_e, "{device}: 2^{} = {}", x[i] * 8.0, e[i]);
             assert!(
                 (l[i] - want_l).abs() <= 1e-6 * (1.0 + want_l.abs()),
                 "{device}: log2 {} = {}",
