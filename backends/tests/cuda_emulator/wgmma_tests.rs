@@ -216,10 +216,11 @@ fn edit_wgmmas(code: &TargetCode, edit: impl Fn(&str) -> String) -> TargetCode {
     TargetCode { text, ..code.clone() }
 }
 
-/// A K-major B read as N-major (`imm-trans-b = 1`), and an A fragment with its middle
-/// registers swapped (rows 8.. and columns 8.. exchanged), must not match.
+/// A K-major B read as N-major (`imm-trans-b = 1`), an A fragment with its middle
+/// registers swapped (rows 8.. and columns 8.. exchanged), and an M-major A read K-major
+/// must not match.
 #[test]
-fn a_wrong_b_major_or_a_fragment_order_fails() {
+fn a_wrong_operand_major_or_a_fragment_order_fails() {
     let (func, code) = fixture_case(OPERANDS_FIXTURE, "k_major_b");
     run_case(&func, &code).unwrap();
     let wrong = edit_wgmmas(&code, |l| l.replace(", 1, 1, 0, 0;", ", 1, 1, 0, 1;"));
@@ -234,15 +235,12 @@ fn a_wrong_b_major_or_a_fragment_order_fails() {
         format!("{head}}}, {{{}, {}, {}, {}}}{tail}", r[0], r[2], r[1], r[3])
     });
     assert!(run_case(&func, &wrong).is_err(), "a swapped A fragment passed");
-}
 
-/// An M-major A (`X.T` of a `[K, M]` tile) read K-major (`imm-trans-a = 0`) must not match.
-#[test]
-fn an_m_major_a_read_k_major_fails() {
+    // An M-major A (`X.T` of a `[K, M]` tile) read K-major (`imm-trans-a = 0`): it reads
+    // other elements of its slot, or bytes past it (the B slot's).
     let (func, code) = fixture_case(OPERANDS_FIXTURE, "m_major_a");
     run_case(&func, &code).unwrap();
     let wrong = edit_wgmmas(&code, |l| l.replace(", 1, 1, 1, 1;", ", 1, 1, 0, 1;"));
-    // It reads other elements of its slot, or bytes past it (the B slot's).
     assert!(run_case(&func, &wrong).is_err(), "an M-major A read K-major passed");
 }
 
