@@ -186,3 +186,33 @@ fn missing_triton_functions_get_no_fix_into_another_function() {
         assert!(d.notes.iter().any(|n| n == note), "{name}: {:?}", d.notes);
     }
 }
+
+/// `tile.cdiv` and `tile.INF` (Triton's `tl.cdiv`, NumPy habits) are Tessera built-ins of
+/// their own: the fix drops `tile.`, and the fixed kernel checks clean.
+#[test]
+fn top_level_builtins_written_under_tile_drop_the_prefix() {
+    let src = "from tessera import *\n\n@kernel.schedule(Schedule(block=(64, 1), warps=4))\n\
+               def k(X: Tensor[\"N\", f32], Y: Tensor[\"N\", f32]):\n    ctx = tile.context()\n    \
+               for n0 in tile.parallel(0, tile.cdiv(N, ctx.BM) * ctx.BM, ctx.BM):\n        \
+               x = tile.load(X[n0:n0 + ctx.BM], other=-tile.INF)\n        Y[n0:n0 + ctx.BM] = x\n";
+    let db = Database::default();
+    let file = SourceFile::new(&db, "k.tsr".into(), src.to_string(), None);
+    let diagnostics = file_diagnostics(&db, file).clone();
+    let fixes: Vec<_> = diagnostics.iter().map(|d| (d.code, fix_message(d).unwrap_or("-"))).collect();
+    assert_eq!(
+        fixes,
+        [
+            (Code::E0201, "`cdiv` is a built-in function of its own: write `cdiv(...)`"),
+            (Code::E0201, "`INF` is a built-in constant of its own: write `INF`"),
+        ],
+        "{diagnostics:#?}"
+    );
+    let mut fixed = src.to_string();
+    for d in diagnostics.iter().rev() {
+        for edit in &d.fix.as_ref().unwrap().edits {
+            fixed.replace_range(edit.range.start as usize..edit.range.end as usize, &edit.text);
+        }
+    }
+    let file = SourceFile::new(&db, "fixed.tsr".into(), fixed.clone(), None);
+    assert!(file_diagnostics(&db, file).is_empty(), "{fixed}\n{:#?}", file_diagnostics(&db, file));
+}

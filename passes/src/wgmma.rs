@@ -3,21 +3,24 @@
 //! pruning share, and the marks it leaves on Schedule IR for the Tile IR passes.
 //!
 //! What this slice supports (docs/language.md, "Schedules and autotuning"): sm_90,
-//! f16, bf16 or fp8 operands with an f32 accumulator, or int8 ones with an i32 one, warpgroups (4 warps each) stacked along M
-//! with `M` a multiple of 64 per warpgroup, or, where M has fewer m64 tiles than there
-//! are warpgroups, the rest splitting N (A then from shared memory); `N` per warpgroup a
-//! multiple of 8 up to 256 (one instruction covers its columns), `K` a multiple of 16. A is read from shared memory
-//! as `[M, K]` (K-major), as the transpose of a `[K, M]` tile (M-major, 16-bit only: a
-//! weight gradient's `X.T @ dY`) or, when the kernel computes it, from registers in the
-//! accumulator's own fragment layout (attention's `P @ V`: P is the `#wgmma` result of
+//! f16, bf16 or fp8 operands with an f32 accumulator, or int8 ones with an i32 one;
+//! warpgroups (4 warps each) stacked along M with `M` a multiple of 64 per warpgroup, or,
+//! where M has fewer m64 tiles than there are warpgroups, the rest splitting N (A then
+//! from shared memory); `N` per warpgroup a multiple of 8 up to 256 (one instruction
+//! covers its columns; integers: 8, 16, 24 or a multiple of 16), `K` a multiple of 16
+//! (32 for 8-bit operands). A is read from shared memory as `[M, K]` (K-major), as the
+//! transpose of a `[K, M]` tile (M-major, 16-bit only: a weight gradient's `X.T @ dY`)
+//! or, when the kernel computes it, from registers in the accumulator's own fragment
+//! layout (attention's `P @ V`: P is the `#wgmma` result of
 //! `Q @ K.T`, so it needs no shuffle). B is read from shared memory, either as `[K, N]`
 //! (N-major, whose rows must be a multiple of the narrowest descriptor swizzle, 32 bytes)
 //! or as the transpose of an `[N, K]` tile (K-major: `Q @ K.T`).
 //!
-//! 8-bit (fp8, int8) `wgmma` has no transposed B: both operands are read K-major. A staged
-//! `[K, N]` 8-bit B goes through a transposing stage (CUTLASS's answer for the same layout): its tile
-//! is staged as loaded, read into registers transposed, stored into an `[N, K]` buffer in
-//! the descriptor's swizzle between two barriers, and the dot reads that buffer K-major.
+//! 8-bit (fp8, int8) `wgmma` has no transposed B: both operands are read K-major. A
+//! staged `[K, N]` 8-bit B goes through a transposing stage (CUTLASS's answer for the
+//! same layout): its tile is staged as loaded, read into registers transposed, stored
+//! into an `[N, K]` buffer in the descriptor's swizzle between two barriers, and the dot
+//! reads that buffer K-major.
 
 use smol_str::SmolStr;
 use tessera_frontend::check::{DType, MmaFamily};

@@ -115,15 +115,19 @@ impl<'a> Infer<'a> {
                 Some(m) => member_ty(m),
                 None => self.unknown_member("tessera.stdlib", name, name_range, crate::stdlib::kernel_names()),
             },
-            // `tl.cdiv` written `tile.cdiv`: a built-in function of its own in Tessera.
+            // `tl.cdiv` written `tile.cdiv` (or `tile.INF`): a built-in of its own in Tessera.
             Ty::Namespace(ns)
                 if ns.name() == "tile"
                     && builtins::lookup(&format!("tile.{name}")).is_none()
                     && builtins::lookup(name).is_some_and(|b| b.level == builtins::Level::Any) =>
             {
                 let whole = TextRange::new(self.range(object).start, name_range.end);
+                let (what, written) = match builtins::lookup(name).is_some_and(|b| b.params.is_some()) {
+                    true => ("function", format!("{name}(...)")),
+                    false => ("constant", name.to_string()),
+                };
                 let d = Diagnostic::new(Code::E0201, name_range, format!("`tile` has no member `{name}`")).with_fix(
-                    format!("`{name}` is a built-in function of its own: write `{name}(...)`"),
+                    format!("`{name}` is a built-in {what} of its own: write `{written}`"),
                     vec![Edit { range: whole, text: name.to_string() }],
                 );
                 self.push(d);
