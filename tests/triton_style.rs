@@ -175,6 +175,12 @@ fn a_persistent_matmul_walks_every_tile_once() {
         .replace("tile.parallel(0, NUM_SMS, 1)", "tile.parallel(0, num_sms, 1)");
     let (_, out) = check_text(&with_param, "concise");
     assert!(out.contains("`num_sms` is a scalar parameter") && out.contains("`NUM_SMS = 132`"), "{out}");
+    // A producer warpgroup feeds one K loop at the top of a program, not one inside the
+    // loop over tiles: E0707 at the K loop (it was an internal error at lowering).
+    let producer = fixture_text(PERSISTENT).replace("copy=\"tma\"))", "copy=\"tma\", producer=\"warpgroup\"))");
+    let (code, out) = check_text(&producer, "concise");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("error[E0707]") && out.contains("the K loop is inside another loop or a branch"), "{out}");
 }
 
 #[test]

@@ -87,6 +87,18 @@ pub fn producer_problem(graph: &Func, config: &Config, target: Target) -> Option
             Some(graph.op(first).loc.range),
         ));
     };
+    // The split takes the K loop at the kernel's top level (inside grid loops only): a
+    // persistent kernel's K loop sits in its sequential loop over tiles.
+    let k_loop = enclosing_loop(graph, &graph.body, first).unwrap_or(first);
+    let around = enclosing_kinds(graph, &graph.body, k_loop).unwrap_or_default();
+    if around.iter().any(|&kind| kind != OpKind::GridParallel) {
+        return Some((
+            "the K loop is inside another loop or a branch (a persistent kernel's loop over tiles, say): a producer \
+             warpgroup feeds one K loop at the top of each program"
+                .into(),
+            Some(graph.op(k_loop).loc.range),
+        ));
+    }
     if let Some(&outside) = dots.iter().find(|d| !body.ops.contains(d)) {
         return Some((
             "this dot is not in the K loop of the first one: a producer warpgroup feeds one loop".into(),
@@ -239,6 +251,21 @@ pub(crate) fn enclosing_loop(f: &Func, region: &Region, target: OpId) -> Option<
         }
     }
     None
+}
+
+/// The kinds of the ops whose regions hold `target`, outermost first (None when `region`
+/// does not hold it).
+fn enclosing_kinds(f: &Func, region: &Region, target: OpId) -> Option<Vec<OpKind>> {
+    if region.ops.contains(&target) {
+        return Some(Vec::new());
+    }
+    region.ops.iter().find_map(|&id| {
+        let op = f.op(id);
+        op.regions.iter().find_map(|r| enclosing_kinds(f, r, target)).map(|mut kinds| {
+            kinds.insert(0, op.kind);
+            kinds
+        })
+    })
 }
 
 /// The Tile pass: marks the staged K loop for a producer warpgroup (see the module).
