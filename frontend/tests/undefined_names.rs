@@ -137,18 +137,23 @@ acc = tile.zeros((ctx.BM, ctx.BN), f32)\n            for k0 in tile.static_range
 w = tile.load(W[n0:n0 + ctx.BN, k0:k0 + ctx.BK])\n                \
 acc += tile.dot(tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]), tile.trans(w))\n            \
 C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc\n";
-    let db = Database::default();
-    let file = SourceFile::new(&db, "triton.tsr".into(), src.to_string(), None);
-    let diagnostics = file_diagnostics(&db, file).clone();
-    let fixes: Vec<_> = diagnostics.iter().map(|d| (d.code, fix_message(d).unwrap_or("-"))).collect();
-    assert_eq!(
-        fixes,
-        [
+    assert_fixes_then_clean(
+        src,
+        &[
             (Code::E0201, "did you mean `tile.range`, Tessera's name for `static_range`?"),
             (Code::E0201, "did you mean `tile.transpose`, Tessera's name for `trans`?"),
         ],
-        "{diagnostics:#?}"
     );
+}
+
+/// `src`'s diagnostics are `expected` (code, fix message), and applying every fix leaves
+/// a file that checks clean.
+fn assert_fixes_then_clean(src: &str, expected: &[(Code, &str)]) {
+    let db = Database::default();
+    let file = SourceFile::new(&db, "k.tsr".into(), src.to_string(), None);
+    let diagnostics = file_diagnostics(&db, file).clone();
+    let fixes: Vec<_> = diagnostics.iter().map(|d| (d.code, fix_message(d).unwrap_or("-"))).collect();
+    assert_eq!(fixes, expected, "{diagnostics:#?}");
     let mut fixed = src.to_string();
     for d in diagnostics.iter().rev() {
         for edit in &d.fix.as_ref().unwrap().edits {
@@ -195,24 +200,11 @@ fn top_level_builtins_written_under_tile_drop_the_prefix() {
                def k(X: Tensor[\"N\", f32], Y: Tensor[\"N\", f32]):\n    ctx = tile.context()\n    \
                for n0 in tile.parallel(0, tile.cdiv(N, ctx.BM) * ctx.BM, ctx.BM):\n        \
                x = tile.load(X[n0:n0 + ctx.BM], other=-tile.INF)\n        Y[n0:n0 + ctx.BM] = x\n";
-    let db = Database::default();
-    let file = SourceFile::new(&db, "k.tsr".into(), src.to_string(), None);
-    let diagnostics = file_diagnostics(&db, file).clone();
-    let fixes: Vec<_> = diagnostics.iter().map(|d| (d.code, fix_message(d).unwrap_or("-"))).collect();
-    assert_eq!(
-        fixes,
-        [
+    assert_fixes_then_clean(
+        src,
+        &[
             (Code::E0201, "`cdiv` is a built-in function of its own: write `cdiv(...)`"),
             (Code::E0201, "`INF` is a built-in constant of its own: write `INF`"),
         ],
-        "{diagnostics:#?}"
     );
-    let mut fixed = src.to_string();
-    for d in diagnostics.iter().rev() {
-        for edit in &d.fix.as_ref().unwrap().edits {
-            fixed.replace_range(edit.range.start as usize..edit.range.end as usize, &edit.text);
-        }
-    }
-    let file = SourceFile::new(&db, "fixed.tsr".into(), fixed.clone(), None);
-    assert!(file_diagnostics(&db, file).is_empty(), "{fixed}\n{:#?}", file_diagnostics(&db, file));
 }
