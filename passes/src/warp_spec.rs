@@ -81,15 +81,15 @@ pub fn producer_problem(graph: &Func, config: &Config, target: Target) -> Option
     let Some(&first) = dots.first() else {
         return Some(("the kernel has no `tile.dot` for a producer to feed".into(), None));
     };
-    let Some(body) = enclosing_loop(graph, &graph.body, first).map(|k| &graph.op(k).regions[0]) else {
+    let Some(k_loop) = enclosing_loop(graph, &graph.body, first) else {
         return Some((
             "the dot is not directly in a sequential `tile.range` loop (the K loop)".into(),
             Some(graph.op(first).loc.range),
         ));
     };
+    let body = &graph.op(k_loop).regions[0];
     // The split takes the K loop at the kernel's top level (inside grid loops only): a
     // persistent kernel's K loop sits in its sequential loop over tiles.
-    let k_loop = enclosing_loop(graph, &graph.body, first).unwrap_or(first);
     let around = enclosing_kinds(graph, &graph.body, k_loop).unwrap_or_default();
     if around.iter().any(|&kind| kind != OpKind::GridParallel) {
         return Some((
