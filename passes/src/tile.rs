@@ -584,11 +584,9 @@ pub(crate) fn keep_wgmma_operands_in_shared(f: &mut Func) -> Result<(), LowerErr
         // A in registers stays a tile; B is K-major (A M-major) exactly when it is read
         // transposed.
         let first_in_shared = if op.attr(crate::wgmma::A_IN_REGISTERS).is_some() { 1 } else { 0 };
-        let b_k_major = op.attr(crate::wgmma::B_K_MAJOR).is_some();
-        let a_m_major = op.attr(crate::wgmma::A_M_MAJOR).is_some();
         for (i, operand) in operands.iter_mut().enumerate().take(2).skip(first_in_shared) {
             let load = defs[operand.0 as usize].map(|d| f.op(d));
-            let transposed = if i == 0 { a_m_major } else { b_k_major };
+            let transposed = crate::wgmma::reads_transposed(op, i);
             match load {
                 Some(l) if l.kind == OpKind::LoadShared && l.attr("transpose").is_some() == transposed => {
                     *operand = l.operands[0]

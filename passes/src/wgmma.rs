@@ -75,21 +75,21 @@ pub const A_IN_REGISTERS: &str = "a_registers";
 /// `[N, K]` tile in shared memory: `imm-trans-b = 0`).
 pub const B_K_MAJOR: &str = "b_k_major";
 
-/// Whether `op`'s B operand, of type `b`, is a K-major `wgmma` slot in Tile IR: an
-/// `[N, K]` shared buffer whose dims read reversed are the dot's `[K, N]`.
-pub fn is_k_major_b_slot(op: &Op, b: &Type) -> bool {
-    matches!(b, Type::Smem(_)) && op.attr(B_K_MAJOR).is_some()
-}
-
 /// The attribute of a `wgmma` dot whose A operand is M-major: the transpose `a.T` of a
 /// `[K, M]` tile in shared memory (`imm-trans-a = 1`; 16-bit operands only), as a
 /// weight gradient `X.T @ dY` reads X.
 pub const A_M_MAJOR: &str = "a_m_major";
 
-/// Whether `op`'s A operand, of type `a`, is an M-major `wgmma` slot in Tile IR: a
-/// `[K, M]` shared buffer whose dims read reversed are the dot's `[M, K]`.
-pub fn is_m_major_a_slot(op: &Op, a: &Type) -> bool {
-    matches!(a, Type::Smem(_)) && op.attr(A_M_MAJOR).is_some()
+/// Whether the `wgmma` dot `op` reads its operand `i` (0: A, 1: B) transposed from its
+/// shared buffer: an M-major A (`[K, M]`), a K-major B (`[N, K]`).
+pub fn reads_transposed(op: &Op, i: usize) -> bool {
+    op.attr(if i == 0 { A_M_MAJOR } else { B_K_MAJOR }).is_some()
+}
+
+/// Whether operand `i` of `op`, of type `ty`, is such a slot in Tile IR: a shared buffer
+/// whose dims read reversed are the dot's (`[M, K]` for A, `[K, N]` for B).
+pub fn is_transposed_slot(op: &Op, i: usize, ty: &Type) -> bool {
+    matches!(ty, Type::Smem(_)) && reads_transposed(op, i)
 }
 
 /// The attribute of a staged `tile.load` of an 8-bit `[K, N]` B that a `wgmma` dot reads

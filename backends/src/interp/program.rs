@@ -669,19 +669,19 @@ impl Compiler<'_> {
                     Type::Smem(_) => self.smem_dims(id, v),
                     _ => self.tile_dims_of(id, v),
                 };
-                // A K-major `wgmma` B is its [N, K] slot.
-                let b_k_major = tessera_passes::wgmma::is_k_major_b_slot(op, self.ty(b));
-                let mut bd = operand_dims(b)?;
-                if b_k_major {
-                    bd.reverse();
-                }
-                // An M-major `wgmma` A is its [K, M] slot.
-                let a_m_major = tessera_passes::wgmma::is_m_major_a_slot(op, self.ty(a));
-                let mut ad = operand_dims(a)?;
-                if a_m_major {
-                    ad.reverse();
-                }
-                let cd = self.tile_dims_of(id, acc)?;
+                // A `wgmma` slot read transposed (an M-major A's [K, M], a K-major B's
+                // [N, K]) has the dot's dims reversed.
+                let transposed = |i: usize, v: ValueId| tessera_passes::wgmma::is_transposed_slot(op, i, self.ty(v));
+                let (a_m_major, b_k_major) = (transposed(0, a), transposed(1, b));
+                let dot_dims = |v: ValueId, reversed: bool| {
+                    operand_dims(v).map(|mut d| {
+                        if reversed {
+                            d.reverse();
+                        }
+                        d
+                    })
+                };
+                let (ad, bd, cd) = (dot_dims(a, a_m_major)?, dot_dims(b, b_k_major)?, self.tile_dims_of(id, acc)?);
                 if ad.len() != 2 || bd.len() != 2 || cd.len() != 2 || ad[1] != bd[0] || cd != [ad[0], bd[1]] {
                     return Err(
                         self.err(id, format!("tile.dot shapes {} x {} + {}", self.ty(a), self.ty(b), self.ty(acc)))

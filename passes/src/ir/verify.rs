@@ -240,28 +240,20 @@ impl Verifier<'_> {
                 let (a, b, c) = (self.ty(op.operands[0]), self.ty(op.operands[1]), self.ty(op.operands[2]));
                 // A `wgmma` dot (Tile IR) reads A and B from shared slots in place.
                 let wgmma = op.str_attr("instr") == Some("wgmma");
-                let operand_dims = |t: &Type| match t {
-                    Type::Tile(t) => Some(t.dims.clone()),
-                    Type::Smem(s) if wgmma && s.stages == 1 => Some(s.dims.clone()),
-                    _ => None,
+                // Operand `i`'s dims as the dot reads them: a `wgmma` slot read transposed
+                // (an M-major A's [K, M], a K-major B's [N, K]) reversed.
+                let operand_dims = |i: usize, t: &Type| {
+                    let mut dims = match t {
+                        Type::Tile(t) => t.dims.clone(),
+                        Type::Smem(s) if wgmma && s.stages == 1 => s.dims.clone(),
+                        _ => return None,
+                    };
+                    if wgmma && crate::wgmma::is_transposed_slot(op, i, t) {
+                        dims.reverse();
+                    }
+                    Some(dims)
                 };
-                // A K-major `wgmma` B is its [N, K] slot.
-                let b_k_major = wgmma && crate::wgmma::is_k_major_b_slot(op, b);
-                let b_dims = operand_dims(b).map(|mut d| {
-                    if b_k_major {
-                        d.reverse();
-                    }
-                    d
-                });
-                // An M-major `wgmma` A is its [K, M] slot.
-                let a_m_major = wgmma && crate::wgmma::is_m_major_a_slot(op, a);
-                let a_dims = operand_dims(a).map(|mut d| {
-                    if a_m_major {
-                        d.reverse();
-                    }
-                    d
-                });
-                let (Some(a_dims), Some(b_dims), Type::Tile(c)) = (a_dims, b_dims, c) else {
+                let (Some(a_dims), Some(b_dims), Type::Tile(c)) = (operand_dims(0, a), operand_dims(1, b), c) else {
                     return Err(err(
                         id,
                         "tile.dot operands are tiles (a `wgmma` dot's A and B may be shared slots, in Tile IR)",
