@@ -149,7 +149,7 @@ pub(crate) fn annotate_dots(f: &mut Func, config: &Config, target: Target) -> Re
         let c = f.ty(op.operands[2]).clone();
         let (Some(ad), Some(cd)) = (a.const_dims(), c.const_dims()) else { continue };
         let dtype = a.dtype().unwrap_or(DType::BF16);
-        let k_instr = if dtype.bits() == 8 { 32 } else { 16 };
+        let k_instr = mma_sync_k(dtype);
         let (m, n, k) = (cd[0], cd[1], ad[1]);
         let instr = format!("m16n8k{k_instr}");
         let layout = if rows_per_warp {
@@ -192,6 +192,16 @@ pub(crate) fn dot_operand_source(f: &Func, defs: &[Option<OpId>], operand: Value
         }
     }
     (chain, None)
+}
+
+/// K of the `mma.sync` instruction (m16n8kK) a dot of `dtype` operands takes: 32 for
+/// 8-bit operands, 16 otherwise.
+pub(crate) fn mma_sync_k(dtype: DType) -> i64 {
+    if dtype.bits() == 8 {
+        32
+    } else {
+        16
+    }
 }
 
 pub(crate) fn annotate_staging(f: &mut Func, config: &Config) {

@@ -119,6 +119,19 @@ pub fn a_start_m_major(a: &SmemType, row0: i64, k0: i64) -> Option<i64> {
     Some((x / w) * k_rows * w + k0 * w + x % w)
 }
 
+/// The PTX type of a `wgmma` operand of `dtype` (`.bf16`, `.e4m3`, `.s8`, ...), or None
+/// for a dtype `wgmma` does not take.
+pub fn operand_type(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        DType::Fp8E4m3 => "e4m3",
+        DType::Fp8E5m2 => "e5m2",
+        DType::Int8 => "s8",
+        _ => return None,
+    })
+}
+
 /// Byte offset, in B's slot, of the B operand of k step `k0`: row `k0` of block 0.
 pub fn b_start(b: &SmemType, k0: i64) -> Option<i64> {
     let Swizzle::Wgmma(w) = b.swizzle else { return None };
@@ -141,15 +154,7 @@ impl Emitter<'_> {
         let Layout::Wgmma { warpgroups, across_n } = layout else {
             return Err(internal(self, "a `wgmma` accumulator outside the #wgmma layout"));
         };
-        let name = |d: DType| match d {
-            DType::BF16 => Some("bf16"),
-            DType::F16 => Some("f16"),
-            DType::Fp8E4m3 => Some("e4m3"),
-            DType::Fp8E5m2 => Some("e5m2"),
-            DType::Int8 => Some("s8"),
-            _ => None,
-        };
-        let (at, bt) = match (name(a.dtype()), name(b.ty.dtype)) {
+        let (at, bt) = match (operand_type(a.dtype()), operand_type(b.ty.dtype)) {
             (Some(x), Some(y)) if x == y || (a.dtype().is_fp8() && b.ty.dtype.is_fp8()) => (x, y),
             _ => return Err(self.unsupported(op, format!("with {} x {} operands on `wgmma`", a.dtype(), b.ty.dtype))),
         };

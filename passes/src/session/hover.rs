@@ -145,17 +145,11 @@ fn dot_instructions(f: &crate::ir::Func, dot: crate::ir::OpId) -> Option<String>
     let (at, bt, ct) = (a.dtype()?, b.dtype()?, c.dtype()?);
     let (ad, cd) = (a.const_dims()?, c.const_dims()?);
     let (m, n, k) = (*cd.first()?, *cd.get(1)?, *ad.get(1)?);
-    let ptx = |d: DType| match d {
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        DType::Fp8E4m3 => "e4m3",
-        DType::Fp8E5m2 => "e5m2",
-        DType::Int8 => "s8",
-        DType::I32 => "s32",
-        _ => "f32",
+    // The K of one instruction, as instruction selection chose it.
+    let k_step = match op.str_attr("instr") {
+        Some("wgmma") => crate::wgmma::k_step(at),
+        _ => crate::sched::mma_sync_k(at),
     };
-    let eight_bit = at.bits() == 8;
-    let k_step = if eight_bit { 32 } else { 16 };
     let shape = format!("{m}×{n}×{k} ({at} × {bt} → {ct})");
     Some(match op.str_attr("instr")? {
         "wgmma" => {
@@ -180,9 +174,9 @@ fn dot_instructions(f: &crate::ir::Func, dot: crate::ir::OpId) -> Option<String>
                 "{shape} as Hopper warpgroup MMAs: `wgmma.mma_async.m64n{cols}k{k_step}.{}.{}.{}` (`{sass}` in SASS), \
                  {groups} warpgroup{} each computing {rows}×{cols}, {instructions} instruction{} per warpgroup; {a_from}, \
                  B from shared memory ({b_major})",
-                ptx(ct),
-                ptx(at),
-                ptx(bt),
+                if ct == DType::I32 { "s32" } else { "f32" },
+                crate::ptx::wgmma::operand_type(at)?,
+                crate::ptx::wgmma::operand_type(bt)?,
                 if groups == 1 { "" } else { "s" },
                 if instructions == 1 { "" } else { "s" },
             );
