@@ -376,12 +376,11 @@ impl Lower<'_, '_> {
                 let ar = self.b.op1(OpKind::Arange, vec![], t.clone(), vec![], &loc);
                 Ok(Val::One(self.b.op1(OpKind::Add, vec![base_t, ar], t, vec![], &loc)))
             }
-            // A constant the checker folded (`float("-inf")`, `float(2)`).
-            "float" if matches!(self.ty_of(e), Ty::Float(Some(_))) => {
-                let Ty::Float(Some(v)) = self.ty_of(e) else { unreachable!() };
-                Ok(Val::One(self.const_scalar(v.get(), DType::F32, &loc)))
-            }
             "float" | "int" => {
+                // A constant the checker folded (`float("-inf")`, `float(2)`).
+                if let (Ty::Float(Some(v)), "float") = (self.ty_of(e), name) {
+                    return Ok(Val::One(self.const_scalar(v.get(), DType::F32, &loc)));
+                }
                 let x = self.value(positional[0])?;
                 let t = self.result_type(e)?;
                 Ok(Val::One(self.coerce(x, &t, &loc)?))
