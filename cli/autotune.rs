@@ -253,8 +253,8 @@ enum Rate {
 }
 
 impl Rate {
-    fn of(tuned: &Tuned) -> Rate {
-        match tuned.plan.as_ref().map(launch::work) {
+    fn of(work: Option<&launch::Work>) -> Rate {
+        match work {
             Some(w) if w.flops.is_some() && w.integer => Rate::Ops,
             Some(w) if w.flops.is_some() => Rate::Flops,
             Some(w) if w.flops_unknown.is_none() => Rate::Bytes,
@@ -275,15 +275,16 @@ impl Rate {
     }
 }
 
-fn rows_of(tuned: &Tuned) -> Vec<Row> {
-    let work = tuned.plan.as_ref().map(launch::work);
+/// The table's rows; `work` is the plan's work model (`launch::work`), computed once by
+/// the caller for the rows and the rate column.
+fn rows_of(tuned: &Tuned, work: Option<&launch::Work>) -> Vec<Row> {
     tuned
         .measured
         .iter()
         .map(|m: &Measured| match &m.outcome {
             Ok(o) => {
                 let t = o.timing.median_ms;
-                let rate = match &work {
+                let rate = match work {
                     Some(w) => w.tflops(t).map(|x| x * 1e12).or_else(|| w.gbps(t).map(|x| x * 1e9)),
                     None => None,
                 };
@@ -409,8 +410,9 @@ fn tuned_text(
         let _ = writeln!(s, "  times     the interpreter's, not a device's");
     }
     s.push('\n');
-    let rows = rows_of(tuned);
-    s.push_str(&table(&space.keys, &rows, Rate::of(tuned), interp));
+    let work = tuned.plan.as_ref().map(launch::work);
+    let rows = rows_of(tuned, work.as_ref());
+    s.push_str(&table(&space.keys, &rows, Rate::of(work.as_ref()), interp));
     s.push('\n');
     // What the causes of the wrong rows mean, once each (`tessera run` prints it as `cause`).
     let mut causes: Vec<MismatchSource> = rows.iter().filter_map(|r| r.cause).collect();
@@ -464,7 +466,7 @@ fn tuned_json(
     let results: Vec<Value> = tuned
         .measured
         .iter()
-        .zip(rows_of(tuned))
+        .zip(rows_of(tuned, work.as_ref()))
         .map(|(m, row)| {
             let ranked = row.error.is_none() && row.correct != Some(false);
             let this_rank = if ranked {
