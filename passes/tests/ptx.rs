@@ -156,6 +156,13 @@ fn every_kernel_emits_and_assembles_for_every_configuration() {
             let name = format!("{}_{}_{}_{}.ptx", c.file.replace('/', "_"), c.kernel, c.target, short(&c.config));
             std::fs::write(dir.join(name.replace(',', "_")), ptx).unwrap();
         }
+        // ptxas calls a subroutine for a 64-bit `div`/`rem` even by a constant: those
+        // are multiplies by the reciprocal (`ptx/arith.rs`).
+        if let Ok(ptx) = &c.ptx {
+            if let Some(line) = ptx.lines().find(|l| divides_wide_by_an_immediate(l)) {
+                failures.push(format!("{what}: a 64-bit division by a constant: `{}`", line.trim()));
+            }
+        }
         match (&c.ptx, &c.report) {
             (Err(e), _) => failures.push(format!("{what}: {e}")),
             (Ok(_), Some(Err(e))) => failures.push(format!("{what}: ptxas: {e}")),
@@ -185,6 +192,14 @@ fn every_kernel_emits_and_assembles_for_every_configuration() {
         }
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `div.s64 %rd1, %rd2, 3;` and the like: a 64-bit division whose divisor is an immediate.
+fn divides_wide_by_an_immediate(line: &str) -> bool {
+    let line = line.trim().trim_end_matches(';');
+    let Some((opcode, operands)) = line.split_once(' ') else { return false };
+    let wide_division = ["div.s64", "div.u64", "rem.s64", "rem.u64"].contains(&opcode);
+    wide_division && operands.rsplit(',').next().is_some_and(|d| d.trim().parse::<i64>().is_ok())
 }
 
 /// PTX of one example kernel (default configuration) and the Tile IR it came from.

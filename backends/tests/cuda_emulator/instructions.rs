@@ -271,6 +271,8 @@ impl Cta<'_> {
                 (match name {
                     "add" => a.wrapping_add(b),
                     "sub" => a.wrapping_sub(b),
+                    "mul" if op.contains(&"hi") && signed => ((sa as i64 * sb as i64) >> 32) as u32,
+                    "mul" if op.contains(&"hi") => ((a as u64 * b as u64) >> 32) as u32,
                     "mul" => a.wrapping_mul(b),
                     "mad" => a.wrapping_mul(b).wrapping_add(c),
                     "div" if signed => sa.checked_div(sb).unwrap_or(-1) as u32,
@@ -299,6 +301,9 @@ impl Cta<'_> {
                 (match name {
                     "add" => sa.wrapping_add(sb),
                     "sub" => sa.wrapping_sub(sb),
+                    // `mul.hi.u64`: the high half of the 128-bit product.
+                    "mul" if op.contains(&"hi") && !signed => ((x as u128 * y as u128) >> 64) as i64,
+                    "mul" if op.contains(&"hi") => ((sa as i128 * sb as i128) >> 64) as i64,
                     "mul" => sa.wrapping_mul(sb),
                     "mad" => sa.wrapping_mul(sb).wrapping_add(sc),
                     "div" => sa.checked_div(sb).unwrap_or(-1),

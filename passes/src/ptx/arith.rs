@@ -5,7 +5,7 @@ use tessera_frontend::check::DType;
 
 use crate::ir::{policy as ir_policy, Attr, Op, OpKind, Type, ValueId};
 
-use super::builder::{Class, Operand};
+use super::builder::{Builder, Class, Operand, Reg};
 use super::emit::*;
 use super::numerics::{arith_type, materialize, round_wide_with, wide_class};
 
@@ -215,13 +215,28 @@ impl Emitter<'_> {
             OpKind::Min => b_.ins(format!("min.{ty} {r}, {x}, {b}")),
             OpKind::And => b_.ins(format!("and.b{bits} {r}, {x}, {b}")),
             OpKind::Or => b_.ins(format!("or.b{bits} {r}, {x}, {b}")),
+            OpKind::FloorDiv | OpKind::Rem if class == Class::B64 && wide_constant_divisor(b).is_some() => {
+                // ptxas turns a 64-bit `div`/`rem`, even by a constant, into a call of a
+                // division subroutine (`__cuda_sm20_rem_s64`): a pipelined loop's stage
+                // index paid two calls per iteration. A multiply by the reciprocal instead.
+                let c = wide_constant_divisor(b).unwrap();
+                let q = if op.kind == OpKind::FloorDiv { r } else { b_.reg(class) };
+                floor_div_by_constant(b_, q, x, c);
+                if op.kind == OpKind::Rem {
+                    b_.ins(format!("mul.lo.s64 {r}, {q}, {c}"));
+                    b_.ins(format!("sub.s64 {r}, {x}, {r}"));
+                }
+            }
             OpKind::FloorDiv => match pow2(b) {
                 // An arithmetic shift floors.
                 Some(c) => b_.ins(format!("shr.{ty} {r}, {x}, {}", c.trailing_zeros())),
                 None => {
+                    // The remainder from the quotient: a second `div`-class instruction is
+                    // a second subroutine call for 64-bit operands.
                     let rem = b_.reg(class);
                     b_.ins(format!("div.{ty} {r}, {x}, {b}"));
-                    b_.ins(format!("rem.{ty} {rem}, {x}, {b}"));
+                    b_.ins(format!("mul.lo.{ty} {rem}, {r}, {b}"));
+                    b_.ins(format!("sub.{ty} {rem}, {x}, {rem}"));
                     let (nz, neg, both) = (b_.reg(Class::Pred), b_.reg(Class::Pred), b_.reg(Class::Pred));
                     b_.ins(format!("setp.ne.{ty} {nz}, {rem}, 0"));
                     b_.ins(format!("xor.b{bits} {rem}, {rem}, {b}"));
@@ -330,4 +345,73 @@ impl Emitter<'_> {
     }
 
     // ----- views and shared slots ------------------------------------------------------
+}
+
+/// A constant divisor that [`floor_div_by_constant`] takes: positive and not a power of
+/// two (those are shifts and masks).
+fn wide_constant_divisor(b: Operand) -> Option<i64> {
+    b.as_int().filter(|&c| c > 1 && c.count_ones() != 1)
+}
+
+/// The multiplier and shift that divide a 63-bit unsigned value by `c` (Granlund and
+/// Montgomery, "Division by invariant integers using multiplication", theorem 4.2):
+/// with `l = ceil(log2 c)` and `m = floor(2^(63+l) / c) + 1`, `floor(n / c) =
+/// floor(m n / 2^(63+l))` for every `n < 2^63`, and `m < 2^64` because `c > 2^(l-1)`.
+pub(super) fn reciprocal_of(c: i64) -> (u64, u32) {
+    debug_assert!(c > 1 && c.count_ones() != 1);
+    let l = 64 - (c as u64 - 1).leading_zeros();
+    let m = (1u128 << (63 + l)) / c as u128 + 1;
+    (u64::try_from(m).expect("the multiplier fits 64 bits"), l - 1)
+}
+
+/// `q = floor(x / c)` for a signed 64-bit `x` and a constant `c` of [`wide_constant_divisor`].
+/// For negative `x`, `floor(x / c) = !floor(!x / c)` with `!x >= 0`, so one unsigned
+/// division of `x ^ (x >> 63)` serves both signs.
+fn floor_div_by_constant(b: &mut Builder, q: Reg, x: Reg, c: i64) {
+    let (m, shift) = reciprocal_of(c);
+    let sign = b.reg(Class::B64);
+    b.ins(format!("shr.s64 {sign}, {x}, 63"));
+    b.ins(format!("xor.b64 {q}, {x}, {sign}"));
+    b.ins(format!("mul.hi.u64 {q}, {q}, {m}"));
+    b.ins(format!("shr.u64 {q}, {q}, {shift}"));
+    b.ins(format!("xor.b64 {q}, {q}, {sign}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reciprocal_of;
+
+    /// The PTX sequence of `floor_div_by_constant`, step by step.
+    fn floor_div(x: i64, c: i64) -> i64 {
+        let (m, shift) = reciprocal_of(c);
+        let sign = x >> 63;
+        let n = (x ^ sign) as u64;
+        let q = (((n as u128 * m as u128) >> 64) as u64) >> shift;
+        q as i64 ^ sign
+    }
+
+    #[test]
+    fn the_reciprocal_divides_every_64_bit_value_like_floor_division() {
+        let divisors = [3, 5, 6, 7, 9, 10, 11, 12, 13, 25, 100, 641, 1000, 6_700_417, (1 << 31) - 1, (1 << 32) + 1];
+        let divisors = divisors.into_iter().chain([i64::MAX, i64::MAX - 1, (1 << 62) + 1, (1 << 62) - 1]);
+        // A deterministic spread of dividends: edges, and values of every magnitude.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut xs = vec![0, 1, -1, 2, -2, i64::MAX, i64::MIN, i64::MAX - 1, i64::MIN + 1];
+        for _ in 0..4000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            xs.push((state as i64) >> (state % 64));
+        }
+        for c in divisors {
+            for k in [-2i64, -1, 0, 1, 2, 3, 1000] {
+                xs.push(c.wrapping_mul(k));
+                xs.push(c.wrapping_mul(k).wrapping_sub(1));
+                xs.push(c.wrapping_mul(k).wrapping_add(1));
+            }
+            for &x in &xs {
+                assert_eq!(floor_div(x, c), x.div_euclid(c), "floor({x} / {c})");
+            }
+        }
+    }
 }
