@@ -102,7 +102,7 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     }
     let setup = setup(src, &args.kernel, args.device, args.target, &dims_given, &args.args)?;
     print_notes(&setup);
-    warn_padding(src, key);
+    warn_reference_blind(src, key);
     let backend = setup.opened.backend.clone();
     let dims = setup.dims.map();
     let info = &setup.info;
@@ -455,10 +455,11 @@ fn estimate_text(estimate: u32, limit: Option<u32>, setmaxnreg: bool) -> String 
     }
 }
 
-/// A reduction that takes in a partial tile's padding (W0606) is where the kernel and its
-/// reference agree by construction: both pad the same way, so the verdict cannot see a
-/// result that depends on the padding. Said before the run, as `tessera check` says it.
-fn warn_padding(src: &Source, key: tessera_frontend::FnKey<'_>) {
+/// A reduction that takes in a partial tile's padding (W0606), or a store past its loop's
+/// bound (W0607), is where the kernel and its reference agree by construction: both pad
+/// and store the same way, so the verdict cannot see a result that depends on it. Said
+/// before the run, as `tessera check` says it.
+fn warn_reference_blind(src: &Source, key: tessera_frontend::FnKey<'_>) {
     let Ok(graph) = tessera_passes::graph_ir(src.db(), key).clone() else { return };
     for p in tessera_passes::analysis::padding::padded_reductions(&graph) {
         eprintln!(
@@ -468,6 +469,18 @@ fn warn_padding(src: &Source, key: tessera_frontend::FnKey<'_>) {
             src.position(Some(&p.at)),
             if p.kind == "dot" { "tile.dot's K sum".to_string() } else { p.kind.clone() },
             p.tensor
+        );
+    }
+    // A store past its loop's bound (W0607): the reference overwrites the same elements.
+    for o in tessera_passes::analysis::overrun::overrunning_windows(&graph) {
+        eprintln!(
+            "warning: {}W0607 where `{}` does not divide `{}`, this store writes `{}` past its loop's bound `{}`: \
+             the f64 reference writes the same elements, so the verdict cannot tell (`tessera check` says more)",
+            src.position(Some(&o.at)),
+            o.step,
+            o.trip,
+            o.tensor,
+            o.bound
         );
     }
 }

@@ -9,7 +9,10 @@
 //! - `tl.rand(seed, offsets)` with an offsets tile gets a note on tile-origin offsets, and
 //!   the seeded dropout draws one mask on the interpreter and the CPU;
 //! - `tl.exp2`/`tl.log2` are `tile.exp2`/`tile.log2` (E0201 offered `tile.exp`, a fix that
-//!   changed the numbers).
+//!   changed the numbers);
+//! - rotary embeddings over the two halves of a row, the loop running to the half: the
+//!   first half's last tile overwrote the second half where the tile does not divide it,
+//!   and the run said `correct`; it now warns (W0607), and the masked store is right.
 //!
 //! Outputs are compared with what this file computes in f64 from the saved inputs (no
 //! Tessera code in those oracles).
@@ -28,6 +31,8 @@ fn tessera(dir: &Path, args: &[&str]) -> std::process::Output {
 /// A kernel run with `--save`: its report and its saved arrays.
 struct Saved {
     text: String,
+    /// What the run wrote to standard error (its warnings).
+    warnings: String,
     dir: PathBuf,
     _tmp: tempfile::TempDir,
 }
@@ -53,7 +58,7 @@ fn run_saved(fixture: &str, kernel: &str, device: &str, dims: &str, extra: &[&st
         return None;
     }
     assert_eq!(o.status.code(), Some(0), "{kernel} {extra:?}: {text}{err}");
-    Some(Saved { text, dir, _tmp: tmp })
+    Some(Saved { text, warnings: err.into_owned(), dir, _tmp: tmp })
 }
 
 /// `tessera check` of `text` (a fixture changed the way a user would write it): the exit
@@ -225,4 +230,51 @@ fn exp2_and_log2_are_base_two() {
             );
         }
     }
+}
+
+/// RoPE over the two halves of a `D = 2H` row with the loop running to `H`: where `BN`
+/// does not divide `H`, the first half's last tile writes columns `H..BN` of the second
+/// half (W0607). Its f64 reference stores the same way, so the run's verdict is
+/// `correct`; the run says it cannot tell, and the oracle here sees the overwritten
+/// columns. Masked at the loop's bound, the store is right.
+#[test]
+fn a_store_past_its_loops_bound_warns_and_the_masked_store_is_right() {
+    const ROPE: &str = "tests/corpus/invalid/w0607_store_past_loop_bound.tsr";
+    let (t, h, bn) = (40, 48, 64);
+    let dims = format!("T={t},H={h},D={}", 2 * h);
+    // The columns whose value is off by more than f16 rounding.
+    let wrong_columns = |s: &Saved| -> std::collections::BTreeSet<usize> {
+        let (x, c, sn, y) = (s.read("X.npy"), s.read("Cos.npy"), s.read("Sin.npy"), s.read("Y.out.npy"));
+        let mut wrong = std::collections::BTreeSet::new();
+        for r in 0..t {
+            for j in 0..h {
+                let (x1, x2, c, sn) = (x[r * 2 * h + j], x[r * 2 * h + h + j], c[r * h + j], sn[r * h + j]);
+                for (col, want) in [(j, x1 * c - x2 * sn), (h + j, x2 * c + x1 * sn)] {
+                    if (y[r * 2 * h + col] - want).abs() > want.abs() * 2f64.powi(-10) + 1e-6 {
+                        wrong.insert(col);
+                    }
+                }
+            }
+        }
+        wrong
+    };
+    let s = run_saved(ROPE, "rope", "interp", &dims, &[]).unwrap();
+    assert!(s.text.contains("correct"), "{}", s.text);
+    assert!(s.warnings.contains("W0607 where `BN` does not divide `H`, this store writes `Y`"), "{}", s.warnings);
+    assert_eq!(wrong_columns(&s), (h..bn).collect(), "the first half's last tile overwrites columns H..BN");
+    // Masked at the bound: no warning, and every column right.
+    let tmp = tempfile::tempdir().unwrap();
+    let masked = tmp.path().join("rope_masked.tsr");
+    let store = "Y[t0:t0 + ctx.BM, h0:h0 + ctx.BN] = tile.cast(x1 * c - x2 * s, f16)  # <- W0607";
+    let text = fixture_text(ROPE);
+    assert!(text.contains(store));
+    let fixed = text.replace(
+        store,
+        "tile.store(Y[t0:t0 + ctx.BM, h0:h0 + ctx.BN], tile.cast(x1 * c - x2 * s, f16), \
+         mask=(h0 + tile.arange(ctx.BN))[None, :] < H)",
+    );
+    std::fs::write(&masked, fixed).unwrap();
+    let s = run_saved(masked.to_str().unwrap(), "rope", "interp", &dims, &[]).unwrap();
+    assert!(!s.warnings.contains("W0607"), "{}", s.warnings);
+    assert_eq!(wrong_columns(&s), Default::default());
 }

@@ -376,6 +376,51 @@ fn a_reduction_that_takes_in_a_partial_tiles_padding_is_w0606() {
     assert!(attention.iter().any(|l| l.starts_with("W0606@27:") && l.contains("`K`")), "{attention:#?}");
 }
 
+/// A store whose last tile runs past its loop's bound inside its tensor (RoPE's first
+/// half into its second): W0607 where the axis provably goes on past the bound (another
+/// window of the tensor starts there, or the dim is longer by a positive polynomial);
+/// not for a masked store, nor where nothing says the axis is longer.
+#[test]
+fn a_store_past_its_loops_bound_inside_the_tensor_is_w0607() {
+    let text = corpus("invalid/w0607_store_past_loop_bound.tsr");
+    let w = |text: &str| -> Vec<String> {
+        lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with("W0607")).collect()
+    };
+    let found = w(&text);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("W0607@18: where `BN` does not divide `H`, the last `h0` tile of this store writes `Y`'s dim 1 past the loop's bound, from `H` up to `BN + H - 1`"),
+        "{found:#?}"
+    );
+    // Masked at the bound, by the store's `mask=` or a masked region: right.
+    let store = "Y[t0:t0 + ctx.BM, h0:h0 + ctx.BN] = tile.cast(x1 * c - x2 * s, f16)";
+    let masked = text.replace(
+        store,
+        "tile.store(Y[t0:t0 + ctx.BM, h0:h0 + ctx.BN], tile.cast(x1 * c - x2 * s, f16), mask=(h0 + tile.arange(ctx.BN))[None, :] < H)",
+    );
+    let region = text.replace(
+        &format!("            {store}"),
+        &format!("            if (h0 + tile.arange(ctx.BN))[None, :] < H:\n                {store}"),
+    );
+    for fixed in [&masked, &region] {
+        assert_ne!(fixed, &text);
+        assert!(w(fixed).is_empty() && lint(fixed, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{fixed}");
+    }
+    // Without the second half's window nothing says `D` goes on past `H`: not reported.
+    let first_half_only: String = text.lines().filter(|l| !l.contains("H + h0:H + h0")).collect::<Vec<_>>().join("\n");
+    assert!(w(&first_half_only).is_empty(), "{:#?}", w(&first_half_only));
+    // A dim written `2*H` does: reported without it.
+    let declared = first_half_only.replace("\"D\"", "\"2*H\"").replace("x2 = ", "x2 = x1 # ").replace(" - x2 * s", "");
+    assert_eq!(w(&declared).len(), 1, "{declared}\n{:#?}", lint(&declared, Target::Sm90));
+    // A loop that the tile divides (a constant trip) never leaves it.
+    let constant = declared.replace("tile.parallel(0, H, ctx.BN)", "tile.parallel(0, 128, ctx.BN)");
+    assert!(w(&constant).is_empty(), "{:#?}", w(&constant));
+    // As a sequential loop, its stores overlap across iterations: not W0604's "disjoint".
+    let sequential = text.replace("for h0 in tile.parallel", "for h0 in tile.range");
+    let all = lint(&sequential, Target::Sm90);
+    assert!(all.iter().any(|l| l.starts_with("W0607")) && !all.iter().any(|l| l.starts_with("W0604")), "{all:#?}");
+}
+
 /// A cross-entropy kernel picks the target's logit with `cols == target`: past the
 /// vocabulary's edge that is false for any target inside it (loaded indices are taken to
 /// lie in the dims they index), so its sum takes 0 there, not the -INF padding. With `!=`

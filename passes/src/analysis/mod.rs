@@ -15,6 +15,7 @@ pub mod banks;
 pub mod grid;
 pub mod limits;
 pub mod masked_rows;
+pub mod overrun;
 pub mod padding;
 pub mod patterns;
 pub mod phases;
@@ -998,7 +999,13 @@ fn pattern_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         out.body.push(Lint { diagnostic: d, fix: None });
     }
     padding::padding_lints(graph, name, out);
+    let overruns = overrun::overrunning_windows(graph);
+    overrun::overrun_lints(&overruns, name, out);
     for l in patterns::independent_loops(graph) {
+        // A store window that runs past the loop's bound overlaps another iteration's.
+        if overruns.iter().any(|o| o.loop_at == l.at) {
+            continue;
+        }
         let Some(at) = range_in(&l.at, name) else { continue };
         let d = Diagnostic::new(
             Code::W0604,

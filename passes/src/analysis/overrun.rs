@@ -1,0 +1,284 @@
+//! W0607: a store whose tile window runs past its loop's bound while staying inside its
+//! tensor.
+//!
+//! `for h0 in tile.range(0, H, BN): Y[t0:t0 + BM, h0:h0 + BN] = ...` reaches `H + BN - 1`
+//! on its last iteration when `BN` does not divide `H`. Bounds are masked at the
+//! tensor's edge, not at the loop's bound, so when the axis goes on past `H` (RoPE's two
+//! halves of one `D = 2H` row, a packed QKV output) the last tile overwrites elements
+//! that belong to something else: what the kernel computes then depends on the order of
+//! its stores, and on the order of its programs once the loop is a grid axis. The
+//! kernel and its f64 reference share those semantics, so `tessera run` says `correct`
+//! either way: the lint says it.
+//!
+//! On Graph IR: a store's window `iv + o : iv + o + step` of a loop `for iv in (lo, hi,
+//! step)`, with the extent the loop's step and `o` loop-invariant, whose end `hi + o`
+//! is provably inside the tensor's axis: the dim minus the end is a positive polynomial
+//! (`H` of a `2*H` axis), or another window (load or store) of the same tensor in the
+//! same loop starts at or past the end (RoPE's second half at `H + h0`). Ends and dims
+//! are polynomials of the shape symbols, the schedule's keys and the int parameters; an
+//! end the analysis cannot express (a `min`, an outer loop's variable) is not reported,
+//! nor a store under a mask (its `mask=`, a masked `if`), nor a constant step that
+//! divides a constant trip, nor an end that merely differs from the dim (a loop to `H`
+//! over an axis `D`: nothing says the axis is longer). Loads are not reported: what a
+//! load reads past the bound reaches the positions a store clips (`Y[.., f0:f0 + BN]`
+//! of a `[T, F]` output), unless a reduction takes it in, which this lint does not
+//! follow yet.
+
+use tessera_frontend::check::Dim;
+use tessera_frontend::diagnostics::{Code, Diagnostic};
+
+use super::{range_in, KernelLints, Lint};
+use crate::ir::{Attr, Func, Loc, OpId, OpKind, Type, ValueId};
+
+/// A window whose last tile runs past its loop's bound.
+#[derive(Clone, Debug)]
+pub struct Overrun {
+    /// The `tile.store` of the window.
+    pub at: Loc,
+    /// The tensor, as written, and the axis the window runs along.
+    pub tensor: String,
+    pub axis: usize,
+    /// The tensor's dim there.
+    pub dim: Dim,
+    /// Where the window's last tile should stop (`hi + o`), and how far it reaches
+    /// (`hi + o + step - 1` when the step does not divide the trip).
+    pub bound: Dim,
+    pub step: Dim,
+    /// The loop's trip, `hi - lo`.
+    pub trip: Dim,
+    /// The loop and its variable.
+    pub loop_at: Loc,
+    pub variable: String,
+    /// A mask of the window's positions inside the loop's bound, as source
+    /// (`(h0 + tile.arange(ctx.BN))[None, :] < H`).
+    pub mask: String,
+}
+
+/// Every unmasked window of `f` that runs past its loop's bound inside its tensor.
+pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
+    let defs = f.definitions();
+    // The loop whose variable each region argument is, and each op's parent.
+    let mut loop_of: Vec<Option<OpId>> = vec![None; f.values.len()];
+    let mut parent: Vec<Option<OpId>> = vec![None; f.ops.len()];
+    for id in f.walk() {
+        let op = f.op(id);
+        if matches!(op.kind, OpKind::For | OpKind::GridParallel) {
+            if let Some(&iv) = op.regions.first().and_then(|r| r.args.first()) {
+                loop_of[iv.0 as usize] = Some(id);
+            }
+        }
+        for region in &op.regions {
+            for &inner in &region.ops {
+                parent[inner.0 as usize] = Some(id);
+            }
+        }
+    }
+    let symbolic = |v: ValueId| symbolic_value(f, &defs, v);
+    // Every window of a loop variable: (tensor, loop, axis, offset), and the candidates.
+    let mut windows: Vec<(ValueId, OpId, usize, Dim)> = Vec::new();
+    let mut candidates: Vec<(ValueId, OpId, Overrun)> = Vec::new();
+    for id in f.walk() {
+        let access = f.op(id);
+        // Loads count as windows (a second half read at `H + h0` says the axis goes on);
+        // only stores are reported (see the module doc).
+        let store = match access.kind {
+            OpKind::Load if access.operands.len() == 1 => false,
+            OpKind::Store if access.operands.len() == 2 => true,
+            _ => continue,
+        };
+        if under_a_masked_if(f, &parent, id) {
+            continue;
+        }
+        let Some(view) = access.operands.first().and_then(|&v| defs[v.0 as usize]).map(|d| f.op(d)) else {
+            continue;
+        };
+        if view.kind != OpKind::View {
+            continue;
+        }
+        let Some(Attr::Dims(sizes)) = view.attr("sizes") else { continue };
+        let Some(&tensor) = view.operands.first() else { continue };
+        let Type::Tensor(t) = f.ty(tensor) else { continue };
+        let squeezed: Vec<i64> = match view.attr("squeeze") {
+            Some(Attr::Ints(s)) => s.clone(),
+            _ => Vec::new(),
+        };
+        let tile_axes: Vec<usize> = (0..sizes.len()).filter(|i| !squeezed.contains(&(*i as i64))).collect();
+        for (axis, (&start, (size, dim))) in view.operands[1..].iter().zip(sizes.iter().zip(&t.dims)).enumerate() {
+            let Some(position) = tile_axes.iter().position(|&a| a == axis) else { continue };
+            let Some((iv, offset)) = variable_plus_offset(f, &defs, &loop_of, start) else { continue };
+            let Some(l) = loop_of[iv.0 as usize] else { continue };
+            let the_loop = f.op(l);
+            let [lo, hi, step] = the_loop.operands[..] else { continue };
+            let (Some(lo), Some(hi), Some(step)) = (symbolic(lo), symbolic(hi), symbolic(step)) else { continue };
+            // A window of one element per iteration never leaves the loop's range.
+            if &step != size || step.as_const() == Some(1) {
+                continue;
+            }
+            windows.push((tensor, l, axis, offset.clone()));
+            if !store {
+                continue;
+            }
+            let bound = hi.add(&offset);
+            if &bound == dim {
+                continue;
+            }
+            // A constant step that divides a constant trip never leaves it.
+            if let (Some(trip), Some(s)) = (hi.sub(&lo).as_const(), step.as_const()) {
+                if s > 0 && trip % s == 0 {
+                    continue;
+                }
+            }
+            let variable = f.values[iv.0 as usize].name.as_deref().unwrap_or("the loop variable").to_string();
+            let mask = mask_text(&variable, &step, &hi, position, tile_axes.len());
+            candidates.push((
+                tensor,
+                l,
+                Overrun {
+                    at: access.loc.clone(),
+                    tensor: f.values[tensor.0 as usize].name.as_deref().unwrap_or("the tensor").to_string(),
+                    axis,
+                    dim: dim.clone(),
+                    trip: hi.sub(&lo),
+                    bound,
+                    step,
+                    loop_at: the_loop.loc.clone(),
+                    variable,
+                    mask,
+                },
+            ));
+        }
+    }
+    candidates
+        .into_iter()
+        .filter(|(tensor, l, o)| {
+            let another_window_starts_past_the_end = windows.iter().any(|(t, wl, axis, offset)| {
+                t == tensor && wl == l && *axis == o.axis && offset.sub(&o.bound).as_const().is_some_and(|c| c >= 0)
+            });
+            another_window_starts_past_the_end || is_positive(&o.dim.sub(&o.bound))
+        })
+        .map(|(_, _, o)| o)
+        .collect()
+}
+
+/// A non-zero polynomial with positive coefficients only: positive for every value of
+/// its symbols (sizes, schedule keys), so the dim it is the excess of is longer.
+fn is_positive(d: &Dim) -> bool {
+    let terms = d.monomials();
+    !terms.is_empty() && terms.iter().all(|(_, c)| *c > 0)
+}
+
+/// `(iv + tile.arange(ctx.BN))[None, :] < H`: the coordinates of a window's `position`
+/// among `rank` tile axes that lie below the loop's bound `hi`.
+fn mask_text(variable: &str, step: &Dim, hi: &Dim, position: usize, rank: usize) -> String {
+    let extent = match step.as_sym() {
+        Some(key) => format!("ctx.{key}"),
+        None => step.to_string(),
+    };
+    let coordinates = format!("{variable} + tile.arange({extent})");
+    let coordinates = if rank <= 1 {
+        coordinates
+    } else {
+        let axes: Vec<&str> = (0..rank).map(|a| if a == position { ":" } else { "None" }).collect();
+        format!("({coordinates})[{}]", axes.join(", "))
+    };
+    format!("{coordinates} < {hi}")
+}
+
+/// Whether an op is inside an `if` on a bool tile (a masked region: its stores are
+/// masked, its loads read 0 where the mask is false).
+fn under_a_masked_if(f: &Func, parent: &[Option<OpId>], op: OpId) -> bool {
+    let mut cursor = parent[op.0 as usize];
+    while let Some(p) = cursor {
+        let outer = f.op(p);
+        if outer.kind == OpKind::If && outer.operands.first().is_some_and(|&c| matches!(f.ty(c), Type::Tile(_))) {
+            return true;
+        }
+        cursor = parent[p.0 as usize];
+    }
+    false
+}
+
+/// `v` as `iv + o`: a loop variable plus a loop-invariant offset the analysis can express.
+fn variable_plus_offset(
+    f: &Func,
+    defs: &[Option<OpId>],
+    loop_of: &[Option<OpId>],
+    v: ValueId,
+) -> Option<(ValueId, Dim)> {
+    if loop_of[v.0 as usize].is_some() {
+        return Some((v, Dim::constant(0)));
+    }
+    let op = f.op(defs[v.0 as usize]?);
+    if op.kind != OpKind::Add {
+        return None;
+    }
+    let [a, b] = op.operands[..] else { return None };
+    let (iv, other) = match (loop_of[a.0 as usize], loop_of[b.0 as usize]) {
+        (Some(_), None) => (a, b),
+        (None, Some(_)) => (b, a),
+        _ => return None,
+    };
+    Some((iv, symbolic_value(f, defs, other)?))
+}
+
+/// An index value as a polynomial: constants, tensor dims (their symbols), schedule keys
+/// (`BN`) and int parameters (by name), under `+`, `-` and `*`; `None` for anything else.
+fn symbolic_value(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
+    let Some(def) = defs[v.0 as usize] else {
+        // A parameter: an int one stands for itself.
+        let is_int_param = f.params.contains(&v) && matches!(f.ty(v), Type::Index | Type::Scalar(_));
+        return is_int_param.then(|| f.values[v.0 as usize].name.as_deref().map(Dim::sym)).flatten();
+    };
+    let op = f.op(def);
+    let operand = |i: usize| op.operands.get(i).and_then(|&x| symbolic_value(f, defs, x));
+    match op.kind {
+        OpKind::Constant => match op.attr("value")? {
+            Attr::Int(c) => Some(Dim::constant(*c)),
+            _ => None,
+        },
+        OpKind::TensorDim => {
+            let Type::Tensor(t) = f.ty(*op.operands.first()?) else { return None };
+            t.dims.get(op.int_attr("axis")? as usize).cloned()
+        }
+        OpKind::SchedParam => op.str_attr("key").map(Dim::sym),
+        OpKind::Add => Some(operand(0)?.add(&operand(1)?)),
+        OpKind::Sub => Some(operand(0)?.sub(&operand(1)?)),
+        OpKind::Mul => Some(operand(0)?.mul_plain(&operand(1)?)),
+        _ => None,
+    }
+}
+
+/// W0607 at each access whose window runs past its loop's bound, with the loop labelled.
+pub(super) fn overrun_lints(overruns: &[Overrun], name: &str, out: &mut KernelLints) {
+    for o in overruns {
+        let Some(at) = range_in(&o.at, name) else { continue };
+        let mut d = Diagnostic::new(
+            Code::W0607,
+            at,
+            format!(
+                "where `{step}` does not divide `{trip}`, the last `{var}` tile of this store writes `{tensor}`'s \
+                 dim {axis} past the loop's bound, from `{bound}` up to `{end} - 1`: that axis is `{dim}` long, so \
+                 its edge does not stop the tile",
+                step = o.step,
+                trip = o.trip,
+                var = o.variable,
+                tensor = o.tensor,
+                axis = o.axis,
+                bound = o.bound,
+                end = o.bound.add(&o.step),
+                dim = o.dim,
+            ),
+        )
+        .with_label(at, format!("writes past `{}`", o.bound))
+        .with_note(format!(
+            "mask the positions past the bound (`tile.store(..., mask={mask})`), or make the bound a multiple of \
+             `{step}`; the f64 reference writes the same elements, so `tessera run` cannot tell",
+            mask = o.mask,
+            step = o.step,
+        ));
+        if let Some(l) = range_in(&o.loop_at, name) {
+            d = d.with_label(l, format!("`{}` runs to the bound", o.variable));
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+}
