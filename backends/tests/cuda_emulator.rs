@@ -200,7 +200,9 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         }
         "row_sums" => &["R=128,C=128", "R=70,C=100"],
         "col_stats" => &["R=64,C=96", "R=50,C=45"],
-        "odd_dot" | "int8_gemm" | "f16_gemm_bt" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],
+        "odd_dot" | "int8_gemm" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],
+        // Three stages: K=200 goes around the ring twice (its slot is a remainder by 3).
+        "f16_gemm_bt" => &["M=64,N=96,K=64", "M=40,N=50,K=36", "M=40,N=24,K=200"],
         _ => &[],
     }
 }

@@ -55,6 +55,9 @@ fn parse_imm(t: &str) -> Option<u64> {
     if let Some(h) = t.strip_prefix("0d") {
         return u64::from_str_radix(h, 16).ok();
     }
+    if let Some(h) = t.strip_prefix("0x") {
+        return u64::from_str_radix(h, 16).ok();
+    }
     t.parse::<i64>().ok().map(|v| v as u64)
 }
 

@@ -372,7 +372,7 @@ fn floor_div_by_constant(b: &mut Builder, q: Reg, x: Reg, c: i64) {
     let sign = b.reg(Class::B64);
     b.ins(format!("shr.s64 {sign}, {x}, 63"));
     b.ins(format!("xor.b64 {q}, {x}, {sign}"));
-    b.ins(format!("mul.hi.u64 {q}, {q}, {m}"));
+    b.ins(format!("mul.hi.u64 {q}, {q}, {m:#x}"));
     b.ins(format!("shr.u64 {q}, {q}, {shift}"));
     b.ins(format!("xor.b64 {q}, {q}, {sign}"));
 }
