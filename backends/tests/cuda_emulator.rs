@@ -65,6 +65,18 @@ const SEED: u64 = 7;
 /// dots (with a transposed B), shared buffers read in a blocked layout.
 const OPS: &str = r#"from tessera import *
 
+# Integer rounding of floats (`cvt.rmi`, `.rpi`, `.rni`): `h` is a multiple of 1/2, so
+# half of its values are ties, which `tile.round` takes to the even neighbour.
+@kernel.schedule(Schedule(block=(64, 64), warps=4))
+def rounding(X: Tensor["R", "C", f32], F: Tensor["R", "C", f32], G: Tensor["R", "C", f16]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        for c0 in tile.parallel(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]) * 8.0
+            h = tile.floor(x) / 2.0
+            F[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.round(h) * 100.0 + tile.ceil(x) + tile.floor(x) * 0.5
+            G[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = tile.round(tile.cast(h, f16))
+
 @kernel.schedule(Schedule(block=(32, 64), warps=4))
 def dropout_mask(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32], p: f32, seed: int):
     ctx = tile.context()
@@ -195,7 +207,7 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "flash_attention" => &["BH=1,S=64,D=64", "BH=1,S=100,D=64"],
         "saxpy" => &["n=1000"],
         "vector_add" => &["N=4096", "N=1001"],
-        "float_math" | "narrow_math" | "casts" | "transpose" | "shared_roundtrip" | "dropout_mask" => {
+        "float_math" | "narrow_math" | "casts" | "transpose" | "shared_roundtrip" | "dropout_mask" | "rounding" => {
             &["R=64,C=128", "R=33,C=70"]
         }
         "row_sums" => &["R=128,C=128", "R=70,C=100"],

@@ -155,6 +155,10 @@ pub(crate) enum UnOp {
     Relu,
     Gelu,
     Silu,
+    Floor,
+    Ceil,
+    /// To the nearest integer, halves to even.
+    Round,
 }
 
 impl UnOp {
@@ -173,6 +177,9 @@ impl UnOp {
             OpKind::Relu => UnOp::Relu,
             OpKind::Gelu => UnOp::Gelu,
             OpKind::Silu => UnOp::Silu,
+            OpKind::Floor => UnOp::Floor,
+            OpKind::Ceil => UnOp::Ceil,
+            OpKind::Round => UnOp::Round,
             _ => return None,
         })
     }
@@ -411,6 +418,9 @@ impl UnFn {
                     UnOp::Sigmoid => |x| sigmoid(x as f64) as f32,
                     UnOp::Gelu => |x| gelu(x as f64) as f32,
                     UnOp::Silu => |x| (x as f64 * sigmoid(x as f64)) as f32,
+                    UnOp::Floor => f32::floor,
+                    UnOp::Ceil => f32::ceil,
+                    UnOp::Round => f32::round_ties_even,
                     UnOp::Not => return None,
                 },
                 Rounder::new(d),
@@ -427,6 +437,9 @@ impl UnFn {
                 UnOp::Sigmoid => sigmoid,
                 UnOp::Gelu => gelu,
                 UnOp::Silu => |v| v * sigmoid(v),
+                UnOp::Floor => f64::floor,
+                UnOp::Ceil => f64::ceil,
+                UnOp::Round => f64::round_ties_even,
                 UnOp::Not => return None,
             }),
             Domain::Int(_) | Domain::Index => {

@@ -127,21 +127,20 @@ impl Cta<'_> {
         let (to, from) = (op[n - 2], op[n - 1]);
         let mode = op.get(1).copied().unwrap_or("");
         let x = self.src(t, pc, 1)?;
+        // The integer rounding modes; any other modifier (`rn`, `sat`, `satfinite`, the
+        // types) leaves the value to the conversion's own rounding.
         let round = |v: f64| -> f64 {
             match mode {
                 "rzi" => v.trunc(),
                 "rmi" => v.floor(),
-                "rni" => {
-                    let r = v.round();
-                    if (v - v.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
-                        r - v.signum()
-                    } else {
-                        r
-                    }
-                }
+                "rpi" => v.ceil(),
+                "rni" => v.round_ties_even(),
                 _ => v,
             }
         };
+        if matches!(mode, "rz" | "rm" | "rp") {
+            return Err(self.err(pc, format!("cvt.{mode}: directed rounding of a float result is not emulated")));
+        }
         let as_f64 = |v: u64| -> f64 {
             match from {
                 "f32" => f32of(v) as f64,

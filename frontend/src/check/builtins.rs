@@ -245,6 +245,9 @@ builtins! {
     "tile.exp2" "(x)" Kernel "tile" "Elementwise 2^x (Triton's `tl.exp2`; attention kernels fold log2(e) into their scale). Computed as e^(x ln 2).";
     "tile.log2" "(x)" Kernel "tile" "Elementwise base-2 logarithm (Triton's `tl.log2`). Computed as ln(x) / ln 2.";
     "tile.sqrt" "(x)" Kernel "tile" "Elementwise square root.";
+    "tile.floor" "(x)" Kernel "tile" "Elementwise floor: the largest integer not above x, as a float of x's dtype (`torch.floor`).";
+    "tile.ceil" "(x)" Kernel "tile" "Elementwise ceiling: the smallest integer not below x, as a float of x's dtype (`torch.ceil`).";
+    "tile.round" "(x)" Kernel "tile" "Elementwise rounding to the nearest integer, halves to even (`torch.round`, CUDA's `rintf`): 2.5 is 2.0, -0.5 is -0.0. What an int8 quantizer needs before `tile.cast`, which truncates toward zero.";
     "tile.rsqrt" "(x)" Kernel "tile" "Elementwise 1/sqrt(x).";
     "tile.tanh" "(x)" Kernel "tile" "Elementwise tanh.";
     "tile.sigmoid" "(x)" Kernel "tile" "Elementwise sigmoid.";
@@ -314,8 +317,8 @@ pub fn missing_triton_function(name: &str) -> Option<&'static str> {
         "clamp" => "write `tile.minimum(tile.maximum(x, lo), hi)`",
         "exp10" | "log10" => "write `tile.exp(x * 2.302585092994046)` or `tile.log(x) / 2.302585092994046`",
         "cumsum" | "cumprod" | "associative_scan" | "argmax" | "argmin" | "sort" | "flip" | "histogram" | "erf"
-        | "cos" | "sin" | "floor" | "ceil" | "umulhi" | "atomic_add" | "atomic_max" | "atomic_min" | "atomic_cas"
-        | "atomic_xchg" | "div_rn" | "fdiv" | "sqrt_rn" | "interleave" | "join" | "split" => "",
+        | "cos" | "sin" | "umulhi" | "atomic_add" | "atomic_max" | "atomic_min" | "atomic_cas" | "atomic_xchg"
+        | "div_rn" | "fdiv" | "sqrt_rn" | "interleave" | "join" | "split" => "",
         _ => return None,
     })
 }

@@ -163,6 +163,9 @@ ops! {
     Gelu = "math.gelu",
     Silu = "math.silu",
     Abs = "math.abs",
+    Floor = "math.floor",
+    Ceil = "math.ceil",
+    Round = "math.round",
     // tiles (register values)
     Splat = "tile.splat",
     Full = "tile.full",
@@ -269,6 +272,9 @@ impl OpKind {
                 | OpKind::Gelu
                 | OpKind::Silu
                 | OpKind::Abs
+                | OpKind::Floor
+                | OpKind::Ceil
+                | OpKind::Round
                 | OpKind::Neg
                 | OpKind::Not
         )

@@ -680,6 +680,12 @@ pub(super) fn unary(b: &mut FnBuilder, op: &str, dtype: Option<DType>, w: u32, x
         Elem::F32 | Elem::F64 => match op {
             "neg" => b.val("neg", format!("fneg {} {x}", ty.ir())),
             "abs" => intr(b, "fabs", ty, &[x]),
+            "floor" => intr(b, "floor", ty, &[x]),
+            "ceil" => intr(b, "ceil", ty, &[x]),
+            // `rint` rounds in the default mode, to nearest with halves to even (libm's
+            // `rintf` where the target has no rounding instruction; `roundeven` may not
+            // be in the C library).
+            "round" => intr(b, "rint", ty, &[x]),
             "relu" => intr(b, "maxnum", ty, &[x, &lit(ty, 0.0)]),
             "sqrt" => intr(b, "sqrt", ty, &[x]),
             "rsqrt" => {

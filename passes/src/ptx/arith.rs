@@ -299,6 +299,9 @@ impl Emitter<'_> {
                 OpKind::Neg => b.ins(format!("neg.f64 {r}, {x}")),
                 OpKind::Abs => b.ins(format!("abs.f64 {r}, {x}")),
                 OpKind::Sqrt => b.ins(format!("sqrt.rn.f64 {r}, {x}")),
+                OpKind::Floor => b.ins(format!("cvt.rmi.f64.f64 {r}, {x}")),
+                OpKind::Ceil => b.ins(format!("cvt.rpi.f64.f64 {r}, {x}")),
+                OpKind::Round => b.ins(format!("cvt.rni.f64.f64 {r}, {x}")),
                 OpKind::Relu => b.ins(format!("max.f64 {r}, {x}, 0d0000000000000000")),
                 _ => return Err(self.unsupported(op, "on f64")),
             }
@@ -308,6 +311,11 @@ impl Emitter<'_> {
         match op.kind {
             OpKind::Neg => b.ins(format!("neg.f32 {r}, {x}")),
             OpKind::Abs => b.ins(format!("abs.f32 {r}, {x}")),
+            // Integer rounding of a float: `cvt.rmi` (toward -inf), `.rpi` (+inf), `.rni`
+            // (nearest, halves to even).
+            OpKind::Floor => b.ins(format!("cvt.rmi.f32.f32 {r}, {x}")),
+            OpKind::Ceil => b.ins(format!("cvt.rpi.f32.f32 {r}, {x}")),
+            OpKind::Round => b.ins(format!("cvt.rni.f32.f32 {r}, {x}")),
             OpKind::Exp => {
                 b.ins(format!("mul.f32 {r}, {x}, {log2e}"));
                 b.ins(format!("ex2.approx.ftz.f32 {r}, {r}"));

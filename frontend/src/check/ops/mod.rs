@@ -297,8 +297,8 @@ impl<'a> Infer<'a> {
         match (in_tile_ns, name) {
             // ---- elementwise ----
             (_, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg")
-            | (true, "exp2" | "log2") => {
-                let x = arg!(a, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg" | "tile.exp" | "tile.log" | "tile.tanh" | "tile.sqrt" | "tile.rsqrt" | "tile.sigmoid" | "tile.relu" | "tile.gelu" | "tile.silu" | "tile.abs" | "tile.exp2" | "tile.log2" => "x").unwrap().clone();
+            | (true, "exp2" | "log2" | "floor" | "ceil" | "round") => {
+                let x = arg!(a, "exp" | "log" | "tanh" | "sqrt" | "rsqrt" | "sigmoid" | "relu" | "gelu" | "silu" | "abs" | "neg" | "tile.exp" | "tile.log" | "tile.tanh" | "tile.sqrt" | "tile.rsqrt" | "tile.sigmoid" | "tile.relu" | "tile.gelu" | "tile.silu" | "tile.abs" | "tile.exp2" | "tile.log2" | "tile.floor" | "tile.ceil" | "tile.round" => "x").unwrap().clone();
                 let t = self.operand(x.ty.clone());
                 match &t {
                     Ty::Int(_) | Ty::Float(_) => Ty::Float(None),

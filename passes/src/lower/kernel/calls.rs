@@ -31,6 +31,9 @@ impl Lower<'_, '_> {
                 "gelu" => OpKind::Gelu,
                 "silu" => OpKind::Silu,
                 "abs" => OpKind::Abs,
+                "floor" => OpKind::Floor,
+                "ceil" => OpKind::Ceil,
+                "round" => OpKind::Round,
                 "neg" => OpKind::Neg,
                 _ => return None,
             })
