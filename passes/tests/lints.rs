@@ -366,6 +366,12 @@ fn a_reduction_that_takes_in_a_partial_tiles_padding_is_w0606() {
     // A sum of squares of zero padding is right; a sum of exponentials is not.
     let squares = text.replace("tile.maximum(m, tile.row_max(x))", "m + tile.row_sum(x * x)");
     assert!(w(&squares).is_empty(), "{:#?}", w(&squares));
+    // A max of values that are never negative ignores zero padding (a quantizer's
+    // `row_max(abs(x))`); shifted below zero, it does not.
+    let magnitudes = text.replace("tile.row_max(x)", "tile.row_max(tile.abs(x) * 2.0 + x * x)");
+    assert!(w(&magnitudes).is_empty(), "{:#?}", w(&magnitudes));
+    let shifted = text.replace("tile.row_max(x)", "tile.row_max(tile.abs(x) - 1.0)");
+    assert!(w(&shifted).iter().any(|l| l.contains("hold -1.0 there")), "{:#?}", w(&shifted));
     let exps = text.replace("tile.maximum(m, tile.row_max(x))", "m + tile.row_sum(tile.exp(x))");
     assert!(w(&exps).iter().any(|l| l.contains("this sum") && l.contains("hold 1.0 there")), "{:#?}", w(&exps));
     // The corpus's softmax pads with -INF: its max and its sum of exponentials are right.

@@ -51,10 +51,21 @@ struct Abs {
     /// Integers loaded from a tensor: indices, taken to lie inside the dims they index
     /// (`cols == target` selects one column of the vocabulary, never one past its edge).
     index_data: bool,
+    /// The tile's values inside the tensor are never negative (`abs(x)`, `x * x`,
+    /// `exp(x)`): a max over them ignores padding that is at most 0, as an int8
+    /// quantizer's `row_max(abs(x))` of a zero-padded row does.
+    nonneg: bool,
 }
 
-const PLAIN: Abs =
-    Abs { axes: [None; AXES], value: Pad::Finite, coord: None, in_bounds: None, dim: false, index_data: false };
+const PLAIN: Abs = Abs {
+    axes: [None; AXES],
+    value: Pad::Finite,
+    coord: None,
+    in_bounds: None,
+    dim: false,
+    index_data: false,
+    nonneg: false,
+};
 
 impl Abs {
     /// What the tile holds past the edge along `axis` (its value there if not padded).
@@ -265,10 +276,15 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
         let result = match op.kind {
             OpKind::Constant | OpKind::Full => {
                 let v = op.attr("value").and_then(Attr::as_float);
-                Abs { value: v.map_or(Pad::Finite, Pad::Known), ..PLAIN }
+                Abs { value: v.map_or(Pad::Finite, Pad::Known), nonneg: v.is_some_and(|v| v >= 0.0), ..PLAIN }
             }
             OpKind::TensorDim => Abs { dim: true, ..PLAIN },
-            OpKind::Splat | OpKind::Broadcast | OpKind::ConvertLayout | OpKind::Cast => operand(0),
+            OpKind::Splat | OpKind::Broadcast | OpKind::ConvertLayout => operand(0),
+            // A conversion to an integer may wrap (200.0 is -56 in int8).
+            OpKind::Cast => {
+                let to_float = op.results.first().is_some_and(|&r| f.ty(r).dtype().is_some_and(|d| d.is_float()));
+                Abs { nonneg: operand(0).nonneg && to_float, ..operand(0) }
+            }
             OpKind::ExpandDims => {
                 let a = operand(0);
                 let axis = op.int_attr("axis").unwrap_or(0).clamp(0, AXES as i64) as usize;
@@ -334,7 +350,9 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 let kind = op.str_attr("kind").unwrap_or("sum");
                 let axis = op.int_attr("axis").unwrap_or(0).clamp(0, AXES as i64 - 1) as usize;
                 if let Some((pad, origin)) = a.axes[axis] {
-                    if !neutral(kind).is_some_and(|n| pad == Pad::Known(n)) {
+                    // A max of values that are never negative ignores padding at most 0.
+                    let below_the_data = kind == "max" && a.nonneg && matches!(pad, Pad::Known(p) if p <= 0.0);
+                    if !neutral(kind).is_some_and(|n| pad == Pad::Known(n)) && !below_the_data {
                         findings.push((id, origin, kind.to_string(), pad));
                     }
                 }
@@ -404,7 +422,17 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                     (OpKind::Add, [x, y]) if x.coord.is_none() && x.axes == [None; AXES] => y.coord,
                     _ => None,
                 };
-                Abs { coord, ..elementwise(k, &operands) }
+                // Never negative: `abs`, `relu`, `exp`, `sqrt`, `sigmoid`, `x * x`, and sums,
+                // products, quotients and maxima of such values.
+                let square = k == OpKind::Mul && op.operands.first() == op.operands.get(1);
+                let nonneg = match k {
+                    OpKind::Abs | OpKind::Relu | OpKind::Exp | OpKind::Sqrt | OpKind::Sigmoid => true,
+                    OpKind::Mul if square => true,
+                    OpKind::Add | OpKind::Mul | OpKind::Div | OpKind::Min => operands.iter().all(|a| a.nonneg),
+                    OpKind::Max => operands.iter().any(|a| a.nonneg),
+                    _ => false,
+                };
+                Abs { coord, nonneg, ..elementwise(k, &operands) }
             }
             _ => PLAIN,
         };
