@@ -65,6 +65,20 @@ const SEED: u64 = 7;
 /// dots (with a transposed B), shared buffers read in a blocked layout.
 const OPS: &str = r#"from tessera import *
 
+# Python's `%` (the divisor's sign) and `//` (floor) for negative operands and divisors,
+# by constants and by a tile (odd, so never zero).
+@kernel.schedule(Schedule(block=(64, 64), warps=4))
+def remainders(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32], A: Tensor["R", "C", f32], I: Tensor["R", "C", i32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        for c0 in tile.parallel(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]) * 8.0
+            y = tile.load(Y[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            A[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = x % -2.5 + (x % 1.75) * 10.0
+            i = tile.cast(x, i32)
+            j = tile.cast(y * 4.0, i32) * 2 + 1
+            I[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = i % -3 + (i // -3) * 10 + (i % 5) * 1000 + (i % j) * 100000 + (i // j) * 10000000
+
 # Integer rounding of floats (`cvt.rmi`, `.rpi`, `.rni`): `h` is a multiple of 1/2, so
 # half of its values are ties, which `tile.round` takes to the even neighbour.
 @kernel.schedule(Schedule(block=(64, 64), warps=4))
@@ -207,9 +221,8 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "flash_attention" => &["BH=1,S=64,D=64", "BH=1,S=100,D=64"],
         "saxpy" => &["n=1000"],
         "vector_add" => &["N=4096", "N=1001"],
-        "float_math" | "narrow_math" | "casts" | "transpose" | "shared_roundtrip" | "dropout_mask" | "rounding" => {
-            &["R=64,C=128", "R=33,C=70"]
-        }
+        "float_math" | "narrow_math" | "casts" | "transpose" | "shared_roundtrip" | "dropout_mask" | "rounding"
+        | "remainders" => &["R=64,C=128", "R=33,C=70"],
         "row_sums" => &["R=128,C=128", "R=70,C=100"],
         "col_stats" => &["R=64,C=96", "R=50,C=45"],
         "odd_dot" | "int8_gemm" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],

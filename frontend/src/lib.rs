@@ -5,6 +5,7 @@
 //! queries; `check` holds the semantic queries. Front doors (CLI, LSP, explorer) and the
 //! IR passes ask these queries; none keeps a private copy of the compiler.
 
+pub mod arith;
 pub mod check;
 pub mod db;
 pub mod diagnostics;

@@ -2,6 +2,7 @@
 //! in, and how its result is rounded. Decided once per op when the program is compiled;
 //! the executor only calls the chosen function per element.
 
+use tessera_frontend::arith::{floor_div_i64, floor_rem_f32, floor_rem_f64, floor_rem_i64};
 use tessera_frontend::check::DType;
 use tessera_passes::ir::OpKind;
 
@@ -255,7 +256,7 @@ impl BinFn {
                     BinOp::Mul => |a, b| a * b,
                     BinOp::Div => |a, b| a / b,
                     BinOp::FloorDiv => |a, b| (a / b).floor(),
-                    BinOp::Rem => |a: f32, b: f32| a.rem_euclid(b),
+                    BinOp::Rem => floor_rem_f32,
                     // powf in f64 of f32 operands, rounded once: the f32 result.
                     BinOp::Pow => |a: f32, b: f32| (a as f64).powf(b as f64) as f32,
                     BinOp::Max => f32::max,
@@ -270,7 +271,7 @@ impl BinFn {
                 BinOp::Mul => |a, b| a * b,
                 BinOp::Div => |a, b| a / b,
                 BinOp::FloorDiv => |a, b| (a / b).floor(),
-                BinOp::Rem => f64::rem_euclid,
+                BinOp::Rem => floor_rem_f64,
                 BinOp::Pow => f64::powf,
                 BinOp::Max => f64::max,
                 BinOp::Min => f64::min,
@@ -359,15 +360,8 @@ fn int_fn(op: BinOp) -> fn(i64, i64) -> Result<i64, ElemError> {
         BinOp::Mul => |a, b| Ok(a.wrapping_mul(b)),
         // Integer `/` truncates toward zero (LLVM `sdiv`, PTX `div.s32`).
         BinOp::Div => |a, b| if b == 0 { Err("integer division by zero") } else { Ok(a.wrapping_div(b)) },
-        BinOp::FloorDiv => |a, b| {
-            if b == 0 {
-                Err("integer division by zero")
-            } else {
-                let q = a.wrapping_div(b);
-                Ok(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
-            }
-        },
-        BinOp::Rem => |a, b| if b == 0 { Err("integer remainder by zero") } else { Ok(a.wrapping_rem_euclid(b)) },
+        BinOp::FloorDiv => |a, b| if b == 0 { Err("integer division by zero") } else { Ok(floor_div_i64(a, b)) },
+        BinOp::Rem => |a, b| if b == 0 { Err("integer remainder by zero") } else { Ok(floor_rem_i64(a, b)) },
         BinOp::Pow => |a, b| {
             if b < 0 {
                 Err("integer power with a negative exponent")

@@ -232,7 +232,7 @@ impl FlopCounter<'_> {
                 if b == 0.0 {
                     return Err(Unknown::Data("a remainder by zero in index arithmetic".into()));
                 }
-                a.rem_euclid(b)
+                tessera_frontend::arith::floor_rem_f64(a, b)
             }
             OpKind::Max => arg(0)?.max(arg(1)?),
             OpKind::Min => arg(0)?.min(arg(1)?),

@@ -211,7 +211,7 @@ impl Dim {
                 return None;
             }
             if let Some(v) = self.as_const() {
-                return Some(Dim::Const(v.div_euclid(d)));
+                return Some(Dim::Const(crate::arith::floor_div_i64(v, d)));
             }
             if d == 1 {
                 return Some(self.clone());
@@ -230,7 +230,7 @@ impl Dim {
 
     pub fn modulo(&self, divisor: &Dim) -> Option<Dim> {
         if let (Some(v), Some(d)) = (self.as_const(), divisor.as_const()) {
-            return (d != 0).then(|| Dim::Const(v.rem_euclid(d)));
+            return (d != 0).then(|| Dim::Const(crate::arith::floor_rem_i64(v, d)));
         }
         if divisor.as_const() == Some(0) {
             return None;
@@ -320,11 +320,11 @@ impl Dim {
                             Atom::Sym(s) => lookup(s)?,
                             Atom::FloorDiv(a, b) => {
                                 let (a, b) = (a.eval_numeric(lookup)?, b.eval_numeric(lookup)?);
-                                a.checked_div_euclid(b)?
+                                (b != 0).then(|| crate::arith::floor_div_i64(a, b))?
                             }
                             Atom::Mod(a, b) => {
                                 let (a, b) = (a.eval_numeric(lookup)?, b.eval_numeric(lookup)?);
-                                a.checked_rem_euclid(b)?
+                                (b != 0).then(|| crate::arith::floor_rem_i64(a, b))?
                             }
                         };
                         for _ in 0..*power {

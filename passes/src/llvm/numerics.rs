@@ -532,12 +532,19 @@ pub(super) fn binary(
                 intr(b, "floor", ty, &[&q])
             }
             "rem" => {
-                // Euclidean: fmod, then shifted by |b| when negative.
+                // Python's: fmod, moved into the divisor's sign when it is not already
+                // there, and a zero remainder signed like the divisor.
                 let r = ins(b, "frem", ty, x, y);
-                let ab = intr(b, "fabs", ty, &[y]);
-                let shifted = ins(b, "fadd", ty, &r, &ab);
-                let neg = fcmp(b, "olt", ty, &r, &lit(ty, 0.0));
-                select(b, ty, &neg, &shifted, &r)
+                let shifted = ins(b, "fadd", ty, &r, y);
+                let r_neg = fcmp(b, "olt", ty, &r, &lit(ty, 0.0));
+                let y_neg = fcmp(b, "olt", ty, y, &lit(ty, 0.0));
+                let differ = ins(b, "xor", ty.with(Elem::I1), &r_neg, &y_neg);
+                let nonzero = fcmp(b, "one", ty, &r, &lit(ty, 0.0));
+                let adjust = ins(b, "and", ty.with(Elem::I1), &nonzero, &differ);
+                let r = select(b, ty, &adjust, &shifted, &r);
+                let zero = fcmp(b, "oeq", ty, &r, &lit(ty, 0.0));
+                let signed_zero = intr(b, "copysign", ty, &[&lit(ty, 0.0), y]);
+                select(b, ty, &zero, &signed_zero, &r)
             }
             "pow" => {
                 // In f64, rounded once (the reference's definition).
@@ -590,11 +597,14 @@ pub(super) fn binary(
                         select(b, ty, &minus, &neg, &q)
                     }
                     _ => {
+                        // Python's: moved by the divisor when its sign differs.
                         let r = ins(b, "srem", ty, x, &d);
-                        let ad = intr_abs(b, ty, &d);
-                        let shifted = ins(b, "add", ty, &r, &ad);
-                        let neg = icmp(b, "slt", ty, &r, &lit(ty, 0.0));
-                        let r = select(b, ty, &neg, &shifted, &r);
+                        let shifted = ins(b, "add", ty, &r, &d);
+                        let nz = icmp(b, "ne", ty, &r, &lit(ty, 0.0));
+                        let sx = ins(b, "xor", ty, &r, &d);
+                        let differ = icmp(b, "slt", ty, &sx, &lit(ty, 0.0));
+                        let adjust = ins(b, "and", ty.with(Elem::I1), &nz, &differ);
+                        let r = select(b, ty, &adjust, &shifted, &r);
                         // x rem -1 is 0.
                         select(b, ty, &minus, &lit(ty, 0.0), &r)
                     }

@@ -190,15 +190,13 @@ impl Emitter<'_> {
                     b_.ins(format!("cvt.rmi.{f}.{f} {r}, {r}"));
                 }
                 OpKind::Rem => {
-                    // Euclidean: x - |b| * floor(x / |b|), never negative.
-                    let m = b_.reg(class);
+                    // Python's: x - b * floor(x / b), in the divisor's sign.
                     let divisor = materialize(b_, class, b);
-                    b_.ins(format!("abs.{f} {m}, {divisor}"));
                     let q = b_.reg(class);
-                    b_.ins(format!("div.rn.{f} {q}, {x}, {m}"));
+                    b_.ins(format!("div.rn.{f} {q}, {x}, {divisor}"));
                     b_.ins(format!("cvt.rmi.{f}.{f} {q}, {q}"));
                     b_.ins(format!("neg.{f} {q}, {q}"));
-                    b_.ins(format!("fma.rn.{f} {r}, {q}, {m}, {x}"));
+                    b_.ins(format!("fma.rn.{f} {r}, {q}, {divisor}, {x}"));
                 }
                 OpKind::Pow if class == Class::F32 => pow_f32(b_, r, x, b),
                 _ => return Err(self.unsupported(op, format!("on {dtype}"))),
@@ -246,16 +244,20 @@ impl Emitter<'_> {
                 }
             },
             OpKind::Rem => match pow2(b) {
-                // Two's complement: the low bits are the Euclidean remainder.
+                // Two's complement: the low bits are the remainder by a positive power of two.
                 Some(c) => b_.ins(format!("and.b{bits} {r}, {x}, {}", c - 1)),
                 None => {
+                    // Python's: a truncated remainder whose sign differs from the
+                    // divisor's moves by the divisor (`-7 % 3 == 2`, `7 % -3 == -2`).
                     b_.ins(format!("rem.{ty} {r}, {x}, {b}"));
-                    let m = b_.reg(class);
                     let y = materialize(b_, class, b);
-                    b_.ins(format!("abs.{ty} {m}, {y}"));
-                    let neg = b_.reg(Class::Pred);
-                    b_.ins(format!("setp.lt.{ty} {neg}, {r}, 0"));
-                    b_.ins_if(neg, false, format!("add.{ty} {r}, {r}, {m}"));
+                    let (nz, differ, both) = (b_.reg(Class::Pred), b_.reg(Class::Pred), b_.reg(Class::Pred));
+                    let signs = b_.reg(class);
+                    b_.ins(format!("setp.ne.{ty} {nz}, {r}, 0"));
+                    b_.ins(format!("xor.b{bits} {signs}, {r}, {y}"));
+                    b_.ins(format!("setp.lt.{ty} {differ}, {signs}, 0"));
+                    b_.ins(format!("and.pred {both}, {nz}, {differ}"));
+                    b_.ins_if(both, false, format!("add.{ty} {r}, {r}, {y}"));
                 }
             },
             _ => return Err(self.unsupported(op, format!("on {dtype}"))),

@@ -393,7 +393,7 @@ fn float_op(op: BinOp, a: &Ty, b: &Ty) -> Option<FloatLit> {
         BinOp::Div => x / y,
         BinOp::Pow => x.powf(y),
         BinOp::FloorDiv => (x / y).floor(),
-        BinOp::Mod => x.rem_euclid(y),
+        BinOp::Mod => crate::arith::floor_rem_f64(x, y),
         _ => return None,
     };
     Some(FloatLit::new(r))
