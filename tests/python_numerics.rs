@@ -8,47 +8,14 @@
 //! - `//` floors and `%` takes the divisor's sign, as in Python, for every sign (`%` was
 //!   Euclidean, never negative: `7 % -3` was 1, and `a != (a // b) * b + a % b`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use tessera_backends::npy;
-use tessera_backends::tensor::HostTensor;
 use tessera_frontend::check::DType;
+
+#[path = "support/saved_runs.rs"]
+mod saved_runs;
+use saved_runs::{input, on_each_device};
 
 const ROUNDING: &str = "tests/fixtures/numerics/rounding.tsr";
 const REMAINDERS: &str = "tests/fixtures/numerics/remainders.tsr";
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Runs `kernel` of `fixture` on `device` with `args`, saving its arrays into `dir`; `None`
-/// when this build has no CPU backend (it is a feature).
-fn run_saved(fixture: &str, kernel: &str, device: &str, dir: &Path, args: &[&str]) -> Option<PathBuf> {
-    let saved = dir.join(format!("{kernel}_{device}"));
-    let mut all = vec!["run", fixture, "--kernel", kernel, "--device", device, "--repeat", "1"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--save", saved.to_str().unwrap()]);
-    let o = Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(root()).args(&all).output().unwrap();
-    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    if device == "cpu" && err.contains("no CPU backend") {
-        return None;
-    }
-    assert_eq!(o.status.code(), Some(0), "{kernel} on {device}: {out}{err}");
-    assert!(!err.contains("warning"), "{err}");
-    Some(saved)
-}
-
-/// Writes `values` as the `.npy` of parameter `name` and returns its `--input` argument.
-fn input(dir: &Path, name: &str, dtype: DType, values: &[f64]) -> String {
-    let path = dir.join(format!("{name}.npy"));
-    npy::write(&path, &HostTensor::from_f64(dtype, &[values.len()], values)).unwrap();
-    format!("{name}={}", path.display())
-}
-
-fn read(dir: &Path, name: &str) -> Vec<f64> {
-    npy::read(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")).to_f64()
-}
 
 /// Ties at every half, both signs, signed zeros, the last f32 below 0.5, halves at the
 /// edge of f32's integers (2^23 - 0.5), values beyond them, and a spread of the rest.
@@ -75,34 +42,30 @@ fn floor_ceil_and_round_to_even_agree_with_rust_on_the_interpreter_and_the_cpu()
     let tmp = tempfile::tempdir().unwrap();
     let x = rounding_inputs();
     let arg = input(tmp.path(), "X", DType::F32, &x.iter().map(|&v| v as f64).collect::<Vec<_>>());
-    for device in ["interp", "cpu"] {
-        let Some(saved) = run_saved(ROUNDING, "rounding", device, tmp.path(), &["--input", &arg]) else { continue };
+    on_each_device(ROUNDING, "rounding", tmp.path(), &["--input", &arg], |device, read| {
         for (name, want) in
             [("F.out.npy", f32::floor as fn(f32) -> f32), ("C.out.npy", f32::ceil), ("R.out.npy", f32::round_ties_even)]
         {
-            let got = read(&saved, name);
+            let got = read(name);
             for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
                 assert!(same(g, want(v)), "{device} {name}[{i}]: f({v}) = {g}, want {}", want(v));
             }
         }
         // Halves go to the even neighbour: 2.5 to 2, -0.5 to -0.
-        let r = read(&saved, "R.out.npy");
+        let r = read("R.out.npy");
         let at = |v: f32| r[x.iter().position(|&y| y == v && y.is_sign_negative() == v.is_sign_negative()).unwrap()];
         assert_eq!((at(2.5), at(3.5), at(-2.5)), (2.0, 4.0, -2.0), "{device}");
         assert!(at(-0.5) == 0.0 && at(-0.5).is_sign_negative(), "{device}");
-    }
+    });
 }
 
 #[test]
 fn the_int8_quantizer_rounds_each_row_to_nearest_even_steps_of_its_scale() {
     let tmp = tempfile::tempdir().unwrap();
     let (t, d) = (37usize, 256usize);
-    for device in ["interp", "cpu"] {
-        let dims = format!("T={t},D={d}");
-        let Some(saved) = run_saved(ROUNDING, "quantize_rows", device, tmp.path(), &["--dims", &dims]) else {
-            continue;
-        };
-        let (x, q, s) = (read(&saved, "X.npy"), read(&saved, "Q.out.npy"), read(&saved, "S.out.npy"));
+    let dims = format!("T={t},D={d}");
+    on_each_device(ROUNDING, "quantize_rows", tmp.path(), &["--dims", &dims], |device, read| {
+        let (x, q, s) = (read("X.npy"), read("Q.out.npy"), read("S.out.npy"));
         for r in 0..t {
             let row: Vec<f32> = x[r * d..(r + 1) * d].iter().map(|&v| v as f32).collect();
             let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -115,7 +78,7 @@ fn the_int8_quantizer_rounds_each_row_to_nearest_even_steps_of_its_scale() {
             // The largest magnitude quantizes to ±127 exactly.
             assert!(row.iter().zip(&q[r * d..]).any(|(v, q)| v.abs() == amax && q.abs() == 127.0), "{device}: row {r}");
         }
-    }
+    });
 }
 
 /// Every sign of dividend and divisor, the edges of i32, and divisors of both signs.
@@ -131,18 +94,8 @@ fn integer_floor_division_and_remainder_are_pythons() {
     let tmp = tempfile::tempdir().unwrap();
     let (x, d) = dividends_and_divisors();
     let (xa, da) = (input(tmp.path(), "X", DType::I32, &x), input(tmp.path(), "D", DType::I32, &d));
-    for device in ["interp", "cpu"] {
-        let Some(saved) =
-            run_saved(REMAINDERS, "int_remainders", device, tmp.path(), &["--input", &xa, "--input", &da])
-        else {
-            continue;
-        };
-        let (q, r, qc, rc) = (
-            read(&saved, "Q.out.npy"),
-            read(&saved, "R.out.npy"),
-            read(&saved, "Qc.out.npy"),
-            read(&saved, "Rc.out.npy"),
-        );
+    on_each_device(REMAINDERS, "int_remainders", tmp.path(), &["--input", &xa, "--input", &da], |device, read| {
+        let (q, r, qc, rc) = (read("Q.out.npy"), read("R.out.npy"), read("Qc.out.npy"), read("Rc.out.npy"));
         for i in 0..x.len() {
             let (a, b) = (x[i] as i64, d[i] as i64);
             // Python: the quotient floors, the remainder has the divisor's sign.
@@ -156,7 +109,7 @@ fn integer_floor_division_and_remainder_are_pythons() {
             );
             assert_eq!(q[i] as i64 * b + r[i] as i64, a, "{device}: {a} == ({a} // {b}) * {b} + {a} % {b}");
         }
-    }
+    });
 }
 
 #[test]
@@ -165,13 +118,8 @@ fn float_remainder_takes_the_divisors_sign() {
     let x: Vec<f64> = [-7.5, 7.5, -7.0, 7.0, 0.25, -0.25, 100.125, -100.125].repeat(3);
     let d: Vec<f64> = x.iter().enumerate().map(|(i, _)| [2.0, -2.0, 3.5, -3.5][i % 4]).collect();
     let (xa, da) = (input(tmp.path(), "X", DType::F32, &x), input(tmp.path(), "D", DType::F32, &d));
-    for device in ["interp", "cpu"] {
-        let Some(saved) =
-            run_saved(REMAINDERS, "float_remainders", device, tmp.path(), &["--input", &xa, "--input", &da])
-        else {
-            continue;
-        };
-        let (r, rc) = (read(&saved, "R.out.npy"), read(&saved, "Rc.out.npy"));
+    on_each_device(REMAINDERS, "float_remainders", tmp.path(), &["--input", &xa, "--input", &da], |device, read| {
+        let (r, rc) = (read("R.out.npy"), read("Rc.out.npy"));
         for i in 0..x.len() {
             // These operands are exact in f32: x - b * floor(x / b) is the exact remainder.
             let want = |b: f64| x[i] - b * (x[i] / b).floor();
@@ -179,5 +127,5 @@ fn float_remainder_takes_the_divisors_sign() {
             assert_eq!(rc[i], want(-2.5), "{device}: {} % -2.5", x[i]);
             assert!(r[i] == 0.0 || (r[i] < 0.0) == (d[i] < 0.0), "{device}: sign of {} % {}", x[i], d[i]);
         }
-    }
+    });
 }

@@ -75,6 +75,7 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionDef, sig: &Signature, inf: &Inf
         symbols: HashMap::new(),
         mask: None,
         linear_extent: None,
+        uses_linear_id: false,
         seed: None,
         sites: 0,
         ivs: Vec::new(),
@@ -86,7 +87,7 @@ pub fn kernel_to_graph(name: &str, ast: &FunctionDef, sig: &Signature, inf: &Inf
         let loc = lw.loc(ast.name_range);
         lw.b.op(OpKind::Return, vec![], vec![], vec![], &loc);
     }
-    let extent = lw.linear_extent.take();
+    let extent = lw.linear_extent.take().filter(|_| lw.uses_linear_id);
     let seed = lw.seed.take();
     lw.b.finish();
     if let Some(extent) = extent {
@@ -140,6 +141,9 @@ struct Lower<'a, 'f> {
     mask: Option<ValueId>,
     /// The extent a `tile.linear_id()` grid covers (the gathered tensor's length).
     linear_extent: Option<Dim>,
+    /// Whether the kernel calls `tile.linear_id()`: only then does a gather size the grid
+    /// (an embedding lookup `E[ids * D + cols]` inside `tile.parallel` loops has its grid).
+    uses_linear_id: bool,
     /// The hidden run-seed parameter, once a stochastic conversion needs it.
     seed: Option<ValueId>,
     /// Stochastic conversions so far: each draws from its own stream (`site`).

@@ -371,6 +371,7 @@ impl Lower<'_, '_> {
                 Ok(Val::One(self.b.op1(k, vec![], Type::Index, vec![("axis", Attr::Int(axis))], &loc)))
             }
             "linear_id" => {
+                self.uses_linear_id = true;
                 let t = self.result_type(e)?;
                 let block = self.dim_value(&Dim::sym("BLOCK"), &loc)?;
                 let pid = self.b.op1(OpKind::ProgramId, vec![], Type::Index, vec![("axis", Attr::Int(0))], &loc);

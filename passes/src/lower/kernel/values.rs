@@ -57,6 +57,18 @@ impl Lower<'_, '_> {
                             )
                         }
                         _ => {
+                            if let Ty::Tile(_) = self.ty_of(idx) {
+                                return unsupported(
+                                    format!(
+                                        "a gather by an index tile into a {}-D tensor: a gather takes one index tile \
+                                         into a 1-D tensor (declare the table flat, `E: Tensor[\"VD\", ...]`, and \
+                                         index it with `E[ids[:, None] * D + cols[None, :]]`, `cols = d0 + \
+                                         tile.arange(ctx.BN)`)",
+                                        t.dims.len()
+                                    ),
+                                    self.body.expr_range(idx),
+                                );
+                            }
                             let off = self.value(idx)?;
                             if self.vty(off) != Type::Index {
                                 return unsupported("a non-integer index", self.body.expr_range(idx));
