@@ -37,16 +37,10 @@ pub fn floor_rem_f64(a: f64, b: f64) -> f64 {
     }
 }
 
-/// [`floor_rem_f64`] in f32 arithmetic (`fmod` is exact; the shift rounds once).
+/// [`floor_rem_f64`] of f32 operands, rounded once to f32 (as the interpreter evaluates
+/// f32 functions: `fmod` is exact either way, and the shift by `b` is rounded once).
 pub fn floor_rem_f32(a: f32, b: f32) -> f32 {
-    let r = a % b;
-    if r == 0.0 {
-        0f32.copysign(b)
-    } else if (r < 0.0) != (b < 0.0) {
-        r + b
-    } else {
-        r
-    }
+    floor_rem_f64(a as f64, b as f64) as f32
 }
 
 #[cfg(test)]

@@ -17,6 +17,11 @@ fn lint(text: &str, target: Target) -> Vec<String> {
         .collect()
 }
 
+/// The sm_90 diagnostics of `text` with `code`.
+fn lint_code(text: &str, code: &str) -> Vec<String> {
+    lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with(code)).collect()
+}
+
 /// A file of the repository's test corpus (`tests/corpus`).
 fn corpus(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus").join(name);
@@ -348,9 +353,7 @@ fn a_softmax_that_can_see_a_fully_masked_row_is_w0605() {
 #[test]
 fn a_reduction_that_takes_in_a_partial_tiles_padding_is_w0606() {
     let text = corpus("invalid/w0606_padded_reduction.tsr");
-    let w = |text: &str| -> Vec<String> {
-        lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with("W0606")).collect()
-    };
+    let w = |text: &str| lint_code(text, "W0606");
     let found = w(&text);
     assert_eq!(found.len(), 1, "{found:#?}");
     assert!(found[0].starts_with("W0606@12:") && found[0].contains("hold 0.0 there, not -inf"), "{found:#?}");
@@ -389,9 +392,7 @@ fn a_reduction_that_takes_in_a_partial_tiles_padding_is_w0606() {
 #[test]
 fn a_store_past_its_loops_bound_inside_the_tensor_is_w0607() {
     let text = corpus("invalid/w0607_store_past_loop_bound.tsr");
-    let w = |text: &str| -> Vec<String> {
-        lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with("W0607")).collect()
-    };
+    let w = |text: &str| lint_code(text, "W0607");
     let found = w(&text);
     assert_eq!(found.len(), 1, "{found:#?}");
     assert!(
@@ -452,9 +453,7 @@ def cross_entropy(logits: Tensor["N", "V", f32], target: Tensor["N", i32], loss:
             picked = picked + tile.row_sum(tile.where(cols[None, :] == t[:, None], x, 0.0))
         loss[r:r + 1] = m + tile.log(l) - picked
 "#;
-    let w = |text: &str| -> Vec<String> {
-        lint(text, Target::Sm90).into_iter().filter(|l| l.starts_with("W0606")).collect()
-    };
+    let w = |text: &str| lint_code(text, "W0606");
     assert!(w(text).is_empty(), "{:#?}", w(text));
     let others = w(&text.replace("cols[None, :] == t[:, None]", "cols[None, :] != t[:, None]"));
     assert!(others.len() == 1 && others[0].starts_with("W0606@17:"), "{others:#?}");
