@@ -474,8 +474,9 @@ fn warn_reference_blind(src: &Source, key: tessera_frontend::FnKey<'_>) {
     // A store past its loop's bound (W0607): the reference overwrites the same elements.
     for o in tessera_passes::analysis::overrun::overrunning_windows(&graph) {
         eprintln!(
-            "warning: {}W0607 where `{}` does not divide `{}`, this store writes `{}` past its loop's bound `{}`: \
-             the f64 reference writes the same elements, so the verdict cannot tell (`tessera check` says more)",
+            "warning: {}W0607 where `{}` does not divide `{}`, this store's last tile writes `{}` past `{}`, where \
+             its loop's bound ends it: the f64 reference writes the same elements, so the verdict cannot tell \
+             (`tessera check` says more)",
             src.position(Some(&o.at)),
             o.step,
             o.trip,

@@ -260,7 +260,11 @@ fn a_store_past_its_loops_bound_warns_and_the_masked_store_is_right() {
     };
     let s = run_saved(ROPE, "rope", "interp", &dims, &[]).unwrap();
     assert!(s.text.contains("correct"), "{}", s.text);
-    assert!(s.warnings.contains("W0607 where `BN` does not divide `H`, this store writes `Y`"), "{}", s.warnings);
+    assert!(
+        s.warnings.contains("W0607 where `BN` does not divide `H`, this store's last tile writes `Y` past `H`"),
+        "{}",
+        s.warnings
+    );
     assert_eq!(wrong_columns(&s), (h..bn).collect(), "the first half's last tile overwrites columns H..BN");
     // Masked at the bound: no warning, and every column right.
     let tmp = tempfile::tempdir().unwrap();

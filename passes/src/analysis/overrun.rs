@@ -226,7 +226,12 @@ fn variable_plus_offset(
 fn symbolic_value(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
     let Some(def) = defs[v.0 as usize] else {
         // A parameter: an int one stands for itself.
-        let is_int_param = f.params.contains(&v) && matches!(f.ty(v), Type::Index | Type::Scalar(_));
+        let is_int = match f.ty(v) {
+            Type::Index => true,
+            Type::Scalar(d) => d.is_int(),
+            _ => false,
+        };
+        let is_int_param = f.params.contains(&v) && is_int;
         return is_int_param.then(|| f.values[v.0 as usize].name.as_deref().map(Dim::sym)).flatten();
     };
     let op = f.op(def);
