@@ -282,7 +282,7 @@ fn run_int(expr: &str, a: &[i64], b: &[i64]) -> Result<Vec<i64>, String> {
 }
 
 #[test]
-fn integer_division_floors_and_remainders_are_euclidean() {
+fn integer_division_floors_and_remainders_take_the_divisors_sign() {
     let mut a = Vec::new();
     let mut b = Vec::new();
     for x in [-7i64, 7, -8, 8, 0, 1, -1, i32::MIN as i64] {
@@ -307,7 +307,9 @@ fn integer_division_floors_and_remainders_are_euclidean() {
             }
         };
         assert_eq!(q[i], fq as i64, "{x} // {y}");
-        assert_eq!(r[i], x.wrapping_rem_euclid(y) as i64, "{x} % {y}");
+        // Python's `%`: x == (x // y) * y + x % y (wrapping at i32::MIN).
+        assert_eq!(r[i] as i32, x.wrapping_sub((fq).wrapping_mul(y)), "{x} % {y}");
+        assert!(r[i] == 0 || (r[i] < 0) == (y < 0), "{x} % {y} = {}: not in the divisor's sign", r[i]);
     }
     // Division by zero is an error with the op and place, not a crash.
     let mut ones = vec![1i64; 64];

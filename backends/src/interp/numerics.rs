@@ -498,15 +498,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn index_arithmetic_floors_and_is_euclidean() {
+    fn index_arithmetic_floors_and_the_remainder_takes_the_divisors_sign() {
         let fd = BinFn::new(BinOp::FloorDiv, Domain::Index).unwrap();
         let rem = BinFn::new(BinOp::Rem, Domain::Index).unwrap();
         assert_eq!(fd.eval_index(-7, 2), Ok(-4));
         assert_eq!(fd.eval_index(7, -2), Ok(-4));
         assert_eq!(fd.eval_index(-8, 2), Ok(-4));
         assert_eq!(fd.eval_index(7, 2), Ok(3));
+        // Python's `%`: a == (a // b) * b + a % b.
         assert_eq!(rem.eval_index(-7, 2), Ok(1));
-        assert_eq!(rem.eval_index(-7, -2), Ok(1));
+        assert_eq!(rem.eval_index(-7, -2), Ok(-1));
+        assert_eq!(rem.eval_index(7, -2), Ok(-1));
         assert_eq!(rem.eval_index(7, 3), Ok(1));
         assert!(rem.eval_index(1, 0).is_err());
         assert!(fd.eval_index(1, 0).is_err());
