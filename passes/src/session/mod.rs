@@ -119,6 +119,8 @@ pub struct Configured {
     /// The schedule keys its decorator writes (`@kernel.schedule(S)`'s, canonical names);
     /// the configuration's other keys are the plain-kernel defaults.
     pub written: Vec<String>,
+    /// The schedule keys its body reads through `ctx.` (canonical names).
+    pub read: Vec<String>,
     /// The declared defaults of int parameters that are shape symbols (`reps: int = 3`):
     /// what a launch binds them to when no dim is given.
     pub symbol_defaults: BTreeMap<String, i64>,
@@ -262,8 +264,9 @@ impl<'db> Analysis<'db> {
                 config.shapes.extend(dims);
             }
             let written = declared.fixed.values.keys().cloned().collect();
+            let read = tessera_frontend::check::infer_function(db, f.key).ctx_reads.clone();
             let (space, auto) = (declared.space.clone(), declared.auto);
-            Ok(Configured { config, assumed, space, written, symbol_defaults, auto, symbols, rejected })
+            Ok(Configured { config, assumed, space, written, read, symbol_defaults, auto, symbols, rejected })
         });
         computed?
     }

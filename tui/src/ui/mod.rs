@@ -27,7 +27,7 @@ use crate::state::{Geometry, Level, Overlay, Pane, Tab};
 use crate::theme;
 
 pub use explore::{draw_ir_pane, draw_source_pane};
-use widgets::{centered, inner, popup, put_row, short_config, stage_title, truncate};
+use widgets::{centered, inner, kernel_config, popup, put_row, stage_title, truncate};
 
 /// One frame: the layout, taken into the state, then the view of that state.
 pub fn draw(f: &mut Frame, app: &mut App) {
@@ -177,7 +177,7 @@ fn draw_status(buf: &mut Buffer, area: Rect, app: &App) {
         None => "not lowered".to_string(),
     };
     let config = match &app.view.config {
-        Ok(info) => short_config(&info.config),
+        Ok(info) => kernel_config(info),
         Err(_) => "no configuration".into(),
     };
     let kernel = app.kernel.clone().unwrap_or_else(|| "—".into());

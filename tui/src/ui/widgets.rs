@@ -41,10 +41,26 @@ pub(crate) fn stage_title(stage: tessera_passes::Stage) -> &'static str {
 
 /// `BM=64 BN=64 BK=32 w4 s2 xor D=64`: the keys a kernel engineer scans for, compactly.
 pub(crate) fn short_config(config: &tessera_passes::Config) -> String {
+    short_config_of(config, |_| true)
+}
+
+/// [`short_config`] of a kernel's configuration, with only the tile keys (`BM BN BK BD`)
+/// its decorator writes or its body reads: an elementwise kernel's status bar does not
+/// show the `BK=32 BD=64` it never uses.
+pub(crate) fn kernel_config(info: &tessera_passes::session::Configured) -> String {
+    let used = |k: &str| {
+        info.written.iter().any(|w| w == k)
+            || info.read.iter().any(|r| r == k)
+            || info.space.iter().any(|s| tessera_frontend::check::schedule::canonical_key(&s.key) == k)
+    };
+    short_config_of(&info.config, used)
+}
+
+fn short_config_of(config: &tessera_passes::Config, show_tile_key: impl Fn(&str) -> bool) -> String {
     use tessera_frontend::check::KeyValue;
     let mut parts = Vec::new();
     for k in ["BM", "BN", "BK", "BD"] {
-        if let Some(v) = config.schedule.int(k) {
+        if let Some(v) = config.schedule.int(k).filter(|_| show_tile_key(k)) {
             parts.push(format!("{k}={v}"));
         }
     }
