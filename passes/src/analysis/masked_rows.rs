@@ -86,15 +86,7 @@ pub fn masked_softmax_rows(f: &Func) -> Vec<MaskedSoftmax> {
         def(v).map(|o| f.op(o)).is_some_and(|op| op.kind == OpKind::Constant && op.int_attr("value") == Some(0))
     };
     // The loop whose index each value is (`for`, `tile.parallel`).
-    let mut index_of: Vec<Option<OpId>> = vec![None; f.values.len()];
-    for id in f.walk() {
-        let op = f.op(id);
-        if matches!(op.kind, OpKind::For | OpKind::GridParallel) {
-            if let Some(&iv) = op.regions.first().and_then(|r| r.args.first()) {
-                index_of[iv.0 as usize] = Some(id);
-            }
-        }
-    }
+    let index_of = f.loop_variables();
     let constant =
         |v: ValueId| def(v).map(|o| f.op(o)).filter(|o| o.kind == OpKind::Constant).and_then(|o| o.int_attr("value"));
     // Whether an index is certainly at least 0: a constant, the index of a loop that

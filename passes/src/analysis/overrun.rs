@@ -58,15 +58,10 @@ pub struct Overrun {
 pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
     let defs = f.definitions();
     // The loop whose variable each region argument is, and each op's parent.
-    let mut loop_of: Vec<Option<OpId>> = vec![None; f.values.len()];
+    let loop_of = f.loop_variables();
     let mut parent: Vec<Option<OpId>> = vec![None; f.ops.len()];
     for id in f.walk() {
         let op = f.op(id);
-        if matches!(op.kind, OpKind::For | OpKind::GridParallel) {
-            if let Some(&iv) = op.regions.first().and_then(|r| r.args.first()) {
-                loop_of[iv.0 as usize] = Some(id);
-            }
-        }
         for region in &op.regions {
             for &inner in &region.ops {
                 parent[inner.0 as usize] = Some(id);

@@ -457,6 +457,21 @@ impl Func {
         self.ops.iter().any(|op| kinds.contains(&op.kind))
     }
 
+    /// For each value, the loop (`scf.for`, `grid.parallel`) whose induction variable it
+    /// is, if it is one.
+    pub fn loop_variables(&self) -> Vec<Option<OpId>> {
+        let mut out = vec![None; self.values.len()];
+        for id in self.walk() {
+            let op = self.op(id);
+            if matches!(op.kind, OpKind::For | OpKind::GridParallel) {
+                if let Some(&iv) = op.regions.first().and_then(|r| r.args.first()) {
+                    out[iv.0 as usize] = Some(id);
+                }
+            }
+        }
+        out
+    }
+
     /// Every op reachable from the body, pre-order (an op before the ops of its regions).
     pub fn walk(&self) -> Vec<OpId> {
         // Reachable ops are at most all ops: one allocation instead of a growing vector
