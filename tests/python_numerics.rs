@@ -42,17 +42,17 @@ fn floor_ceil_and_round_to_even_agree_with_rust_on_the_interpreter_and_the_cpu()
     let tmp = tempfile::tempdir().unwrap();
     let x = rounding_inputs();
     let arg = input(tmp.path(), "X", DType::F32, &x.iter().map(|&v| v as f64).collect::<Vec<_>>());
-    on_each_device(ROUNDING, "rounding", tmp.path(), &["--input", &arg], |device, read| {
+    on_each_device(ROUNDING, "rounding", &["--input", &arg], |device, saved| {
         for (name, want) in
             [("F.out.npy", f32::floor as fn(f32) -> f32), ("C.out.npy", f32::ceil), ("R.out.npy", f32::round_ties_even)]
         {
-            let got = read(name);
+            let got = saved.read(name);
             for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
                 assert!(same(g, want(v)), "{device} {name}[{i}]: f({v}) = {g}, want {}", want(v));
             }
         }
         // Halves go to the even neighbour: 2.5 to 2, -0.5 to -0.
-        let r = read("R.out.npy");
+        let r = saved.read("R.out.npy");
         let at = |v: f32| r[x.iter().position(|&y| y == v && y.is_sign_negative() == v.is_sign_negative()).unwrap()];
         assert_eq!((at(2.5), at(3.5), at(-2.5)), (2.0, 4.0, -2.0), "{device}");
         assert!(at(-0.5) == 0.0 && at(-0.5).is_sign_negative(), "{device}");
@@ -61,11 +61,10 @@ fn floor_ceil_and_round_to_even_agree_with_rust_on_the_interpreter_and_the_cpu()
 
 #[test]
 fn the_int8_quantizer_rounds_each_row_to_nearest_even_steps_of_its_scale() {
-    let tmp = tempfile::tempdir().unwrap();
     let (t, d) = (37usize, 256usize);
     let dims = format!("T={t},D={d}");
-    on_each_device(ROUNDING, "quantize_rows", tmp.path(), &["--dims", &dims], |device, read| {
-        let (x, q, s) = (read("X.npy"), read("Q.out.npy"), read("S.out.npy"));
+    on_each_device(ROUNDING, "quantize_rows", &["--dims", &dims], |device, saved| {
+        let (x, q, s) = (saved.read("X.npy"), saved.read("Q.out.npy"), saved.read("S.out.npy"));
         for r in 0..t {
             let row: Vec<f32> = x[r * d..(r + 1) * d].iter().map(|&v| v as f32).collect();
             let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -94,8 +93,9 @@ fn integer_floor_division_and_remainder_are_pythons() {
     let tmp = tempfile::tempdir().unwrap();
     let (x, d) = dividends_and_divisors();
     let (xa, da) = (input(tmp.path(), "X", DType::I32, &x), input(tmp.path(), "D", DType::I32, &d));
-    on_each_device(REMAINDERS, "int_remainders", tmp.path(), &["--input", &xa, "--input", &da], |device, read| {
-        let (q, r, qc, rc) = (read("Q.out.npy"), read("R.out.npy"), read("Qc.out.npy"), read("Rc.out.npy"));
+    on_each_device(REMAINDERS, "int_remainders", &["--input", &xa, "--input", &da], |device, saved| {
+        let (q, r, qc, rc) =
+            (saved.read("Q.out.npy"), saved.read("R.out.npy"), saved.read("Qc.out.npy"), saved.read("Rc.out.npy"));
         for i in 0..x.len() {
             let (a, b) = (x[i] as i64, d[i] as i64);
             // Python: the quotient floors, the remainder has the divisor's sign.
@@ -118,8 +118,8 @@ fn float_remainder_takes_the_divisors_sign() {
     let x: Vec<f64> = [-7.5, 7.5, -7.0, 7.0, 0.25, -0.25, 100.125, -100.125].repeat(3);
     let d: Vec<f64> = x.iter().enumerate().map(|(i, _)| [2.0, -2.0, 3.5, -3.5][i % 4]).collect();
     let (xa, da) = (input(tmp.path(), "X", DType::F32, &x), input(tmp.path(), "D", DType::F32, &d));
-    on_each_device(REMAINDERS, "float_remainders", tmp.path(), &["--input", &xa, "--input", &da], |device, read| {
-        let (r, rc) = (read("R.out.npy"), read("Rc.out.npy"));
+    on_each_device(REMAINDERS, "float_remainders", &["--input", &xa, "--input", &da], |device, saved| {
+        let (r, rc) = (saved.read("R.out.npy"), saved.read("Rc.out.npy"));
         for i in 0..x.len() {
             // These operands are exact in f32: x - b * floor(x / b) is the exact remainder.
             let want = |b: f64| x[i] - b * (x[i] / b).floor();

@@ -17,48 +17,15 @@
 //! Outputs are compared with what this file computes in f64 from the saved inputs (no
 //! Tessera code in those oracles).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+#[path = "support/saved_runs.rs"]
+mod saved_runs;
+use saved_runs::{root, run_saved, Saved};
 
 fn tessera(dir: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(dir).args(args).output().expect("tessera runs")
-}
-
-/// A kernel run with `--save`: its report and its saved arrays.
-struct Saved {
-    text: String,
-    /// What the run wrote to standard error (its warnings).
-    warnings: String,
-    dir: PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
-impl Saved {
-    /// A saved array (`A.npy`, `C.out.npy`) in f64.
-    fn read(&self, name: &str) -> Vec<f64> {
-        tessera_backends::npy::read(&self.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")).to_f64()
-    }
-}
-
-/// Runs `kernel` of `fixture` on `device` at `dims` (and the options `extra`), saving its
-/// arrays; `None` when this build has no CPU backend (it is a feature).
-fn run_saved(fixture: &str, kernel: &str, device: &str, dims: &str, extra: &[&str]) -> Option<Saved> {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("saved");
-    let mut args = vec!["run", fixture, "--kernel", kernel, "--device", device, "--repeat", "1", "--dims", dims];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--save", dir.to_str().unwrap()]);
-    let o = tessera(root(), &args);
-    let (text, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr));
-    if device == "cpu" && err.contains("no CPU backend") {
-        return None;
-    }
-    assert_eq!(o.status.code(), Some(0), "{kernel} {extra:?}: {text}{err}");
-    Some(Saved { text, warnings: err.into_owned(), dir, _tmp: tmp })
 }
 
 /// `tessera check` of `text` (a fixture changed the way a user would write it): the exit
@@ -108,7 +75,7 @@ fn tl_cdiv_written_tile_cdiv_is_e0201_with_the_fix() {
 
 #[test]
 fn grouped_program_order_computes_a_times_b() {
-    let s = run_saved(GROUPED, "grouped_gemm", "interp", "M=300,N=136,K=72", &[]).unwrap();
+    let s = run_saved(GROUPED, "grouped_gemm", "interp", &["--dims", "M=300,N=136,K=72"]).unwrap();
     // 3 x 2 tiles: three along M, which the ordering visits in one group.
     assert!(s.text.contains("grid 6x1x1"), "{}", s.text);
     // A bf16 output: half a bf16 step.
@@ -120,7 +87,7 @@ fn a_load_padded_with_minus_float_inf_pads_with_minus_infinity() {
     let o = tessera(root(), &["check", SOFTMAX]);
     assert_eq!(o.status.code(), Some(0), "no W0606 either: {}", String::from_utf8_lossy(&o.stdout));
     let (r, c) = (6usize, 781usize);
-    let s = run_saved(SOFTMAX, "softmax_rows", "interp", &format!("R={r},C={c}"), &[]).unwrap();
+    let s = run_saved(SOFTMAX, "softmax_rows", "interp", &["--dims", &format!("R={r},C={c}")]).unwrap();
     let (x, y) = (s.read("X.npy"), s.read("Y.out.npy"));
     for i in 0..r {
         let row = &x[i * c..(i + 1) * c];
@@ -145,7 +112,7 @@ fn a_load_padded_with_minus_float_inf_pads_with_minus_infinity() {
 
 #[test]
 fn float_constants_lower_in_graph_functions() {
-    let s = run_saved(SOFTMAX, "shifted", "interp", "N=9", &[]).unwrap();
+    let s = run_saved(SOFTMAX, "shifted", "interp", &["--dims", "N=9"]).unwrap();
     let (x, y) = (s.read("x.npy"), s.read("return.out.npy"));
     for (a, b) in x.iter().zip(&y) {
         assert_eq!(*b, (*a as f32 + 1.5) as f64, "{x:?} -> {y:?}");
@@ -157,7 +124,8 @@ fn three_argument_dot_accumulates_and_dot_to_names_tile_cast() {
     // Also under Hopper's warpgroup MMAs fed by a producer warpgroup.
     for schedule in ["warps=4", "mma=wgmma,copy=tma,producer=warpgroup"] {
         let s =
-            run_saved(MATMUL, "matmul_leaky_relu", "interp", "M=100,N=72,K=200", &["--schedule", schedule]).unwrap();
+            run_saved(MATMUL, "matmul_leaky_relu", "interp", &["--dims", "M=100,N=72,K=200", "--schedule", schedule])
+                .unwrap();
         // An f16 output: half an f16 step.
         assert_matmul(&s, "C.out.npy", (100, 72, 200), 2f64.powi(-11), |x| if x >= 0.0 { x } else { 0.01 * x });
     }
@@ -171,7 +139,7 @@ fn three_argument_dot_accumulates_and_dot_to_names_tile_cast() {
 #[test]
 fn a_persistent_matmul_walks_every_tile_once() {
     // 3 x 3 = 9 tiles over 4 programs: two or three each.
-    let s = run_saved(PERSISTENT, "persistent_matmul", "interp", "M=300,N=264,K=72", &[]).unwrap();
+    let s = run_saved(PERSISTENT, "persistent_matmul", "interp", &["--dims", "M=300,N=264,K=72"]).unwrap();
     assert!(s.text.contains("grid 4x1x1"), "{}", s.text);
     assert_matmul(&s, "C.out.npy", (300, 264, 72), 2f64.powi(-24), |x| x);
     // Bounded by a scalar parameter instead: the error says how to bound it.
@@ -192,7 +160,7 @@ fn a_persistent_matmul_walks_every_tile_once() {
 fn seeded_dropout_draws_one_mask_everywhere() {
     let mut masks = Vec::new();
     for device in ["interp", "cpu"] {
-        let Some(s) = run_saved(DROPOUT, "seeded_dropout", device, "N=3000", &[]) else { continue };
+        let Some(s) = run_saved(DROPOUT, "seeded_dropout", device, &["--dims", "N=3000"]) else { continue };
         let (x, y) = (s.read("X.npy"), s.read("Y.out.npy"));
         let kept: Vec<bool> = y.iter().map(|&v| v != 0.0).collect();
         let fraction = kept.iter().filter(|&&k| k).count() as f64 / kept.len() as f64;
@@ -215,7 +183,9 @@ fn seeded_dropout_draws_one_mask_everywhere() {
 #[test]
 fn exp2_and_log2_are_base_two() {
     for device in ["interp", "cpu"] {
-        let Some(s) = run_saved("tests/fixtures/triton/exp2.tsr", "exp2_log2", device, "N=1000", &[]) else { continue };
+        let Some(s) = run_saved("tests/fixtures/triton/exp2.tsr", "exp2_log2", device, &["--dims", "N=1000"]) else {
+            continue;
+        };
         let (x, e, l) = (s.read("X.npy"), s.read("E.out.npy"), s.read("L.out.npy"));
         for i in 0..x.len() {
             let (want_e, want_l) = ((x[i] * 8.0).exp2(), (x[i].abs() + 0.5).log2());
@@ -258,7 +228,7 @@ fn a_store_past_its_loops_bound_warns_and_the_masked_store_is_right() {
         }
         wrong
     };
-    let s = run_saved(ROPE, "rope", "interp", &dims, &[]).unwrap();
+    let s = run_saved(ROPE, "rope", "interp", &["--dims", &dims]).unwrap();
     assert!(s.text.contains("correct"), "{}", s.text);
     assert!(
         s.warnings.contains("W0607 where `BN` does not divide `H`, this store's last tile writes `Y` past `H`"),
@@ -278,7 +248,7 @@ fn a_store_past_its_loops_bound_warns_and_the_masked_store_is_right() {
          mask=(h0 + tile.arange(ctx.BN))[None, :] < H)",
     );
     std::fs::write(&masked, fixed).unwrap();
-    let s = run_saved(masked.to_str().unwrap(), "rope", "interp", &dims, &[]).unwrap();
+    let s = run_saved(masked.to_str().unwrap(), "rope", "interp", &["--dims", &dims]).unwrap();
     assert!(!s.warnings.contains("W0607"), "{}", s.warnings);
     assert_eq!(wrong_columns(&s), Default::default());
 }

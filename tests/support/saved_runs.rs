@@ -1,8 +1,11 @@
-//! Runs of a fixture's kernel on the interpreter and on the CPU with `--save`, for tests
-//! that compare the saved outputs with an oracle they compute themselves. Included as a
-//! module (`#[path = "support/saved_runs.rs"] mod saved_runs;`).
+//! Runs of a fixture's kernel with `--save`, for tests that compare the saved outputs
+//! with an oracle they compute themselves. Included as a module
+//! (`#[path = "support/saved_runs.rs"] mod saved_runs;`).
 
-use std::path::Path;
+// Each test crate uses its own part of this module.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tessera_backends::npy;
@@ -13,30 +16,46 @@ pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `kernel` of `fixture` with `args` on the interpreter and on the CPU (when this
-/// build has a CPU backend: it is a feature), saving its arrays into `dir`, and hands each
-/// device's arrays to `check` (`read("Q.out.npy")`).
-pub fn on_each_device(
-    fixture: &str,
-    kernel: &str,
-    dir: &Path,
-    args: &[&str],
-    mut check: impl FnMut(&str, &dyn Fn(&str) -> Vec<f64>),
-) {
+/// A kernel run with `--save`: its report and its saved arrays.
+pub struct Saved {
+    pub text: String,
+    /// What the run wrote to standard error (its warnings).
+    pub warnings: String,
+    pub dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Saved {
+    /// A saved array (`A.npy`, `C.out.npy`) in f64.
+    pub fn read(&self, name: &str) -> Vec<f64> {
+        npy::read(&self.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")).to_f64()
+    }
+}
+
+/// Runs `kernel` of `fixture` on `device` with `args` (`--dims`, `--input`, ...), saving
+/// its arrays; `None` when this build has no CPU backend (it is a feature).
+pub fn run_saved(fixture: &str, kernel: &str, device: &str, args: &[&str]) -> Option<Saved> {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("saved");
+    let mut all = vec!["run", fixture, "--kernel", kernel, "--device", device, "--repeat", "1"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--save", dir.to_str().unwrap()]);
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(root()).args(&all).output().expect("tessera runs");
+    let (text, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr));
+    if device == "cpu" && err.contains("no CPU backend") {
+        return None;
+    }
+    assert_eq!(o.status.code(), Some(0), "{kernel} on {device} {args:?}: {text}{err}");
+    Some(Saved { text, warnings: err.into_owned(), dir, _tmp: tmp })
+}
+
+/// [`run_saved`] on the interpreter and on the CPU (where this build has one), each run
+/// free of warnings, handing each device's run to `check`.
+pub fn on_each_device(fixture: &str, kernel: &str, args: &[&str], mut check: impl FnMut(&str, &Saved)) {
     for device in ["interp", "cpu"] {
-        let saved = dir.join(format!("{kernel}_{device}"));
-        let mut all = vec!["run", fixture, "--kernel", kernel, "--device", device, "--repeat", "1"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&["--save", saved.to_str().unwrap()]);
-        let o = Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(root()).args(&all).output().unwrap();
-        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        if device == "cpu" && err.contains("no CPU backend") {
-            continue;
-        }
-        assert_eq!(o.status.code(), Some(0), "{kernel} on {device}: {out}{err}");
-        assert!(!err.contains("warning"), "{err}");
-        let read = |name: &str| npy::read(&saved.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")).to_f64();
-        check(device, &read);
+        let Some(saved) = run_saved(fixture, kernel, device, args) else { continue };
+        assert!(!saved.warnings.contains("warning"), "{}", saved.warnings);
+        check(device, &saved);
     }
 }
 
