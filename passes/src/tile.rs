@@ -61,28 +61,6 @@ fn const_index(f: &mut Func, value: i64, loc: &Loc) -> (OpId, ValueId) {
 
 // ----- the grid ------------------------------------------------------------------------
 
-/// The symbolic value of an index computation (tensor dims as their symbols).
-fn index_dim(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
-    let def = f.op(defs[v.0 as usize]?);
-    let arg = |i: usize| index_dim(f, defs, def.operands[i]);
-    match def.kind {
-        OpKind::Constant => def.int_attr("value").map(Dim::constant),
-        OpKind::TensorDim => {
-            let axis = def.int_attr("axis")? as usize;
-            match f.ty(def.operands[0]) {
-                Type::Tensor(t) => t.dims.get(axis).cloned(),
-                _ => None,
-            }
-        }
-        OpKind::Add => Some(arg(0)?.add(&arg(1)?)),
-        OpKind::Sub => Some(arg(0)?.sub(&arg(1)?)),
-        OpKind::Neg => Some(Dim::constant(0).sub(&arg(0)?)),
-        OpKind::Mul => Some(arg(0)?.mul_plain(&arg(1)?)),
-        OpKind::FloorDiv => arg(0)?.floor_div(&arg(1)?),
-        _ => None,
-    }
-}
-
 pub(crate) fn lower_grid(f: &mut Func) -> Result<(), LowerError> {
     let defs = f.definitions();
     let mut extents: Vec<Dim> = Vec::new();
@@ -130,7 +108,11 @@ fn lower_grid_region(
         let op = f.op(id).clone();
         let axis = op.int_attr("axis").unwrap_or(extents.len() as i64);
         let (lo, hi, step) = (op.operands[0], op.operands[1], op.operands[2]);
-        let extent = match (index_dim(f, defs, lo), index_dim(f, defs, hi), index_dim(f, defs, step)) {
+        let extent = match (
+            f.index_dim(defs, lo, &|_| None),
+            f.index_dim(defs, hi, &|_| None),
+            f.index_dim(defs, step, &|_| None),
+        ) {
             (Some(l), Some(h), Some(s)) => h.sub(&l).add(&s).sub(&Dim::constant(1)).floor_div(&s),
             _ => None,
         };

@@ -216,36 +216,22 @@ fn variable_plus_offset(
     Some((iv, symbolic_value(f, defs, other)?))
 }
 
-/// An index value as a polynomial: constants, tensor dims (their symbols), schedule keys
-/// (`BN`) and int parameters (by name), under `+`, `-` and `*`; `None` for anything else.
+/// An index value as a polynomial ([`Func::index_dim`]), with the schedule's keys (`BN`)
+/// and the int parameters standing for themselves by name.
 fn symbolic_value(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
-    let Some(def) = defs[v.0 as usize] else {
-        // A parameter: an int one stands for itself.
+    let named = |v: ValueId| {
+        if let Some(op) = defs[v.0 as usize].map(|d| f.op(d)) {
+            return (op.kind == OpKind::SchedParam).then(|| op.str_attr("key").map(Dim::sym)).flatten();
+        }
         let is_int = match f.ty(v) {
             Type::Index => true,
             Type::Scalar(d) => d.is_int(),
             _ => false,
         };
         let is_int_param = f.params.contains(&v) && is_int;
-        return is_int_param.then(|| f.values[v.0 as usize].name.as_deref().map(Dim::sym)).flatten();
+        is_int_param.then(|| f.values[v.0 as usize].name.as_deref().map(Dim::sym)).flatten()
     };
-    let op = f.op(def);
-    let operand = |i: usize| op.operands.get(i).and_then(|&x| symbolic_value(f, defs, x));
-    match op.kind {
-        OpKind::Constant => match op.attr("value")? {
-            Attr::Int(c) => Some(Dim::constant(*c)),
-            _ => None,
-        },
-        OpKind::TensorDim => {
-            let Type::Tensor(t) = f.ty(*op.operands.first()?) else { return None };
-            t.dims.get(op.int_attr("axis")? as usize).cloned()
-        }
-        OpKind::SchedParam => op.str_attr("key").map(Dim::sym),
-        OpKind::Add => Some(operand(0)?.add(&operand(1)?)),
-        OpKind::Sub => Some(operand(0)?.sub(&operand(1)?)),
-        OpKind::Mul => Some(operand(0)?.mul_plain(&operand(1)?)),
-        _ => None,
-    }
+    f.index_dim(defs, v, &named)
 }
 
 /// W0607 at each access whose window runs past its loop's bound, with the loop labelled.

@@ -472,6 +472,30 @@ impl Func {
         out
     }
 
+    /// The symbolic value of an index computation: constants and tensor dims (their
+    /// symbols) under `+`, `-`, negation, `*` and `//`; any other value is `leaf`'s to
+    /// name (`None`: not expressible). `defs` is [`Func::definitions`].
+    pub fn index_dim(&self, defs: &[Option<OpId>], v: ValueId, leaf: &dyn Fn(ValueId) -> Option<Dim>) -> Option<Dim> {
+        let Some(def) = defs[v.0 as usize].map(|d| self.op(d)) else { return leaf(v) };
+        let arg = |i: usize| def.operands.get(i).and_then(|&x| self.index_dim(defs, x, leaf));
+        match def.kind {
+            OpKind::Constant => def.int_attr("value").map(Dim::constant),
+            OpKind::TensorDim => {
+                let axis = def.int_attr("axis")? as usize;
+                match self.ty(*def.operands.first()?) {
+                    Type::Tensor(t) => t.dims.get(axis).cloned(),
+                    _ => None,
+                }
+            }
+            OpKind::Add => Some(arg(0)?.add(&arg(1)?)),
+            OpKind::Sub => Some(arg(0)?.sub(&arg(1)?)),
+            OpKind::Neg => Some(Dim::constant(0).sub(&arg(0)?)),
+            OpKind::Mul => Some(arg(0)?.mul_plain(&arg(1)?)),
+            OpKind::FloorDiv => arg(0)?.floor_div(&arg(1)?),
+            _ => leaf(v),
+        }
+    }
+
     /// Every op reachable from the body, pre-order (an op before the ops of its regions).
     pub fn walk(&self) -> Vec<OpId> {
         // Reachable ops are at most all ops: one allocation instead of a growing vector
