@@ -23,6 +23,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::ir::{Func, Loc, Op, OpId, OpKind, Region, Type, ValueId};
+use tessera_frontend::arith::{floor_div_i64, floor_rem_i64};
 
 /// A violation of the staging protocol: where, and what.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -167,11 +168,15 @@ impl Pipeline {
             OpKind::ProgramId => Some(PROGRAM),
             OpKind::NumPrograms => Some(2 * PROGRAM),
             OpKind::Cast => arg(0),
-            OpKind::Add => arg(0).zip(arg(1)).map(|(a, b)| a + b),
-            OpKind::Sub => arg(0).zip(arg(1)).map(|(a, b)| a - b),
-            OpKind::Mul => arg(0).zip(arg(1)).map(|(a, b)| a * b),
-            OpKind::FloorDiv | OpKind::Div => arg(0).zip(arg(1)).filter(|&(_, b)| b != 0).map(|(a, b)| a.div_euclid(b)),
-            OpKind::Rem => arg(0).zip(arg(1)).filter(|&(_, b)| b != 0).map(|(a, b)| a.rem_euclid(b)),
+            // Wrapping, as the 64-bit index registers do; `//` and `%` floor as
+            // everywhere else (`frontend::arith`).
+            OpKind::Add => arg(0).zip(arg(1)).map(|(a, b)| a.wrapping_add(b)),
+            OpKind::Sub => arg(0).zip(arg(1)).map(|(a, b)| a.wrapping_sub(b)),
+            OpKind::Mul => arg(0).zip(arg(1)).map(|(a, b)| a.wrapping_mul(b)),
+            OpKind::FloorDiv | OpKind::Div => {
+                arg(0).zip(arg(1)).filter(|&(_, b)| b != 0).map(|(a, b)| floor_div_i64(a, b))
+            }
+            OpKind::Rem => arg(0).zip(arg(1)).filter(|&(_, b)| b != 0).map(|(a, b)| floor_rem_i64(a, b)),
             OpKind::Min => arg(0).zip(arg(1)).map(|(a, b)| a.min(b)),
             OpKind::Max => arg(0).zip(arg(1)).map(|(a, b)| a.max(b)),
             _ => None,
