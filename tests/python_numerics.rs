@@ -1,21 +1,25 @@
 //! Numerics a kernel author brings from Python and PyTorch, each compared with Rust's own
 //! arithmetic on the saved inputs, on the interpreter and on the CPU (the PTX is checked
-//! by the emulator, `backends/tests/cuda_emulator.rs`, kernels `rounding` and
-//! `remainders`):
+//! by the emulator, `backends/tests/cuda_emulator.rs`, kernels `rounding`, `remainders`,
+//! `bitwise` and this file's `w4a16_gemm`):
 //! - `tile.floor`, `tile.ceil` and `tile.round` (halves to even), and the per-row int8
 //!   quantizer they make possible (`tile.cast` to an integer truncates toward zero, which
 //!   biases a quantizer);
 //! - `//` floors and `%` takes the divisor's sign, as in Python, for every sign (`%` was
-//!   Euclidean, never negative: `7 % -3` was 1, and `a != (a // b) * b + a % b`).
+//!   Euclidean, never negative: `7 % -3` was 1, and `a != (a // b) * b + a % b`);
+//! - `<<`, `>>`, `&`, `|`, `^`, `~` on integer tiles (two's complement, wrapping to the
+//!   dtype, amounts outside 0..width shifting every bit out), and the int4 weight GEMM
+//!   they make possible.
 
 use tessera_frontend::check::DType;
 
 #[path = "support/saved_runs.rs"]
 mod saved_runs;
-use saved_runs::{input, on_each_device};
+use saved_runs::{input, input_shaped, on_each_device};
 
 const ROUNDING: &str = "tests/fixtures/numerics/rounding.tsr";
 const REMAINDERS: &str = "tests/fixtures/numerics/remainders.tsr";
+const BITWISE: &str = "tests/fixtures/numerics/bitwise.tsr";
 
 /// Ties at every half, both signs, signed zeros, the last f32 below 0.5, halves at the
 /// edge of f32's integers (2^23 - 0.5), values beyond them, and a spread of the rest.
@@ -127,5 +131,95 @@ fn float_remainder_takes_the_divisors_sign() {
             assert_eq!(rc[i], want(-2.5), "{device}: {} % -2.5", x[i]);
             assert!(r[i] == 0.0 || (r[i] < 0.0) == (d[i] < 0.0), "{device}: sign of {} % {}", x[i], d[i]);
         }
+    });
+}
+
+/// i32 values with every bit pattern class (signs, edges, alternating bits) and shift
+/// amounts below 0, inside 0..32 and past it.
+fn bit_inputs() -> (Vec<f64>, Vec<f64>) {
+    let mut x: Vec<i32> = vec![0, 1, -1, i32::MAX, i32::MIN, 0x5555_5555, 0xAAAA_AAAAu32 as i32, 0x0F0F_00FF, -12345];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..400 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        x.push((state >> 32) as u32 as i32);
+    }
+    let s: Vec<i32> = (0..x.len() as i32).map(|i| i % 75 - 5).collect();
+    (x.iter().map(|&v| v as f64).collect(), s.iter().map(|&v| v as f64).collect())
+}
+
+#[test]
+fn shifts_and_bitwise_operators_are_twos_complement_with_amounts_past_the_width_shifting_all_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (x, s) = bit_inputs();
+    let (xa, sa) = (input(tmp.path(), "X", DType::I32, &x), input(tmp.path(), "S", DType::I32, &s));
+    on_each_device(BITWISE, "bit_ops", &["--input", &xa, "--input", &sa], |device, saved| {
+        let read = |name: &str| saved.read(name).into_iter().map(|v| v as i64).collect::<Vec<_>>();
+        let (shl, shr, mix, b) = (read("Shl.out.npy"), read("Shr.out.npy"), read("Mix.out.npy"), read("B.out.npy"));
+        for i in 0..x.len() {
+            let (v, n) = (x[i] as i32, s[i] as i32);
+            // Rust's i32 operators within 0..32; outside, every bit shifted out.
+            let want_shl = if (0..32).contains(&n) { v.wrapping_shl(n as u32) } else { 0 };
+            let want_shr = if (0..32).contains(&n) { v >> n } else { v >> 31 };
+            assert_eq!(shl[i], want_shl as i64, "{device}: {v} << {n}");
+            assert_eq!(shr[i], want_shr as i64, "{device}: {v} >> {n}");
+            assert_eq!(mix[i], ((v & 0xFF0F) ^ (!v | 0x30) ^ (v >> 28)) as i64, "{device}: bit mix of {v}");
+            // int8: the cast wraps, and so does every operation on the narrow value.
+            let narrow = v as i8;
+            assert_eq!(b[i], (narrow.wrapping_shl(3) >> 1) as i64, "{device}: ({narrow} << 3) >> 1 in int8");
+        }
+    });
+}
+
+#[test]
+fn an_int4_weight_gemm_unpacks_nibbles_as_packed_and_matches_f64() {
+    let (m, k, n) = (40usize, 96usize, 72usize);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state >> 11
+    };
+    // Weights -8..7 stored as nibbles 0..15, eight per int32: row k in nibble k % 8.
+    let q: Vec<i64> = (0..k * n).map(|_| (next() % 16) as i64).collect();
+    let mut packed = vec![0u32; k / 8 * n];
+    for row in 0..k {
+        for col in 0..n {
+            packed[row / 8 * n + col] |= (q[row * n + col] as u32) << (4 * (row % 8));
+        }
+    }
+    let a: Vec<f64> = (0..m * k).map(|_| (next() % 2001) as f64 / 500.0 - 2.0).collect();
+    let scale: Vec<f64> = (0..n).map(|_| 0.01 + (next() % 100) as f64 / 1000.0).collect();
+    let packed: Vec<f64> = packed.iter().map(|&p| p as i32 as f64).collect();
+    let args = [
+        input_shaped(tmp.path(), "A", DType::F16, &[m, k], &a),
+        input(tmp.path(), "Wq", DType::I32, &packed),
+        input(tmp.path(), "Scale", DType::F16, &scale),
+    ];
+    let dims = format!("M={m},K={k},N={n}");
+    let mut all = vec!["--dims", &dims];
+    for arg in &args {
+        all.extend(["--input", arg.as_str()]);
+    }
+    on_each_device(BITWISE, "w4a16_gemm", &all, |device, saved| {
+        // The f16 values the kernel read, and W = (nibble - 8) * scale in f64.
+        let (a, scale, c) = (saved.read("A.npy"), saved.read("Scale.npy"), saved.read("C.out.npy"));
+        let mut worst = 0f64;
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|l| a[i * k + l] * (q[l * n + j] - 8) as f64).sum();
+                let want = dot * scale[j];
+                worst = worst.max((c[i * n + j] - want).abs());
+                assert!(
+                    (c[i * n + j] - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "{device}: C[{i}, {j}] = {}, want {want}",
+                    c[i * n + j]
+                );
+            }
+        }
+        eprintln!("{device}: w4a16 max abs error {worst:.2e}");
     });
 }

@@ -201,11 +201,58 @@ def shared_roundtrip(X: Tensor["R", "C", f32], Y: Tensor["R", "C", f32]):
             tile.cp_async(s, X[r0:r0 + ctx.BM, c0:c0 + ctx.BM])
             tile.barrier()
             Y[r0:r0 + ctx.BM, c0:c0 + ctx.BM] = tile.load(s).T
+
+# Shift amounts from [-8, 8) * 5 and * 9: negative and past the width, where every bit
+# is shifted out (PTX clamps; the 64-bit amount is clamped before it is narrowed, so
+# s * 2^32 + 1 does not shift by 1).
+@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def bitwise(X: Tensor["R", "C", i32], S: Tensor["R", "C", i32], Y: Tensor["R", "C", i32], W: Tensor["R", "C", i64], B: Tensor["R", "C", int8]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        for c0 in tile.parallel(0, C, ctx.BN):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN]) * 123457 + 7
+            s = tile.load(S[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            Y[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = ((x >> 3) ^ (x << (s * 5))) & 0xFFFF | (~x >> (s * 5)) ^ (x << 33)
+            w = tile.cast(x, i64) * 1000003
+            W[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = (w << (tile.cast(s, i64) * 9)) ^ (w >> (tile.cast(s, i64) * 9 + 10)) ^ (w << (tile.cast(s, i64) * 4294967296 + 1))
+            b = tile.cast(x, int8)
+            B[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = ((b << 3) >> 1) ^ -b
+
+@kernel.schedule(Schedule(block=(16, 128), warps=4))
+def cross_entropy(X: Tensor["T", "V", f32], Labels: Tensor["T", i32], Loss: Tensor["T", f32]):
+    ctx = tile.context()
+    for t0 in tile.parallel(0, T, ctx.BM):
+        labels = tile.load(Labels[t0:t0 + ctx.BM])
+        m = tile.full((ctx.BM,), -float("inf"), f32)
+        l = tile.zeros((ctx.BM,), f32)
+        picked = tile.zeros((ctx.BM,), f32)
+        for v0 in tile.range(0, V, ctx.BN):
+            x = tile.load(X[t0:t0 + ctx.BM, v0:v0 + ctx.BN], other=-float("inf"))
+            m_new = tile.maximum(m, tile.row_max(x))
+            l = l * tile.exp(m - m_new) + tile.row_sum(tile.exp(x - m_new[:, None]))
+            m = m_new
+            cols = v0 + tile.arange(ctx.BN)
+            picked += tile.row_sum(tile.where(cols[None, :] == labels[:, None], x, 0.0))
+        Loss[t0:t0 + ctx.BM] = m + tile.log(l) - picked
+
+@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def bias_grad(DY: Tensor["T", "N", f32], DB: Tensor["N", f32]):
+    ctx = tile.context()
+    for n0 in tile.parallel(0, N, ctx.BN):
+        acc = tile.zeros((ctx.BN,), f32)
+        for t0 in tile.range(0, T, ctx.BM):
+            acc += tile.sum(tile.load(DY[t0:t0 + ctx.BM, n0:n0 + ctx.BN]), 0)
+        DB[n0:n0 + ctx.BN] = acc
 "#;
 
 fn sources() -> Vec<Source> {
     let mut out = vec![Source { label: "ops.tsr".into(), path: PathBuf::from("ops.tsr"), text: OPS.to_string() }];
     out.extend(kernel_sources::repository_files());
+    // The bitwise operators and the int4 weight GEMM they make (tests/python_numerics.rs
+    // checks the same kernels on the interpreter and the CPU against Rust).
+    let bitwise = kernel_sources::repository_root().join("tests/fixtures/numerics/bitwise.tsr");
+    let text = std::fs::read_to_string(&bitwise).unwrap();
+    out.push(Source { label: "numerics/bitwise.tsr".into(), path: bitwise, text });
     out
 }
 
@@ -225,6 +272,11 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         | "remainders" => &["R=64,C=128", "R=33,C=70"],
         "row_sums" => &["R=128,C=128", "R=70,C=100"],
         "col_stats" => &["R=64,C=96", "R=50,C=45"],
+        "cross_entropy" => &["T=16,V=256", "T=20,V=300"],
+        "bitwise" => &["R=64,C=128", "R=33,C=70"],
+        "bit_ops" => &["N=1000"],
+        "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
+        "bias_grad" => &["T=64,N=64", "T=70,N=100"],
         "odd_dot" | "int8_gemm" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],
         // Three stages: K=200 goes around the ring twice (its slot is a remainder by 3).
         "f16_gemm_bt" => &["M=64,N=96,K=64", "M=40,N=50,K=36", "M=40,N=24,K=200"],

@@ -59,9 +59,14 @@ pub fn on_each_device(fixture: &str, kernel: &str, args: &[&str], mut check: imp
     }
 }
 
-/// Writes `values` as the `.npy` of parameter `name` and returns its `--input` argument.
+/// Writes `values` as the 1-D `.npy` of parameter `name` and returns its `--input` argument.
 pub fn input(dir: &Path, name: &str, dtype: DType, values: &[f64]) -> String {
+    input_shaped(dir, name, dtype, &[values.len()], values)
+}
+
+/// [`input`] of a tensor of `dims` (row-major `values`).
+pub fn input_shaped(dir: &Path, name: &str, dtype: DType, dims: &[usize], values: &[f64]) -> String {
     let path = dir.join(format!("{name}.npy"));
-    npy::write(&path, &HostTensor::from_f64(dtype, &[values.len()], values)).unwrap();
+    npy::write(&path, &HostTensor::from_f64(dtype, dims, values)).unwrap();
     format!("{name}={}", path.display())
 }

@@ -2,7 +2,7 @@
 //! in, and how its result is rounded. Decided once per op when the program is compiled;
 //! the executor only calls the chosen function per element.
 
-use tessera_frontend::arith::{floor_div_i64, floor_rem_f32, floor_rem_f64, floor_rem_i64};
+use tessera_frontend::arith::{floor_div_i64, floor_rem_f32, floor_rem_f64, floor_rem_i64, shl_i64, shr_i64};
 use tessera_frontend::check::DType;
 use tessera_passes::ir::OpKind;
 
@@ -120,6 +120,9 @@ pub(crate) enum BinOp {
     Min,
     And,
     Or,
+    Xor,
+    Shl,
+    Shr,
 }
 
 impl BinOp {
@@ -137,6 +140,9 @@ impl BinOp {
             OpKind::Min => BinOp::Min,
             OpKind::And => BinOp::And,
             OpKind::Or => BinOp::Or,
+            OpKind::Xor => BinOp::Xor,
+            OpKind::Shl => BinOp::Shl,
+            OpKind::Shr => BinOp::Shr,
             _ => return None,
         })
     }
@@ -261,7 +267,7 @@ impl BinFn {
                     BinOp::Pow => |a: f32, b: f32| (a as f64).powf(b as f64) as f32,
                     BinOp::Max => f32::max,
                     BinOp::Min => f32::min,
-                    BinOp::And | BinOp::Or => return None,
+                    BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Shl | BinOp::Shr => return None,
                 },
                 Rounder::new(d),
             ),
@@ -275,13 +281,14 @@ impl BinFn {
                 BinOp::Pow => f64::powf,
                 BinOp::Max => f64::max,
                 BinOp::Min => f64::min,
-                BinOp::And | BinOp::Or => return None,
+                BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Shl | BinOp::Shr => return None,
             }),
             Domain::Int(d) => BinFn::Int(int_fn(op), d),
             Domain::Index => BinFn::Int(int_fn(op), DType::I64),
             Domain::Bool => BinFn::Bool(match op {
                 BinOp::And | BinOp::Min | BinOp::Mul => |a, b| a & b,
                 BinOp::Or | BinOp::Max => |a, b| a | b,
+                BinOp::Xor => |a, b| a ^ b,
                 _ => return None,
             }),
         })
@@ -373,6 +380,9 @@ fn int_fn(op: BinOp) -> fn(i64, i64) -> Result<i64, ElemError> {
         BinOp::Min => |a, b| Ok(a.min(b)),
         BinOp::And => |a, b| Ok(a & b),
         BinOp::Or => |a, b| Ok(a | b),
+        BinOp::Xor => |a, b| Ok(a ^ b),
+        BinOp::Shl => |a, b| Ok(shl_i64(a, b)),
+        BinOp::Shr => |a, b| Ok(shr_i64(a, b)),
     }
 }
 

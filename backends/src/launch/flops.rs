@@ -237,9 +237,17 @@ impl FlopCounter<'_> {
             OpKind::Max => arg(0)?.max(arg(1)?),
             OpKind::Min => arg(0)?.min(arg(1)?),
             OpKind::Neg => -arg(0)?,
+            // Bitwise on integers (`pid & 7` in a program ordering), logical on bools.
+            OpKind::And if int => (arg(0)? as i64 & arg(1)? as i64) as f64,
+            OpKind::Or if int => (arg(0)? as i64 | arg(1)? as i64) as f64,
+            OpKind::Xor if int => (arg(0)? as i64 ^ arg(1)? as i64) as f64,
+            OpKind::Shl if int => tessera_frontend::arith::shl_i64(arg(0)? as i64, arg(1)? as i64) as f64,
+            OpKind::Shr if int => tessera_frontend::arith::shr_i64(arg(0)? as i64, arg(1)? as i64) as f64,
+            OpKind::Not if int => !(arg(0)? as i64) as f64,
             OpKind::Not => f64::from(u8::from(arg(0)? == 0.0)),
             OpKind::And => f64::from(u8::from(arg(0)? != 0.0 && arg(1)? != 0.0)),
             OpKind::Or => f64::from(u8::from(arg(0)? != 0.0 || arg(1)? != 0.0)),
+            OpKind::Xor => f64::from(u8::from((arg(0)? != 0.0) != (arg(1)? != 0.0))),
             OpKind::Cmp => {
                 let (a, b) = (arg(0)?, arg(1)?);
                 let r = match op.str_attr("pred").unwrap_or("") {

@@ -316,9 +316,10 @@ impl Cta<'_> {
                     "xor" => sa ^ sb,
                     "neg" => sa.wrapping_neg(),
                     "abs" => sa.wrapping_abs(),
-                    "shl" => sa.wrapping_shl(sb as u32),
-                    "shr" if signed => sa >> sb.min(63),
-                    "shr" => (x >> y.min(63)) as i64,
+                    // The amount is a `.u32` operand, clamped to the width.
+                    "shl" => sa.checked_shl(y as u32).unwrap_or(0),
+                    "shr" if signed => sa >> (y as u32).min(63),
+                    "shr" => x.checked_shr(y as u32).unwrap_or(0) as i64,
                     _ => return Err(self.err(pc, format!("{name}.{ty}"))),
                 }) as u64
             }

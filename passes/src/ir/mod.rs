@@ -150,6 +150,9 @@ ops! {
     Not = "arith.not",
     And = "arith.and",
     Or = "arith.or",
+    Xor = "arith.xor",
+    Shl = "arith.shl",
+    Shr = "arith.shr",
     Cmp = "arith.cmp",
     Select = "arith.select",
     Cast = "arith.cast",
@@ -295,6 +298,9 @@ impl OpKind {
                 | OpKind::Min
                 | OpKind::And
                 | OpKind::Or
+                | OpKind::Xor
+                | OpKind::Shl
+                | OpKind::Shr
         )
     }
 

@@ -596,8 +596,8 @@ impl<'f> Lowerer<'f> {
             Node::Binary { op, a, .. } => {
                 let e = numerics::reg(a.dtype);
                 let bad = match e {
-                    Elem::F32 | Elem::F64 => matches!(*op, "and" | "or"),
-                    Elem::I1 => !matches!(*op, "and" | "or" | "min" | "max" | "mul"),
+                    Elem::F32 | Elem::F64 => matches!(*op, "and" | "or" | "xor" | "shl" | "shr"),
+                    Elem::I1 => !matches!(*op, "and" | "or" | "xor" | "min" | "max" | "mul"),
                     _ => false,
                 };
                 (a.dtype, bad.then(|| format!("arith.{op}")))
@@ -746,6 +746,9 @@ fn binary_name(name: &str) -> Option<&'static str> {
         "min" => "min",
         "and" => "and",
         "or" => "or",
+        "xor" => "xor",
+        "shl" => "shl",
+        "shr" => "shr",
         _ => return None,
     })
 }

@@ -565,6 +565,7 @@ pub(super) fn binary(
         Elem::I1 => match op {
             "and" | "min" | "mul" => ins(b, "and", ty, x, y),
             "or" | "max" => ins(b, "or", ty, x, y),
+            "xor" => ins(b, "xor", ty, x, y),
             _ => return Err(format!("`arith.{op}` is not defined on bool")),
         },
         _ => match op {
@@ -573,6 +574,22 @@ pub(super) fn binary(
             "mul" => ins(b, "mul", ty, x, y),
             "and" => ins(b, "and", ty, x, y),
             "or" => ins(b, "or", ty, x, y),
+            "xor" => ins(b, "xor", ty, x, y),
+            // An amount outside 0..width (unsigned compare: negatives too) is poison in
+            // LLVM; Tessera's shifts every bit out there (`frontend::arith::shl_i64`).
+            "shl" | "shr" => {
+                let width = lit(ty, f64::from(ty.elem.bits()));
+                let inside = icmp(b, "ult", ty, y, &width);
+                if op == "shl" {
+                    let amount = select(b, ty, &inside, y, &lit(ty, 0.0));
+                    let shifted = ins(b, "shl", ty, x, &amount);
+                    select(b, ty, &inside, &shifted, &lit(ty, 0.0))
+                } else {
+                    let last = lit(ty, f64::from(ty.elem.bits() - 1));
+                    let amount = select(b, ty, &inside, y, &last);
+                    ins(b, "ashr", ty, x, &amount)
+                }
+            }
             "max" => intr(b, "smax", ty, &[x, y]),
             "min" => intr(b, "smin", ty, &[x, y]),
             "div" | "floordiv" | "rem" => {

@@ -333,7 +333,8 @@ impl Lower<'_, '_> {
                     UnaryOp::Neg => OpKind::Neg,
                     UnaryOp::Not => OpKind::Not,
                     UnaryOp::Pos => return Ok(Val::One(v)),
-                    UnaryOp::Invert => return unsupported("`~` in a kernel", range),
+                    // Bitwise on integers, logical on bools (NumPy's `~`).
+                    UnaryOp::Invert => OpKind::Not,
                 };
                 Ok(Val::One(self.b.op1(kind, vec![v], t, vec![], &loc)))
             }
@@ -444,6 +445,9 @@ impl Lower<'_, '_> {
             BinOp::Pow => OpKind::Pow,
             BinOp::BitAnd => OpKind::And,
             BinOp::BitOr => OpKind::Or,
+            BinOp::BitXor => OpKind::Xor,
+            BinOp::Shl => OpKind::Shl,
+            BinOp::Shr => OpKind::Shr,
             _ => return unsupported(format!("`{}` in a kernel", op.symbol()), range),
         };
         let (lt, rt) = (self.vty(l), self.vty(r));

@@ -151,6 +151,7 @@ impl Emitter<'_> {
             let ins = match op.kind {
                 OpKind::And | OpKind::Min | OpKind::Mul => "and",
                 OpKind::Or | OpKind::Max => "or",
+                OpKind::Xor => "xor",
                 _ => return Err(self.unsupported(op, "on booleans")),
             };
             self.b.ins(format!("{ins}.pred {r}, {x}, {y}"));
@@ -213,6 +214,8 @@ impl Emitter<'_> {
             OpKind::Min => b_.ins(format!("min.{ty} {r}, {x}, {b}")),
             OpKind::And => b_.ins(format!("and.b{bits} {r}, {x}, {b}")),
             OpKind::Or => b_.ins(format!("or.b{bits} {r}, {x}, {b}")),
+            OpKind::Xor => b_.ins(format!("xor.b{bits} {r}, {x}, {b}")),
+            OpKind::Shl | OpKind::Shr => shift(b_, op.kind, ty, bits, r, x, b),
             OpKind::FloorDiv | OpKind::Rem if class == Class::B64 && wide_constant_divisor(b).is_some() => {
                 // ptxas turns a 64-bit `div`/`rem`, even by a constant, into a call of a
                 // division subroutine (`__cuda_sm20_rem_s64`): a pipelined loop's stage
@@ -288,6 +291,15 @@ impl Emitter<'_> {
             let ty = arith_type(dtype);
             let bits = if class == Class::B64 { 64 } else { 32 };
             match op.kind {
+                // Narrow results wrap as in `binary`: -(-128) is -128 in int8.
+                OpKind::Neg if dtype == DType::Int8 => {
+                    b.ins(format!("neg.{ty} {r}, {x}"));
+                    b.ins(format!("cvt.s32.s8 {r}, {r}"));
+                }
+                OpKind::Abs if dtype == DType::Int8 => {
+                    b.ins(format!("abs.{ty} {r}, {x}"));
+                    b.ins(format!("cvt.s32.s8 {r}, {r}"));
+                }
                 OpKind::Neg => b.ins(format!("neg.{ty} {r}, {x}")),
                 OpKind::Abs => b.ins(format!("abs.{ty} {r}, {x}")),
                 OpKind::Not => b.ins(format!("not.b{bits} {r}, {x}")),
@@ -355,6 +367,29 @@ impl Emitter<'_> {
     }
 
     // ----- views and shared slots ------------------------------------------------------
+}
+
+/// `r = x << n` or `x >> n` (arithmetic: every integer dtype is signed). PTX reads the
+/// amount as `.u32` and clamps it to the width, which is Tessera's rule
+/// (`frontend::arith::shl_i64`: every bit shifted out); a 64-bit amount is clamped before
+/// it is narrowed, so that 2^32 + 1 does not shift by 1. `.u32` immediates are spelled
+/// in range.
+fn shift(b: &mut Builder, kind: OpKind, ty: &str, bits: u32, r: Reg, x: Reg, n: Operand) {
+    let name = if kind == OpKind::Shl { format!("shl.b{bits}") } else { format!("shr.{ty}") };
+    let amount = match n {
+        Operand::Int(c) if (0..i64::from(bits)).contains(&c) => c.to_string(),
+        Operand::Int(_) if kind == OpKind::Shl => return b.ins(format!("mov.b{bits} {r}, 0")),
+        Operand::Int(_) => (bits - 1).to_string(),
+        n if bits == 64 => {
+            let wide = materialize(b, Class::B64, n);
+            let (clamped, narrow) = (b.reg(Class::B64), b.reg(Class::B32));
+            b.ins(format!("min.u64 {clamped}, {wide}, 64"));
+            b.ins(format!("cvt.u32.u64 {narrow}, {clamped}"));
+            narrow.to_string()
+        }
+        n => materialize(b, Class::B32, n).to_string(),
+    };
+    b.ins(format!("{name} {r}, {x}, {amount}"));
 }
 
 /// A constant divisor that [`floor_div_by_constant`] takes: positive and not a power of

@@ -878,6 +878,9 @@ pub(super) fn fold_int(kind: OpKind, x: i64, y: i64) -> Option<i64> {
         OpKind::Min => x.min(y),
         OpKind::And => x & y,
         OpKind::Or => x | y,
+        OpKind::Xor => x ^ y,
+        OpKind::Shl => tessera_frontend::arith::shl_i64(x, y),
+        OpKind::Shr => tessera_frontend::arith::shr_i64(x, y),
         _ => return None,
     })
 }

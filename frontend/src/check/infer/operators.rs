@@ -33,9 +33,18 @@ impl<'a> Infer<'a> {
             }
             return self.matmul(id, lhs, l, rhs, r);
         }
-        match (&l, &r) {
+        let result = self.arithmetic(id, op, lhs, &l, rhs, &r);
+        if is_bitwise(op) {
+            self.check_bitwise(id, op, &[(lhs, &l), (rhs, &r)], &result);
+        }
+        result
+    }
+
+    /// `a op b` for every operator but `@`.
+    fn arithmetic(&mut self, id: ExprId, op: BinOp, lhs: ExprId, l: &Ty, rhs: ExprId, r: &Ty) -> Ty {
+        match (l, r) {
             (Ty::Int(a), Ty::Int(b)) => Ty::Int(int_op(op, a.as_ref(), b.as_ref())),
-            (Ty::Int(_) | Ty::Float(_), Ty::Int(_) | Ty::Float(_)) => Ty::Float(float_op(op, &l, &r)),
+            (Ty::Int(_) | Ty::Float(_), Ty::Int(_) | Ty::Float(_)) => Ty::Float(float_op(op, l, r)),
             (Ty::Str(_), Ty::Str(_)) if op == BinOp::Add => Ty::Str(None),
             (Ty::Scalar(a), Ty::Scalar(b)) => match self.merge_elems(id, lhs, a, rhs, b) {
                 Some(e) => Ty::Scalar(e),
@@ -56,6 +65,30 @@ impl<'a> Infer<'a> {
                 Ty::Unknown
             }
         }
+    }
+
+    /// `&`, `|`, `^`, `<<`, `>>` take integers (and the first three bools, as masks): a
+    /// float operand is E0400, since the bits of a float are not what these act on.
+    fn check_bitwise(&mut self, id: ExprId, op: BinOp, operands: &[(ExprId, &Ty)], result: &Ty) {
+        let shift = matches!(op, BinOp::Shl | BinOp::Shr);
+        let wrong = |t: &Ty| match t {
+            Ty::Float(_) => Some("a float".to_string()),
+            Ty::Bool(_) if shift => Some("a bool".to_string()),
+            _ => elem_dtype(t).filter(|d| d.is_float() || (shift && *d == DType::Bool)).map(|d| format!("{d}")),
+        };
+        let culprit = operands.iter().find_map(|(e, t)| wrong(t).map(|what| (*e, what)));
+        let Some((e, what)) = culprit.or_else(|| wrong(result).map(|what| (id, what))) else { return };
+        let takes = if shift { "integers" } else { "integers or bools" };
+        let message = if e == id {
+            format!("`{}` takes {takes}, but its result here is {what}", op.symbol())
+        } else {
+            format!("`{}` takes {takes}, but `{}` is {what}", op.symbol(), self.text(e))
+        };
+        self.push(
+            Diagnostic::new(Code::E0400, self.range(id), message)
+                .with_label(self.range(e), format!("this is {what}"))
+                .with_note("bitwise operators act on the two's-complement bits of integer values; `tile.cast` converts values, not bits"),
+        );
     }
 
     /// Broadcasting elementwise op over tensors/tiles and scalars; checks dtypes.
@@ -210,7 +243,12 @@ impl<'a> Infer<'a> {
             (UnaryOp::Neg, Ty::Int(v)) => Ty::Int(v.map(|d| d.neg())),
             (UnaryOp::Neg, Ty::Float(v)) => Ty::Float(v.map(|f| FloatLit::new(-f.get()))),
             (UnaryOp::Pos, t @ (Ty::Int(_) | Ty::Float(_))) => t,
-            (UnaryOp::Invert, Ty::Int(_)) => Ty::Int(None),
+            (UnaryOp::Invert, Ty::Int(v)) => Ty::Int(v.and_then(|d| d.as_const()).map(|c| Dim::constant(!c))),
+            (UnaryOp::Invert, t) if elem_dtype(&t).is_some_and(DType::is_float) || matches!(t, Ty::Float(_)) => {
+                let what = elem_dtype(&t).map_or("a float".to_string(), |d| d.to_string());
+                self.error(Code::E0400, self.range(id), format!("`~` takes integers or bools, but this is {what}"));
+                Ty::Unknown
+            }
             (_, t @ (Ty::Tensor(_) | Ty::Tile(_) | Ty::Scalar(_) | Ty::DistTensor(_))) => t,
             (_, other) => {
                 self.error(Code::E0802, self.range(id), format!("unary operator on {}", other.kind_name()));
@@ -246,5 +284,19 @@ impl<'a> Infer<'a> {
             },
             _ => Ty::Bool(None),
         }
+    }
+}
+
+fn is_bitwise(op: BinOp) -> bool {
+    matches!(op, BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor | BinOp::Shl | BinOp::Shr)
+}
+
+/// The element dtype of a tensor, tile or typed scalar.
+fn elem_dtype(t: &Ty) -> Option<DType> {
+    match t {
+        Ty::Tile(t) => Some(t.elem.dtype),
+        Ty::Tensor(t) | Ty::View(t) | Ty::DistTensor(t) => Some(t.elem.dtype),
+        Ty::Scalar(e) => Some(e.dtype),
+        _ => None,
     }
 }
