@@ -459,6 +459,33 @@ def cross_entropy(logits: Tensor["N", "V", f32], target: Tensor["N", i32], loss:
     assert!(others.len() == 1 && others[0].starts_with("W0606@17:"), "{others:#?}");
 }
 
+/// Decode attention over a KV cache of `S` rows of which the first `L` (an int parameter)
+/// are valid: `idx < L` masks the scores past the valid length, and so past the cache's
+/// edge, as `idx < S` would. Without the mask the padded keys' scores (0) enter the max.
+#[test]
+fn a_mask_by_a_valid_length_parameter_keeps_the_padding_out() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(16, 64), warps=4))
+def decode(Q: Tensor["BH", "D", f32], K: Tensor["BH", "S", "D", f32], O: Tensor["BH", f32], L: int = 50):
+    ctx = tile.context()
+    for bh in tile.parallel(0, BH, 1):
+        q = tile.load(Q[bh:bh + 1, 0:ctx.BN])
+        m = tile.full((1,), -INF, f32)
+        for s0 in tile.range(0, L, ctx.BM):
+            k = tile.load(K[bh, s0:s0 + ctx.BM, 0:ctx.BN])
+            scores = tile.sum(k * q, 1)
+            idx = s0 + tile.arange(ctx.BM)
+            scores = tile.where(idx < L, scores, -INF)
+            m = tile.maximum(m, tile.max(scores, 0))
+        O[bh:bh + 1] = m
+"#;
+    let w = |text: &str| lint_code(text, "W0606");
+    assert!(w(text).is_empty(), "{:#?}", w(text));
+    let unmasked = w(&text.replace("            scores = tile.where(idx < L, scores, -INF)\n", ""));
+    assert!(unmasked.len() == 1 && unmasked[0].starts_with("W0606@13:"), "{unmasked:#?}");
+}
+
 #[test]
 fn valid_examples_have_no_target_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

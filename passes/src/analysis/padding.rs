@@ -14,7 +14,8 @@
 //! along which it may be padded and what it holds there: a constant, a finite value
 //! (data is assumed finite), or unknown. Arithmetic follows IEEE on constants
 //! (`-inf - m = -inf`, `exp(-inf) = 0`, `0 * m = 0` for finite `m`); a coordinate tile
-//! (`c0 + tile.arange(BN)`) compared `<` a tensor dim is false past the edge, so
+//! (`c0 + tile.arange(BN)`) compared `<` a tensor dim (or an int parameter, a valid
+//! length) is false past the edge, so
 //! `tile.where(that, x, -INF)` holds -inf there; a causal mask hides every key past the
 //! last query. Values carried around loops are taken as finite and unpadded.
 
@@ -46,7 +47,9 @@ struct Abs {
     coord: Option<usize>,
     /// A bool tile that is false where this axis's coordinate is past a tensor dim.
     in_bounds: Option<usize>,
-    /// A tensor dim (`tile.dim`), cast or splat.
+    /// A tensor dim (`tile.dim`), or an int parameter (a valid length: a KV cache's
+    /// `idx < L`), cast or splat: a coordinate below it is inside the tensor. A length
+    /// past the dim would read past the edge with whole tiles, which is not padding.
     dim: bool,
     /// Integers loaded from a tensor: indices, taken to lie inside the dims they index
     /// (`cols == target` selects one column of the vocabulary, never one past its edge).
@@ -268,6 +271,11 @@ fn insert_axis(axes: [Option<(Pad, OpId)>; AXES], axis: usize) -> [Option<(Pad, 
 /// with `override_pad` giving one load another `other`.
 fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) -> Vec<(OpId, OpId, String, Pad)> {
     let mut abs = vec![PLAIN; f.values.len()];
+    for &p in &f.params {
+        if matches!(f.ty(p), Type::Index) || matches!(f.ty(p), Type::Scalar(d) if d.is_int()) {
+            abs[p.0 as usize].dim = true;
+        }
+    }
     let mut findings: Vec<(OpId, OpId, String, Pad)> = Vec::new();
     for id in post_order(f) {
         let op = f.op(id);
