@@ -29,7 +29,7 @@ const FAMILIES: &[&[&str]] = &[
     &["zeros", "full", "ones", "arange"],
     &["load", "cp_async", "store"],
     &["parallel", "range"],
-    &["+", "-", "*", "/", "@", "//", "%"],
+    &["+", "-", "*", "/", "@", "//", "%", "&", "|", "^", "<<", ">>"],
     &["+=", "-=", "*=", "="],
     &["\"wgmma\"", "\"mma.sync\"", "\"tma\"", "\"cp.async\"", "\"xor\"", "\"none\"", "\"pingpong\""],
     &["M", "N", "K", "C", "R", "D", "S", "B", "H"],
@@ -42,7 +42,7 @@ const NUMBERS: &[&str] = &[
 ];
 
 /// Splits source into tokens: words (with dots inside numbers), strings, operators
-/// (`+=`, `//`, `->`, `**` kept whole), single other characters.
+/// (`+=`, `//`, `->`, `**`, `<<`, ... kept whole), single other characters.
 pub fn tokens(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
@@ -63,7 +63,8 @@ pub fn tokens(text: &str) -> Vec<String> {
             }
             i = (i + 1).min(chars.len());
         } else if i + 1 < chars.len()
-            && ["+=", "-=", "*=", "//", "->", "**", "==", "<=", ">="].contains(&&*format!("{c}{}", chars[i + 1]))
+            && ["+=", "-=", "*=", "//", "->", "**", "==", "<=", ">=", "<<", ">>"]
+                .contains(&&*format!("{c}{}", chars[i + 1]))
         {
             i += 2;
         } else {
