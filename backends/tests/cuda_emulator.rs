@@ -250,9 +250,13 @@ fn sources() -> Vec<Source> {
     out.extend(kernel_sources::repository_files());
     // The bitwise operators and the int4 weight GEMM they make (tests/python_numerics.rs
     // checks the same kernels on the interpreter and the CPU against Rust).
-    let bitwise = kernel_sources::repository_root().join("tests/fixtures/numerics/bitwise.tsr");
-    let text = std::fs::read_to_string(&bitwise).unwrap();
-    out.push(Source { label: "numerics/bitwise.tsr".into(), path: bitwise, text });
+    // And `tile.atomic_add` (tests/atomics.rs): split-K GEMM, column sums whose row
+    // vectors the threads hold replicated (each element must be added once).
+    for fixture in ["numerics/bitwise.tsr", "atomics/atomics.tsr"] {
+        let path = kernel_sources::repository_root().join("tests/fixtures").join(fixture);
+        let text = std::fs::read_to_string(&path).unwrap();
+        out.push(Source { label: fixture.into(), path, text });
+    }
     out
 }
 
@@ -275,6 +279,8 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "cross_entropy" => &["T=16,V=256", "T=20,V=300"],
         "bitwise" => &["R=64,C=128", "R=33,C=70"],
         "bit_ops" => &["N=1000"],
+        "split_k_gemm" => &["M=64,N=64,K=192", "M=40,N=50,K=100"],
+        "column_sums" => &["R=64,C=64", "R=70,C=100"],
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
         "bias_grad" => &["T=64,N=64", "T=70,N=100"],
         "odd_dot" | "int8_gemm" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],

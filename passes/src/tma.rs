@@ -273,7 +273,7 @@ fn store_through_shared(f: &mut Func, target: Target) {
     let mut rewrites = Vec::new();
     for (pos, &id) in f.body.ops.iter().enumerate() {
         let op = f.op(id);
-        if op.kind != OpKind::Store || op.operands.len() != 2 {
+        if op.kind != OpKind::Store || op.operands.len() != 2 || op.attr("atomic").is_some() {
             continue;
         }
         let Type::View(v) = f.ty(op.operands[0]) else { continue };

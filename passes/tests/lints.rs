@@ -486,6 +486,54 @@ def decode(Q: Tensor["BH", "D", f32], K: Tensor["BH", "S", "D", f32], O: Tensor[
     assert!(unmasked.len() == 1 && unmasked[0].starts_with("W0606@13:"), "{unmasked:#?}");
 }
 
+/// Split-K: the `s` programs of an output tile write the same elements of C. A store
+/// races (E0501); `tile.atomic_add` is what the axis is for, and is not reported.
+#[test]
+fn atomic_adds_from_every_program_of_an_axis_are_not_a_race() {
+    let text = r#"from tessera import *
+
+SPLIT = 3
+
+@kernel.schedule(Schedule(block=(32, 32), k=32, warps=4))
+def split_k(A: Tensor["M", "K", f16], B: Tensor["K", "N", f16], C: Tensor["M", "N", f32]):
+    ctx = tile.context()
+    for m0 in tile.parallel(0, M, ctx.BM):
+        for n0 in tile.parallel(0, N, ctx.BN):
+            for s in tile.parallel(0, SPLIT, 1):
+                acc = tile.zeros((ctx.BM, ctx.BN), f32)
+                for k0 in tile.range(s * ctx.BK, K, SPLIT * ctx.BK):
+                    acc += tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]) @ tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])
+                tile.atomic_add(C[m0:m0 + ctx.BM, n0:n0 + ctx.BN], acc)
+"#;
+    assert!(lint_code(text, "E0501").is_empty(), "{:#?}", lint(text, Target::Sm90));
+    let stored = text
+        .replace("tile.atomic_add(C[m0:m0 + ctx.BM, n0:n0 + ctx.BN], acc)", "C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc");
+    let races = lint_code(&stored, "E0501");
+    assert!(races.len() == 1 && races[0].starts_with("E0501@14:"), "{races:#?}");
+}
+
+/// A count of positive values in a row block masks the rows past the edge with `False`:
+/// a bool constant is 0 there, so the sum takes no padding.
+#[test]
+fn a_bool_constant_in_a_mask_is_zero_past_the_edge() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(32, 64), warps=4))
+def positives(X: Tensor["R", "C", f32], Count: Tensor["C", i32]):
+    ctx = tile.context()
+    for c0 in tile.parallel(0, C, ctx.BN):
+        acc = tile.zeros((ctx.BN,), i32)
+        for r0 in tile.range(0, R, ctx.BM):
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN])
+            rows = r0 + tile.arange(ctx.BM)
+            acc += tile.sum(tile.cast(tile.where(rows[:, None] < R, x > 0.0, False), i32), 0)
+        Count[c0:c0 + ctx.BN] = acc
+"#;
+    assert!(lint_code(text, "W0606").is_empty(), "{:#?}", lint_code(text, "W0606"));
+    let unmasked = lint_code(&text.replace("rows[:, None] < R", "rows[:, None] < R + 1"), "W0606");
+    assert!(unmasked.len() == 1 && unmasked[0].starts_with("W0606@11:"), "{unmasked:#?}");
+}
+
 #[test]
 fn valid_examples_have_no_target_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -484,7 +484,7 @@ impl<'a> Runner<'a> {
                 self.counters.loaded += loaded;
                 self.set(*dst, Value::Tile(out));
             }
-            I::Store { view, src, mask, round } => self.store(*view, *src, *mask, *round)?,
+            I::Store { view, src, mask, round, atomic } => self.store(*view, *src, *mask, *round, *atomic)?,
             I::Gather { dst, arg, idx, mask, n } => {
                 let t = self.tensor(*arg)?;
                 let mut out = self.out_buf(*dst);
@@ -597,7 +597,7 @@ impl<'a> Runner<'a> {
                 let b = self.smem[buf as usize].as_ref().expect("checked by slot()");
                 let data = &b.data[slot * b.slot_len..(slot + 1) * b.slot_len];
                 // The slot holds the view's dtype already: no rounding on the way out.
-                let stored = self.write_view(*view, data, None, None)?;
+                let stored = self.write_view(*view, data, None, None, None)?;
                 self.counters.stored += stored;
             }
             I::Commit => self.groups.commit(),
@@ -646,25 +646,29 @@ impl<'a> Runner<'a> {
         src: Reg,
         mask: Option<Reg>,
         round: Option<tessera_frontend::check::DType>,
+        atomic: Option<tessera_frontend::check::DType>,
     ) -> R<()> {
         let values = self.tile(src)?;
         let mask = match mask {
             Some(m) => Some(self.tile(m)?),
             None => None,
         };
-        let stored = self.write_view(view, values, mask, round)?;
+        let stored = self.write_view(view, values, mask, round, atomic)?;
         self.counters.stored += stored;
         Ok(())
     }
 
     /// Writes `values` (row-major over the view) to the view's elements inside the
-    /// tensor, where `mask` allows; returns how many were written.
+    /// tensor, where `mask` allows; returns how many were written. With `atomic` (the
+    /// tensor's dtype), each value is added to the element's, rounded to that dtype, in
+    /// one atomic step: programs on other threads add into the same elements.
     fn write_view(
         &self,
         view: Reg,
         values: &[f64],
         mask: Option<&[f64]>,
         round: Option<tessera_frontend::check::DType>,
+        atomic: Option<tessera_frontend::check::DType>,
     ) -> R<u64> {
         let v = self.view(view)?;
         let t = self.tensor(v.arg)?;
@@ -680,9 +684,17 @@ impl<'a> Runner<'a> {
                     continue;
                 }
                 let i = (start + c as i64 * cs) as usize;
-                let x = values[e];
-                t.set(i, round.map_or(x, |d| round_to(d, x)));
+                let x = round.map_or(values[e], |d| round_to(d, values[e]));
                 stored += 1;
+                if let Some(d) = atomic {
+                    t.add(i, |old| round_to(d, old + x));
+                    // Marked stored, never a race with another program's addition.
+                    if let Some(owner) = &t.owner {
+                        owner[i].store(me, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                t.set(i, x);
                 if let (true, Some(owner)) = (self.sh.check_races, &t.owner) {
                     let prev = owner[i].swap(me, Ordering::Relaxed);
                     if prev != 0 && prev != me {

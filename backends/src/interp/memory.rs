@@ -41,6 +41,13 @@ impl GlobalTensor {
         self.data[i].store(v.to_bits(), Ordering::Relaxed)
     }
 
+    /// Replaces element `i` by `f` of it in one atomic step (`tile.atomic_add`).
+    #[inline]
+    pub fn add(&self, i: usize, f: impl Fn(f64) -> f64) {
+        let _ = self.data[i]
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| Some(f(f64::from_bits(bits)).to_bits()));
+    }
+
     pub fn write_back(&self, t: &mut HostTensor) {
         for i in 0..self.data.len() {
             t.set(i, self.get(i));

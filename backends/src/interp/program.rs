@@ -232,6 +232,8 @@ pub(crate) enum I {
         src: Reg,
         mask: Option<Reg>,
         round: Option<DType>,
+        /// `tile.atomic_add`: each element is added to the tensor's, rounded to its dtype.
+        atomic: Option<DType>,
     },
     Gather {
         dst: Reg,
@@ -797,6 +799,7 @@ impl Compiler<'_> {
                     src: src.0,
                     mask: self.optional(op, 2),
                     round: (vd != td).then_some(vd).flatten(),
+                    atomic: if op.attr("atomic").is_some() { vd } else { None },
                 }
             }
             OpKind::Gather => {

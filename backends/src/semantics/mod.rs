@@ -531,7 +531,7 @@ impl Machine<'_> {
                     Some(&m) => Some(self.tile(env, m)?),
                     None => None,
                 };
-                self.store(&v, &t, mask.as_ref(), op.operands[0])?;
+                self.store(&v, &t, mask.as_ref(), op.operands[0], op.attr("atomic").is_some())?;
                 return Ok(Flow::Next);
             }
             OpKind::Gather | OpKind::Scatter => {
@@ -687,13 +687,21 @@ impl Machine<'_> {
         Ok(Tile { dims, data })
     }
 
-    fn store(&self, v: &View, tile: &Tile, mask: Option<&Tile>, view: ValueId) -> R<()> {
+    /// A store, or with `atomic`, an addition into the tensor's elements (`tile.atomic_add`:
+    /// the sum in f64, rounded to the storage dtype, in one atomic step).
+    fn store(&self, v: &View, tile: &Tile, mask: Option<&Tile>, view: ValueId, atomic: bool) -> R<()> {
         let t = self.tensor(v.arg)?;
         let round = self.storage(view);
         let mut bad = false;
         let dims = self.window(v, |e, at| {
             let on = mask.is_none_or(|m| m.data.get(e).is_some_and(|&x| x != 0.0));
             match (on, at, tile.data.get(e)) {
+                (true, Some(i), Some(&x)) if atomic => {
+                    t.add(i, |old| round(old + x));
+                    if let Some(owner) = &t.owner {
+                        owner[i].store(1, Ordering::Relaxed);
+                    }
+                }
                 (true, Some(i), Some(&x)) => self.write(t, i, round(x)),
                 (_, _, None) => bad = true,
                 _ => {}

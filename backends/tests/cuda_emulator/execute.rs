@@ -521,6 +521,7 @@ impl Cta<'_> {
                 }
             },
             "ld" | "st" => self.memory(t, pc, op)?,
+            "red" => self.reduce_global(t, pc, op)?,
             "mov" => self.mov(t, pc)?,
             "cvta" => {
                 let v = a(self, 1)?;

@@ -122,6 +122,37 @@ impl Cta<'_> {
         Ok(())
     }
 
+    /// `red.global.add.{f32,f64,s32,u64} [addr], x`: the element plus `x`, in one step (the
+    /// emulator runs one thread at a time, so every reduction is atomic).
+    pub(crate) fn reduce_global(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<(), String> {
+        let (space, what, ty) = (op[1], op[2], *op.last().unwrap());
+        if space != "global" || what != "add" {
+            return Err(self.err(pc, format!("red.{space}.{what}")));
+        }
+        let eb = if matches!(ty, "f32" | "s32" | "u32") { 4 } else { 8 };
+        let addr = self.addr(t, pc, 0)?;
+        if !(addr as usize).is_multiple_of(eb) {
+            return Err(self.err(pc, format!("red address {addr:#x} is not {eb}-byte aligned")));
+        }
+        let x = self.src(t, pc, 1)?;
+        let dest = match self.global.find(addr, eb) {
+            Ok(dest) => dest,
+            Err(e) => return Err(self.err(pc, e)),
+        };
+        let mut old = [0u8; 8];
+        old[..eb].copy_from_slice(dest);
+        let old = u64::from_le_bytes(old);
+        let new = match ty {
+            "f32" => (f32::from_bits(old as u32) + f32::from_bits(x as u32)).to_bits() as u64,
+            "f64" => (f64::from_bits(old) + f64::from_bits(x)).to_bits(),
+            "s32" | "u32" => (old as u32).wrapping_add(x as u32) as u64,
+            "u64" | "s64" => old.wrapping_add(x),
+            other => return Err(format!("red.global.add.{other}")),
+        };
+        dest.copy_from_slice(&new.to_le_bytes()[..eb]);
+        Ok(())
+    }
+
     pub(crate) fn cvt(&mut self, t: usize, pc: usize, op: &[&str]) -> Result<(), String> {
         let n = op.len();
         let (to, from) = (op[n - 2], op[n - 1]);

@@ -228,6 +228,7 @@ builtins! {
     "tile.context" "()" Kernel "context" "The schedule: ctx.BM, ctx.BN, ctx.BK, ctx.BD, ctx.warps, ctx.stages, ctx.vector, every autotune key, and every signature symbol.";
     "tile.load" "(src, mask=None, other=0, vector=None, prefetch=None, rows=None, cols=None)" Kernel "tile" "Loads a slice of a global tensor or a shared buffer into a register tile; out-of-bounds elements read `other`.";
     "tile.store" "(dst, value, mask=None)" Kernel "" "Stores a tile into a slice of a global tensor; out-of-bounds elements are dropped.";
+    "tile.atomic_add" "(dst, value, mask=None)" Kernel "" "Adds a tile into a slice of a global tensor, element by element atomically: programs may add into the same elements (split-K, column sums). f32, f64, i32 and i64; out-of-bounds elements are dropped.";
     "tile.alloc_shared" "(shape, dtype, swizzle=\"none\", pad=0)" Kernel "shared buffer" "A shared-memory buffer; `pad` adds elements to each row, swizzle=\"xor\" permutes 16-byte chunks to avoid bank conflicts.";
     "tile.cp_async" "(dst, src)" Kernel "" "Asynchronous global -> shared copy; the data is visible to the block after tile.barrier().";
     "tile.barrier" "()" Kernel "" "Waits for this thread's async copies, then synchronizes the block (bar.sync).";
@@ -317,8 +318,8 @@ pub fn missing_triton_function(name: &str) -> Option<&'static str> {
         "clamp" => "write `tile.minimum(tile.maximum(x, lo), hi)`",
         "exp10" | "log10" => "write `tile.exp(x * 2.302585092994046)` or `tile.log(x) / 2.302585092994046`",
         "cumsum" | "cumprod" | "associative_scan" | "argmax" | "argmin" | "sort" | "flip" | "histogram" | "erf"
-        | "cos" | "sin" | "umulhi" | "atomic_add" | "atomic_max" | "atomic_min" | "atomic_cas" | "atomic_xchg"
-        | "div_rn" | "fdiv" | "sqrt_rn" | "interleave" | "join" | "split" => "",
+        | "cos" | "sin" | "umulhi" | "atomic_max" | "atomic_min" | "atomic_cas" | "atomic_xchg" | "div_rn" | "fdiv"
+        | "sqrt_rn" | "interleave" | "join" | "split" => "",
         _ => return None,
     })
 }

@@ -283,7 +283,11 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
         let operand = |i: usize| operands.get(i).copied().unwrap_or(PLAIN);
         let result = match op.kind {
             OpKind::Constant | OpKind::Full => {
-                let v = op.attr("value").and_then(Attr::as_float);
+                // `False`/`True` are 0 and 1 (a masked count's `where(inside, x > 0, False)`).
+                let v = op.attr("value").and_then(|a| match a {
+                    Attr::Bool(b) => Some(f64::from(u8::from(*b))),
+                    a => a.as_float(),
+                });
                 Abs { value: v.map_or(Pad::Finite, Pad::Known), nonneg: v.is_some_and(|v| v >= 0.0), ..PLAIN }
             }
             OpKind::TensorDim => Abs { dim: true, ..PLAIN },

@@ -492,7 +492,7 @@ impl<'f> Lowerer<'f> {
                     Some(&m) => Some(self.tile(m)?),
                     None => None,
                 };
-                self.store_view(&view, &value, mask.as_ref())?;
+                self.store_view(&view, &value, mask.as_ref(), op.attr("atomic").is_some())?;
             }
             OpKind::Gather => {
                 let r = op.results[0];

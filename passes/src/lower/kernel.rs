@@ -524,11 +524,27 @@ impl Lower<'_, '_> {
         self.coerce(col, to, loc)
     }
 
-    fn store_to(&mut self, dst: ExprId, v: ValueId, value_expr: ExprId) -> R<()> {
-        if matches!(self.body.expr(dst), Expr::Subscript { .. }) {
-            self.store(dst, v, value_expr)
-        } else {
-            unsupported("tile.store into something other than a tensor slice", self.body.expr_range(dst))
+    /// `tile.store(dst, v)`, or with `atomic`, `tile.atomic_add(dst, v)`.
+    fn store_to(&mut self, dst: ExprId, v: ValueId, value_expr: ExprId, atomic: bool) -> R<()> {
+        if !matches!(self.body.expr(dst), Expr::Subscript { .. }) {
+            return unsupported("tile.store into something other than a tensor slice", self.body.expr_range(dst));
+        }
+        if !atomic {
+            return self.store(dst, v, value_expr);
+        }
+        let ops = self.b.func.ops.len();
+        self.store(dst, v, value_expr)?;
+        // The store just made (the value's conversions come before it) adds atomically.
+        let id = (ops..self.b.func.ops.len())
+            .rev()
+            .map(|i| OpId(i as u32))
+            .find(|&id| matches!(self.b.func.op(id).kind, OpKind::Store | OpKind::Scatter));
+        match id {
+            Some(id) if self.b.func.op(id).kind == OpKind::Store => {
+                self.b.func.ops[id.0 as usize].attrs.push(("atomic", Attr::Str("add".into())));
+                Ok(())
+            }
+            _ => unsupported("tile.atomic_add by an index tile (add into a slice)", self.body.expr_range(dst)),
         }
     }
 }

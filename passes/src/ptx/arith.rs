@@ -16,7 +16,10 @@ impl Emitter<'_> {
             (Type::Index, Attr::Int(v)) => Operand::Int(*v),
             (Type::Index, Attr::Float(bits)) => Operand::Int(f64::from_bits(*bits) as i64),
             (Type::Scalar(d), a) => {
-                let v = a.as_float().ok_or_else(|| self.fail(op, "a non-numeric constant"))?;
+                let v = match a {
+                    Attr::Bool(b) => f64::from(u8::from(*b)),
+                    a => a.as_float().ok_or_else(|| self.fail(op, "a non-numeric constant"))?,
+                };
                 const_operand(*d, v)
             }
             (other, _) => return Err(self.fail(op, format!("a constant of type {other}"))),

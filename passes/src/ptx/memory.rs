@@ -545,6 +545,9 @@ impl Emitter<'_> {
     }
 
     pub(super) fn store(&mut self, op: &Op) -> R<()> {
+        if op.attr("atomic").is_some() {
+            return self.atomic_add(op);
+        }
         let view = self.view_of(op, op.operands[0])?;
         let tile = self.tile(op, op.operands[1])?;
         let (dtype, shape, layout) = (tile.dtype, tile.shape.clone(), tile.layout.clone());
@@ -586,6 +589,51 @@ impl Emitter<'_> {
                 e.b.ins_if(p, false, format!("st.global.{ty} [{row}+{imm}], {s}"));
             },
         );
+        Ok(())
+    }
+
+    /// `tile.atomic_add`: a `red.global.add` per element, by one thread only where the
+    /// layout replicates elements over threads (a row vector of a 2-D tile's reduction)
+    /// or registers: every element is added exactly once.
+    fn atomic_add(&mut self, op: &Op) -> R<()> {
+        let view = self.view_of(op, op.operands[0])?;
+        let tile = self.tile(op, op.operands[1])?;
+        let (dtype, shape, layout) = (tile.dtype, tile.shape.clone(), tile.layout.clone());
+        let ty = match dtype {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "s32",
+            // Two's complement: the unsigned add is the signed one.
+            DType::I64 => "u64",
+            other => return Err(self.fail(op, format!("tile.atomic_add into {other}"))),
+        };
+        let map = self.map(op, &layout, &shape)?;
+        let Some((replicated, first)) = map.unique_holders() else {
+            return Err(self
+                .fail(op, format!("tile.atomic_add from layout {layout}: its threads do not hold each element once")));
+        };
+        let mask = self.mask_of(op, 2, map.len())?;
+        let plan = self.global_plan(op, &view, &map, dtype, false)?;
+        let holder = (replicated != 0).then(|| {
+            let tid = self.exprs.emit(&mut self.b, &super::expr::Expr::tid());
+            let (bits, p) = (self.b.reg(Class::B32), self.b.reg(Class::Pred));
+            self.b.ins(format!("and.b32 {bits}, {tid}, {replicated}"));
+            self.b.ins(format!("setp.eq.u32 {p}, {bits}, 0"));
+            p
+        });
+        let wide = self.wide(&tile);
+        let (_, class) = mem_access(dtype);
+        for i in (0..map.len()).filter(|&i| first[i]) {
+            let in_bounds = self.in_bounds(&plan.pred[i], CheckFrom::Position);
+            let mut p = self.and_pred(holder, in_bounds);
+            if let Some(m) = &mask {
+                let m = materialize(&mut self.b, Class::Pred, m[i]);
+                p = self.and_pred(Some(p), m);
+            }
+            let x = materialize(&mut self.b, class, wide[i]);
+            let (row, imm) = plan.addr[i];
+            self.b.ins_if(p, false, format!("red.global.add.{ty} [{row}+{imm}], {x}"));
+        }
         Ok(())
     }
 

@@ -91,6 +91,27 @@ impl ThreadMap {
         self.regs.is_empty()
     }
 
+    /// For an operation that must reach each element exactly once (an atomic add): the
+    /// thread-id bits that only replicate (a step of 0 in every dim: the threads they
+    /// tell apart hold the same elements), and per register whether it is the first of
+    /// its thread to hold its element. Threads with none of those bits set, through their
+    /// first registers, then reach every element once; `None` where they do not.
+    pub fn unique_holders(&self) -> Option<(u32, Vec<bool>)> {
+        let replicated: u32 =
+            self.bits.iter().enumerate().filter(|(_, s)| s.iter().all(|&x| x == 0)).map(|(b, _)| 1u32 << b).sum();
+        // Registers hold the same element in every thread when they do in thread 0: the
+        // thread's offset is added to both.
+        let first: Vec<bool> = (0..self.len()).map(|i| (0..i).all(|j| self.regs[j] != self.regs[i])).collect();
+        let mut seen: HashMap<&[i64], u32> = HashMap::new();
+        for tid in (0..self.threads).filter(|t| t & replicated == 0) {
+            for (reg, _) in first.iter().enumerate().filter(|(_, &f)| f) {
+                *seen.entry(self.coord(reg, tid)).or_default() += 1;
+            }
+        }
+        let elements: i64 = self.shape.iter().product();
+        (seen.len() as i64 == elements && seen.values().all(|&n| n == 1)).then_some((replicated, first))
+    }
+
     /// The coordinates register `reg` of thread `tid` holds.
     pub fn coord(&self, reg: usize, tid: u32) -> &[i64] {
         let rank = self.shape.len();

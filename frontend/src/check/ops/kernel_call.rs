@@ -112,7 +112,7 @@ pub fn kernel_written_params(def: &FunctionDef, inf: &Inference) -> Vec<usize> {
     }
     for e in &arena.exprs {
         if let Expr::Call { func, args } = e {
-            if matches!(inf.type_of(*func), Ty::Builtin("tile.store")) {
+            if matches!(inf.type_of(*func), Ty::Builtin("tile.store" | "tile.atomic_add")) {
                 let dst = args.iter().find(|a| a.name.as_ref().is_some_and(|(n, _)| n == "dst")).or(args.first());
                 if let Some(i) = dst.and_then(|a| param_of(a.value)) {
                     written.push(i);

@@ -98,7 +98,28 @@ impl<'a> Infer<'a> {
             "store" => {
                 let dst = arg!(a, "tile.store" => "dst").unwrap().clone();
                 let value = arg!(a, "tile.store" => "value").unwrap().clone();
-                self.store_call(dst, value);
+                self.store_call("tile.store", dst, value);
+                Ty::NoneVal
+            }
+            "atomic_add" => {
+                let dst = arg!(a, "tile.atomic_add" => "dst").unwrap().clone();
+                let value = arg!(a, "tile.atomic_add" => "value").unwrap().clone();
+                if let Ty::View(t) = &dst.ty {
+                    // What `red.global.add` and LLVM's `atomicrmw` take on every target.
+                    let dtype = t.elem.dtype;
+                    if !matches!(dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
+                        self.push(
+                            Diagnostic::new(
+                                Code::E0400,
+                                self.range(dst.expr),
+                                format!("tile.atomic_add adds into f32, f64, i32 or i64 tensors, but this one holds {dtype}"),
+                            )
+                            .with_note("accumulate in an f32 output (or a scratch tensor) and convert it afterwards"),
+                        );
+                        return Ty::NoneVal;
+                    }
+                }
+                self.store_call("tile.atomic_add", dst, value);
                 Ty::NoneVal
             }
             "alloc_shared" => {
@@ -372,7 +393,7 @@ impl<'a> Infer<'a> {
         }
     }
 
-    pub(super) fn store_call(&mut self, dst: ArgVal, value: ArgVal) {
+    pub(super) fn store_call(&mut self, what: &str, dst: ArgVal, value: ArgVal) {
         let body = self.body;
         let _ = body;
         // Reuse the subscript-store rules through a synthetic check.
@@ -383,7 +404,7 @@ impl<'a> Infer<'a> {
                         Code::E0301,
                         self.range(value.expr),
                         format!(
-                            "tile.store: the value is {} but the destination is {}",
+                            "{what}: the value is {} but the destination is {}",
                             fmt_dims(&v.dims),
                             fmt_dims(&t.dims)
                         ),
@@ -392,13 +413,13 @@ impl<'a> Infer<'a> {
                     self.error(
                         Code::E0400,
                         self.range(value.expr),
-                        format!("tile.store: the value is {} but the destination holds {}", v.elem.dtype, t.elem.dtype),
+                        format!("{what}: the value is {} but the destination holds {}", v.elem.dtype, t.elem.dtype),
                     );
                 }
             }
             (Ty::View(_) | Ty::Unknown, _) => {}
             (other, _) => {
-                self.wrong_kind(dst.expr, "tile.store", "a slice of a global tensor", &other.clone());
+                self.wrong_kind(dst.expr, what, "a slice of a global tensor", &other.clone());
             }
         }
     }

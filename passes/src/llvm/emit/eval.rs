@@ -416,7 +416,8 @@ impl<'f> Lowerer<'f> {
 
     // ----- stores ----------------------------------------------------------------------
 
-    pub(super) fn store_view(&mut self, view: &Rc<ViewV>, value: &Tile, mask: Option<&Tile>) -> R<()> {
+    /// A store of `value` into the view, or with `atomic`, an addition into its elements.
+    pub(super) fn store_view(&mut self, view: &Rc<ViewV>, value: &Tile, mask: Option<&Tile>, atomic: bool) -> R<()> {
         let shape: Vec<i64> =
             if view.kept.is_empty() { vec![1] } else { view.kept.iter().map(|&d| view.sizes[d]).collect() };
         if value.numel() != shape.iter().product::<i64>() {
@@ -440,7 +441,7 @@ impl<'f> Lowerer<'f> {
                 Some(m) => Some(l.eval(m, idx, w, fast)?),
                 None => None,
             };
-            l.store_window(&view, value.dtype, idx, w, fast, &v, user.as_deref())
+            l.store_window(&view, value.dtype, idx, w, fast, &v, user.as_deref(), atomic)
         })
     }
 
@@ -454,6 +455,7 @@ impl<'f> Lowerer<'f> {
         fast: bool,
         v: &str,
         user: Option<&str>,
+        atomic: bool,
     ) -> R<()> {
         let tensor = view.tensor.clone();
         let se = tensor.st.elem();
@@ -479,6 +481,11 @@ impl<'f> Lowerer<'f> {
                 Some(m) => self.b.val("in", format!("and {} {lane_ok}, {m}", b1.ir())),
                 None => lane_ok,
             });
+        }
+        if atomic {
+            let ptrs = self.lane_ptrs(se, &tensor.ptr, &off, "0", &lane_stride, w);
+            self.atomic_add_lanes(st, &raw, &ptrs, mask.as_deref());
+            return Ok(());
         }
         match (contiguous_lanes, mask) {
             (true, None) => {

@@ -360,6 +360,31 @@ impl<'f> Lowerer<'f> {
         self.b.val("ptrs", format!("getelementptr {t}, {t}* {base}, {} {offs}", i64v.ir(), t = e.ir()))
     }
 
+    /// `tile.atomic_add` of a chunk: per lane, an `atomicrmw` of the lane's value into its
+    /// element (the programs run on several threads), behind a branch where a mask may
+    /// be off (a masked lane's address may lie outside the tensor).
+    pub(super) fn atomic_add_lanes(&mut self, st: VTy, v: &str, ptrs: &str, mask: Option<&str>) {
+        let e = st.elem;
+        let op = if e.is_float() { "fadd" } else { "add" };
+        let pointers = format!("<{} x {}*>", st.w, e.ir());
+        for k in 0..st.w {
+            let p = self.b.val("ap", format!("extractelement {pointers} {ptrs}, i32 {k}"));
+            let x = self.b.val("ax", format!("extractelement {} {v}, i32 {k}", st.ir()));
+            let join = mask.map(|m| {
+                let on = self.b.val("am", format!("extractelement {} {m}, i32 {k}", st.with(Elem::I1).ir()));
+                let (add, join) = (self.b.label("atomic"), self.b.label("added"));
+                self.b.cond_br(&on, &add, &join);
+                self.b.start(&add);
+                join
+            });
+            self.b.val("old", format!("atomicrmw {op} {t}* {p}, {t} {x} monotonic", t = e.ir()));
+            if let Some(join) = join {
+                self.b.br(&join);
+                self.b.start(&join);
+            }
+        }
+    }
+
     pub(super) fn masked_scatter(&mut self, st: VTy, v: &str, ptrs: &str, mask: &str) {
         let pt = format!("<{} x {}*>", st.w, st.elem.ir());
         let name = format!("llvm.masked.scatter.{}.v{}p0{}", st.mangle(), st.w, st.elem.mangle());

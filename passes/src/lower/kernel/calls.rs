@@ -114,7 +114,7 @@ impl Lower<'_, '_> {
                     _ => Ok(Val::One(v)),
                 }
             }
-            "store" => {
+            "store" | "atomic_add" => {
                 let dst = arg("dst", 0).unwrap();
                 let val = arg("value", 1).unwrap();
                 let v = self.value(val)?;
@@ -136,7 +136,7 @@ impl Lower<'_, '_> {
                         None => m,
                     });
                 }
-                let stored = self.store_to(dst, v, val);
+                let stored = self.store_to(dst, v, val, name == "atomic_add");
                 self.mask = saved;
                 stored?;
                 Ok(Val::Many(vec![]))

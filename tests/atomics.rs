@@ -1,0 +1,64 @@
+//! `tile.atomic_add`, checked against Rust's arithmetic on the saved inputs, on the
+//! interpreter and the CPU backend (whose programs run on several threads, adding into
+//! the same elements; the PTX is checked by the emulator, kernels `split_k_gemm` and
+//! `column_sums`):
+//! - split-K GEMM: `SPLIT` programs per output tile add their partial products into C;
+//! - column sums over row blocks: each program adds a row vector (and an int32 count),
+//!   which on a GPU the threads hold replicated, so each element must be added once.
+
+use tessera_frontend::check::DType;
+
+#[path = "support/saved_runs.rs"]
+mod saved_runs;
+use saved_runs::{input, input_shaped, on_each_device};
+
+const ATOMICS: &str = "tests/fixtures/atomics/atomics.tsr";
+
+#[test]
+fn split_k_programs_add_their_partial_products_into_c() {
+    let (m, k, n) = (70usize, 200usize, 50usize);
+    let dims = format!("M={m},K={k},N={n}");
+    // C starts non-zero (outputs are seeded zero): a kernel that stored instead of adding
+    // would lose it, and one that added a program's product twice would be off by it.
+    let tmp = tempfile::tempdir().unwrap();
+    let start: Vec<f64> = (0..m * n).map(|i| (i % 7) as f64 - 3.0).collect();
+    let c_in = input_shaped(tmp.path(), "C", DType::F32, &[m, n], &start);
+    on_each_device(ATOMICS, "split_k_gemm", &["--dims", &dims, "--input", &c_in], |device, saved| {
+        let (a, b, c0, c) = (saved.read("A.npy"), saved.read("B.npy"), saved.read("C.npy"), saved.read("C.out.npy"));
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
+                let want = c0[i * n + j] + dot;
+                // f32 partial sums of f16 products, three of them added in f32.
+                let got = c[i * n + j];
+                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{device}: C[{i}, {j}] = {got}, want {want}");
+            }
+        }
+        assert_eq!(c0, start, "{device}: the initial C");
+    });
+}
+
+#[test]
+fn column_sums_add_each_row_blocks_vector_once() {
+    let (r, cols) = (100usize, 150usize);
+    let dims = format!("R={r},C={cols}");
+    let tmp = tempfile::tempdir().unwrap();
+    let s_in = input(tmp.path(), "S", DType::F32, &(0..cols).map(|j| j as f64 / 10.0).collect::<Vec<_>>());
+    let n_in = input(tmp.path(), "Count", DType::I32, &(0..cols).map(|j| (j % 5) as f64).collect::<Vec<_>>());
+    let args = ["--dims", &dims, "--input", &s_in, "--input", &n_in];
+    on_each_device(ATOMICS, "column_sums", &args, |device, saved| {
+        let (x, s0, n0) = (saved.read("X.npy"), saved.read("S.npy"), saved.read("Count.npy"));
+        let (s, n) = (saved.read("S.out.npy"), saved.read("Count.out.npy"));
+        for j in 0..cols {
+            let sum: f64 = (0..r).map(|i| x[i * cols + j]).sum();
+            let positive = (0..r).filter(|&i| x[i * cols + j] > 0.0).count() as f64;
+            assert!(
+                (s[j] - (s0[j] + sum)).abs() <= 1e-4 * sum.abs().max(1.0),
+                "{device}: S[{j}] = {}, want {}",
+                s[j],
+                s0[j] + sum
+            );
+            assert_eq!(n[j], n0[j] + positive, "{device}: Count[{j}]");
+        }
+    });
+}
