@@ -1,10 +1,12 @@
 //! `tile.atomic_add`, checked against Rust's arithmetic on the saved inputs, on the
 //! interpreter and the CPU backend (whose programs run on several threads, adding into
-//! the same elements; the PTX is checked by the emulator, kernels `split_k_gemm` and
-//! `column_sums`):
+//! the same elements; the PTX is checked by the emulator, kernels `split_k_gemm`,
+//! `column_sums`, `histogram` and `embedding_backward`):
 //! - split-K GEMM: `SPLIT` programs per output tile add their partial products into C;
 //! - column sums over row blocks: each program adds a row vector (and an int32 count),
-//!   which on a GPU the threads hold replicated, so each element must be added once.
+//!   which on a GPU the threads hold replicated, so each element must be added once;
+//! - by an index tile: a histogram (many elements of one program into one bucket) and an
+//!   embedding's gradient (a repeated id adds its rows twice, as `np.add.at`).
 
 use tessera_frontend::check::DType;
 
@@ -59,6 +61,45 @@ fn column_sums_add_each_row_blocks_vector_once() {
                 s0[j] + sum
             );
             assert_eq!(n[j], n0[j] + positive, "{device}: Count[{j}]");
+        }
+    });
+}
+
+#[test]
+fn a_histogram_counts_every_element_into_its_bucket() {
+    let (n, buckets) = (1000usize, 16usize);
+    let dims = format!("N={n},NB={buckets}");
+    on_each_device(ATOMICS, "histogram", &["--dims", &dims], |device, saved| {
+        let (x, h) = (saved.read("X.npy"), saved.read("Hist.out.npy"));
+        let mut want = vec![0f64; buckets];
+        for &v in &x {
+            // The kernel's f32 arithmetic: (x + 4) * 2, floored, clamped to the buckets.
+            let b = (((v as f32 + 4.0) * 2.0).floor() as i64).clamp(0, buckets as i64 - 1);
+            want[b as usize] += 1.0;
+        }
+        assert_eq!(h, want, "{device}");
+        assert!(want.iter().filter(|&&c| c > 1.0).count() > 4, "collisions inside programs");
+    });
+}
+
+#[test]
+fn an_embedding_gradient_adds_every_row_of_dy_into_its_ids_row() {
+    let (t, v, d) = (37usize, 11usize, 96usize);
+    let tmp = tempfile::tempdir().unwrap();
+    // Ids that repeat (within and across programs) and miss some rows.
+    let ids: Vec<f64> = (0..t).map(|i| ((i * 7) % v) as f64 * f64::from(u8::from(i % 5 != 0))).collect();
+    let ids_in = input(tmp.path(), "Ids", DType::I32, &ids);
+    let dims = format!("T={t},D={d},VD={}", v * d);
+    on_each_device(ATOMICS, "embedding_backward", &["--dims", &dims, "--input", &ids_in], |device, saved| {
+        let (dy, de) = (saved.read("DY.npy"), saved.read("DE.out.npy"));
+        let mut want = vec![0f64; v * d];
+        for (row, &id) in ids.iter().enumerate() {
+            for c in 0..d {
+                want[id as usize * d + c] += dy[row * d + c];
+            }
+        }
+        for (i, (&g, &w)) in de.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{device}: DE[{}, {}] = {g}, want {w}", i / d, i % d);
         }
     });
 }

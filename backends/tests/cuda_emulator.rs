@@ -281,6 +281,8 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "bit_ops" => &["N=1000"],
         "split_k_gemm" => &["M=64,N=64,K=192", "M=40,N=50,K=100"],
         "column_sums" => &["R=64,C=64", "R=70,C=100"],
+        "histogram" => &["N=1000,NB=16"],
+        "embedding_backward" => &["T=37,D=96,VD=1056"],
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
         "bias_grad" => &["T=64,N=64", "T=70,N=100"],
         "odd_dot" | "int8_gemm" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],

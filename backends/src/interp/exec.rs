@@ -501,7 +501,7 @@ impl<'a> Runner<'a> {
                 self.counters.loaded += *n as u64;
                 self.set(*dst, Value::Tile(out));
             }
-            I::Scatter { arg, idx, values, mask, round } => {
+            I::Scatter { arg, idx, values, mask, round, atomic } => {
                 let t = self.tensor(*arg)?;
                 let (ids, vals) = (self.tile(*idx)?, self.tile(*values)?);
                 let mask = match mask {
@@ -511,7 +511,11 @@ impl<'a> Runner<'a> {
                 let mut stored = 0;
                 for (e, (&i, &v)) in ids.iter().zip(vals).enumerate() {
                     if mask.is_none_or(|m| m[e] != 0.0) && i >= 0.0 && (i as usize) < t.len() {
-                        t.set(i as usize, round.map_or(v, |d| round_to(d, v)));
+                        let v = round.map_or(v, |d| round_to(d, v));
+                        match atomic {
+                            Some(d) => t.add(i as usize, |old| round_to(*d, old + v)),
+                            None => t.set(i as usize, v),
+                        }
                         stored += 1;
                     }
                 }

@@ -248,6 +248,8 @@ pub(crate) enum I {
         values: Reg,
         mask: Option<Reg>,
         round: Option<DType>,
+        /// `tile.atomic_add` by an index tile: the tensor's dtype, as for `Store`.
+        atomic: Option<DType>,
     },
     AllocShared {
         dst: Reg,
@@ -826,6 +828,7 @@ impl Compiler<'_> {
                     values: values.0,
                     mask: self.optional(op, 3),
                     round: (vd != td).then_some(vd).flatten(),
+                    atomic: if op.attr("atomic").is_some() { vd } else { None },
                 }
             }
             OpKind::AllocShared => {

@@ -566,10 +566,16 @@ impl Machine<'_> {
                         None => None,
                     };
                     let store = self.storage(arg(0)?);
+                    let atomic = op.attr("atomic").is_some();
                     for (e, (&i, &x)) in idx.data.iter().zip(&vals.data).enumerate() {
                         let on = mask.as_ref().is_none_or(|m| m.data[e] != 0.0);
                         let i = i as i64;
-                        if on && (0..len).contains(&i) {
+                        if on && (0..len).contains(&i) && atomic {
+                            t.add(i as usize, |old| store(old + x));
+                            if let Some(owner) = &t.owner {
+                                owner[i as usize].store(1, Ordering::Relaxed);
+                            }
+                        } else if on && (0..len).contains(&i) {
                             self.write(t, i as usize, store(x));
                         }
                     }

@@ -175,7 +175,7 @@ impl StoreWalk<'_> {
             let op = f.op(id);
             match op.kind {
                 // Atomic adds from many programs into one element are what they are for.
-                OpKind::Store if op.attr("atomic").is_some() => {}
+                OpKind::Store | OpKind::Scatter if op.attr("atomic").is_some() => {}
                 OpKind::Store | OpKind::Scatter => self.store(op, control),
                 OpKind::GridParallel => {
                     let bit = self.grids.iter().position(|&g| g == id);

@@ -520,7 +520,7 @@ impl<'f> Lowerer<'f> {
                     Some(&m) => Some(self.tile(m)?),
                     None => None,
                 };
-                self.scatter(&tensor, &idx, &values, mask.as_ref())?;
+                self.scatter(&tensor, &idx, &values, mask.as_ref(), op.attr("atomic").is_some())?;
             }
             OpKind::AllocShared => {
                 let r = op.results[0];

@@ -534,17 +534,18 @@ impl Lower<'_, '_> {
         }
         let ops = self.b.func.ops.len();
         self.store(dst, v, value_expr)?;
-        // The store just made (the value's conversions come before it) adds atomically.
+        // The store (or scatter, by an index tile) just made adds atomically; the value's
+        // conversions come before it.
         let id = (ops..self.b.func.ops.len())
             .rev()
             .map(|i| OpId(i as u32))
             .find(|&id| matches!(self.b.func.op(id).kind, OpKind::Store | OpKind::Scatter));
         match id {
-            Some(id) if self.b.func.op(id).kind == OpKind::Store => {
+            Some(id) => {
                 self.b.func.ops[id.0 as usize].attrs.push(("atomic", Attr::Str("add".into())));
                 Ok(())
             }
-            _ => unsupported("tile.atomic_add by an index tile (add into a slice)", self.body.expr_range(dst)),
+            None => unsupported("tile.atomic_add into this destination", self.body.expr_range(dst)),
         }
     }
 }

@@ -599,14 +599,7 @@ impl Emitter<'_> {
         let view = self.view_of(op, op.operands[0])?;
         let tile = self.tile(op, op.operands[1])?;
         let (dtype, shape, layout) = (tile.dtype, tile.shape.clone(), tile.layout.clone());
-        let ty = match dtype {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::I32 => "s32",
-            // Two's complement: the unsigned add is the signed one.
-            DType::I64 => "u64",
-            other => return Err(self.fail(op, format!("tile.atomic_add into {other}"))),
-        };
+        let ty = red_type(dtype).map_err(|m| self.fail(op, m))?;
         let map = self.map(op, &layout, &shape)?;
         let Some((replicated, first)) = map.unique_holders() else {
             return Err(self
@@ -614,13 +607,7 @@ impl Emitter<'_> {
         };
         let mask = self.mask_of(op, 2, map.len())?;
         let plan = self.global_plan(op, &view, &map, dtype, false)?;
-        let holder = (replicated != 0).then(|| {
-            let tid = self.exprs.emit(&mut self.b, &super::expr::Expr::tid());
-            let (bits, p) = (self.b.reg(Class::B32), self.b.reg(Class::Pred));
-            self.b.ins(format!("and.b32 {bits}, {tid}, {replicated}"));
-            self.b.ins(format!("setp.eq.u32 {p}, {bits}, 0"));
-            p
-        });
+        let holder = self.holder(replicated);
         let wide = self.wide(&tile);
         let (_, class) = mem_access(dtype);
         for i in (0..map.len()).filter(|&i| first[i]) {
@@ -635,6 +622,18 @@ impl Emitter<'_> {
             self.b.ins_if(p, false, format!("red.global.add.{ty} [{row}+{imm}], {x}"));
         }
         Ok(())
+    }
+
+    /// Whether this thread has none of the `replicated` thread-id bits set (`None`: no such
+    /// bits, every thread holds its own elements).
+    fn holder(&mut self, replicated: u32) -> Option<Reg> {
+        (replicated != 0).then(|| {
+            let tid = self.exprs.emit(&mut self.b, &super::expr::Expr::tid());
+            let (bits, p) = (self.b.reg(Class::B32), self.b.reg(Class::Pred));
+            self.b.ins(format!("and.b32 {bits}, {tid}, {replicated}"));
+            self.b.ins(format!("setp.eq.u32 {p}, {bits}, 0"));
+            p
+        })
     }
 
     /// The register list of one vector store (words for 16- and 8-bit elements).
@@ -737,6 +736,19 @@ impl Emitter<'_> {
         let idx = self.wide(&idx);
         let values = self.tile(op, op.operands[2])?;
         let dtype = values.dtype;
+        // `tile.atomic_add` by an index tile: each element once (see `atomic_add`).
+        let atomic = match op.attr("atomic") {
+            Some(_) => {
+                let map = self.map(op, &values.layout, &values.shape)?;
+                let Some((replicated, first)) = map.unique_holders() else {
+                    return Err(
+                        self.fail(op, "tile.atomic_add from a layout whose threads do not hold each element once")
+                    );
+                };
+                Some((self.holder(replicated), first, red_type(dtype).map_err(|m| self.fail(op, m))?))
+            }
+            None => None,
+        };
         let values = self.wide(&values);
         if values.len() != idx.len() {
             return Err(self.fail(op, "index and value tiles have different layouts"));
@@ -747,6 +759,19 @@ impl Emitter<'_> {
         let target = self.target;
         let (ty, class) = mem_access(dtype);
         for (i, &(a, p)) in plan.iter().enumerate() {
+            if let Some((holder, first, red)) = &atomic {
+                if !first[i] {
+                    continue;
+                }
+                let mut p = self.and_pred(*holder, p);
+                if let Some(m) = &mask {
+                    let m = materialize(&mut self.b, Class::Pred, m[i]);
+                    p = self.and_pred(Some(p), m);
+                }
+                let x = materialize(&mut self.b, class, values[i]);
+                self.b.ins_if(p, false, format!("red.global.add.{red} [{a}], {x}"));
+                continue;
+            }
             let p = match &mask {
                 Some(m) => {
                     let m = materialize(&mut self.b, Class::Pred, m[i]);
@@ -760,6 +785,18 @@ impl Emitter<'_> {
         }
         Ok(())
     }
+}
+
+/// The type of `red.global.add` for a `tile.atomic_add` into `dtype`.
+fn red_type(dtype: DType) -> Result<&'static str, String> {
+    Ok(match dtype {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        DType::I32 => "s32",
+        // Two's complement: the unsigned add is the signed one.
+        DType::I64 => "u64",
+        other => return Err(format!("tile.atomic_add into {other}")),
+    })
 }
 
 /// The PTX type of a one-element store.

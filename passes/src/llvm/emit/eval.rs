@@ -506,7 +506,16 @@ impl<'f> Lowerer<'f> {
         Ok(())
     }
 
-    pub(super) fn scatter(&mut self, tensor: &Rc<TensorV>, ix: &Tile, values: &Tile, mask: Option<&Tile>) -> R<()> {
+    /// A scatter of `values` to the elements `ix` names, or with `atomic`, an addition
+    /// into them (`tile.atomic_add` by an index tile: a histogram, an embedding's gradient).
+    pub(super) fn scatter(
+        &mut self,
+        tensor: &Rc<TensorV>,
+        ix: &Tile,
+        values: &Tile,
+        mask: Option<&Tile>,
+        atomic: bool,
+    ) -> R<()> {
         if ix.shape != values.shape || ix.rank0 != values.rank0 {
             return Err(self.err("tile.scatter: the index and value tiles differ in shape"));
         }
@@ -541,6 +550,10 @@ impl<'f> Lowerer<'f> {
                 ok = l.b.val("in", format!("and {} {ok}, {mv}", b1.ir()));
             }
             match &start {
+                Some(s) if atomic => {
+                    let ptrs = l.lane_ptrs(se, &tensor.ptr, s, "0", "1", w);
+                    l.atomic_add_lanes(st, &raw, &ptrs, Some(&ok));
+                }
                 Some(s) => {
                     let p = l.b.gep(se, &tensor.ptr, s);
                     l.masked_store(st, &raw, &p, &ok);
@@ -550,7 +563,11 @@ impl<'f> Lowerer<'f> {
                         "ptrs",
                         format!("getelementptr {t}, {t}* {}, {} {lanes}", tensor.ptr, i64v.ir(), t = se.ir()),
                     );
-                    l.masked_scatter(st, &raw, &ptrs, &ok);
+                    if atomic {
+                        l.atomic_add_lanes(st, &raw, &ptrs, Some(&ok));
+                    } else {
+                        l.masked_scatter(st, &raw, &ptrs, &ok);
+                    }
                 }
             }
             Ok(())
