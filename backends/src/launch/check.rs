@@ -292,16 +292,29 @@ pub fn interp_cost(plan: &Plan) -> u64 {
     flops / 2 + elements * 16
 }
 
+/// Why a kernel's reference must run every program (sampling cannot check it), if it must.
+fn must_run_every_program(plan: &Plan, scatters: bool) -> Option<&'static str> {
+    let f = &plan.reference;
+    if f.walk().into_iter().any(|id| f.op(id).attr("atomic").is_some()) {
+        // An element's value is the sum of every program's additions.
+        Some("the kernel adds atomically")
+    } else if scatters {
+        Some("the kernel scatters")
+    } else {
+        None
+    }
+}
+
 /// Whether `auto` checks in full or samples, and why.
-fn choose_mode(plan: &Plan, mode: CheckMode, scatters: bool) -> (CheckMode, Option<String>) {
+fn choose_mode(plan: &Plan, mode: CheckMode, whole: Option<&str>) -> (CheckMode, Option<String>) {
     let total = plan.grid.iter().product::<u64>();
     match mode {
         CheckMode::Auto | CheckMode::Lowering => {
             let cost = interp_cost(plan);
             if cost <= FULL_CHECK_LIMIT || total <= 16 {
                 (CheckMode::Full, None)
-            } else if scatters {
-                (CheckMode::Full, Some("the kernel scatters, so every program is interpreted".to_string()))
+            } else if let Some(why) = whole {
+                (CheckMode::Full, Some(format!("{why}, so every program is interpreted")))
             } else {
                 (
                     CheckMode::Sampled,
@@ -312,8 +325,8 @@ fn choose_mode(plan: &Plan, mode: CheckMode, scatters: bool) -> (CheckMode, Opti
                 )
             }
         }
-        CheckMode::Sampled if scatters => {
-            (CheckMode::Full, Some("the kernel scatters: sampled checking cannot track its writes".to_string()))
+        CheckMode::Sampled if whole.is_some() => {
+            (CheckMode::Full, Some(format!("{}: sampled checking cannot check its writes", whole.unwrap_or_default())))
         }
         m => (m, None),
     }
@@ -338,7 +351,7 @@ impl Reference {
     /// `--check lowering` the same-schedule Tile IR interpreter too.
     pub fn compute(plan: &Plan, mode: CheckMode) -> Result<Reference, LaunchError> {
         let start = Instant::now();
-        let (chosen, reason) = choose_mode(plan, mode, false);
+        let (chosen, reason) = choose_mode(plan, mode, must_run_every_program(plan, false));
         let mut args = plan.inputs.clone();
         let programs = match chosen {
             CheckMode::None => return Ok(Reference::unchecked(reason, ReferenceSource::GraphF64)),
@@ -384,7 +397,7 @@ impl Reference {
         let start = Instant::now();
         let kernel = interp::Kernel::new(&plan.reference).map_err(LaunchError::interp)?;
         let total = plan.grid.iter().product::<u64>();
-        let (mode, reason) = choose_mode(plan, mode, kernel.scatters());
+        let (mode, reason) = choose_mode(plan, mode, must_run_every_program(plan, kernel.scatters()));
         let mut args = plan.inputs.clone();
         let source = ReferenceSource::TileInterpreter;
         match mode {
