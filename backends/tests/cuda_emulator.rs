@@ -218,6 +218,15 @@ def bitwise(X: Tensor["R", "C", i32], S: Tensor["R", "C", i32], Y: Tensor["R", "
             b = tile.cast(x, int8)
             B[r0:r0 + ctx.BM, c0:c0 + ctx.BN] = ((b << 3) >> 1) ^ -b
 
+# A sum of squares in f64 from f32 data: the widening `cvt.f64.f32` takes no rounding
+# modifier (ptxas refused `cvt.rn.f64.f32`), and the f64 atomic add.
+@kernel.schedule(Schedule(block=(1, 1024), warps=4))
+def sum_of_squares_f64(X: Tensor["N", f32], Out: Tensor["ONE", f64]):
+    ctx = tile.context()
+    for n0 in tile.parallel(0, N, ctx.BN):
+        x = tile.cast(tile.load(X[n0:n0 + ctx.BN]), f64)
+        tile.atomic_add(Out[0:1], tile.sum((x * x)[None, :], 1))
+
 @kernel.schedule(Schedule(block=(16, 128), warps=4))
 def cross_entropy(X: Tensor["T", "V", f32], Labels: Tensor["T", i32], Loss: Tensor["T", f32]):
     ctx = tile.context()
@@ -282,6 +291,7 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "split_k_gemm" => &["M=64,N=64,K=192", "M=40,N=50,K=100"],
         "column_sums" => &["R=64,C=64", "R=70,C=100"],
         "histogram" => &["N=1000,NB=16"],
+        "sum_of_squares_f64" => &["N=5000,ONE=1"],
         "embedding_backward" => &["T=37,D=96,VD=1056"],
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
         "bias_grad" => &["T=64,N=64", "T=70,N=100"],

@@ -172,6 +172,10 @@ impl Cta<'_> {
         if matches!(mode, "rz" | "rm" | "rp") {
             return Err(self.err(pc, format!("cvt.{mode}: directed rounding of a float result is not emulated")));
         }
+        // ptxas refuses a rounding modifier on an exact float widening (`cvt.rn.f64.f32`).
+        if mode == "rn" && to == "f64" && matches!(from, "f32" | "f16" | "bf16") {
+            return Err(self.err(pc, format!("cvt.rn.{to}.{from}: an exact widening takes no rounding modifier")));
+        }
         let as_f64 = |v: u64| -> f64 {
             match from {
                 "f32" => f32of(v) as f64,

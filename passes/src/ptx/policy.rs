@@ -73,6 +73,11 @@ impl Emitter<'_> {
                     // Both wide f32: round the value to the narrower type.
                     return Ok(round_wide_with(b, target, to, Operand::Reg(x), saturate));
                 }
+                if tc == Class::F64 {
+                    // Widening is exact: ptxas refuses a rounding modifier on it.
+                    b.ins(format!("cvt.{ts}.{fs} {r}, {x}"));
+                    return Ok(Operand::Reg(r));
+                }
                 b.ins(format!("cvt.rn.{ts}.{fs} {r}, {x}"));
                 Ok(round_wide_with(b, target, to, Operand::Reg(r), saturate))
             }
