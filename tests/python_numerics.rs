@@ -9,7 +9,9 @@
 //!   Euclidean, never negative: `7 % -3` was 1, and `a != (a // b) * b + a % b`);
 //! - `<<`, `>>`, `&`, `|`, `^`, `~` on integer tiles (two's complement, wrapping to the
 //!   dtype, amounts outside 0..width shifting every bit out), and the int4 weight GEMM
-//!   they make possible.
+//!   they make possible;
+//! - a number written in an f64 kernel is exact (`x * 0.1` multiplied by 0.1 rounded to
+//!   f32, and `run` called it correct: f64 outputs were allowed f32 sum errors).
 
 use tessera_frontend::check::DType;
 
@@ -20,6 +22,7 @@ use saved_runs::{input, input_shaped, on_each_device};
 const ROUNDING: &str = "tests/fixtures/numerics/rounding.tsr";
 const REMAINDERS: &str = "tests/fixtures/numerics/remainders.tsr";
 const BITWISE: &str = "tests/fixtures/numerics/bitwise.tsr";
+const F64: &str = "tests/fixtures/numerics/f64.tsr";
 
 /// Ties at every half, both signs, signed zeros, the last f32 below 0.5, halves at the
 /// edge of f32's integers (2^23 - 0.5), values beyond them, and a spread of the rest.
@@ -221,5 +224,28 @@ fn an_int4_weight_gemm_unpacks_nibbles_as_packed_and_matches_f64() {
             }
         }
         eprintln!("{device}: w4a16 max abs error {worst:.2e}");
+    });
+}
+
+#[test]
+fn numbers_in_an_f64_kernel_are_exact_f64_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let x: Vec<f64> = (0..1000).map(|i| (i as f64 - 500.0) * 0.0137 + 1.0 / 3.0).collect();
+    let arg = input(tmp.path(), "X", DType::F64, &x);
+    on_each_device(F64, "scale_f64", &["--input", &arg], |device, saved| {
+        let y = saved.read("Y.out.npy");
+        for (i, (&got, &v)) in y.iter().zip(&x).enumerate() {
+            // The kernel's order of operations, in f64: equal to the last bit.
+            assert_eq!(got, v * 0.1 + v / 3.0 - 0.7, "{device}: Y[{i}] of {v}");
+        }
+    });
+}
+
+#[test]
+fn an_f64_output_computed_in_f32_is_judged_by_f32s_tolerance() {
+    // Its error against the f64 reference is f32's (about 1e-7 relative): correct, not
+    // WRONG; the run fails (and `on_each_device` with it) if f64's tolerance is applied.
+    on_each_device(F64, "f32_sum_to_f64", &["--dims", "R=37,C=3000"], |device, saved| {
+        assert!(saved.text.contains("result    correct"), "{device}: {}", saved.text);
     });
 }

@@ -115,7 +115,15 @@ impl Tolerance {
         accumulator: Option<DType>,
         fp8_tensor_cores: bool,
     ) -> Tolerance {
-        let mut tol = Tolerance::for_dtype(dtype).with_reduction(longest).with_intermediate(intermediate);
+        // An f32 intermediate matters only to an f64 output: f32's own tolerance covers
+        // f32 arithmetic, and the narrower intermediates are added as before.
+        let intermediate = intermediate.filter(|&d| d != DType::F32 || dtype == DType::F64);
+        let mut tol = if dtype == DType::F64 && intermediate.is_none() {
+            // Computed in f64 throughout: sums in any order, 16x the typical error.
+            Tolerance::for_dtype(dtype).widened_for_rounding(2f64.powi(-53) * 4.0, longest)
+        } else {
+            Tolerance::for_dtype(dtype).with_reduction(longest).with_intermediate(intermediate)
+        };
         if let Some(acc) = accumulator {
             tol = tol.with_accumulator(acc, longest);
         }
@@ -349,6 +357,21 @@ pub fn compare_with(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Compar
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_f64_output_computed_in_f64_allows_only_f64_errors() {
+        let expected: Vec<f64> = (0..1000).map(|i| (i as f64 - 500.0) * 0.01).collect();
+        // 0.1 rounded to f32 (the error of a literal widened from f32): 1.5e-8 relative.
+        let off: Vec<f64> = expected.iter().map(|&e| e * (0.1f32 as f64 / 0.1)).collect();
+        let f64_only = Tolerance::for_output(DType::F64, 1000, None, None, false);
+        assert!(!compare_with(&expected, &off, &f64_only).passed);
+        // The same error where the kernel computes in f32 on the way: f32's tolerance.
+        let through_f32 = Tolerance::for_output(DType::F64, 1000, Some(DType::F32), None, false);
+        assert!(compare_with(&expected, &off, &through_f32).passed);
+        // f64 rounding noise in sums passes.
+        let noise: Vec<f64> = expected.iter().map(|&e| e * (1.0 + 4.0 * f64::EPSILON)).collect();
+        assert!(compare_with(&expected, &noise, &f64_only).passed);
+    }
     use crate::interp::inputs::Rng;
 
     fn normal(n: usize, seed: u64, dtype: DType) -> Vec<f64> {

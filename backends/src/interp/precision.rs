@@ -24,7 +24,8 @@ use super::program::significant_bits;
 /// For each parameter of `func`, the narrowest float dtype (fewest significand bits)
 /// that a rounding op gives a value the kernel's writes to that parameter depend on;
 /// `None` when nothing narrower than f32 rounds on the way (or the parameter is not
-/// written).
+/// written). For an f64 parameter, f32 arithmetic (and f32 dots) count too: an f64
+/// output computed in f32 has f32's error, which f64's tolerance does not allow.
 pub fn narrow_intermediates(func: &Func) -> Vec<Option<DType>> {
     let defs = func.definitions();
     // The op owning each region argument (a loop's carried values, an if's results).
@@ -60,19 +61,23 @@ pub fn narrow_intermediates(func: &Func) -> Vec<Option<DType>> {
             _ => continue,
         };
         let Some(param) = param else { continue };
-        let narrowest = narrowest_rounding(func, &defs, &region_owner, &shared_writes, stored);
+        let f64_output = matches!(func.ty(func.params[param]), Type::Tensor(t) if t.dtype == DType::F64);
+        let below_bits = if f64_output { 64 } else { 32 };
+        let narrowest = narrowest_rounding(func, &defs, &region_owner, &shared_writes, stored, below_bits);
         out[param] = coarser(out[param], narrowest);
     }
     out
 }
 
-/// The narrowest dtype a rounding op in the backward slice of `roots` produces.
+/// The narrowest dtype below `below_bits` bits that a rounding op in the backward slice
+/// of `roots` produces.
 fn narrowest_rounding(
     func: &Func,
     defs: &[Option<OpId>],
     region_owner: &[Option<OpId>],
     shared_writes: &[ValueId],
     roots: Vec<ValueId>,
+    below_bits: u32,
 ) -> Option<DType> {
     let mut stack = roots.clone();
     let mut seen = vec![false; func.values.len()];
@@ -102,8 +107,8 @@ fn narrowest_rounding(
             continue;
         }
         let o = func.op(op);
-        let narrow = func.ty(v).dtype().filter(|d| d.is_float() && d.bits() < 32);
-        if rounds(o.kind) {
+        let narrow = func.ty(v).dtype().filter(|d| d.is_float() && d.bits() < below_bits);
+        if rounds(o.kind) || (o.kind == OpKind::Dot && below_bits > 32) {
             narrowest = coarser(narrowest, narrow);
         }
         // An explicit narrowing of a computed value that more arithmetic reads (the

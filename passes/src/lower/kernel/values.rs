@@ -144,6 +144,18 @@ impl Lower<'_, '_> {
     }
 
     /// Broadcasting, dtype adoption and loads so that `v` has type `want`.
+    /// The value of `v` as an f64 attribute when a recent `arith.constant` defines it.
+    fn literal_value(&self, v: ValueId) -> Option<Attr> {
+        let ops = &self.b.func.ops;
+        // Literals are made just before they are coerced: look at the last few ops.
+        let op = ops.iter().rev().take(8).find(|op| op.results.first() == Some(&v))?;
+        match (op.kind, op.attr("value")?) {
+            (OpKind::Constant, Attr::Float(bits)) => Some(Attr::Float(*bits)),
+            (OpKind::Constant, Attr::Int(i)) => Some(Attr::float(*i as f64)),
+            _ => None,
+        }
+    }
+
     pub(super) fn coerce(&mut self, v: ValueId, want: &Type, loc: &Loc) -> R<ValueId> {
         let have = self.vty(v);
         if &have == want {
@@ -167,6 +179,13 @@ impl Lower<'_, '_> {
             }
             (Type::Index, Type::Index) => Ok(v),
             (Type::Index | Type::Scalar(_), Type::Scalar(d)) => {
+                // A number written in the source is exact: in an f64 computation it is an
+                // f64 constant, not its f32 rounding widened (`x * 0.1` was off by 1.5e-8).
+                if *d == DType::F64 {
+                    if let Some(value) = self.literal_value(v) {
+                        return Ok(self.b.op1(OpKind::Constant, vec![], Type::Scalar(*d), vec![("value", value)], loc));
+                    }
+                }
                 Ok(self.b.op1(OpKind::Cast, vec![v], Type::Scalar(*d), vec![], loc))
             }
             (Type::Scalar(_), Type::Index) => Ok(self.b.op1(OpKind::Cast, vec![v], Type::Index, vec![], loc)),
