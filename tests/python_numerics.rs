@@ -249,3 +249,23 @@ fn an_f64_output_computed_in_f32_is_judged_by_f32s_tolerance() {
         assert!(saved.text.contains("result    correct"), "{device}: {}", saved.text);
     });
 }
+
+#[test]
+fn an_f64_gemm_sums_in_f64() {
+    let (m, k, n) = (40usize, 300usize, 50usize);
+    let dims = format!("M={m},K={k},N={n}");
+    on_each_device(F64, "f64_gemm", &["--dims", &dims], |device, saved| {
+        let (a, b, c) = (saved.read("A.npy"), saved.read("B.npy"), saved.read("C.out.npy"));
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
+                // f64 sums in another order: far below f32's 1e-7 (an f32 sum was 1e-6 off).
+                assert!(
+                    (c[i * n + j] - want).abs() <= 1e-12 * (k as f64),
+                    "{device}: C[{i}, {j}] = {}, want {want}",
+                    c[i * n + j]
+                );
+            }
+        }
+    });
+}

@@ -275,8 +275,9 @@ impl Cta<'_> {
                 })
             }
             "f64" => {
-                let (a, b) = (f64::from_bits(x), f64::from_bits(y));
+                let (a, b, c) = (f64::from_bits(x), f64::from_bits(y), f64::from_bits(z));
                 match name {
+                    "fma" => a.mul_add(b, c),
                     "add" => a + b,
                     "sub" => a - b,
                     "mul" => a * b,

@@ -632,18 +632,32 @@ impl Emitter<'_> {
         if !float && !matches!(wide_class(c.dtype), Class::B32) {
             return Err(self.unsupported(op, format!("with a {} accumulator", c.dtype)));
         }
-        if wide_class(a.dtype) == Class::F64 || wide_class(b.dtype) == Class::F64 {
-            return Err(self.unsupported(op, "on f64"));
-        }
-        let a_bytes = (m * k * 4) as u32;
-        let scratch = self.scratch(a_bytes + (k * n * 4) as u32);
+        // f64 operands sum in f64 (an f64 `tile.dot` is an f64 tile): 8-byte elements.
+        let wide64 = [a.dtype, b.dtype, c.dtype].iter().filter(|&&d| wide_class(d) == Class::F64).count();
+        let f64_dot = match wide64 {
+            0 => false,
+            3 => true,
+            _ => return Err(self.unsupported(op, "mixing f64 with narrower operands or accumulators")),
+        };
+        let eb: i64 = if f64_dot { 8 } else { 4 };
+        let a_bytes = (m * k * eb) as u32;
+        let scratch = self.scratch(a_bytes + (k * n * eb) as u32);
         let base = self.smem_base();
         self.sync_threads();
         let aw = self.wide(a);
         let bw = self.wide(b);
-        let (ty, conv) = if float { ("f32", "cvt.rn.f32.s32") } else { ("s32", "cvt.rzi.s32.f32") };
+        let (ty, conv) = match (f64_dot, float) {
+            (true, _) => ("f64", ""),
+            (false, true) => ("f32", "cvt.rn.f32.s32"),
+            (false, false) => ("s32", "cvt.rzi.s32.f32"),
+        };
+        let class = match (f64_dot, float) {
+            (true, _) => Class::F64,
+            (false, true) => Class::F32,
+            (false, false) => Class::B32,
+        };
         let to_acc = |b: &mut super::builder::Builder, x: Operand, dtype: DType| -> Reg {
-            let want = if float { Class::F32 } else { Class::B32 };
+            let want = class;
             let r = materialize(b, wide_class(dtype), x);
             if r.class == want {
                 return r;
@@ -655,7 +669,7 @@ impl Emitter<'_> {
         for (map, vals, cols, off, dtype) in [(&amap, &aw, k, 0i64, a.dtype), (&bmap, &bw, n, a_bytes as i64, b.dtype)]
         {
             let exprs: Vec<Expr> = (0..map.len())
-                .map(|i| map.coord_expr(i, 0).mul(cols).add(map.coord_expr(i, 1)).mul(4).addc(off))
+                .map(|i| map.coord_expr(i, 0).mul(cols).add(map.coord_expr(i, 1)).mul(eb).addc(off))
                 .collect();
             let addrs = self.smem_addresses_at(base, scratch as i64, &exprs);
             for (i, (reg, imm)) in addrs.into_iter().enumerate() {
@@ -670,7 +684,7 @@ impl Emitter<'_> {
         let acc: Vec<Reg> = cw
             .iter()
             .map(|&x| {
-                let r = self.b.reg(if float { Class::F32 } else { Class::B32 });
+                let r = self.b.reg(class);
                 let x = match step {
                     Some(t) => round_wide(&mut self.b, target, t, x),
                     None => x,
@@ -680,8 +694,9 @@ impl Emitter<'_> {
             })
             .collect();
         // Row and column bases of the owned elements (k advances both by a stride).
-        let row_exprs: Vec<Expr> = (0..cmap.len()).map(|i| cmap.coord_expr(i, 0).mul(k * 4)).collect();
-        let col_exprs: Vec<Expr> = (0..cmap.len()).map(|i| cmap.coord_expr(i, 1).mul(4).addc(a_bytes as i64)).collect();
+        let row_exprs: Vec<Expr> = (0..cmap.len()).map(|i| cmap.coord_expr(i, 0).mul(k * eb)).collect();
+        let col_exprs: Vec<Expr> =
+            (0..cmap.len()).map(|i| cmap.coord_expr(i, 1).mul(eb).addc(a_bytes as i64)).collect();
         let rows = self.smem_addresses_at(base, scratch as i64, &row_exprs);
         let cols = self.smem_addresses_at(base, scratch as i64, &col_exprs);
         let kk = self.b.reg(Class::B32);
@@ -689,11 +704,10 @@ impl Emitter<'_> {
         let head = self.b.label("fma");
         self.b.place_label(&head);
         let (ka, kb) = (self.b.reg(Class::B32), self.b.reg(Class::B32));
-        self.b.ins(format!("shl.b32 {ka}, {kk}, 2"));
-        self.b.ins(format!("mul.lo.u32 {kb}, {kk}, {}", n * 4));
+        self.b.ins(format!("shl.b32 {ka}, {kk}, {}", eb.trailing_zeros()));
+        self.b.ins(format!("mul.lo.u32 {kb}, {kk}, {}", n * eb));
         let mut a_loaded: HashMap<(Reg, i64), Reg> = HashMap::new();
         let mut b_loaded: HashMap<(Reg, i64), Reg> = HashMap::new();
-        let class = if float { Class::F32 } else { Class::B32 };
         for (i, &r) in acc.iter().enumerate() {
             let av = *a_loaded.entry(rows[i]).or_insert_with(|| {
                 let addr = self.b.reg(Class::B32);
@@ -709,7 +723,9 @@ impl Emitter<'_> {
                 self.b.ins(format!("ld.shared.{ty} {v}, [{addr}+{}]", cols[i].1));
                 v
             });
-            if let (true, Some(t)) = (float, step) {
+            if f64_dot {
+                self.b.ins(format!("fma.rn.f64 {r}, {av}, {bv}, {r}"));
+            } else if let (true, Some(t)) = (float, step) {
                 self.b.ins(format!("fma.rn.f32 {r}, {av}, {bv}, {r}"));
                 let x = round_wide(&mut self.b, target, t, Operand::Reg(r));
                 super::emit::mov(&mut self.b, r, x);

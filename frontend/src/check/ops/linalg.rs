@@ -163,8 +163,13 @@ impl<'a> Infer<'a> {
             }
         }
         // `@accum(T)` on the operands: the products are summed in T and the result is a
-        // T tile; without a policy, f32 (i32 for integer operands).
-        let out_dtype = merged.accum().unwrap_or(if dtype.is_int() { DType::I32 } else { DType::F32 });
+        // T tile; without a policy, f32 (i32 for integer operands, f64 for f64 ones: an
+        // f64 GEMM summed in f32 would lose what f64 is for).
+        let out_dtype = merged.accum().unwrap_or(match dtype {
+            d if d.is_int() => DType::I32,
+            DType::F64 => DType::F64,
+            _ => DType::F32,
+        });
         let result = TileType { dims: vec![m, n], elem: ElemType::plain(out_dtype) };
         if let Some(acc) = acc {
             match self.operand(acc.ty.clone()) {
