@@ -455,8 +455,9 @@ fn estimate_text(estimate: u32, limit: Option<u32>, setmaxnreg: bool) -> String 
     }
 }
 
-/// A reduction that takes in a partial tile's padding (W0606), or a store past its loop's
-/// bound (W0607), is where the kernel and its reference agree by construction: both pad
+/// A reduction that takes in a partial tile's padding (W0606), or a store (or a load a
+/// reduction takes in) past its loop's bound (W0607), is where the kernel and its
+/// reference agree by construction: both pad
 /// and store the same way, so the verdict cannot see a result that depends on it. Said
 /// before the run, as `tessera check` says it.
 fn warn_reference_blind(src: &Source, key: tessera_frontend::FnKey<'_>) {
@@ -471,12 +472,18 @@ fn warn_reference_blind(src: &Source, key: tessera_frontend::FnKey<'_>) {
             p.tensor
         );
     }
-    // A store past its loop's bound (W0607): the reference overwrites the same elements.
+    // An access past its loop's bound (W0607): the reference overwrites (or, for a load a
+    // reduction takes in, reads) the same elements.
     for o in tessera_passes::analysis::overrun::overrunning_windows(&graph) {
+        let (access, verb) = match &o.reduced_by {
+            Some((kind, _)) if kind == "dot" => ("load's last tile, which tile.dot sums,".to_string(), "reads"),
+            Some((kind, _)) => (format!("load's last tile, which a {kind} takes in,"), "reads"),
+            None => ("store's last tile".to_string(), "writes"),
+        };
         eprintln!(
-            "warning: {}W0607 where `{}` does not divide `{}`, this store's last tile writes `{}` past `{}`, where \
-             its loop's bound ends it: the f64 reference writes the same elements, so the verdict cannot tell \
-             (`tessera check` says more)",
+            "warning: {}W0607 where `{}` does not divide `{}`, this {access} {verb} `{}` past `{}`, where its loop's \
+             bound ends it: the f64 reference {verb} the same elements, so the verdict cannot tell (`tessera check` \
+             says more)",
             src.position(Some(&o.at)),
             o.step,
             o.trip,

@@ -252,3 +252,52 @@ fn a_store_past_its_loops_bound_warns_and_the_masked_store_is_right() {
     assert!(!s.warnings.contains("W0607"), "{}", s.warnings);
     assert_eq!(wrong_columns(&s), Default::default());
 }
+
+/// QK-norm over a packed `[T, H*D]` projection with `D = 96` summed in 64-wide tiles: the
+/// last tile of each head reads the next head's first 32 columns into its sum, so every
+/// head but the last is wrong while `run` says correct; W0607 says it, at the load.
+/// Masked at the head's bound (`other=0.0`), every head is right and nothing is said.
+#[test]
+fn a_load_past_its_loops_bound_into_a_sum_warns_and_the_masked_load_is_right() {
+    const QK_NORM: &str = "tests/corpus/invalid/w0607_load_past_loop_bound_into_reduction.tsr";
+    let (t, heads, d) = (20usize, 4usize, 96usize);
+    let dims = format!("T={t},H={heads},HD={}", heads * d);
+    // The heads whose RMS is off (f32 sums of 96 squares: 1e-5 relative is plenty).
+    let wrong_heads = |s: &Saved| -> Vec<usize> {
+        let (q, rms) = (s.read("Q.npy"), s.read("Rms.out.npy"));
+        let mut wrong = std::collections::BTreeSet::new();
+        for r in 0..t {
+            for h in 0..heads {
+                let ss: f64 = (0..d).map(|c| q[r * heads * d + h * d + c].powi(2)).sum();
+                let want = (ss / d as f64).sqrt();
+                if (rms[r * heads + h] - want).abs() > 1e-5 * want {
+                    wrong.insert(h);
+                }
+            }
+        }
+        wrong.into_iter().collect()
+    };
+    let s = run_saved(QK_NORM, "head_rms", "interp", &["--dims", &dims]).unwrap();
+    assert!(s.text.contains("correct"), "{}", s.text);
+    assert!(
+        s.warnings
+            .contains("W0607 where `BN` does not divide `D`, this load's last tile, which a sum takes in, reads `Q`"),
+        "{}",
+        s.warnings
+    );
+    assert_eq!(wrong_heads(&s), vec![0, 1, 2], "every head but the last sums the next head's columns");
+    let tmp = tempfile::tempdir().unwrap();
+    let masked = tmp.path().join("qk_norm_masked.tsr");
+    let load = "q = tile.load(Q[t0:t0 + ctx.BM, h * D + d0:h * D + d0 + ctx.BN])  # <- W0607";
+    let text = fixture_text(QK_NORM);
+    assert!(text.contains(load));
+    let fixed = text.replace(
+        load,
+        "q = tile.load(Q[t0:t0 + ctx.BM, h * D + d0:h * D + d0 + ctx.BN], \
+         mask=(d0 + tile.arange(ctx.BN))[None, :] < D, other=0.0)",
+    );
+    std::fs::write(&masked, fixed).unwrap();
+    let s = run_saved(masked.to_str().unwrap(), "head_rms", "interp", &["--dims", &dims]).unwrap();
+    assert!(!s.warnings.contains("W0607"), "{}", s.warnings);
+    assert_eq!(wrong_heads(&s), Vec::<usize>::new());
+}

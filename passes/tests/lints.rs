@@ -534,6 +534,37 @@ def positives(X: Tensor["R", "C", f32], Count: Tensor["C", i32]):
     assert!(unmasked.len() == 1 && unmasked[0].starts_with("W0606@11:"), "{unmasked:#?}");
 }
 
+/// A packed `[T, 2F]` gate/up row summed over its first half: the gate's last tile reads
+/// the up half's first columns (the up window at `F + f0` says the axis goes on) into the
+/// sum. The same load feeding an elementwise store (clipped at `F` by the output) is not
+/// reported, nor a load the sum takes in through a `tile.where`.
+#[test]
+fn a_load_past_its_loops_bound_is_w0607_where_a_reduction_takes_it_in() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(16, 64), warps=4))
+def gate_dot_up(X: Tensor["T", "F2", f32], S: Tensor["T", f32], Y: Tensor["T", "F", f32]):
+    ctx = tile.context()
+    for t0 in tile.parallel(0, T, ctx.BM):
+        ss = tile.zeros((ctx.BM,), f32)
+        for f0 in tile.range(0, F, ctx.BN):
+            g = tile.load(X[t0:t0 + ctx.BM, f0:f0 + ctx.BN])
+            u = tile.load(X[t0:t0 + ctx.BM, F + f0:F + f0 + ctx.BN])
+            Y[t0:t0 + ctx.BM, f0:f0 + ctx.BN] = g * u
+            ss += tile.row_sum(g * u)
+        S[t0:t0 + ctx.BM] = ss
+"#;
+    let found = lint_code(text, "W0607");
+    assert!(found.len() == 1 && found[0].starts_with("W0607@9:") && found[0].contains("this sum takes"), "{found:#?}");
+    let no_sum = text.replace("            ss += tile.row_sum(g * u)\n", "");
+    assert!(lint_code(&no_sum, "W0607").is_empty(), "{:#?}", lint_code(&no_sum, "W0607"));
+    let masked = text.replace(
+        "ss += tile.row_sum(g * u)",
+        "ss += tile.row_sum(tile.where((f0 + tile.arange(ctx.BN))[None, :] < F, g * u, 0.0))",
+    );
+    assert!(lint_code(&masked, "W0607").is_empty(), "{:#?}", lint_code(&masked, "W0607"));
+}
+
 #[test]
 fn valid_examples_have_no_target_errors() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -14,18 +14,24 @@
 //! step)`, with the extent the loop's step and `o` loop-invariant, whose end `hi + o`
 //! is provably inside the tensor's axis: the dim minus the end is a positive polynomial
 //! (`H` of a `2*H` axis), or another window (load or store) of the same tensor in the
-//! same loop starts at or past the end (RoPE's second half at `H + h0`). Ends and dims
-//! are polynomials of the shape symbols, the schedule's keys and the int parameters; an
-//! end the analysis cannot express (a `min`, an outer loop's variable) is not reported,
-//! nor a store under a mask (its `mask=`, a masked `if`), nor a constant step that
-//! divides a constant trip, nor an end that merely differs from the dim (a loop to `H`
-//! over an axis `D`: nothing says the axis is longer). Loads are not reported: what a
-//! load reads past the bound reaches the positions a store clips (`Y[.., f0:f0 + BN]`
-//! of a `[T, F]` output), unless a reduction takes it in, which this lint does not
-//! follow yet.
+//! same loop starts at or past the end (RoPE's second half at `H + h0`), or the offset is
+//! a multiple of the bound by an outer loop's variable (`h*D + d0` over the heads of a
+//! packed `[T, H*D]` row: the last tile of every head but the last reaches into the next
+//! head). Ends and dims are polynomials of the shape symbols, the schedule's keys, the
+//! int parameters and the outer loops' variables; an end the analysis cannot express (a
+//! `min`) is not reported, nor an access under a mask (its `mask=`, a masked `if`), nor
+//! a constant step that divides a constant trip, nor an end that merely differs from the
+//! dim (a loop to `H` over an axis `D`: nothing says the axis is longer). A load is
+//! reported where a reduction over the overrunning axis takes in what it read past the
+//! bound (a norm over one head of a packed row sums the next head's first columns): its
+//! value followed through elementwise arithmetic, casts, transposes and new axes to a
+//! `tile.reduce` along that axis or a `tile.dot`'s K, stopping at a `tile.where`
+//! (a mask). What a load reads past the bound otherwise reaches the positions a store
+//! clips (`Y[.., f0:f0 + BN]` of a `[T, F]` output).
 
 use tessera_frontend::check::Dim;
 use tessera_frontend::diagnostics::{Code, Diagnostic};
+use tessera_frontend::text::TextRange;
 
 use super::{range_in, KernelLints, Lint};
 use crate::ir::{Attr, Func, Loc, OpId, OpKind, Type, ValueId};
@@ -33,8 +39,10 @@ use crate::ir::{Attr, Func, Loc, OpId, OpKind, Type, ValueId};
 /// A window whose last tile runs past its loop's bound.
 #[derive(Clone, Debug)]
 pub struct Overrun {
-    /// The `tile.store` of the window.
+    /// The `tile.store` of the window, or the `tile.load` whose value a reduction takes in.
     pub at: Loc,
+    /// For a load, the reduction over the overrunning axis (`sum`, `max`, `dot`) and where.
+    pub reduced_by: Option<(String, Loc)>,
     /// The tensor, as written, and the axis the window runs along.
     pub tensor: String,
     pub axis: usize,
@@ -52,6 +60,8 @@ pub struct Overrun {
     /// A mask of the window's positions inside the loop's bound, as source
     /// (`(h0 + tile.arange(ctx.BN))[None, :] < H`).
     pub mask: String,
+    /// The window's loop-invariant offset (`H`, `h*D`).
+    pub offset: Dim,
 }
 
 /// Every unmasked window of `f` that runs past its loop's bound inside its tensor.
@@ -68,14 +78,19 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
             }
         }
     }
-    let symbolic = |v: ValueId| symbolic_value(f, &defs, v);
+    // Outer loops' variables stand for themselves (`h` of `h*D + d0`).
+    let loop_variable_names: Vec<String> = (0..f.values.len())
+        .filter(|&v| loop_of[v].is_some())
+        .filter_map(|v| f.values[v].name.as_deref().map(str::to_string))
+        .collect();
+    let symbolic = |v: ValueId| symbolic_value(f, &defs, &loop_of, v);
     // Every window of a loop variable: (tensor, loop, axis, offset), and the candidates.
     let mut windows: Vec<(ValueId, OpId, usize, Dim)> = Vec::new();
     let mut candidates: Vec<(ValueId, OpId, Overrun)> = Vec::new();
     for id in f.walk() {
         let access = f.op(id);
         // Loads count as windows (a second half read at `H + h0` says the axis goes on);
-        // only stores are reported (see the module doc).
+        // they are reported where a reduction takes in what they read past the bound.
         let store = match access.kind {
             OpKind::Load if access.operands.len() == 1 => false,
             OpKind::Store if access.operands.len() == 2 => true,
@@ -101,18 +116,28 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
         for (axis, (&start, (size, dim))) in view.operands[1..].iter().zip(sizes.iter().zip(&t.dims)).enumerate() {
             let Some(position) = tile_axes.iter().position(|&a| a == axis) else { continue };
             let Some((iv, offset)) = variable_plus_offset(f, &defs, &loop_of, start) else { continue };
+            // The access's own loop variable is not an offset.
+            if offset.symbols().iter().any(|s| Some(s.as_str()) == f.values[iv.0 as usize].name.as_deref()) {
+                continue;
+            }
             let Some(l) = loop_of[iv.0 as usize] else { continue };
             let the_loop = f.op(l);
-            let [lo, hi, step] = the_loop.operands[..] else { continue };
+            // `scf.for` operands: lo, hi, step, then the carried values' initial ones.
+            let [lo, hi, step] = the_loop.operands[..the_loop.operands.len().min(3)] else { continue };
             let (Some(lo), Some(hi), Some(step)) = (symbolic(lo), symbolic(hi), symbolic(step)) else { continue };
             // A window of one element per iteration never leaves the loop's range.
             if &step != size || step.as_const() == Some(1) {
                 continue;
             }
             windows.push((tensor, l, axis, offset.clone()));
-            if !store {
-                continue;
-            }
+            let reduced_by = if store {
+                None
+            } else {
+                match reduction_over(f, access.results[0], position) {
+                    Some(r) => Some(r),
+                    None => continue,
+                }
+            };
             let bound = hi.add(&offset);
             if &bound == dim {
                 continue;
@@ -130,6 +155,8 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
                 l,
                 Overrun {
                     at: access.loc.clone(),
+                    reduced_by,
+                    offset: offset.clone(),
                     tensor: f.values[tensor.0 as usize].name.as_deref().unwrap_or("the tensor").to_string(),
                     axis,
                     dim: dim.clone(),
@@ -149,10 +176,67 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
             let another_window_starts_past_the_end = windows.iter().any(|(t, wl, axis, offset)| {
                 t == tensor && wl == l && *axis == o.axis && offset.sub(&o.bound).as_const().is_some_and(|c| c >= 0)
             });
-            another_window_starts_past_the_end || is_positive(&o.dim.sub(&o.bound))
+            // Segments of the bound's length, one per value of an outer loop's variable:
+            // every segment but the last has a next one the tile reaches into.
+            let trip = o.trip.clone();
+            let segments = trip.as_const().is_none_or(|t| t > 0)
+                && o.offset.modulo(&trip) == Some(Dim::constant(0))
+                && o.offset.floor_div(&trip).is_some_and(|q| {
+                    q.symbols().iter().any(|s| loop_variable_names.contains(s)) && q.as_const().is_none()
+                });
+            another_window_starts_past_the_end || is_positive(&o.dim.sub(&o.bound)) || segments
         })
         .map(|(_, _, o)| o)
         .collect()
+}
+
+/// The reduction over tile axis `axis` of `v` that takes in its values, if any: `v`
+/// followed through elementwise arithmetic, casts, broadcasts, transposes and new axes to
+/// a `tile.reduce` along that axis (its kind and place) or a `tile.dot` whose K it is
+/// (`"dot"`). A `tile.where` stops it: a mask may hide the positions past the bound.
+fn reduction_over(f: &Func, v: ValueId, axis: usize) -> Option<(String, Loc)> {
+    let mut users: std::collections::HashMap<ValueId, Vec<OpId>> = std::collections::HashMap::new();
+    for id in f.walk() {
+        for &o in &f.op(id).operands {
+            users.entry(o).or_default().push(id);
+        }
+    }
+    let rank = |v: ValueId| f.ty(v).dims().len() as i64;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![(v, axis)];
+    while let Some((v, axis)) = stack.pop() {
+        if !seen.insert((v, axis)) {
+            continue;
+        }
+        for &u in users.get(&v).map(Vec::as_slice).unwrap_or(&[]) {
+            let op = f.op(u);
+            let Some(&result) = op.results.first() else { continue };
+            match op.kind {
+                OpKind::Reduce => {
+                    let a = op.int_attr("axis").unwrap_or(0);
+                    if a.rem_euclid(rank(v).max(1)) == axis as i64 {
+                        return Some((op.str_attr("kind").unwrap_or("sum").to_string(), op.loc.clone()));
+                    }
+                }
+                OpKind::Dot => {
+                    let k_axis = if op.operands.first() == Some(&v) { 1 } else { 0 };
+                    if op.operands[..2.min(op.operands.len())].contains(&v) && axis == k_axis {
+                        return Some(("dot".to_string(), op.loc.clone()));
+                    }
+                }
+                OpKind::Select => {}
+                OpKind::Transpose => stack.push((result, if axis < 2 { 1 - axis } else { axis })),
+                OpKind::ExpandDims => {
+                    let at = op.int_attr("axis").unwrap_or(0).max(0) as usize;
+                    stack.push((result, if axis >= at { axis + 1 } else { axis }));
+                }
+                OpKind::Cast | OpKind::ConvertLayout | OpKind::Broadcast => stack.push((result, axis)),
+                k if k.is_elementwise() => stack.push((result, axis)),
+                _ => {}
+            }
+        }
+    }
+    None
 }
 
 /// A non-zero polynomial with positive coefficients only: positive for every value of
@@ -213,13 +297,16 @@ fn variable_plus_offset(
         (None, Some(_)) => (b, a),
         _ => return None,
     };
-    Some((iv, symbolic_value(f, defs, other)?))
+    Some((iv, symbolic_value(f, defs, loop_of, other)?))
 }
 
-/// An index value as a polynomial ([`Func::index_dim`]), with the schedule's keys (`BN`)
-/// and the int parameters standing for themselves by name.
-fn symbolic_value(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
+/// An index value as a polynomial ([`Func::index_dim`]), with the schedule's keys (`BN`),
+/// the int parameters and the loops' variables standing for themselves by name.
+fn symbolic_value(f: &Func, defs: &[Option<OpId>], loop_of: &[Option<OpId>], v: ValueId) -> Option<Dim> {
     let named = |v: ValueId| {
+        if loop_of[v.0 as usize].is_some() {
+            return f.values[v.0 as usize].name.as_deref().map(Dim::sym);
+        }
         if let Some(op) = defs[v.0 as usize].map(|d| f.op(d)) {
             return (op.kind == OpKind::SchedParam).then(|| op.str_attr("key").map(Dim::sym)).flatten();
         }
@@ -238,33 +325,75 @@ fn symbolic_value(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<Dim> {
 pub(super) fn overrun_lints(overruns: &[Overrun], name: &str, out: &mut KernelLints) {
     for o in overruns {
         let Some(at) = range_in(&o.at, name) else { continue };
-        let mut d = Diagnostic::new(
-            Code::W0607,
-            at,
-            format!(
-                "where `{step}` does not divide `{trip}`, the last `{var}` tile of this store writes `{tensor}`'s \
-                 dim {axis} past the loop's bound, from `{bound}` up to `{end} - 1`: that axis is `{dim}` long, so \
-                 its edge does not stop the tile",
-                step = o.step,
-                trip = o.trip,
-                var = o.variable,
-                tensor = o.tensor,
-                axis = o.axis,
-                bound = o.bound,
-                end = o.bound.add(&o.step),
-                dim = o.dim,
-            ),
-        )
-        .with_label(at, format!("writes past `{}`", o.bound))
-        .with_note(format!(
-            "mask the positions past the bound (`tile.store(..., mask={mask})`), or make the bound a multiple of \
-             `{step}`; the f64 reference writes the same elements, so `tessera run` cannot tell",
-            mask = o.mask,
-            step = o.step,
-        ));
+        let mut d = match &o.reduced_by {
+            Some((kind, reduction)) => load_diagnostic(o, at, kind, range_in(reduction, name)),
+            None => store_diagnostic(o, at),
+        };
         if let Some(l) = range_in(&o.loop_at, name) {
             d = d.with_label(l, format!("`{}` runs to the bound", o.variable));
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
+}
+
+/// W0607 at a store whose last tile writes past its loop's bound.
+fn store_diagnostic(o: &Overrun, at: TextRange) -> Diagnostic {
+    Diagnostic::new(
+        Code::W0607,
+        at,
+        format!(
+            "where `{step}` does not divide `{trip}`, the last `{var}` tile of this store writes `{tensor}`'s \
+                 dim {axis} past the loop's bound, from `{bound}` up to `{end} - 1`: that axis is `{dim}` long, so \
+                 its edge does not stop the tile",
+            step = o.step,
+            trip = o.trip,
+            var = o.variable,
+            tensor = o.tensor,
+            axis = o.axis,
+            bound = o.bound,
+            end = o.bound.add(&o.step),
+            dim = o.dim,
+        ),
+    )
+    .with_label(at, format!("writes past `{}`", o.bound))
+    .with_note(format!(
+        "mask the positions past the bound (`tile.store(..., mask={mask})`), or make the bound a multiple of \
+             `{step}`; the f64 reference writes the same elements, so `tessera run` cannot tell",
+        mask = o.mask,
+        step = o.step,
+    ))
+}
+
+/// W0607 at a load whose last tile reads past its loop's bound into a reduction.
+fn load_diagnostic(o: &Overrun, at: TextRange, kind: &str, reduction: Option<TextRange>) -> Diagnostic {
+    let what = if kind == "dot" { "tile.dot's K sum".to_string() } else { format!("this {kind}") };
+    let mut d = Diagnostic::new(
+        Code::W0607,
+        at,
+        format!(
+            "where `{step}` does not divide `{trip}`, the last `{var}` tile of this load reads `{tensor}`'s dim \
+             {axis} past the loop's bound, from `{bound}` up to `{end} - 1`, and {what} takes those values in: that \
+             axis is `{dim}` long, so its edge does not stop the tile",
+            step = o.step,
+            trip = o.trip,
+            var = o.variable,
+            tensor = o.tensor,
+            axis = o.axis,
+            bound = o.bound,
+            end = o.bound.add(&o.step),
+            dim = o.dim,
+        ),
+    )
+    .with_label(at, format!("reads past `{}`", o.bound))
+    .with_note(format!(
+        "mask the positions past the bound (`tile.load(..., mask={mask}, other=...)` with the reduction's neutral \
+         value), or make the bound a multiple of `{step}`; the f64 reference reads the same elements, so `tessera \
+         run` cannot tell",
+        mask = o.mask,
+        step = o.step,
+    ));
+    if let Some(r) = reduction {
+        d = d.with_label(r, format!("takes in what it read past `{}`", o.bound));
+    }
+    d
 }
