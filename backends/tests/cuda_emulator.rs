@@ -227,17 +227,6 @@ def sum_of_squares_f64(X: Tensor["N", f32], Out: Tensor["ONE", f64]):
         x = tile.cast(tile.load(X[n0:n0 + ctx.BN]), f64)
         tile.atomic_add(Out[0:1], tile.sum((x * x)[None, :], 1))
 
-# An f64 GEMM: f64 operands sum in f64 (`fma.rn.f64` through 8-byte shared scratch).
-@kernel.schedule(Schedule(block=(32, 32), k=8, warps=4))
-def f64_gemm(A: Tensor["M", "K", f64], B: Tensor["K", "N", f64], C: Tensor["M", "N", f64]):
-    ctx = tile.context()
-    for m0 in tile.parallel(0, M, ctx.BM):
-        for n0 in tile.parallel(0, N, ctx.BN):
-            acc = tile.zeros((ctx.BM, ctx.BN), f64)
-            for k0 in tile.range(0, K, ctx.BK):
-                acc += tile.load(A[m0:m0 + ctx.BM, k0:k0 + ctx.BK]) @ tile.load(B[k0:k0 + ctx.BK, n0:n0 + ctx.BN])
-            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc
-
 @kernel.schedule(Schedule(block=(16, 128), warps=4))
 def cross_entropy(X: Tensor["T", "V", f32], Labels: Tensor["T", i32], Loss: Tensor["T", f32]):
     ctx = tile.context()
@@ -272,7 +261,8 @@ fn sources() -> Vec<Source> {
     // checks the same kernels on the interpreter and the CPU against Rust).
     // And `tile.atomic_add` (tests/atomics.rs): split-K GEMM, column sums whose row
     // vectors the threads hold replicated (each element must be added once).
-    for fixture in ["numerics/bitwise.tsr", "atomics/atomics.tsr"] {
+    // The f64 kernels (an f64 GEMM sums in f64: `fma.rn.f64` through 8-byte scratch).
+    for fixture in ["numerics/bitwise.tsr", "atomics/atomics.tsr", "numerics/f64.tsr"] {
         let path = kernel_sources::repository_root().join("tests/fixtures").join(fixture);
         let text = std::fs::read_to_string(&path).unwrap();
         out.push(Source { label: fixture.into(), path, text });
@@ -304,6 +294,8 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "histogram" => &["N=1000,NB=16"],
         "sum_of_squares_f64" => &["N=5000,ONE=1"],
         "f64_gemm" => &["M=64,N=64,K=32", "M=40,N=50,K=30"],
+        "scale_f64" => &["N=1000"],
+        "f32_sum_to_f64" => &["R=8,C=300"],
         "embedding_backward" => &["T=37,D=96,VD=1056"],
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
         "bias_grad" => &["T=64,N=64", "T=70,N=100"],

@@ -325,10 +325,7 @@ fn symbolic_value(f: &Func, defs: &[Option<OpId>], loop_of: &[Option<OpId>], v: 
 pub(super) fn overrun_lints(overruns: &[Overrun], name: &str, out: &mut KernelLints) {
     for o in overruns {
         let Some(at) = range_in(&o.at, name) else { continue };
-        let mut d = match &o.reduced_by {
-            Some((kind, reduction)) => load_diagnostic(o, at, kind, range_in(reduction, name)),
-            None => store_diagnostic(o, at),
-        };
+        let mut d = diagnostic(o, at, o.reduced_by.as_ref().map(|(kind, r)| (kind.as_str(), range_in(r, name))));
         if let Some(l) = range_in(&o.loop_at, name) {
             d = d.with_label(l, format!("`{}` runs to the bound", o.variable));
         }
@@ -336,44 +333,24 @@ pub(super) fn overrun_lints(overruns: &[Overrun], name: &str, out: &mut KernelLi
     }
 }
 
-/// W0607 at a store whose last tile writes past its loop's bound.
-fn store_diagnostic(o: &Overrun, at: TextRange) -> Diagnostic {
-    Diagnostic::new(
-        Code::W0607,
-        at,
-        format!(
-            "where `{step}` does not divide `{trip}`, the last `{var}` tile of this store writes `{tensor}`'s \
-                 dim {axis} past the loop's bound, from `{bound}` up to `{end} - 1`: that axis is `{dim}` long, so \
-                 its edge does not stop the tile",
-            step = o.step,
-            trip = o.trip,
-            var = o.variable,
-            tensor = o.tensor,
-            axis = o.axis,
-            bound = o.bound,
-            end = o.bound.add(&o.step),
-            dim = o.dim,
-        ),
-    )
-    .with_label(at, format!("writes past `{}`", o.bound))
-    .with_note(format!(
-        "mask the positions past the bound (`tile.store(..., mask={mask})`), or make the bound a multiple of \
-             `{step}`; the f64 reference writes the same elements, so `tessera run` cannot tell",
-        mask = o.mask,
-        step = o.step,
-    ))
-}
-
-/// W0607 at a load whose last tile reads past its loop's bound into a reduction.
-fn load_diagnostic(o: &Overrun, at: TextRange, kind: &str, reduction: Option<TextRange>) -> Diagnostic {
-    let what = if kind == "dot" { "tile.dot's K sum".to_string() } else { format!("this {kind}") };
+/// W0607 at a store whose last tile writes past its loop's bound, or (with `read_by`, the
+/// reduction's kind and place) at a load whose last tile reads past it into a reduction.
+fn diagnostic(o: &Overrun, at: TextRange, read_by: Option<(&str, Option<TextRange>)>) -> Diagnostic {
+    let (access, verb, taken, fix) = match read_by {
+        Some((kind, _)) => {
+            let what = if kind == "dot" { "tile.dot's K sum".to_string() } else { format!("this {kind}") };
+            let fix = format!("tile.load(..., mask={}, other=...)` with the reduction's neutral value", o.mask);
+            ("load", "reads", format!(", and {what} takes those values in"), fix)
+        }
+        None => ("store", "writes", String::new(), format!("tile.store(..., mask={})`", o.mask)),
+    };
     let mut d = Diagnostic::new(
         Code::W0607,
         at,
         format!(
-            "where `{step}` does not divide `{trip}`, the last `{var}` tile of this load reads `{tensor}`'s dim \
-             {axis} past the loop's bound, from `{bound}` up to `{end} - 1`, and {what} takes those values in: that \
-             axis is `{dim}` long, so its edge does not stop the tile",
+            "where `{step}` does not divide `{trip}`, the last `{var}` tile of this {access} {verb} `{tensor}`'s dim \
+             {axis} past the loop's bound, from `{bound}` up to `{end} - 1`{taken}: that axis is `{dim}` long, so its \
+             edge does not stop the tile",
             step = o.step,
             trip = o.trip,
             var = o.variable,
@@ -384,15 +361,13 @@ fn load_diagnostic(o: &Overrun, at: TextRange, kind: &str, reduction: Option<Tex
             dim = o.dim,
         ),
     )
-    .with_label(at, format!("reads past `{}`", o.bound))
+    .with_label(at, format!("{verb} past `{}`", o.bound))
     .with_note(format!(
-        "mask the positions past the bound (`tile.load(..., mask={mask}, other=...)` with the reduction's neutral \
-         value), or make the bound a multiple of `{step}`; the f64 reference reads the same elements, so `tessera \
-         run` cannot tell",
-        mask = o.mask,
+        "mask the positions past the bound (`{fix}), or make the bound a multiple of `{step}`; the f64 reference \
+         {verb} the same elements, so `tessera run` cannot tell",
         step = o.step,
     ));
-    if let Some(r) = reduction {
+    if let Some((_, Some(r))) = read_by {
         d = d.with_label(r, format!("takes in what it read past `{}`", o.bound));
     }
     d
