@@ -117,7 +117,7 @@ fn hover_builtin_signature_and_doc() {
             tile.dot(a, b, acc=None) -> tile
             ```
 
-            Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs.
+            Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4, f64 for f64); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32/f64 operands, run as FMAs.
 
             *kernel intrinsic: only inside `@kernel` functions*
 
@@ -126,6 +126,26 @@ fn hover_builtin_signature_and_doc() {
             ---
 
             **On sm_90** (BD=64, BK=32, BM=64, BN=64, stages=2, swizzle=none, vector=4, warps=4): 64×64×32 (bf16 × bf16 → f32) as warp MMAs: `mma.sync.aligned.m16n8k16` (`HMMA` in SASS) on 2×2 warps, 16 per warp"#]],
+    );
+}
+
+#[test]
+fn hover_atomic_add_says_what_it_adds_into() {
+    let src = GEMM.replace(
+        "C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc",
+        "tile.$0atomic_add(C[m0:m0 + ctx.BM, n0:n0 + ctx.BN], acc)",
+    );
+    check_hover(
+        &src,
+        expect![[r#"
+        [atomic_add]
+        ```tessera
+        tile.atomic_add(dst, value, mask=None)
+        ```
+
+        Adds a tile into a slice of a global tensor (or, by an index tile, its elements: a histogram), element by element atomically: programs may add into the same elements (split-K, column sums). f32, f64, i32 and i64; out-of-bounds elements are dropped.
+
+        *kernel intrinsic: only inside `@kernel` functions*"#]],
     );
 }
 
@@ -433,8 +453,8 @@ fn completion_members_keys_policies_dtypes() {
         abs (3) tile.abs(x) -> tile
         alloc_shared (3) tile.alloc_shared(shape, dtype, swizzle="none", pad=0) -> shared buffer
         arange (3) tile.arange(n) -> tile<nxi32>
-        barrier (3) tile.barrier()
-        broadcast (3) tile.broadcast(t, shape) -> tile"#]]
+        atomic_add (3) tile.atomic_add(dst, value, mask=None)
+        barrier (3) tile.barrier()"#]]
     .assert_eq(&completion_labels(&src, 5));
     // The documentation of a member is its signature and doc.
     let (text, pos) = cursors(&src);
@@ -447,7 +467,7 @@ fn completion_members_keys_policies_dtypes() {
         tile.dot(a, b, acc=None) -> tile
         ```
 
-        Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs."#]]
+        Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4, f64 for f64); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32/f64 operands, run as FMAs."#]]
     .assert_eq(dot["documentation"]["value"].as_str().unwrap());
     assert_eq!(slice(&text, &dot["textEdit"]["range"]), "d");
 

@@ -228,7 +228,7 @@ builtins! {
     "tile.context" "()" Kernel "context" "The schedule: ctx.BM, ctx.BN, ctx.BK, ctx.BD, ctx.warps, ctx.stages, ctx.vector, every autotune key, and every signature symbol.";
     "tile.load" "(src, mask=None, other=0, vector=None, prefetch=None, rows=None, cols=None)" Kernel "tile" "Loads a slice of a global tensor or a shared buffer into a register tile; out-of-bounds elements read `other`.";
     "tile.store" "(dst, value, mask=None)" Kernel "" "Stores a tile into a slice of a global tensor; out-of-bounds elements are dropped.";
-    "tile.atomic_add" "(dst, value, mask=None)" Kernel "" "Adds a tile into a slice of a global tensor, element by element atomically: programs may add into the same elements (split-K, column sums). f32, f64, i32 and i64; out-of-bounds elements are dropped.";
+    "tile.atomic_add" "(dst, value, mask=None)" Kernel "" "Adds a tile into a slice of a global tensor (or, by an index tile, its elements: a histogram), element by element atomically: programs may add into the same elements (split-K, column sums). f32, f64, i32 and i64; out-of-bounds elements are dropped.";
     "tile.alloc_shared" "(shape, dtype, swizzle=\"none\", pad=0)" Kernel "shared buffer" "A shared-memory buffer; `pad` adds elements to each row, swizzle=\"xor\" permutes 16-byte chunks to avoid bank conflicts.";
     "tile.cp_async" "(dst, src)" Kernel "" "Asynchronous global -> shared copy; the data is visible to the block after tile.barrier().";
     "tile.barrier" "()" Kernel "" "Waits for this thread's async copies, then synchronizes the block (bar.sync).";
@@ -236,7 +236,7 @@ builtins! {
     "tile.full" "(shape, value, dtype=f32)" Kernel "tile" "A new tile filled with `value`.";
     "tile.arange" "(n)" Kernel "tile<nxi32>" "The tile 0, 1, ..., n-1.";
     "tile.rand" "(shape, seed, offsets)" Kernel "tile<f32>" "Uniform numbers in [0, 1), one per element, from a counter-based hash of (seed, offsets + element coordinates): the same seed and coordinates give the same number in every kernel and on every backend.";
-    "tile.dot" "(a, b, acc=None)" Kernel "tile" "Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32 operands, run as FMAs.";
+    "tile.dot" "(a, b, acc=None)" Kernel "tile" "Tile matmul: [M,K] x [K,N] -> [M,N] f32 (i32 for int8/int4, f64 for f64); with `acc` (Triton's `tl.dot(a, b, acc)`), acc + a@b in acc's dtype. On GPUs, f16, bf16, fp8 and int8 operands run on tensor cores when M is a multiple of 16, N of 8 and K of 16 (32 for 8-bit); other dims, and f32/tf32/f64 operands, run as FMAs.";
     "tile.mma" "(a, b, accumulator=f32)" Kernel "tile" "Like tile.dot; with an accumulator tile, returns acc + a@b.";
     "tile.transpose" "(t)" Kernel "tile" "Swaps the two dims of a 2-D tile (same as t.T).";
     "tile.broadcast" "(t, shape)" Kernel "tile" "Broadcasts a tile to `shape`.";
