@@ -239,6 +239,12 @@ fn numbers_in_an_f64_kernel_are_exact_f64_values() {
             assert_eq!(got, v * 0.1 + v / 3.0 - 0.7, "{device}: Y[{i}] of {v}");
         }
     });
+    // A number bound to a name (`c = 0.1`) long before it meets f64 data.
+    on_each_device(F64, "named_scale_f64", &["--input", &arg], |device, saved| {
+        for (i, (&got, &v)) in saved.read("Y.out.npy").iter().zip(&x).enumerate() {
+            assert_eq!(got, v * 3.0 * 0.1, "{device}: Y[{i}] of {v}");
+        }
+    });
 }
 
 #[test]

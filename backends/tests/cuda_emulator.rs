@@ -294,7 +294,7 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "histogram" => &["N=1000,NB=16"],
         "sum_of_squares_f64" => &["N=5000,ONE=1"],
         "f64_gemm" => &["M=64,N=64,K=32", "M=40,N=50,K=30"],
-        "scale_f64" => &["N=1000"],
+        "scale_f64" | "named_scale_f64" => &["N=1000"],
         "f32_sum_to_f64" => &["R=8,C=300"],
         "embedding_backward" => &["T=37,D=96,VD=1056"],
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
@@ -398,8 +398,10 @@ fn generated_ptx_computes_what_the_interpreter_computes() {
                             continue;
                         }
                     };
-                    // The kernels only this test has are assembled here too.
-                    if let (true, Some(ptxas)) = (label == "ops.tsr", &ptxas) {
+                    // The kernels only this test has (its own and the fixtures') are
+                    // assembled here too; `passes/tests/ptx.rs` assembles the corpus's.
+                    let own = !label.starts_with("valid/") && !label.starts_with("examples/");
+                    if let (true, Some(ptxas)) = (own, &ptxas) {
                         if let Err(e) = tessera_passes::ptx::ptxas::assemble_with(ptxas, &code.text, target.name()) {
                             failures.push(format!("{label} `{kernel}` {target}: ptxas: {e}"));
                         }

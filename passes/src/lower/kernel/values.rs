@@ -147,8 +147,9 @@ impl Lower<'_, '_> {
     /// The value of `v` as an f64 attribute when a recent `arith.constant` defines it.
     fn literal_value(&self, v: ValueId) -> Option<Attr> {
         let ops = &self.b.func.ops;
-        // Literals are made just before they are coerced: look at the last few ops.
-        let op = ops.iter().rev().take(8).find(|op| op.results.first() == Some(&v))?;
+        // Asked only on the way to f64 (rare): a literal bound to a name (`c = 0.1`) may
+        // have been made long before.
+        let op = ops.iter().rev().find(|op| op.results.first() == Some(&v))?;
         match (op.kind, op.attr("value")?) {
             (OpKind::Constant, Attr::Float(bits)) => Some(Attr::Float(*bits)),
             (OpKind::Constant, Attr::Int(i)) => Some(Attr::float(*i as f64)),
