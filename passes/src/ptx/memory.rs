@@ -612,16 +612,24 @@ impl Emitter<'_> {
         let (_, class) = mem_access(dtype);
         for i in (0..map.len()).filter(|&i| first[i]) {
             let in_bounds = self.in_bounds(&plan.pred[i], CheckFrom::Position);
-            let mut p = self.and_pred(holder, in_bounds);
-            if let Some(m) = &mask {
-                let m = materialize(&mut self.b, Class::Pred, m[i]);
-                p = self.and_pred(Some(p), m);
-            }
-            let x = materialize(&mut self.b, class, wide[i]);
+            let p = self.and_pred(holder, in_bounds);
             let (row, imm) = plan.addr[i];
-            self.b.ins_if(p, false, format!("red.global.add.{ty} [{row}+{imm}], {x}"));
+            self.red_element(p, mask.as_ref().map(|m| m[i]), ty, &format!("{row}+{imm}"), wide[i], class);
         }
         Ok(())
+    }
+
+    /// `red.global.add.{ty} [addr], x` where `p` and the element's mask (if any) allow.
+    fn red_element(&mut self, p: Reg, mask: Option<Operand>, ty: &str, addr: &str, x: Operand, class: Class) {
+        let p = match mask {
+            Some(m) => {
+                let m = materialize(&mut self.b, Class::Pred, m);
+                self.and_pred(Some(p), m)
+            }
+            None => p,
+        };
+        let x = materialize(&mut self.b, class, x);
+        self.b.ins_if(p, false, format!("red.global.add.{ty} [{addr}], {x}"));
     }
 
     /// Whether this thread has none of the `replicated` thread-id bits set (`None`: no such
@@ -763,13 +771,8 @@ impl Emitter<'_> {
                 if !first[i] {
                     continue;
                 }
-                let mut p = self.and_pred(*holder, p);
-                if let Some(m) = &mask {
-                    let m = materialize(&mut self.b, Class::Pred, m[i]);
-                    p = self.and_pred(Some(p), m);
-                }
-                let x = materialize(&mut self.b, class, values[i]);
-                self.b.ins_if(p, false, format!("red.global.add.{red} [{a}], {x}"));
+                let p = self.and_pred(*holder, p);
+                self.red_element(p, mask.as_ref().map(|m| m[i]), red, &a.to_string(), values[i], class);
                 continue;
             }
             let p = match &mask {
