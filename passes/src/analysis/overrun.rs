@@ -84,6 +84,8 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
         .filter_map(|v| f.values[v].name.as_deref().map(str::to_string))
         .collect();
     let symbolic = |v: ValueId| symbolic_value(f, &defs, &loop_of, v);
+    // Who reads each value: made once, at the first load whose reductions are followed.
+    let mut users: Option<Vec<Vec<OpId>>> = None;
     // Every window of a loop variable: (tensor, loop, axis, offset), and the candidates.
     let mut windows: Vec<(ValueId, OpId, usize, Dim)> = Vec::new();
     let mut candidates: Vec<(ValueId, OpId, Overrun)> = Vec::new();
@@ -133,7 +135,8 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
             let reduced_by = if store {
                 None
             } else {
-                match reduction_over(f, access.results[0], position) {
+                let users = users.get_or_insert_with(|| f.users());
+                match reduction_over(f, users, access.results[0], position) {
                     Some(r) => Some(r),
                     None => continue,
                 }
@@ -194,13 +197,8 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
 /// followed through elementwise arithmetic, casts, broadcasts, transposes and new axes to
 /// a `tile.reduce` along that axis (its kind and place) or a `tile.dot` whose K it is
 /// (`"dot"`). A `tile.where` stops it: a mask may hide the positions past the bound.
-fn reduction_over(f: &Func, v: ValueId, axis: usize) -> Option<(String, Loc)> {
-    let mut users: std::collections::HashMap<ValueId, Vec<OpId>> = std::collections::HashMap::new();
-    for id in f.walk() {
-        for &o in &f.op(id).operands {
-            users.entry(o).or_default().push(id);
-        }
-    }
+/// `users` is [`Func::users`].
+fn reduction_over(f: &Func, users: &[Vec<OpId>], v: ValueId, axis: usize) -> Option<(String, Loc)> {
     let rank = |v: ValueId| f.ty(v).dims().len() as i64;
     let mut seen = std::collections::HashSet::new();
     let mut stack = vec![(v, axis)];
@@ -208,7 +206,7 @@ fn reduction_over(f: &Func, v: ValueId, axis: usize) -> Option<(String, Loc)> {
         if !seen.insert((v, axis)) {
             continue;
         }
-        for &u in users.get(&v).map(Vec::as_slice).unwrap_or(&[]) {
+        for &u in &users[v.0 as usize] {
             let op = f.op(u);
             let Some(&result) = op.results.first() else { continue };
             match op.kind {

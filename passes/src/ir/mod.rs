@@ -520,6 +520,17 @@ impl Func {
         }
     }
 
+    /// The ops that read each value (indexed by value id), in program order.
+    pub fn users(&self) -> Vec<Vec<OpId>> {
+        let mut out = vec![Vec::new(); self.values.len()];
+        for id in self.walk() {
+            for &v in &self.op(id).operands {
+                out[v.0 as usize].push(id);
+            }
+        }
+        out
+    }
+
     /// The op defining each value (None for region arguments and parameters).
     pub fn definitions(&self) -> Vec<Option<OpId>> {
         fn visit(f: &Func, region: &Region, defs: &mut [Option<OpId>]) {
