@@ -325,9 +325,10 @@ fn choose_mode(plan: &Plan, mode: CheckMode, whole: Option<&str>) -> (CheckMode,
                 )
             }
         }
-        CheckMode::Sampled if whole.is_some() => {
-            (CheckMode::Full, Some(format!("{}: sampled checking cannot check its writes", whole.unwrap_or_default())))
-        }
+        CheckMode::Sampled => match whole {
+            Some(why) => (CheckMode::Full, Some(format!("{why}: sampled checking cannot check its writes"))),
+            None => (CheckMode::Sampled, None),
+        },
         m => (m, None),
     }
 }

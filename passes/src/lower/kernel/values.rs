@@ -143,8 +143,7 @@ impl Lower<'_, '_> {
         }
     }
 
-    /// Broadcasting, dtype adoption and loads so that `v` has type `want`.
-    /// The value of `v` as an f64 attribute when a recent `arith.constant` defines it.
+    /// The value of `v` as an f64 attribute when an `arith.constant` defines it.
     fn literal_value(&self, v: ValueId) -> Option<Attr> {
         let ops = &self.b.func.ops;
         // Asked only on the way to f64 (rare): a literal bound to a name (`c = 0.1`) may
@@ -157,6 +156,7 @@ impl Lower<'_, '_> {
         }
     }
 
+    /// Broadcasting, dtype adoption and loads so that `v` has type `want`.
     pub(super) fn coerce(&mut self, v: ValueId, want: &Type, loc: &Loc) -> R<ValueId> {
         let have = self.vty(v);
         if &have == want {
