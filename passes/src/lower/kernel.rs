@@ -529,24 +529,7 @@ impl Lower<'_, '_> {
         if !matches!(self.body.expr(dst), Expr::Subscript { .. }) {
             return unsupported("tile.store into something other than a tensor slice", self.body.expr_range(dst));
         }
-        if !atomic {
-            return self.store(dst, v, value_expr);
-        }
-        let ops = self.b.func.ops.len();
-        self.store(dst, v, value_expr)?;
-        // The store (or scatter, by an index tile) just made adds atomically; the value's
-        // conversions come before it.
-        let id = (ops..self.b.func.ops.len())
-            .rev()
-            .map(|i| OpId(i as u32))
-            .find(|&id| matches!(self.b.func.op(id).kind, OpKind::Store | OpKind::Scatter));
-        match id {
-            Some(id) => {
-                self.b.func.ops[id.0 as usize].attrs.push(("atomic", Attr::Str("add".into())));
-                Ok(())
-            }
-            None => unsupported("tile.atomic_add into this destination", self.body.expr_range(dst)),
-        }
+        self.store(dst, v, value_expr, atomic)
     }
 }
 

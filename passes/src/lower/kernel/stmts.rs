@@ -57,7 +57,7 @@ impl Lower<'_, '_> {
                 let (target, value) = (*target, *value);
                 if matches!(self.body.expr(target), Expr::Subscript { .. }) {
                     let v = self.value(value)?;
-                    return self.store(target, v, value);
+                    return self.store(target, v, value, false);
                 }
                 let v = self.expr(value)?;
                 self.bind(target, v)
@@ -70,7 +70,7 @@ impl Lower<'_, '_> {
                     let current = self.operand(current, target)?;
                     let v = self.value(value)?;
                     let combined = self.binary(op, current, v, target, self.body.expr_range(target))?;
-                    return self.store(target, combined, value);
+                    return self.store(target, combined, value, false);
                 }
                 let current = self.value(target)?;
                 let v = self.value(value)?;
@@ -488,7 +488,10 @@ impl Lower<'_, '_> {
 
     // ----- stores ----------------------------------------------------------------------
 
-    pub(super) fn store(&mut self, target: ExprId, value: ValueId, value_expr: ExprId) -> R<()> {
+    /// A store of `value` into `target`, or with `atomic` (`tile.atomic_add`) an addition
+    /// into its elements: the store or scatter carries `{atomic = "add"}`.
+    pub(super) fn store(&mut self, target: ExprId, value: ValueId, value_expr: ExprId, atomic: bool) -> R<()> {
+        let attrs = || if atomic { vec![("atomic", Attr::Str("add".into()))] } else { vec![] };
         let loc = self.eloc(target);
         let Expr::Subscript { value: base, indices } = self.body.expr(target).clone() else { unreachable!() };
         // A gather-style store: y[i] = v with an index tile.
@@ -506,7 +509,7 @@ impl Lower<'_, '_> {
                 if let Some(m) = self.mask {
                     operands.push(m);
                 }
-                self.b.op(OpKind::Scatter, operands, vec![], vec![], &loc);
+                self.b.op(OpKind::Scatter, operands, vec![], attrs(), &loc);
                 return Ok(());
             }
         }
@@ -526,7 +529,7 @@ impl Lower<'_, '_> {
             let m = self.coerce(m, &Type::tile(vt.dims.clone(), DType::Bool), &loc)?;
             operands.push(m);
         }
-        self.b.op(OpKind::Store, operands, vec![], vec![], &loc);
+        self.b.op(OpKind::Store, operands, vec![], attrs(), &loc);
         Ok(())
     }
 }
