@@ -35,6 +35,8 @@ mod cluster_tests;
 mod decode;
 #[path = "cuda_emulator/execute.rs"]
 mod execute;
+#[path = "cuda_emulator/f64_math_tests.rs"]
+mod f64_math_tests;
 #[path = "cuda_emulator/instructions.rs"]
 mod instructions;
 #[path = "cuda_emulator/random_schedules.rs"]

@@ -7,6 +7,7 @@ use crate::ir::{policy as ir_policy, Attr, Op, OpKind, Type, ValueId};
 
 use super::builder::{Builder, Class, Operand, Reg};
 use super::emit::*;
+use super::f64_math;
 use super::numerics::{arith_type, materialize, round_wide_with, wide_class};
 
 impl Emitter<'_> {
@@ -203,6 +204,7 @@ impl Emitter<'_> {
                     b_.ins(format!("fma.rn.{f} {r}, {q}, {divisor}, {x}"));
                 }
                 OpKind::Pow if class == Class::F32 => pow_f32(b_, r, x, b),
+                OpKind::Pow => f64_math::pow(b_, r, x, b),
                 _ => return Err(self.unsupported(op, format!("on {dtype}"))),
             }
             return Ok(Operand::Reg(r));
@@ -320,6 +322,13 @@ impl Emitter<'_> {
                 OpKind::Ceil => b.ins(format!("cvt.rpi.f64.f64 {r}, {x}")),
                 OpKind::Round => b.ins(format!("cvt.rni.f64.f64 {r}, {x}")),
                 OpKind::Relu => b.ins(format!("max.f64 {r}, {x}, 0d0000000000000000")),
+                OpKind::Exp => f64_math::exp(b, r, x),
+                OpKind::Log => f64_math::log(b, r, x),
+                OpKind::Tanh => f64_math::tanh(b, r, x),
+                OpKind::Rsqrt => f64_math::rsqrt(b, r, x),
+                OpKind::Sigmoid => f64_math::sigmoid(b, r, x),
+                OpKind::Silu => f64_math::silu(b, r, x),
+                OpKind::Gelu => f64_math::gelu(b, r, x),
                 _ => return Err(self.unsupported(op, "on f64")),
             }
             return Ok(Operand::Reg(r));

@@ -953,28 +953,49 @@ pub(super) fn pow_f32(b: &mut Builder, r: Reg, x: Reg, y: Operand) {
     b.ins(format!("lg2.approx.f32 {r}, {magnitude}"));
     b.ins(format!("mul.f32 {r}, {r}, {y}"));
     b.ins(format!("ex2.approx.f32 {r}, {r}"));
-    // A negative base: integer exponents keep (odd) or drop (even) the sign.
-    let (negative, integral, odd, zero) =
+    pow_signs(b, "f32", r, x, y);
+}
+
+/// The sign rules of `r = x^y` (C's `pow`) on `r = |x|^y` in f32 or f64: a negative base
+/// keeps its sign for odd integer `y` and drops it for even ones, a fractional `y` of a
+/// finite negative base is NaN, and `x^0 = 1^y = 1` (NaN too).
+pub(super) fn pow_signs(b: &mut Builder, f: &str, r: Reg, x: Reg, y: Reg) {
+    let (zero, one, half_one) = match f {
+        "f32" => (Operand::f32(0.0), Operand::f32(1.0), Operand::f32(0.5)),
+        _ => (Operand::F64(0f64.to_bits()), Operand::F64(1f64.to_bits()), Operand::F64(0.5f64.to_bits())),
+    };
+    let (nan_value, minus_infinity) = match f {
+        "f32" => (Operand::f32(f32::NAN), Operand::f32(f32::NEG_INFINITY)),
+        _ => (Operand::F64(f64::NAN.to_bits()), Operand::F64(f64::NEG_INFINITY.to_bits())),
+    };
+    let class = if f == "f32" { Class::F32 } else { Class::F64 };
+    let (negative, integral, odd, unit) =
         (b.reg(Class::Pred), b.reg(Class::Pred), b.reg(Class::Pred), b.reg(Class::Pred));
-    let whole = b.reg(Class::F32);
-    b.ins(format!("setp.lt.f32 {negative}, {x}, 0f00000000"));
-    b.ins(format!("cvt.rni.f32.f32 {whole}, {y}"));
-    b.ins(format!("setp.eq.f32 {integral}, {whole}, {y}"));
-    let half = b.reg(Class::F32);
-    b.ins(format!("mul.f32 {half}, {y}, 0f3F000000"));
-    b.ins(format!("cvt.rni.f32.f32 {whole}, {half}"));
-    b.ins(format!("setp.neu.f32 {odd}, {whole}, {half}"));
+    let whole = b.reg(class);
+    b.ins(format!("setp.lt.{f} {negative}, {x}, {zero}"));
+    b.ins(format!("cvt.rni.{f}.{f} {whole}, {y}"));
+    b.ins(format!("setp.eq.{f} {integral}, {whole}, {y}"));
+    let half = b.reg(class);
+    b.ins(format!("mul.{f} {half}, {y}, {half_one}"));
+    b.ins(format!("cvt.rni.{f}.{f} {whole}, {half}"));
+    b.ins(format!("setp.neu.{f} {odd}, {whole}, {half}"));
     b.ins(format!("and.pred {odd}, {odd}, {integral}"));
     b.ins(format!("and.pred {odd}, {odd}, {negative}"));
-    let flipped = b.reg(Class::F32);
-    b.ins(format!("neg.f32 {flipped}, {r}"));
-    b.ins(format!("selp.f32 {r}, {flipped}, {r}, {odd}"));
+    let flipped = b.reg(class);
+    b.ins(format!("neg.{f} {flipped}, {r}"));
+    b.ins(format!("selp.{f} {r}, {flipped}, {r}, {odd}"));
     let nan = b.reg(Class::Pred);
     b.ins(format!("not.pred {nan}, {integral}"));
     b.ins(format!("and.pred {nan}, {nan}, {negative}"));
-    b.ins(format!("selp.f32 {r}, 0f7FC00000, {r}, {nan}"));
-    b.ins(format!("setp.eq.f32 {zero}, {y}, 0f00000000"));
-    b.ins(format!("selp.f32 {r}, 0f3F800000, {r}, {zero}"));
+    // (-inf)^y is inf or 0 for every fractional y, as |x|^y already is.
+    let finite = b.reg(Class::Pred);
+    b.ins(format!("setp.ne.{f} {finite}, {x}, {minus_infinity}"));
+    b.ins(format!("and.pred {nan}, {nan}, {finite}"));
+    b.ins(format!("selp.{f} {r}, {nan_value}, {r}, {nan}"));
+    b.ins(format!("setp.eq.{f} {unit}, {y}, {zero}"));
+    b.ins(format!("selp.{f} {r}, {one}, {r}, {unit}"));
+    b.ins(format!("setp.eq.{f} {unit}, {x}, {one}"));
+    b.ins(format!("selp.{f} {r}, {one}, {r}, {unit}"));
 }
 
 pub(super) fn sigmoid(b: &mut Builder, r: Reg, x: Reg) {

@@ -37,6 +37,7 @@ mod control;
 mod dot;
 mod emit;
 mod expr;
+mod f64_math;
 mod memory;
 mod movement;
 mod numerics;
