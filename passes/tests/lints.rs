@@ -486,6 +486,32 @@ def decode(Q: Tensor["BH", "D", f32], K: Tensor["BH", "S", "D", f32], O: Tensor[
     assert!(unmasked.len() == 1 && unmasked[0].starts_with("W0606@13:"), "{unmasked:#?}");
 }
 
+/// A max over booleans is an "any": False is its neutral value, so padding that compares
+/// False (`0.0 > 0.0`, or `other=-1.0` then `> 0`) is right, and padding that compares
+/// True (`0.0 >= 0.0`) is not. (A min over booleans, an "all", is the converse.)
+#[test]
+fn padding_that_compares_false_is_neutral_in_a_boolean_max() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(16, 64), warps=4))
+def any_positive(X: Tensor["R", "C", f32], Y: Tensor["R", i32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        x = tile.load(X[r0:r0 + ctx.BM, 0:ctx.BN])
+        Y[r0:r0 + ctx.BM] = tile.cast(tile.max(x > 0.0, 1), i32)
+"#;
+    let w = |text: &str| lint_code(text, "W0606");
+    assert!(w(text).is_empty(), "{:#?}", w(text));
+    let other = text.replace("0:ctx.BN])", "0:ctx.BN], other=-1.0)");
+    assert!(w(&other).is_empty(), "{:#?}", w(&other));
+    let true_padding = w(&text.replace("x > 0.0", "x >= 0.0"));
+    assert!(true_padding.len() == 1 && true_padding[0].starts_with("W0606@8:"), "{true_padding:#?}");
+    let all = w(&text.replace("x > 0.0", "x >= 0.0").replace("tile.max(", "tile.min("));
+    assert!(all.is_empty(), "{all:#?}");
+    let all_false = w(&text.replace("tile.max(", "tile.min("));
+    assert!(all_false.len() == 1, "{all_false:#?}");
+}
+
 /// Split-K: the `s` programs of an output tile write the same elements of C. A store
 /// races (E0501); `tile.atomic_add` is what the axis is for, and is not reported.
 #[test]
@@ -530,7 +556,11 @@ def positives(X: Tensor["R", "C", f32], Count: Tensor["C", i32]):
         Count[c0:c0 + ctx.BN] = acc
 "#;
     assert!(lint_code(text, "W0606").is_empty(), "{:#?}", lint_code(text, "W0606"));
-    let unmasked = lint_code(&text.replace("rows[:, None] < R", "rows[:, None] < R + 1"), "W0606");
+    // Past the edge `x` is 0, and `0.0 > 0.0` is False: even unmasked, that count is right.
+    let unmasked = text.replace("rows[:, None] < R", "rows[:, None] < R + 1");
+    assert!(lint_code(&unmasked, "W0606").is_empty(), "{:#?}", lint_code(&unmasked, "W0606"));
+    // A count of the values that are not negative counts the padding's zeros.
+    let unmasked = lint_code(&unmasked.replace("x > 0.0", "x >= 0.0"), "W0606");
     assert!(unmasked.len() == 1 && unmasked[0].starts_with("W0606@11:"), "{unmasked:#?}");
 }
 

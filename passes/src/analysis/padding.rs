@@ -19,6 +19,7 @@
 //! `tile.where(that, x, -INF)` holds -inf there; a causal mask hides every key past the
 //! last query. Values carried around loops are taken as finite and unpadded.
 
+use tessera_frontend::check::DType;
 use tessera_frontend::diagnostics::{Code, Diagnostic};
 
 use super::{range_in, FixRequest, KernelLints, Lint};
@@ -173,6 +174,19 @@ fn neutral(kind: &str) -> Option<f64> {
         "min" => Some(f64::INFINITY),
         _ => None,
     }
+}
+
+/// `x pred y` on two constants (None for a predicate this does not know).
+fn compare(pred: &str, x: f64, y: f64) -> Option<bool> {
+    Some(match pred {
+        "lt" => x < y,
+        "le" => x <= y,
+        "gt" => x > y,
+        "ge" => x >= y,
+        "eq" => x == y,
+        "ne" => x != y,
+        _ => return None,
+    })
 }
 
 /// `op` applied to pads (IEEE on constants; finite data otherwise).
@@ -364,7 +378,14 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 if let Some((pad, origin)) = a.axes[axis] {
                     // A max of values that are never negative ignores padding at most 0.
                     let below_the_data = kind == "max" && a.nonneg && matches!(pad, Pad::Known(p) if p <= 0.0);
-                    if !neutral(kind).is_some_and(|n| pad == Pad::Known(n)) && !below_the_data {
+                    // On booleans False (0) is the neutral value of a max (an "any"), True of a min.
+                    let boolean = op.operands.first().is_some_and(|&v| f.ty(v).dtype() == Some(DType::Bool));
+                    let neutral = match (boolean, kind) {
+                        (true, "max") => Some(0.0),
+                        (true, "min") => Some(1.0),
+                        _ => neutral(kind),
+                    };
+                    if !neutral.is_some_and(|n| pad == Pad::Known(n)) && !below_the_data {
                         findings.push((id, origin, kind.to_string(), pad));
                     }
                 }
@@ -425,7 +446,17 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                     "eq" if a.index_data => b.coord,
                     _ => None,
                 };
-                Abs { in_bounds: bound, ..elementwise(op.kind, &operands) }
+                let mut abs = elementwise(op.kind, &operands);
+                // A comparison of two known pads is a known bool (`other=-1.0` then `x > 0`: False).
+                let pred = op.str_attr("pred").unwrap_or("");
+                for (axis, slot) in abs.axes.iter_mut().enumerate() {
+                    if let (Some((pad, _)), Pad::Known(x), Pad::Known(y)) = (slot.as_mut(), a.at(axis), b.at(axis)) {
+                        if let Some(holds) = compare(pred, x, y) {
+                            *pad = Pad::Known(f64::from(u8::from(holds)));
+                        }
+                    }
+                }
+                Abs { in_bounds: bound, ..abs }
             }
             k if k.is_elementwise() => {
                 // `c0 + arange(BN)` stays a coordinate.
