@@ -657,7 +657,7 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
         // The CPU backend: a fixed schedule's Tile IR must lower as on a GPU target.
         if !schedule.is_autotuned() && !schedule.auto {
             let config = config_of(&graph, schedule.fixed.layered_on(&ScheduleValue::default_for_kernel()));
-            if let Err(e) = transient_tile_ir(db, key, &config, target) {
+            if let Err(e) = transient_tile_ir(db, key, &config, target).and_then(|tile| crate::llvm::emit(&tile)) {
                 out.body.push(unlowerable(&e, &graph, def.name_range, &name, target));
             }
         }
@@ -767,11 +767,16 @@ pub fn kernel_lints<'db>(db: &'db dyn Db, key: FnKey<'db>, target: Target) -> Ke
     let resources = resources_of(&tile, target, registers::estimate_without_profile);
     resource_lints(&resources, &conflicts, &name, def.name_range, limits, schedule.is_autotuned(), &chosen, &mut out);
     phase_lints(&tile, &name, def.name_range, &mut out);
+    // What the code generator refuses (an operation the PTX backend does not emit yet)
+    // stops `tessera run` and `tessera lower` too.
+    if let Err(e) = crate::ptx::emit(&tile, target) {
+        out.body.push(unlowerable(&e, &graph, def.name_range, &name, target));
+    }
     out
 }
 
-/// E0809 (E0900 for a compiler bug) for a kernel whose Tile IR does not lower for
-/// `target`: `tessera run` would stop there, so `tessera check` says so.
+/// E0809 (E0900 for a compiler bug) for a kernel whose Tile IR or target code does not
+/// lower for `target`: `tessera run` would stop there, so `tessera check` says so.
 fn unlowerable(e: &LowerError, graph: &Func, name_range: TextRange, name: &str, target: Target) -> Lint {
     let at = if e.range == graph.loc.range || e.range == TextRange::default() { name_range } else { e.range };
     let code = crate::errors::lowering_code(e);
