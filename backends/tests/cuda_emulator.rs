@@ -264,7 +264,8 @@ fn sources() -> Vec<Source> {
     // And `tile.atomic_add` (tests/atomics.rs): split-K GEMM, column sums whose row
     // vectors the threads hold replicated (each element must be added once).
     // The f64 kernels (an f64 GEMM sums in f64: `fma.rn.f64` through 8-byte scratch).
-    for fixture in ["numerics/bitwise.tsr", "atomics/atomics.tsr", "numerics/f64.tsr"] {
+    // And gathers and scatters by index tiles into 2-D and 3-D tensors.
+    for fixture in ["numerics/bitwise.tsr", "atomics/atomics.tsr", "numerics/f64.tsr", "gathers/gathers.tsr"] {
         let path = kernel_sources::repository_root().join("tests/fixtures").join(fixture);
         let text = std::fs::read_to_string(&path).unwrap();
         out.push(Source { label: fixture.into(), path, text });
@@ -301,6 +302,10 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "embedding_backward" => &["T=37,D=96,VD=1056"],
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
         "bias_grad" => &["T=64,N=64", "T=70,N=100"],
+        "embedding" | "embedding_grad" => &["T=37,V=11,D=100"],
+        "paged_gather" => &["NB=5,P=16,D=80,S=70,NS=5"],
+        "permute_rows" => &["R=21,C=40"],
+        "pick" => &["A=4,B=50,C=5,N=23"],
         "odd_dot" | "int8_gemm" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],
         // Three stages: K=200 goes around the ring twice (its slot is a remainder by 3).
         "f16_gemm_bt" => &["M=64,N=96,K=64", "M=40,N=50,K=36", "M=40,N=24,K=200"],

@@ -18,7 +18,7 @@
 //!   On the CPU target `tile.cp_async` is an immediate copy.
 //!
 //! Known limits: integer values beyond 2^53 (i64 tensors, index arithmetic is exact)
-//! lose precision; gathers and scatters take 1-D tensors only (the IR contract).
+//! lose precision.
 
 pub mod compare;
 mod exec;

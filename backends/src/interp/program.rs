@@ -807,7 +807,6 @@ impl Compiler<'_> {
             OpKind::Gather => {
                 let dst = self.result(id, op)?;
                 let tensor = self.operand(id, op, 0)?;
-                self.rank1(id, tensor)?;
                 I::Gather {
                     dst,
                     arg: self.tensor_arg(id, tensor)?,
@@ -819,7 +818,6 @@ impl Compiler<'_> {
             OpKind::Scatter => {
                 self.scatters = true;
                 let tensor = self.operand(id, op, 0)?;
-                self.rank1(id, tensor)?;
                 let values = self.operand(id, op, 2)?;
                 let (vd, td) = (self.ty(tensor).dtype(), self.ty(values).dtype());
                 I::Scatter {
@@ -921,16 +919,6 @@ impl Compiler<'_> {
             }
             _ => return Err(self.err(id, format!("`{name}` is not supported by the interpreter yet"))),
         })
-    }
-
-    fn rank1(&self, id: OpId, tensor: ValueId) -> Result<(), InterpError> {
-        let rank = self.ty(tensor).dims().len();
-        if rank != 1 {
-            return Err(
-                self.err(id, format!("the IR contract defines gathers and scatters on 1-D tensors, not rank {rank}"))
-            );
-        }
-        Ok(())
     }
 
     fn smem_dims(&self, id: OpId, v: ValueId) -> Result<Vec<usize>, InterpError> {

@@ -497,9 +497,6 @@ impl<'f> Lowerer<'f> {
             OpKind::Gather => {
                 let r = op.results[0];
                 let tensor = self.tensor_param(op.operands[0])?;
-                if tensor.dims.len() != 1 {
-                    return Err(self.err("tile.gather reads a 1-D tensor"));
-                }
                 let idx = self.tile(op.operands[1])?;
                 let mask = match op.operands.get(2) {
                     Some(&m) => Some(self.tile(m)?),
@@ -511,9 +508,6 @@ impl<'f> Lowerer<'f> {
             }
             OpKind::Scatter => {
                 let tensor = self.tensor_param(op.operands[0])?;
-                if tensor.dims.len() != 1 {
-                    return Err(self.err("tile.scatter writes a 1-D tensor"));
-                }
                 let idx = self.tile(op.operands[1])?;
                 let values = self.tile(op.operands[2])?;
                 let mask = match op.operands.get(3) {

@@ -18,6 +18,7 @@ use crate::ir::policy;
 use crate::ir::*;
 
 mod calls;
+mod gathers;
 mod policies;
 mod stmts;
 mod values;

@@ -686,15 +686,25 @@ impl Emitter<'_> {
         regs.join(", ")
     }
 
-    /// Addresses and bounds of `tensor[idx[e]]` for a 1-D tensor.
+    /// Addresses and bounds of element `idx[e]` of a tensor, in row-major order.
     fn gather_plan(&mut self, op: &Op, tensor_val: crate::ir::ValueId, idx: &[Operand], eb: i64) -> R<Vec<(Reg, Reg)>> {
         let Val::Tensor(t) = self.val(op, tensor_val)?.clone() else {
             return Err(self.fail(op, "the operand is not a tensor parameter"));
         };
-        if self.tensors[t].dims.len() != 1 {
-            return Err(self.unsupported(op, "on a tensor of rank other than 1"));
-        }
-        let (ptr, dim) = (self.tensors[t].ptr, self.tensors[t].dims[0]);
+        // An index is a row-major element index (a k-D gather's is computed in Tile IR):
+        // in bounds below the element count.
+        let ptr = self.tensors[t].ptr;
+        let dim = match self.stride(t, 0) {
+            Operand::Int(1) => self.tensors[t].dims[0],
+            stride => {
+                let first = self.tensors[t].dims[0];
+                self.b.in_prologue(|b| {
+                    let n = b.reg(Class::B64);
+                    b.ins(format!("mul.lo.s64 {n}, {first}, {stride}"));
+                    n
+                })
+            }
+        };
         let mut out = Vec::new();
         for &i in idx {
             let b = &mut self.b;

@@ -392,9 +392,66 @@ impl<'a> Infer<'a> {
             );
             return None;
         }
+        // Index tiles gather as in NumPy: their dims broadcast together (with the ints among
+        // them), in place when these advanced indices are adjacent, else first.
+        let advanced: Vec<usize> = if gather {
+            (0..tys.len())
+                .filter(|&k| {
+                    matches!(&tys[k], Ty::Tile(_) | Ty::Int(_)) || matches!(&tys[k], Ty::Scalar(e) if e.dtype.is_int())
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut gathered: Option<Vec<Dim>> = None;
+        if !advanced.is_empty() {
+            let mut shape: Vec<Dim> = Vec::new();
+            for &k in &advanced {
+                let Ty::Tile(t) = &tys[k] else { continue };
+                match crate::check::shapes::broadcast(&shape, &t.dims) {
+                    Ok(b) => shape = b,
+                    Err(_) => {
+                        // Two row vectors: the outer gather each on its own axis is the fix.
+                        let first = advanced.iter().find(|&&j| matches!(&tys[j], Ty::Tile(_))).copied();
+                        let outer = match first {
+                            Some(j) if shape.len() == 1 && t.dims.len() == 1 => format!(
+                                " (for every pair, give each its own axis: `{}[:, None], {}[None, :]`)",
+                                self.text(indices[j]),
+                                self.text(indices[k])
+                            ),
+                            _ => String::new(),
+                        };
+                        self.error(
+                            Code::E0302,
+                            self.range(indices[k]),
+                            format!(
+                                "the index tiles of a gather broadcast together, but `{}` is {} and the ones before it \
+                                 make {}{outer}",
+                                self.text(indices[k]),
+                                fmt_dims(&t.dims),
+                                fmt_dims(&shape)
+                            ),
+                        );
+                        return None;
+                    }
+                }
+            }
+            gathered = Some(shape);
+        }
+        let adjacent = advanced.windows(2).all(|w| w[1] == w[0] + 1);
         let mut out = Vec::new();
+        if let (Some(shape), false) = (&gathered, adjacent) {
+            out.extend(shape.iter().cloned());
+        }
         let mut d = 0usize;
         for (k, (&idx, ty)) in indices.iter().zip(tys).enumerate() {
+            if advanced.contains(&k) {
+                if let (Some(shape), true) = (&gathered, adjacent && k == advanced[0]) {
+                    out.extend(shape.iter().cloned());
+                }
+                d += 1;
+                continue;
+            }
             match ty {
                 Ty::NoneVal => out.push(Dim::constant(1)),
                 Ty::Slice => {

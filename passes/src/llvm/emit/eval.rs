@@ -392,7 +392,8 @@ impl<'f> Lowerer<'f> {
             }
             None => self.index_lanes(ix, idx, w, fast)?,
         };
-        let ds = self.b.splat(i64v, &tensor.dims[0]);
+        let numel = self.b.mul(&tensor.dims[0], &tensor.strides[0]);
+        let ds = self.b.splat(i64v, &numel);
         let mut ok = self.b.val("in", format!("icmp ult {} {lanes}, {ds}", i64v.ir()));
         if let Some(m) = &user {
             ok = self.b.val("in", format!("and {} {ok}, {m}", b1.ir()));
@@ -543,7 +544,8 @@ impl<'f> Lowerer<'f> {
                 }
                 None => l.index_lanes(&ix, idx, w, fast)?,
             };
-            let ds = l.b.splat(i64v, &tensor.dims[0]);
+            let numel = l.b.mul(&tensor.dims[0], &tensor.strides[0]);
+            let ds = l.b.splat(i64v, &numel);
             let mut ok = l.b.val("in", format!("icmp ult {} {lanes}, {ds}", i64v.ir()));
             if let Some(m) = &mask {
                 let mv = l.eval(m, idx, w, fast)?;

@@ -494,6 +494,25 @@ impl Lower<'_, '_> {
         let attrs = || if atomic { vec![("atomic", Attr::Str("add".into()))] } else { vec![] };
         let loc = self.eloc(target);
         let Expr::Subscript { value: base, indices } = self.body.expr(target).clone() else { unreachable!() };
+        // A scatter by index tiles into a tensor of rank above 1: by element index.
+        if let Ty::Tensor(t) | Ty::View(t) = self.ty_of(base).clone() {
+            if self.gathers_by_element(t.dims.len(), &indices) {
+                let tensor = self.value(base)?;
+                let Type::Tensor(tt) = self.vty(tensor) else {
+                    return unsupported("a scatter into a non-tensor", loc.range);
+                };
+                let shape = match self.ty_of(target) {
+                    Ty::View(v) | Ty::Tensor(v) => v.dims.clone(),
+                    other => return unsupported(format!("a scatter into {other}"), loc.range),
+                };
+                let flat = self.flat_index(&t.dims, &indices, &shape, &loc)?;
+                let v = self.coerce(value, &Type::tile(shape, tt.dtype), &loc)?;
+                let mut operands = vec![tensor, flat.index, v];
+                operands.extend(flat.mask);
+                self.b.op(OpKind::Scatter, operands, vec![], attrs(), &loc);
+                return Ok(());
+            }
+        }
         // A gather-style store: y[i] = v with an index tile.
         if indices.len() == 1 {
             if let Ty::Tile(_) = self.ty_of(indices[0]) {

@@ -14,6 +14,17 @@ impl Lower<'_, '_> {
         match base_ty {
             Ty::Tensor(t) | Ty::View(t) => {
                 let tensor = self.value(base)?;
+                // A gather by index tiles into a tensor of rank above 1: by element index.
+                if self.gathers_by_element(t.dims.len(), indices) {
+                    let Type::View(v) = self.result_type(e)? else {
+                        return unsupported("a gather result", loc.range);
+                    };
+                    let flat = self.flat_index(&t.dims, indices, &v.dims, &loc)?;
+                    let mut operands = vec![tensor, flat.index];
+                    operands.extend(flat.mask);
+                    let tile_ty = Type::tile(v.dims.clone(), v.dtype);
+                    return Ok(Val::One(self.b.op1(OpKind::Gather, operands, tile_ty, vec![], &loc)));
+                }
                 // A gather by an index tile (1-D tensors).
                 if let [idx] = indices {
                     if let Ty::Tile(_) = self.ty_of(*idx) {
@@ -59,13 +70,8 @@ impl Lower<'_, '_> {
                         _ => {
                             if let Ty::Tile(_) = self.ty_of(idx) {
                                 return unsupported(
-                                    format!(
-                                        "a gather by an index tile into a {}-D tensor: a gather takes one index tile \
-                                         into a 1-D tensor (declare the table flat, `E: Tensor[\"VD\", ...]`, and \
-                                         index it with `E[ids[:, None] * D + cols[None, :]]`, `cols = d0 + \
-                                         tile.arange(ctx.BN)`)",
-                                        t.dims.len()
-                                    ),
+                                    "an index tile beside other indices of a 1-D tensor (a gather into a 1-D tensor \
+                                     takes its one index tile alone)",
                                     self.body.expr_range(idx),
                                 );
                             }
