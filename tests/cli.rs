@@ -300,12 +300,12 @@ fn a_run_warns_that_its_verdict_cannot_see_padding_in_a_reduction() {
 fn check_reports_what_the_code_generator_refuses() {
     let dir = tempfile::tempdir().unwrap();
     let source = "from tessera import *\n\n\
-@kernel.schedule(Schedule(block=(16, 64), warps=4))\n\
-def any_positive(X: Tensor[\"R\", \"C\", f32], Y: Tensor[\"R\", i32]):\n    \
+@kernel.schedule(Schedule(block=(32, 32), warps=4))\n\
+def int_pow(X: Tensor[\"R\", \"C\", i32], E: Tensor[\"R\", \"C\", i32], Y: Tensor[\"R\", \"C\", i32]):\n    \
 ctx = tile.context()\n    \
 for r0 in tile.parallel(0, R, ctx.BM):\n        \
-x = tile.load(X[r0:r0 + ctx.BM, 0:ctx.BN], other=-1.0)\n        \
-Y[r0:r0 + ctx.BM] = tile.cast(tile.max(x > 0.0, 1), i32)\n\n\
+x = tile.load(X[r0:r0 + ctx.BM, 0:ctx.BN])\n        \
+Y[r0:r0 + ctx.BM, 0:ctx.BN] = x ** tile.load(E[r0:r0 + ctx.BM, 0:ctx.BN])\n\n\
 @kernel.schedule(Schedule(block=(1, 128), warps=4))\n\
 def softplus64(X: Tensor[\"N\", f64], Y: Tensor[\"N\", f64]):\n    \
 ctx = tile.context()\n    \
@@ -317,9 +317,9 @@ Y[i:i + ctx.BN] = tile.log(1.0 + tile.exp(tile.load(X[i:i + ctx.BN])))\n";
     assert_eq!(codes(&v), vec!["E0809"], "{}", stdout(&o));
     let d = &v["diagnostics"][0];
     let message = d["message"].as_str().unwrap();
-    assert!(message.contains("`any_positive`") && message.contains("PTX backend"), "{message}");
-    assert_eq!(d["range"]["start"]["line"], 8, "at the reduction: {d}");
-    let lower = run(&["lower", "--stage", "target", "--kernel", "any_positive", "k.tsr"], dir.path());
+    assert!(message.contains("`int_pow`") && message.contains("PTX backend"), "{message}");
+    assert_eq!(d["range"]["start"]["line"], 8, "at the power: {d}");
+    let lower = run(&["lower", "--stage", "target", "--kernel", "int_pow", "k.tsr"], dir.path());
     assert!(!lower.status.success() && stderr(&lower).contains("PTX backend"), "{}", stderr(&lower));
     let lower = run(&["lower", "--stage", "target", "--kernel", "softplus64", "k.tsr"], dir.path());
     assert!(lower.status.success(), "{}", stderr(&lower));

@@ -246,6 +246,18 @@ def cross_entropy(X: Tensor["T", "V", f32], Labels: Tensor["T", i32], Loss: Tens
             picked += tile.row_sum(tile.where(cols[None, :] == labels[:, None], x, 0.0))
         Loss[t0:t0 + ctx.BM] = m + tile.log(l) - picked
 
+# Reductions of booleans: a max is an "any", a min an "all", across lanes and warps (the
+# 8 warps split the reduced axis) and within threads; padding past the edge is False.
+@kernel.schedule(Schedule(block=(8, 256), warps=8))
+def any_all(X: Tensor["R", "C", f32], Any: Tensor["R", i32], All: Tensor["R", i32], AnyCol: Tensor["C", i32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        x = tile.load(X[r0:r0 + ctx.BM, 0:ctx.BN], other=-1.0)
+        Any[r0:r0 + ctx.BM] = tile.cast(tile.max(x > 2.0, 1), i32)
+        cols = tile.arange(ctx.BN)
+        All[r0:r0 + ctx.BM] = tile.cast(tile.min((x > -2.5) | (cols[None, :] >= C), 1), i32)
+        tile.atomic_add(AnyCol[0:ctx.BN], tile.cast(tile.max(x > 1.5, 0), i32))
+
 @kernel.schedule(Schedule(block=(32, 64), warps=4))
 def bias_grad(DY: Tensor["T", "N", f32], DB: Tensor["N", f32]):
     ctx = tile.context()
@@ -302,6 +314,7 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "embedding_backward" => &["T=37,D=96,VD=1056"],
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
         "bias_grad" => &["T=64,N=64", "T=70,N=100"],
+        "any_all" => &["R=64,C=256", "R=37,C=200"],
         "embedding" | "embedding_grad" => &["T=37,V=11,D=100"],
         "paged_gather" => &["NB=5,P=16,D=80,S=70,NS=5"],
         "permute_rows" => &["R=21,C=40"],

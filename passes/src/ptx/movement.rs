@@ -9,7 +9,7 @@
 
 use tessera_frontend::check::DType;
 
-use super::builder::{Class, Operand, Reg};
+use super::builder::{Builder, Class, Operand, Reg};
 use super::emit::{Emitter, Repr, TileVal, Val, R};
 use super::expr::{share_bases, Expr};
 use super::numerics::{add_u32, materialize, round_wide, wide_class};
@@ -257,10 +257,12 @@ impl Emitter<'_> {
             "min" => Combine::Min,
             other => return Err(self.unsupported(op, format!("of kind `{other}`"))),
         };
-        let dtype = src.dtype;
-        if dtype == DType::Bool {
-            return Err(self.unsupported(op, "on booleans"));
+        // A max over booleans is an "any", a min an "all": reduced as 0/1 in 32 bits.
+        let boolean = src.dtype == DType::Bool;
+        if boolean && how == Combine::Sum {
+            return Err(self.unsupported(op, "summing booleans (cast them to an integer first)"));
         }
+        let dtype = if boolean { DType::I32 } else { src.dtype };
         // `@accum(T)`, T narrower than f32: partial sums are rounded to T at every step
         // (the order — per thread, then across lanes and warps — is not the interpreter's).
         let step = ir_policy::acc(op).filter(|&t| ir_policy::rounds_each_step(t) && wide_class(dtype) == Class::F32);
@@ -268,7 +270,10 @@ impl Emitter<'_> {
             return Err(self.fail(op, format!("axis {axis} of a rank-{} tile", src.shape.len())));
         }
         let smap = self.map(op, &src.layout, &src.shape)?;
-        let values = self.wide(&src);
+        let mut values = self.wide(&src);
+        if boolean {
+            values = values.into_iter().map(|v| pred_to_int(&mut self.b, v)).collect();
+        }
         let groups = reduction_groups(&smap, axis).map_err(|e| self.fail(op, format!("internal error: {e}")))?;
         let along = smap.bits_along(axis).map_err(|e| self.fail(op, format!("internal error: {e}")))?;
         let class = wide_class(dtype);
@@ -296,7 +301,7 @@ impl Emitter<'_> {
         };
         let (rdtype, rshape, rlayout) = match &result_tile {
             Some(t) => t.clone(),
-            None => (dtype, out_shape.clone(), src.layout.clone()),
+            None => (src.dtype, out_shape.clone(), src.layout.clone()),
         };
         if rshape != out_shape {
             return Err(self.fail(op, format!("the result shape {rshape:?} is not {out_shape:?}")));
@@ -364,6 +369,14 @@ impl Emitter<'_> {
             let target = self.target;
             for x in results.iter_mut() {
                 *x = round_wide(&mut self.b, target, dtype, *x);
+            }
+        }
+        if boolean {
+            for x in results.iter_mut() {
+                let word = materialize(&mut self.b, Class::B32, *x);
+                let p = self.b.reg(Class::Pred);
+                self.b.ins(format!("setp.ne.s32 {p}, {word}, 0"));
+                *x = Operand::Reg(p);
             }
         }
         match result_tile {
@@ -631,6 +644,19 @@ fn mix32(b: &mut crate::ptx::builder::Builder, h: Reg) {
     b.ins(format!("mul.lo.u32 {h}, {h}, 3266489909"));
     b.ins(format!("shr.u32 {t}, {h}, 16"));
     b.ins(format!("xor.b32 {h}, {h}, {t}"));
+}
+
+/// A predicate (or a bool constant) as a 32-bit 0 or 1.
+fn pred_to_int(b: &mut Builder, v: Operand) -> Operand {
+    match v {
+        Operand::Int(c) => Operand::Int(i64::from(c != 0)),
+        v => {
+            let p = materialize(b, Class::Pred, v);
+            let r = b.reg(Class::B32);
+            b.ins(format!("selp.b32 {r}, 1, 0, {p}"));
+            Operand::Reg(r)
+        }
+    }
 }
 
 #[cfg(test)]

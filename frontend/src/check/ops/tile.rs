@@ -323,6 +323,23 @@ impl<'a> Infer<'a> {
                     self.error(Code::E0300, self.range(t.expr), format!("tile.{name} needs a tile of rank ≥ 1"));
                     return Ty::Unknown;
                 }
+                // A count is an integer sum: the bools are cast first (a max is an "any", a
+                // min an "all", and stay bools).
+                if tt.elem.dtype == DType::Bool && name.ends_with("sum") {
+                    let text = self.text(t.expr).to_string();
+                    self.push(
+                        Diagnostic::new(
+                            Code::E0400,
+                            self.range(t.expr),
+                            format!("tile.{name} of booleans: cast them to an integer to count them"),
+                        )
+                        .with_fix(
+                            "count them as i32",
+                            vec![Edit { range: self.range(t.expr), text: format!("tile.cast({text}, i32)") }],
+                        ),
+                    );
+                    return Ty::Unknown;
+                }
                 let axis = if name.starts_with("row_") {
                     tt.dims.len() - 1
                 } else {
@@ -338,6 +355,19 @@ impl<'a> Infer<'a> {
             "causal_mask" | "mask_causal" => {
                 let s = arg!(a, "tile.causal_mask" | "tile.mask_causal" => "s").unwrap().clone();
                 match self.operand(s.ty.clone()) {
+                    // Masked scores are -inf, which only floats hold.
+                    Ty::Tile(t) if !t.elem.dtype.is_float() => {
+                        self.error(
+                            Code::E0400,
+                            self.range(s.expr),
+                            format!(
+                                "tile.causal_mask sets the masked scores to -inf, which {} tiles cannot hold: mask \
+                                 float scores (or use `tile.where` with a value of its own)",
+                                t.elem.dtype
+                            ),
+                        );
+                        Ty::Unknown
+                    }
                     Ty::Tile(t) if t.dims.len() == 2 => Ty::Tile(t),
                     Ty::Tile(t) => {
                         self.error(
