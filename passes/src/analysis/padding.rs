@@ -176,19 +176,6 @@ fn neutral(kind: &str) -> Option<f64> {
     }
 }
 
-/// `x pred y` on two constants (None for a predicate this does not know).
-fn compare(pred: &str, x: f64, y: f64) -> Option<bool> {
-    Some(match pred {
-        "lt" => x < y,
-        "le" => x <= y,
-        "gt" => x > y,
-        "ge" => x >= y,
-        "eq" => x == y,
-        "ne" => x != y,
-        _ => return None,
-    })
-}
-
 /// `op` applied to pads (IEEE on constants; finite data otherwise).
 fn apply(kind: OpKind, pads: &[Pad]) -> Pad {
     use Pad::*;
@@ -451,7 +438,7 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 let pred = op.str_attr("pred").unwrap_or("");
                 for (axis, slot) in abs.axes.iter_mut().enumerate() {
                     if let (Some((pad, _)), Pad::Known(x), Pad::Known(y)) = (slot.as_mut(), a.at(axis), b.at(axis)) {
-                        if let Some(holds) = compare(pred, x, y) {
+                        if let Some(holds) = crate::ir::compare_holds(pred, x, y) {
                             *pad = Pad::Known(f64::from(u8::from(holds)));
                         }
                     }

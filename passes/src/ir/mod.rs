@@ -114,7 +114,21 @@ macro_rules! ops {
         #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
         pub enum OpKind { $($variant,)* }
 
-        impl OpKind {
+        /// Whether `a pred b` holds for an `arith.cmp` predicate (`lt le gt ge eq ne`; None for
+/// another): on floats, the IEEE comparisons.
+pub fn compare_holds<T: PartialOrd>(pred: &str, a: T, b: T) -> Option<bool> {
+    Some(match pred {
+        "lt" => a < b,
+        "le" => a <= b,
+        "gt" => a > b,
+        "ge" => a >= b,
+        "eq" => a == b,
+        "ne" => a != b,
+        _ => return None,
+    })
+}
+
+impl OpKind {
             pub const ALL: &'static [OpKind] = &[$(OpKind::$variant,)*];
 
             pub fn name(self) -> &'static str {

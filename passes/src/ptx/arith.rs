@@ -97,14 +97,7 @@ impl Emitter<'_> {
                 let pred = op.str_attr("pred").unwrap_or("eq");
                 if let (Operand::Int(a), Operand::Int(b)) = (args[0], args[1]) {
                     if wide_class(dtype) != Class::Pred {
-                        let v = match pred {
-                            "lt" => a < b,
-                            "le" => a <= b,
-                            "gt" => a > b,
-                            "ge" => a >= b,
-                            "eq" => a == b,
-                            _ => a != b,
-                        };
+                        let v = crate::ir::compare_holds(pred, a, b).unwrap_or(a != b);
                         return Ok(Operand::Int(v as i64));
                     }
                 }
