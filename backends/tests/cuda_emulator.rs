@@ -315,7 +315,7 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "w4a16_gemm" => &["M=64,N=64,K=64,KN8=512", "M=40,N=50,K=48,KN8=300"],
         "bias_grad" => &["T=64,N=64", "T=70,N=100"],
         "any_all" => &["R=64,C=256", "R=37,C=200"],
-        "embedding" | "embedding_grad" => &["T=37,V=11,D=100"],
+        "embedding" | "embedding_grad" | "embedding_i64" => &["T=37,V=11,D=100"],
         "paged_gather" => &["NB=5,P=16,D=80,S=70,NS=5"],
         "permute_rows" => &["R=21,C=40"],
         "pick" => &["A=4,B=50,C=5,N=23"],

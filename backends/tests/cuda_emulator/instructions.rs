@@ -172,6 +172,13 @@ impl Cta<'_> {
         if matches!(mode, "rz" | "rm" | "rp") {
             return Err(self.err(pc, format!("cvt.{mode}: directed rounding of a float result is not emulated")));
         }
+        // ptxas takes a 64-bit register as a 32-bit source and reads its low half: an i64
+        // gather index cut to 32 bits that way went unnoticed.
+        if let Opd::Src(Src::Reg(r)) = &self.m.code[pc].args[1] {
+            if matches!(from, "s32" | "u32" | "b32") && self.m.names[*r].starts_with("%rd") {
+                return Err(self.err(pc, format!("cvt.{to}.{from} of the 64-bit register {}", self.m.names[*r])));
+            }
+        }
         // ptxas refuses a rounding modifier on an exact float widening (`cvt.rn.f64.f32`).
         if mode == "rn" && to == "f64" && matches!(from, "f32" | "f16" | "bf16") {
             return Err(self.err(pc, format!("cvt.rn.{to}.{from}: an exact widening takes no rounding modifier")));

@@ -711,6 +711,9 @@ impl Emitter<'_> {
             let wide = b.reg(Class::B64);
             match i {
                 Operand::Int(v) => b.ins(format!("mov.b64 {wide}, {v}")),
+                // An i64 index as it is: `cvt.s64.s32` of a 64-bit register would keep its
+                // low 32 bits (ptxas takes it), and a table past 2^31 elements needs them all.
+                Operand::Reg(r) if r.class == Class::B64 => b.ins(format!("mov.b64 {wide}, {r}")),
                 r => b.ins(format!("cvt.s64.s32 {wide}, {r}")),
             }
             let p = b.reg(Class::Pred);
