@@ -250,14 +250,9 @@ impl FlopCounter<'_> {
             OpKind::Xor => f64::from(u8::from((arg(0)? != 0.0) != (arg(1)? != 0.0))),
             OpKind::Cmp => {
                 let (a, b) = (arg(0)?, arg(1)?);
-                let r = match op.str_attr("pred").unwrap_or("") {
-                    "lt" => a < b,
-                    "le" => a <= b,
-                    "gt" => a > b,
-                    "ge" => a >= b,
-                    "eq" => a == b,
-                    "ne" => a != b,
-                    p => return Err(Unknown::Data(format!("comparison `{p}`"))),
+                let pred = op.str_attr("pred").unwrap_or("");
+                let Some(r) = tessera_passes::ir::compare_holds(pred, a, b) else {
+                    return Err(Unknown::Data(format!("comparison `{pred}`")));
                 };
                 f64::from(u8::from(r))
             }

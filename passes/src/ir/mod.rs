@@ -114,21 +114,7 @@ macro_rules! ops {
         #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
         pub enum OpKind { $($variant,)* }
 
-        /// Whether `a pred b` holds for an `arith.cmp` predicate (`lt le gt ge eq ne`; None for
-/// another): on floats, the IEEE comparisons.
-pub fn compare_holds<T: PartialOrd>(pred: &str, a: T, b: T) -> Option<bool> {
-    Some(match pred {
-        "lt" => a < b,
-        "le" => a <= b,
-        "gt" => a > b,
-        "ge" => a >= b,
-        "eq" => a == b,
-        "ne" => a != b,
-        _ => return None,
-    })
-}
-
-impl OpKind {
+        impl OpKind {
             pub const ALL: &'static [OpKind] = &[$(OpKind::$variant,)*];
 
             pub fn name(self) -> &'static str {
@@ -268,6 +254,20 @@ ops! {
     // a pipeline's activation from the devices of one stage to those of the next:
     // `%y, %tok' = dist.send %x, %tok {axis, from, to}`
     Send = "dist.send",
+}
+
+/// Whether `a pred b` holds for an `arith.cmp` predicate (`lt le gt ge eq ne`; None for
+/// another): on floats, the IEEE comparisons.
+pub fn compare_holds<T: PartialOrd>(pred: &str, a: T, b: T) -> Option<bool> {
+    Some(match pred {
+        "lt" => a < b,
+        "le" => a <= b,
+        "gt" => a > b,
+        "ge" => a >= b,
+        "eq" => a == b,
+        "ne" => a != b,
+        _ => return None,
+    })
 }
 
 impl OpKind {
