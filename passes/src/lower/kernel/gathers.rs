@@ -63,17 +63,16 @@ impl Lower<'_, '_> {
         let mut axis = if adjacent { 0 } else { block };
         let mut block_start = 0;
         let mut own_axis = vec![None; indices.len()];
-        for (k, &idx) in indices.iter().enumerate() {
+        for (k, own) in own_axis.iter_mut().enumerate() {
             if advanced.contains(&k) {
                 if adjacent && k == advanced[0] {
                     block_start = axis;
                     axis += block;
                 }
             } else {
-                own_axis[k] = Some(axis);
+                *own = Some(axis);
                 axis += 1;
             }
-            let _ = idx;
         }
         let rank = shape.len();
         let ty = Type::tile(shape.to_vec(), dtype);
@@ -105,7 +104,7 @@ impl Lower<'_, '_> {
                 }
                 _ => (self.value(idx)?, block_start + block.max(1) - 1),
             };
-            let v = self.trailing_axes(v, rank - 1 - last_axis.min(rank - 1), dtype, loc)?;
+            let v = self.trailing_axes(v, rank - 1 - last_axis.min(rank - 1), loc);
             let v = self.coerce(v, &ty, loc)?;
             let Some(before) = flat else {
                 flat = Some(v);
@@ -122,45 +121,39 @@ impl Lower<'_, '_> {
             };
             let (above, below) = (cmp(self, "ge", v, zero), cmp(self, "lt", v, d));
             let inside = self.b.op1(OpKind::And, vec![above, below], bools.clone(), vec![], loc);
-            mask = Some(match mask {
-                Some(m) => self.b.op1(OpKind::And, vec![m, inside], bools.clone(), vec![], loc),
-                None => inside,
-            });
+            mask = Some(self.and_mask(mask, inside, &bools, loc));
         }
         if let Some(m) = self.mask {
             let m = self.coerce(m, &bools, loc)?;
-            mask = Some(match mask {
-                Some(b) => self.b.op1(OpKind::And, vec![m, b], bools.clone(), vec![], loc),
-                None => m,
-            });
+            mask = Some(self.and_mask(mask, m, &bools, loc));
         }
         Ok(FlatIndex { index: flat.expect("a gather has an index"), mask })
     }
 
-    /// `v` (a tile or a scalar) with `n` axes of 1 appended, as a tile of `dtype`.
-    fn trailing_axes(&mut self, v: ValueId, n: usize, dtype: DType, loc: &Loc) -> R<ValueId> {
-        let mut dims = match self.vty(v) {
-            Type::Tile(t) => t.dims.clone(),
-            _ if n == 0 => return Ok(v),
-            _ => Vec::new(),
-        };
-        let mut cur =
-            if dims.is_empty() { self.coerce(v, &Type::tile(vec![Dim::constant(1)], dtype), loc)? } else { v };
-        if dims.is_empty() {
-            dims.push(Dim::constant(1));
+    /// `mask & m`, or `m` alone.
+    fn and_mask(&mut self, mask: Option<ValueId>, m: ValueId, bools: &Type, loc: &Loc) -> ValueId {
+        match mask {
+            Some(b) => self.b.op1(OpKind::And, vec![b, m], bools.clone(), vec![], loc),
+            None => m,
         }
-        let cur_dtype = self.vty(cur).dtype().unwrap_or(dtype);
+    }
+
+    /// A tile `v` with `n` axes of 1 appended (a scalar, which broadcasts to any axes, as it is).
+    fn trailing_axes(&mut self, v: ValueId, n: usize, loc: &Loc) -> ValueId {
+        let Type::Tile(t) = self.vty(v) else { return v };
+        let mut dims = t.dims.clone();
+        let mut cur = v;
         for _ in 0..n {
             let axis = dims.len() as i64;
             dims.push(Dim::constant(1));
             cur = self.b.op1(
                 OpKind::ExpandDims,
                 vec![cur],
-                Type::tile(dims.clone(), cur_dtype),
+                Type::tile(dims.clone(), t.dtype),
                 vec![("axis", Attr::Int(axis))],
                 loc,
             );
         }
-        Ok(cur)
+        cur
     }
 }
