@@ -16,7 +16,7 @@ use crate::target::TargetCode;
 
 use super::builder::{Builder, Class, Operand, Reg};
 use super::expr::{Expr, ExprCache};
-use super::numerics::{float_imm, materialize, round_wide, wide_class};
+use super::numerics::{arith_type, float_imm, materialize, round_wide, wide_class};
 use super::threadmap::ThreadMap;
 
 /// The symbol of the dynamic shared-memory array.
@@ -953,22 +953,17 @@ pub(super) fn pow_f32(b: &mut Builder, r: Reg, x: Reg, y: Operand) {
     b.ins(format!("lg2.approx.f32 {r}, {magnitude}"));
     b.ins(format!("mul.f32 {r}, {r}, {y}"));
     b.ins(format!("ex2.approx.f32 {r}, {r}"));
-    pow_signs(b, "f32", r, x, y);
+    pow_signs(b, DType::F32, r, x, y);
 }
 
 /// The sign rules of `r = x^y` (C's `pow`) on `r = |x|^y` in f32 or f64: a negative base
 /// keeps its sign for odd integer `y` and drops it for even ones, a fractional `y` of a
 /// finite negative base is NaN, and `x^0 = 1^y = 1` (NaN too).
-pub(super) fn pow_signs(b: &mut Builder, f: &str, r: Reg, x: Reg, y: Reg) {
-    let (zero, one, half_one) = match f {
-        "f32" => (Operand::f32(0.0), Operand::f32(1.0), Operand::f32(0.5)),
-        _ => (Operand::F64(0f64.to_bits()), Operand::F64(1f64.to_bits()), Operand::F64(0.5f64.to_bits())),
-    };
-    let (nan_value, minus_infinity) = match f {
-        "f32" => (Operand::f32(f32::NAN), Operand::f32(f32::NEG_INFINITY)),
-        _ => (Operand::F64(f64::NAN.to_bits()), Operand::F64(f64::NEG_INFINITY.to_bits())),
-    };
-    let class = if f == "f32" { Class::F32 } else { Class::F64 };
+pub(super) fn pow_signs(b: &mut Builder, dtype: DType, r: Reg, x: Reg, y: Reg) {
+    let class = wide_class(dtype);
+    let f = arith_type(dtype);
+    let c = |v: f64| float_imm(dtype, v);
+    let (zero, one, half_one, nan_value, minus_infinity) = (c(0.0), c(1.0), c(0.5), c(f64::NAN), c(f64::NEG_INFINITY));
     let (negative, integral, odd, unit) =
         (b.reg(Class::Pred), b.reg(Class::Pred), b.reg(Class::Pred), b.reg(Class::Pred));
     let whole = b.reg(class);

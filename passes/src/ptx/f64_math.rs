@@ -15,7 +15,10 @@
 //! subnormals, infinities and NaN included (the PTX emulator test checks them against
 //! Rust's libm: `backends/tests/cuda_emulator.rs`, `f64_transcendentals`).
 
+use tessera_frontend::check::DType;
+
 use super::builder::{Builder, Class, Operand, Reg};
+use super::numerics::float_imm;
 
 /// `ln 2` in two parts: `LN2_HI` has 32 significant bits, so `k LN2_HI` is exact for
 /// every `|k| < 2^21`; `LN2_LO` is `ln 2 - LN2_HI` rounded.
@@ -23,7 +26,7 @@ const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
 const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
 
 fn imm(v: f64) -> Operand {
-    Operand::F64(v.to_bits())
+    float_imm(DType::F64, v)
 }
 
 /// `2^k` for `-1022 <= k <= 1023` in a 32-bit register: the exponent field alone.
@@ -211,7 +214,7 @@ pub(super) fn pow(b: &mut Builder, r: Reg, x: Reg, y: Operand) {
     log(b, l, magnitude);
     b.ins(format!("mul.f64 {l}, {l}, {y}"));
     exp(b, r, l);
-    super::emit::pow_signs(b, "f64", r, x, y);
+    super::emit::pow_signs(b, DType::F64, r, x, y);
 }
 
 #[cfg(test)]
