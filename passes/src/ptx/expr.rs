@@ -69,6 +69,21 @@ impl Expr {
         }
     }
 
+    /// The values for thread ids `0..threads`, in order: `eval` for each, with one walk
+    /// of the expression.
+    pub fn eval_all(&self, threads: u32) -> Vec<i64> {
+        let n = threads as usize;
+        match self {
+            Expr::Const(v) => vec![*v; n],
+            Expr::Tid => (0..threads as i64).collect(),
+            Expr::Add(a, b) => zip_with(a.eval_all(threads), &b.eval_all(threads), |x, y| x + y),
+            Expr::Mul(a, k) => a.eval_all(threads).into_iter().map(|x| x * k).collect(),
+            Expr::Div(a, k) => a.eval_all(threads).into_iter().map(|x| x / k).collect(),
+            Expr::Rem(a, k) => a.eval_all(threads).into_iter().map(|x| x % k).collect(),
+            Expr::Xor(a, b) => zip_with(a.eval_all(threads), &b.eval_all(threads), |x, y| x ^ y),
+        }
+    }
+
     pub fn add(self, other: Expr) -> Expr {
         match (&self, &other) {
             (Expr::Const(a), Expr::Const(b)) => Expr::Const(a + b),
@@ -139,6 +154,13 @@ impl Expr {
             _ => (self.clone(), 0),
         }
     }
+}
+
+fn zip_with(mut a: Vec<i64>, b: &[i64], f: impl Fn(i64, i64) -> i64) -> Vec<i64> {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = f(*x, *y);
+    }
+    a
 }
 
 /// Thread-id expressions already computed in the prologue, by expression.
@@ -315,19 +337,33 @@ fn unary_by_constant(e: &Expr, r: Reg, x: Operand, k: i64) -> String {
 /// A family of thread expressions (one per register, copy chunk, ...) emitted as few
 /// base registers plus immediate offsets: each member that differs from an earlier
 /// base by the same constant for every thread reuses that base.
+///
+/// Families are large (one member per register of a tile, times the k steps of a dot)
+/// and most members are `core + c` with a few distinct cores, so each distinct core is
+/// evaluated once, for all threads at a time, and a member finds its base by the
+/// values it takes relative to thread 0 (equal exactly when two members differ by a
+/// constant), not by comparing it with every base.
 pub fn share_bases(exprs: &[Expr], threads: u32) -> Vec<(usize, i64)> {
-    let values: Vec<Vec<i64>> = exprs.iter().map(|e| (0..threads).map(|t| e.eval(t)).collect()).collect();
-    let mut bases: Vec<usize> = Vec::new();
+    // Per distinct core: its values relative to thread 0, and its value at thread 0.
+    let mut cores: HashMap<Expr, (Arc<[i64]>, i64)> = HashMap::new();
+    // The first member with these relative values, and its value at thread 0.
+    let mut bases: HashMap<Arc<[i64]>, (usize, i64)> = HashMap::new();
     let mut out = Vec::with_capacity(exprs.len());
-    for (i, v) in values.iter().enumerate() {
-        let found = bases.iter().find_map(|&b| {
-            let d = v[0] - values[b][0];
-            v.iter().zip(&values[b]).all(|(x, y)| x - y == d).then_some((b, d))
-        });
-        match found {
-            Some(hit) => out.push(hit),
+    for (i, e) in exprs.iter().enumerate() {
+        let (core, c) = e.split_const();
+        let (relative, at_zero) = cores
+            .entry(core)
+            .or_insert_with_key(|core| {
+                let values = core.eval_all(threads);
+                let first = values.first().copied().unwrap_or(0);
+                (values.iter().map(|v| v - first).collect(), first)
+            })
+            .clone();
+        let at_zero = at_zero + c;
+        match bases.get(&relative) {
+            Some(&(base, base_at_zero)) => out.push((base, at_zero - base_at_zero)),
             None => {
-                bases.push(i);
+                bases.insert(relative, (i, at_zero));
                 out.push((i, 0));
             }
         }
@@ -395,5 +431,61 @@ mod tests {
         // x ^ 1 with x a multiple of 8 is x + 1.
         assert_eq!(shared[2], (0, 1));
         assert_eq!(shared[3], (3, 0));
+    }
+
+    /// The definition `share_bases` implements: each member against every earlier
+    /// base, thread by thread.
+    fn share_bases_by_definition(exprs: &[Expr], threads: u32) -> Vec<(usize, i64)> {
+        let values: Vec<Vec<i64>> = exprs.iter().map(|e| (0..threads).map(|t| e.eval(t)).collect()).collect();
+        let mut bases: Vec<usize> = Vec::new();
+        let mut out = Vec::new();
+        for (i, v) in values.iter().enumerate() {
+            let found = bases.iter().find_map(|&b| {
+                let d = v[0] - values[b][0];
+                v.iter().zip(&values[b]).all(|(x, y)| x - y == d).then_some((b, d))
+            });
+            out.push(found.unwrap_or_else(|| {
+                bases.push(i);
+                (i, 0)
+            }));
+        }
+        out
+    }
+
+    #[test]
+    fn shared_bases_agree_with_their_definition_on_swizzled_families() {
+        // Families as the emitter builds them: swizzled shared-memory offsets of the
+        // elements a thread owns, for several layouts, plus members that repeat a core.
+        let mut state = 0x9e37_79b9_u64;
+        let mut next = |n: i64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as i64
+        };
+        for threads in [32u32, 128, 256] {
+            for _ in 0..20 {
+                let mut exprs = Vec::new();
+                let row_div = [1, 2, 4, 8][next(4) as usize];
+                let col_mul = [1, 2, 8][next(3) as usize];
+                for _ in 0..24 {
+                    let row = Expr::tid().div(row_div, threads).addc(next(4) * 8);
+                    let col = Expr::tid().rem(4, threads).mul(col_mul).addc(next(8) * 2);
+                    let chunk = col.clone().mul(2).div(16, threads);
+                    let phase = row.clone().rem(8, threads);
+                    let swizzled = row.mul(128).add(chunk.xor(phase).mul(16)).add(col.mul(2).rem(16, threads));
+                    exprs.push(if next(3) == 0 { swizzled.addc(next(64)) } else { swizzled });
+                }
+                assert_eq!(share_bases(&exprs, threads), share_bases_by_definition(&exprs, threads));
+            }
+        }
+    }
+
+    #[test]
+    fn all_thread_values_are_each_threads_value() {
+        let e = Expr::tid().div(4, 128).rem(8, 128).xor(Expr::tid().rem(8, 128)).mul(16).addc(3);
+        let all = e.eval_all(128);
+        assert_eq!(all.len(), 128);
+        assert!(all.iter().enumerate().all(|(t, v)| *v == e.eval(t as u32)));
     }
 }
