@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use super::builder::{Builder, Class, Operand, Reg};
 use crate::ir::{SmemType, Swizzle};
 
@@ -72,15 +74,45 @@ impl Expr {
     /// The values for thread ids `0..threads`, in order: `eval` for each, with one walk
     /// of the expression.
     pub fn eval_all(&self, threads: u32) -> Vec<i64> {
-        let n = threads as usize;
+        let mut out = vec![0; threads as usize];
+        self.eval_into(&mut out, &mut Vec::new());
+        out
+    }
+
+    /// `eval_all` into `out`; `spare` holds buffers of `out`'s length for the second
+    /// operand of a binary node, reused so that a family of expressions is evaluated
+    /// without allocating per node.
+    fn eval_into(&self, out: &mut [i64], spare: &mut Vec<Vec<i64>>) {
         match self {
-            Expr::Const(v) => vec![*v; n],
-            Expr::Tid => (0..threads as i64).collect(),
-            Expr::Add(a, b) => zip_with(a.eval_all(threads), &b.eval_all(threads), |x, y| x + y),
-            Expr::Mul(a, k) => a.eval_all(threads).into_iter().map(|x| x * k).collect(),
-            Expr::Div(a, k) => a.eval_all(threads).into_iter().map(|x| x / k).collect(),
-            Expr::Rem(a, k) => a.eval_all(threads).into_iter().map(|x| x % k).collect(),
-            Expr::Xor(a, b) => zip_with(a.eval_all(threads), &b.eval_all(threads), |x, y| x ^ y),
+            Expr::Const(v) => out.fill(*v),
+            Expr::Tid => out.iter_mut().enumerate().for_each(|(t, x)| *x = t as i64),
+            Expr::Mul(a, k) => {
+                a.eval_into(out, spare);
+                out.iter_mut().for_each(|x| *x *= k);
+            }
+            Expr::Div(a, k) => {
+                a.eval_into(out, spare);
+                out.iter_mut().for_each(|x| *x /= k);
+            }
+            Expr::Rem(a, k) => {
+                a.eval_into(out, spare);
+                out.iter_mut().for_each(|x| *x %= k);
+            }
+            Expr::Add(a, b) | Expr::Xor(a, b) => {
+                a.eval_into(out, spare);
+                let add = matches!(self, Expr::Add(..));
+                if let Some(c) = b.as_const() {
+                    out.iter_mut().for_each(|x| *x = if add { *x + c } else { *x ^ c });
+                    return;
+                }
+                let mut other = spare.pop().unwrap_or_else(|| vec![0; out.len()]);
+                other.resize(out.len(), 0);
+                b.eval_into(&mut other, spare);
+                for (x, y) in out.iter_mut().zip(&other) {
+                    *x = if add { *x + y } else { *x ^ y };
+                }
+                spare.push(other);
+            }
         }
     }
 
@@ -154,13 +186,6 @@ impl Expr {
             _ => (self.clone(), 0),
         }
     }
-}
-
-fn zip_with(mut a: Vec<i64>, b: &[i64], f: impl Fn(i64, i64) -> i64) -> Vec<i64> {
-    for (x, y) in a.iter_mut().zip(b) {
-        *x = f(*x, *y);
-    }
-    a
 }
 
 /// Thread-id expressions already computed in the prologue, by expression.
@@ -338,32 +363,23 @@ fn unary_by_constant(e: &Expr, r: Reg, x: Operand, k: i64) -> String {
 /// base registers plus immediate offsets: each member that differs from an earlier
 /// base by the same constant for every thread reuses that base.
 ///
-/// Families are large (one member per register of a tile, times the k steps of a dot)
-/// and most members are `core + c` with a few distinct cores, so each distinct core is
-/// evaluated once, for all threads at a time, and a member finds its base by the
-/// values it takes relative to thread 0 (equal exactly when two members differ by a
-/// constant), not by comparing it with every base.
+/// Families are large (one member per register of a tile, times the k steps of a dot,
+/// for up to 1,024 threads), so each member is evaluated for all threads in one walk
+/// and finds its base by the values it takes relative to thread 0 (equal exactly when
+/// two members differ by a constant), not by comparing it with every base.
 pub fn share_bases(exprs: &[Expr], threads: u32) -> Vec<(usize, i64)> {
-    // Per distinct core: its values relative to thread 0, and its value at thread 0.
-    let mut cores: HashMap<Expr, (Arc<[i64]>, i64)> = HashMap::new();
     // The first member with these relative values, and its value at thread 0.
-    let mut bases: HashMap<Arc<[i64]>, (usize, i64)> = HashMap::new();
+    let mut bases: FxHashMap<Box<[i64]>, (usize, i64)> = FxHashMap::default();
+    let (mut values, mut spare) = (vec![0; threads as usize], Vec::new());
     let mut out = Vec::with_capacity(exprs.len());
     for (i, e) in exprs.iter().enumerate() {
-        let (core, c) = e.split_const();
-        let (relative, at_zero) = cores
-            .entry(core)
-            .or_insert_with_key(|core| {
-                let values = core.eval_all(threads);
-                let first = values.first().copied().unwrap_or(0);
-                (values.iter().map(|v| v - first).collect(), first)
-            })
-            .clone();
-        let at_zero = at_zero + c;
-        match bases.get(&relative) {
+        e.eval_into(&mut values, &mut spare);
+        let at_zero = values.first().copied().unwrap_or(0);
+        values.iter_mut().for_each(|v| *v -= at_zero);
+        match bases.get(values.as_slice()) {
             Some(&(base, base_at_zero)) => out.push((base, at_zero - base_at_zero)),
             None => {
-                bases.insert(relative, (i, at_zero));
+                bases.insert(values.as_slice().into(), (i, at_zero));
                 out.push((i, 0));
             }
         }
