@@ -103,6 +103,7 @@ fn run_loaded(src: &Source, args: &RunArgs) -> Result<i32, Failure> {
     let setup = setup(src, &args.kernel, args.device, args.target, &dims_given, &args.args)?;
     print_notes(&setup);
     warn_reference_blind(src, key);
+    warn_padded_divisors(src, key);
     let backend = setup.opened.backend.clone();
     let dims = setup.dims.map();
     let info = &setup.info;
@@ -452,6 +453,22 @@ fn estimate_text(estimate: u32, limit: Option<u32>, setmaxnreg: bool) -> String 
         (true, None) => format!("~{estimate} registers per consumer thread (estimate; setmaxnreg gives them {})", limit.unwrap_or(estimate)),
         (false, Some(l)) => format!("~{estimate} registers/thread (estimate; over the {l} a thread can hold: ptxas will spill)"),
         (false, None) => format!("~{estimate} registers/thread (estimate)"),
+    }
+}
+
+/// An integer division whose divisor is a partial tile's zero padding (W0608): the
+/// interpreter stops at the first such lane with a division-by-zero fault, although no
+/// result of those lanes is stored. Said before the run, so that the fault is explained.
+fn warn_padded_divisors(src: &Source, key: tessera_frontend::FnKey<'_>) {
+    let Ok(graph) = tessera_passes::graph_ir(src.db(), key).clone() else { return };
+    for p in tessera_passes::analysis::padding::padded_divisors(&graph) {
+        eprintln!(
+            "warning: {}W0608 this integer division's divisor is the zero padding of a partial tile of `{}`: \
+             those lanes divide by zero, and the reference interpreter stops there with a fault although no \
+             result of theirs is stored; load it with `other=1` (`tessera check` says more)",
+            src.position(Some(&p.at)),
+            p.tensor
+        );
     }
 }
 

@@ -12,7 +12,9 @@
 //!   changed the numbers);
 //! - rotary embeddings over the two halves of a row, the loop running to the half: the
 //!   first half's last tile overwrote the second half where the tile does not divide it,
-//!   and the run said `correct`; it now warns (W0607), and the masked store is right.
+//!   and the run said `correct`; it now warns (W0607), and the masked store is right;
+//! - `x // w` with `w` loaded from a partial last tile: the padding (0) divides, and the
+//!   interpreter's fault in those lanes is explained first (W0608); `other=1` is right.
 //!
 //! Outputs are compared with what this file computes in f64 from the saved inputs (no
 //! Tessera code in those oracles).
@@ -300,4 +302,49 @@ fn a_load_past_its_loops_bound_into_a_sum_warns_and_the_masked_load_is_right() {
     let s = run_saved(masked.to_str().unwrap(), "head_rms", "interp", &["--dims", &dims]).unwrap();
     assert!(!s.warnings.contains("W0607"), "{}", s.warnings);
     assert_eq!(wrong_heads(&s), Vec::<usize>::new());
+}
+
+/// Triton's `tl.load(w_ptr + offs, mask=offs < n)` leaves the lanes past the end
+/// undefined, and `x // w` there is the GPU's business. Here they hold the load's `other`
+/// (0), so the reference interpreter divides by zero in lanes whose results are never
+/// stored and the run stops with a fault: the run says why first (W0608), and with
+/// `other=1`, the fix, both devices match floor division computed here.
+#[test]
+fn a_padded_divisor_warns_before_the_fault_and_other_one_is_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 300usize;
+    let x: Vec<f64> = (0..n).map(|i| (i as f64 * 37.0) % 1001.0 - 500.0).collect();
+    // Never 0 inside the tensor: every fault is the padding's.
+    let w: Vec<f64> = (0..n).map(|i| if i % 2 == 0 { (i % 13 + 1) as f64 } else { -((i % 7 + 1) as f64) }).collect();
+    let inputs = [
+        saved_runs::input(dir.path(), "X", tessera_frontend::check::DType::I32, &x),
+        saved_runs::input(dir.path(), "W", tessera_frontend::check::DType::I32, &w),
+    ];
+    let corpus = root().join("tests/corpus/invalid/w0608_padded_divisor.tsr");
+    let mut args = vec!["run", corpus.to_str().unwrap(), "--kernel", "bucket", "--device", "interp"];
+    for i in &inputs {
+        args.extend_from_slice(&["--input", i]);
+    }
+    let o = tessera(root(), &args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let warning = err.find("w0608_padded_divisor.tsr:13:28: W0608 this integer division's divisor is the zero padding");
+    let fault = err.find("integer division by zero");
+    assert!(warning.is_some() && fault.is_some() && warning < fault, "{err}");
+
+    let fixed = std::fs::read_to_string(&corpus).unwrap().replace("W[i0:i0 + BLOCK])", "W[i0:i0 + BLOCK], other=1)");
+    let path = dir.path().join("bucket.tsr");
+    std::fs::write(&path, fixed).unwrap();
+    let mut run_args = Vec::new();
+    for i in &inputs {
+        run_args.extend_from_slice(&["--input", i.as_str()]);
+    }
+    for device in ["interp", "cpu"] {
+        let Some(saved) = run_saved(path.to_str().unwrap(), "bucket", device, &run_args) else { continue };
+        assert!(!saved.warnings.contains("W0608"), "{}", saved.warnings);
+        let got = saved.read("B.out.npy");
+        for i in 0..n {
+            assert_eq!(got[i], (x[i] / w[i]).floor(), "{device}: {} // {}", x[i], w[i]);
+        }
+    }
 }

@@ -77,6 +77,7 @@ codes! {
     W0605 Warning "softmax over a row that may be fully masked";
     W0606 Warning "a partial tile's padding enters a reduction";
     W0607 Warning "a tile window runs past its loop's bound";
+    W0608 Warning "a partial tile's padding is an integer divisor";
     E0700 Error "unknown schedule key";
     E0701 Error "invalid schedule value";
     W0702 Warning "autotune candidates pruned";
@@ -118,6 +119,7 @@ impl Code {
                 | W0605
                 | W0606
                 | W0607
+                | W0608
                 | W0702
                 | E0703
                 | E0704

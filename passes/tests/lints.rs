@@ -486,6 +486,35 @@ def decode(Q: Tensor["BH", "D", f32], K: Tensor["BH", "S", "D", f32], O: Tensor[
     assert!(unmasked.len() == 1 && unmasked[0].starts_with("W0606@13:"), "{unmasked:#?}");
 }
 
+/// An integer division whose divisor is a partial tile's zero padding divides by zero
+/// past the edge (the interpreter stops there): W0608 at the division, with `other=1` as
+/// the fix. A nonzero `other`, a divisor masked past the edge, a constant divisor, a
+/// float division (inf, no fault) and a tile that always divides the dim are not reported.
+#[test]
+fn an_integer_divisor_that_holds_a_partial_tiles_padding_is_w0608() {
+    let text = corpus("invalid/w0608_padded_divisor.tsr");
+    let w = |text: &str| lint_code(text, "W0608");
+    let found = w(&text);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].starts_with("W0608@13: the last tile of `W` may run past"), "{found:#?}");
+    let fixed = apply_fix(&text, "W0608", Target::Sm90);
+    assert!(fixed.contains("tile.load(W[i0:i0 + BLOCK], other=1)"), "{fixed}");
+    assert!(w(&fixed).is_empty(), "{:#?}", w(&fixed));
+    // `%` and a cast of the padding divide by zero too; the dividend's padding does not.
+    assert_eq!(w(&text.replace("x // w", "x % tile.cast(tile.cast(w, f32), i32)")).len(), 1);
+    assert!(w(&text.replace("x // w", "w // 3")).is_empty());
+    assert!(w(&text.replace("x // w", "x // 7")).is_empty());
+    // Masked past the edge.
+    let masked = text.replace("x // w  #", "x // tile.where(i0 + tile.arange(BLOCK) < N, w, 1)  #");
+    assert!(w(&masked).is_empty() && lint(&masked, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{masked}");
+    // A float division by zero is inf (no fault).
+    let floats = text.replace("i32]", "f32]").replace("x // w", "x / w");
+    assert!(w(&floats).is_empty() && lint(&floats, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{floats}");
+    // A block that divides a constant length never pads.
+    let whole = text.replace("Tensor[\"N\"", "Tensor[1024").replace("(0, N,", "(0, 1024,");
+    assert!(w(&whole).is_empty() && lint(&whole, Target::Sm90).iter().all(|l| !l.starts_with('E')), "{whole}");
+}
+
 /// A max over booleans is an "any": False is its neutral value, so padding that compares
 /// False (`0.0 > 0.0`, or `other=-1.0` then `> 0`) is right, and padding that compares
 /// True (`0.0 >= 0.0`) is not. (A min over booleans, an "all", is the converse.)

@@ -1,4 +1,5 @@
-//! W0606: the padding of a partial tile enters a reduction.
+//! W0606: the padding of a partial tile enters a reduction (and W0608: it is an integer
+//! division's divisor).
 //!
 //! A tile loaded from a view that runs past its tensor's edge (`X[r0:r0 + BM, c0:c0 + BN]`
 //! where `BN` need not divide `C`) holds the load's `other` (0 unless given) at the
@@ -101,7 +102,7 @@ pub struct PaddedReduction {
 /// value that is not the reduction's neutral one.
 pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
     let defs = f.definitions();
-    let findings = evaluate(f, &defs, None);
+    let findings: Vec<_> = evaluate(f, &defs, None).into_iter().filter(|(_, _, kind, _)| kind != DIVISOR).collect();
     let mut out = Vec::new();
     for (reduction, origin, kind, holds) in &findings {
         let load = f.op(*origin);
@@ -110,17 +111,12 @@ pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
         let other_fix = if load.attr("other").is_none() {
             [(-f64::INFINITY, "-INF"), (f64::INFINITY, "INF")].into_iter().find_map(|(value, text)| {
                 let again = evaluate(f, &defs, Some((*origin, value)));
-                (!again.iter().any(|(_, o, _, _)| o == origin)).then_some(text)
+                (!again.iter().any(|(_, o, kind, _)| o == origin && kind != DIVISOR)).then_some(text)
             })
         } else {
             None
         };
-        let view = load.operands.first().and_then(|&v| defining(f, &defs, v));
-        let tensor = view
-            .and_then(|v| v.operands.first())
-            .and_then(|&t| f.values[t.0 as usize].name.as_deref())
-            .unwrap_or("the tensor")
-            .to_string();
+        let tensor = loaded_tensor(f, &defs, load);
         out.push(PaddedReduction {
             at: f.op(*reduction).loc.clone(),
             kind: kind.clone(),
@@ -134,6 +130,52 @@ pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
         });
     }
     out
+}
+
+/// The finding kind of an integer division whose divisor is padded with 0.
+const DIVISOR: &str = "divisor";
+
+/// An integer division (`//`, `%`, `/`) whose divisor holds a partial tile's zero
+/// padding: those lanes divide by zero, which the interpreter reports as a fault though
+/// no result of theirs is ever stored.
+#[derive(Clone, Debug)]
+pub struct PaddedDivisor {
+    /// The division.
+    pub at: Loc,
+    /// The load whose partial tile pads the divisor.
+    pub load: Loc,
+    /// The tensor it loads, as written.
+    pub tensor: String,
+    /// Whether `other=1` on the load (it has none) clears every such division.
+    pub other_one_fixes: bool,
+}
+
+/// Every integer division of `f` whose divisor may hold a partial tile's zero padding.
+pub fn padded_divisors(f: &Func) -> Vec<PaddedDivisor> {
+    let defs = f.definitions();
+    let findings = evaluate(f, &defs, None);
+    let mut out = Vec::new();
+    for (division, origin, _, _) in findings.iter().filter(|(_, _, kind, _)| kind == DIVISOR) {
+        let load = f.op(*origin);
+        let other_one_fixes = load.attr("other").is_none()
+            && !evaluate(f, &defs, Some((*origin, 1.0))).iter().any(|(_, o, kind, _)| o == origin && kind == DIVISOR);
+        out.push(PaddedDivisor {
+            at: f.op(*division).loc.clone(),
+            load: load.loc.clone(),
+            tensor: loaded_tensor(f, &defs, load),
+            other_one_fixes,
+        });
+    }
+    out
+}
+
+/// The name of the tensor a load reads, as written.
+fn loaded_tensor(f: &Func, defs: &[Option<OpId>], load: &Op) -> String {
+    let view = load.operands.first().and_then(|&v| defining(f, defs, v));
+    view.and_then(|v| v.operands.first())
+        .and_then(|&t| f.values[t.0 as usize].name.as_deref())
+        .unwrap_or("the tensor")
+        .to_string()
 }
 
 /// The op that defines `v`, from `Func::definitions`.
@@ -446,6 +488,20 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 Abs { in_bounds: bound, ..abs }
             }
             k if k.is_elementwise() => {
+                // An integer `//`, `%` or `/` whose divisor is 0 past the edge divides by
+                // zero there: the interpreter (and the CPU code) stop with an error.
+                let int_division = matches!(k, OpKind::FloorDiv | OpKind::Rem | OpKind::Div)
+                    && op.results.first().is_some_and(|&r| f.ty(r).dtype().is_some_and(|d| d.is_int()));
+                if int_division {
+                    let divisor = operand(1);
+                    let zero = (0..AXES).find_map(|axis| match divisor.axes[axis] {
+                        Some((Pad::Known(0.0), origin)) => Some(origin),
+                        _ => None,
+                    });
+                    if let Some(origin) = zero {
+                        findings.push((id, origin, DIVISOR.to_string(), Pad::Known(0.0)));
+                    }
+                }
                 // `c0 + arange(BN)` stays a coordinate.
                 let coord = match (k, operands.as_slice()) {
                     (OpKind::Add, [x, y]) if y.coord.is_none() && y.axes == [None; AXES] => x.coord,
@@ -543,6 +599,36 @@ pub(super) fn padding_lints(graph: &Func, name: &str, out: &mut KernelLints) {
             (
                 format!("pad with `other={value}`"),
                 FixRequest::AddKeyword { call, keyword: "other".into(), value: value.into() },
+            )
+        });
+        out.body.push(Lint { diagnostic: d, fix });
+    }
+}
+
+/// W0608 for every integer division whose divisor holds a partial tile's zero padding
+/// (at the division, with the load labelled and `other=1` as the fix where it clears it).
+pub(super) fn divisor_padding_lints(graph: &Func, name: &str, out: &mut KernelLints) {
+    for p in padded_divisors(graph) {
+        let Some(at) = range_in(&p.at, name) else { continue };
+        let mut d = Diagnostic::new(
+            Code::W0608,
+            at,
+            format!(
+                "the last tile of `{}` may run past the tensor's edge, where the load pads it with 0, and this \
+                 integer division takes that padding as its divisor: those lanes divide by zero, and `tessera run` \
+                 stops with a division-by-zero fault although no result of theirs is stored",
+                p.tensor
+            ),
+        )
+        .with_label(at, "divides by the padding (0)")
+        .with_note("give the load a nonzero `other=` (`other=1`), or mask the divisor past the edge");
+        if let Some(load) = range_in(&p.load, name) {
+            d = d.with_label(load, "a partial tile, padded with 0");
+        }
+        let fix = range_in(&p.load, name).filter(|_| p.other_one_fixes).map(|call| {
+            (
+                "pad with `other=1`".to_string(),
+                FixRequest::AddKeyword { call, keyword: "other".into(), value: "1".into() },
             )
         });
         out.body.push(Lint { diagnostic: d, fix });
