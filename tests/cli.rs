@@ -301,11 +301,11 @@ fn check_reports_what_the_code_generator_refuses() {
     let dir = tempfile::tempdir().unwrap();
     let source = "from tessera import *\n\n\
 @kernel.schedule(Schedule(block=(32, 32), warps=4))\n\
-def int_pow(X: Tensor[\"R\", \"C\", i32], E: Tensor[\"R\", \"C\", i32], Y: Tensor[\"R\", \"C\", i32]):\n    \
+def masked64(S: Tensor[\"R\", \"C\", f64], Y: Tensor[\"R\", \"C\", f64]):\n    \
 ctx = tile.context()\n    \
 for r0 in tile.parallel(0, R, ctx.BM):\n        \
-x = tile.load(X[r0:r0 + ctx.BM, 0:ctx.BN])\n        \
-Y[r0:r0 + ctx.BM, 0:ctx.BN] = x ** tile.load(E[r0:r0 + ctx.BM, 0:ctx.BN])\n\n\
+s = tile.load(S[r0:r0 + ctx.BM, 0:ctx.BN])\n        \
+Y[r0:r0 + ctx.BM, 0:ctx.BN] = tile.causal_mask(s, r0, 0)\n\n\
 @kernel.schedule(Schedule(block=(1, 128), warps=4))\n\
 def softplus64(X: Tensor[\"N\", f64], Y: Tensor[\"N\", f64]):\n    \
 ctx = tile.context()\n    \
@@ -317,9 +317,9 @@ Y[i:i + ctx.BN] = tile.log(1.0 + tile.exp(tile.load(X[i:i + ctx.BN])))\n";
     assert_eq!(codes(&v), vec!["E0809"], "{}", stdout(&o));
     let d = &v["diagnostics"][0];
     let message = d["message"].as_str().unwrap();
-    assert!(message.contains("`int_pow`") && message.contains("PTX backend"), "{message}");
-    assert_eq!(d["range"]["start"]["line"], 8, "at the power: {d}");
-    let lower = run(&["lower", "--stage", "target", "--kernel", "int_pow", "k.tsr"], dir.path());
+    assert!(message.contains("`masked64`") && message.contains("PTX backend"), "{message}");
+    assert_eq!(d["range"]["start"]["line"], 8, "at the mask: {d}");
+    let lower = run(&["lower", "--stage", "target", "--kernel", "masked64", "k.tsr"], dir.path());
     assert!(!lower.status.success() && stderr(&lower).contains("PTX backend"), "{}", stderr(&lower));
     let lower = run(&["lower", "--stage", "target", "--kernel", "softplus64", "k.tsr"], dir.path());
     assert!(lower.status.success(), "{}", stderr(&lower));

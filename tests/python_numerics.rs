@@ -160,6 +160,7 @@ fn shifts_and_bitwise_operators_are_twos_complement_with_amounts_past_the_width_
     on_each_device(BITWISE, "bit_ops", &["--input", &xa, "--input", &sa], |device, saved| {
         let read = |name: &str| saved.read(name).into_iter().map(|v| v as i64).collect::<Vec<_>>();
         let (shl, shr, mix, b) = (read("Shl.out.npy"), read("Shr.out.npy"), read("Mix.out.npy"), read("B.out.npy"));
+        let (p, p8) = (read("P.out.npy"), read("P8.out.npy"));
         for i in 0..x.len() {
             let (v, n) = (x[i] as i32, s[i] as i32);
             // Rust's i32 operators within 0..32; outside, every bit shifted out.
@@ -171,6 +172,8 @@ fn shifts_and_bitwise_operators_are_twos_complement_with_amounts_past_the_width_
             // int8: the cast wraps, and so does every operation on the narrow value.
             let narrow = v as i8;
             assert_eq!(b[i], (narrow.wrapping_shl(3) >> 1) as i64, "{device}: ({narrow} << 3) >> 1 in int8");
+            assert_eq!(p[i], v.wrapping_pow((n & 31) as u32) as i64, "{device}: {v} ** {}", n & 31);
+            assert_eq!(p8[i], narrow.wrapping_pow((n & 7) as u32) as i64, "{device}: {narrow} ** {} in int8", n & 7);
         }
     });
 }

@@ -360,6 +360,21 @@ impl std::fmt::Debug for UnFn {
     }
 }
 
+/// `a ** e` (e ≥ 0) modulo 2^64, by squaring over all of `e`'s bits: an exponent past
+/// `u32::MAX` (an i64 tile's) is not clamped, so odd bases agree with the CPU and PTX
+/// code, which loop over the bits too.
+fn wrapping_pow_i64(a: i64, mut e: i64) -> i64 {
+    let (mut result, mut base) = (1i64, a);
+    while e > 0 {
+        if e & 1 == 1 {
+            result = result.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    result
+}
+
 fn int_fn(op: BinOp) -> fn(i64, i64) -> Result<i64, ElemError> {
     match op {
         BinOp::Add => |a, b| Ok(a.wrapping_add(b)),
@@ -373,7 +388,7 @@ fn int_fn(op: BinOp) -> fn(i64, i64) -> Result<i64, ElemError> {
             if b < 0 {
                 Err("integer power with a negative exponent")
             } else {
-                Ok(a.wrapping_pow(b.min(u32::MAX as i64) as u32))
+                Ok(wrapping_pow_i64(a, b))
             }
         },
         BinOp::Max => |a, b| Ok(a.max(b)),
@@ -539,5 +554,20 @@ mod tests {
         let gelu_f32 = UnFn::new(UnOp::Gelu, Domain::F32(DType::F32)).unwrap();
         assert!((gelu_f32.eval(1.0) - 0.8411920071).abs() < 1e-6);
         assert!(BinFn::new(BinOp::And, Domain::F32(DType::F32)).is_none());
+    }
+
+    #[test]
+    fn integer_powers_use_the_whole_exponent() {
+        // 3^(2^33) by 33 squarings, then one more factor of 3: the exponent 2^33 + 1 is
+        // past u32::MAX, which used to be clamped.
+        let mut squared = 3i64;
+        for _ in 0..33 {
+            squared = squared.wrapping_mul(squared);
+        }
+        assert_eq!(wrapping_pow_i64(3, (1 << 33) + 1), squared.wrapping_mul(3));
+        assert_eq!(wrapping_pow_i64(-7, 5), -16807);
+        assert_eq!(wrapping_pow_i64(2, 64), 0);
+        assert_eq!(wrapping_pow_i64(5, 0), 1);
+        assert_eq!(wrapping_pow_i64(0, 0), 1);
     }
 }

@@ -214,6 +214,7 @@ impl Emitter<'_> {
             OpKind::Or => b_.ins(format!("or.b{bits} {r}, {x}, {b}")),
             OpKind::Xor => b_.ins(format!("xor.b{bits} {r}, {x}, {b}")),
             OpKind::Shl | OpKind::Shr => shift(b_, op.kind, ty, bits, r, x, b),
+            OpKind::Pow => int_pow(b_, class, ty, bits, r, x, b),
             OpKind::FloorDiv | OpKind::Rem if class == Class::B64 && wide_constant_divisor(b).is_some() => {
                 // ptxas turns a 64-bit `div`/`rem`, even by a constant, into a call of a
                 // division subroutine (`__cuda_sm20_rem_s64`): a pipelined loop's stage
@@ -379,6 +380,30 @@ impl Emitter<'_> {
 /// (`frontend::arith::shl_i64`: every bit shifted out); a 64-bit amount is clamped before
 /// it is narrowed, so that 2^32 + 1 does not shift by 1. `.u32` immediates are spelled
 /// in range.
+/// `r = x ** e` on integers, wrapping: square-and-multiply over the exponent's bits below
+/// its sign, in a loop of a fixed trip count (uniform over the CTA, so `bra.uni`; every
+/// thread takes the same path whatever its exponent). A negative exponent is an error the
+/// interpreter reports; here it gives the power of its low bits, as the CPU code does.
+fn int_pow(b: &mut Builder, class: Class, ty: &str, bits: u32, r: Reg, x: Reg, e: Operand) {
+    let (base, exp, prod, bit) = (b.reg(class), b.reg(class), b.reg(class), b.reg(class));
+    let (count, odd, more) = (b.reg(Class::B32), b.reg(Class::Pred), b.reg(Class::Pred));
+    b.ins(format!("mov.b{bits} {r}, 1"));
+    b.ins(format!("mov.b{bits} {base}, {x}"));
+    b.ins(format!("mov.b{bits} {exp}, {e}"));
+    b.ins(format!("mov.u32 {count}, {}", bits - 1));
+    let top = b.label("ipow");
+    b.place_label(&top);
+    b.ins(format!("and.b{bits} {bit}, {exp}, 1"));
+    b.ins(format!("setp.ne.{ty} {odd}, {bit}, 0"));
+    b.ins(format!("mul.lo.{ty} {prod}, {r}, {base}"));
+    b.ins(format!("selp.b{bits} {r}, {prod}, {r}, {odd}"));
+    b.ins(format!("mul.lo.{ty} {base}, {base}, {base}"));
+    b.ins(format!("shr.u{bits} {exp}, {exp}, 1"));
+    b.ins(format!("sub.u32 {count}, {count}, 1"));
+    b.ins(format!("setp.ne.u32 {more}, {count}, 0"));
+    b.ins_if(more, false, format!("bra.uni {top}"));
+}
+
 fn shift(b: &mut Builder, kind: OpKind, ty: &str, bits: u32, r: Reg, x: Reg, n: Operand) {
     let name = if kind == OpKind::Shl { format!("shl.b{bits}") } else { format!("shr.{ty}") };
     let amount = match n {
