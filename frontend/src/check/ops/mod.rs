@@ -218,6 +218,43 @@ impl<'a> Infer<'a> {
         ok.then_some(bound)
     }
 
+    /// A graph operation's float parameter (`eps`, `dropout`: a number by default) given a
+    /// tensor is E0802 at the argument, naming the tensor parameters left unset: a
+    /// positional `rmsnorm_safe(h, g)` meant `weight=g`, and would otherwise only fail
+    /// when lowered.
+    fn numbers_are_numbers(&mut self, path: &str, specs: &'static [ParamSpec], args: &Bound) -> bool {
+        for spec in specs {
+            let number_default = spec.default.is_some_and(|d| d.parse::<i64>().is_err() && d.parse::<f64>().is_ok());
+            let Some(arg) = args.get(spec.name).filter(|_| number_default) else { continue };
+            let Ty::Tensor(t) = self.operand(arg.ty.clone()) else { continue };
+            let unset: Vec<String> = specs
+                .iter()
+                .filter(|p| p.default == Some("None") && args.get(p.name).is_none())
+                .map(|p| format!("`{}={}`", p.name, self.text(arg.expr)))
+                .collect();
+            let mut d = Diagnostic::new(
+                Code::E0802,
+                self.range(arg.expr),
+                format!(
+                    "`{path}`: `{}` is a number (default {}), but `{}` is {}",
+                    spec.name,
+                    spec.default.unwrap_or_default(),
+                    self.text(arg.expr),
+                    fmt_dims(&t.dims)
+                ),
+            );
+            match unset.as_slice() {
+                [] => {}
+                // The only place the tensor can go: the fix writes the keyword.
+                [one] => d = d.with_did_you_mean(self.range(arg.expr), one.trim_matches('`')),
+                many => d = d.with_note(format!("a tensor goes by keyword here: {}", many.join(" or "))),
+            }
+            self.push(d);
+            return false;
+        }
+        true
+    }
+
     fn level_ok(&mut self, func: ExprId, b: &builtins::Builtin) -> bool {
         let here = self.mode;
         let (bad, message) = match (b.level, here) {
@@ -278,6 +315,9 @@ impl<'a> Infer<'a> {
         let Some(args) = self.bind(id, func, path, b.param_specs(), vals) else {
             return Ty::Unknown;
         };
+        if b.level == Level::Graph && !self.numbers_are_numbers(path, b.param_specs(), &args) {
+            return Ty::Unknown;
+        }
         if args.values.values().any(|a| a.ty.is_unknown() && !matches!(self.body.expr(a.expr), Expr::NoneLit)) {
             // An argument already failed: no follow-on diagnostic, but keep going for
             // ops whose result type does not depend on it.
