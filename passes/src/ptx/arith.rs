@@ -375,11 +375,6 @@ impl Emitter<'_> {
     // ----- views and shared slots ------------------------------------------------------
 }
 
-/// `r = x << n` or `x >> n` (arithmetic: every integer dtype is signed). PTX reads the
-/// amount as `.u32` and clamps it to the width, which is Tessera's rule
-/// (`frontend::arith::shl_i64`: every bit shifted out); a 64-bit amount is clamped before
-/// it is narrowed, so that 2^32 + 1 does not shift by 1. `.u32` immediates are spelled
-/// in range.
 /// `r = x ** e` on integers, wrapping: square-and-multiply over the exponent's bits below
 /// its sign, in a loop of a fixed trip count (uniform over the CTA, so `bra.uni`; every
 /// thread takes the same path whatever its exponent). A negative exponent is an error the
@@ -404,6 +399,11 @@ fn int_pow(b: &mut Builder, class: Class, ty: &str, bits: u32, r: Reg, x: Reg, e
     b.ins_if(more, false, format!("bra.uni {top}"));
 }
 
+/// `r = x << n` or `x >> n` (arithmetic: every integer dtype is signed). PTX reads the
+/// amount as `.u32` and clamps it to the width, which is Tessera's rule
+/// (`frontend::arith::shl_i64`: every bit shifted out); a 64-bit amount is clamped before
+/// it is narrowed, so that 2^32 + 1 does not shift by 1. `.u32` immediates are spelled
+/// in range.
 fn shift(b: &mut Builder, kind: OpKind, ty: &str, bits: u32, r: Reg, x: Reg, n: Operand) {
     let name = if kind == OpKind::Shl { format!("shl.b{bits}") } else { format!("shr.{ty}") };
     let amount = match n {
