@@ -71,17 +71,10 @@ impl Expr {
         }
     }
 
-    /// The values for thread ids `0..threads`, in order: `eval` for each, with one walk
-    /// of the expression.
-    pub fn eval_all(&self, threads: u32) -> Vec<i64> {
-        let mut out = vec![0; threads as usize];
-        self.eval_into(&mut out, &mut Vec::new());
-        out
-    }
-
-    /// `eval_all` into `out`; `spare` holds buffers of `out`'s length for the second
-    /// operand of a binary node, reused so that a family of expressions is evaluated
-    /// without allocating per node.
+    /// The values for thread ids `0..out.len()`, in order (`eval` for each, with one walk
+    /// of the expression), into `out`; `spare` holds buffers of `out`'s length for the
+    /// second operand of a binary node, reused so that a family of expressions is
+    /// evaluated without allocating per node.
     fn eval_into(&self, out: &mut [i64], spare: &mut Vec<Vec<i64>>) {
         match self {
             Expr::Const(v) => out.fill(*v),
@@ -500,7 +493,8 @@ mod tests {
     #[test]
     fn all_thread_values_are_each_threads_value() {
         let e = Expr::tid().div(4, 128).rem(8, 128).xor(Expr::tid().rem(8, 128)).mul(16).addc(3);
-        let all = e.eval_all(128);
+        let mut all = vec![0; 128];
+        e.eval_into(&mut all, &mut Vec::new());
         assert_eq!(all.len(), 128);
         assert!(all.iter().enumerate().all(|(t, v)| *v == e.eval(t as u32)));
     }
