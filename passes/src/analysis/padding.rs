@@ -102,7 +102,7 @@ pub struct PaddedReduction {
 /// value that is not the reduction's neutral one.
 pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
     let defs = f.definitions();
-    let findings: Vec<_> = evaluate(f, &defs, None).into_iter().filter(|(_, _, kind, _)| kind != DIVISOR).collect();
+    let findings = evaluate(f, &defs, None).reductions;
     let mut out = Vec::new();
     for (reduction, origin, kind, holds) in &findings {
         let load = f.op(*origin);
@@ -111,7 +111,7 @@ pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
         let other_fix = if load.attr("other").is_none() {
             [(-f64::INFINITY, "-INF"), (f64::INFINITY, "INF")].into_iter().find_map(|(value, text)| {
                 let again = evaluate(f, &defs, Some((*origin, value)));
-                (!again.iter().any(|(_, o, kind, _)| o == origin && kind != DIVISOR)).then_some(text)
+                (!again.reductions.iter().any(|(_, o, _, _)| o == origin)).then_some(text)
             })
         } else {
             None
@@ -132,9 +132,6 @@ pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
     out
 }
 
-/// The finding kind of an integer division whose divisor is padded with 0.
-const DIVISOR: &str = "divisor";
-
 /// An integer division (`//`, `%`, `/`) whose divisor holds a partial tile's zero
 /// padding: those lanes divide by zero, which the interpreter reports as a fault though
 /// no result of theirs is ever stored.
@@ -153,12 +150,11 @@ pub struct PaddedDivisor {
 /// Every integer division of `f` whose divisor may hold a partial tile's zero padding.
 pub fn padded_divisors(f: &Func) -> Vec<PaddedDivisor> {
     let defs = f.definitions();
-    let findings = evaluate(f, &defs, None);
     let mut out = Vec::new();
-    for (division, origin, _, _) in findings.iter().filter(|(_, _, kind, _)| kind == DIVISOR) {
+    for (division, origin) in &evaluate(f, &defs, None).divisors {
         let load = f.op(*origin);
         let other_one_fixes = load.attr("other").is_none()
-            && !evaluate(f, &defs, Some((*origin, 1.0))).iter().any(|(_, o, kind, _)| o == origin && kind == DIVISOR);
+            && !evaluate(f, &defs, Some((*origin, 1.0))).divisors.iter().any(|(_, o)| o == origin);
         out.push(PaddedDivisor {
             at: f.op(*division).loc.clone(),
             load: load.loc.clone(),
@@ -310,16 +306,25 @@ fn insert_axis(axes: [Option<(Pad, OpId)>; AXES], axis: usize) -> [Option<(Pad, 
     out
 }
 
-/// The reductions the padding enters (reduction, load, kind, what it holds there),
-/// with `override_pad` giving one load another `other`.
-fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) -> Vec<(OpId, OpId, String, Pad)> {
+/// What the padding reaches, by load.
+#[derive(Default)]
+struct Findings {
+    /// The reductions it enters: (reduction, load, kind, what it holds there).
+    reductions: Vec<(OpId, OpId, String, Pad)>,
+    /// The integer divisions that take its 0 as their divisor: (division, load).
+    divisors: Vec<(OpId, OpId)>,
+}
+
+/// The reductions and integer divisions the padding reaches, with `override_pad`
+/// giving one load another `other`.
+fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) -> Findings {
     let mut abs = vec![PLAIN; f.values.len()];
     for &p in &f.params {
         if matches!(f.ty(p), Type::Index) || matches!(f.ty(p), Type::Scalar(d) if d.is_int()) {
             abs[p.0 as usize].dim = true;
         }
     }
-    let mut findings: Vec<(OpId, OpId, String, Pad)> = Vec::new();
+    let mut findings = Findings::default();
     for id in post_order(f) {
         let op = f.op(id);
         let operands: Vec<Abs> = op.operands.iter().map(|&v| abs[v.0 as usize]).collect();
@@ -415,7 +420,7 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                         _ => neutral(kind),
                     };
                     if !neutral.is_some_and(|n| pad == Pad::Known(n)) && !below_the_data {
-                        findings.push((id, origin, kind.to_string(), pad));
+                        findings.reductions.push((id, origin, kind.to_string(), pad));
                     }
                 }
                 // A reduction of a row past the edge of another axis: some finite value.
@@ -431,7 +436,7 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                     // At a padded k: A's value there times B's.
                     let product = apply(OpKind::Mul, &[a.at(1), b.at(0)]);
                     if product != Pad::Known(0.0) {
-                        findings.push((id, origin, "dot".to_string(), product));
+                        findings.reductions.push((id, origin, "dot".to_string(), product));
                     }
                 }
                 // A row of A past the edge holding 0 makes a row of 0 (and B's columns).
@@ -499,7 +504,7 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                         _ => None,
                     });
                     if let Some(origin) = zero {
-                        findings.push((id, origin, DIVISOR.to_string(), Pad::Known(0.0)));
+                        findings.divisors.push((id, origin));
                     }
                 }
                 // `c0 + arange(BN)` stays a coordinate.
