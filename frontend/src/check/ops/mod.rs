@@ -224,30 +224,31 @@ impl<'a> Infer<'a> {
     /// when lowered.
     fn numbers_are_numbers(&mut self, path: &str, specs: &'static [ParamSpec], args: &Bound) -> bool {
         for spec in specs {
-            let number_default = spec.default.is_some_and(|d| d.parse::<i64>().is_err() && d.parse::<f64>().is_ok());
-            let Some(arg) = args.get(spec.name).filter(|_| number_default) else { continue };
+            let Some(default) = spec.default.filter(|d| d.parse::<i64>().is_err() && d.parse::<f64>().is_ok()) else {
+                continue;
+            };
+            let Some(arg) = args.get(spec.name) else { continue };
             let Ty::Tensor(t) = self.operand(arg.ty.clone()) else { continue };
+            let tensor = self.text(arg.expr);
             let unset: Vec<String> = specs
                 .iter()
                 .filter(|p| p.default == Some("None") && args.get(p.name).is_none())
-                .map(|p| format!("`{}={}`", p.name, self.text(arg.expr)))
+                .map(|p| format!("{}={tensor}", p.name))
                 .collect();
             let mut d = Diagnostic::new(
                 Code::E0802,
                 self.range(arg.expr),
                 format!(
-                    "`{path}`: `{}` is a number (default {}), but `{}` is {}",
+                    "`{path}`: `{}` is a number (default {default}), but `{tensor}` is {}",
                     spec.name,
-                    spec.default.unwrap_or_default(),
-                    self.text(arg.expr),
                     fmt_dims(&t.dims)
                 ),
             );
             match unset.as_slice() {
                 [] => {}
                 // The only place the tensor can go: the fix writes the keyword.
-                [one] => d = d.with_did_you_mean(self.range(arg.expr), one.trim_matches('`')),
-                many => d = d.with_note(format!("a tensor goes by keyword here: {}", many.join(" or "))),
+                [one] => d = d.with_did_you_mean(self.range(arg.expr), one),
+                many => d = d.with_note(format!("a tensor goes by keyword here: `{}`", many.join("` or `"))),
             }
             self.push(d);
             return false;
