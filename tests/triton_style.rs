@@ -320,11 +320,10 @@ fn a_padded_divisor_warns_before_the_fault_and_other_one_is_right() {
         saved_runs::input(dir.path(), "X", tessera_frontend::check::DType::I32, &x),
         saved_runs::input(dir.path(), "W", tessera_frontend::check::DType::I32, &w),
     ];
+    let input_args: Vec<&str> = inputs.iter().flat_map(|i| ["--input", i.as_str()]).collect();
     let corpus = root().join("tests/corpus/invalid/w0608_padded_divisor.tsr");
     let mut args = vec!["run", corpus.to_str().unwrap(), "--kernel", "bucket", "--device", "interp"];
-    for i in &inputs {
-        args.extend_from_slice(&["--input", i]);
-    }
+    args.extend_from_slice(&input_args);
     let o = tessera(root(), &args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -335,12 +334,8 @@ fn a_padded_divisor_warns_before_the_fault_and_other_one_is_right() {
     let fixed = std::fs::read_to_string(&corpus).unwrap().replace("W[i0:i0 + BLOCK])", "W[i0:i0 + BLOCK], other=1)");
     let path = dir.path().join("bucket.tsr");
     std::fs::write(&path, fixed).unwrap();
-    let mut run_args = Vec::new();
-    for i in &inputs {
-        run_args.extend_from_slice(&["--input", i.as_str()]);
-    }
     for device in ["interp", "cpu"] {
-        let Some(saved) = run_saved(path.to_str().unwrap(), "bucket", device, &run_args) else { continue };
+        let Some(saved) = run_saved(path.to_str().unwrap(), "bucket", device, &input_args) else { continue };
         assert!(!saved.warnings.contains("W0608"), "{}", saved.warnings);
         let got = saved.read("B.out.npy");
         for i in 0..n {
