@@ -165,3 +165,93 @@ fn advanced_indices_apart_put_their_block_first() {
         }
     });
 }
+
+/// `permute_rows` (16-row programs) with `perm`, the rows of X given by `x`: what the run
+/// says, exit status and standard error, on `device`.
+fn permute_rows_run(device: &str, perm: &[f64], x: &[f64], dir: &std::path::Path) -> (Option<i32>, String) {
+    let (r, c) = (perm.len(), x.len() / perm.len());
+    let perm_in = input(dir, "Perm", DType::I32, perm);
+    let x_in = input_shaped(dir, "X", DType::F32, &[r, c], x);
+    let dims = format!("R={r},C={c}");
+    let args = ["run", GATHERS, "--kernel", "permute_rows", "--device", device, "--dims", &dims];
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .current_dir(saved_runs::root())
+        .args(args)
+        .args(["--input", &perm_in, "--input", &x_in])
+        .output()
+        .unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Rows 3 and 19 (programs r0 = 0 and r0 = 16) both go to row 3 with different values:
+/// which write lands is unspecified, and the CPU's threads kept either on different runs,
+/// so a verdict flipped between WRONG and correct. The reference reports the element and
+/// both programs instead, on every run.
+#[test]
+fn programs_that_scatter_different_values_into_one_element_get_no_verdict() {
+    let (r, c) = (21usize, 40usize);
+    let tmp = tempfile::tempdir().unwrap();
+    let perm: Vec<f64> = (0..r).map(|i| if i == 19 { 3.0 } else { i as f64 }).collect();
+    let x: Vec<f64> = (0..r * c).map(|i| i as f64).collect();
+    for device in ["interp", "cpu"] {
+        for _ in 0..3 {
+            let (code, err) = permute_rows_run(device, &perm, &x, tmp.path());
+            if err.contains("no CPU backend") {
+                break;
+            }
+            assert_eq!(code, Some(1), "{device}: {err}");
+            // Column 0 of X lands in column 39 of Y (the columns are reversed).
+            let want = "the programs at r0 = 0, c0 = 0 and at r0 = 16, c0 = 0 write `Y[3, 39]` and leave \
+                        different values (120 and 760)";
+            assert!(err.contains(want) && err.contains("tile.atomic_add"), "{device}: {err}");
+        }
+    }
+}
+
+/// Two lanes of one program's scatter with different values: unspecified on a GPU, whose
+/// threads write at once, although the CPU backend writes its lanes in order.
+#[test]
+fn lanes_that_scatter_different_values_into_one_element_get_no_verdict() {
+    let (r, c) = (21usize, 40usize);
+    let tmp = tempfile::tempdir().unwrap();
+    let perm: Vec<f64> = (0..r).map(|i| if i == 5 { 2.0 } else { i as f64 }).collect();
+    let x: Vec<f64> = (0..r * c).map(|i| i as f64).collect();
+    let (code, err) = permute_rows_run("interp", &perm, &x, tmp.path());
+    assert_eq!(code, Some(1), "{err}");
+    let want = "lanes [2, 0] and [5, 0] of this scatter (in the program at r0 = 0, c0 = 0) write `Y[2, 39]` \
+                with different values (80 and 200)";
+    assert!(err.contains(want), "{err}");
+}
+
+/// Repeated ids that write equal values lose nothing: the kernel has one result, and it is
+/// checked.
+#[test]
+fn ids_that_repeat_with_equal_values_are_checked_as_usual() {
+    let (r, c) = (21usize, 40usize);
+    let tmp = tempfile::tempdir().unwrap();
+    // Rows 1, 5 and 19 all go to row 1, within a program and across programs, and hold
+    // the same values.
+    let perm: Vec<f64> = (0..r).map(|i| if i == 5 || i == 19 { 1.0 } else { i as f64 }).collect();
+    let x: Vec<f64> =
+        (0..r * c).map(|i| if [1, 5, 19].contains(&(i / c)) { (i % c) as f64 } else { i as f64 }).collect();
+    let x_in = input_shaped(tmp.path(), "X", DType::F32, &[r, c], &x);
+    let perm_in = input(tmp.path(), "Perm", DType::I32, &perm);
+    let y0: Vec<f64> = (0..r * c).map(|i| -(i as f64)).collect();
+    let y_in = input_shaped(tmp.path(), "Y", DType::F32, &[r, c], &y0);
+    let dims = format!("R={r},C={c}");
+    let args = ["--dims", &dims, "--input", &perm_in, "--input", &x_in, "--input", &y_in];
+    on_each_device(GATHERS, "permute_rows", &args, |device, saved| {
+        assert!(saved.text.contains("result    correct"), "{device}: {}", saved.text);
+        let y = saved.read("Y.out.npy");
+        for row in 0..r {
+            for col in 0..c {
+                // Rows 5 and 19 are nobody's destination: they keep Y's values.
+                let want = match row {
+                    5 | 19 => y0[row * c + col],
+                    _ => x[row * c + (c - 1 - col)],
+                };
+                assert_eq!(y[row * c + col], want, "{device}: Y[{row}, {col}]");
+            }
+        }
+    });
+}

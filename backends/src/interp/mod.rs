@@ -200,13 +200,6 @@ impl<'f> Kernel<'f> {
         self.execute(args, options, None).map(|(stats, _)| stats)
     }
 
-    /// Whether the kernel scatters (`tile.scatter`): its programs may write the same
-    /// elements, so they run in grid order and [`Kernel::run_programs`] cannot say
-    /// which elements a subset of them wrote.
-    pub fn scatters(&self) -> bool {
-        self.program.scatters
-    }
-
     /// Runs only the tile programs at the grid points `programs` (for checking a sample
     /// of a large launch) and says which elements of each tensor they stored: for every
     /// parameter, `Some(mask)` (one flag per element, row-major) for the tensors the

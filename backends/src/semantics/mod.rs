@@ -14,13 +14,17 @@
 //! The walk is direct: `grid.parallel` loops run every iteration (a sample of them for
 //! large problems), `scf.for`/`scf.if`/`scf.while` are executed as written, shared
 //! buffers are plain arrays (`tile.cp_async` copies at once, barriers do nothing).
+//! Programs run on every core, except in a kernel with a plain scatter: its programs run
+//! in order while [`writes`] finds two that leave different values in one element.
 
 #[cfg(test)]
 mod tests;
 mod value;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 use tessera_frontend::check::{DType, Policy};
@@ -32,6 +36,7 @@ use crate::interp::numerics::{BinFn, BinOp, Domain, Pred, UnFn, UnOp};
 use crate::interp::InterpError;
 use crate::tensor::{round_with, Arg};
 use value::{Tile, Value, View};
+use writes::{LaneWrites, Position, Takeover, WriteLog};
 
 /// Which tile programs to run.
 #[derive(Clone, Debug)]
@@ -89,6 +94,10 @@ pub fn run(
         });
     }
     let shapes = shape_symbols(func, &tensors);
+    // A plain scatter's ids are data: its programs run in order, and their writes are
+    // logged to find two that leave different values in one element.
+    let scatters_plainly =
+        func.walk().into_iter().any(|id| func.op(id).kind == OpKind::Scatter && func.op(id).attr("atomic").is_none());
     let machine = Machine {
         func,
         config,
@@ -99,8 +108,16 @@ pub fn run(
         programs,
         ran: AtomicU64::new(0),
         total: AtomicU64::new(0),
+        writes: scatters_plainly.then(|| Mutex::new(WriteLog::new(&tensors))),
     };
-    let mut env = Env { values: vec![None; func.values.len()], pid: [0; 3], grid_pos: Vec::new(), smem: Vec::new() };
+    let mut env = Env {
+        values: vec![None; func.values.len()],
+        pid: [0; 3],
+        grid_pos: Vec::new(),
+        smem: Vec::new(),
+        program: 0,
+        takeovers: Vec::new(),
+    };
     for (&v, p) in func.params.iter().zip(params) {
         env.values[v.0 as usize] = Some(p);
     }
@@ -112,16 +129,20 @@ pub fn run(
         let points: Vec<[u64; 3]> =
             (0..grid[2]).flat_map(|z| (0..grid[1]).flat_map(move |y| (0..grid[0]).map(move |x| [x, y, z]))).collect();
         machine.total.store(points.len() as u64, Ordering::Relaxed);
-        points
-            .par_iter()
-            .filter(|p| machine.chosen(&[p[0] as i64, p[1] as i64, p[2] as i64], &[grid[0], grid[1], grid[2]]))
-            .try_for_each(|&pid| {
-                let mut env = env.clone();
-                env.pid = pid;
-                machine.ran.fetch_add(1, Ordering::Relaxed);
-                machine.region(&func.body, &mut env, 0).map(|_| ())
-            })
-            .map_err(|e| e.into_error(func))?;
+        let chosen =
+            |p: &&[u64; 3]| machine.chosen(&[p[0] as i64, p[1] as i64, p[2] as i64], &[grid[0], grid[1], grid[2]]);
+        let run_one = |pid: [u64; 3]| {
+            let mut env = env.clone();
+            env.pid = pid;
+            machine.ran.fetch_add(1, Ordering::Relaxed);
+            machine.program(&mut env, Position::Point(pid), |env| machine.region(&func.body, env, 0).map(|_| ()))
+        };
+        if machine.writes.is_some() {
+            points.iter().filter(chosen).try_for_each(|&pid| run_one(pid))
+        } else {
+            points.par_iter().filter(chosen).try_for_each(|&pid| run_one(pid))
+        }
+        .map_err(|e| e.into_error(func))?;
     }
     let mut stats = RunStats {
         programs: machine.ran.load(Ordering::Relaxed),
@@ -135,6 +156,11 @@ pub fn run(
         stats.stored.push(t.as_ref().and_then(|t| t.stored_mask()));
     }
     Ok(stats)
+}
+
+fn lock(log: &Mutex<WriteLog>) -> std::sync::MutexGuard<'_, WriteLog> {
+    // A panic while holding it would have ended the run already.
+    log.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The shape symbols the tensor arguments bind (`tensor<MxK>` with dims 64, 32).
@@ -178,9 +204,14 @@ struct Env {
     values: Vec<Option<Value>>,
     /// The grid point for `grid.program_id` (kernels without `grid.parallel`).
     pid: [u64; 3],
-    /// The iteration of each enclosing `grid.parallel` loop: (index, extent).
-    grid_pos: Vec<(i64, u64)>,
+    /// The iteration of each enclosing `grid.parallel` loop: (index, extent, induction
+    /// variable).
+    grid_pos: Vec<(i64, u64, ValueId)>,
     smem: Vec<Tile>,
+    /// With a [`WriteLog`]: the running program's number (from 1), and the elements it took
+    /// over from other programs.
+    program: u32,
+    takeovers: Vec<Takeover>,
 }
 
 struct Machine<'a> {
@@ -195,6 +226,8 @@ struct Machine<'a> {
     programs: &'a Programs,
     ran: AtomicU64,
     total: AtomicU64,
+    /// Kernels that scatter plainly: who wrote each element (their programs run in order).
+    writes: Option<Mutex<WriteLog>>,
 }
 
 enum Flow {
@@ -205,6 +238,20 @@ enum Flow {
 }
 
 impl Machine<'_> {
+    /// Runs one tile program; with a [`WriteLog`], numbers it and checks at its end that
+    /// the elements it took over from other programs keep their values.
+    fn program(&self, env: &mut Env, at: Position, body: impl FnOnce(&mut Env) -> R<()>) -> R<()> {
+        let Some(log) = &self.writes else { return body(env) };
+        env.program = lock(log).begin(at);
+        let r = body(env);
+        let takeovers = std::mem::take(&mut env.takeovers);
+        let me = std::mem::replace(&mut env.program, 0);
+        r?;
+        lock(log)
+            .finish(self.func, me, &takeovers, self.tensors)
+            .map_err(|(op, message)| Fault { op: Some(op), message })
+    }
+
     fn chosen(&self, pos: &[i64], extents: &[u64]) -> bool {
         match self.programs {
             Programs::All => true,
@@ -338,7 +385,7 @@ impl Machine<'_> {
                 // Inside `tile.parallel` loops the program is the loops' trip: axis 0 is
                 // the outermost loop, as Tile IR numbers them.
                 let (pid, programs) = match env.grid_pos.get(axis) {
-                    Some(&(trip, extent)) => (trip, extent as i64),
+                    Some(&(trip, extent, _)) => (trip, extent as i64),
                     None => (env.pid[axis] as i64, self.grid[axis] as i64),
                 };
                 Value::Index(if kind == OpKind::ProgramId { pid } else { programs })
@@ -531,7 +578,7 @@ impl Machine<'_> {
                     Some(&m) => Some(self.tile(env, m)?),
                     None => None,
                 };
-                self.store(&v, &t, mask.as_ref(), op.operands[0], op.attr("atomic").is_some())?;
+                self.store(env, id, &v, &t, mask.as_ref(), op.operands[0], op.attr("atomic").is_some())?;
                 return Ok(Flow::Next);
             }
             OpKind::Gather | OpKind::Scatter => {
@@ -567,6 +614,7 @@ impl Machine<'_> {
                     };
                     let store = self.storage(arg(0)?);
                     let atomic = op.attr("atomic").is_some();
+                    let mut lanes = (self.writes.is_some() && !atomic).then(LaneWrites::default);
                     for (e, (&i, &x)) in idx.data.iter().zip(&vals.data).enumerate() {
                         let on = mask.as_ref().is_none_or(|m| m.data[e] != 0.0);
                         let i = i as i64;
@@ -576,7 +624,18 @@ impl Machine<'_> {
                                 owner[i as usize].store(1, Ordering::Relaxed);
                             }
                         } else if on && (0..len).contains(&i) {
-                            self.write(t, i as usize, store(x));
+                            let x = store(x);
+                            if let Some((lane, earlier)) = lanes.as_mut().and_then(|l| l.write(i as usize, e, x)) {
+                                return fault(self.lanes_conflict(
+                                    env,
+                                    ti,
+                                    i as usize,
+                                    &idx.dims,
+                                    [lane, e],
+                                    [earlier, x],
+                                ));
+                            }
+                            self.write(env, id, ti, t, i as usize, x);
                         }
                     }
                     return Ok(Flow::Next);
@@ -642,7 +701,39 @@ impl Machine<'_> {
             .is_some_and(|&t| matches!(self.func.ty(t), Type::Tensor(tt) if tt.policies.contains(&Policy::Saturate)))
     }
 
-    fn write(&self, t: &GlobalTensor, i: usize, x: f64) {
+    fn lanes_conflict(
+        &self,
+        env: &Env,
+        arg: usize,
+        element: usize,
+        tile_dims: &[usize],
+        lanes: [usize; 2],
+        values: [f64; 2],
+    ) -> String {
+        let t = self.tensors[arg].as_ref().expect("a scattered parameter is a tensor");
+        let program = match (&self.writes, env.program) {
+            (Some(log), p) if p != 0 => lock(log).describe(self.func, p),
+            _ => "code outside the innermost grid loop".to_string(),
+        };
+        format!(
+            "lanes {} and {} of this scatter (in {program}) write `{}` with different values ({} and {}): which lands \
+             is unspecified on a GPU, whose threads write at once, {}",
+            writes::coordinates(lanes[0], tile_dims),
+            writes::coordinates(lanes[1], tile_dims),
+            writes::element_name(self.func, arg, element, &t.dims),
+            values[0],
+            values[1],
+            writes::NO_SINGLE_RESULT
+        )
+    }
+
+    /// A plain write of element `i` of parameter `arg` by op `op`.
+    fn write(&self, env: &mut Env, op: OpId, arg: usize, t: &GlobalTensor, i: usize, x: f64) {
+        if let (Some(log), true) = (&self.writes, env.program != 0) {
+            if let Some(takeover) = lock(log).note(env.program, arg, i, t.get(i), op) {
+                env.takeovers.push(takeover);
+            }
+        }
         t.set(i, x);
         if let Some(owner) = &t.owner {
             owner[i].store(1, Ordering::Relaxed);
@@ -695,7 +786,17 @@ impl Machine<'_> {
 
     /// A store, or with `atomic`, an addition into the tensor's elements (`tile.atomic_add`:
     /// the sum in f64, rounded to the storage dtype, in one atomic step).
-    fn store(&self, v: &View, tile: &Tile, mask: Option<&Tile>, view: ValueId, atomic: bool) -> R<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &self,
+        env: &mut Env,
+        op: OpId,
+        v: &View,
+        tile: &Tile,
+        mask: Option<&Tile>,
+        view: ValueId,
+        atomic: bool,
+    ) -> R<()> {
         let t = self.tensor(v.arg)?;
         let round = self.storage(view);
         let mut bad = false;
@@ -708,7 +809,7 @@ impl Machine<'_> {
                         owner[i].store(1, Ordering::Relaxed);
                     }
                 }
-                (true, Some(i), Some(&x)) => self.write(t, i, round(x)),
+                (true, Some(i), Some(&x)) => self.write(env, op, v.arg, t, i, round(x)),
                 (_, _, None) => bad = true,
                 _ => {}
             }
@@ -749,7 +850,7 @@ impl Machine<'_> {
         let innermost = !region.ops.iter().any(|&o| self.contains_grid(o));
         let run_one = |k: u64, env: &mut Env| -> R<()> {
             Self::set(env, iv, Value::Index(lo + k as i64 * step));
-            env.grid_pos.push((k as i64, extent));
+            env.grid_pos.push((k as i64, extent, iv));
             let go = if innermost {
                 let pos: Vec<i64> = env.grid_pos.iter().map(|p| p.0).collect();
                 let ext: Vec<u64> = env.grid_pos.iter().map(|p| p.1).collect();
@@ -762,11 +863,18 @@ impl Machine<'_> {
             } else {
                 true
             };
-            let r = if go { self.region(region, env, depth + 1).map(|_| ()) } else { Ok(()) };
+            let r = match (go, innermost) {
+                (false, _) => Ok(()),
+                (true, false) => self.region(region, env, depth + 1).map(|_| ()),
+                (true, true) => {
+                    let at = env.grid_pos.iter().map(|&(_, _, v)| (v, self.index(env, v).unwrap_or(0))).collect();
+                    self.program(env, Position::Loops(at), |env| self.region(region, env, depth + 1).map(|_| ()))
+                }
+            };
             env.grid_pos.pop();
             r
         };
-        if depth == 0 {
+        if depth == 0 && self.writes.is_none() {
             // Programs are independent: the outermost grid axis runs on every core.
             (0..extent).into_par_iter().try_for_each(|k| {
                 let mut env = env.clone();
