@@ -169,7 +169,16 @@ pub(crate) fn verdict_text(check: &CheckReport, nonfinite: &[NonFiniteCount]) ->
 
 /// The `cause` line under a WRONG result that carries the same-schedule Tile IR check.
 pub(crate) fn cause_text(check: &CheckReport) -> Option<&'static str> {
-    Some(cause_explanation(check.mismatch_source()?))
+    let source = check.mismatch_source()?;
+    if source == MismatchSource::TileIr && check.lowering.as_ref().is_some_and(|l| l.verdict() == Verdict::NonFinite) {
+        return Some(
+            "its Tile IR on the interpreter is itself non-finite where the f64 reference is finite, and the \
+             device computes what it computes wherever it is finite: the kernel's own arithmetic in its dtypes \
+             (a formula that overflows, or cancels below zero, at these inputs) or a Tile IR pass departs from \
+             the f64 reference, not code generation",
+        );
+    }
+    Some(cause_explanation(source))
 }
 
 /// What a mismatch's source says about where the error is.

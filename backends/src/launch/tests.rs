@@ -276,6 +276,29 @@ fn mismatches_are_traced_to_the_tile_ir_or_to_code_generation() {
     diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &device, &mut miscompiled);
     assert_eq!(miscompiled.mismatch_source(), Some(MismatchSource::CodeGeneration));
 
+    // A device that is finite where its Tile IR takes the square root of a negative
+    // variance (a mean of 1000 with a spread of 0.01 cancels in f32), and matches it
+    // everywhere else: still the Tile IR's arithmetic, not code generation.
+    let mut p = plan_of(&layernorm, "layernorm", &[("R", 64), ("C", 1000)], Target::Cpu, &[]);
+    let Arg::Tensor(x) = &mut p.inputs[0] else { panic!("X is the first parameter") };
+    for i in 0..x.numel() {
+        x.set(i, round_to(DType::F32, 1000.0 + (x.get(i) - 0.5) * 0.02));
+    }
+    let reference = Reference::compute(&p, CheckMode::Full).unwrap();
+    let mut device = p.inputs.clone();
+    interp::run_kernel(&p.tile, &mut device).unwrap();
+    let Arg::Tensor(y) = &mut device[3] else { panic!("Y is the fourth parameter") };
+    let nan_rows: Vec<usize> = (0..64).filter(|r| y.get(r * 1000).is_nan()).collect();
+    assert!(!nan_rows.is_empty() && nan_rows.len() < 64, "{nan_rows:?}");
+    for i in nan_rows.iter().flat_map(|r| r * 1000..(r + 1) * 1000) {
+        y.set(i, 0.0);
+    }
+    let mut check = reference.compare(&p, &device);
+    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &device, &mut check);
+    assert_eq!(check.verdict(), Verdict::Wrong);
+    assert_eq!(check.lowering.as_ref().map(|l| l.verdict()), Some(Verdict::NonFinite));
+    assert_eq!(check.mismatch_source(), Some(MismatchSource::TileIr));
+
     // A correct run is not checked twice.
     let ok = plan_of(&layernorm, "layernorm", &[("R", 64), ("C", 256)], Target::Cpu, &[]);
     let mut good = ok.inputs.clone();
