@@ -461,7 +461,7 @@ fn estimate_text(estimate: u32, limit: Option<u32>, setmaxnreg: bool) -> String 
 /// result of those lanes is stored. Said before the run, so that the fault is explained.
 fn warn_padded_divisors(src: &Source, key: tessera_frontend::FnKey<'_>) {
     let Ok(graph) = tessera_passes::graph_ir(src.db(), key).clone() else { return };
-    for p in tessera_passes::analysis::padding::padded_divisors(&graph) {
+    for p in tessera_passes::analysis::padding::padded(&graph).divisors {
         eprintln!(
             "warning: {}W0608 this integer division's divisor is the zero padding of a partial tile of `{}`: \
              those lanes divide by zero, and the reference interpreter stops there with a fault although no \
@@ -479,7 +479,7 @@ fn warn_padded_divisors(src: &Source, key: tessera_frontend::FnKey<'_>) {
 /// before the run, as `tessera check` says it.
 fn warn_reference_blind(src: &Source, key: tessera_frontend::FnKey<'_>) {
     let Ok(graph) = tessera_passes::graph_ir(src.db(), key).clone() else { return };
-    for p in tessera_passes::analysis::padding::padded_reductions(&graph) {
+    for p in tessera_passes::analysis::padding::padded(&graph).reductions {
         eprintln!(
             "warning: {}W0606 this {} takes in the padding of a partial tile of `{}`: the f64 reference pads the \
              same way, so the verdict holds for the padded semantics, not for the tensor without it (`tessera \

@@ -1003,8 +1003,9 @@ fn pattern_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
-    padding::padding_lints(graph, name, out);
-    padding::divisor_padding_lints(graph, name, out);
+    let padded = padding::padded(graph);
+    padding::padding_lints(&padded.reductions, name, out);
+    padding::divisor_padding_lints(&padded.divisors, name, out);
     let overruns = overrun::overrunning_windows(graph);
     overrun::overrun_lints(&overruns, name, out);
     for l in patterns::independent_loops(graph) {

@@ -98,25 +98,40 @@ pub struct PaddedReduction {
     pub other_fix: Option<&'static str>,
 }
 
+/// What a partial tile's padding reaches in a function: W0606's reductions and W0608's
+/// divisors, from one evaluation.
+pub struct Padded {
+    pub reductions: Vec<PaddedReduction>,
+    pub divisors: Vec<PaddedDivisor>,
+}
+
+/// Evaluates `f`'s padding once, and again per finding only to try a fix.
+pub fn padded(f: &Func) -> Padded {
+    let defs = f.definitions();
+    let findings = evaluate(f, &defs, None);
+    Padded {
+        reductions: padded_reductions(f, &defs, &findings.reductions),
+        divisors: padded_divisors(f, &defs, &findings.divisors),
+    }
+}
+
 /// Every reduction of `f` whose input may hold a partial tile's padding there, with a
 /// value that is not the reduction's neutral one.
-pub fn padded_reductions(f: &Func) -> Vec<PaddedReduction> {
-    let defs = f.definitions();
-    let findings = evaluate(f, &defs, None).reductions;
+fn padded_reductions(f: &Func, defs: &[Option<OpId>], findings: &[(OpId, OpId, String, Pad)]) -> Vec<PaddedReduction> {
     let mut out = Vec::new();
-    for (reduction, origin, kind, holds) in &findings {
+    for (reduction, origin, kind, holds) in findings {
         let load = f.op(*origin);
         // An `other=` to suggest: the one under which no reduction of this load's padding
         // is wrong any more.
         let other_fix = if load.attr("other").is_none() {
             [(-f64::INFINITY, "-INF"), (f64::INFINITY, "INF")].into_iter().find_map(|(value, text)| {
-                let again = evaluate(f, &defs, Some((*origin, value)));
+                let again = evaluate(f, defs, Some((*origin, value)));
                 (!again.reductions.iter().any(|(_, o, _, _)| o == origin)).then_some(text)
             })
         } else {
             None
         };
-        let tensor = loaded_tensor(f, &defs, load);
+        let tensor = loaded_tensor(f, defs, load);
         out.push(PaddedReduction {
             at: f.op(*reduction).loc.clone(),
             kind: kind.clone(),
@@ -148,17 +163,16 @@ pub struct PaddedDivisor {
 }
 
 /// Every integer division of `f` whose divisor may hold a partial tile's zero padding.
-pub fn padded_divisors(f: &Func) -> Vec<PaddedDivisor> {
-    let defs = f.definitions();
+fn padded_divisors(f: &Func, defs: &[Option<OpId>], findings: &[(OpId, OpId)]) -> Vec<PaddedDivisor> {
     let mut out = Vec::new();
-    for (division, origin) in &evaluate(f, &defs, None).divisors {
+    for (division, origin) in findings {
         let load = f.op(*origin);
         let other_one_fixes = load.attr("other").is_none()
-            && !evaluate(f, &defs, Some((*origin, 1.0))).divisors.iter().any(|(_, o)| o == origin);
+            && !evaluate(f, defs, Some((*origin, 1.0))).divisors.iter().any(|(_, o)| o == origin);
         out.push(PaddedDivisor {
             at: f.op(*division).loc.clone(),
             load: load.loc.clone(),
-            tensor: loaded_tensor(f, &defs, load),
+            tensor: loaded_tensor(f, defs, load),
             other_one_fixes,
         });
     }
@@ -566,8 +580,8 @@ fn elementwise(kind: OpKind, operands: &[Abs]) -> Abs {
 
 /// W0606 for every reduction the padding of a partial tile enters (at the reduction,
 /// with the load labelled and, where one `other=` fixes it, that keyword as the fix).
-pub(super) fn padding_lints(graph: &Func, name: &str, out: &mut KernelLints) {
-    for p in padded_reductions(graph) {
+pub(super) fn padding_lints(reductions: &[PaddedReduction], name: &str, out: &mut KernelLints) {
+    for p in reductions {
         let Some(at) = range_in(&p.at, name) else { continue };
         let what = match p.kind.as_str() {
             "dot" => "the K sum of this `tile.dot`".to_string(),
@@ -612,8 +626,8 @@ pub(super) fn padding_lints(graph: &Func, name: &str, out: &mut KernelLints) {
 
 /// W0608 for every integer division whose divisor holds a partial tile's zero padding
 /// (at the division, with the load labelled and `other=1` as the fix where it clears it).
-pub(super) fn divisor_padding_lints(graph: &Func, name: &str, out: &mut KernelLints) {
-    for p in padded_divisors(graph) {
+pub(super) fn divisor_padding_lints(divisors: &[PaddedDivisor], name: &str, out: &mut KernelLints) {
+    for p in divisors {
         let Some(at) = range_in(&p.at, name) else { continue };
         let mut d = Diagnostic::new(
             Code::W0608,
