@@ -244,6 +244,18 @@ fn a_kernel_check_finds_racy_or_misplacing_program_ids_is_never_run() {
             assert!(message.contains(&format!("{file}:{line}:")) && message.contains("E0501 race"), "{message}");
         }
     }
+    // An in-place shift whose load reaches into the next program's store: the CPU's
+    // threads made its verdict flip, and the cause blamed code generation on some runs.
+    let path = corpus.join("e0501_neighbour_race.tsr");
+    for device in ["interp", "cpu"] {
+        let argv = ["run", path.to_str().unwrap(), "--kernel", "shift_left", "--dims", "N=4096", "--device", device];
+        let o = run(&[&argv[..], &["--json"]].concat(), &root());
+        assert_eq!(o.status.code(), Some(1), "{device}: {}{}", stdout(&o), stderr(&o));
+        let v = json(&o);
+        let message = v["error"]["message"].as_str().unwrap();
+        assert_eq!(v["error"]["kind"], "compile", "{v}");
+        assert!(message.contains("e0501_neighbour_race.tsr:12:") && message.contains("E0501 race"), "{message}");
+    }
     // A program id outside its grid loop: the reference has no program there.
     let path = corpus.join("e0503_program_id_outside_grid.tsr");
     let o = run(&["run", path.to_str().unwrap(), "--kernel", "shifted", "--device", "cpu", "--dims", "N=300"], &root());

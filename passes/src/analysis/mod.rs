@@ -15,6 +15,7 @@ pub mod banks;
 pub mod grid;
 pub mod limits;
 pub mod masked_rows;
+pub mod neighbours;
 pub mod overrun;
 pub mod padding;
 pub mod patterns;
@@ -864,6 +865,29 @@ fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         .with_note("fill a shared buffer with `tile.cp_async(buf, src)` or a store before reading it");
         if let Some(allocated) = range_in(&read.allocated, name) {
             d = d.with_label(allocated, "allocated here");
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+    for race in neighbours::neighbour_races(graph) {
+        let Some(at) = range_in(&race.store, name) else { continue };
+        let (var, tensor) = (&race.variable, &race.tensor);
+        // Seen from the store, the program that reads is the other way.
+        let (reader, writer) = if race.later { ("an earlier", "a later") } else { ("a later", "an earlier") };
+        let mut d = Diagnostic::new(
+            Code::E0501,
+            at,
+            format!(
+                "race: this store writes elements of `{tensor}` that {reader} program along `{var}` loads: \
+                 programs run in no fixed order, so that load sees the old value or the new one"
+            ),
+        )
+        .with_label(at, format!("writes what {reader} `{var}` program reads"))
+        .with_note(
+            "write the result to another tensor, or load everything the programs read before any program writes \
+             (a second kernel)",
+        );
+        if let Some(load) = range_in(&race.load, name) {
+            d = d.with_label(load, format!("reads elements {writer} program writes"));
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }

@@ -69,15 +69,7 @@ pub fn overrunning_windows(f: &Func) -> Vec<Overrun> {
     let defs = f.definitions();
     // The loop whose variable each region argument is, and each op's parent.
     let loop_of = f.loop_variables();
-    let mut parent: Vec<Option<OpId>> = vec![None; f.ops.len()];
-    for id in f.walk() {
-        let op = f.op(id);
-        for region in &op.regions {
-            for &inner in &region.ops {
-                parent[inner.0 as usize] = Some(id);
-            }
-        }
-    }
+    let parent = parent_ops(f);
     // Outer loops' variables stand for themselves (`h` of `h*D + d0`).
     let loop_variable_names: Vec<String> = (0..f.values.len())
         .filter(|&v| loop_of[v].is_some())
@@ -263,7 +255,20 @@ fn mask_text(variable: &str, step: &Dim, hi: &Dim, position: usize, rank: usize)
 
 /// Whether an op is inside an `if` on a bool tile (a masked region: its stores are
 /// masked, its loads read 0 where the mask is false).
-fn under_a_masked_if(f: &Func, parent: &[Option<OpId>], op: OpId) -> bool {
+/// The op whose region holds each op (`None` at the top level).
+pub(super) fn parent_ops(f: &Func) -> Vec<Option<OpId>> {
+    let mut parent: Vec<Option<OpId>> = vec![None; f.ops.len()];
+    for id in f.walk() {
+        for region in &f.op(id).regions {
+            for &inner in &region.ops {
+                parent[inner.0 as usize] = Some(id);
+            }
+        }
+    }
+    parent
+}
+
+pub(super) fn under_a_masked_if(f: &Func, parent: &[Option<OpId>], op: OpId) -> bool {
     let mut cursor = parent[op.0 as usize];
     while let Some(p) = cursor {
         let outer = f.op(p);
@@ -276,7 +281,7 @@ fn under_a_masked_if(f: &Func, parent: &[Option<OpId>], op: OpId) -> bool {
 }
 
 /// `v` as `iv + o`: a loop variable plus a loop-invariant offset the analysis can express.
-fn variable_plus_offset(
+pub(super) fn variable_plus_offset(
     f: &Func,
     defs: &[Option<OpId>],
     loop_of: &[Option<OpId>],
@@ -300,7 +305,7 @@ fn variable_plus_offset(
 
 /// An index value as a polynomial ([`Func::index_dim`]), with the schedule's keys (`BN`),
 /// the int parameters and the loops' variables standing for themselves by name.
-fn symbolic_value(f: &Func, defs: &[Option<OpId>], loop_of: &[Option<OpId>], v: ValueId) -> Option<Dim> {
+pub(super) fn symbolic_value(f: &Func, defs: &[Option<OpId>], loop_of: &[Option<OpId>], v: ValueId) -> Option<Dim> {
     let named = |v: ValueId| {
         if loop_of[v.0 as usize].is_some() {
             return f.values[v.0 as usize].name.as_deref().map(Dim::sym);
