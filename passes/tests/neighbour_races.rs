@@ -103,3 +103,16 @@ def k(X: Tensor[\"M\", \"N\", f32], Y: Tensor[\"M\", \"N\", f32]):
         assert!(found.is_empty(), "{body}: {found:?}");
     }
 }
+
+#[test]
+fn an_edge_mask_does_not_hide_the_race() {
+    let found = races(
+        "@kernel
+def shift_left_masked(X: Tensor[\"N\", f32]):
+    for i0 in tile.parallel(0, N, BLOCK):
+        x = tile.load(X[i0 + 1:i0 + 1 + BLOCK], mask=i0 + 1 + tile.arange(BLOCK) < N)
+        tile.store(X[i0:i0 + BLOCK], x, mask=i0 + tile.arange(BLOCK) < N)
+",
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+}

@@ -6,12 +6,15 @@
 //! that flipped, with a cause that blamed code generation on some runs).
 //!
 //! On Graph IR, for a tensor that a grid loop's body both loads from and stores into
-//! (not atomically): a load and a store whose windows along some axis start at `iv + o`
-//! for the same grid loop variable `iv` (step `B`), with offsets `o` a constant `δ`
-//! apart and equal starts on every other axis, so that the programs `B` apart along `iv`
-//! overlap exactly when `-s_store < ±B + δ < s_load` for window sizes `s` (provably, for
-//! sizes and steps of at least 1). Only the neighbouring programs are tried: windows
-//! wider than two steps are not this pattern. Accesses under a masked `if` are skipped.
+//! (not atomically): a load and a store whose windows along some axis start at `iv ± o`
+//! for the same grid loop variable `iv` (step `B`), with offsets a constant `δ` apart and
+//! equal starts and sizes on every other axis. The programs `k` steps apart overlap
+//! where `-s_store < k*B + δ < s_load` for window sizes `s`, which some `k ≠ 0` meets
+//! when both windows are one step wide and `δ ≠ 0`, when together they are wider than
+//! two steps, or (tried for `k = ±1`) provably for every size and step of at least 1.
+//! The grid is taken to have the programs `k` needs. Accesses under a masked `if` are
+//! skipped; a load's or a store's own `mask=` is not looked at (it guards the tensor's
+//! edge, and rarely hides a neighbour's elements).
 
 use tessera_frontend::check::Dim;
 
@@ -54,7 +57,9 @@ pub fn neighbour_races(f: &Func) -> Vec<NeighbourRace> {
     for id in f.walk() {
         let access = f.op(id);
         let is_store = match access.kind {
-            OpKind::Load if access.operands.len() == 1 => false,
+            // Masks are not looked at: they guard a tensor's edges, and rarely hide a
+            // neighbour's elements.
+            OpKind::Load => false,
             OpKind::Store if access.attr("atomic").is_none() => true,
             _ => continue,
         };
