@@ -17,13 +17,15 @@
 //! Programs run on every core, except in a kernel with a plain scatter: its programs run
 //! in order while [`writes`] finds two that leave different values in one element.
 
+mod crossing;
+mod programs;
 #[cfg(test)]
 mod tests;
 mod value;
 mod writes;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rayon::prelude::*;
@@ -35,6 +37,7 @@ use crate::interp::memory::GlobalTensor;
 use crate::interp::numerics::{BinFn, BinOp, Domain, Pred, UnFn, UnOp};
 use crate::interp::InterpError;
 use crate::tensor::{round_with, Arg};
+use crossing::Crossings;
 use value::{Tile, Value, View};
 use writes::{LaneWrites, Position, Takeover, WriteLog};
 
@@ -109,6 +112,8 @@ pub fn run(
         ran: AtomicU64::new(0),
         total: AtomicU64::new(0),
         writes: scatters_plainly.then(|| Mutex::new(WriteLog::new(&tensors))),
+        crossings: Crossings::new(func, &tensors.iter().map(|t| t.as_ref().map(|t| t.len())).collect::<Vec<_>>()),
+        next_program: AtomicU32::new(0),
     };
     let mut env = Env {
         values: vec![None; func.values.len()],
@@ -116,6 +121,7 @@ pub fn run(
         grid_pos: Vec::new(),
         smem: Vec::new(),
         program: 0,
+        position: None,
         takeovers: Vec::new(),
     };
     for (&v, p) in func.params.iter().zip(params) {
@@ -135,7 +141,7 @@ pub fn run(
             let mut env = env.clone();
             env.pid = pid;
             machine.ran.fetch_add(1, Ordering::Relaxed);
-            machine.program(&mut env, Position::Point(pid), |env| machine.region(&func.body, env, 0).map(|_| ()))
+            machine.program(&mut env, |_| Position::Point(pid), |env| machine.region(&func.body, env, 0).map(|_| ()))
         };
         if machine.writes.is_some() {
             points.iter().filter(chosen).try_for_each(|&pid| run_one(pid))
@@ -156,11 +162,6 @@ pub fn run(
         stats.stored.push(t.as_ref().and_then(|t| t.stored_mask()));
     }
     Ok(stats)
-}
-
-fn lock(log: &Mutex<WriteLog>) -> std::sync::MutexGuard<'_, WriteLog> {
-    // A panic while holding it would have ended the run already.
-    log.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The shape symbols the tensor arguments bind (`tensor<MxK>` with dims 64, 32).
@@ -208,9 +209,10 @@ struct Env {
     /// variable).
     grid_pos: Vec<(i64, u64, ValueId)>,
     smem: Vec<Tile>,
-    /// With a [`WriteLog`]: the running program's number (from 1), and the elements it took
-    /// over from other programs.
+    /// With a [`WriteLog`] or [`Crossings`]: the running program's number (from 1) and
+    /// place, and the elements it took over from other programs.
     program: u32,
+    position: Option<Position>,
     takeovers: Vec<Takeover>,
 }
 
@@ -228,6 +230,9 @@ struct Machine<'a> {
     total: AtomicU64,
     /// Kernels that scatter plainly: who wrote each element (their programs run in order).
     writes: Option<Mutex<WriteLog>>,
+    /// Kernels that read and write one tensor: who read and wrote each of its elements.
+    crossings: Option<Crossings>,
+    next_program: AtomicU32,
 }
 
 enum Flow {
@@ -238,20 +243,6 @@ enum Flow {
 }
 
 impl Machine<'_> {
-    /// Runs one tile program; with a [`WriteLog`], numbers it and checks at its end that
-    /// the elements it took over from other programs keep their values.
-    fn program(&self, env: &mut Env, at: Position, body: impl FnOnce(&mut Env) -> R<()>) -> R<()> {
-        let Some(log) = &self.writes else { return body(env) };
-        env.program = lock(log).begin(at);
-        let r = body(env);
-        let takeovers = std::mem::take(&mut env.takeovers);
-        let me = std::mem::replace(&mut env.program, 0);
-        r?;
-        lock(log)
-            .finish(self.func, me, &takeovers, self.tensors)
-            .map_err(|(op, message)| Fault { op: Some(op), message })
-    }
-
     fn chosen(&self, pos: &[i64], extents: &[u64]) -> bool {
         match self.programs {
             Programs::All => true,
@@ -569,7 +560,7 @@ impl Machine<'_> {
                     None => None,
                 };
                 let other = op.attr("other").and_then(|a| a.as_float()).unwrap_or(0.0);
-                Value::Tile(self.load(&v, mask.as_ref(), other)?)
+                Value::Tile(self.load(env, &v, mask.as_ref(), other)?)
             }
             OpKind::Store => {
                 let Value::View(v) = self.get(env, arg(0)?)? else { return fault("tile.store to a non-view") };
@@ -591,20 +582,19 @@ impl Machine<'_> {
                         Some(&m) => Some(self.tile(env, m)?),
                         None => None,
                     };
-                    let data = idx
-                        .data
-                        .iter()
-                        .enumerate()
-                        .map(|(e, &i)| {
-                            let on = mask.as_ref().is_none_or(|m| m.data[e] != 0.0);
-                            let i = i as i64;
-                            if on && (0..len).contains(&i) {
-                                t.get(i as usize)
-                            } else {
-                                0.0
+                    let mut data = Vec::with_capacity(idx.data.len());
+                    for (e, &i) in idx.data.iter().enumerate() {
+                        let on = mask.as_ref().is_none_or(|m| m.data[e] != 0.0);
+                        let i = i as i64;
+                        if on && (0..len).contains(&i) {
+                            if self.reads_crossing(env, ti, i as usize) {
+                                return Err(self.crossing(env, true, ti, i as usize));
                             }
-                        })
-                        .collect();
+                            data.push(t.get(i as usize));
+                        } else {
+                            data.push(0.0);
+                        }
+                    }
                     Value::Tile(Tile { dims: idx.dims.clone(), data })
                 } else {
                     let vals = self.tile(env, arg(2)?)?;
@@ -619,6 +609,9 @@ impl Machine<'_> {
                         let on = mask.as_ref().is_none_or(|m| m.data[e] != 0.0);
                         let i = i as i64;
                         if on && (0..len).contains(&i) && atomic {
+                            if self.writes_crossing(env, ti, i as usize) {
+                                return Err(self.crossing(env, false, ti, i as usize));
+                            }
                             t.add(i as usize, |old| store(old + x));
                             if let Some(owner) = &t.owner {
                                 owner[i as usize].store(1, Ordering::Relaxed);
@@ -635,7 +628,9 @@ impl Machine<'_> {
                                     [earlier, x],
                                 ));
                             }
-                            self.write(env, id, ti, t, i as usize, x);
+                            if self.write(env, id, ti, t, i as usize, x) {
+                                return Err(self.crossing(env, false, ti, i as usize));
+                            }
                         }
                     }
                     return Ok(Flow::Next);
@@ -650,7 +645,7 @@ impl Machine<'_> {
             OpKind::CpAsync | OpKind::StoreShared => {
                 let Value::Smem(b) = self.get(env, arg(0)?)? else { return fault("a shared copy into a non-buffer") };
                 let src = match self.get(env, arg(1)?)? {
-                    Value::View(v) => self.load(&v, None, 0.0)?,
+                    Value::View(v) => self.load(env, &v, None, 0.0)?,
                     Value::Tile(t) => t,
                     other => return fault(format!("a shared copy of {}", other.kind())),
                 };
@@ -701,45 +696,6 @@ impl Machine<'_> {
             .is_some_and(|&t| matches!(self.func.ty(t), Type::Tensor(tt) if tt.policies.contains(&Policy::Saturate)))
     }
 
-    fn lanes_conflict(
-        &self,
-        env: &Env,
-        arg: usize,
-        element: usize,
-        tile_dims: &[usize],
-        lanes: [usize; 2],
-        values: [f64; 2],
-    ) -> String {
-        let t = self.tensors[arg].as_ref().expect("a scattered parameter is a tensor");
-        let program = match (&self.writes, env.program) {
-            (Some(log), p) if p != 0 => lock(log).describe(self.func, p),
-            _ => "code outside the innermost grid loop".to_string(),
-        };
-        format!(
-            "lanes {} and {} of this scatter (in {program}) write `{}` with different values ({} and {}): which lands \
-             is unspecified on a GPU, whose threads write at once, {}",
-            writes::coordinates(lanes[0], tile_dims),
-            writes::coordinates(lanes[1], tile_dims),
-            writes::element_name(self.func, arg, element, &t.dims),
-            values[0],
-            values[1],
-            writes::NO_SINGLE_RESULT
-        )
-    }
-
-    /// A plain write of element `i` of parameter `arg` by op `op`.
-    fn write(&self, env: &mut Env, op: OpId, arg: usize, t: &GlobalTensor, i: usize, x: f64) {
-        if let (Some(log), true) = (&self.writes, env.program != 0) {
-            if let Some(takeover) = lock(log).note(env.program, arg, i, t.get(i), op) {
-                env.takeovers.push(takeover);
-            }
-        }
-        t.set(i, x);
-        if let Some(owner) = &t.owner {
-            owner[i].store(1, Ordering::Relaxed);
-        }
-    }
-
     /// Walks the window of a view: for each view element (row-major), the tensor index
     /// when it is inside the tensor.
     fn window(&self, v: &View, mut f: impl FnMut(usize, Option<usize>)) -> R<Vec<usize>> {
@@ -771,17 +727,26 @@ impl Machine<'_> {
         Ok(dims)
     }
 
-    fn load(&self, v: &View, mask: Option<&Tile>, other: f64) -> R<Tile> {
+    fn load(&self, env: &Env, v: &View, mask: Option<&Tile>, other: f64) -> R<Tile> {
         let t = self.tensor(v.arg)?;
         let mut data = Vec::new();
+        let mut crossed = None;
         let dims = self.window(v, |e, at| {
             let on = mask.is_none_or(|m| m.data.get(e).is_some_and(|&x| x != 0.0));
             data.push(match (on, at) {
-                (true, Some(i)) => t.get(i),
+                (true, Some(i)) => {
+                    if crossed.is_none() && self.reads_crossing(env, v.arg, i) {
+                        crossed = Some(i);
+                    }
+                    t.get(i)
+                }
                 _ => other,
             });
         })?;
-        Ok(Tile { dims, data })
+        match crossed {
+            Some(i) => Err(self.crossing(env, true, v.arg, i)),
+            None => Ok(Tile { dims, data }),
+        }
     }
 
     /// A store, or with `atomic`, an addition into the tensor's elements (`tile.atomic_add`:
@@ -800,16 +765,23 @@ impl Machine<'_> {
         let t = self.tensor(v.arg)?;
         let round = self.storage(view);
         let mut bad = false;
+        let mut crossed = None;
         let dims = self.window(v, |e, at| {
             let on = mask.is_none_or(|m| m.data.get(e).is_some_and(|&x| x != 0.0));
             match (on, at, tile.data.get(e)) {
                 (true, Some(i), Some(&x)) if atomic => {
+                    if crossed.is_none() && self.writes_crossing(env, v.arg, i) {
+                        crossed = Some(i);
+                    }
                     t.add(i, |old| round(old + x));
                     if let Some(owner) = &t.owner {
                         owner[i].store(1, Ordering::Relaxed);
                     }
                 }
-                (true, Some(i), Some(&x)) => self.write(env, op, v.arg, t, i, round(x)),
+                (true, Some(i), Some(&x)) => {
+                    let crossing = self.write(env, op, v.arg, t, i, round(x));
+                    crossed = crossed.or(crossing.then_some(i));
+                }
                 (_, _, None) => bad = true,
                 _ => {}
             }
@@ -817,7 +789,10 @@ impl Machine<'_> {
         if bad || value::numel(&dims).map_err(msg)? != tile.data.len() {
             return fault(format!("a store of a {:?} tile into a {:?} window", tile.dims, dims));
         }
-        Ok(())
+        match crossed {
+            Some(i) => Err(self.crossing(env, false, v.arg, i)),
+            None => Ok(()),
+        }
     }
 
     fn elementwise2(
@@ -867,8 +842,12 @@ impl Machine<'_> {
                 (false, _) => Ok(()),
                 (true, false) => self.region(region, env, depth + 1).map(|_| ()),
                 (true, true) => {
-                    let at = env.grid_pos.iter().map(|&(_, _, v)| (v, self.index(env, v).unwrap_or(0))).collect();
-                    self.program(env, Position::Loops(at), |env| self.region(region, env, depth + 1).map(|_| ()))
+                    let at = |env: &Env| {
+                        Position::Loops(
+                            env.grid_pos.iter().map(|&(_, _, v)| (v, self.index(env, v).unwrap_or(0))).collect(),
+                        )
+                    };
+                    self.program(env, at, |env| self.region(region, env, depth + 1).map(|_| ()))
                 }
             };
             env.grid_pos.pop();

@@ -50,10 +50,10 @@ impl WriteLog {
         WriteLog { writer, programs: Vec::new() }
     }
 
-    /// Numbers a new program (from 1).
-    pub fn begin(&mut self, at: Position) -> u32 {
+    /// Program `me` starts at `at`: programs are numbered from 1 in the order they run.
+    pub fn begin(&mut self, me: u32, at: Position) {
         self.programs.push(at);
-        self.programs.len() as u32
+        debug_assert_eq!(self.programs.len() as u32, me, "programs run in order");
     }
 
     /// Program `me` is about to write element `element` of parameter `tensor`, which now
@@ -135,7 +135,7 @@ fn both_programs(func: &Func, a: &Position, b: &Position) -> String {
 }
 
 /// `the program at r0 = 16, c0 = 0`, or `program (1, 0, 0)`.
-fn describe(func: &Func, at: &Position) -> String {
+pub(super) fn describe(func: &Func, at: &Position) -> String {
     match at {
         Position::Point(p) => format!("program {}", point(p)),
         Position::Loops(ivs) => format!("the program at {}", loop_values(func, ivs)),

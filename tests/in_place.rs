@@ -1,0 +1,64 @@
+//! Kernels that read and write one tensor (`tests/fixtures/in_place/normalize.tsr`):
+//! one program reading an element another writes has no single result, and the run
+//! says so on every run instead of a verdict that flipped (and blamed code generation);
+//! a kernel that writes back only what each program read itself is checked as usual.
+
+#[path = "support/saved_runs.rs"]
+mod saved_runs;
+use saved_runs::{input, on_each_device, root};
+use tessera_frontend::check::DType;
+
+const FIXTURE: &str = "tests/fixtures/in_place/normalize.tsr";
+
+fn positive_inputs(n: usize) -> Vec<f64> {
+    (0..n).map(|i| 1.0 + (i % 7) as f64).collect()
+}
+
+#[test]
+fn a_program_that_reads_what_another_writes_gets_no_verdict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let x = input(tmp.path(), "X", DType::F32, &positive_inputs(4096));
+    for device in ["interp", "cpu"] {
+        for _ in 0..3 {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .current_dir(root())
+                .args(["run", FIXTURE, "--kernel", "normalize_in_place", "--device", device, "--input", &x])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            if err.contains("no CPU backend") {
+                break;
+            }
+            assert_eq!(o.status.code(), Some(1), "{device}: {err}");
+            // Whichever of the two programs comes second finds it: the sum's load, or the
+            // store into a block another program's sum read.
+            let at_load = err.contains("normalize.tsr:14:")
+                && err.contains("reads `X[")
+                && err.contains("which another program writes");
+            let at_store = err.contains("normalize.tsr:15:")
+                && err.contains("writes `X[")
+                && err.contains("which another program reads");
+            assert!(at_load || at_store, "{device}: {err}");
+        }
+    }
+}
+
+#[test]
+fn out_of_place_and_same_element_updates_are_checked_as_usual() {
+    let tmp = tempfile::tempdir().unwrap();
+    let values = positive_inputs(1000);
+    let x = input(tmp.path(), "X", DType::F32, &values);
+    let args = ["--input", x.as_str()];
+    let total: f64 = values.iter().sum();
+    on_each_device(FIXTURE, "normalize", &args, |device, saved| {
+        assert!(saved.text.contains("result    correct"), "{device}: {}", saved.text);
+        for (i, (&y, &v)) in saved.read("Y.out.npy").iter().zip(&values).enumerate() {
+            assert!((y - v / total).abs() <= 1e-6 * (v / total), "{device}: Y[{i}] = {y}, want {}", v / total);
+        }
+    });
+    on_each_device(FIXTURE, "double", &args, |device, saved| {
+        assert!(saved.text.contains("result    correct"), "{device}: {}", saved.text);
+        let want: Vec<f64> = values.iter().map(|v| v * 2.0).collect();
+        assert_eq!(saved.read("X.out.npy"), want, "{device}");
+    });
+}
