@@ -62,3 +62,28 @@ fn out_of_place_and_same_element_updates_are_checked_as_usual() {
         assert_eq!(saved.read("X.out.npy"), want, "{device}");
     });
 }
+
+/// A histogram by read-modify-write through its bucket ids loses the updates of programs
+/// that share a bucket: stopped, with `tile.atomic_add` as the fix.
+#[test]
+fn a_histogram_by_read_modify_write_is_stopped_with_atomic_add_as_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kernel = "from tessera import *\n\nBLOCK = 64\n\n@kernel\n\
+        def histogram(X: Tensor[\"N\", i32], Hist: Tensor[\"B\", i32]):\n    \
+        for i0 in tile.parallel(0, N, BLOCK):\n        \
+        b = tile.load(X[i0:i0 + BLOCK], other=-1)\n        \
+        Hist[b] = Hist[b] + 1\n";
+    let path = tmp.path().join("histogram.tsr");
+    std::fs::write(&path, kernel).unwrap();
+    let ids: Vec<f64> = (0..1024).map(|i| ((i * 7) % 16) as f64).collect();
+    let x = input(tmp.path(), "X", DType::I32, &ids);
+    let hist = input(tmp.path(), "Hist", DType::I32, &[0.0; 16]);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["run", path.to_str().unwrap(), "--kernel", "histogram", "--device", "interp"])
+        .args(["--input", &x, "--input", &hist])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("`Hist[") && err.contains("add into the element with `tile.atomic_add`"), "{err}");
+}

@@ -93,7 +93,8 @@ pub(super) fn crossing_message(program: &str, reads: bool, element: &str) -> Str
     format!(
         "{program} {does} `{element}`, which another program {other}: programs run in no fixed order (on a GPU, \
          and between the CPU backend's threads), so the read sees the old value or the new one and the kernel has \
-         no single result to check; write the result to another tensor, or read what the programs need before any \
-         of them writes (a second kernel)"
+         no single result to check; add into the element with `tile.atomic_add` if the programs accumulate there \
+         (a histogram), else write the result to another tensor, or read what the programs need before any of \
+         them writes (a second kernel)"
     )
 }
