@@ -1,6 +1,7 @@
 //! The reference's bookkeeping of tile programs in the kernels that need it: numbering
 //! each program, the plain writes of a kernel that scatters ([`WriteLog`]) and the
-//! elements of a tensor updated in place ([`Crossings`](crossing::Crossings)), and the faults they raise.
+//! elements of a tensor updated in place ([`Crossings`](crossing::Crossings)), and the
+//! faults they raise.
 
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -13,9 +14,9 @@ use super::{Env, Fault, Machine, R};
 use crate::interp::memory::GlobalTensor;
 
 impl Machine<'_> {
-    /// Runs one tile program at `at`; with a [`WriteLog`] or [`Crossings`](crossing::Crossings), numbers it, and
-    /// with a [`WriteLog`] checks at its end that the elements it took over from other
-    /// programs keep their values.
+    /// Runs one tile program at `at`; with a [`WriteLog`] or
+    /// [`Crossings`](crossing::Crossings), numbers it, and with a [`WriteLog`] checks at
+    /// its end that the elements it took over from other programs keep their values.
     pub(super) fn program(
         &self,
         env: &mut Env,
