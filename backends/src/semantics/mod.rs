@@ -15,7 +15,9 @@
 //! large problems), `scf.for`/`scf.if`/`scf.while` are executed as written, shared
 //! buffers are plain arrays (`tile.cp_async` copies at once, barriers do nothing).
 //! Programs run on every core, except in a kernel with a plain scatter: its programs run
-//! in order while [`writes`] finds two that leave different values in one element.
+//! in order while [`writes`] finds two that leave different values in one element. In a
+//! kernel that reads and writes one tensor, [`crossing`] finds a program reading an
+//! element another program writes.
 
 mod crossing;
 mod programs;
