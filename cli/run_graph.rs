@@ -65,6 +65,9 @@ pub(crate) fn run(src: &Source, args: &RunArgs, key: FnKey<'_>) -> Result<i32, F
         .map(|p| session.graph.values[p.0 as usize].name.as_ref().map(|n| n.to_string()))
         .collect();
     crate::run_inputs::apply(&names, &files, &mut input.args).map_err(Failure::usage)?;
+    if let Some(why) = crate::run_inputs::inexact_integers(&names, &input.args) {
+        eprintln!("warning: {why}: the check compares values rounded to 53 bits");
+    }
     if !input.assumed.is_empty() {
         let assumed: Vec<String> = input.assumed.iter().map(|(s, v)| format!("{s}={v}")).collect();
         eprintln!("note: assuming {} (no --dims value)", assumed.join(", "));

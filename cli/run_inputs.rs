@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use tessera_backends::tensor::{Arg, HostTensor};
-use tessera_frontend::check::Dim;
+use tessera_frontend::check::{DType, Dim};
 use tessera_passes::ir::{Func, Type};
 
 /// One `--input NAME=FILE` with the file's contents.
@@ -186,9 +186,35 @@ pub(crate) fn apply(names: &[Option<String>], inputs: &[GivenInput], args: &mut 
                 shape_text(&seeded.dims)
             ));
         }
-        *seeded = HostTensor::from_f64(seeded.dtype, &seeded.dims, &input.tensor.to_f64());
+        *seeded = if input.tensor.dtype == seeded.dtype {
+            // Bit for bit: an i64 beyond 2^53 does not survive a trip through f64.
+            input.tensor.clone()
+        } else {
+            HostTensor::from_f64(seeded.dtype, &seeded.dims, &input.tensor.to_f64())
+        };
     }
     Ok(())
+}
+
+/// The first 64-bit integer tensor among `args` that holds a value beyond 2^53, as the
+/// reason a check against the f64 reference cannot be trusted: the interpreter and the
+/// reference hold every value as an f64, so they compute with such values rounded (a
+/// device that is right by one would be called wrong, or one that is wrong by one right).
+pub(crate) fn inexact_integers(names: &[Option<String>], args: &[Arg]) -> Option<String> {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    names.iter().zip(args).find_map(|(name, arg)| {
+        let (Some(name), Arg::Tensor(t)) = (name, arg) else { return None };
+        if t.dtype != DType::I64 {
+            return None;
+        }
+        let i = (0..t.numel()).find(|&i| t.get(i).abs() > EXACT)?;
+        Some(format!(
+            "`{name}` holds i64 values beyond 2^53 ({name}{:?} is about {:.6e}), which the interpreter and the f64 \
+             reference hold only rounded",
+            tessera_backends::launch::unravel(i, &t.dims),
+            t.get(i)
+        ))
+    })
 }
 
 /// The report's line: which tensors came from files.
