@@ -78,6 +78,7 @@ codes! {
     W0606 Warning "a partial tile's padding enters a reduction";
     W0607 Warning "a tile window runs past its loop's bound";
     W0608 Warning "a partial tile's padding is an integer divisor";
+    W0609 Warning "a read-modify-write through ids";
     E0700 Error "unknown schedule key";
     E0701 Error "invalid schedule value";
     W0702 Warning "autotune candidates pruned";
@@ -120,6 +121,7 @@ impl Code {
                 | W0606
                 | W0607
                 | W0608
+                | W0609
                 | W0702
                 | E0703
                 | E0704

@@ -13,6 +13,7 @@
 pub mod analytic;
 pub mod banks;
 pub mod grid;
+pub mod id_updates;
 pub mod limits;
 pub mod masked_rows;
 pub mod neighbours;
@@ -1024,6 +1025,28 @@ fn pattern_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         .with_note("subtract a running maximum that has seen key 0 (start the key loop at 0), or skip the key blocks above the diagonal: `tile.range(0, q0 + ctx.BM, ctx.BN)`");
         if let Some(mask_at) = range_in(&m.mask, name) {
             d = d.with_label(mask_at, "the causal mask");
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
+    for u in id_updates::id_read_modify_writes(graph) {
+        let Some(at) = range_in(&u.scatter, name) else { continue };
+        let tensor = &u.tensor;
+        let mut d = Diagnostic::new(
+            Code::W0609,
+            at,
+            format!(
+                "this scatter writes back into `{tensor}` a value computed from a gather of `{tensor}` at the same \
+                 ids: programs, or lanes, whose ids repeat read the same old value, and only one of their updates \
+                 survives"
+            ),
+        )
+        .with_label(at, "writes back through the ids")
+        .with_note(format!(
+            "to accumulate, add with `tile.atomic_add({tensor}[ids], delta)`; with unique ids (a permutation) it is \
+             right as written"
+        ));
+        if let Some(gather) = range_in(&u.gather, name) {
+            d = d.with_label(gather, "reads through the same ids");
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
