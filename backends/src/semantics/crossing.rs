@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 
-use tessera_passes::ir::{Func, OpKind};
+use tessera_passes::ir::{Func, OpId, OpKind};
 
 /// Several programs have read the element.
 const SEVERAL: u32 = u32::MAX;
@@ -28,10 +28,9 @@ pub(super) struct Crossings {
 }
 
 impl Crossings {
-    /// `None` when no parameter is both read and written. `lens[p]`: parameter `p`'s
-    /// element count (`None` for scalars).
-    pub fn new(func: &Func, lens: &[Option<usize>]) -> Option<Crossings> {
-        let defs = func.definitions();
+    /// `None` when no parameter is both read and written. `defs` is
+    /// [`Func::definitions`]; `lens[p]`: parameter `p`'s element count (`None` for scalars).
+    pub fn new(func: &Func, defs: &[Option<OpId>], lens: &[Option<usize>]) -> Option<Crossings> {
         let param = |v| func.params.iter().position(|&p| p == v);
         // The tensor behind a view, or the tensor itself.
         let tensor = |v: tessera_passes::ir::ValueId| match defs[v.0 as usize].map(|d| func.op(d)) {

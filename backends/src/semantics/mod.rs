@@ -103,18 +103,21 @@ pub fn run(
     // logged to find two that leave different values in one element.
     let scatters_plainly =
         func.walk().into_iter().any(|id| func.op(id).kind == OpKind::Scatter && func.op(id).attr("atomic").is_none());
+    let defs = func.definitions();
+    let lens: Vec<Option<usize>> = tensors.iter().map(|t| t.as_ref().map(|t| t.len())).collect();
+    let crossings = Crossings::new(func, &defs, &lens);
     let machine = Machine {
         func,
         config,
         shapes,
-        defs: func.definitions(),
+        defs,
         tensors: &tensors,
         grid,
         programs,
         ran: AtomicU64::new(0),
         total: AtomicU64::new(0),
         writes: scatters_plainly.then(|| Mutex::new(WriteLog::new(&tensors))),
-        crossings: Crossings::new(func, &tensors.iter().map(|t| t.as_ref().map(|t| t.len())).collect::<Vec<_>>()),
+        crossings,
         next_program: AtomicU32::new(0),
     };
     let mut env = Env {

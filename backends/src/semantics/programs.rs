@@ -49,10 +49,17 @@ impl Machine<'_> {
     /// The fault of a program that reads an element another program writes, or writes
     /// one another reads.
     pub(super) fn crossing(&self, env: &Env, reads: bool, arg: usize, element: usize) -> Fault {
-        let program = env.position.as_ref().map_or("a program".to_string(), |p| writes::describe(self.func, p));
+        let program = self.program_text(env);
         let dims = self.tensors[arg].as_ref().map_or(&[][..], |t| &t.dims[..]);
         let element = writes::element_name(self.func, arg, element, dims);
         Fault { op: None, message: crossing::crossing_message(&program, reads, &element) }
+    }
+
+    /// `the program at i0 = 64`: the running program, for a message.
+    fn program_text(&self, env: &Env) -> String {
+        env.position
+            .as_ref()
+            .map_or_else(|| "code outside the innermost grid loop".to_string(), |p| writes::describe(self.func, p))
     }
 
     /// Whether program `env.program` reading element `i` of `arg` crosses another's write.
@@ -70,10 +77,7 @@ impl Machine<'_> {
         values: [f64; 2],
     ) -> String {
         let t = self.tensors[arg].as_ref().expect("a scattered parameter is a tensor");
-        let program = match (&self.writes, env.program) {
-            (Some(log), p) if p != 0 => lock(log).describe(self.func, p),
-            _ => "code outside the innermost grid loop".to_string(),
-        };
+        let program = self.program_text(env);
         format!(
             "lanes {} and {} of this scatter (in {program}) write `{}` with different values ({} and {}): which lands \
              is unspecified on a GPU, whose threads write at once, {}",

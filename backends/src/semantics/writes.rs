@@ -97,10 +97,6 @@ impl WriteLog {
         }
         Ok(())
     }
-
-    pub fn describe(&self, func: &Func, program: u32) -> String {
-        describe(func, &self.programs[program as usize - 1])
-    }
 }
 
 /// The lanes of one scatter that have written each element, to find two that write
@@ -166,13 +162,6 @@ pub(super) fn element_name(func: &Func, tensor: usize, element: usize, dims: &[i
 }
 
 /// `[3, 0]`: the row-major coordinates of flat index `i` in `dims`.
-pub(super) fn coordinates(mut i: usize, dims: &[usize]) -> String {
-    let mut coords = vec![0usize; dims.len()];
-    for d in (0..dims.len()).rev() {
-        let n = dims[d].max(1);
-        coords[d] = i % n;
-        i /= n;
-    }
-    let parts: Vec<String> = coords.iter().map(|c| c.to_string()).collect();
-    format!("[{}]", parts.join(", "))
+pub(super) fn coordinates(i: usize, dims: &[usize]) -> String {
+    format!("{:?}", crate::launch::unravel(i, dims))
 }
