@@ -174,6 +174,47 @@ impl<'a> Infer<'a> {
         }
     }
 
+    /// The result of `where(cond, a, b)` given `values`, the broadcast of `a` and `b`:
+    /// the condition's shape takes part in the broadcast too, so `where(x > 0, 1.0, -1.0)`
+    /// on a tile is a tile of its shape, and `where(x == m[:, None], cols[None, :], C)`
+    /// is as wide as `x`, not as `cols`.
+    pub fn selected(&mut self, cond: ExprId, cond_ty: Ty, operands: [&Ty; 2], values: Ty) -> Ty {
+        let cond_ty = self.operand(cond_ty);
+        let Some(cond_dims) = cond_ty.shape().map(|(d, _)| d.to_vec()) else { return values };
+        let value_dims = values.shape().map_or_else(Vec::new, |(d, _)| d.to_vec());
+        let dims = match crate::check::shapes::broadcast(&cond_dims, &value_dims) {
+            Ok(dims) => dims,
+            Err(_) => {
+                self.error(
+                    Code::E0302,
+                    self.range(cond),
+                    format!(
+                        "the condition {} does not broadcast with the values {}",
+                        fmt_dims(&cond_dims),
+                        fmt_dims(&value_dims)
+                    ),
+                );
+                return Ty::Unknown;
+            }
+        };
+        // Numbers on both sides take the dtype Python's would: an int, a float or a bool.
+        let elem = match &values {
+            Ty::Unknown => return Ty::Unknown,
+            Ty::Tensor(t) | Ty::View(t) | Ty::DistTensor(t) => t.elem.clone(),
+            Ty::Tile(t) => t.elem.clone(),
+            Ty::Scalar(e) => e.clone(),
+            _ if operands.iter().all(|t| matches!(t, Ty::Int(_))) => ElemType::plain(DType::I32),
+            _ if operands.iter().all(|t| matches!(t, Ty::Bool(_))) => ElemType::plain(DType::Bool),
+            _ => ElemType::plain(DType::F32),
+        };
+        let tile = matches!(cond_ty, Ty::Tile(_)) || matches!(values, Ty::Tile(_));
+        if tile {
+            Ty::Tile(TileType { dims, elem })
+        } else {
+            Ty::Tensor(TensorType::new(dims, elem))
+        }
+    }
+
     /// Same storage dtype required; policies merge; conflicting `@accum` is E0403.
     pub fn merge_elems(
         &mut self,

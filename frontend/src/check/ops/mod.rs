@@ -376,24 +376,9 @@ impl<'a> Infer<'a> {
                 let c = arg!(a, "where" | "tile.where" => "cond").unwrap().clone();
                 let x = arg!(a, "where" | "tile.where" => "a").unwrap().clone();
                 let y = arg!(a, "where" | "tile.where" => "b").unwrap().clone();
-                let values = self.elementwise(id, &format!("`{path}`"), &[(x.expr, x.ty), (y.expr, y.ty)]);
-                if let (Some((cd, _)), Some((vd, _))) =
-                    (self.operand(c.ty.clone()).shape().map(|(d, e)| (d.to_vec(), e.clone())), values.shape())
-                {
-                    if shapes::broadcast(&cd, vd).is_err() {
-                        self.error(
-                            Code::E0302,
-                            self.range(c.expr),
-                            format!(
-                                "the condition {} does not broadcast with the values {}",
-                                fmt_dims(&cd),
-                                fmt_dims(vd)
-                            ),
-                        );
-                        return Ty::Unknown;
-                    }
-                }
-                values
+                let values =
+                    self.elementwise(id, &format!("`{path}`"), &[(x.expr, x.ty.clone()), (y.expr, y.ty.clone())]);
+                self.selected(c.expr, c.ty, [&x.ty, &y.ty], values)
             }
             // ---- graph ops ----
             (false, "matmul" | "gemm") => {
