@@ -14,7 +14,10 @@
 //!   first half's last tile overwrote the second half where the tile does not divide it,
 //!   and the run said `correct`; it now warns (W0607), and the masked store is right;
 //! - `x // w` with `w` loaded from a partial last tile: the padding (0) divides, and the
-//!   interpreter's fault in those lanes is explained first (W0608); `other=1` is right.
+//!   interpreter's fault in those lanes is explained first (W0608); `other=1` is right;
+//! - a row argmax, `tl.where(x == m[:, None], cols, C)` and a min: the condition's shape
+//!   broadcasts with the branches' (it was cut to `cols`'s, and `where(x > 0, 1.0, -1.0)`
+//!   to a scalar: neither lowered), and the padding is not reported (W0606 was).
 //!
 //! Outputs are compared with what this file computes in f64 from the saved inputs (no
 //! Tessera code in those oracles).
@@ -24,7 +27,7 @@ use std::process::Command;
 
 #[path = "support/saved_runs.rs"]
 mod saved_runs;
-use saved_runs::{root, run_saved, Saved};
+use saved_runs::{on_each_device, root, run_saved, Saved};
 
 fn tessera(dir: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tessera")).current_dir(dir).args(args).output().expect("tessera runs")
@@ -342,4 +345,28 @@ fn a_padded_divisor_warns_before_the_fault_and_other_one_is_right() {
             assert_eq!(got[i], (x[i] / w[i]).floor(), "{device}: {} // {}", x[i], w[i]);
         }
     }
+}
+
+const ARGMAX: &str = "tests/fixtures/triton/argmax.tsr";
+
+#[test]
+fn a_row_argmax_finds_the_first_column_of_each_rows_max() {
+    let (rows, cols) = (40, 200);
+    on_each_device(ARGMAX, "row_argmax", &["--dims", "R=40,C=200"], |device, s| {
+        let (x, got) = (s.read("X.npy"), s.read("Out.out.npy"));
+        for r in 0..rows {
+            let row = &x[r * cols..(r + 1) * cols];
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let first = row.iter().position(|&v| v == max).unwrap();
+            assert_eq!(got[r], first as f64, "{device}: row {r}");
+        }
+    });
+    // Number branches take the condition's shape.
+    on_each_device(ARGMAX, "signs", &["--dims", "R=40,C=200"], |device, s| {
+        let (x, got) = (s.read("X.npy"), s.read("Out.out.npy"));
+        assert_eq!(got.len(), rows * cols);
+        for (i, (&x, &y)) in x.iter().zip(&got).enumerate() {
+            assert_eq!(y, if x > 0.0 { 1.0 } else { -1.0 }, "{device}: element {i}");
+        }
+    });
 }

@@ -541,6 +541,73 @@ def any_positive(X: Tensor["R", "C", f32], Y: Tensor["R", i32]):
     assert!(all_false.len() == 1, "{all_false:#?}");
 }
 
+/// The argmax idiom: `x == row_max(x)[:, None]` is never true past the edge, where
+/// `other=-INF` pads (finite data's max is above -inf), so those lanes hold the sentinel,
+/// which a min of indices (a max, for the last index) takes no harm from while the
+/// sentinel lies above (below) every index. It was reported as a padded min.
+#[test]
+fn the_argmax_idiom_keeps_the_padding_out_of_its_index_reduction() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(16, 64), warps=4))
+def row_argmax(X: Tensor["R", "C", f32], Out: Tensor["R", i32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        best = tile.full((ctx.BM,), -INF, f32)
+        arg = tile.zeros((ctx.BM,), i32)
+        for c0 in tile.range(0, C, ctx.BN):
+            cols = c0 + tile.arange(ctx.BN)
+            x = tile.load(X[r0:r0 + ctx.BM, c0:c0 + ctx.BN], other=-INF)
+            m = tile.row_max(x)
+            first = tile.min(tile.where(x == m[:, None], cols[None, :], C), 1)
+            arg = tile.where(m > best, first, arg)
+            best = tile.maximum(best, m)
+        Out[r0:r0 + ctx.BM] = arg
+"#;
+    let w = |text: &str| lint_code(text, "W0606");
+    assert!(w(text).is_empty(), "{:#?}", w(text));
+    // The index inside the tile, with the tile's width as the sentinel.
+    let local = text.replace("cols[None, :], C)", "tile.arange(ctx.BN)[None, :], ctx.BN)");
+    assert!(w(&local).is_empty(), "{:#?}", w(&local));
+    // The last index: a max, with -1 below every index.
+    let last =
+        text.replace("tile.min(tile.where(", "tile.max(tile.where(").replace("cols[None, :], C)", "cols[None, :], -1)");
+    assert!(w(&last).is_empty(), "{:#?}", w(&last));
+    // A sentinel of 0 is below the indices a min competes with: the padding's 0 wins.
+    let low = w(&text.replace("cols[None, :], C)", "cols[None, :], 0)"));
+    assert!(low.len() == 1 && low[0].starts_with("W0606@13:"), "{low:#?}");
+    // A sum of the picked indices adds one sentinel per padded lane.
+    let summed = w(&text.replace("tile.min(tile.where(", "tile.sum(tile.where("));
+    assert!(summed.len() == 1 && summed[0].starts_with("W0606@13:"), "{summed:#?}");
+    // Zero padding: the max takes it in, and then the padded lanes may equal it.
+    let zero = w(&text.replace(", other=-INF)", ")"));
+    assert!(zero.len() == 2 && zero[0].starts_with("W0606@12:") && zero[1].starts_with("W0606@13:"), "{zero:#?}");
+    // A row's max compared with another tile says nothing about where it is attained.
+    let other = w(&text.replace("x == m[:, None]", "x + 1.0 == m[:, None]"));
+    assert!(other.len() == 1 && other[0].starts_with("W0606@13:"), "{other:#?}");
+}
+
+/// Past the edge `-inf > 0.0` is False (finite data is assumed, as everywhere here), so
+/// `where(x > 0, x, 0)` of an `other=-INF` load holds 0 there: its sum is right.
+#[test]
+fn an_infinite_pad_compared_with_finite_data_is_a_known_bool() {
+    let text = r#"from tessera import *
+
+@kernel.schedule(Schedule(block=(16, 64), warps=4))
+def positive_sum(X: Tensor["R", "C", f32], Y: Tensor["R", f32]):
+    ctx = tile.context()
+    for r0 in tile.parallel(0, R, ctx.BM):
+        x = tile.load(X[r0:r0 + ctx.BM, 0:ctx.BN], other=-INF)
+        m = tile.row_max(x)
+        Y[r0:r0 + ctx.BM] = tile.row_sum(tile.where(x > m[:, None] - 1.0, x, 0.0))
+"#;
+    let w = |text: &str| lint_code(text, "W0606");
+    assert!(w(text).is_empty(), "{:#?}", w(text));
+    // `>=` a finite value, and `!=`, are False and True past the edge: True takes `x` (-inf).
+    let taken = w(&text.replace("x > m[:, None] - 1.0", "x != m[:, None]"));
+    assert!(taken.len() == 1 && taken[0].starts_with("W0606@9:"), "{taken:#?}");
+}
+
 /// Split-K: the `s` programs of an output tile write the same elements of C. A store
 /// races (E0501); `tile.atomic_add` is what the axis is for, and is not reported.
 #[test]

@@ -60,6 +60,39 @@ struct Abs {
     /// `exp(x)`): a max over them ignores padding that is at most 0, as an int8
     /// quantizer's `row_max(abs(x))` of a zero-padded row does.
     nonneg: bool,
+    /// The max or min of a tile over an axis: a row's extreme, which one of its lanes
+    /// inside the tensor attains when the data is finite.
+    extreme: Option<Extreme>,
+    /// A bool tile true at some lane inside the tensor of every row along this axis:
+    /// `x == row_max(x)`.
+    attained: Option<usize>,
+    /// `where(hit, coord, sentinel)` with `hit` attained along the axis and false past
+    /// the edge: the lanes past the edge hold the sentinel, which the valid lanes hold
+    /// too where they miss.
+    pick: Option<Pick>,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct Extreme {
+    /// The tile reduced.
+    of: ValueId,
+    axis: usize,
+    /// `tile.expand_dims` put the axis back, so it lines up with `of` again.
+    expanded: bool,
+}
+
+/// The argmax idiom: `min(where(x == row_max(x)[:, None], cols, C))` is the first index
+/// of a row's max. Past the edge `x` holds `-inf` (`other=-INF`), which is never the max
+/// of finite data, so those lanes hold the sentinel `C`; the min is right whenever the
+/// sentinel is above every index it competes with (below, for a max: the last index).
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct Pick {
+    axis: usize,
+    /// The sentinel lies above every coordinate inside the tensor (a dim, or a constant
+    /// at least a bare `arange`'s last value): a min takes no harm from it.
+    above: bool,
+    /// The sentinel is at most 0, below every coordinate: a max takes no harm from it.
+    below: bool,
 }
 
 const PLAIN: Abs = Abs {
@@ -70,6 +103,9 @@ const PLAIN: Abs = Abs {
     dim: false,
     index_data: false,
     nonneg: false,
+    extreme: None,
+    attained: None,
+    pick: None,
 };
 
 impl Abs {
@@ -363,10 +399,16 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 let a = operand(0);
                 let axis = op.int_attr("axis").unwrap_or(0).clamp(0, AXES as i64) as usize;
                 let shift = |x: usize| if x >= axis { x + 1 } else { x };
+                // A row's extreme lines up with its tile again once its axis is back.
+                let extreme =
+                    a.extreme.filter(|e| !e.expanded && e.axis == axis).map(|e| Extreme { expanded: true, ..e });
                 Abs {
                     axes: insert_axis(a.axes, axis),
                     in_bounds: a.in_bounds.map(shift),
                     coord: a.coord.map(shift),
+                    extreme,
+                    attained: a.attained.map(shift),
+                    pick: a.pick.map(|p| Pick { axis: shift(p.axis), ..p }),
                     ..a
                 }
             }
@@ -375,7 +417,15 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 let flip = |x: usize| if x < 2 { 1 - x } else { x };
                 let mut axes = a.axes;
                 axes.swap(0, 1);
-                Abs { axes, in_bounds: a.in_bounds.map(flip), coord: a.coord.map(flip), ..a }
+                Abs {
+                    axes,
+                    in_bounds: a.in_bounds.map(flip),
+                    coord: a.coord.map(flip),
+                    extreme: None,
+                    attained: None,
+                    pick: None,
+                    ..a
+                }
             }
             OpKind::Arange => Abs { coord: Some(0), ..PLAIN },
             OpKind::Load => {
@@ -405,11 +455,25 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                     let origin = x.axes[axis].or(y.axes[axis]).or(c.axes[axis]).map(|(_, o)| o);
                     *slot = origin.map(|o| {
                         // Past the edge along the axis `c` bounds, the select takes `y`.
-                        let pad = if c.in_bounds == Some(axis) { y.at(axis) } else { join(x.at(axis), y.at(axis)) };
+                        let pad = match c.at(axis) {
+                            _ if c.in_bounds == Some(axis) => y.at(axis),
+                            Pad::Known(v) if v == 0.0 => y.at(axis),
+                            Pad::Known(v) if v == 1.0 => x.at(axis),
+                            _ => join(x.at(axis), y.at(axis)),
+                        };
                         (pad, o)
                     });
                 }
-                Abs { axes, value: join(x.value, y.value), ..PLAIN }
+                let pick =
+                    c.attained.filter(|&axis| x.coord == Some(axis) && c.at(axis) == Pad::Known(0.0)).map(|axis| {
+                        let (coords, sentinel) = (op.operands[1], op.operands[2]);
+                        Pick {
+                            axis,
+                            above: y.dim || sentinel_tops_arange(f, defs, sentinel, coords),
+                            below: matches!(y.value, Pad::Known(v) if v <= 0.0),
+                        }
+                    });
+                Abs { axes, value: join(x.value, y.value), pick, ..PLAIN }
             }
             // A causal mask hides every key past the last query.
             OpKind::CausalMask => {
@@ -433,7 +497,11 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                         (true, "min") => Some(1.0),
                         _ => neutral(kind),
                     };
-                    if !neutral.is_some_and(|n| pad == Pad::Known(n)) && !below_the_data {
+                    // The argmax idiom's sentinel competes with an index some lane holds.
+                    let harmless_sentinel = a
+                        .pick
+                        .is_some_and(|p| p.axis == axis && ((kind == "min" && p.above) || (kind == "max" && p.below)));
+                    if !neutral.is_some_and(|n| pad == Pad::Known(n)) && !below_the_data && !harmless_sentinel {
                         findings.reductions.push((id, origin, kind.to_string(), pad));
                     }
                 }
@@ -442,7 +510,10 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 for slot in axes.iter_mut().flatten() {
                     slot.0 = Pad::Finite;
                 }
-                Abs { axes, ..PLAIN }
+                let extreme = (kind == "max" || kind == "min")
+                    .then(|| op.operands.first().map(|&of| Extreme { of, axis, expanded: false }))
+                    .flatten();
+                Abs { axes, extreme, ..PLAIN }
             }
             OpKind::Dot => {
                 let (a, b) = (operand(0), operand(1));
@@ -496,15 +567,29 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                 };
                 let mut abs = elementwise(op.kind, &operands);
                 // A comparison of two known pads is a known bool (`other=-1.0` then `x > 0`: False).
+                // So is one of an infinite pad and finite data (`-inf == row_max(x)`: False).
                 let pred = op.str_attr("pred").unwrap_or("");
+                let number = |p: Pad, other: Pad| match (p, other) {
+                    (Pad::Known(v), _) => Some(v),
+                    (Pad::Finite, Pad::Known(o)) if o.is_infinite() => Some(0.0),
+                    _ => None,
+                };
                 for (axis, slot) in abs.axes.iter_mut().enumerate() {
-                    if let (Some((pad, _)), Pad::Known(x), Pad::Known(y)) = (slot.as_mut(), a.at(axis), b.at(axis)) {
+                    let (pa, pb) = (a.at(axis), b.at(axis));
+                    if let (Some((pad, _)), Some(x), Some(y)) = (slot.as_mut(), number(pa, pb), number(pb, pa)) {
                         if let Some(holds) = crate::ir::compare_holds(pred, x, y) {
                             *pad = Pad::Known(f64::from(u8::from(holds)));
                         }
                     }
                 }
-                Abs { in_bounds: bound, ..abs }
+                // `x == row_max(x)[:, None]` holds at the lane that attains the max.
+                let extreme_of = |e: Abs, of: Option<&ValueId>| {
+                    e.extreme.filter(|e| e.expanded && Some(&e.of) == of).map(|e| e.axis)
+                };
+                let attained = (pred == "eq")
+                    .then(|| extreme_of(b, op.operands.first()).or_else(|| extreme_of(a, op.operands.get(1))))
+                    .flatten();
+                Abs { in_bounds: bound, attained, ..abs }
             }
             k if k.is_elementwise() => {
                 // An integer `//`, `%` or `/` whose divisor is 0 past the edge divides by
@@ -546,6 +631,32 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
         }
     }
     findings
+}
+
+/// Whether `sentinel` is at least the last value of `coords`, a bare `tile.arange(n)`
+/// (lined up and broadcast): a constant at least `n - 1`, or `n`'s own schedule
+/// parameter (`tile.arange(ctx.BN)` against `ctx.BN`).
+fn sentinel_tops_arange(f: &Func, defs: &[Option<OpId>], sentinel: ValueId, coords: ValueId) -> bool {
+    let source = |mut v: ValueId, through: &[OpKind]| loop {
+        match defining(f, defs, v) {
+            Some(op) if through.contains(&op.kind) && !op.operands.is_empty() => v = op.operands[0],
+            other => return other,
+        }
+    };
+    let Some(arange) = source(coords, &[OpKind::Broadcast, OpKind::ExpandDims, OpKind::ConvertLayout])
+        .filter(|op| op.kind == OpKind::Arange)
+    else {
+        return false;
+    };
+    let Some(extent) = arange.results.first().and_then(|&r| f.ty(r).dims().first().cloned()) else { return false };
+    match source(sentinel, &[OpKind::Splat, OpKind::Broadcast, OpKind::Cast]) {
+        Some(op) if matches!(op.kind, OpKind::Constant | OpKind::Full) => {
+            let value = op.attr("value").and_then(Attr::as_float);
+            value.zip(extent.as_const()).is_some_and(|(v, n)| v >= (n - 1) as f64)
+        }
+        Some(op) if op.kind == OpKind::SchedParam => op.str_attr("key").is_some_and(|key| extent.as_sym() == Some(key)),
+        _ => false,
+    }
 }
 
 /// The ops of `f`, each after the ops of its regions (an `scf.if`'s results join what
