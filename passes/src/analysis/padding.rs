@@ -457,8 +457,8 @@ fn evaluate(f: &Func, defs: &[Option<OpId>], override_pad: Option<(OpId, f64)>) 
                         // Past the edge along the axis `c` bounds, the select takes `y`.
                         let pad = match c.at(axis) {
                             _ if c.in_bounds == Some(axis) => y.at(axis),
-                            Pad::Known(v) if v == 0.0 => y.at(axis),
-                            Pad::Known(v) if v == 1.0 => x.at(axis),
+                            Pad::Known(0.0) => y.at(axis),
+                            Pad::Known(1.0) => x.at(axis),
                             _ => join(x.at(axis), y.at(axis)),
                         };
                         (pad, o)
