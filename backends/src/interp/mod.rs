@@ -72,7 +72,10 @@ impl InterpError {
 
     pub(crate) fn at_op(func: &Func, op: OpId, message: String) -> InterpError {
         let o = func.op(op);
-        let site = ErrorSite { op, op_name: o.kind.name(), loc: o.loc.clone(), program: None };
+        // An atomic store or scatter is what the source calls `tile.atomic_add`.
+        let atomic = matches!(o.kind, OpKind::Store | OpKind::Scatter) && o.attr("atomic").is_some();
+        let op_name = if atomic { "tile.atomic_add" } else { o.kind.name() };
+        let site = ErrorSite { op, op_name, loc: o.loc.clone(), program: None };
         InterpError { message, site: Some(Box::new(site)) }
     }
 

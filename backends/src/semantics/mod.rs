@@ -39,7 +39,7 @@ use crate::interp::memory::GlobalTensor;
 use crate::interp::numerics::{BinFn, BinOp, Domain, Pred, UnFn, UnOp};
 use crate::interp::InterpError;
 use crate::tensor::{round_with, Arg};
-use crossing::Crossings;
+use crossing::{Access, Crossings};
 use value::{Tile, Value, View};
 use writes::{LaneWrites, Position, Takeover, WriteLog};
 
@@ -592,8 +592,8 @@ impl Machine<'_> {
                         let on = mask.as_ref().is_none_or(|m| m.data[e] != 0.0);
                         let i = i as i64;
                         if on && (0..len).contains(&i) {
-                            if self.reads_crossing(env, ti, i as usize) {
-                                return Err(self.crossing(env, true, ti, i as usize));
+                            if let Some(crossed) = self.crosses(env, ti, i as usize, Access::Read) {
+                                return Err(self.crossing(env, crossed, ti, i as usize));
                             }
                             data.push(t.get(i as usize));
                         } else {
@@ -614,8 +614,8 @@ impl Machine<'_> {
                         let on = mask.as_ref().is_none_or(|m| m.data[e] != 0.0);
                         let i = i as i64;
                         if on && (0..len).contains(&i) && atomic {
-                            if self.writes_crossing(env, ti, i as usize) {
-                                return Err(self.crossing(env, false, ti, i as usize));
+                            if let Some(crossed) = self.crosses(env, ti, i as usize, Access::Add) {
+                                return Err(self.crossing(env, crossed, ti, i as usize));
                             }
                             t.add(i as usize, |old| store(old + x));
                             if let Some(owner) = &t.owner {
@@ -633,8 +633,8 @@ impl Machine<'_> {
                                     [earlier, x],
                                 ));
                             }
-                            if self.write(env, id, ti, t, i as usize, x) {
-                                return Err(self.crossing(env, false, ti, i as usize));
+                            if let Some(crossed) = self.write(env, id, ti, t, i as usize, x) {
+                                return Err(self.crossing(env, crossed, ti, i as usize));
                             }
                         }
                     }
@@ -740,8 +740,8 @@ impl Machine<'_> {
             let on = mask.is_none_or(|m| m.data.get(e).is_some_and(|&x| x != 0.0));
             data.push(match (on, at) {
                 (true, Some(i)) => {
-                    if crossed.is_none() && self.reads_crossing(env, v.arg, i) {
-                        crossed = Some(i);
+                    if crossed.is_none() {
+                        crossed = self.crosses(env, v.arg, i, Access::Read).map(|c| (c, i));
                     }
                     t.get(i)
                 }
@@ -749,7 +749,7 @@ impl Machine<'_> {
             });
         })?;
         match crossed {
-            Some(i) => Err(self.crossing(env, true, v.arg, i)),
+            Some((c, i)) => Err(self.crossing(env, c, v.arg, i)),
             None => Ok(Tile { dims, data }),
         }
     }
@@ -775,8 +775,8 @@ impl Machine<'_> {
             let on = mask.is_none_or(|m| m.data.get(e).is_some_and(|&x| x != 0.0));
             match (on, at, tile.data.get(e)) {
                 (true, Some(i), Some(&x)) if atomic => {
-                    if crossed.is_none() && self.writes_crossing(env, v.arg, i) {
-                        crossed = Some(i);
+                    if crossed.is_none() {
+                        crossed = self.crosses(env, v.arg, i, Access::Add).map(|c| (c, i));
                     }
                     t.add(i, |old| round(old + x));
                     if let Some(owner) = &t.owner {
@@ -785,7 +785,7 @@ impl Machine<'_> {
                 }
                 (true, Some(i), Some(&x)) => {
                     let crossing = self.write(env, op, v.arg, t, i, round(x));
-                    crossed = crossed.or(crossing.then_some(i));
+                    crossed = crossed.or(crossing.map(|c| (c, i)));
                 }
                 (_, _, None) => bad = true,
                 _ => {}
@@ -795,7 +795,7 @@ impl Machine<'_> {
             return fault(format!("a store of a {:?} tile into a {:?} window", tile.dims, dims));
         }
         match crossed {
-            Some(i) => Err(self.crossing(env, false, v.arg, i)),
+            Some((c, i)) => Err(self.crossing(env, c, v.arg, i)),
             None => Ok(()),
         }
     }

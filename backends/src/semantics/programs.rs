@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use tessera_passes::ir::OpId;
 
-use super::crossing;
+use super::crossing::{self, Access};
 use super::writes::{self, Position, WriteLog};
 use super::{Env, Fault, Machine, R};
 use crate::interp::memory::GlobalTensor;
@@ -46,13 +46,13 @@ impl Machine<'_> {
         }
     }
 
-    /// The fault of a program that reads an element another program writes, or writes
-    /// one another reads.
-    pub(super) fn crossing(&self, env: &Env, reads: bool, arg: usize, element: usize) -> Fault {
+    /// The fault of a program that touches an element one way (`mine`: reads, writes,
+    /// adds into) that another program touches another way (`theirs`).
+    pub(super) fn crossing(&self, env: &Env, (mine, theirs): (Access, Access), arg: usize, element: usize) -> Fault {
         let program = self.program_text(env);
         let dims = self.tensors[arg].as_ref().map_or(&[][..], |t| &t.dims[..]);
         let element = writes::element_name(self.func, arg, element, dims);
-        Fault { op: None, message: crossing::crossing_message(&program, reads, &element) }
+        Fault { op: None, message: crossing::crossing_message(&program, mine, theirs, &element) }
     }
 
     /// `the program at i0 = 64`: the running program, for a message.
@@ -62,9 +62,11 @@ impl Machine<'_> {
             .map_or_else(|| "code outside the innermost grid loop".to_string(), |p| writes::describe(self.func, p))
     }
 
-    /// Whether program `env.program` reading element `i` of `arg` crosses another's write.
-    pub(super) fn reads_crossing(&self, env: &Env, arg: usize, i: usize) -> bool {
-        self.crossings.as_ref().is_some_and(|c| env.program != 0 && c.read(arg, i, env.program))
+    /// Program `env.program` touching element `i` of `arg` with `access`: the access of
+    /// another program it crosses (as `(mine, theirs)`), if any.
+    pub(super) fn crosses(&self, env: &Env, arg: usize, i: usize, access: Access) -> Option<(Access, Access)> {
+        let c = self.crossings.as_ref().filter(|_| env.program != 0)?;
+        c.access(arg, i, env.program, access).map(|theirs| (access, theirs))
     }
 
     pub(super) fn lanes_conflict(
@@ -90,15 +92,18 @@ impl Machine<'_> {
         )
     }
 
-    /// Whether program `env.program` writing element `i` of `arg` crosses another's read.
-    pub(super) fn writes_crossing(&self, env: &Env, arg: usize, i: usize) -> bool {
-        self.crossings.as_ref().is_some_and(|c| env.program != 0 && c.write(arg, i, env.program))
-    }
-
-    /// A plain write of element `i` of parameter `arg` by op `op`; whether it crosses
-    /// another program's read of the element.
-    pub(super) fn write(&self, env: &mut Env, op: OpId, arg: usize, t: &GlobalTensor, i: usize, x: f64) -> bool {
-        let crossed = self.writes_crossing(env, arg, i);
+    /// A plain write of element `i` of parameter `arg` by op `op`; the access of another
+    /// program it crosses (a read, an atomic add), if any.
+    pub(super) fn write(
+        &self,
+        env: &mut Env,
+        op: OpId,
+        arg: usize,
+        t: &GlobalTensor,
+        i: usize,
+        x: f64,
+    ) -> Option<(Access, Access)> {
+        let crossed = self.crosses(env, arg, i, Access::Write);
         if let (Some(log), true) = (&self.writes, env.program != 0) {
             if let Some(takeover) = lock(log).note(env.program, arg, i, t.get(i), op) {
                 env.takeovers.push(takeover);
