@@ -360,15 +360,16 @@ fn check_memory(abi: &KernelAbi, shapes: &[Option<Vec<usize>>], max_memory: Opti
     // The interpreter holds each tensor as f64 atomics (8 bytes per element) besides the
     // host copies, and the f64 reference and the comparison hold more: count 4 copies of
     // 8 bytes per element (measured: a CPU run of gemm at M=128, N=65536, K=64 peaks at
-    // about 30 bytes per element above the binary's own footprint), and 8 more for the
-    // reference's record of who read and wrote the elements of a tensor updated in place.
+    // about 30 bytes per element above the binary's own footprint), and 12 more for the
+    // reference's record of who read, wrote and added into the elements of a tensor
+    // touched in two of those ways.
     let elements: u128 = abi
         .params
         .iter()
         .zip(shapes)
         .filter_map(|(_, s)| s.as_ref().map(|d| d.iter().fold(1u128, |n, &x| n.saturating_mul(x as u128))))
         .fold(0u128, u128::saturating_add);
-    let need = bytes.saturating_mul(3).saturating_add(elements.saturating_mul(40));
+    let need = bytes.saturating_mul(3).saturating_add(elements.saturating_mul(44));
     let (budget, what) = match max_memory {
         Some(m) => (Some(m), "the --max-memory budget"),
         None => (available_memory(), "available (--max-memory sets another budget)"),
