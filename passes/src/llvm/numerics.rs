@@ -908,6 +908,8 @@ pub(super) fn tanh(b: &mut FnBuilder, ty: VTy, x: &str) -> String {
     }
     let xz = ins(b, "fmul", ty, x, &z);
     let small = fma(b, ty, &xz, &p, x);
+    // `x + x^3 p` is +0.0 at x = -0.0 (the product is +0.0); tanh is odd.
+    let small = intr(b, "copysign", ty, &[&small, x]);
     let two = ins(b, "fadd", ty, &ax, &ax);
     let e = exp(b, ty, &two);
     let d = ins(b, "fadd", ty, &e, &f(ty, 1.0));
