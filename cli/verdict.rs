@@ -169,16 +169,7 @@ pub(crate) fn verdict_text(check: &CheckReport, nonfinite: &[NonFiniteCount]) ->
 
 /// The `cause` line under a WRONG result that carries the same-schedule Tile IR check.
 pub(crate) fn cause_text(check: &CheckReport) -> Option<&'static str> {
-    let source = check.mismatch_source()?;
-    if source == MismatchSource::TileIr && check.lowering.as_ref().is_some_and(|l| l.verdict() == Verdict::NonFinite) {
-        return Some(
-            "its Tile IR on the interpreter is itself non-finite where the f64 reference is finite, and the \
-             device computes what it computes wherever it is finite: the kernel's own arithmetic in its dtypes \
-             (a formula that overflows, or cancels below zero, at these inputs) or a Tile IR pass departs from \
-             the f64 reference, not code generation",
-        );
-    }
-    Some(cause_explanation(source))
+    check.mismatch_source().map(cause_explanation)
 }
 
 /// What a mismatch's source says about where the error is.
@@ -188,6 +179,19 @@ pub(crate) fn cause_explanation(source: MismatchSource) -> &'static str {
             "the device computes what its Tile IR computes on the interpreter: the kernel's own arithmetic \
              in its dtypes (a formula that loses precision at these inputs) or a Tile IR pass departs from \
              the f64 reference, not code generation"
+        }
+        MismatchSource::NonFiniteTileIr => {
+            "its Tile IR on the interpreter is itself non-finite where the f64 reference is finite, and the \
+             device computes what it computes wherever it is finite: the kernel's own arithmetic in its dtypes \
+             (a formula that overflows, or cancels below zero, at these inputs) or a Tile IR pass departs from \
+             the f64 reference, not code generation"
+        }
+        MismatchSource::UnstableArithmetic => {
+            "its Tile IR on the interpreter departs from the f64 reference too, wherever the device departs from \
+             the Tile IR or at most elements: the kernel's own arithmetic in its dtypes loses precision at these \
+             inputs (a formula that cancels), so each order of its operations gives another error, or a Tile IR \
+             pass departs; whether code generation departs as well cannot be told here: run it where the \
+             formula is stable"
         }
         MismatchSource::CodeGeneration => {
             "the device also differs from its Tile IR on the interpreter: code generation or the device is at fault"

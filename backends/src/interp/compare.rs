@@ -299,10 +299,7 @@ pub fn compare_outputs(func: &Func, expected: &[Arg], actual: &[Arg]) -> Vec<Out
 }
 
 pub fn compare_with(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Comparison {
-    let finite: Vec<f64> = expected.iter().copied().filter(|v| v.is_finite()).collect();
-    let rms =
-        if finite.is_empty() { 0.0 } else { (finite.iter().map(|v| v * v).sum::<f64>() / finite.len() as f64).sqrt() };
-    let scale = tol.scale.unwrap_or(if rms > 0.0 { rms } else { 1.0 });
+    let scale = scale_of(expected, tol);
     let mut c = Comparison {
         len: expected.len(),
         max_abs: 0.0,
@@ -331,27 +328,44 @@ pub fn compare_with(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Compar
             c.actual_nonfinite += 1;
             c.first_actual_nonfinite.get_or_insert(i);
         }
-        let ok = if !e.is_finite() {
-            // Counted above; it fails the comparison unless non-finite values are allowed,
-            // and then only the same kind of value matches.
-            !tol.allow_nonfinite || (e.is_nan() && a.is_nan()) || e == a
-        } else if !a.is_finite() {
-            false
-        } else {
+        if e.is_finite() && a.is_finite() {
             let d = (a - e).abs();
             c.max_abs = c.max_abs.max(d);
             if e != 0.0 {
                 c.max_rel = c.max_rel.max(d / e.abs());
             }
-            d <= tol.rtol * e.abs() + tol.atol * scale
-        };
-        if !ok {
+        }
+        if !element_ok(e, a, tol, scale) {
             c.mismatches += 1;
             c.first_mismatch.get_or_insert(Mismatch { index: i, expected: e, actual: a });
         }
     }
     c.passed = c.mismatches == 0 && (c.expected_nonfinite == 0 || tol.allow_nonfinite);
     c
+}
+
+/// Per element of [`compare_with`]'s comparison: whether it is within tolerance.
+pub fn elements_within(expected: &[f64], actual: &[f64], tol: &Tolerance) -> Vec<bool> {
+    let scale = scale_of(expected, tol);
+    expected.iter().zip(actual).map(|(&e, &a)| element_ok(e, a, tol, scale)).collect()
+}
+
+/// The scale of the tolerance's absolute part: the expected values' RMS unless given.
+fn scale_of(expected: &[f64], tol: &Tolerance) -> f64 {
+    let finite: Vec<f64> = expected.iter().copied().filter(|v| v.is_finite()).collect();
+    let rms =
+        if finite.is_empty() { 0.0 } else { (finite.iter().map(|v| v * v).sum::<f64>() / finite.len() as f64).sqrt() };
+    tol.scale.unwrap_or(if rms > 0.0 { rms } else { 1.0 })
+}
+
+fn element_ok(e: f64, a: f64, tol: &Tolerance, scale: f64) -> bool {
+    if !e.is_finite() {
+        // Counted apart; it fails the comparison unless non-finite values are allowed,
+        // and then only the same kind of value matches.
+        !tol.allow_nonfinite || (e.is_nan() && a.is_nan()) || e == a
+    } else {
+        a.is_finite() && (a - e).abs() <= tol.rtol * e.abs() + tol.atol * scale
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use tessera_frontend::check::{fn_signature, DType, NumericsCheck};
 use tessera_frontend::{Db, FnKey};
 use tessera_passes::ir::{Func, OpKind};
 
-use crate::interp::compare::{compare_with, Comparison, Tolerance};
+use crate::interp::compare::{compare_with, elements_within, Comparison, Tolerance};
 use crate::interp::inputs::Rng;
 use crate::interp::{self};
 use crate::semantics;
@@ -184,6 +184,12 @@ pub struct CheckReport {
     pub source: ReferenceSource,
     /// `--check lowering`: the same-schedule Tile IR interpreter's check as well.
     pub lowering: Option<Box<CheckReport>>,
+    /// With a `lowering` check that failed, the Tile IR departs from this check's
+    /// reference too (both having run the same programs), and the device departs from its
+    /// Tile IR only where the Tile IR is wrong, or the Tile IR is wrong at most elements:
+    /// the kernel's arithmetic is unstable at these inputs, and another order of its
+    /// operations gives another error.
+    pub unstable_arithmetic: bool,
 }
 
 impl CheckReport {
@@ -436,46 +442,130 @@ impl Reference {
         }
     }
 
-    /// Compares a device's arguments after its run with the reference.
+    /// Compares a device's arguments after its run with the reference, and with the
+    /// same-schedule Tile IR's run where this reference carries one.
     pub fn compare(&self, plan: &Plan, actual: &[Arg]) -> CheckReport {
-        let lowering = self.lowering.as_ref().map(|l| Box::new(l.compare(plan, actual)));
-        let Some(expected) = &self.args else {
-            return CheckReport {
-                kind: self.kind.clone(),
-                reason: self.reason.clone(),
-                outputs: Vec::new(),
-                elapsed: self.elapsed,
-                source: self.source,
-                lowering,
-            };
-        };
+        let mut report = self.compare_outputs(plan, actual);
+        if let Some(tile) = &self.lowering {
+            self.add_lowering(plan, tile, actual, &mut report);
+        }
+        report
+    }
+
+    /// The lowering check of `actual` against `tile`, this reference's Tile IR run, and
+    /// whether the device departs from the Tile IR only where the Tile IR departs from
+    /// this reference.
+    fn add_lowering(&self, plan: &Plan, tile: &Reference, actual: &[Arg], report: &mut CheckReport) {
+        let lowering = tile.compare_outputs(plan, actual);
+        // Only where both ran the same programs (sampled runs may not have).
+        let same_programs = tile.kind == self.kind && tile.masks == self.masks;
+        if let (Some(tile_args), true, Verdict::Wrong) = (&tile.args, same_programs, lowering.verdict()) {
+            let tile_ir = self.compare_outputs(plan, tile_args);
+            if tile_ir.verdict() == Verdict::Wrong {
+                // The device against its Tile IR where the Tile IR is within tolerance.
+                let stable = self.masks_within(plan, tile_args);
+                let where_stable = tile.compare_masked(plan, tile_args, &stable, actual);
+                // A Tile IR wrong at most elements agrees with the reference elsewhere by
+                // chance: those agreements say nothing about the device.
+                let compared: usize = tile_ir.outputs.iter().map(|o| o.compared).sum();
+                let right: usize = where_stable.outputs.iter().map(|o| o.compared).sum();
+                report.unstable_arithmetic = where_stable.verdict() == Verdict::Correct || 2 * right < compared;
+            }
+        }
+        report.lowering = Some(Box::new(lowering));
+    }
+
+    /// Per output: the elements this reference compares at which `args` are within its
+    /// tolerance.
+    fn masks_within(&self, plan: &Plan, args: &[Arg]) -> Vec<Option<Vec<bool>>> {
+        let Some(expected) = &self.args else { return self.masks.clone() };
+        let tolerances = self.tolerances(plan, expected);
+        (0..plan.abi.params.len())
+            .map(|i| {
+                let (Some(Arg::Tensor(e)), Some(Arg::Tensor(a)), Some(Some(tol))) =
+                    (expected.get(i), args.get(i), tolerances.get(i))
+                else {
+                    return self.masks.get(i).cloned().flatten();
+                };
+                let chosen = chosen_elements(self.masks.get(i).and_then(|m| m.as_ref()), e.numel());
+                let ev: Vec<f64> = chosen.iter().map(|&j| e.get(j)).collect();
+                let av: Vec<f64> = chosen.iter().map(|&j| a.get(j)).collect();
+                let mut within = vec![false; e.numel()];
+                for (&j, ok) in chosen.iter().zip(elements_within(&ev, &av, tol)) {
+                    within[j] = ok;
+                }
+                Some(within)
+            })
+            .collect()
+    }
+
+    /// Per parameter: an output's tolerance.
+    fn tolerances(&self, plan: &Plan, expected: &[Arg]) -> Vec<Option<Tolerance>> {
         // Outputs that sum: the tolerance widens with the longest tensor dim (an upper
         // bound on any reduction's length), as `interp::compare_outputs` does.
         let longest = plan.tensors(expected).iter().flat_map(|(_, t)| t.dims.iter().copied()).max().unwrap_or(1);
         let fp8_tensor_cores = tessera_passes::wgmma::has_fp8_wgmma(&plan.tile);
         let intermediates = crate::interp::precision::narrow_intermediates(&plan.tile);
         let accumulator = narrowest_accumulator(&plan.graph);
+        (0..plan.abi.params.len())
+            .map(|i| match expected.get(i) {
+                Some(Arg::Tensor(e)) if plan.is_output(i) => {
+                    let intermediate = intermediates.get(i).copied().flatten();
+                    Some(
+                        Tolerance::for_output(e.dtype, longest, intermediate, accumulator, fp8_tensor_cores)
+                            .allowing_nonfinite(plan.allows_nonfinite()),
+                    )
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// [`Reference::compare`] without the lowering check.
+    fn compare_outputs(&self, plan: &Plan, actual: &[Arg]) -> CheckReport {
+        match &self.args {
+            Some(expected) => self.compare_masked(plan, expected, &self.masks, actual),
+            None => self.report(Vec::new()),
+        }
+    }
+
+    /// A report of this reference's kind with `outputs`.
+    fn report(&self, outputs: Vec<OutputCheck>) -> CheckReport {
+        CheckReport {
+            kind: self.kind.clone(),
+            reason: self.reason.clone(),
+            outputs,
+            elapsed: self.elapsed,
+            source: self.source,
+            lowering: None,
+            unstable_arithmetic: false,
+        }
+    }
+
+    /// `actual` against `expected` at the elements `masks` choose (all where `None`).
+    fn compare_masked(
+        &self,
+        plan: &Plan,
+        expected: &[Arg],
+        masks: &[Option<Vec<bool>>],
+        actual: &[Arg],
+    ) -> CheckReport {
+        let tolerances = self.tolerances(plan, expected);
         let mut outputs = Vec::new();
         for (i, p) in plan.abi.params.iter().enumerate() {
-            if !plan.is_output(i) {
+            let (Some(Arg::Tensor(e)), Some(Arg::Tensor(a)), Some(Some(tol))) =
+                (expected.get(i), actual.get(i), tolerances.get(i))
+            else {
                 continue;
-            }
-            let (Some(Arg::Tensor(e)), Some(Arg::Tensor(a))) = (expected.get(i), actual.get(i)) else { continue };
-            let mask = self.masks.get(i).and_then(|m| m.as_ref());
-            let chosen: Vec<usize> = match mask {
-                None => (0..e.numel()).collect(),
-                Some(m) => (0..e.numel()).filter(|&j| m.get(j).copied().unwrap_or(false)).collect(),
             };
+            let chosen = chosen_elements(masks.get(i).and_then(|m| m.as_ref()), e.numel());
             let ev: Vec<f64> = chosen.iter().map(|&j| e.get(j)).collect();
             let av: Vec<f64> = if a.numel() == e.numel() && a.dtype == e.dtype {
                 chosen.iter().map(|&j| a.get(j)).collect()
             } else {
                 Vec::new()
             };
-            let intermediate = intermediates.get(i).copied().flatten();
-            let tol = Tolerance::for_output(e.dtype, longest, intermediate, accumulator, fp8_tensor_cores)
-                .allowing_nonfinite(plan.allows_nonfinite());
-            let comparison = compare_with(&ev, &av, &tol);
+            let comparison = compare_with(&ev, &av, tol);
             let first_mismatch =
                 comparison.first_mismatch.map(|m| (unravel(chosen[m.index], &e.dims), m.expected, m.actual));
             let first_expected_nonfinite =
@@ -493,14 +583,15 @@ impl Reference {
                 first_actual_nonfinite,
             });
         }
-        CheckReport {
-            kind: self.kind.clone(),
-            reason: self.reason.clone(),
-            outputs,
-            elapsed: self.elapsed,
-            source: self.source,
-            lowering,
-        }
+        self.report(outputs)
+    }
+}
+
+/// The elements of an `n`-element output that `mask` chooses (all of them without one).
+fn chosen_elements(mask: Option<&Vec<bool>>, n: usize) -> Vec<usize> {
+    match mask {
+        None => (0..n).collect(),
+        Some(m) => (0..n).filter(|&j| m.get(j).copied().unwrap_or(false)).collect(),
     }
 }
 
@@ -512,7 +603,14 @@ impl Reference {
 /// generator and the device, which it does not. Nothing is added for the interpreter
 /// device (it would compare a run with itself), for checks that already carry it, or
 /// when the interpreter cannot run the plan: the verdict stands without the diagnosis.
-pub fn diagnose_mismatch(plan: &Plan, device: Device, mode: CheckMode, actual: &[Arg], report: &mut CheckReport) {
+pub fn diagnose_mismatch(
+    plan: &Plan,
+    device: Device,
+    mode: CheckMode,
+    reference: &Reference,
+    actual: &[Arg],
+    report: &mut CheckReport,
+) {
     let wrong = report.verdict() == Verdict::Wrong;
     if !wrong
         || device == Device::Interpreter
@@ -524,7 +622,7 @@ pub fn diagnose_mismatch(plan: &Plan, device: Device, mode: CheckMode, actual: &
     // A wrong verdict means the check ran: `mode` is not `None`, and `Lowering` would
     // already carry this check.
     if let Ok(tile) = Reference::tile_interpreter(plan, mode) {
-        report.lowering = Some(Box::new(tile.compare(plan, actual)));
+        reference.add_lowering(plan, &tile, actual, report);
     }
 }
 
@@ -535,6 +633,17 @@ pub enum MismatchSource {
     /// The device computes what its Tile IR computes: the difference is the kernel's
     /// arithmetic in its dtypes, or a Tile IR pass.
     TileIr,
+    /// The device differs from its Tile IR, and the Tile IR itself from the f64 reference,
+    /// wherever the device departs or at most elements: the kernel's arithmetic loses
+    /// precision at these inputs (a variance by `E[x²] - mean²` of values far from 0), so
+    /// each order of its sums gives another error (or a Tile IR pass departs; whether
+    /// code generation does too cannot be told at these inputs).
+    UnstableArithmetic,
+    /// The Tile IR is itself NaN or Inf where the f64 reference is finite, and the device
+    /// matches it wherever it is finite: the kernel's arithmetic overflows or cancels below
+    /// zero in its dtypes (or a Tile IR pass departs), in elements that may differ between
+    /// the two (layernorm's `E[x²] - mean²` below zero, depending on the order of the sums).
+    NonFiniteTileIr,
     /// The device differs from its own Tile IR: the code generator or the device.
     CodeGeneration,
 }
@@ -544,6 +653,8 @@ impl MismatchSource {
     pub fn name(self) -> &'static str {
         match self {
             MismatchSource::TileIr => "tile-ir",
+            MismatchSource::NonFiniteTileIr => "tile-ir-non-finite",
+            MismatchSource::UnstableArithmetic => "unstable-arithmetic",
             MismatchSource::CodeGeneration => "code-generation",
         }
     }
@@ -552,13 +663,22 @@ impl MismatchSource {
     pub fn short_name(self) -> &'static str {
         match self {
             MismatchSource::TileIr => "tile-ir",
+            MismatchSource::NonFiniteTileIr => "tile-ir nan",
+            MismatchSource::UnstableArithmetic => "unstable",
             MismatchSource::CodeGeneration => "codegen",
         }
     }
 
     /// The source [`MismatchSource::name`] names (an autotune cache entry reads it back).
     pub fn from_name(name: &str) -> Option<MismatchSource> {
-        [MismatchSource::TileIr, MismatchSource::CodeGeneration].into_iter().find(|s| s.name() == name)
+        [
+            MismatchSource::TileIr,
+            MismatchSource::NonFiniteTileIr,
+            MismatchSource::UnstableArithmetic,
+            MismatchSource::CodeGeneration,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
     }
 }
 
@@ -570,10 +690,11 @@ impl CheckReport {
             return None;
         }
         match self.lowering.as_ref()?.verdict() {
-            // NonFinite: the Tile IR is itself NaN or Inf somewhere, and the device matches
-            // it wherever it is finite (layernorm's `E[x²] - mean²` below zero in f32, in
-            // rows that depend on the order of the sums).
-            Verdict::Correct | Verdict::NonFinite => Some(MismatchSource::TileIr),
+            Verdict::Correct => Some(MismatchSource::TileIr),
+            Verdict::NonFinite => Some(MismatchSource::NonFiniteTileIr),
+            // The Tile IR is wrong too: the device's departure from it is no evidence
+            // against code generation where the arithmetic itself is unstable.
+            Verdict::Wrong if self.unstable_arithmetic => Some(MismatchSource::UnstableArithmetic),
             Verdict::Wrong => Some(MismatchSource::CodeGeneration),
             Verdict::Unchecked => None,
         }

@@ -124,13 +124,18 @@ pub fn execute_loaded(
     let mut outputs = plan.inputs.clone();
     loaded.run(&mut outputs)?;
     let timing = time_launches(loaded, options)?;
-    let mut check = match reference {
-        Some(r) => r.compare(plan, &outputs),
-        None => Reference::compute(plan, options.check)?.compare(plan, &outputs),
+    let computed;
+    let reference = match reference {
+        Some(r) => r,
+        None => {
+            computed = Reference::compute(plan, options.check)?;
+            &computed
+        }
     };
+    let mut check = reference.compare(plan, &outputs);
     // Every mismatch says where it comes from, an autotune candidate's too: the search
     // table and the explorer show the same cause as `tessera run`.
-    diagnose_mismatch(plan, backend.device(), options.check, &outputs, &mut check);
+    diagnose_mismatch(plan, backend.device(), options.check, reference, &outputs, &mut check);
     let nonfinite = scan_nonfinite(plan, &outputs);
     let numerics = match &plan.numerics {
         Some(spec) => {

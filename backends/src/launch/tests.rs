@@ -240,7 +240,8 @@ fn product_dims_take_their_symbols_from_the_dims() {
 
 /// A mismatch with the f64 reference is traced by the same-schedule Tile IR check: a
 /// device that computes what its Tile IR computes points at the Tile IR (layernorm's
-/// `E[x²] - mean²` cancels in f32 over two columns), one that does not points at code
+/// `E[x²] - mean²` cancels in f32 over two columns), one that departs from it only where
+/// the Tile IR is wrong too at unstable arithmetic, one that departs elsewhere at code
 /// generation; a correct run and the interpreter device get no second run.
 #[test]
 fn mismatches_are_traced_to_the_tile_ir_or_to_code_generation() {
@@ -259,21 +260,36 @@ fn mismatches_are_traced_to_the_tile_ir_or_to_code_generation() {
     let reference = Reference::compute(&p, CheckMode::Auto).unwrap();
 
     let mut check = reference.compare(&p, &device);
-    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &device, &mut check);
+    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &reference, &device, &mut check);
     assert_eq!(check.verdict(), Verdict::Wrong, "the diagnosis does not change the verdict");
     assert_eq!(check.lowering.as_ref().map(|l| l.verdict()), Some(Verdict::Correct));
     assert_eq!(check.mismatch_source(), Some(MismatchSource::TileIr));
 
     // The interpreter device is its own Tile IR: nothing to compare.
     let mut itself = reference.compare(&p, &device);
-    diagnose_mismatch(&p, Device::Interpreter, CheckMode::Auto, &device, &mut itself);
+    diagnose_mismatch(&p, Device::Interpreter, CheckMode::Auto, &reference, &device, &mut itself);
     assert!(itself.lowering.is_none() && itself.mismatch_source().is_none());
 
-    // A device that writes something else than its Tile IR: code generation.
+    // A device that departs from its Tile IR only where the Tile IR departs from the f64
+    // reference (the cancelling row, summed in another order): unstable arithmetic.
+    let Some((at, expected, got)) = check.outputs[0].first_mismatch.clone() else { panic!("a mismatch") };
+    let mut reordered = device.clone();
+    let Arg::Tensor(y) = &mut reordered[3] else { panic!("Y is the fourth parameter") };
+    let flat = at[0] * 2 + at[1];
+    y.set(flat, round_to(DType::F32, expected + (got - expected) * 3.0));
+    let mut unstable = reference.compare(&p, &reordered);
+    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &reference, &reordered, &mut unstable);
+    assert_eq!(unstable.lowering.as_ref().map(|l| l.verdict()), Some(Verdict::Wrong));
+    assert_eq!(unstable.mismatch_source(), Some(MismatchSource::UnstableArithmetic));
+
+    // A device that writes something else than its Tile IR where the Tile IR is right:
+    // code generation.
     let Arg::Tensor(y) = &mut device[3] else { panic!("Y is the fourth parameter") };
-    y.set(0, y.get(0) + 1.0);
+    for i in 0..y.numel() {
+        y.set(i, y.get(i) + 1.0);
+    }
     let mut miscompiled = reference.compare(&p, &device);
-    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &device, &mut miscompiled);
+    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &reference, &device, &mut miscompiled);
     assert_eq!(miscompiled.mismatch_source(), Some(MismatchSource::CodeGeneration));
 
     // A device that is finite where its Tile IR takes the square root of a negative
@@ -294,17 +310,18 @@ fn mismatches_are_traced_to_the_tile_ir_or_to_code_generation() {
         y.set(i, 0.0);
     }
     let mut check = reference.compare(&p, &device);
-    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &device, &mut check);
+    diagnose_mismatch(&p, Device::Cpu, CheckMode::Auto, &reference, &device, &mut check);
     assert_eq!(check.verdict(), Verdict::Wrong);
     assert_eq!(check.lowering.as_ref().map(|l| l.verdict()), Some(Verdict::NonFinite));
-    assert_eq!(check.mismatch_source(), Some(MismatchSource::TileIr));
+    assert_eq!(check.mismatch_source(), Some(MismatchSource::NonFiniteTileIr));
 
     // A correct run is not checked twice.
     let ok = plan_of(&layernorm, "layernorm", &[("R", 64), ("C", 256)], Target::Cpu, &[]);
     let mut good = ok.inputs.clone();
     interp::run_kernel(&ok.tile, &mut good).unwrap();
-    let mut passed = Reference::compute(&ok, CheckMode::Auto).unwrap().compare(&ok, &good);
-    diagnose_mismatch(&ok, Device::Cpu, CheckMode::Auto, &good, &mut passed);
+    let ok_reference = Reference::compute(&ok, CheckMode::Auto).unwrap();
+    let mut passed = ok_reference.compare(&ok, &good);
+    diagnose_mismatch(&ok, Device::Cpu, CheckMode::Auto, &ok_reference, &good, &mut passed);
     assert_eq!(passed.verdict(), Verdict::Correct);
     assert!(passed.lowering.is_none());
 }

@@ -418,6 +418,15 @@ impl RunTab {
                                         "; the device computes its Tile IR: the kernel's arithmetic in its dtypes \
                                          or a Tile IR pass"
                                     }
+                                    Some(MismatchSource::NonFiniteTileIr) => {
+                                        "; its Tile IR is itself non-finite there, and the device matches it \
+                                         where it is finite: the kernel's arithmetic in its dtypes overflows or \
+                                         cancels"
+                                    }
+                                    Some(MismatchSource::UnstableArithmetic) => {
+                                        "; its Tile IR is wrong too, and the device differs from it: the \
+                                         kernel's arithmetic loses precision at these inputs"
+                                    }
                                     Some(MismatchSource::CodeGeneration) => {
                                         "; it differs from its Tile IR too: code generation"
                                     }
