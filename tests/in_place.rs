@@ -96,9 +96,14 @@ const ATOMICS: &str = "tests/fixtures/in_place/atomics.tsr";
 
 /// The exit code and standard error of `kernel` of [`ATOMICS`] on `device`.
 fn run_atomics(kernel: &str, device: &str, x: &str) -> (Option<i32>, String) {
+    run_kernel(ATOMICS, kernel, device, x)
+}
+
+/// The exit code and standard error of `kernel` of `file` on `device`, with `x` as `X`.
+fn run_kernel(file: &str, kernel: &str, device: &str, x: &str) -> (Option<i32>, String) {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
         .current_dir(root())
-        .args(["run", ATOMICS, "--kernel", kernel, "--device", device, "--input", x])
+        .args(["run", file, "--kernel", kernel, "--device", device, "--input", x])
         .output()
         .unwrap();
     (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
@@ -109,16 +114,24 @@ fn a_plain_write_or_read_of_what_other_programs_add_into_gets_no_verdict() {
     let tmp = tempfile::tempdir().unwrap();
     let x = input(tmp.path(), "X", DType::F32, &positive_inputs(4096));
     for device in ["interp", "cpu"] {
+        // The same window written and added into: E0501 before anything runs.
+        let corpus = "tests/corpus/invalid/e0501_atomic_total_zeroed_in_kernel.tsr";
+        let (code, err) = run_kernel(corpus, "total", device, &x);
+        if err.contains("no CPU backend") {
+            continue;
+        }
+        assert_eq!(code, Some(1), "{device}: {err}");
+        let refusal = "zeroed_in_kernel.tsr:13:13: cannot run `total`: E0501 race: this store writes elements of \
+                       `Total` that every program along `i0` adds into with `tile.atomic_add`";
+        assert!(err.contains(refusal), "{device}: {err}");
         for _ in 0..3 {
-            let (code, err) = run_atomics("zeroed_in_kernel", device, &x);
-            if err.contains("no CPU backend") {
-                break;
-            }
+            // A wider window: the reference finds it, at program 0's write or at an add of
+            // another program, whichever comes second.
+            let (code, err) = run_atomics("zeroed_wider", device, &x);
             assert_eq!(code, Some(1), "{device}: {err}");
-            // Program 0's write, or an add of another program, finds the other first.
-            let at_add = err.contains("atomics.tsr:16:")
+            let at_add = err.contains("atomics.tsr:18:")
                 && err.contains("adds into `Total[0]` with `tile.atomic_add`, which another program writes");
-            let at_write = err.contains("atomics.tsr:15:")
+            let at_write = err.contains("atomics.tsr:17:")
                 && err.contains("writes `Total[0]`, which another program adds into with `tile.atomic_add`");
             assert!(at_add || at_write, "{device}: {err}");
             assert!(err.contains("set the tensor before the launch"), "{device}: {err}");

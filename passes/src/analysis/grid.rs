@@ -45,16 +45,96 @@ fn index_name(f: &Func, grid: &Op) -> String {
 /// loop whose bounds are constants with one trip is one program; `tile.program_id`
 /// counts as depending on every axis.
 pub fn grid_store_races(f: &Func) -> Vec<GridStoreRace> {
+    walk_stores(f).out
+}
+
+/// A plain store into the elements that every program along a grid axis adds into with
+/// `tile.atomic_add`: a total zeroed by program 0 in the kernel that sums into it. The
+/// write lands before some of the additions and after others.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct AtomicWriteRace {
+    /// The plain store.
+    pub store: Loc,
+    /// The atomic add.
+    pub add: Loc,
+    /// The tensor, as written.
+    pub tensor: String,
+    /// The axis every program of which adds, as written (`i0`).
+    pub axis: String,
+}
+
+/// Every plain `tile.store` of `f` whose window (the same tensor, sizes and starts) an
+/// atomic add of `f` writes too, where that add's place and the branches and loops
+/// around it do not depend on a grid axis of several programs: every program along it
+/// adds, so some program adds beside the one that writes, whichever that is.
+pub fn atomic_write_races(f: &Func) -> Vec<AtomicWriteRace> {
+    let walk = walk_stores(f);
+    let defs = f.definitions();
+    let mut out = Vec::new();
+    for &(add, axis) in &walk.everyone_adds {
+        let add = f.op(add);
+        for &store in &walk.plain {
+            let store = f.op(store);
+            if same_window(f, &defs, add.operands[0], store.operands[0]) {
+                let tensor =
+                    defs[add.operands[0].0 as usize].map(|v| f.op(v)).and_then(|v| v.operands.first().copied());
+                out.push(AtomicWriteRace {
+                    store: store.loc.clone(),
+                    add: add.loc.clone(),
+                    tensor: tensor
+                        .and_then(|t| f.values[t.0 as usize].name.as_deref())
+                        .unwrap_or("the tensor")
+                        .to_string(),
+                    axis: index_name(f, f.op(axis)),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether two views are the same window: one tensor, equal sizes, starts that are the
+/// same values or equal constants.
+fn same_window(f: &Func, defs: &[Option<OpId>], a: ValueId, b: ValueId) -> bool {
+    let view =
+        |v: ValueId| defs.get(v.0 as usize).copied().flatten().map(|id| f.op(id)).filter(|o| o.kind == OpKind::View);
+    let (Some(a), Some(b)) = (view(a), view(b)) else { return false };
+    let constant = |v: ValueId| {
+        let op = f.op(defs.get(v.0 as usize).copied().flatten()?);
+        (op.kind == OpKind::Constant).then(|| op.int_attr("value")).flatten()
+    };
+    a.operands.len() == b.operands.len()
+        && a.attr("sizes") == b.attr("sizes")
+        && a.attr("squeeze") == b.attr("squeeze")
+        && a.operands.first() == b.operands.first()
+        && a.operands
+            .iter()
+            .zip(&b.operands)
+            .skip(1)
+            .all(|(&x, &y)| x == y || constant(x).is_some_and(|c| constant(y) == Some(c)))
+}
+
+/// The stores of `f` seen from its grid: racing plain stores, atomic adds every program
+/// of an axis makes, and the plain stores.
+fn walk_stores(f: &Func) -> StoreWalk<'_> {
     let ops = f.walk();
     let grids = grid_loops(f, &ops);
     let every_axis: GridDeps = if grids.len() == 64 { u64::MAX } else { (1u64 << grids.len()) - 1 };
     let deps = value_grid_deps(f, &ops, &grids, every_axis);
     let defs = f.definitions();
     let several: Vec<OpId> = grids.iter().copied().filter(|&g| !single_program(f, &defs, f.op(g))).collect();
-    let mut walk =
-        StoreWalk { f, grids: &grids, several: &several, deps: &deps, enclosing: Vec::new(), out: Vec::new() };
+    let mut walk = StoreWalk {
+        f,
+        grids,
+        several,
+        deps,
+        enclosing: Vec::new(),
+        out: Vec::new(),
+        everyone_adds: Vec::new(),
+        plain: Vec::new(),
+    };
     walk.region(&f.body, 0);
-    walk.out
+    walk
 }
 
 /// What each value depends on, to a fixpoint over loop-carried values.
@@ -153,13 +233,18 @@ fn single_program(f: &Func, defs: &[Option<OpId>], grid: &Op) -> bool {
 
 struct StoreWalk<'a> {
     f: &'a Func,
-    grids: &'a [OpId],
+    grids: Vec<OpId>,
     /// The grid loops that may have more than one program.
-    several: &'a [OpId],
-    deps: &'a [GridDeps],
+    several: Vec<OpId>,
+    deps: Vec<GridDeps>,
     /// The grid loops of `several` around the walk, with their bits.
     enclosing: Vec<(usize, OpId)>,
     out: Vec<GridStoreRace>,
+    /// Atomic adds (`tile.store` with `atomic`) that every program along an enclosing
+    /// grid loop makes to the same place, with that loop.
+    everyone_adds: Vec<(OpId, OpId)>,
+    /// The plain `tile.store`s.
+    plain: Vec<OpId>,
 }
 
 impl StoreWalk<'_> {
@@ -175,8 +260,19 @@ impl StoreWalk<'_> {
             let op = f.op(id);
             match op.kind {
                 // Atomic adds from many programs into one element are what they are for.
-                OpKind::Store | OpKind::Scatter if op.attr("atomic").is_some() => {}
-                OpKind::Store | OpKind::Scatter => self.store(op, control),
+                OpKind::Store if op.attr("atomic").is_some() => {
+                    let d = control | self.of(&self.placed(op));
+                    if let Some(&(_, grid)) = self.enclosing.iter().rev().find(|(bit, _)| d & (1 << bit) == 0) {
+                        self.everyone_adds.push((id, grid));
+                    }
+                }
+                OpKind::Scatter if op.attr("atomic").is_some() => {}
+                OpKind::Store | OpKind::Scatter => {
+                    if op.kind == OpKind::Store {
+                        self.plain.push(id);
+                    }
+                    self.store(op, control)
+                }
                 OpKind::GridParallel => {
                     let bit = self.grids.iter().position(|&g| g == id);
                     let counted = bit.filter(|_| self.several.contains(&id));
@@ -212,15 +308,18 @@ impl StoreWalk<'_> {
         }
     }
 
-    fn store(&mut self, op: &Op, control: GridDeps) {
-        // A store's address and mask; a scatter's every operand (its indices are data,
-        // and its values may be what tells the programs apart).
-        let placed: Vec<ValueId> = if op.kind == OpKind::Store {
+    /// A store's address and mask; a scatter's every operand (its indices are data, and
+    /// its values may be what tells the programs apart).
+    fn placed(&self, op: &Op) -> Vec<ValueId> {
+        if op.kind == OpKind::Store {
             op.operands.iter().enumerate().filter(|(i, _)| *i != 1).map(|(_, &v)| v).collect()
         } else {
             op.operands.clone()
-        };
-        let d = control | self.of(&placed);
+        }
+    }
+
+    fn store(&mut self, op: &Op, control: GridDeps) {
+        let d = control | self.of(&self.placed(op));
         // The innermost enclosing axis it ignores: the one its fix most likely names.
         let ignored = self.enclosing.iter().rev().find(|(bit, _)| d & (1 << bit) == 0).map(|&(_, g)| (g, false));
         // Else the first axis whose loop it is outside of: every program of it runs the store.

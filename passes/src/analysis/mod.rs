@@ -918,6 +918,27 @@ fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
+    for race in grid::atomic_write_races(graph) {
+        let Some(at) = range_in(&race.store, name) else { continue };
+        let (axis, tensor) = (&race.axis, &race.tensor);
+        let mut d = Diagnostic::new(
+            Code::E0501,
+            at,
+            format!(
+                "race: this store writes elements of `{tensor}` that every program along `{axis}` adds into with \
+                 `tile.atomic_add`: programs run in no fixed order, so the write lands after some of the additions \
+                 (and loses them) and before others"
+            ),
+        )
+        .with_label(at, "a plain write")
+        .with_note(
+            "set the tensor before the launch (on the host, or in a kernel of its own) and only add into it here",
+        );
+        if let Some(add) = range_in(&race.add, name) {
+            d = d.with_label(add, format!("every `{axis}` program adds here"));
+        }
+        out.body.push(Lint { diagnostic: d, fix: None });
+    }
     for read in grid::program_ids_outside_their_loop(graph) {
         let Some(at) = range_in(&read.at, name) else { continue };
         let index = &read.index;
