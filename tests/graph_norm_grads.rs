@@ -1,6 +1,7 @@
 //! `grad` through the normalizations, `where` and the attention layout moves
 //! (`docs/language.md`, "Autodiff"): `softmax_safe` along either axis, `layernorm_safe`
-//! with a weight and a bias, `rmsnorm_safe` with and without a weight, `where`,
+//! with a weight and a bias and with only one of them (E0809 before), `rmsnorm_safe` with
+//! and without a weight, `where`,
 //! `split_qkv`, `merge_heads` and `flash_attention`. Each `@jit` function runs through
 //! the real `tessera run --save` on the interpreter and, where it is built, the CPU
 //! backend (the backward graph planned into kernels); the run must pass its own check
@@ -46,6 +47,18 @@ def normed_grads(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f
 def normalized_energy(x: Tensor["B", "D", f32], w: Tensor["D", "H", f32]) -> Tensor[f32]:
     y = layernorm_safe(x @ w)
     return sum(y * y) / 8.0
+
+@autodiff
+def half_affine(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32]) -> Tensor[f32]:
+    return mean(layernorm_safe(x, weight=w) ** 3) + mean(tanh(layernorm_safe(x, bias=b)) * x)
+
+@jit
+def half_affine_grads(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32]):
+    return grad(half_affine)(x, w, b)
+
+@jit
+def offset_rows(x: Tensor["B", "D", f32], w: Tensor["D", f32], b: Tensor["D", f32]) -> Tensor["B", "D", f32]:
+    return layernorm_safe(x * 0.05 + 10.0, weight=w, bias=b)
 
 @jit
 def normalized_energy_grads(x: Tensor["B", "D", f32], w: Tensor["D", "H", f32]):
@@ -139,6 +152,36 @@ for i, name in enumerate(("x", "w", "b", "t")):
     # f32 gradients of a smooth loss (no q within 1e-5 of where's switch here); the
     # central difference errs by O(h^2).
     close("d normed / d " + name, result(f"return{i}", args[i].shape), want, 2.0 ** -14 * (1 + np.abs(want)))
+"#,
+    },
+    Case {
+        function: "half_affine_grads",
+        dims: "B=3,D=300",
+        oracle: r#"
+x, w, b = (load(n) for n in ("x", "w", "b"))
+def f(x, w, b):
+    return (layernorm(x, w, 0.0) ** 3).mean() + (np.tanh(layernorm(x, 1.0, b)) * x).mean()
+args = [x, w, b]
+for i, name in enumerate(("x", "w", "b")):
+    def along(v, i=i):
+        a = list(args)
+        a[i] = v
+        return f(*a)
+    want = fd(along, args[i])
+    close("d half_affine / d " + name, result(f"return{i}", args[i].shape), want, 2.0 ** -14 * (1 + np.abs(want)))
+"#,
+    },
+    Case {
+        // Rows of mean 10 and spread 0.05 (in f32, as the function computes them):
+        // `E[x²] - mean²` in f32 loses 15 of 24 bits of the variance there (the stdlib
+        // kernel erred by 0.15 on values of size 1); the statistics merged tile by tile
+        // from deviations keep them to f32's rounding of the inputs.
+        function: "offset_rows",
+        dims: "B=5,D=300",
+        oracle: r#"
+x, w, b = (load(n) for n in ("x", "w", "b"))
+shifted = (x.astype(np.float32) * np.float32(0.05) + np.float32(10.0)).astype(np.float64)
+close("layernorm of offset rows", result("return", x.shape), layernorm(shifted, w, b), 2.0 ** -11 * (1 + np.abs(w)))
 "#,
     },
     Case {

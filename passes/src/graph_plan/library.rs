@@ -45,13 +45,19 @@ impl Planner<'_> {
                     (OpKind::LayerNorm, false) => ("norms.tsr", "layer_normalize"),
                     _ => ("softmax.tsr", "stable_softmax"),
                 };
-                if op.kind == OpKind::LayerNorm && affine && op.operands.len() != 3 {
-                    return unsupported("layernorm_safe with a weight but no bias (or the reverse)", &loc);
-                }
                 let text = instantiate(file, kernel, name, dt)?;
                 let xv = self.view(stored(self, x), vec![rows.clone(), cols.clone()], &loc);
                 sig.args.push(xv);
-                for &w in &op.operands[1..] {
+                // A LayerNorm's weight and bias by role (`affine` names them in operand
+                // order); one missing, the other stands in for it, unread.
+                let roles: Vec<&str> = op.str_attr("affine").map(|a| a.split(',').map(str::trim).collect()).unwrap_or_default();
+                let role = |r: &str| roles.iter().position(|&x| x == r).and_then(|i| op.operands.get(i + 1).copied());
+                let params: Vec<ValueId> = match (op.kind, role("weight"), role("bias")) {
+                    (OpKind::LayerNorm, Some(w), Some(b)) => vec![w, b],
+                    (OpKind::LayerNorm, Some(only), None) | (OpKind::LayerNorm, None, Some(only)) if affine => vec![only, only],
+                    _ => op.operands[1..].to_vec(),
+                };
+                for w in params {
                     sig.args.push(self.view(stored(self, w), vec![cols.clone()], &loc));
                 }
                 let y = out(self, 0)?;
@@ -61,6 +67,13 @@ impl Planner<'_> {
                     let eps = op.attr("eps").and_then(Attr::as_float).unwrap_or(1e-6);
                     let e = self.emit(OpKind::Constant, vec![], vec![Type::Scalar(DType::F32)], vec![("value", Attr::float(eps))], &loc)[0];
                     sig.args.push(e);
+                }
+                if op.kind == OpKind::LayerNorm && affine {
+                    for present in [role("weight").is_some(), role("bias").is_some()] {
+                        let flag = Attr::Bool(present);
+                        let c = self.emit(OpKind::Constant, vec![], vec![Type::Scalar(DType::Bool)], vec![("value", flag)], &loc)[0];
+                        sig.args.push(c);
+                    }
                 }
                 Ok((text, sig.args, format!("stdlib {kernel} ({dt})")))
             }
