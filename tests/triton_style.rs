@@ -361,6 +361,14 @@ fn a_row_argmax_finds_the_first_column_of_each_rows_max() {
             assert_eq!(got[r], first as f64, "{device}: row {r}");
         }
     });
+    // E0201's note for `tile.argmax` gives the fixture's expression.
+    let (code, out) = check_text(
+        &fixture_text(ARGMAX)
+            .replace("tile.min(tile.where(x == m[:, None], cols[None, :], C), 1)", "tile.argmax(x, 1)"),
+        "json",
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("tile.min(tile.where(x == tile.max(x, 1)[:, None], cols[None, :], N), 1)"), "{out}");
     // Number branches take the condition's shape.
     on_each_device(ARGMAX, "signs", &["--dims", "R=40,C=200"], |device, s| {
         let (x, got) = (s.read("X.npy"), s.read("Out.out.npy"));

@@ -174,6 +174,12 @@ fn missing_triton_functions_get_no_fix_into_another_function() {
         ("cumsum", "Triton's `tl.cumsum` has no `tile` counterpart yet"),
         ("cos", "Triton's `tl.cos` has no `tile` counterpart yet"),
         ("fma", "Triton's `tl.fma` has no `tile` counterpart: write `a * b + c`"),
+        (
+            "argmax",
+            "Triton's `tl.argmax` has no `tile` counterpart: write the first index of the max as \
+             `tile.min(tile.where(x == tile.max(x, 1)[:, None], cols[None, :], N), 1)` with \
+             `cols = c0 + tile.arange(ctx.BN)` and a load padded with `other=-INF`",
+        ),
     ] {
         let src = format!(
             "from tessera import *\n\n@kernel.schedule(Schedule(block=(64, 1), warps=4))\n\

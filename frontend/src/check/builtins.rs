@@ -317,7 +317,16 @@ pub fn missing_triton_function(name: &str) -> Option<&'static str> {
         "fma" => "write `a * b + c`",
         "clamp" => "write `tile.minimum(tile.maximum(x, lo), hi)`",
         "exp10" | "log10" => "write `tile.exp(x * 2.302585092994046)` or `tile.log(x) / 2.302585092994046`",
-        "cumsum" | "cumprod" | "associative_scan" | "argmax" | "argmin" | "sort" | "flip" | "histogram" | "erf"
+        // The first index of a row's max: what `tests/fixtures/triton/argmax.tsr` writes.
+        "argmax" => {
+            "write the first index of the max as `tile.min(tile.where(x == tile.max(x, 1)[:, None], cols[None, :], N), 1)` \
+             with `cols = c0 + tile.arange(ctx.BN)` and a load padded with `other=-INF`"
+        }
+        "argmin" => {
+            "write the first index of the min as `tile.min(tile.where(x == tile.min(x, 1)[:, None], cols[None, :], N), 1)` \
+             with `cols = c0 + tile.arange(ctx.BN)` and a load padded with `other=INF`"
+        }
+        "cumsum" | "cumprod" | "associative_scan" | "sort" | "flip" | "histogram" | "erf"
         | "cos" | "sin" | "umulhi" | "atomic_max" | "atomic_min" | "atomic_cas" | "atomic_xchg" | "div_rn" | "fdiv"
         | "sqrt_rn" | "interleave" | "join" | "split" => "",
         _ => return None,
