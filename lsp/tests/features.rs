@@ -88,6 +88,30 @@ fn hover_local_tile_shape() {
     );
 }
 
+/// `where(cond, a, b)` broadcasts the condition too: number branches give a tile of the
+/// condition's shape (it was typed a scalar).
+#[test]
+fn hover_where_of_numbers_is_a_tile_of_the_conditions_shape() {
+    let src = GEMM.replace(
+        "            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = acc\n",
+        "            $0signs = tile.where(acc > 0.0, 1.0, -1.0)\n            C[m0:m0 + ctx.BM, n0:n0 + ctx.BN] = signs\n",
+    );
+    check_hover(
+        &src,
+        expect![[r#"
+            [signs]
+            ```tessera
+            signs: tile<BMxBNxf32>
+            ```
+
+            local of kernel `gemm`
+
+            rank 2: [BM, BN]
+
+            - f32 storage (32-bit IEEE float)"#]],
+    );
+}
+
 #[test]
 fn hover_tensor_param_explains_policies() {
     check_hover(
