@@ -277,7 +277,11 @@ fn sources() -> Vec<Source> {
     // vectors the threads hold replicated (each element must be added once).
     // The f64 kernels (an f64 GEMM sums in f64: `fma.rn.f64` through 8-byte scratch).
     // And gathers and scatters by index tiles into 2-D and 3-D tensors.
-    for fixture in ["numerics/bitwise.tsr", "atomics/atomics.tsr", "numerics/f64.tsr", "gathers/gathers.tsr"] {
+    // And a row argmax by `where(x == max[:, None], cols, C)` (the condition as wide as
+    // the values), and `where` of numbers.
+    for fixture in
+        ["numerics/bitwise.tsr", "atomics/atomics.tsr", "numerics/f64.tsr", "gathers/gathers.tsr", "triton/argmax.tsr"]
+    {
         let path = kernel_sources::repository_root().join("tests/fixtures").join(fixture);
         let text = std::fs::read_to_string(&path).unwrap();
         out.push(Source { label: fixture.into(), path, text });
@@ -320,6 +324,7 @@ fn shapes(kernel: &str) -> &'static [&'static str] {
         "permute_rows" => &["R=21,C=40"],
         "pick" => &["A=4,B=50,C=5,N=23"],
         "odd_dot" | "int8_gemm" => &["M=64,N=96,K=64", "M=40,N=50,K=36"],
+        "row_argmax" | "signs" => &["R=32,C=128", "R=37,C=200"],
         // Three stages: K=200 goes around the ring twice (its slot is a remainder by 3).
         "f16_gemm_bt" => &["M=64,N=96,K=64", "M=40,N=50,K=36", "M=40,N=24,K=200"],
         _ => &[],
