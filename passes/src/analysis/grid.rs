@@ -44,8 +44,12 @@ fn index_name(f: &Func, grid: &Op) -> String {
 /// enclosing branch conditions and loop bounds that do not depend on its index. A grid
 /// loop whose bounds are constants with one trip is one program; `tile.program_id`
 /// counts as depending on every axis.
-pub fn grid_store_races(f: &Func) -> Vec<GridStoreRace> {
-    walk_stores(f).out
+///
+/// And with them, from the same walk of the stores, the [`AtomicWriteRace`]s.
+pub fn store_races(f: &Func) -> (Vec<GridStoreRace>, Vec<AtomicWriteRace>) {
+    let walk = walk_stores(f);
+    let atomic = atomic_write_races_of(f, &walk);
+    (walk.out, atomic)
 }
 
 /// A plain store into the elements that every program along a grid axis adds into with
@@ -67,8 +71,7 @@ pub struct AtomicWriteRace {
 /// atomic add of `f` writes too, where that add's place and the branches and loops
 /// around it do not depend on a grid axis of several programs: every program along it
 /// adds, so some program adds beside the one that writes, whichever that is.
-pub fn atomic_write_races(f: &Func) -> Vec<AtomicWriteRace> {
-    let walk = walk_stores(f);
+fn atomic_write_races_of(f: &Func, walk: &StoreWalk<'_>) -> Vec<AtomicWriteRace> {
     let defs = f.definitions();
     let mut out = Vec::new();
     for &(add, axis) in &walk.everyone_adds {

@@ -892,7 +892,8 @@ fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
-    for race in grid::grid_store_races(graph) {
+    let (grid_races, atomic_races) = grid::store_races(graph);
+    for race in grid_races {
         let Some(at) = range_in(&race.at, name) else { continue };
         let axis = &race.axis;
         let why = if race.outside {
@@ -918,7 +919,7 @@ fn race_lints(graph: &Func, name: &str, out: &mut KernelLints) {
         }
         out.body.push(Lint { diagnostic: d, fix: None });
     }
-    for race in grid::atomic_write_races(graph) {
+    for race in atomic_races {
         let Some(at) = range_in(&race.store, name) else { continue };
         let (axis, tensor) = (&race.axis, &race.tensor);
         let mut d = Diagnostic::new(
