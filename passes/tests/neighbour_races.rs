@@ -1,6 +1,10 @@
 //! E0501 for a kernel that updates a tensor in place where one program's load reaches
 //! into a neighbouring program's store (the programs run in no fixed order), and quiet
-//! where the windows only meet within one program.
+//! where the windows only meet within one program. And for a plain store into the window
+//! every program of a grid axis adds into with `tile.atomic_add` (a total zeroed in the
+//! kernel that sums into it), quiet where the adds go to each program's own elements or
+//! to another window, or where a condition on the axis decides which programs add (not
+//! proven either way).
 
 use tessera_frontend::text::LineIndex;
 use tessera_frontend::{Database, SourceFile};
@@ -115,4 +119,62 @@ def shift_left_masked(X: Tensor[\"N\", f32]):
 ",
     );
     assert_eq!(found.len(), 1, "{found:?}");
+}
+
+const ZEROED: &str = "@kernel
+def total(X: Tensor[\"N\", f32], Total: Tensor[2, f32]):
+    for i0 in tile.parallel(0, N, BLOCK):
+        x = tile.load(X[i0:i0 + BLOCK])
+        if i0 == 0:
+            Total[0:1] = tile.zeros((1,), f32)
+        tile.atomic_add(Total[0:1], tile.sum(x, 0)[None])
+";
+
+#[test]
+fn a_total_zeroed_in_the_kernel_that_adds_into_it_is_a_race() {
+    let found = races(ZEROED);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let want = "E0501@10: race: this store writes elements of `Total` that every program along `i0` adds into";
+    assert!(found[0].starts_with(want), "{found:?}");
+    assert!(found[0].contains("11: every `i0` program adds here"), "{found:?}");
+    // The store's window spelled with other constants of the same value is the same.
+    let spelled = ZEROED.replace("Total[0:1] = tile.zeros", "Total[0:2 - 1] = tile.zeros");
+    assert_eq!(races(&spelled).len(), 1, "{:?}", races(&spelled));
+    // 2-D: the programs of a second axis add into one row block.
+    let rows = "@kernel
+def col_sums(X: Tensor[\"R\", \"C\", f32], S: Tensor[1, \"C\", f32]):
+    for c0 in tile.parallel(0, C, BLOCK):
+        for r0 in tile.parallel(0, R, BLOCK):
+            x = tile.load(X[r0:r0 + BLOCK, c0:c0 + BLOCK])
+            if r0 == 0:
+                S[0:1, c0:c0 + BLOCK] = tile.zeros((1, BLOCK), f32)
+            tile.atomic_add(S[0:1, c0:c0 + BLOCK], tile.sum(x, 0)[None, :])
+";
+    let found = races(rows);
+    assert!(found.len() == 1 && found[0].contains("every program along `r0` adds into"), "{found:?}");
+}
+
+#[test]
+fn adds_into_own_elements_another_window_or_under_a_condition_on_the_axis_are_not_reported() {
+    let own = "@kernel
+def own(X: Tensor[\"N\", f32], Y: Tensor[\"N\", f32]):
+    for i0 in tile.parallel(0, N, BLOCK):
+        x = tile.load(X[i0:i0 + BLOCK])
+        Y[i0:i0 + BLOCK] = x
+        tile.atomic_add(Y[i0:i0 + BLOCK], x)
+";
+    assert!(races(own).is_empty(), "{:?}", races(own));
+    // Another element of the tensor: the store only races with itself (one program).
+    let other = ZEROED.replace("Total[0:1] = tile.zeros", "Total[1:2] = tile.zeros");
+    assert!(races(&other).is_empty(), "{:?}", races(&other));
+    // Adds under a condition on the axis: this check does not prove which programs add,
+    // so it stays quiet (this one races all the same, and the run's reference says so).
+    let guarded = ZEROED.replace(
+        "        tile.atomic_add(Total[0:1], tile.sum(x, 0)[None])",
+        "        if i0 > 0:\n            tile.atomic_add(Total[0:1], tile.sum(x, 0)[None])",
+    );
+    assert!(races(&guarded).is_empty(), "{:?}", races(&guarded));
+    // Adds alone commute.
+    let adds = ZEROED.replace("        if i0 == 0:\n            Total[0:1] = tile.zeros((1,), f32)\n", "");
+    assert!(races(&adds).is_empty(), "{:?}", races(&adds));
 }
