@@ -487,6 +487,9 @@ impl Reference {
                 else {
                     return self.masks.get(i).cloned().flatten();
                 };
+                if a.numel() != e.numel() {
+                    return Some(vec![false; e.numel()]);
+                }
                 let chosen = chosen_elements(self.masks.get(i).and_then(|m| m.as_ref()), e.numel());
                 let ev: Vec<f64> = chosen.iter().map(|&j| e.get(j)).collect();
                 let av: Vec<f64> = chosen.iter().map(|&j| a.get(j)).collect();
