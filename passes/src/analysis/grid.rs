@@ -72,13 +72,13 @@ pub struct AtomicWriteRace {
 /// around it do not depend on a grid axis of several programs: every program along it
 /// adds, so some program adds beside the one that writes, whichever that is.
 fn atomic_write_races_of(f: &Func, walk: &StoreWalk<'_>) -> Vec<AtomicWriteRace> {
-    let defs = f.definitions();
+    let defs = &walk.defs;
     let mut out = Vec::new();
     for &(add, axis) in &walk.everyone_adds {
         let add = f.op(add);
         for &store in &walk.plain {
             let store = f.op(store);
-            if same_window(f, &defs, add.operands[0], store.operands[0]) {
+            if same_window(f, defs, add.operands[0], store.operands[0]) {
                 let tensor =
                     defs[add.operands[0].0 as usize].map(|v| f.op(v)).and_then(|v| v.operands.first().copied());
                 out.push(AtomicWriteRace {
@@ -102,10 +102,7 @@ fn same_window(f: &Func, defs: &[Option<OpId>], a: ValueId, b: ValueId) -> bool 
     let view =
         |v: ValueId| defs.get(v.0 as usize).copied().flatten().map(|id| f.op(id)).filter(|o| o.kind == OpKind::View);
     let (Some(a), Some(b)) = (view(a), view(b)) else { return false };
-    let constant = |v: ValueId| {
-        let op = f.op(defs.get(v.0 as usize).copied().flatten()?);
-        (op.kind == OpKind::Constant).then(|| op.int_attr("value")).flatten()
-    };
+    let constant = |v| int_constant(f, defs, v);
     a.operands.len() == b.operands.len()
         && a.attr("sizes") == b.attr("sizes")
         && a.attr("squeeze") == b.attr("squeeze")
@@ -135,6 +132,7 @@ fn walk_stores(f: &Func) -> StoreWalk<'_> {
         out: Vec::new(),
         everyone_adds: Vec::new(),
         plain: Vec::new(),
+        defs,
     };
     walk.region(&f.body, 0);
     walk
@@ -224,14 +222,17 @@ fn value_grid_deps(f: &Func, ops: &[OpId], grids: &[OpId], every_axis: GridDeps)
 
 /// Whether a grid loop certainly has one program: constant bounds and step, one trip.
 fn single_program(f: &Func, defs: &[Option<OpId>], grid: &Op) -> bool {
-    let constant = |v: ValueId| {
-        let op = f.op(defs.get(v.0 as usize).copied().flatten()?);
-        (op.kind == OpKind::Constant).then(|| op.int_attr("value")).flatten()
-    };
+    let constant = |v| int_constant(f, defs, v);
     match (constant(grid.operands[0]), constant(grid.operands[1]), constant(grid.operands[2])) {
         (Some(start), Some(end), Some(step)) if step > 0 => end - start <= step,
         _ => false,
     }
+}
+
+/// The value of `v` where an integer `arith.constant` defines it.
+fn int_constant(f: &Func, defs: &[Option<OpId>], v: ValueId) -> Option<i64> {
+    let op = f.op(defs.get(v.0 as usize).copied().flatten()?);
+    (op.kind == OpKind::Constant).then(|| op.int_attr("value")).flatten()
 }
 
 struct StoreWalk<'a> {
@@ -248,6 +249,8 @@ struct StoreWalk<'a> {
     everyone_adds: Vec<(OpId, OpId)>,
     /// The plain `tile.store`s.
     plain: Vec<OpId>,
+    /// [`Func::definitions`] of `f`.
+    defs: Vec<Option<OpId>>,
 }
 
 impl StoreWalk<'_> {
