@@ -94,9 +94,7 @@ impl Ad<'_, '_> {
             return self.err(format!("grad through `{}` of a rank-0 tensor", f_op.kind.name()));
         }
         let last = rank - 1;
-        let affine: Vec<String> =
-            f_op.str_attr("affine").map(|s| s.split(',').map(|p| p.trim().to_string()).collect()).unwrap_or_default();
-        let role = |name: &str| affine.iter().position(|a| a == name).map(|i| f_op.operands[i + 1]);
+        let role = |name: &str| f_op.affine_index(name).map(|i| f_op.operands[i]);
         let (weight, bias) = (role("weight"), role("bias"));
         let eps = f_op.attr("eps").and_then(Attr::as_float).unwrap_or(if layer { 1e-5 } else { 1e-6 });
 

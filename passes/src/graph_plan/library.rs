@@ -50,8 +50,7 @@ impl Planner<'_> {
                 sig.args.push(xv);
                 // A LayerNorm's weight and bias by role (`affine` names them in operand
                 // order); one missing, the other stands in for it, unread.
-                let roles: Vec<&str> = op.str_attr("affine").map(|a| a.split(',').map(str::trim).collect()).unwrap_or_default();
-                let role = |r: &str| roles.iter().position(|&x| x == r).and_then(|i| op.operands.get(i + 1).copied());
+                let role = |r: &str| op.affine_index(r).and_then(|i| op.operands.get(i).copied());
                 let params: Vec<ValueId> = match (op.kind, role("weight"), role("bias")) {
                     (OpKind::LayerNorm, Some(w), Some(b)) => vec![w, b],
                     (OpKind::LayerNorm, Some(only), None) | (OpKind::LayerNorm, None, Some(only)) if affine => vec![only, only],

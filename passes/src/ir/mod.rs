@@ -390,6 +390,12 @@ impl Op {
         self.attr(key).and_then(Attr::as_str)
     }
 
+    /// The operand index of a norm's `role` (`weight`, `bias`): its `affine` attribute
+    /// names the operands after `x` in order (`"weight,bias"`, `"bias"`).
+    pub fn affine_index(&self, role: &str) -> Option<usize> {
+        self.str_attr("affine")?.split(',').position(|r| r.trim() == role).map(|i| i + 1)
+    }
+
     pub fn set_attr(&mut self, key: &'static str, value: Attr) {
         match self.attrs.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,

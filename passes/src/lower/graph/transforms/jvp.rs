@@ -521,9 +521,7 @@ impl Body<'_, '_, '_> {
         let ve = self.jbin(jv, OpKind::Add, var, e, loc);
         let rstd = self.jemit(jv, OpKind::Rsqrt, vec![ve], ty.clone(), vec![], loc);
         let xhat = self.jbin(jv, OpKind::Mul, c, rstd, loc);
-        let affine: Vec<String> =
-            op.str_attr("affine").map(|a| a.split(',').map(|r| r.trim().to_string()).collect()).unwrap_or_default();
-        let role = |name: &str| affine.iter().position(|r| r == name).map(|i| i + 1);
+        let role = |name: &str| op.affine_index(name);
         let mut out: Option<ValueId> = None;
         if let Some(tx) = tan[0] {
             let dc = if layer {
